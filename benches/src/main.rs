@@ -1,0 +1,2 @@
+//! rankwire-bench (placeholder)
+fn main() {}

@@ -1,0 +1,1 @@
+//! Rank-side bootstrap client (placeholder: being written).

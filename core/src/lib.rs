@@ -1,0 +1,2 @@
+//! rankwire (being written).
+pub mod bootstrap;

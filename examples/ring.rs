@@ -1,0 +1,2 @@
+//! ring (placeholder)
+fn main() {}

@@ -1,0 +1,2 @@
+//! rwrun (placeholder: being written).
+fn main() {}
