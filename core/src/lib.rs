@@ -1,2 +1,52 @@
-//! rankwire (being written).
+//! rankwire: MPI-style message passing for Rust, with a GPU-aware transport.
+//!
+//! Programs start N ranks with the launcher `rwrun`; ranks exchange messages by rank and
+//! tag with MPI's matching semantics (MPI 4.1 chapter 3). Run without a launcher, a
+//! program is a world of size 1.
+//!
+//! # Quick start
+//! ```no_run
+//! let universe = rankwire::init()?;
+//! let world = universe.world();
+//! let (rank, size) = (world.rank(), world.size());
+//! if rank == 0 {
+//!     for r in 1..size {
+//!         world.send(&[r as u64 * 10], r, 7)?;
+//!     }
+//! } else {
+//!     let mut v = [0u64; 1];
+//!     let status = world.recv(&mut v, 0, 7)?;
+//!     assert_eq!((v[0], status.source, status.len_bytes), (rank as u64 * 10, 0, 8));
+//! }
+//! # Ok::<(), rankwire::Error>(())
+//! ```
+//! Build and run: `cargo build --release && target/release/rwrun -n 4 target/release/your-program`.
+//!
+//! # Buffers
+//! Buffers are slices of plain-old-data elements ([`Pod`]: integers, floats, and
+//! `#[repr(C)]` structs of them with `#[derive(Pod, Zeroable)]` from the re-exported
+//! [`bytemuck`]). Lengths in [`Status`] are bytes; [`Status::count`] converts to
+//! elements. Messages of more than 2^31 bytes work.
+//!
+//! # Layers
+//! [`matching`], [`protocol`] and [`wire`] are sans-IO (no sockets, threads or clocks);
+//! the progress engine is the only code that calls transports
+//! ([`rankwire_transports`]); [`bootstrap`] talks to the launcher.
+
 pub mod bootstrap;
+mod comm;
+mod engine;
+pub mod error;
+pub mod matching;
+pub mod protocol;
+mod request;
+mod universe;
+pub mod wire;
+
+pub use bytemuck;
+pub use bytemuck::{Pod, Zeroable};
+pub use comm::{ANY_SOURCE, ANY_TAG, Communicator, Message, Source, TAG_UB, Tag};
+pub use error::{Error, MatchError, Result};
+pub use protocol::Status;
+pub use request::{Request, test_all, wait_all, wait_all_results, wait_any};
+pub use universe::{Universe, init};

@@ -89,7 +89,10 @@ pub fn write_message<W: Write, T: Serialize>(w: &mut W, msg: &T) -> io::Result<(
     if body.len() > MAX_MESSAGE_BYTES {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("bootstrap message of {} bytes exceeds {MAX_MESSAGE_BYTES}", body.len()),
+            format!(
+                "bootstrap message of {} bytes exceeds {MAX_MESSAGE_BYTES}",
+                body.len()
+            ),
         ));
     }
     let mut buf = Vec::with_capacity(4 + body.len());
@@ -143,8 +146,15 @@ mod tests {
     #[test]
     fn round_trip() {
         let msgs = vec![
-            Request::Hello { job_id: "j".into(), secret: "s".into(), rank: 3 },
-            Request::Put { key: "k".into(), value: vec![0, 1, 255] },
+            Request::Hello {
+                job_id: "j".into(),
+                secret: "s".into(),
+                rank: 3,
+            },
+            Request::Put {
+                key: "k".into(),
+                value: vec![0, 1, 255],
+            },
             Request::Fence,
         ];
         let mut buf = Vec::new();

@@ -1,0 +1,319 @@
+//! The progress engine: the only code that calls transports.
+//!
+//! # Lifecycle
+//! Built by [`crate::init`] with one route per world rank (self for the own rank, tcp
+//! for the others; later shm/cuda_ipc/rdma join the selection table). Every blocking or
+//! testing API call runs [`Engine::progress`]: it moves frames produced by the
+//! [`Protocol`] into per-peer backlogs and on to transports, pulls rendezvous data
+//! chunks while transports have room, and polls transports for arrived frames and
+//! failures, which it feeds back to the protocol.
+//!
+//! # Progress policy
+//! Waiting calls spin on `progress` a bounded number of times, then yield the core,
+//! then (on transports that can) sleep in the kernel until data arrives. Ranks often
+//! outnumber cores (4 ranks on 2 cores is common in CI), where spinning forever
+//! starves the rank that would send the awaited message. `RANKWIRE_PROGRESS` chooses:
+//! `spin` (never yield), `yield` (spin briefly, then yield), `block` (also sleep in
+//! epoll after a while idle), `auto` (default: like `block`, yielding sooner when
+//! ranks outnumber cores).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use rankwire_transports::{Event, SelfTransport, SendOutcome, TcpTransport, Transport};
+
+use crate::error::Error;
+use crate::protocol::{OutFrame, Protocol};
+
+/// Which transport serves a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// The calling rank itself.
+    SelfTp,
+    /// TCP.
+    Tcp,
+    /// No transport could reach the peer (only possible in a broken setup).
+    None,
+}
+
+impl Route {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Route::SelfTp => "self",
+            Route::Tcp => "tcp",
+            Route::None => "none",
+        }
+    }
+}
+
+/// Progress policy (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    /// Idle polls before yielding the core.
+    pub spin_polls: u32,
+    /// Idle time before sleeping in the kernel (`None`: never).
+    pub block_after: Option<Duration>,
+}
+
+impl Backoff {
+    pub(crate) fn from_env(local_ranks: usize) -> Backoff {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let oversubscribed = local_ranks > cores;
+        let policy = std::env::var("RANKWIRE_PROGRESS").unwrap_or_default();
+        match policy.as_str() {
+            "spin" => Backoff {
+                spin_polls: u32::MAX,
+                block_after: None,
+            },
+            "yield" => Backoff {
+                spin_polls: 64,
+                block_after: None,
+            },
+            "block" => Backoff {
+                spin_polls: 64,
+                block_after: Some(Duration::from_millis(2)),
+            },
+            _ => Backoff {
+                spin_polls: if oversubscribed { 8 } else { 256 },
+                block_after: Some(Duration::from_millis(if oversubscribed { 1 } else { 20 })),
+            },
+        }
+    }
+}
+
+/// Transports and protocol state of one rank.
+pub(crate) struct Engine {
+    pub(crate) proto: Protocol,
+    self_tp: SelfTransport,
+    tcp: Option<TcpTransport>,
+    routes: Vec<Route>,
+    backlog: Vec<VecDeque<OutFrame>>,
+    events: Vec<Event>,
+    pub(crate) backoff: Backoff,
+}
+
+impl Engine {
+    pub(crate) fn new(
+        rank: u32,
+        size: u32,
+        tcp: Option<TcpTransport>,
+        routes: Vec<Route>,
+        backoff: Backoff,
+    ) -> Engine {
+        let mut proto = Protocol::new(rank, size);
+        for (peer, r) in routes.iter().enumerate() {
+            if *r == Route::None {
+                proto.fail_peer(
+                    peer as u32,
+                    Error::Connection {
+                        peer: peer as u32,
+                        detail: "no transport reaches this rank".into(),
+                    },
+                );
+            }
+        }
+        Engine {
+            proto,
+            self_tp: SelfTransport::new(rank),
+            tcp,
+            routes,
+            backlog: (0..size).map(|_| VecDeque::new()).collect(),
+            events: Vec::new(),
+            backoff,
+        }
+    }
+
+    /// Eager limit for host messages to `peer`, in bytes.
+    pub(crate) fn eager_limit(&self, peer: u32) -> usize {
+        self.host_caps(peer).map_or(0, |c| c.eager_limit_bytes)
+    }
+
+    pub(crate) fn route(&self, peer: u32) -> Route {
+        self.routes
+            .get(peer as usize)
+            .copied()
+            .unwrap_or(Route::None)
+    }
+
+    fn host_caps(&self, peer: u32) -> Option<rankwire_transports::KindCaps> {
+        match self.route(peer) {
+            Route::SelfTp => self.self_tp.caps().host,
+            Route::Tcp => self.tcp.as_ref().and_then(|t| t.caps().host),
+            Route::None => None,
+        }
+    }
+
+    fn transport(&mut self, peer: u32) -> Option<&mut dyn Transport> {
+        match self.route(peer) {
+            Route::SelfTp => Some(&mut self.self_tp),
+            Route::Tcp => self.tcp.as_mut().map(|t| t as &mut dyn Transport),
+            Route::None => None,
+        }
+    }
+
+    /// One round of progress. Returns whether anything happened.
+    pub(crate) fn progress(&mut self) -> bool {
+        let mut any = false;
+        while let Some(f) = self.proto.pop_frame() {
+            if let Some(q) = self.backlog.get_mut(f.peer as usize) {
+                q.push_back(f);
+            }
+        }
+        for peer in 0..self.backlog.len() {
+            any |= self.flush_backlog(peer as u32);
+        }
+        // Rendezvous data, while transports take it.
+        loop {
+            let backlog = &self.backlog;
+            let routes = &self.routes;
+            let self_caps = self.self_tp.caps().host;
+            let tcp_caps = self.tcp.as_ref().and_then(|t| t.caps().host);
+            let Some(f) = self.proto.next_data(|peer| {
+                if !backlog[peer as usize].is_empty() {
+                    return None;
+                }
+                let caps = match routes[peer as usize] {
+                    Route::SelfTp => self_caps,
+                    Route::Tcp => tcp_caps,
+                    Route::None => None,
+                }?;
+                Some(caps.max_frame_payload_bytes)
+            }) else {
+                break;
+            };
+            any = true;
+            let peer = f.peer;
+            self.backlog[peer as usize].push_back(f);
+            self.flush_backlog(peer);
+        }
+        // Arrivals.
+        let mut events = std::mem::take(&mut self.events);
+        any |= self.self_tp.poll(&mut events);
+        if let Some(t) = self.tcp.as_mut() {
+            any |= t.poll(&mut events);
+        }
+        for ev in events.drain(..) {
+            any = true;
+            match ev {
+                Event::Recv {
+                    peer,
+                    header,
+                    payload,
+                } => {
+                    if let Err(e) = self.proto.on_frame(peer, &header, payload) {
+                        tracing::error!("rank {peer} sent a bad frame: {e}");
+                        self.backlog[peer as usize].clear();
+                    }
+                }
+                Event::PeerFailed { peer, error } => {
+                    tracing::debug!("peer {peer} failed: {error}");
+                    self.proto.fail_peer(peer, error.into());
+                    if let Some(q) = self.backlog.get_mut(peer as usize) {
+                        q.clear();
+                    }
+                }
+            }
+        }
+        self.events = events;
+        any
+    }
+
+    fn flush_backlog(&mut self, peer: u32) -> bool {
+        let mut any = false;
+        while let Some(f) = self.backlog[peer as usize].pop_front() {
+            // SAFETY: the frame's owning request is pending until on_sent below.
+            let payload = unsafe { f.payload.as_slice() };
+            let res = match self.transport(peer) {
+                Some(t) => t.send(peer, &f.header, payload),
+                None => Err(rankwire_transports::TransportError::NoSuchPeer {
+                    transport: "none",
+                    peer,
+                }),
+            };
+            match res {
+                Ok(SendOutcome::Sent) => {
+                    any = true;
+                    self.proto.on_sent(f.on_sent);
+                }
+                Ok(SendOutcome::Busy) => {
+                    self.backlog[peer as usize].push_front(f);
+                    break;
+                }
+                Err(e) => {
+                    self.proto.fail_peer(peer, e.into());
+                    self.backlog[peer as usize].clear();
+                    return true;
+                }
+            }
+        }
+        any
+    }
+
+    /// Whether every frame has been handed to the OS.
+    pub(crate) fn is_flushed(&self) -> bool {
+        self.backlog.iter().all(|q| q.is_empty())
+            && !self.proto.has_data()
+            && self.tcp.as_ref().is_none_or(|t| t.is_flushed())
+    }
+
+    /// Sleep until a transport sees activity, at most `timeout`.
+    pub(crate) fn wait_activity(&mut self, timeout: Duration) {
+        match self.tcp.as_mut() {
+            Some(t) => t.wait_activity(timeout),
+            None => std::thread::yield_now(),
+        }
+    }
+
+    /// Mark the end of communication: later connection closes are not failures.
+    pub(crate) fn quiesce(&mut self) {
+        if let Some(t) = self.tcp.as_mut() {
+            t.set_quiesced();
+        }
+    }
+}
+
+/// Drives waiting: spin, then yield, then block (see module doc).
+pub(crate) struct Waiter {
+    idle_polls: u32,
+    idle_since: Option<Instant>,
+}
+
+impl Waiter {
+    pub(crate) fn new() -> Self {
+        Waiter {
+            idle_polls: 0,
+            idle_since: None,
+        }
+    }
+
+    /// Record the outcome of one progress round and back off if idle. `engine` is used
+    /// only for blocking in the kernel.
+    pub(crate) fn idle(&mut self, progressed: bool, backoff: Backoff) -> IdleAction {
+        if progressed {
+            self.idle_polls = 0;
+            self.idle_since = None;
+            return IdleAction::Continue;
+        }
+        self.idle_polls = self.idle_polls.saturating_add(1);
+        if self.idle_polls < backoff.spin_polls {
+            std::hint::spin_loop();
+            return IdleAction::Continue;
+        }
+        let since = *self.idle_since.get_or_insert_with(Instant::now);
+        match backoff.block_after {
+            Some(d) if since.elapsed() >= d => IdleAction::Block(Duration::from_millis(1)),
+            _ => {
+                std::thread::yield_now();
+                IdleAction::Continue
+            }
+        }
+    }
+}
+
+/// What a waiter should do after an idle round.
+pub(crate) enum IdleAction {
+    Continue,
+    Block(Duration),
+}

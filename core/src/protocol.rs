@@ -1,0 +1,844 @@
+//! Eager and rendezvous protocol state machines (sans-IO).
+//!
+//! [`Protocol`] holds every request of one rank and turns API calls and arriving frames
+//! into frames to send and completed requests. It never touches a socket, a thread or a
+//! clock: the progress engine feeds it and executes what it asks for, and the in-memory
+//! harness in the tests drives several of them with no processes at all.
+//!
+//! # Contract
+//! Inputs: [`Protocol::isend`], [`Protocol::irecv`], [`Protocol::mrecv`] (API calls),
+//! [`Protocol::on_frame`] (a frame arrived), [`Protocol::on_sent`] (a frame produced
+//! earlier was taken by a transport), [`Protocol::fail_peer`] (a connection died).
+//! Outputs, in this order after every input: [`Protocol::pop_frame`] (control and eager
+//! frames, to be sent to each peer in order), [`Protocol::next_data`] (rendezvous data
+//! chunks, pulled when a transport has room), [`Protocol::take_done`] (completions).
+//!
+//! # Protocols
+//! - **Eager** (`len <= eager_limit` and not synchronous): one `Eager` frame carries the
+//!   message. The send completes when a transport has taken the frame. An eager message
+//!   with no posted receive is kept in the unexpected message queue.
+//! - **Rendezvous** (larger messages, and every synchronous send): the sender sends `Rts`
+//!   (length, its request id). When a receive matches, the receiver answers `Cts` with
+//!   its request id and the number of bytes it accepts (less than the message when the
+//!   buffer is too small: the rest is never sent). The sender pushes `Data` chunks; the
+//!   receiver completes when all accepted bytes have arrived, the sender when the last
+//!   chunk was taken by the transport. An unexpected `Rts` costs only its header, so a
+//!   receiver never buffers unbounded large data.
+//!
+//! # Memory
+//! Buffers are raw `(pointer, length)` pairs of host memory that the API layer keeps
+//! borrowed until the request completes. Zero-length buffers are never dereferenced.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::error::{Error, MatchError};
+use crate::matching::{Matched, Matcher, Pattern};
+use crate::wire::{Envelope, Frame, RemoteMem};
+
+/// Request id, unique within one rank for the life of the process.
+pub type ReqId = u64;
+
+/// What a completed receive (or send) reports: MPI's `MPI_Status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// Rank of the sender (for a send: the destination).
+    pub source: u32,
+    /// Tag of the message.
+    pub tag: i32,
+    /// Length of the received data in bytes (for a truncated receive: the bytes written).
+    pub len_bytes: usize,
+}
+
+impl Status {
+    /// Number of elements of type `T` received, or `None` if the byte count is not a
+    /// multiple of `size_of::<T>()` (MPI_Get_count returning MPI_UNDEFINED).
+    pub fn count<T>(&self) -> Option<usize> {
+        let s = std::mem::size_of::<T>();
+        if s == 0 {
+            return Some(0);
+        }
+        (self.len_bytes % s == 0).then_some(self.len_bytes / s)
+    }
+}
+
+/// A frame the protocol wants sent to `peer`.
+#[derive(Debug)]
+pub struct OutFrame {
+    /// Destination world rank.
+    pub peer: u32,
+    /// Encoded header.
+    pub header: Vec<u8>,
+    /// Payload.
+    pub payload: Payload,
+    /// What to report to [`Protocol::on_sent`] once a transport took the frame.
+    pub on_sent: OnSent,
+}
+
+/// Payload of an [`OutFrame`].
+#[derive(Debug)]
+pub enum Payload {
+    /// No payload.
+    Empty,
+    /// Bytes in the user's send buffer, valid until the owning request completes.
+    User(RawBuf),
+    /// Bytes owned by the frame.
+    Owned(Vec<u8>),
+}
+
+impl Payload {
+    /// The payload bytes.
+    ///
+    /// # Safety
+    /// For [`Payload::User`], the request owning the buffer must not have completed.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        match self {
+            Payload::Empty => &[],
+            // SAFETY: forwarded to the caller.
+            Payload::User(b) => unsafe { b.as_slice() },
+            Payload::Owned(v) => v,
+        }
+    }
+}
+
+/// Follow-up of a sent frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnSent {
+    /// Nothing to do.
+    Nothing,
+    /// An eager send completed.
+    CompleteSend(ReqId),
+    /// `len` bytes of rendezvous data of send `sreq` went out.
+    DataSent {
+        /// The send request.
+        sreq: ReqId,
+        /// Bytes in the chunk.
+        len: usize,
+    },
+}
+
+/// A raw host buffer: pointer and length in bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct RawBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: RawBuf is only dereferenced while the owning request is pending, and the API
+// layer keeps the buffer borrowed (shared for sends, exclusive for receives) until then.
+unsafe impl Send for RawBuf {}
+
+impl RawBuf {
+    /// A buffer from a pointer and a length in bytes.
+    pub fn new(ptr: *mut u8, len: usize) -> Self {
+        RawBuf { ptr, len }
+    }
+    /// A read-only buffer from a slice.
+    pub fn from_slice(s: &[u8]) -> Self {
+        RawBuf {
+            ptr: s.as_ptr() as *mut u8,
+            len: s.len(),
+        }
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the length is zero.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// # Safety
+    /// The memory must be valid for reads of `len` bytes.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: forwarded to the caller; non-empty buffers come from live slices.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+    /// Copy `src` to byte `offset` of this buffer. Bounds are checked by the caller.
+    ///
+    /// # Safety
+    /// The memory must be valid for writes and `offset + src.len() <= len`.
+    unsafe fn write_at(&self, offset: usize, src: &[u8]) {
+        if src.is_empty() {
+            return;
+        }
+        debug_assert!(offset + src.len() <= self.len);
+        // SAFETY: forwarded to the caller.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(offset), src.len()) }
+    }
+}
+
+/// A message removed from the unexpected queue by a matched probe (MPI_Mprobe), to be
+/// received with [`Protocol::mrecv`].
+#[derive(Debug)]
+pub struct ProbedMessage {
+    env: Envelope,
+    body: Unexpected,
+    peer_ok: bool,
+}
+
+impl ProbedMessage {
+    /// The status a receive of this message would report (full message length).
+    pub fn status(&self) -> Status {
+        Status {
+            source: self.env.src,
+            tag: self.env.tag,
+            len_bytes: self.body.len() as usize,
+        }
+    }
+}
+
+/// The body of an unexpected message.
+#[derive(Debug)]
+enum Unexpected {
+    Eager(Vec<u8>),
+    Rts { msg_len: u64, sreq: u64 },
+}
+
+impl Unexpected {
+    fn len(&self) -> u64 {
+        match self {
+            Unexpected::Eager(v) => v.len() as u64,
+            Unexpected::Rts { msg_len, .. } => *msg_len,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum SendState {
+    /// Eager frame queued; completes on `on_sent`.
+    Eager,
+    /// Rts sent; waiting for Cts.
+    AwaitCts,
+    /// Pushing data: `queued` bytes handed out as frames, `sent` taken by the transport.
+    Data {
+        rreq: u64,
+        queued: usize,
+        sent: usize,
+        end: usize,
+    },
+}
+
+#[derive(Debug)]
+struct SendReq {
+    dst: u32,
+    tag: i32,
+    buf: RawBuf,
+    state: SendState,
+}
+
+#[derive(Debug)]
+enum RecvState {
+    Posted,
+    /// Matched an Rts and sent Cts; `got` of `accept` bytes arrived.
+    Data {
+        src: u32,
+        tag: i32,
+        msg_len: u64,
+        accept: usize,
+        got: usize,
+    },
+}
+
+#[derive(Debug)]
+struct RecvReq {
+    pat: Pattern,
+    buf: RawBuf,
+    state: RecvState,
+}
+
+/// All point-to-point protocol state of one rank.
+#[derive(Debug)]
+pub struct Protocol {
+    rank: u32,
+    size: u32,
+    matcher: Matcher<ReqId, Unexpected>,
+    sends: HashMap<ReqId, SendReq>,
+    recvs: HashMap<ReqId, RecvReq>,
+    next_id: ReqId,
+    next_seq: HashMap<(u32, u32), u64>,
+    out: VecDeque<OutFrame>,
+    data_ready: VecDeque<ReqId>,
+    done: HashMap<ReqId, Result<Status, Error>>,
+    dead: HashMap<u32, Error>,
+    matched: Vec<Matched<ReqId, Unexpected>>,
+}
+
+impl Protocol {
+    /// Protocol state for world rank `rank` of `size`.
+    pub fn new(rank: u32, size: u32) -> Self {
+        Protocol {
+            rank,
+            size,
+            matcher: Matcher::new(),
+            sends: HashMap::new(),
+            recvs: HashMap::new(),
+            next_id: 1,
+            next_seq: HashMap::new(),
+            out: VecDeque::new(),
+            data_ready: VecDeque::new(),
+            done: HashMap::new(),
+            dead: HashMap::new(),
+            matched: Vec::new(),
+        }
+    }
+
+    /// Start a send of `buf` to world rank `dst` on context `ctx` with `tag`. Messages
+    /// of at most `eager_limit` bytes go eagerly unless `sync` (MPI_Ssend semantics:
+    /// complete only once the receive has matched) is set.
+    ///
+    /// The caller has validated `dst` and `tag`.
+    pub fn isend(
+        &mut self,
+        dst: u32,
+        ctx: u32,
+        tag: i32,
+        buf: RawBuf,
+        eager_limit: usize,
+        sync: bool,
+    ) -> ReqId {
+        let id = self.alloc_id();
+        if let Some(e) = self.dead.get(&dst) {
+            self.done.insert(id, Err(e.clone()));
+            return id;
+        }
+        let seq = self.next_seq.entry((dst, ctx)).or_insert(0);
+        let env = Envelope {
+            ctx,
+            src: self.rank,
+            tag,
+            seq: *seq,
+        };
+        *seq += 1;
+        let mut header = Vec::with_capacity(64);
+        if !sync && buf.len() <= eager_limit {
+            Frame::Eager { env }.encode(buf.len() as u64, &mut header);
+            self.out.push_back(OutFrame {
+                peer: dst,
+                header,
+                payload: if buf.is_empty() {
+                    Payload::Empty
+                } else {
+                    Payload::User(buf)
+                },
+                on_sent: OnSent::CompleteSend(id),
+            });
+            self.sends.insert(
+                id,
+                SendReq {
+                    dst,
+                    tag,
+                    buf,
+                    state: SendState::Eager,
+                },
+            );
+        } else {
+            Frame::Rts {
+                env,
+                msg_len: buf.len() as u64,
+                sreq: id,
+                mem: RemoteMem::None,
+            }
+            .encode(0, &mut header);
+            self.out.push_back(OutFrame {
+                peer: dst,
+                header,
+                payload: Payload::Empty,
+                on_sent: OnSent::Nothing,
+            });
+            self.sends.insert(
+                id,
+                SendReq {
+                    dst,
+                    tag,
+                    buf,
+                    state: SendState::AwaitCts,
+                },
+            );
+        }
+        id
+    }
+
+    /// Post a receive into `buf` for messages accepted by `pat`.
+    pub fn irecv(&mut self, pat: Pattern, buf: RawBuf) -> ReqId {
+        let id = self.alloc_id();
+        if let Some(src) = pat.src
+            && let Some(e) = self.dead.get(&src)
+        {
+            self.done.insert(id, Err(e.clone()));
+            return id;
+        }
+        self.recvs.insert(
+            id,
+            RecvReq {
+                pat,
+                buf,
+                state: RecvState::Posted,
+            },
+        );
+        if let Some(m) = self.matcher.post(pat, id) {
+            self.deliver(m);
+        }
+        id
+    }
+
+    /// Receive a message removed by [`Protocol::improbe`] into `buf`.
+    pub fn mrecv(&mut self, msg: ProbedMessage, buf: RawBuf) -> ReqId {
+        let id = self.alloc_id();
+        let pat = Pattern {
+            ctx: msg.env.ctx,
+            src: Some(msg.env.src),
+            tag: Some(msg.env.tag),
+        };
+        if !msg.peer_ok
+            && let Some(e) = self.dead.get(&msg.env.src)
+        {
+            self.done.insert(id, Err(e.clone()));
+            return id;
+        }
+        self.recvs.insert(
+            id,
+            RecvReq {
+                pat,
+                buf,
+                state: RecvState::Posted,
+            },
+        );
+        self.deliver(Matched {
+            recv: id,
+            env: msg.env,
+            msg: msg.body,
+        });
+        id
+    }
+
+    /// Status of the earliest unexpected message `pat` accepts (MPI_Iprobe).
+    pub fn iprobe(&self, pat: &Pattern) -> Option<Status> {
+        self.matcher.probe(pat).map(|(env, body)| Status {
+            source: env.src,
+            tag: env.tag,
+            len_bytes: body.len() as usize,
+        })
+    }
+
+    /// Remove the earliest unexpected message `pat` accepts (MPI_Improbe).
+    pub fn improbe(&mut self, pat: &Pattern) -> Option<ProbedMessage> {
+        self.matcher.take(pat).map(|(env, body)| ProbedMessage {
+            env,
+            body,
+            peer_ok: true,
+        })
+    }
+
+    /// Whether any receive from `src` (or `ANY_SOURCE` when `None`) could still be
+    /// satisfied: false when that peer has failed.
+    pub fn peer_failure(&self, src: u32) -> Option<&Error> {
+        self.dead.get(&src)
+    }
+
+    /// A frame arrived from `peer`.
+    ///
+    /// # Errors
+    /// [`Error::Transport`] when the frame is malformed or inconsistent with the
+    /// protocol state (the peer is then treated as failed).
+    pub fn on_frame(&mut self, peer: u32, header: &[u8], payload: Vec<u8>) -> Result<(), Error> {
+        let r = self.on_frame_inner(peer, header, payload);
+        if let Err(e) = &r {
+            self.fail_peer(peer, e.clone());
+        }
+        r
+    }
+
+    /// A frame produced earlier was taken by a transport.
+    pub fn on_sent(&mut self, what: OnSent) {
+        match what {
+            OnSent::Nothing => {}
+            OnSent::CompleteSend(id) => {
+                if let Some(s) = self.sends.remove(&id) {
+                    self.complete_send(id, &s);
+                }
+            }
+            OnSent::DataSent { sreq, len } => {
+                let finished = match self.sends.get_mut(&sreq) {
+                    Some(SendReq {
+                        state: SendState::Data { sent, end, .. },
+                        ..
+                    }) => {
+                        *sent += len;
+                        *sent >= *end
+                    }
+                    _ => false,
+                };
+                if finished && let Some(s) = self.sends.remove(&sreq) {
+                    self.complete_send(sreq, &s);
+                }
+            }
+        }
+    }
+
+    /// The connection to `peer` failed: fail every request involving it, every
+    /// `ANY_SOURCE` receive still posted, and every later request naming it.
+    pub fn fail_peer(&mut self, peer: u32, err: Error) {
+        if self.dead.contains_key(&peer) {
+            return;
+        }
+        self.dead.insert(peer, err.clone());
+        let sends: Vec<ReqId> = self
+            .sends
+            .iter()
+            .filter(|(_, s)| s.dst == peer)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in sends {
+            self.sends.remove(&id);
+            self.done.insert(id, Err(err.clone()));
+        }
+        let posted = self
+            .matcher
+            .drain_posted(|p| p.src.is_none_or(|s| s == peer));
+        for id in posted {
+            self.recvs.remove(&id);
+            self.done.insert(id, Err(err.clone()));
+        }
+        let recvs: Vec<ReqId> = self
+            .recvs
+            .iter()
+            .filter(|(_, r)| matches!(r.state, RecvState::Data { src, .. } if src == peer))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in recvs {
+            self.recvs.remove(&id);
+            self.done.insert(id, Err(err.clone()));
+        }
+        self.out.retain(|f| f.peer != peer);
+    }
+
+    /// Next control or eager frame to send, in the order produced.
+    pub fn pop_frame(&mut self) -> Option<OutFrame> {
+        self.out.pop_front()
+    }
+
+    /// Next rendezvous data chunk. `room(peer)` gives the largest chunk the peer's
+    /// transport takes now (`None`: peer backed up, skip it for now).
+    pub fn next_data(&mut self, mut room: impl FnMut(u32) -> Option<usize>) -> Option<OutFrame> {
+        for _ in 0..self.data_ready.len() {
+            let sreq = self.data_ready.pop_front()?;
+            let Some(s) = self.sends.get_mut(&sreq) else {
+                continue;
+            };
+            let SendState::Data {
+                rreq, queued, end, ..
+            } = &mut s.state
+            else {
+                continue;
+            };
+            let Some(max) = room(s.dst) else {
+                self.data_ready.push_back(sreq);
+                continue;
+            };
+            let n = (*end - *queued).min(max.max(1));
+            let mut header = Vec::with_capacity(40);
+            Frame::Data {
+                rreq: *rreq,
+                offset: *queued as u64,
+            }
+            .encode(n as u64, &mut header);
+            // SAFETY: queued + n <= end <= buf.len(), checked when the Cts arrived.
+            let chunk = RawBuf {
+                ptr: unsafe { s.buf.ptr.add(*queued) },
+                len: n,
+            };
+            *queued += n;
+            if *queued < *end {
+                self.data_ready.push_back(sreq);
+            }
+            return Some(OutFrame {
+                peer: s.dst,
+                header,
+                payload: Payload::User(chunk),
+                on_sent: OnSent::DataSent { sreq, len: n },
+            });
+        }
+        None
+    }
+
+    /// Whether rendezvous data is waiting to be pulled with [`Protocol::next_data`].
+    pub fn has_data(&self) -> bool {
+        !self.data_ready.is_empty()
+    }
+
+    /// Take the result of request `id` if it has completed.
+    pub fn take_done(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
+        self.done.remove(&id)
+    }
+
+    /// Whether request `id` has completed (without taking the result).
+    pub fn is_done(&self, id: ReqId) -> bool {
+        self.done.contains_key(&id)
+    }
+
+    /// Try to withdraw a receive that has not matched yet (used when a request is
+    /// dropped unfinished). Returns whether it was withdrawn.
+    pub fn cancel_recv(&mut self, id: ReqId) -> bool {
+        if self.matcher.cancel(id) {
+            self.recvs.remove(&id);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Number of requests not yet completed (sends and receives).
+    pub fn pending(&self) -> usize {
+        self.sends.len() + self.recvs.len()
+    }
+
+    /// Human-readable list of pending requests, for hang diagnostics.
+    pub fn describe_pending(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .sends
+            .iter()
+            .map(|(id, s)| {
+                format!(
+                    "send #{id} to rank {} tag {} ({} bytes) {:?}",
+                    s.dst,
+                    s.tag,
+                    s.buf.len(),
+                    s.state
+                )
+            })
+            .collect();
+        v.extend(self.recvs.iter().map(|(id, r)| {
+            format!(
+                "recv #{id} from {:?} tag {:?} ({} bytes) {:?}",
+                r.pat.src,
+                r.pat.tag,
+                r.buf.len(),
+                r.state
+            )
+        }));
+        v.sort();
+        v
+    }
+
+    /// World size this protocol was made for.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    fn alloc_id(&mut self) -> ReqId {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn complete_send(&mut self, id: ReqId, s: &SendReq) {
+        self.done.insert(
+            id,
+            Ok(Status {
+                source: s.dst,
+                tag: s.tag,
+                len_bytes: s.buf.len(),
+            }),
+        );
+    }
+
+    fn on_frame_inner(&mut self, peer: u32, header: &[u8], payload: Vec<u8>) -> Result<(), Error> {
+        let bad = |detail: String| Error::Transport {
+            transport: "wire",
+            peer,
+            detail,
+        };
+        let (frame, hlen, plen) = match Frame::decode(header) {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                return Err(bad(format!(
+                    "truncated frame header ({} bytes)",
+                    header.len()
+                )));
+            }
+            Err(e) => return Err(bad(format!("malformed frame: {e}"))),
+        };
+        if hlen != header.len() || plen != payload.len() as u64 {
+            return Err(bad(format!(
+                "frame lengths disagree: header {hlen} of {} bytes, payload {plen} of {} bytes",
+                header.len(),
+                payload.len()
+            )));
+        }
+        match frame {
+            Frame::Eager { env } | Frame::Rts { env, .. } if env.src != peer => Err(bad(format!(
+                "frame claims source rank {} but came from rank {peer}",
+                env.src
+            ))),
+            Frame::Eager { env } => {
+                self.arrive(env, Unexpected::Eager(payload));
+                Ok(())
+            }
+            Frame::Rts {
+                env, msg_len, sreq, ..
+            } => {
+                if !payload.is_empty() {
+                    return Err(bad("Rts frame with a payload".into()));
+                }
+                self.arrive(env, Unexpected::Rts { msg_len, sreq });
+                Ok(())
+            }
+            Frame::Cts {
+                sreq,
+                rreq,
+                accept_len,
+                ..
+            } => {
+                let Some(s) = self.sends.get_mut(&sreq) else {
+                    return Err(bad(format!("Cts for unknown send request {sreq}")));
+                };
+                if s.dst != peer || !matches!(s.state, SendState::AwaitCts) {
+                    return Err(bad(format!("unexpected Cts for send request {sreq}")));
+                }
+                if accept_len > s.buf.len() as u64 {
+                    return Err(bad(format!(
+                        "Cts accepts {accept_len} bytes of a {}-byte message",
+                        s.buf.len()
+                    )));
+                }
+                let end = accept_len as usize;
+                s.state = SendState::Data {
+                    rreq,
+                    queued: 0,
+                    sent: 0,
+                    end,
+                };
+                if end == 0 {
+                    if let Some(s) = self.sends.remove(&sreq) {
+                        self.complete_send(sreq, &s);
+                    }
+                } else {
+                    self.data_ready.push_back(sreq);
+                }
+                Ok(())
+            }
+            Frame::Data { rreq, offset } => {
+                let Some(r) = self.recvs.get_mut(&rreq) else {
+                    return Err(bad(format!("Data for unknown receive request {rreq}")));
+                };
+                let RecvState::Data {
+                    src, accept, got, ..
+                } = &mut r.state
+                else {
+                    return Err(bad(format!("Data before Cts for receive request {rreq}")));
+                };
+                let end = offset.checked_add(payload.len() as u64);
+                if *src != peer || end.is_none_or(|e| e > *accept as u64) {
+                    return Err(bad(format!(
+                        "Data chunk at offset {offset} of {} bytes outside the {} accepted bytes",
+                        payload.len(),
+                        accept
+                    )));
+                }
+                // SAFETY: offset + len <= accept <= buf.len(), checked above; the
+                // receive is pending so its buffer is still borrowed.
+                unsafe { r.buf.write_at(offset as usize, &payload) };
+                *got += payload.len();
+                if *got >= *accept {
+                    self.finish_rndv_recv(rreq);
+                }
+                Ok(())
+            }
+            Frame::Fin { sreq } => Err(bad(format!(
+                "Fin for send request {sreq}: pull-mode rendezvous is not used on this path"
+            ))),
+        }
+    }
+
+    fn arrive(&mut self, env: Envelope, body: Unexpected) {
+        let mut matched = std::mem::take(&mut self.matched);
+        self.matcher.arrive(env, body, &mut matched);
+        for m in matched.drain(..) {
+            self.deliver(m);
+        }
+        self.matched = matched;
+    }
+
+    fn deliver(&mut self, m: Matched<ReqId, Unexpected>) {
+        let Matched { recv, env, msg } = m;
+        let Some(r) = self.recvs.get_mut(&recv) else {
+            return;
+        };
+        let cap = r.buf.len();
+        match msg {
+            Unexpected::Eager(data) => {
+                let n = data.len().min(cap);
+                // SAFETY: n <= cap; the receive is pending.
+                unsafe { r.buf.write_at(0, &data[..n]) };
+                self.recvs.remove(&recv);
+                self.done
+                    .insert(recv, recv_result(env.src, env.tag, data.len() as u64, cap));
+            }
+            Unexpected::Rts { msg_len, sreq } => {
+                let accept = (msg_len.min(cap as u64)) as usize;
+                let mut header = Vec::with_capacity(64);
+                Frame::Cts {
+                    sreq,
+                    rreq: recv,
+                    accept_len: accept as u64,
+                    mem: RemoteMem::None,
+                }
+                .encode(0, &mut header);
+                self.out.push_back(OutFrame {
+                    peer: env.src,
+                    header,
+                    payload: Payload::Empty,
+                    on_sent: OnSent::Nothing,
+                });
+                r.state = RecvState::Data {
+                    src: env.src,
+                    tag: env.tag,
+                    msg_len,
+                    accept,
+                    got: 0,
+                };
+                if accept == 0 {
+                    self.finish_rndv_recv(recv);
+                }
+            }
+        }
+    }
+
+    fn finish_rndv_recv(&mut self, id: ReqId) {
+        if let Some(RecvReq {
+            buf,
+            state: RecvState::Data {
+                src, tag, msg_len, ..
+            },
+            ..
+        }) = self.recvs.remove(&id)
+        {
+            self.done
+                .insert(id, recv_result(src, tag, msg_len, buf.len()));
+        }
+    }
+}
+
+fn recv_result(src: u32, tag: i32, msg_len: u64, cap: usize) -> Result<Status, Error> {
+    if msg_len > cap as u64 {
+        Err(MatchError::Truncated {
+            source_rank: src,
+            tag,
+            message_bytes: msg_len,
+            buffer_bytes: cap as u64,
+        }
+        .into())
+    } else {
+        Ok(Status {
+            source: src,
+            tag,
+            len_bytes: msg_len as usize,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

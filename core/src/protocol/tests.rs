@@ -1,0 +1,333 @@
+//! In-memory N-rank harness: moves frames between sans-IO protocol engines.
+
+use super::*;
+
+struct Net {
+    ranks: Vec<Protocol>,
+    eager_limit: usize,
+    chunk: usize,
+}
+
+impl Net {
+    fn new(n: u32) -> Self {
+        Net {
+            ranks: (0..n).map(|r| Protocol::new(r, n)).collect(),
+            eager_limit: 64,
+            chunk: 100,
+        }
+    }
+
+    /// Move every frame until nothing is left. Returns the number of frames moved.
+    fn drive(&mut self) -> usize {
+        let mut moved = 0;
+        loop {
+            let mut any = false;
+            for r in 0..self.ranks.len() {
+                loop {
+                    let chunk = self.chunk;
+                    let f = match self.ranks[r].pop_frame() {
+                        Some(f) => f,
+                        None => match self.ranks[r].next_data(|_| Some(chunk)) {
+                            Some(f) => f,
+                            None => break,
+                        },
+                    };
+                    // SAFETY: the owning request is pending until on_sent below.
+                    let payload = unsafe { f.payload.as_slice() }.to_vec();
+                    self.ranks[r].on_sent(f.on_sent);
+                    self.ranks[f.peer as usize]
+                        .on_frame(r as u32, &f.header, payload)
+                        .expect("valid frame");
+                    any = true;
+                    moved += 1;
+                }
+            }
+            if !any {
+                return moved;
+            }
+        }
+    }
+
+    fn send(&mut self, from: u32, to: u32, tag: i32, buf: &[u8]) -> ReqId {
+        let lim = self.eager_limit;
+        self.ranks[from as usize].isend(to, 0, tag, RawBuf::from_slice(buf), lim, false)
+    }
+
+    fn ssend(&mut self, from: u32, to: u32, tag: i32, buf: &[u8]) -> ReqId {
+        let lim = self.eager_limit;
+        self.ranks[from as usize].isend(to, 0, tag, RawBuf::from_slice(buf), lim, true)
+    }
+
+    fn recv(&mut self, at: u32, src: Option<u32>, tag: Option<i32>, buf: &mut [u8]) -> ReqId {
+        self.ranks[at as usize].irecv(
+            Pattern { ctx: 0, src, tag },
+            RawBuf::new(buf.as_mut_ptr(), buf.len()),
+        )
+    }
+
+    fn done(&mut self, at: u32, id: ReqId) -> Result<Status, Error> {
+        self.ranks[at as usize]
+            .take_done(id)
+            .unwrap_or_else(|| panic!("request {id} at rank {at} not complete"))
+    }
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn eager_and_rendezvous_deliver_exact_bytes_both_orders() {
+    for len in [0usize, 1, 63, 64, 65, 99, 100, 101, 1000, 4097] {
+        for recv_first in [false, true] {
+            let mut net = Net::new(2);
+            let data = pattern(len, 7);
+            let mut out = vec![0xAAu8; len];
+            let (s, r) = if recv_first {
+                let r = net.recv(1, Some(0), Some(5), &mut out);
+                net.drive();
+                (net.send(0, 1, 5, &data), r)
+            } else {
+                let s = net.send(0, 1, 5, &data);
+                net.drive();
+                (s, net.recv(1, Some(0), Some(5), &mut out))
+            };
+            net.drive();
+            let st = net.done(1, r).unwrap();
+            assert_eq!((st.source, st.tag, st.len_bytes), (0, 5, len));
+            assert!(net.done(0, s).is_ok());
+            assert_eq!(out, data, "len {len} recv_first {recv_first}");
+            assert_eq!(net.ranks[0].pending() + net.ranks[1].pending(), 0);
+        }
+    }
+}
+
+#[test]
+fn truncation_b001_reports_sizes_keeps_sentinels_and_consumes_the_message() {
+    for (first_len, slice_len) in [(100usize, 10usize), (4000, 1000)] {
+        let mut net = Net::new(2);
+        let big = pattern(first_len, 1);
+        let small = pattern(4, 9);
+        let mut buf = vec![0xEEu8; first_len];
+        let s1 = net.send(0, 1, 7, &big);
+        let s2 = net.send(0, 1, 7, &small);
+        net.drive();
+        let r1 = net.recv(1, Some(0), Some(7), &mut buf[..slice_len]);
+        net.drive();
+        let err = net.done(1, r1).unwrap_err();
+        assert_eq!(
+            err,
+            Error::Matching(MatchError::Truncated {
+                source_rank: 0,
+                tag: 7,
+                message_bytes: first_len as u64,
+                buffer_bytes: slice_len as u64
+            })
+        );
+        assert_eq!(&buf[..slice_len], &big[..slice_len]);
+        assert!(
+            buf[slice_len..].iter().all(|&b| b == 0xEE),
+            "wrote past the slice"
+        );
+        let mut buf2 = [0u8; 4];
+        let r2 = net.recv(1, Some(0), Some(7), &mut buf2);
+        net.drive();
+        assert_eq!(net.done(1, r2).unwrap().len_bytes, 4);
+        assert_eq!(buf2.to_vec(), small);
+        assert!(net.done(0, s1).is_ok());
+        assert!(net.done(0, s2).is_ok());
+    }
+}
+
+#[test]
+fn self_send_zero_bytes_and_any_tag() {
+    let mut net = Net::new(1);
+    let s = net.send(0, 0, 3, &[]);
+    let mut big = [0u8; 8];
+    let r = net.recv(0, None, None, &mut big);
+    net.drive();
+    let st = net.done(0, r).unwrap();
+    assert_eq!((st.source, st.tag, st.len_bytes), (0, 3, 0));
+    assert!(net.done(0, s).is_ok());
+}
+
+#[test]
+fn small_message_never_overtakes_earlier_large_one_b003() {
+    let mut net = Net::new(2);
+    let large = pattern(1000, 1);
+    let small = pattern(8, 2);
+    let s1 = net.send(0, 1, 1, &large);
+    let s2 = net.send(0, 1, 2, &small);
+    let mut a = vec![0u8; 1000];
+    let mut b = vec![0u8; 1000];
+    let ra = net.recv(1, None, None, &mut a);
+    let rb = net.recv(1, None, None, &mut b);
+    net.drive();
+    let sa = net.done(1, ra).unwrap();
+    let sb = net.done(1, rb).unwrap();
+    assert_eq!((sa.tag, sa.len_bytes), (1, 1000));
+    assert_eq!((sb.tag, sb.len_bytes), (2, 8));
+    assert_eq!(a, large);
+    assert_eq!(&b[..8], &small[..]);
+    assert!(net.done(0, s1).is_ok() && net.done(0, s2).is_ok());
+}
+
+#[test]
+fn ssend_completes_only_after_the_receive_matches() {
+    let mut net = Net::new(2);
+    let data = pattern(8, 3);
+    let s = net.ssend(0, 1, 4, &data);
+    net.drive();
+    assert!(
+        !net.ranks[0].is_done(s),
+        "ssend completed before a receive was posted"
+    );
+    let mut out = [0u8; 8];
+    let r = net.recv(1, Some(0), Some(4), &mut out);
+    net.drive();
+    assert!(net.done(0, s).is_ok());
+    assert_eq!(net.done(1, r).unwrap().len_bytes, 8);
+    assert_eq!(out.to_vec(), data);
+}
+
+#[test]
+fn matched_probe_then_receive_in_reverse_order_b004() {
+    for len in [63usize, 64, 65, 250, 8000] {
+        let mut net = Net::new(2);
+        let one = vec![1u8; len];
+        let two = vec![2u8; len];
+        net.send(0, 1, 5, &one);
+        net.send(0, 1, 5, &two);
+        net.drive();
+        let pat = Pattern {
+            ctx: 0,
+            src: Some(0),
+            tag: Some(5),
+        };
+        let h1 = net.ranks[1].improbe(&pat).unwrap();
+        let h2 = net.ranks[1].improbe(&pat).unwrap();
+        assert_eq!(h1.status().len_bytes, len);
+        assert_eq!(h2.status().len_bytes, len);
+        assert!(net.ranks[1].improbe(&pat).is_none());
+        let mut b2 = vec![0u8; len];
+        let mut b1 = vec![0u8; len];
+        let r2 = net.ranks[1].mrecv(h2, RawBuf::new(b2.as_mut_ptr(), len));
+        net.drive();
+        let r1 = net.ranks[1].mrecv(h1, RawBuf::new(b1.as_mut_ptr(), len));
+        net.drive();
+        assert_eq!(net.done(1, r2).unwrap().len_bytes, len);
+        assert_eq!(net.done(1, r1).unwrap().len_bytes, len);
+        assert_eq!(b1, one);
+        assert_eq!(b2, two);
+    }
+}
+
+#[test]
+fn probe_reports_the_message_the_next_receive_gets() {
+    let mut net = Net::new(3);
+    let (a, b) = (pattern(10, 0), pattern(20, 0));
+    net.send(2, 0, 5, &a);
+    net.send(1, 0, 5, &b);
+    net.drive();
+    let st = net.ranks[0]
+        .iprobe(&Pattern {
+            ctx: 0,
+            src: None,
+            tag: Some(5),
+        })
+        .unwrap();
+    let mut buf = vec![0u8; st.len_bytes];
+    let r = net.recv(0, Some(st.source), Some(st.tag), &mut buf);
+    net.drive();
+    assert_eq!(net.done(0, r).unwrap(), st);
+}
+
+#[test]
+fn failed_peer_fails_pending_and_later_requests() {
+    let mut net = Net::new(3);
+    let data = pattern(1000, 0);
+    let s = net.send(0, 1, 1, &data); // rendezvous, awaits Cts
+    let mut b = [0u8; 4];
+    let r_specific = net.recv(0, Some(1), None, &mut b);
+    let mut c = [0u8; 4];
+    let r_other = net.recv(0, Some(2), None, &mut c);
+    let mut d = [0u8; 4];
+    let r_any = net.recv(0, None, None, &mut d);
+    let err = Error::Connection {
+        peer: 1,
+        detail: "closed by peer".into(),
+    };
+    net.ranks[0].fail_peer(1, err.clone());
+    assert_eq!(net.done(0, s).unwrap_err(), err);
+    assert_eq!(net.done(0, r_specific).unwrap_err(), err);
+    assert_eq!(net.done(0, r_any).unwrap_err(), err);
+    assert!(!net.ranks[0].is_done(r_other));
+    let later = net.send(0, 1, 1, &[1]);
+    assert_eq!(net.done(0, later).unwrap_err(), err);
+}
+
+#[test]
+fn malformed_and_inconsistent_frames_are_errors_not_panics() {
+    let mut p = Protocol::new(0, 2);
+    assert!(matches!(
+        p.on_frame(1, b"garbage!", vec![]),
+        Err(Error::Transport { peer: 1, .. })
+    ));
+    let mut p = Protocol::new(0, 2);
+    let mut h = Vec::new();
+    Frame::Data {
+        rreq: 99,
+        offset: 0,
+    }
+    .encode(3, &mut h);
+    assert!(p.on_frame(1, &h, vec![1, 2, 3]).is_err());
+    // Eager frame claiming another source.
+    let mut p = Protocol::new(0, 3);
+    let mut h = Vec::new();
+    Frame::Eager {
+        env: Envelope {
+            ctx: 0,
+            src: 2,
+            tag: 0,
+            seq: 0,
+        },
+    }
+    .encode(0, &mut h);
+    assert!(p.on_frame(1, &h, vec![]).is_err());
+    // Payload length disagreeing with the header.
+    let mut p = Protocol::new(0, 2);
+    let mut h = Vec::new();
+    Frame::Eager {
+        env: Envelope {
+            ctx: 0,
+            src: 1,
+            tag: 0,
+            seq: 0,
+        },
+    }
+    .encode(5, &mut h);
+    assert!(p.on_frame(1, &h, vec![0; 4]).is_err());
+}
+
+#[test]
+fn data_past_the_accepted_length_is_rejected() {
+    let mut net = Net::new(2);
+    let data = pattern(1000, 0);
+    net.send(0, 1, 1, &data);
+    let mut out = vec![0u8; 1000];
+    let r = net.recv(1, Some(0), Some(1), &mut out);
+    // Deliver Rts and Cts but not the data.
+    let f = net.ranks[0].pop_frame().unwrap();
+    net.ranks[1].on_frame(0, &f.header, vec![]).unwrap();
+    let cts = net.ranks[1].pop_frame().unwrap();
+    net.ranks[0].on_frame(1, &cts.header, vec![]).unwrap();
+    let Frame::Cts { rreq, .. } = Frame::decode(&cts.header).unwrap().unwrap().0 else {
+        panic!()
+    };
+    let mut h = Vec::new();
+    Frame::Data { rreq, offset: 999 }.encode(2, &mut h);
+    assert!(net.ranks[1].on_frame(0, &h, vec![1, 2]).is_err());
+    assert!(net.done(1, r).is_err(), "the receive fails with the peer");
+}

@@ -1,0 +1,148 @@
+//! Nonblocking requests and completion (MPI 4.1 §3.7: wait, test, waitall, waitany,
+//! testall).
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::protocol::{ReqId, Status};
+use crate::universe::Inner;
+
+/// A pending nonblocking operation. Borrows its buffer for `'a`, so the buffer can be
+/// neither read (receive) nor written (send) until the request completes.
+///
+/// Dropping an unfinished request withdraws a receive that has not matched yet;
+/// otherwise it waits for completion (so the buffer is never freed while the runtime
+/// may still write or read it). Do not `mem::forget` a pending request: its buffer
+/// would stay in use by the runtime after the borrow ends.
+#[must_use = "a request must be waited for or tested to completion"]
+pub struct Request<'a> {
+    inner: Arc<Inner>,
+    id: ReqId,
+    is_recv: bool,
+    done: bool,
+    _buf: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> Request<'a> {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        id: ReqId,
+        is_recv: bool,
+        _buf: PhantomData<&'a mut [u8]>,
+    ) -> Self {
+        Request {
+            inner,
+            id,
+            is_recv,
+            done: false,
+            _buf,
+        }
+    }
+
+    /// Block until the operation completes (MPI_Wait).
+    ///
+    /// # Errors
+    /// A receive fails with [`crate::Error::Matching`] on truncation; any request
+    /// fails with [`crate::Error::Connection`] if its peer died.
+    pub fn wait(mut self) -> Result<Status> {
+        let id = self.id;
+        let r = self.inner.wait_for(|e| e.proto.take_done(id));
+        self.done = true;
+        r
+    }
+
+    /// Complete the request if it is done, without blocking (MPI_Test). Returns the
+    /// request back when it is still pending.
+    ///
+    /// # Errors
+    /// The outer `Result` is always `Ok`; the inner result is the operation's outcome
+    /// as for [`Request::wait`].
+    pub fn test(mut self) -> std::result::Result<Result<Status>, Self> {
+        let r = {
+            let mut e = self.inner.lock();
+            e.progress();
+            e.proto.take_done(self.id)
+        };
+        match r {
+            Some(r) => {
+                self.done = true;
+                Ok(r)
+            }
+            None => Err(self),
+        }
+    }
+
+    /// Whether the operation has completed (without consuming the request).
+    pub fn is_complete(&self) -> bool {
+        let mut e = self.inner.lock();
+        e.progress();
+        e.proto.is_done(self.id)
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if self.is_recv && self.inner.lock().proto.cancel_recv(self.id) {
+            return;
+        }
+        let id = self.id;
+        let _ = self.inner.wait_for(|e| e.proto.take_done(id));
+    }
+}
+
+/// Wait for every request (MPI_Waitall). Returns the statuses in order.
+///
+/// # Errors
+/// The first failure, after all requests have completed (the others' results are
+/// dropped; use [`wait_all_results`] to see each one).
+pub fn wait_all(reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
+    wait_all_results(reqs).into_iter().collect()
+}
+
+/// Wait for every request and return each one's result, in order (MPI_Waitall with
+/// MPI_ERR_IN_STATUS).
+pub fn wait_all_results(reqs: Vec<Request<'_>>) -> Vec<Result<Status>> {
+    reqs.into_iter().map(Request::wait).collect()
+}
+
+/// Wait until one of the requests completes (MPI_Waitany). Completed slots become
+/// `None` (MPI_REQUEST_NULL). Returns the index and the result of the completed one, or
+/// `None` when every slot is already `None`.
+pub fn wait_any<'a>(reqs: &mut [Option<Request<'a>>]) -> Option<(usize, Result<Status>)> {
+    let inner = reqs.iter().flatten().next()?.inner.clone();
+    let ids: Vec<(usize, ReqId)> = reqs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.as_ref().map(|r| (i, r.id)))
+        .collect();
+    let (i, r) = inner.wait_for(|e| {
+        ids.iter()
+            .find_map(|&(i, id)| e.proto.take_done(id).map(|r| (i, r)))
+    });
+    if let Some(mut req) = reqs[i].take() {
+        req.done = true;
+    }
+    Some((i, r))
+}
+
+/// Test whether all requests are complete (MPI_Testall). If they are, returns every
+/// result in order and empties the vector; otherwise leaves it untouched and returns
+/// `None`.
+pub fn test_all(reqs: &mut Vec<Request<'_>>) -> Option<Vec<Result<Status>>> {
+    let Some(first) = reqs.first() else {
+        return Some(Vec::new());
+    };
+    let all = {
+        let mut e = first.inner.lock();
+        e.progress();
+        reqs.iter().all(|r| e.proto.is_done(r.id))
+    };
+    if !all {
+        return None;
+    }
+    Some(reqs.drain(..).map(Request::wait).collect())
+}

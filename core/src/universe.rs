@@ -1,0 +1,291 @@
+//! Initialization and finalization (MPI 4.1 §11.2: `MPI_Init`, `MPI_Finalize`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rankwire_transports::{TcpConfig, TcpTransport};
+
+use crate::bootstrap::client::{BootstrapClient, spawn_launcher_watch};
+use crate::bootstrap::env;
+use crate::comm::Communicator;
+use crate::engine::{Backoff, Engine, IdleAction, Route, Waiter};
+use crate::error::{Error, Result};
+
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+
+/// The running job as seen by this process: owns transports and the bootstrap
+/// connection. Finalizes when dropped (or explicitly with [`Universe::finalize`]).
+pub struct Universe {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) rank: u32,
+    pub(crate) size: u32,
+    pub(crate) engine: Mutex<Engine>,
+    bootstrap: Mutex<Option<BootstrapClient>>,
+    finalized: AtomicBool,
+    pub(crate) node_ids: Vec<String>,
+}
+
+/// Start rankwire in this process (MPI_Init).
+///
+/// Reads the environment `rwrun` sets ([`crate::bootstrap::env`]); without it, the
+/// process becomes a singleton world of size 1. Logging goes to stderr, filtered by
+/// `RANKWIRE_LOG` (e.g. `RANKWIRE_LOG=debug`).
+///
+/// # Errors
+/// [`Error::Usage`] if called twice in one process; [`Error::Bootstrap`] if the launcher
+/// environment is incomplete or the launcher cannot be reached; [`Error::Connection`]
+/// if connections to peers cannot be set up.
+pub fn init() -> Result<Universe> {
+    if INITIALIZED.swap(true, Ordering::SeqCst) {
+        return Err(Error::usage(
+            "rankwire::init called twice in one process; keep the first Universe",
+        ));
+    }
+    init_logging();
+    let r = init_inner();
+    if r.is_err() {
+        INITIALIZED.store(false, Ordering::SeqCst);
+    }
+    r
+}
+
+impl Universe {
+    /// The world communicator (MPI_COMM_WORLD): every rank of the job.
+    pub fn world(&self) -> Communicator {
+        Communicator::world(self.inner.clone())
+    }
+
+    /// Finalize (MPI_Finalize): flushes outgoing data, waits until every rank has
+    /// finalized, and closes connections. Dropping the universe does the same and
+    /// ignores errors.
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] if the launcher is unreachable during the final fence.
+    pub fn finalize(self) -> Result<()> {
+        self.inner.finalize()
+    }
+
+    /// Name of the transport that carries host-memory messages from this rank to
+    /// world rank `peer` ("self", "shm", "tcp"), for diagnostics and tests.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] if `peer` is not a rank of the world.
+    pub fn transport_to(&self, peer: usize) -> Result<&'static str> {
+        if peer >= self.inner.size as usize {
+            return Err(Error::usage(format!(
+                "rank {peer} out of range for a world of size {}",
+                self.inner.size
+            )));
+        }
+        Ok(self.inner.lock().route(peer as u32).name())
+    }
+
+    /// Ask the launcher to abort every rank of the job with exit status `code`
+    /// (MPI_Abort). Never returns: this process exits with `code`.
+    pub fn abort(&self, code: i32, message: &str) -> ! {
+        if let Ok(mut b) = self.inner.bootstrap.lock()
+            && let Some(c) = b.as_mut()
+        {
+            let _ = c.abort(code, message);
+        }
+        eprintln!("rankwire: rank {} aborted: {message}", self.inner.rank);
+        std::process::exit(code)
+    }
+}
+
+impl Drop for Universe {
+    fn drop(&mut self) {
+        if let Err(e) = self.inner.finalize() {
+            eprintln!("rankwire: rank {}: finalize failed: {e}", self.inner.rank);
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        // A panic while holding the lock leaves the engine as consistent as the
+        // protocol's own invariants; keep going rather than cascade the panic.
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn check_live(&self) -> Result<()> {
+        if self.finalized.load(Ordering::Acquire) {
+            return Err(Error::usage(
+                "rankwire was finalized; no more communication",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Progress until `done` returns a value.
+    pub(crate) fn wait_for<T>(&self, mut done: impl FnMut(&mut Engine) -> Option<T>) -> T {
+        let mut waiter = Waiter::new();
+        loop {
+            let (progressed, backoff) = {
+                let mut e = self.lock();
+                if let Some(v) = done(&mut e) {
+                    return v;
+                }
+                let p = e.progress();
+                if let Some(v) = done(&mut e) {
+                    return v;
+                }
+                (p, e.backoff)
+            };
+            if let IdleAction::Block(d) = waiter.idle(progressed, backoff) {
+                self.lock().wait_activity(d);
+            }
+        }
+    }
+
+    fn finalize(&self) -> Result<()> {
+        if self.finalized.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // Flush what was handed to transports (bounded: a dead peer fails its frames).
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        self.wait_for(|e| (e.is_flushed() || std::time::Instant::now() > deadline).then_some(()));
+        let mut b = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = b.as_mut() {
+            c.fence()
+                .map_err(|e| Error::Bootstrap(format!("final fence failed: {e}")))?;
+            self.lock().quiesce();
+            c.finalize()
+                .map_err(|e| Error::Bootstrap(format!("finalize failed: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RANKWIRE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn var(name: &str) -> Result<String> {
+    std::env::var(name).map_err(|_| {
+        Error::Bootstrap(format!(
+            "environment variable {name} is missing although {} is set; start the program with rwrun",
+            env::RANK
+        ))
+    })
+}
+
+fn parse<T: std::str::FromStr>(name: &str) -> Result<T> {
+    let v = var(name)?;
+    v.parse()
+        .map_err(|_| Error::Bootstrap(format!("environment variable {name}={v:?} is not a number")))
+}
+
+fn init_inner() -> Result<Universe> {
+    if std::env::var_os(env::RANK).is_none() {
+        return Ok(singleton());
+    }
+    let rank: u32 = parse(env::RANK)?;
+    let size: u32 = parse(env::SIZE)?;
+    if size == 0 || rank >= size {
+        return Err(Error::Bootstrap(format!(
+            "{}={rank} is not below {}={size}",
+            env::RANK,
+            env::SIZE
+        )));
+    }
+    let local_size: usize = parse(env::LOCAL_SIZE).unwrap_or(size as usize);
+    let addr = var(env::BOOTSTRAP_ADDR)?;
+    let job_id = var(env::JOB_ID)?;
+    let secret = var(env::JOB_SECRET)?;
+    let mut client =
+        BootstrapClient::connect(&addr, &job_id, &secret, rank, Duration::from_secs(30))
+            .map_err(|e| Error::Bootstrap(e.to_string()))?;
+    if let Err(e) = spawn_launcher_watch(&addr, &job_id, &secret, rank) {
+        tracing::warn!("cannot watch the launcher connection: {e}");
+    }
+    let me = node_id();
+    client
+        .put(&format!("node-{rank}"), me.as_bytes())
+        .map_err(|e| Error::Bootstrap(e.to_string()))?;
+    client
+        .fence()
+        .map_err(|e| Error::Bootstrap(e.to_string()))?;
+    let mut node_ids = Vec::with_capacity(size as usize);
+    for r in 0..size {
+        let v = client
+            .get(&format!("node-{r}"))
+            .map_err(|e| Error::Bootstrap(e.to_string()))?;
+        node_ids.push(String::from_utf8_lossy(&v).into_owned());
+    }
+    let peers: Vec<u32> = (0..size).filter(|&r| r != rank).collect();
+    let tcp = if peers.is_empty() {
+        None
+    } else {
+        let cfg = TcpConfig::from_env()
+            .map_err(|e| Error::usage(format!("TCP transport settings: {e}")))?;
+        Some(TcpTransport::new(
+            rank,
+            size,
+            &job_id,
+            cfg,
+            &mut client,
+            &peers,
+        )?)
+    };
+    let routes: Vec<Route> = (0..size)
+        .map(|r| {
+            let route = if r == rank { Route::SelfTp } else { Route::Tcp };
+            tracing::debug!(
+                "rank {rank} -> rank {r}: transport {} (node {})",
+                route.name(),
+                node_ids[r as usize]
+            );
+            route
+        })
+        .collect();
+    let engine = Engine::new(rank, size, tcp, routes, Backoff::from_env(local_size));
+    Ok(Universe {
+        inner: Arc::new(Inner {
+            rank,
+            size,
+            engine: Mutex::new(engine),
+            bootstrap: Mutex::new(Some(client)),
+            finalized: AtomicBool::new(false),
+            node_ids,
+        }),
+    })
+}
+
+fn singleton() -> Universe {
+    let engine = Engine::new(0, 1, None, vec![Route::SelfTp], Backoff::from_env(1));
+    Universe {
+        inner: Arc::new(Inner {
+            rank: 0,
+            size: 1,
+            engine: Mutex::new(engine),
+            bootstrap: Mutex::new(None),
+            finalized: AtomicBool::new(false),
+            node_ids: vec![node_id()],
+        }),
+    }
+}
+
+/// Node identity: boot id + hostname + network namespace. Two ranks with the same
+/// string share a kernel and a network stack, hence shared memory and loopback.
+pub(crate) fn node_id() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{host}/{boot}/{netns}")
+}

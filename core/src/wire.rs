@@ -1,0 +1,514 @@
+//! Wire format of protocol frames (sans-IO: bytes in, bytes out), version 1.
+//!
+//! Every frame header starts with a 16-byte common prefix, little-endian:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..2 | magic `0x5752` ("RW") |
+//! | 2 | version (1) |
+//! | 3 | kind ([`FrameKind`]) |
+//! | 4..6 | header length in bytes, prefix included |
+//! | 6..8 | flags (0) |
+//! | 8..16 | payload length in bytes |
+//!
+//! followed by the kind's fields. The payload travels after the header (the transport
+//! delivers both). Frame kinds are named after the protocol steps (compare Open MPI's
+//! `pml_ob1_hdr.h`): `Eager` carries a whole small message; `Rts` (request to send)
+//! announces a large one; `Cts` (clear to send) answers it with the receiver's request
+//! id and how many bytes it accepts; `Data` carries a chunk at an offset; `Fin` ends a
+//! pull-mode rendezvous. `Rts` and `Cts` carry a [`RemoteMem`] descriptor that has room
+//! for a CUDA IPC handle or an RDMA key, so GPU and RDMA paths can use the same frames.
+
+use std::fmt;
+
+/// Magic number opening every frame header ("RW").
+pub const MAGIC: u16 = 0x5752;
+/// Wire protocol version.
+pub const VERSION: u8 = 1;
+/// Size of the common header prefix in bytes.
+pub const PREFIX_BYTES: usize = 16;
+
+/// Kind of a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// A whole message inline.
+    Eager = 1,
+    /// Request to send (rendezvous start).
+    Rts = 2,
+    /// Clear to send (rendezvous answer).
+    Cts = 3,
+    /// A chunk of rendezvous data.
+    Data = 4,
+    /// Finish (pull-mode rendezvous done).
+    Fin = 5,
+}
+
+/// Matching information of a message (MPI's envelope, MPI 4.1 §3.2.3) plus the
+/// per-(source, communicator) sequence number that enforces non-overtaking (§3.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Envelope {
+    /// Communicator context id.
+    pub ctx: u32,
+    /// World rank of the sender.
+    pub src: u32,
+    /// Message tag.
+    pub tag: i32,
+    /// Sequence number of this message among those from `src` on `ctx`.
+    pub seq: u64,
+}
+
+/// Where the sender's or receiver's buffer lives, for one-sided data movement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteMem {
+    /// Nothing: data moves in `Data` frames.
+    None,
+    /// A CUDA IPC memory handle (`cuIpcGetMemHandle`), the offset of the buffer inside
+    /// the allocation, the allocation's buffer id and the device ordinal.
+    CudaIpc {
+        /// `CUipcMemHandle` bytes.
+        handle: [u8; 64],
+        /// Offset of the buffer from the allocation base, in bytes.
+        offset: u64,
+        /// `CU_POINTER_ATTRIBUTE_BUFFER_ID` of the allocation.
+        buffer_id: u64,
+        /// Device ordinal.
+        device: i32,
+    },
+    /// An RDMA-registered region (verbs memory region): remote address, length and rkey.
+    Rdma {
+        /// Remote virtual address.
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+        /// Remote key of the memory region.
+        rkey: u32,
+    },
+}
+
+/// A decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame {
+    /// A whole message; the payload is the message.
+    Eager {
+        /// Matching information.
+        env: Envelope,
+    },
+    /// Request to send `msg_len` bytes; `sreq` is the sender's request id.
+    Rts {
+        /// Matching information.
+        env: Envelope,
+        /// Message length in bytes.
+        msg_len: u64,
+        /// Sender's request id.
+        sreq: u64,
+        /// Sender-side buffer descriptor for pull mode.
+        mem: RemoteMem,
+    },
+    /// Clear to send: the receiver accepts `accept_len` bytes into request `rreq`.
+    Cts {
+        /// Sender's request id (from the Rts).
+        sreq: u64,
+        /// Receiver's request id.
+        rreq: u64,
+        /// Bytes the receiver accepts (less than the message when truncating).
+        accept_len: u64,
+        /// Receiver-side buffer descriptor for push mode.
+        mem: RemoteMem,
+    },
+    /// A chunk of data for receive request `rreq` at byte `offset`.
+    Data {
+        /// Receiver's request id.
+        rreq: u64,
+        /// Byte offset of this chunk in the message.
+        offset: u64,
+    },
+    /// End of a pull-mode transfer for sender request `sreq`.
+    Fin {
+        /// Sender's request id.
+        sreq: u64,
+    },
+}
+
+/// A frame header that could not be decoded. The peer sent garbage.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// First two bytes are not [`MAGIC`].
+    #[error("bad magic {0:#06x}")]
+    BadMagic(u16),
+    /// Unknown protocol version.
+    #[error("unsupported wire version {0} (this build speaks {VERSION})")]
+    BadVersion(u8),
+    /// Unknown frame kind byte.
+    #[error("unknown frame kind {0}")]
+    BadKind(u8),
+    /// Header length field disagrees with the kind's layout or the bytes given.
+    #[error("header length {declared} invalid for {kind:?} ({available} bytes available)")]
+    BadLength {
+        /// Kind byte.
+        kind: u8,
+        /// Declared header length.
+        declared: usize,
+        /// Bytes available.
+        available: usize,
+    },
+    /// Unknown remote-memory descriptor tag.
+    #[error("unknown memory descriptor tag {0}")]
+    BadMem(u8),
+    /// Flags set that this version does not know.
+    #[error("unknown flags {0:#x}")]
+    BadFlags(u16),
+}
+
+impl Frame {
+    /// The frame's kind.
+    pub fn kind(&self) -> FrameKind {
+        match self {
+            Frame::Eager { .. } => FrameKind::Eager,
+            Frame::Rts { .. } => FrameKind::Rts,
+            Frame::Cts { .. } => FrameKind::Cts,
+            Frame::Data { .. } => FrameKind::Data,
+            Frame::Fin { .. } => FrameKind::Fin,
+        }
+    }
+
+    /// Append the encoded header to `out`; `payload_len` is the number of payload bytes
+    /// that will follow it.
+    pub fn encode(&self, payload_len: u64, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&MAGIC.to_le_bytes());
+        out.push(VERSION);
+        out.push(self.kind() as u8);
+        out.extend_from_slice(&[0, 0]); // header length, patched below
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&payload_len.to_le_bytes());
+        match self {
+            Frame::Eager { env } => put_env(out, env),
+            Frame::Rts {
+                env,
+                msg_len,
+                sreq,
+                mem,
+            } => {
+                put_env(out, env);
+                out.extend_from_slice(&msg_len.to_le_bytes());
+                out.extend_from_slice(&sreq.to_le_bytes());
+                put_mem(out, mem);
+            }
+            Frame::Cts {
+                sreq,
+                rreq,
+                accept_len,
+                mem,
+            } => {
+                out.extend_from_slice(&sreq.to_le_bytes());
+                out.extend_from_slice(&rreq.to_le_bytes());
+                out.extend_from_slice(&accept_len.to_le_bytes());
+                put_mem(out, mem);
+            }
+            Frame::Data { rreq, offset } => {
+                out.extend_from_slice(&rreq.to_le_bytes());
+                out.extend_from_slice(&offset.to_le_bytes());
+            }
+            Frame::Fin { sreq } => out.extend_from_slice(&sreq.to_le_bytes()),
+        }
+        let len = (out.len() - start) as u16;
+        out[start + 4..start + 6].copy_from_slice(&len.to_le_bytes());
+    }
+
+    /// Decode one header from the front of `buf`.
+    ///
+    /// Returns `Ok(None)` when `buf` does not yet hold a whole header, and
+    /// `Ok(Some((frame, header_bytes, payload_len)))` otherwise.
+    ///
+    /// # Errors
+    /// [`WireError`] when the bytes are not a valid header (never panics, never
+    /// allocates).
+    pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize, u64)>, WireError> {
+        if buf.len() >= 2 {
+            let magic = u16::from_le_bytes([buf[0], buf[1]]);
+            if magic != MAGIC {
+                return Err(WireError::BadMagic(magic));
+            }
+        }
+        if buf.len() >= 3 && buf[2] != VERSION {
+            return Err(WireError::BadVersion(buf[2]));
+        }
+        if buf.len() < PREFIX_BYTES {
+            return Ok(None);
+        }
+        let kind = buf[3];
+        let hlen = u16::from_le_bytes([buf[4], buf[5]]) as usize;
+        let flags = u16::from_le_bytes([buf[6], buf[7]]);
+        if flags != 0 {
+            return Err(WireError::BadFlags(flags));
+        }
+        let payload_len = u64::from_le_bytes(arr8(&buf[8..16]));
+        let min = match kind {
+            1 => PREFIX_BYTES + ENV_BYTES,
+            2 => PREFIX_BYTES + ENV_BYTES + 16 + 1,
+            3 => PREFIX_BYTES + 24 + 1,
+            4 => PREFIX_BYTES + 16,
+            5 => PREFIX_BYTES + 8,
+            k => return Err(WireError::BadKind(k)),
+        };
+        if hlen < min || hlen > rankwire_transports::MAX_HEADER_BYTES {
+            return Err(WireError::BadLength {
+                kind,
+                declared: hlen,
+                available: buf.len(),
+            });
+        }
+        if buf.len() < hlen {
+            return Ok(None);
+        }
+        let mut r = Reader {
+            buf: &buf[PREFIX_BYTES..hlen],
+        };
+        let bad_len = || WireError::BadLength {
+            kind,
+            declared: hlen,
+            available: buf.len(),
+        };
+        let frame = match kind {
+            1 => Frame::Eager {
+                env: r.env().ok_or_else(bad_len)?,
+            },
+            2 => Frame::Rts {
+                env: r.env().ok_or_else(bad_len)?,
+                msg_len: r.u64().ok_or_else(bad_len)?,
+                sreq: r.u64().ok_or_else(bad_len)?,
+                mem: r.mem(bad_len)?,
+            },
+            3 => Frame::Cts {
+                sreq: r.u64().ok_or_else(bad_len)?,
+                rreq: r.u64().ok_or_else(bad_len)?,
+                accept_len: r.u64().ok_or_else(bad_len)?,
+                mem: r.mem(bad_len)?,
+            },
+            4 => Frame::Data {
+                rreq: r.u64().ok_or_else(bad_len)?,
+                offset: r.u64().ok_or_else(bad_len)?,
+            },
+            _ => Frame::Fin {
+                sreq: r.u64().ok_or_else(bad_len)?,
+            },
+        };
+        if !r.buf.is_empty() {
+            return Err(bad_len());
+        }
+        Ok(Some((frame, hlen, payload_len)))
+    }
+}
+
+impl fmt::Display for FrameKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+const ENV_BYTES: usize = 4 + 4 + 4 + 4 + 8;
+
+fn put_env(out: &mut Vec<u8>, env: &Envelope) {
+    out.extend_from_slice(&env.ctx.to_le_bytes());
+    out.extend_from_slice(&env.src.to_le_bytes());
+    out.extend_from_slice(&env.tag.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&env.seq.to_le_bytes());
+}
+
+fn put_mem(out: &mut Vec<u8>, mem: &RemoteMem) {
+    match mem {
+        RemoteMem::None => out.push(0),
+        RemoteMem::CudaIpc {
+            handle,
+            offset,
+            buffer_id,
+            device,
+        } => {
+            out.push(1);
+            out.extend_from_slice(&device.to_le_bytes());
+            out.extend_from_slice(&offset.to_le_bytes());
+            out.extend_from_slice(&buffer_id.to_le_bytes());
+            out.extend_from_slice(handle);
+        }
+        RemoteMem::Rdma { addr, len, rkey } => {
+            out.push(2);
+            out.extend_from_slice(&addr.to_le_bytes());
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(&rkey.to_le_bytes());
+        }
+    }
+}
+
+fn arr8(b: &[u8]) -> [u8; 8] {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(b);
+    a
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        if self.buf.len() < n {
+            return None;
+        }
+        let (a, b) = self.buf.split_at(n);
+        self.buf = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8).map(arr8).map(u64::from_le_bytes)
+    }
+    fn env(&mut self) -> Option<Envelope> {
+        let ctx = self.u32()?;
+        let src = self.u32()?;
+        let tag = self.u32()? as i32;
+        let _pad = self.u32()?;
+        let seq = self.u64()?;
+        Some(Envelope { ctx, src, tag, seq })
+    }
+    fn mem(&mut self, bad: impl Fn() -> WireError) -> Result<RemoteMem, WireError> {
+        match self.u8().ok_or_else(&bad)? {
+            0 => Ok(RemoteMem::None),
+            1 => {
+                let device = self.u32().ok_or_else(&bad)? as i32;
+                let offset = self.u64().ok_or_else(&bad)?;
+                let buffer_id = self.u64().ok_or_else(&bad)?;
+                let mut handle = [0u8; 64];
+                handle.copy_from_slice(self.take(64).ok_or_else(&bad)?);
+                Ok(RemoteMem::CudaIpc {
+                    handle,
+                    offset,
+                    buffer_id,
+                    device,
+                })
+            }
+            2 => Ok(RemoteMem::Rdma {
+                addr: self.u64().ok_or_else(&bad)?,
+                len: self.u64().ok_or_else(&bad)?,
+                rkey: self.u32().ok_or_else(&bad)?,
+            }),
+            t => Err(WireError::BadMem(t)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn env() -> Envelope {
+        Envelope {
+            ctx: 3,
+            src: 9,
+            tag: -5,
+            seq: 1 << 40,
+        }
+    }
+
+    fn all_frames() -> Vec<Frame> {
+        vec![
+            Frame::Eager { env: env() },
+            Frame::Rts {
+                env: env(),
+                msg_len: (2 << 30) + 1,
+                sreq: 77,
+                mem: RemoteMem::None,
+            },
+            Frame::Rts {
+                env: env(),
+                msg_len: 5,
+                sreq: 1,
+                mem: RemoteMem::CudaIpc {
+                    handle: [7; 64],
+                    offset: 4096,
+                    buffer_id: 917,
+                    device: 1,
+                },
+            },
+            Frame::Cts {
+                sreq: 1,
+                rreq: 2,
+                accept_len: 3,
+                mem: RemoteMem::Rdma {
+                    addr: 0xdead_beef,
+                    len: 99,
+                    rkey: 0x1234,
+                },
+            },
+            Frame::Data {
+                rreq: 8,
+                offset: 1 << 33,
+            },
+            Frame::Fin { sreq: 4 },
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        for f in all_frames() {
+            let mut buf = Vec::new();
+            f.encode(123, &mut buf);
+            let (g, n, p) = Frame::decode(&buf).unwrap().unwrap();
+            assert_eq!((g, n, p), (f, buf.len(), 123));
+            // Every strict prefix is "not enough bytes yet", never an error.
+            for cut in 0..buf.len() {
+                assert_eq!(Frame::decode(&buf[..cut]), Ok(None), "{f:?} cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert_eq!(Frame::decode(&[0, 0, 1]), Err(WireError::BadMagic(0)));
+        let mut buf = Vec::new();
+        Frame::Fin { sreq: 1 }.encode(0, &mut buf);
+        let mut b = buf.clone();
+        b[2] = 9;
+        assert_eq!(Frame::decode(&b), Err(WireError::BadVersion(9)));
+        let mut b = buf.clone();
+        b[3] = 42;
+        assert_eq!(Frame::decode(&b), Err(WireError::BadKind(42)));
+        let mut b = buf.clone();
+        b[4] = 200;
+        assert!(matches!(Frame::decode(&b), Ok(None)));
+        b.resize(300, 0);
+        assert!(matches!(
+            Frame::decode(&b),
+            Err(WireError::BadLength { .. })
+        ));
+        let mut b = buf.clone();
+        b[6] = 1;
+        assert_eq!(Frame::decode(&b), Err(WireError::BadFlags(1)));
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Frame::decode(&bytes);
+        }
+
+        #[test]
+        fn decode_of_mutated_header_never_panics(i in 0usize..60, v in any::<u8>()) {
+            for f in all_frames() {
+                let mut buf = Vec::new();
+                f.encode(1, &mut buf);
+                let i = i % buf.len();
+                buf[i] = v;
+                let _ = Frame::decode(&buf);
+            }
+        }
+    }
+}
