@@ -25,6 +25,10 @@ use rankwire_transports::{Event, SelfTransport, SendOutcome, TcpTransport, Trans
 use crate::error::Error;
 use crate::protocol::{OutFrame, Protocol};
 
+/// Pause after learning that a peer died, before failing requests with it (once per
+/// peer; only on this error path).
+const PEER_FAILURE_DELAY: Duration = Duration::from_millis(100);
+
 /// Which transport serves a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Route {
@@ -209,6 +213,10 @@ impl Engine {
                 }
                 Event::PeerFailed { peer, error } => {
                     tracing::debug!("peer {peer} failed: {error}");
+                    // Give the launcher a head start: it sees the peer's own exit at the
+                    // moment its connections close, and should report that rank as the
+                    // first failure rather than this rank's consequent error.
+                    std::thread::sleep(PEER_FAILURE_DELAY);
                     self.proto.fail_peer(peer, error.into());
                     if let Some(q) = self.backlog.get_mut(peer as usize) {
                         q.clear();

@@ -26,7 +26,6 @@ pub(crate) struct Inner {
     pub(crate) engine: Mutex<Engine>,
     bootstrap: Mutex<Option<BootstrapClient>>,
     finalized: AtomicBool,
-    pub(crate) node_ids: Vec<String>,
 }
 
 /// Start rankwire in this process (MPI_Init).
@@ -99,6 +98,16 @@ impl Universe {
 
 impl Drop for Universe {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A panicking rank must exit promptly: finalize would wait in the final
+            // fence for ranks that may be waiting for this one. The launcher sees the
+            // exit status and ends the job. Connections are deliberately left open
+            // (the Arc is leaked) so that peers see them close only when this process
+            // exits, and the launcher learns of the panic before peers report the
+            // lost connection as their own failure.
+            std::mem::forget(self.inner.clone());
+            return;
+        }
         if let Err(e) = self.inner.finalize() {
             eprintln!("rankwire: rank {}: finalize failed: {e}", self.inner.rank);
         }
@@ -256,7 +265,6 @@ fn init_inner() -> Result<Universe> {
             engine: Mutex::new(engine),
             bootstrap: Mutex::new(Some(client)),
             finalized: AtomicBool::new(false),
-            node_ids,
         }),
     })
 }
@@ -270,7 +278,6 @@ fn singleton() -> Universe {
             engine: Mutex::new(engine),
             bootstrap: Mutex::new(None),
             finalized: AtomicBool::new(false),
-            node_ids: vec![node_id()],
         }),
     }
 }

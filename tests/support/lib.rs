@@ -1,1 +1,255 @@
-//! Test support.
+//! Support for multi-process tests: run `rwrun` with a hard timeout, kill the whole
+//! process group on expiry, and check that nothing of the job is left running.
+//!
+//! Every run gets a unique marker variable in its environment (inherited by rwrun and
+//! every rank); after the run, `/proc/*/environ` is scanned for it, so a leaked rank is
+//! found whatever its name.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Outcome of one run.
+#[derive(Debug)]
+pub struct RunOutput {
+    /// Exit status of rwrun (`None` if it was killed by our timeout).
+    pub status: Option<ExitStatus>,
+    /// Captured stdout.
+    pub stdout: String,
+    /// Captured stderr.
+    pub stderr: String,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+impl RunOutput {
+    /// Exit code, or 128+signal, or -1 after a timeout.
+    pub fn code(&self) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
+        match self.status {
+            Some(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+            None => -1,
+        }
+    }
+
+    /// Panic with both streams unless the run exited 0.
+    pub fn assert_ok(&self) -> &Self {
+        assert_eq!(
+            self.code(),
+            0,
+            "run failed\n--- stdout\n{}\n--- stderr\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+}
+
+/// The directory holding the workspace's binaries (`target/<profile>`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps")
+        .to_path_buf();
+    dir
+}
+
+/// Path of a workspace binary (`rwrun`, `rw-testapp`, `rankwire-bench`) or example
+/// (`examples/heat2d`), building the workspace's binaries once if it is missing.
+pub fn binary(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    if !p.exists() {
+        let profile_release = bin_dir().ends_with("release");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut c = Command::new(cargo);
+        c.args(["build", "--workspace", "--bins", "--examples"]);
+        if profile_release {
+            c.arg("--release");
+        }
+        let st = c.status().expect("run cargo build");
+        assert!(st.success(), "cargo build of the workspace binaries failed");
+    }
+    assert!(p.exists(), "{} not found after building", p.display());
+    p
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A unique marker value for this run.
+fn marker() -> String {
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        Instant::now().elapsed().as_nanos()
+    )
+}
+
+/// Builder of an `rwrun` invocation.
+pub struct Run {
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+}
+
+/// Start describing `rwrun <args...>`.
+pub fn rwrun<I, S>(args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    Run {
+        args: args.into_iter().map(|s| s.as_ref().to_string()).collect(),
+        envs: Vec::new(),
+        stdin: None,
+        timeout: Duration::from_secs(60),
+    }
+}
+
+impl Run {
+    /// Set an environment variable for rwrun (and so for the ranks).
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.envs.push((k.into(), v.into()));
+        self
+    }
+    /// Feed these bytes on stdin.
+    pub fn stdin(mut self, data: Vec<u8>) -> Self {
+        self.stdin = Some(data);
+        self
+    }
+    /// Hard timeout of the whole run.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Run to completion (or timeout), then assert nothing of the job is left.
+    pub fn run(self) -> RunOutput {
+        let mark = marker();
+        let mut cmd = Command::new(binary("rwrun"));
+        cmd.args(&self.args)
+            .env("RANKWIRE_TEST_MARKER", &mark)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(if self.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            });
+        for (k, v) in &self.envs {
+            cmd.env(k, v);
+        }
+        // Own process group, so a timeout can kill rwrun and everything under it.
+        cmd.process_group(0);
+        let start = Instant::now();
+        let mut child = cmd.spawn().expect("spawn rwrun");
+        let pgid = child.id() as i32;
+        let stdin_thread = self.stdin.map(|data| {
+            let mut w = child.stdin.take().expect("stdin pipe");
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let _ = w.write_all(&data);
+            })
+        });
+        let out_t = reader(child.stdout.take().expect("stdout pipe"));
+        let err_t = reader(child.stderr.take().expect("stderr pipe"));
+        let status = wait_deadline(&mut child, self.timeout);
+        if status.is_none() {
+            // SAFETY: plain kill(2) on the group we created.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            let _ = child.wait();
+        }
+        let elapsed = start.elapsed();
+        if let Some(t) = stdin_thread {
+            let _ = t.join();
+        }
+        let stdout = out_t.join().unwrap_or_default();
+        let stderr = err_t.join().unwrap_or_default();
+        let leftovers = wait_no_leftovers(&mark, Duration::from_secs(5));
+        assert!(
+            leftovers.is_empty(),
+            "processes of the job left running: {leftovers:?}\n--- stderr\n{stderr}"
+        );
+        assert!(
+            status.is_some(),
+            "rwrun {:?} timed out after {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            self.args,
+            self.timeout
+        );
+        RunOutput {
+            status,
+            stdout,
+            stderr,
+            elapsed,
+        }
+    }
+}
+
+fn reader<R: Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = r.read_to_end(&mut v);
+        String::from_utf8_lossy(&v).into_owned()
+    })
+}
+
+fn wait_deadline(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => return None,
+        }
+    }
+}
+
+/// Pids of processes whose environment holds `RANKWIRE_TEST_MARKER=<mark>`.
+pub fn processes_with_marker(mark: &str) -> Vec<u32> {
+    let needle = format!("RANKWIRE_TEST_MARKER={mark}\0");
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(env) = std::fs::read(e.path().join("environ")) {
+            let mut env = env;
+            env.push(0);
+            if env.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                // Zombies waiting for a reaper do not count as running.
+                let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+                if !stat.contains(") Z ") {
+                    found.push(pid);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Wait up to `grace` for every process with the marker to be gone; returns the ones
+/// still there (and kills them, so one failing test does not disturb others).
+pub fn wait_no_leftovers(mark: &str, grace: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + grace;
+    loop {
+        let left = processes_with_marker(mark);
+        if left.is_empty() || Instant::now() > deadline {
+            for &p in &left {
+                // SAFETY: plain kill(2).
+                unsafe { libc::kill(p as i32, libc::SIGKILL) };
+            }
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -606,11 +606,7 @@ mod tests {
                         continue;
                     }
                 }
-                loop {
-                    let req: Request = match proto::read_message(&mut s) {
-                        Ok(r) => r,
-                        Err(_) => break,
-                    };
+                while let Ok(req) = proto::read_message::<_, Request>(&mut s) {
                     let resp = match req {
                         Request::Put { key, value } => {
                             kv.insert(key, value);

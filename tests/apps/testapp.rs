@@ -1,0 +1,478 @@
+//! rw-testapp: scenario programs for the multi-process tests (run under rwrun).
+//!
+//! `rw-testapp <scenario> [args]`; each scenario checks its own results and exits
+//! non-zero with a message on any mismatch. Scenario ids (B001, ...) refer to
+//! shared/notes/scenarios.md.
+
+use std::time::Duration;
+
+use rankwire::{ANY_SOURCE, ANY_TAG, Communicator, Error, MatchError, Request, Result};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let scenario = args.get(1).map(String::as_str).unwrap_or("");
+    let universe = match rankwire::init() {
+        Ok(u) => u,
+        Err(e) => fail(&format!("init: {e}")),
+    };
+    let world = universe.world();
+    let r = match scenario {
+        "ordering" => ordering(&world),
+        "window" => window_any_source(&world, arg(&args, 2, 200)),
+        "truncation" => truncation(&world),
+        "zero_self" => zero_self(&world),
+        "big" => big(&world, arg(&args, 2, (2usize << 30) + 1)),
+        "probe" => probe(&world),
+        "usage" => usage(&world),
+        "exit_at" => exit_at(&world, arg(&args, 2, 2), arg(&args, 3, 3)),
+        "panic_at" => panic_at(&world, arg(&args, 2, 1)),
+        "transport" => {
+            for peer in 0..world.size() {
+                println!(
+                    "rank {} -> {peer}: {}",
+                    world.rank(),
+                    universe.transport_to(peer).unwrap_or("?")
+                );
+            }
+            Ok(())
+        }
+        other => fail(&format!("unknown scenario {other:?}")),
+    };
+    if let Err(e) = r {
+        fail(&format!("rank {}: {scenario}: {e}", world.rank()));
+    }
+    if let Err(e) = universe.finalize() {
+        fail(&format!("finalize: {e}"));
+    }
+    println!("rank {}: {scenario} OK", world.rank());
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
+    args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("rw-testapp: FAILED: {msg}");
+    std::process::exit(1)
+}
+
+fn check(cond: bool, msg: impl FnOnce() -> String) -> Result<()> {
+    if !cond {
+        fail(&msg());
+    }
+    Ok(())
+}
+
+/// Wildcard receives posted between specific ones keep the send order (MPI 4.1 §3.5).
+fn ordering(w: &Communicator) -> Result<()> {
+    if w.size() < 2 {
+        fail("ordering needs 2 ranks");
+    }
+    if w.rank() == 1 {
+        // Alternate eager and rendezvous sizes; nonblocking, since the rendezvous ones
+        // can only complete once rank 0 posts its receives after the barrier.
+        let msgs: Vec<Vec<u32>> = (0..6u32)
+            .map(|i| vec![i; if i % 2 == 0 { 2 } else { 300_000 }])
+            .collect();
+        let mut reqs = Vec::new();
+        for (i, v) in msgs.iter().enumerate() {
+            reqs.push(w.isend(v, 0, (i % 3) as i32)?);
+        }
+        w.barrier()?;
+        rankwire::wait_all(reqs)?;
+    } else if w.rank() == 0 {
+        w.barrier()?; // everything is now in the unexpected queue or in rendezvous
+        let mut bufs: Vec<Vec<u32>> = (0..6).map(|_| vec![u32::MAX; 300_000]).collect();
+        let mut it = bufs.iter_mut();
+        let mut reqs: Vec<Request> = Vec::new();
+        reqs.push(w.irecv(it.next().unwrap(), 1, 0)?);
+        reqs.push(w.irecv(it.next().unwrap(), ANY_SOURCE, ANY_TAG)?);
+        reqs.push(w.irecv(it.next().unwrap(), 1, ANY_TAG)?);
+        reqs.push(w.irecv(it.next().unwrap(), ANY_SOURCE, 0)?);
+        reqs.push(w.irecv(it.next().unwrap(), ANY_SOURCE, ANY_TAG)?);
+        reqs.push(w.irecv(it.next().unwrap(), 1, ANY_TAG)?);
+        let st = rankwire::wait_all(reqs)?;
+        // Expected: r0 tag0 -> msg0; r1 any -> msg1; r2 any -> msg2; r3 tag0 -> msg3;
+        // r4 -> msg4; r5 -> msg5.
+        for (k, s) in st.iter().enumerate() {
+            check(bufs[k][0] == k as u32, || {
+                format!("receive {k} got message {} (status {s:?})", bufs[k][0])
+            })?;
+            check(s.tag == (k % 3) as i32 && s.source == 1, || {
+                format!("receive {k} status {s:?}")
+            })?;
+            let len = if k % 2 == 0 { 8 } else { 1_200_000 };
+            check(s.len_bytes == len, || {
+                format!("receive {k} length {}", s.len_bytes)
+            })?;
+        }
+    } else {
+        w.barrier()?;
+    }
+    Ok(())
+}
+
+/// B003: ranks 1.. send `n` messages each, alternating 8 B and 256 KiB, tags 0..4;
+/// rank 0 keeps 16 ANY_SOURCE/ANY_TAG receives posted and completes them with
+/// wait_any; per sender, sequence numbers must increase in posting order.
+fn window_any_source(w: &Communicator, n: usize) -> Result<()> {
+    const BIG: usize = 256 * 1024;
+    let me = w.rank();
+    if me > 0 {
+        let mut buf = vec![0u8; BIG];
+        for seq in 0..n {
+            let len = if seq % 2 == 0 { 8 } else { BIG };
+            let tag = (seq % 5) as i32;
+            buf[0] = me as u8;
+            buf[1..5].copy_from_slice(&(seq as u32).to_le_bytes());
+            buf[5] = tag as u8;
+            buf[len - 1] = 0xA5;
+            w.send(&buf[..len], 0, tag)?;
+        }
+        return Ok(());
+    }
+    let total = n * (w.size() - 1);
+    let window = 16.min(total.max(1));
+    let mut storage = vec![0u8; window * BIG];
+    let base = storage.as_mut_ptr();
+    // SAFETY: slot `s` is borrowed by at most one pending request at a time (a slot is
+    // re-posted only after wait_any reported its request complete), and `storage`
+    // outlives every request.
+    let slot = |s: usize| unsafe { std::slice::from_raw_parts_mut(base.add(s * BIG), BIG) };
+    let mut reqs: Vec<Option<Request>> = Vec::new();
+    let mut slot_post: Vec<usize> = Vec::new();
+    for s in 0..window {
+        reqs.push(Some(w.irecv(slot(s), ANY_SOURCE, ANY_TAG)?));
+        slot_post.push(s);
+    }
+    let mut posted = window;
+    let mut done = 0usize;
+    let mut last_seq = vec![-1i64; w.size()];
+    let mut results: Vec<Option<(u32, u32)>> = vec![None; total];
+    while done < total {
+        let Some((s, st)) = rankwire::wait_any(&mut reqs) else {
+            break;
+        };
+        let st = st?;
+        let b = slot(s);
+        let src = b[0] as u32;
+        let seq = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
+        let tag = b[5] as i32;
+        check(st.source == src && st.tag == tag, || {
+            format!("status {st:?} disagrees with payload (src {src}, tag {tag})")
+        })?;
+        let len = if seq % 2 == 0 { 8 } else { BIG };
+        check(st.len_bytes == len && b[len - 1] == 0xA5, || {
+            format!("status {st:?} length, expected {len}")
+        })?;
+        results[slot_post[s]] = Some((src, seq));
+        done += 1;
+        if posted < total {
+            reqs[s] = Some(w.irecv(slot(s), ANY_SOURCE, ANY_TAG)?);
+            slot_post[s] = posted;
+            posted += 1;
+        }
+    }
+    for (i, r) in results.iter().enumerate() {
+        let Some((src, seq)) = r else {
+            fail(&format!("post {i} never completed"));
+        };
+        let s = *src as usize;
+        check((*seq as i64) > last_seq[s], || {
+            format!("sender {s}: seq {seq} after {} (overtaking)", last_seq[s])
+        })?;
+        last_seq[s] = *seq as i64;
+    }
+    for (s, &l) in last_seq.iter().enumerate().skip(1) {
+        check(l == n as i64 - 1, || format!("sender {s}: last seq {l}"))?;
+    }
+    drop(storage);
+    Ok(())
+}
+
+/// B001: truncation is an error naming sizes, nothing written past the slice, the
+/// message consumed, the next one intact; also for rendezvous sizes and wait_any.
+fn truncation(w: &Communicator) -> Result<()> {
+    if w.rank() == 0 {
+        let big: Vec<i32> = (0..100).collect();
+        w.send(&big, 1, 7)?;
+        w.send(&[1i32, 2, 3, 4], 1, 7)?;
+        let huge: Vec<u8> = (0..4 << 20).map(|i: usize| (i % 251) as u8).collect();
+        w.send(&huge, 1, 8)?;
+        w.send(&[9u8; 16], 1, 8)?;
+        // wait_any set: one truncating, two fine.
+        w.send(&[5u8; 64], 1, 20)?;
+        w.send(&[6u8; 8], 1, 21)?;
+        w.send(&[7u8; 8], 1, 22)?;
+    } else if w.rank() == 1 {
+        let mut buf = vec![-1i32; 100];
+        let e = w.recv(&mut buf[..10], 0, 7).unwrap_err();
+        check(
+            e == Error::Matching(MatchError::Truncated {
+                source_rank: 0,
+                tag: 7,
+                message_bytes: 400,
+                buffer_bytes: 40,
+            }),
+            || format!("wrong error {e:?}"),
+        )?;
+        check(buf[..10] == (0..10).collect::<Vec<_>>()[..], || {
+            "prefix".into()
+        })?;
+        check(buf[10..].iter().all(|&x| x == -1), || {
+            "wrote past the slice".into()
+        })?;
+        let mut four = [0i32; 4];
+        let st = w.recv(&mut four, 0, 7)?;
+        check(four == [1, 2, 3, 4] && st.count::<i32>() == Some(4), || {
+            format!("second message {four:?}")
+        })?;
+        // Rendezvous: 4 MiB into a 1 MiB slice of a guarded 5 MiB buffer.
+        let mut g = vec![0xEEu8; 5 << 20];
+        let e = w.recv(&mut g[1 << 20..2 << 20], 0, 8).unwrap_err();
+        check(
+            matches!(e, Error::Matching(MatchError::Truncated { message_bytes, buffer_bytes, .. }) if message_bytes == 4 << 20 && buffer_bytes == 1 << 20),
+            || format!("wrong error {e:?}"),
+        )?;
+        check(g[..1 << 20].iter().all(|&x| x == 0xEE), || {
+            "guard before".into()
+        })?;
+        check(g[2 << 20..].iter().all(|&x| x == 0xEE), || {
+            "guard after".into()
+        })?;
+        check(
+            g[1 << 20..2 << 20]
+                .iter()
+                .enumerate()
+                .all(|(i, &x)| x == (i % 251) as u8),
+            || "truncated prefix content".into(),
+        )?;
+        let mut small = [0u8; 16];
+        w.recv(&mut small, 0, 8)?;
+        check(small == [9u8; 16], || {
+            "message after truncated rendezvous".into()
+        })?;
+        let (mut a, mut b, mut c) = ([0u8; 8], [0u8; 8], [0u8; 8]);
+        let mut set = vec![
+            Some(w.irecv(&mut a, 0, 20)?),
+            Some(w.irecv(&mut b, 0, 21)?),
+            Some(w.irecv(&mut c, 0, 22)?),
+        ];
+        let mut outcomes = vec![None, None, None];
+        while let Some((i, r)) = rankwire::wait_any(&mut set) {
+            outcomes[i] = Some(r);
+        }
+        check(
+            matches!(
+                outcomes[0],
+                Some(Err(Error::Matching(MatchError::Truncated {
+                    message_bytes: 64,
+                    buffer_bytes: 8,
+                    ..
+                })))
+            ),
+            || format!("wait_any truncation {:?}", outcomes[0]),
+        )?;
+        check(
+            matches!(outcomes[1], Some(Ok(s)) if s.len_bytes == 8),
+            || "b".into(),
+        )?;
+        check(
+            matches!(outcomes[2], Some(Ok(s)) if s.len_bytes == 8),
+            || "c".into(),
+        )?;
+        drop(set);
+        check(a == [5u8; 8] && b == [6u8; 8] && c == [7u8; 8], || {
+            "data".into()
+        })?;
+    }
+    Ok(())
+}
+
+/// B002: zero-byte messages and self-sends.
+fn zero_self(w: &Communicator) -> Result<()> {
+    let me = w.rank();
+    // Self-send of an empty slice, receive with ANY_TAG, both orders.
+    let empty: [u64; 0] = [];
+    let mut sink: [u64; 0] = [];
+    let s = w.isend(&empty, me, 3)?;
+    let st = w.recv(&mut sink, me, ANY_TAG)?;
+    s.wait()?;
+    check(
+        st.source == me as u32 && st.tag == 3 && st.len_bytes == 0,
+        || format!("{st:?}"),
+    )?;
+    let r = w.irecv(&mut sink, me, ANY_TAG)?;
+    w.send(&empty, me, 4)?;
+    let st = r.wait()?;
+    check(st.tag == 4 && st.len_bytes == 0, || format!("{st:?}"))?;
+    // Zero-byte sendrecv to self; a large self-send both orders.
+    let st = w.sendrecv(&empty, me, 5, &mut sink, me, 5)?;
+    check(st.len_bytes == 0, || format!("{st:?}"))?;
+    let big: Vec<u32> = (0..1 << 20).collect();
+    let mut got = vec![0u32; 1 << 20];
+    let s = w.isend(&big, me, 6)?;
+    w.recv(&mut got, me, 6)?;
+    s.wait()?;
+    check(got == big, || "large self-send".into())?;
+    if w.size() >= 2 {
+        if me == 0 {
+            w.send(&empty, 1, 10)?; // before the receive is posted
+            w.barrier()?;
+            w.barrier()?;
+            w.send(&empty, 1, 11)?; // after it was posted
+            w.send(&empty, 1, 12)?; // to a non-empty ANY_SOURCE buffer
+        } else if me == 1 {
+            w.barrier()?;
+            let st = w.recv(&mut sink, 0, 10)?;
+            check(st.len_bytes == 0 && st.tag == 10, || format!("{st:?}"))?;
+            let r = w.irecv(&mut sink, 0, 11)?;
+            w.barrier()?;
+            let st = r.wait()?;
+            check(st.len_bytes == 0 && st.tag == 11, || format!("{st:?}"))?;
+            let mut nonempty = [7u8; 32];
+            let st = w.recv(&mut nonempty, ANY_SOURCE, ANY_TAG)?;
+            check(
+                st.len_bytes == 0 && st.source == 0 && st.tag == 12 && nonempty == [7u8; 32],
+                || format!("{st:?}"),
+            )?;
+        } else {
+            w.barrier()?;
+            w.barrier()?;
+        }
+    }
+    Ok(())
+}
+
+/// A message larger than 2^31 bytes (default 2 GiB + 1) from rank 0 to rank 1,
+/// checked by a checksum and spot checks.
+fn big(w: &Communicator, len: usize) -> Result<()> {
+    let fill = |i: usize| (i.wrapping_mul(2654435761) >> 13) as u8;
+    if w.rank() == 0 {
+        let v: Vec<u8> = (0..len).map(fill).collect();
+        let sum = checksum(&v);
+        w.send(&[sum], 1, 2)?;
+        w.send(&v, 1, 1)?;
+    } else if w.rank() == 1 {
+        let mut sum = [0u64];
+        w.recv(&mut sum, 0, 2)?;
+        let mut v = vec![0u8; len];
+        let st = w.recv(&mut v, 0, 1)?;
+        check(st.len_bytes == len, || format!("length {}", st.len_bytes))?;
+        check(checksum(&v) == sum[0], || "checksum mismatch".into())?;
+        for i in [0, 1, len / 2, len - 2, len - 1] {
+            check(v[i] == fill(i), || format!("byte {i}"))?;
+        }
+        println!("big: {len} bytes, checksum {:016x} OK", sum[0]);
+    }
+    Ok(())
+}
+
+fn checksum(v: &[u8]) -> u64 {
+    // FNV-1a over 8-byte words (position-dependent, cheap).
+    let mut h = 0xcbf29ce484222325u64;
+    let mut chunks = v.chunks_exact(8);
+    for c in &mut chunks {
+        let x = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        h = (h ^ x).wrapping_mul(0x100000001b3);
+    }
+    for &b in chunks.remainder() {
+        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// B004: matched probe then receive in reverse order; probe then receive of the probed
+/// message while a third rank sends same-tag messages of another size.
+fn probe(w: &Communicator) -> Result<()> {
+    let me = w.rank();
+    for len in [80_000usize, 65_535, 65_536, 65_537] {
+        if me == 0 {
+            // Nonblocking: above the eager limit the first send completes only when
+            // rank 1 receives it, which it does after probing both.
+            let (one, two) = (vec![1u8; len], vec![2u8; len]);
+            let a = w.isend(&one, 1, 5)?;
+            let b = w.isend(&two, 1, 5)?;
+            rankwire::wait_all(vec![a, b])?;
+        } else if me == 1 {
+            let (h1, s1) = w.mprobe(0, 5)?;
+            let (h2, s2) = w.mprobe(0, 5)?;
+            check(s1.len_bytes == len && s2.len_bytes == len, || {
+                format!("{s1:?} {s2:?}")
+            })?;
+            let mut b2 = vec![0u8; len];
+            let mut b1 = vec![0u8; len];
+            h2.recv(&mut b2)?;
+            h1.recv(&mut b1)?;
+            check(
+                b1.iter().all(|&x| x == 1) && b2.iter().all(|&x| x == 2),
+                || format!("mixed data at len {len}"),
+            )?;
+        }
+        w.barrier()?;
+    }
+    if w.size() >= 3 {
+        if me == 0 {
+            w.send(&vec![3u8; 1000], 1, 5)?;
+        } else if me == 2 {
+            for _ in 0..20 {
+                w.send(&[4u8; 10], 1, 5)?;
+            }
+        } else if me == 1 {
+            let mut got_from_0 = false;
+            let mut n = 0;
+            while n < 21 {
+                let st = w.probe(ANY_SOURCE, 5)?;
+                let mut b = vec![0u8; st.len_bytes];
+                let rs = w.recv(&mut b, st.source as usize, st.tag)?;
+                check(rs == st, || format!("probed {st:?} received {rs:?}"))?;
+                got_from_0 |= st.source == 0;
+                n += 1;
+            }
+            check(got_from_0, || "missing rank 0 message".into())?;
+        }
+    }
+    w.barrier()?;
+    Ok(())
+}
+
+/// Invalid arguments are `Usage` errors, not panics.
+fn usage(w: &Communicator) -> Result<()> {
+    let n = w.size();
+    let e = w.send(&[1u8], n, 0).unwrap_err();
+    check(
+        matches!(e, Error::Usage(_)) && e.to_string().contains(&n.to_string()),
+        || format!("{e}"),
+    )?;
+    let e = w.send(&[1u8], 0, -1).unwrap_err();
+    check(matches!(e, Error::Usage(_)), || format!("{e}"))?;
+    let e = w.send(&[1u8], 0, w.tag_ub() + 1).unwrap_err();
+    check(matches!(e, Error::Usage(_)), || format!("{e}"))?;
+    let mut b = [0u8];
+    let e = w.recv(&mut b, n + 5, 0).unwrap_err();
+    check(matches!(e, Error::Usage(_)), || format!("{e}"))?;
+    check(w.tag_ub() >= 32767, || "tag_ub below MPI's minimum".into())?;
+    Ok(())
+}
+
+/// Rank `who` exits with `code` right after init while the others block receiving
+/// from it (B013 a).
+fn exit_at(w: &Communicator, who: usize, code: i32) -> Result<()> {
+    if w.rank() == who {
+        std::process::exit(code);
+    }
+    let mut b = [0u8; 4];
+    w.recv(&mut b, who % w.size(), 0)?;
+    Ok(())
+}
+
+/// Rank `who` panics while the others block in a receive (B013 b).
+fn panic_at(w: &Communicator, who: usize) -> Result<()> {
+    if w.rank() == who {
+        std::thread::sleep(Duration::from_millis(50));
+        panic!("rank {who} panics on purpose");
+    }
+    let mut b = [0u8; 4];
+    w.recv(&mut b, who % w.size(), 0)?;
+    Ok(())
+}

@@ -1,0 +1,106 @@
+//! The example programs run end to end through rwrun at several rank counts, each with
+//! a timeout; heat2d's result must equal the 1-rank run exactly.
+
+use std::time::Duration;
+
+use rankwire_tests::{binary, rwrun};
+
+fn example(name: &str) -> String {
+    binary(&format!("examples/{name}"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn result_lines(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("residual ") || l.starts_with("checksum "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn heat2d_equals_serial_at_1_to_4_ranks() {
+    let args = ["200", "150", "100"];
+    // Serial: the program alone, no launcher (a singleton world).
+    let serial = std::process::Command::new(example("heat2d"))
+        .args(args)
+        .output()
+        .expect("run heat2d serially");
+    assert!(serial.status.success());
+    let want = result_lines(&String::from_utf8_lossy(&serial.stdout));
+    assert_eq!(want.len(), 2, "serial output lacks residual/checksum");
+    for n in 1..=4 {
+        let mut v = vec!["-n".to_string(), n.to_string(), example("heat2d")];
+        v.extend(args.iter().map(|s| s.to_string()));
+        let out = rwrun(v).timeout(Duration::from_secs(120)).run();
+        out.assert_ok();
+        assert_eq!(result_lines(&out.stdout), want, "heat2d at {n} ranks");
+    }
+}
+
+#[test]
+fn ring_at_1_2_3_ranks() {
+    for n in 1..=3 {
+        let out = rwrun(["-n", &n.to_string(), &example("ring"), "20"])
+            .timeout(Duration::from_secs(60))
+            .run();
+        out.assert_ok();
+        let want = format!(
+            "ring: {n} ranks, 20 laps, token {} OK",
+            20 * n * (n + 1) / 2
+        );
+        assert!(out.stdout.contains(&want), "{}", out.stdout);
+    }
+}
+
+#[test]
+fn ping_pong_at_2_and_3_ranks() {
+    for n in [2, 3] {
+        let out = rwrun(["-n", &n.to_string(), &example("ping_pong"), "3"])
+            .timeout(Duration::from_secs(60))
+            .run();
+        out.assert_ok();
+        assert!(out.stdout.contains("ping_pong: OK"), "{}", out.stdout);
+    }
+}
+
+#[test]
+fn bench_prints_osu_tables() {
+    let bench = binary("rankwire-bench").to_string_lossy().into_owned();
+    for (mode, header) in [
+        ("latency", "# Size  Latency (us)"),
+        ("bw", "# Size  Bandwidth (MB/s)"),
+    ] {
+        let out = rwrun([
+            "-n",
+            "2",
+            &bench,
+            mode,
+            "--max-size",
+            "65536",
+            "--iters",
+            "50",
+            "--warmup",
+            "5",
+        ])
+        .timeout(Duration::from_secs(120))
+        .run();
+        out.assert_ok();
+        assert!(out.stdout.contains(header), "{}", out.stdout);
+        let rows: Vec<&str> = out.stdout.lines().filter(|l| !l.starts_with('#')).collect();
+        let first = if mode == "latency" { "0" } else { "1" };
+        assert!(
+            rows.first()
+                .is_some_and(|r| r.split_whitespace().next() == Some(first))
+        );
+        assert!(
+            rows.last()
+                .is_some_and(|r| r.split_whitespace().next() == Some("65536"))
+        );
+        for r in rows {
+            let v: f64 = r.split_whitespace().nth(1).unwrap().parse().unwrap();
+            assert!(v.is_finite() && v > 0.0, "row {r}");
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Point-to-point semantics across processes, through rwrun (scenarios B001–B004,
+//! B013 of shared/notes/scenarios.md). Each run has a hard timeout and checks that no
+//! process of the job is left.
+
+use std::time::Duration;
+
+use rankwire_tests::{binary, rwrun};
+
+fn app() -> String {
+    binary("rw-testapp").to_string_lossy().into_owned()
+}
+
+fn run_ok(n: usize, args: &[&str]) -> rankwire_tests::RunOutput {
+    let mut v = vec!["-n".to_string(), n.to_string(), app()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    let out = rwrun(v).timeout(Duration::from_secs(120)).run();
+    out.assert_ok();
+    for r in 0..n {
+        let line = format!("rank {r}: {} OK", args[0]);
+        assert!(
+            out.stdout.contains(&line),
+            "missing {line:?}\n{}",
+            out.stdout
+        );
+    }
+    out
+}
+
+#[test]
+fn ordering_with_wildcards_between_specific_receives() {
+    run_ok(2, &["ordering"]);
+}
+
+#[test]
+fn any_source_window_non_overtaking_b003() {
+    run_ok(4, &["window", "100"]);
+}
+
+#[test]
+fn truncation_is_an_error_and_corrupts_nothing_b001() {
+    run_ok(2, &["truncation"]);
+}
+
+#[test]
+fn zero_byte_and_self_sends_b002() {
+    run_ok(1, &["zero_self"]);
+    run_ok(2, &["zero_self"]);
+}
+
+#[test]
+fn probe_then_receive_and_matched_probe_b004() {
+    run_ok(3, &["probe"]);
+}
+
+#[test]
+fn invalid_rank_and_tag_are_usage_errors() {
+    run_ok(2, &["usage"]);
+}
+
+#[test]
+fn message_over_2_gib() {
+    let out = run_ok(2, &["big"]);
+    assert!(
+        out.stdout.contains("big: 2147483649 bytes"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn rank_exiting_3_ends_the_job_with_3_b013() {
+    let out = rwrun(["-n", "4", &app(), "exit_at", "2", "3"])
+        .timeout(Duration::from_secs(30))
+        .run();
+    assert_eq!(out.code(), 3, "{}", out.stderr);
+    assert!(out.stderr.contains("rank 2"), "{}", out.stderr);
+}
+
+#[test]
+fn panicking_rank_ends_the_job_b013() {
+    let out = rwrun(["-n", "3", &app(), "panic_at", "1"])
+        .timeout(Duration::from_secs(30))
+        .run();
+    assert_eq!(out.code(), 101, "{}", out.stderr);
+    assert!(out.stderr.contains("panics on purpose"), "{}", out.stderr);
+    assert!(out.stderr.contains("rank 1"), "{}", out.stderr);
+}
+
+#[test]
+fn tcp_over_ipv4_and_ipv6_loopback() {
+    for family in ["ipv4", "ipv6"] {
+        if family == "ipv6" && !ipv6_loopback() {
+            eprintln!("skipped: IPv6 loopback (::1) is not configured on this machine");
+            continue;
+        }
+        let out = rwrun(["-n", "3", &app(), "ordering"])
+            .env("RANKWIRE_TCP_IF", "lo")
+            .env("RANKWIRE_TCP_FAMILY", family)
+            .timeout(Duration::from_secs(60))
+            .run();
+        out.assert_ok();
+    }
+}
+
+#[test]
+fn transport_choice_is_queryable() {
+    let out = run_ok(2, &["transport"]);
+    assert!(out.stdout.contains("rank 0 -> 0: self"), "{}", out.stdout);
+    assert!(out.stdout.contains("rank 0 -> 1: tcp"), "{}", out.stdout);
+}
+
+fn ipv6_loopback() -> bool {
+    std::net::TcpListener::bind("[::1]:0").is_ok()
+}
