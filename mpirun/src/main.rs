@@ -1,2 +1,108 @@
-//! rwrun (placeholder: being written).
-fn main() {}
+//! `rwrun`: the rankwire launcher. Starts N ranks of a program on this machine, runs the
+//! bootstrap key-value server they use to find each other, forwards their I/O and
+//! signals, and ends the whole job when any part of it fails.
+//!
+//! ```text
+//! rwrun -n 4 ./my_app args...
+//! rwrun -np 2 --tag-output hostname
+//! ```
+//!
+//! # Lifecycle
+//! 1. **Parse** the command line ([`cli`]; `-np` is rewritten to `-n`); host lists are
+//!    checked to be this machine ([`hosts`]).
+//! 2. **Before any thread exists**: adjust signal dispositions ([`signals`]) and fork the
+//!    [`reaper`], which kills the ranks' process groups if rwrun itself is SIGKILLed.
+//! 3. Start the output writer thread ([`io`]) and a **current-thread** tokio runtime.
+//!    Everything async runs on the main thread, and that matters: ranks get
+//!    `PR_SET_PDEATHSIG`, which fires when the *thread* that forked them exits, so every
+//!    rank is forked from the main thread, which lives until rwrun exits.
+//! 4. The supervisor ([`job`]) starts the bootstrap server ([`server`], 127.0.0.1,
+//!    ephemeral port, per-job secret), spawns the ranks ([`spawn`]), forwards output and
+//!    stdin, and waits for the first of: all ranks done, a rank failed, a rank aborted,
+//!    a signal, the timeout. Then it tears the job down (SIGTERM/forwarded signal, grace,
+//!    SIGKILL), drains output, kills leftovers, and prints one line per failed rank.
+//! 5. rwrun exits with the status chosen by the supervisor (see `rwrun --help`).
+//!
+//! # Environment
+//! - `RANKWIRE_LOG`: tracing filter for rwrun's own logging (`debug`, `rankwire=trace`);
+//!   default `warn`. Ranks inherit it.
+//! - `RANKWIRE_KILL_GRACE_MS`: milliseconds between a forwarded SIGINT/SIGTERM/SIGHUP (or
+//!   the `--timeout` SIGTERM) and SIGKILL; default 2000. A failed or aborting rank ends
+//!   the job with a fixed 300 ms grace.
+
+/// Print one line to rwrun's stderr, ignoring errors: a closed stderr must not crash
+/// rwrun (which would take the whole job down).
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+mod cli;
+mod hosts;
+mod io;
+mod job;
+mod reaper;
+mod server;
+mod signals;
+mod spawn;
+
+use clap::Parser;
+use std::io::{IsTerminal, Write};
+
+fn main() {
+    let argv = cli::normalize_args(std::env::args_os().collect());
+    let config = match cli::JobConfig::from_cli(cli::Cli::parse_from(argv)) {
+        Ok(c) => c,
+        Err(msg) => {
+            note!("rwrun: {msg}");
+            std::process::exit(2);
+        }
+    };
+
+    let process_signals = signals::prepare_process();
+    // SAFETY: no thread has been started yet (clap and the signal setup start none).
+    let reaper = match unsafe { reaper::Reaper::start() } {
+        Ok(r) => Some(r),
+        Err(e) => {
+            note!(
+                "rwrun: warning: cannot start the reaper helper ({e}); children of ranks may outlive a killed rwrun"
+            );
+            None
+        }
+    };
+
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RANKWIRE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+
+    let (out, writer) = match io::start_writer() {
+        Ok(w) => w,
+        Err(e) => {
+            note!("rwrun: cannot start the output thread: {e}");
+            std::process::exit(1);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            note!("rwrun: cannot start the event loop: {e}");
+            std::process::exit(1);
+        }
+    };
+    let outcome = runtime.block_on(job::run(config, process_signals, reaper, out));
+    // Drop leftover tasks (bootstrap connections) without waiting for them; this also
+    // drops their output senders so the writer thread can finish.
+    runtime.shutdown_background();
+    io::join_writer(writer, outcome.output_bound);
+    let _ = std::io::stderr().flush();
+    std::process::exit(outcome.code);
+}

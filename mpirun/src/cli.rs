@@ -1,0 +1,361 @@
+//! Command line: the flags MPI users type, parsed with clap, then resolved into a
+//! [`JobConfig`].
+//!
+//! `-np N` is a single-dash long option (Open MPI, MPICH) that clap cannot express, so
+//! [`normalize_args`] rewrites it to `-n N` before parsing, looking only at rwrun's own
+//! options (never at the program's arguments).
+
+use crate::hosts;
+use clap::Parser;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Environment variable: grace in milliseconds between the forwarded signal (or the
+/// `--timeout` SIGTERM) and SIGKILL.
+pub(crate) const KILL_GRACE_ENV: &str = "RANKWIRE_KILL_GRACE_MS";
+/// Default for [`KILL_GRACE_ENV`].
+pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_millis(2000);
+/// Grace between SIGTERM and SIGKILL when rwrun ends the job itself because a rank failed
+/// or aborted.
+pub(crate) const FAILURE_GRACE: Duration = Duration::from_millis(300);
+
+const AFTER_HELP: &str = "\
+Each rank runs PROGRAM with these variables set:
+  RANKWIRE_RANK, RANKWIRE_SIZE            world rank (0-based) and number of ranks
+  RANKWIRE_LOCAL_RANK, RANKWIRE_LOCAL_SIZE  the same among ranks on this node
+  RANKWIRE_BOOTSTRAP_ADDR                 127.0.0.1:PORT of rwrun's bootstrap server
+  RANKWIRE_JOB_ID, RANKWIRE_JOB_SECRET    job id and the secret the server checks
+Ranks inherit rwrun's environment; -x adds or overrides variables.
+
+I/O: stdin goes to rank 0 only (other ranks read /dev/null); stdout and stderr of
+every rank are forwarded line by line (with --tag-output as \"[RANK] line\").
+
+Exit status: 0 if every rank exits 0; else the status of the first rank that failed
+(128+N for signal N); 128+N when rwrun gets signal N (SIGINT, SIGTERM, SIGHUP are
+forwarded to every rank, SIGKILL follows after RANKWIRE_KILL_GRACE_MS, default
+2000); 124 on --timeout; the code given to abort by a rank; 127/126 if PROGRAM cannot
+be found/executed; 2 for usage errors. When a rank fails or aborts, the other ranks get
+SIGTERM and, 300 ms later, SIGKILL.
+
+Environment: RANKWIRE_LOG=debug (rwrun and rank logging), RANKWIRE_KILL_GRACE_MS,
+RANKWIRE_BOOTSTRAP_TIMEOUT (seconds, rank side).
+
+Examples:
+  rwrun -n 4 ./my_app --size 1024
+  rwrun -np 2 --tag-output hostname
+  rwrun -n 3 -x OMP_NUM_THREADS=2 -x HOME --timeout 600 ./solver < input.dat";
+
+/// rwrun: start N ranks of a program on this machine and run the bootstrap server they
+/// use to find each other.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rwrun",
+    version,
+    about = "Launch N ranks of a program on this machine (the rankwire launcher)",
+    after_help = AFTER_HELP,
+    override_usage = "rwrun [OPTIONS] -n N PROGRAM [ARGS]..."
+)]
+pub(crate) struct Cli {
+    /// Number of ranks to start (also written -np N). Default: the slot count of
+    /// --host/--hostfile, else 1.
+    #[arg(short = 'n', long = "np", value_name = "N")]
+    pub(crate) np: Option<u32>,
+
+    /// Comma-separated hosts, each optionally with a slot count (`localhost:4`).
+    /// Repeatable. Only this machine is supported for now.
+    #[arg(short = 'H', long = "host", value_name = "LIST")]
+    pub(crate) host: Vec<String>,
+
+    /// File with one host per line (`host`, `host:N` or `host slots=N`; `#` comments).
+    /// Only this machine is supported for now.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) hostfile: Option<PathBuf>,
+
+    /// Export VAR from rwrun's environment, or set VAR=VALUE, in every rank. Repeatable.
+    #[arg(short = 'x', value_name = "VAR[=VALUE]")]
+    pub(crate) export: Vec<OsString>,
+
+    /// Prefix every forwarded output line with "[RANK] ".
+    #[arg(long)]
+    pub(crate) tag_output: bool,
+
+    /// Kill the job after SECONDS (fractions allowed); rwrun then exits with 124.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
+    pub(crate) timeout: Option<f64>,
+
+    /// Accepted for compatibility; has no effect (ranks are never bound to cores).
+    #[arg(long)]
+    pub(crate) oversubscribe: bool,
+
+    /// The program to run as every rank, and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM [ARGS]"
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Everything the job needs, resolved and validated.
+#[derive(Debug, Clone)]
+pub(crate) struct JobConfig {
+    /// Number of ranks.
+    pub(crate) size: u32,
+    /// Program to execute (looked up in PATH like execvp).
+    pub(crate) program: OsString,
+    /// Its arguments.
+    pub(crate) args: Vec<OsString>,
+    /// Variables to set in every rank, from `-x`.
+    pub(crate) env: Vec<(OsString, OsString)>,
+    /// `--tag-output`.
+    pub(crate) tag_output: bool,
+    /// `--timeout`, with the user's number for messages.
+    pub(crate) timeout: Option<(Duration, f64)>,
+    /// Grace between a forwarded signal (or the timeout's SIGTERM) and SIGKILL.
+    pub(crate) kill_grace: Duration,
+}
+
+/// Rewrite `-np` (and `-np=N`) to `-n` among rwrun's own options. Stops at `--` or at
+/// the first argument that is not an option (the program), and skips option values.
+pub(crate) fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
+    // Options of rwrun that take a separate value.
+    const TAKES_VALUE: &[&str] = &[
+        "-n",
+        "--np",
+        "-H",
+        "--host",
+        "--hostfile",
+        "-x",
+        "--timeout",
+    ];
+    let mut out = Vec::with_capacity(args.len());
+    let mut iter = args.into_iter();
+    if let Some(argv0) = iter.next() {
+        out.push(argv0);
+    }
+    let mut skip_value = false;
+    let mut done = false;
+    for arg in iter {
+        if done || skip_value {
+            skip_value = false;
+            out.push(arg);
+            continue;
+        }
+        let Some(s) = arg.to_str() else {
+            done = true;
+            out.push(arg);
+            continue;
+        };
+        if s == "--" || !s.starts_with('-') || s == "-" {
+            done = true;
+            out.push(arg);
+        } else if s == "-np" {
+            skip_value = true;
+            out.push("-n".into());
+        } else if let Some(v) = s.strip_prefix("-np=") {
+            out.push(format!("-n={v}").into());
+        } else {
+            skip_value = TAKES_VALUE.contains(&s);
+            out.push(arg);
+        }
+    }
+    out
+}
+
+impl JobConfig {
+    /// Resolve the parsed command line: host lists, rank count, `-x` exports, timeout
+    /// and the kill grace from the environment.
+    ///
+    /// # Errors
+    /// A message for the user (without the `rwrun: ` prefix) for a remote or malformed
+    /// host list, an unreadable hostfile, a bad `-x` or a zero rank count.
+    pub(crate) fn from_cli(cli: Cli) -> Result<JobConfig, String> {
+        let mut hosts = Vec::new();
+        for list in &cli.host {
+            hosts.extend(hosts::parse_host_list(list)?);
+        }
+        if let Some(path) = &cli.hostfile {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read hostfile {}: {e}", path.display()))?;
+            hosts.extend(hosts::parse_hostfile(&text, &path.display().to_string())?);
+        }
+        let slots = if hosts.is_empty() {
+            None
+        } else {
+            Some(hosts::check_local(&hosts)?)
+        };
+        let size = match (cli.np, slots) {
+            (Some(0), _) => return Err("-n must be at least 1".into()),
+            (Some(n), _) => n,
+            (None, Some(s)) => s,
+            (None, None) => 1,
+        };
+        let mut env = Vec::new();
+        for x in &cli.export {
+            if let Some(pair) = parse_export(x)? {
+                env.push(pair);
+            }
+        }
+        let mut command = cli.command.into_iter();
+        let program = command.next().ok_or("no program given")?;
+        if program.is_empty() {
+            return Err("the program name is empty".into());
+        }
+        Ok(JobConfig {
+            size,
+            program,
+            args: command.collect(),
+            env,
+            tag_output: cli.tag_output,
+            timeout: cli.timeout.map(|s| (Duration::from_secs_f64(s), s)),
+            kill_grace: kill_grace_from_env(),
+        })
+    }
+}
+
+// `-x VAR=value` sets; `-x VAR` copies rwrun's value (a no-op locally, since ranks
+// inherit rwrun's environment, but it must exist to mean anything).
+fn parse_export(x: &OsStr) -> Result<Option<(OsString, OsString)>, String> {
+    let bytes = x.as_bytes();
+    let (name, value) = match bytes.iter().position(|&b| b == b'=') {
+        Some(i) => (
+            OsStr::from_bytes(&bytes[..i]).to_os_string(),
+            Some(OsStr::from_bytes(&bytes[i + 1..]).to_os_string()),
+        ),
+        None => (x.to_os_string(), None),
+    };
+    if name.is_empty() {
+        return Err(format!("-x {}: not a variable name", x.to_string_lossy()));
+    }
+    match value {
+        Some(v) => Ok(Some((name, v))),
+        None => match std::env::var_os(&name) {
+            Some(v) => Ok(Some((name, v))),
+            None => {
+                note!(
+                    "rwrun: warning: -x {}: not set in rwrun's environment; not exported",
+                    name.to_string_lossy()
+                );
+                Ok(None)
+            }
+        },
+    }
+}
+
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
+    if !(v.is_finite() && v > 0.0 && v < 1e9) {
+        return Err(format!(
+            "{s:?}: the timeout must be a positive number of seconds"
+        ));
+    }
+    Ok(v)
+}
+
+fn kill_grace_from_env() -> Duration {
+    match std::env::var(KILL_GRACE_ENV) {
+        Err(_) => DEFAULT_KILL_GRACE,
+        Ok(s) => match s.trim().parse::<u64>() {
+            Ok(ms) => Duration::from_millis(ms),
+            Err(_) => {
+                note!(
+                    "rwrun: warning: {KILL_GRACE_ENV}={s:?} is not a number of milliseconds; using {}",
+                    DEFAULT_KILL_GRACE.as_millis()
+                );
+                DEFAULT_KILL_GRACE
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    fn parse(v: &[&str]) -> Result<JobConfig, String> {
+        let cli = Cli::try_parse_from(normalize_args(os(v))).map_err(|e| e.to_string())?;
+        JobConfig::from_cli(cli)
+    }
+
+    #[test]
+    fn np_is_rewritten_only_before_the_program() {
+        assert_eq!(
+            normalize_args(os(&["rwrun", "-np", "4", "prog", "-np", "3"])),
+            os(&["rwrun", "-n", "4", "prog", "-np", "3"])
+        );
+        assert_eq!(
+            normalize_args(os(&["rwrun", "-np=2", "prog"])),
+            os(&["rwrun", "-n=2", "prog"])
+        );
+        // A value that looks like -np is left alone.
+        assert_eq!(
+            normalize_args(os(&["rwrun", "-x", "-np", "-n", "1", "p"])),
+            os(&["rwrun", "-x", "-np", "-n", "1", "p"])
+        );
+        assert_eq!(
+            normalize_args(os(&["rwrun", "--", "-np", "2"])),
+            os(&["rwrun", "--", "-np", "2"])
+        );
+    }
+
+    #[test]
+    fn program_arguments_are_not_options() {
+        let c = parse(&["rwrun", "-np", "3", "sh", "-c", "exit 3", "-n", "9"]).unwrap();
+        assert_eq!(c.size, 3);
+        assert_eq!(c.program, "sh");
+        assert_eq!(c.args, os(&["-c", "exit 3", "-n", "9"]));
+        let c = parse(&[
+            "rwrun",
+            "--np",
+            "2",
+            "--tag-output",
+            "--",
+            "prog",
+            "--tag-output",
+        ])
+        .unwrap();
+        assert_eq!(c.size, 2);
+        assert!(c.tag_output);
+        assert_eq!(c.args, os(&["--tag-output"]));
+    }
+
+    #[test]
+    fn defaults_and_errors() {
+        assert_eq!(parse(&["rwrun", "true"]).unwrap().size, 1);
+        assert!(parse(&["rwrun", "-n", "0", "true"]).is_err());
+        assert!(parse(&["rwrun", "-n", "2"]).is_err());
+        assert!(parse(&["rwrun", "--timeout", "0", "true"]).is_err());
+        assert!(parse(&["rwrun", "--timeout", "abc", "true"]).is_err());
+        let c = parse(&["rwrun", "--timeout", "1.5", "--oversubscribe", "true"]).unwrap();
+        assert_eq!(c.timeout.unwrap().0, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn exports() {
+        let c = parse(&["rwrun", "-x", "A=b=c", "-x", "PATH", "-x", "E=", "true"]).unwrap();
+        assert_eq!(c.env[0], (OsString::from("A"), OsString::from("b=c")));
+        assert_eq!(c.env[1].0, "PATH");
+        assert_eq!(c.env[2], (OsString::from("E"), OsString::new()));
+        assert!(parse(&["rwrun", "-x", "=v", "true"]).is_err());
+    }
+
+    #[test]
+    fn host_slots_set_the_size() {
+        let c = parse(&["rwrun", "--host", "localhost:2,127.0.0.1", "true"]).unwrap();
+        assert_eq!(c.size, 3);
+        let c = parse(&["rwrun", "-H", "localhost:2", "-n", "5", "true"]).unwrap();
+        assert_eq!(c.size, 5);
+        let e = parse(&["rwrun", "--host", "localhost,elsewhere-x9", "true"]).unwrap_err();
+        assert!(e.contains("remote launch is not supported yet"), "{e}");
+    }
+}

@@ -1,0 +1,444 @@
+//! Starting ranks, watching them exit, signalling their process groups.
+//!
+//! Every rank is forked from the main thread (see the crate doc for why) with:
+//! - `setpgid(0, 0)`: its own process group, so `killpg` reaches the rank and whatever
+//!   it started;
+//! - `prctl(PR_SET_PDEATHSIG, SIGKILL)`: it dies with rwrun, even if rwrun is SIGKILLed;
+//! - the `RANKWIRE_*` environment of [`rankwire::bootstrap::env`];
+//! - piped stdout/stderr (close-on-exec in every other process), and for rank 0 the read
+//!   end of rwrun's stdin pipe.
+//!
+//! Exit is detected with a pidfd (`pidfd_open`, Linux 5.3) and read with
+//! `waitid(WNOWAIT)`, which leaves the rank a zombie: its pid, and so its process group
+//! id, cannot be reused until rwrun reaps it at the very end. That makes a late
+//! `killpg` of a finished rank's group (to catch leftover children) safe.
+
+use crate::cli::JobConfig;
+use rand::Rng;
+use rankwire::bootstrap::env;
+use std::ffi::OsString;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use tokio::io::unix::AsyncFd;
+
+/// Identity of one job: what every bootstrap connection must present.
+#[derive(Debug, Clone)]
+pub(crate) struct JobIdentity {
+    /// `rw<pid><8 hex>`: short and alphanumeric (it goes into /dev/shm names).
+    pub(crate) job_id: String,
+    /// 128 random bits, hex.
+    pub(crate) secret: String,
+}
+
+impl JobIdentity {
+    /// A fresh job id and secret from the thread RNG (a CSPRNG seeded by the OS).
+    pub(crate) fn generate() -> JobIdentity {
+        let mut rng = rand::rng();
+        let tag: u32 = rng.random();
+        let secret: [u8; 16] = rng.random();
+        JobIdentity {
+            job_id: format!("rw{}{tag:08x}", std::process::id()),
+            secret: secret.iter().map(|b| format!("{b:02x}")).collect(),
+        }
+    }
+}
+
+/// A started rank.
+#[derive(Debug)]
+pub(crate) struct Spawned {
+    /// Process id, also its process group id.
+    pub(crate) pid: i32,
+    /// Read end of its stdout pipe.
+    pub(crate) stdout: OwnedFd,
+    /// Read end of its stderr pipe.
+    pub(crate) stderr: OwnedFd,
+}
+
+/// How a rank ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExitKind {
+    /// `exit(code)`.
+    Code(i32),
+    /// Killed by a signal.
+    Signal {
+        /// Signal number.
+        signal: i32,
+        /// A core file was written.
+        core_dumped: bool,
+    },
+    /// The status could not be read (someone else reaped the process).
+    Unknown,
+}
+
+impl ExitKind {
+    /// Exit status 0.
+    pub(crate) fn is_success(self) -> bool {
+        self == ExitKind::Code(0)
+    }
+
+    /// The shell convention: the code, or 128 + signal.
+    pub(crate) fn shell_status(self) -> i32 {
+        match self {
+            ExitKind::Code(c) => c,
+            ExitKind::Signal { signal, .. } => 128 + signal,
+            ExitKind::Unknown => 1,
+        }
+    }
+}
+
+/// What to undo in a rank of rwrun's own process settings.
+#[derive(Clone, Copy)]
+pub(crate) struct ChildSetup {
+    /// Reset SIGTTIN to its default (rwrun ignores it, see `signals`).
+    pub(crate) restore_sigttin: bool,
+    /// rwrun's original open-file limit, if [`raise_fd_limit`] raised it.
+    pub(crate) restore_nofile: Option<libc::rlimit>,
+}
+
+/// Raise the soft open-file limit so that `size` ranks (a pidfd and two pipes each, plus
+/// the bootstrap connections) fit. Returns the original limit when it was changed, for
+/// the ranks to get back.
+pub(crate) fn raise_fd_limit(size: u32) -> Option<libc::rlimit> {
+    let want = (size as u64).saturating_mul(6).saturating_add(256);
+    // SAFETY: rlimit is plain data, filled by getrlimit.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur >= want {
+        return None;
+    }
+    let original = lim;
+    lim.rlim_cur = want.min(lim.rlim_max);
+    if lim.rlim_cur <= original.rlim_cur {
+        return None;
+    }
+    // SAFETY: valid pointer.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        tracing::debug!(
+            "cannot raise the open-file limit: {}",
+            io::Error::last_os_error()
+        );
+        return None;
+    }
+    tracing::debug!(
+        "open-file limit raised from {} to {}",
+        original.rlim_cur,
+        lim.rlim_cur
+    );
+    Some(original)
+}
+
+/// Start rank `rank` of the job with `stdin` as its standard input.
+///
+/// # Errors
+/// The spawn error (`NotFound` when the program does not exist, `PermissionDenied` when
+/// it is not executable).
+pub(crate) fn spawn_rank(
+    cfg: &JobConfig,
+    ident: &JobIdentity,
+    server: SocketAddr,
+    rank: u32,
+    stdin: Stdio,
+    setup: ChildSetup,
+) -> io::Result<Spawned> {
+    let mut cmd = Command::new(&cfg.program);
+    cmd.args(&cfg.args)
+        .envs(cfg.env.iter().map(|(k, v)| (k, v)))
+        .env(env::RANK, rank.to_string())
+        .env(env::SIZE, cfg.size.to_string())
+        .env(env::LOCAL_RANK, rank.to_string())
+        .env(env::LOCAL_SIZE, cfg.size.to_string())
+        .env(env::BOOTSTRAP_ADDR, server.to_string())
+        .env(env::JOB_ID, &ident.job_id)
+        .env(env::JOB_SECRET, &ident.secret)
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (setpgid, prctl, getppid, signal, setrlimit); it
+    // allocates nothing (last_os_error/from_raw_os_error do not allocate).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setpgid(0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // rwrun may have died between fork and prctl: then nobody would kill us.
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            if setup.restore_sigttin {
+                libc::signal(libc::SIGTTIN, libc::SIG_DFL);
+            }
+            if let Some(lim) = &setup.restore_nofile {
+                libc::setrlimit(libc::RLIMIT_NOFILE, lim);
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    // std returns only after the exec succeeded, so setpgid has happened: no race with
+    // an early killpg.
+    let pid = child.id() as i32;
+    let missing = || io::Error::other("spawned rank has no output pipe");
+    let stdout = child.stdout.take().ok_or_else(missing)?;
+    let stderr = child.stderr.take().ok_or_else(missing)?;
+    // Dropping `child` neither kills nor waits; exit is watched with `wait_exit`.
+    drop(child);
+    Ok(Spawned {
+        pid,
+        stdout: stdout.into(),
+        stderr: stderr.into(),
+    })
+}
+
+/// A close-on-exec pipe: (read end, write end).
+///
+/// # Errors
+/// `pipe2` failed (out of file descriptors).
+pub(crate) fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both are fresh descriptors owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Wait until process `pid` (a child of rwrun) has exited, without reaping it.
+pub(crate) async fn wait_exit(pid: i32) -> ExitKind {
+    match pidfd_open(pid) {
+        // SAFETY: the OwnedFd moves into the AsyncFd, which owns and closes it.
+        Ok(fd) => {
+            match unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
+                Ok(afd) => loop {
+                    match afd.readable().await {
+                        Ok(mut guard) => {
+                            if let Some(kind) = peek_exit(pid) {
+                                return kind;
+                            }
+                            guard.clear_ready();
+                        }
+                        Err(e) => {
+                            tracing::debug!("pidfd of {pid}: {e}; polling instead");
+                            break;
+                        }
+                    }
+                },
+                Err(e) => tracing::debug!("cannot register pidfd of {pid}: {e}; polling instead"),
+            }
+        }
+        Err(e) => tracing::debug!("pidfd_open({pid}): {e}; polling instead"),
+    }
+    loop {
+        if let Some(kind) = peek_exit(pid) {
+            return kind;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Reap an exited child (after `wait_exit`). Never blocks.
+pub(crate) fn reap(pid: i32) {
+    let mut status = 0;
+    // SAFETY: plain system call on our own child.
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+}
+
+/// Send `signal` to process group `pgid`. A group that no longer exists is not an
+/// error.
+pub(crate) fn kill_group(pgid: i32, signal: i32) {
+    // SAFETY: plain system call.
+    if unsafe { libc::killpg(pgid, signal) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            tracing::debug!("killpg({pgid}, {signal}): {e}");
+        }
+    }
+}
+
+/// For each of `pgids`, how many processes of that group are alive (not zombies),
+/// from a scan of /proc.
+pub(crate) fn live_group_members(pgids: &[i32]) -> Vec<usize> {
+    let mut counts = vec![0usize; pgids.len()];
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return counts;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let Some((state, pgrp)) = parse_stat(&stat)
+            && state != 'Z'
+            && state != 'X'
+            && let Some(i) = pgids.iter().position(|&g| g == pgrp)
+        {
+            counts[i] += 1;
+        }
+    }
+    counts
+}
+
+/// Name of a signal (`SIGKILL`), or `signal N`.
+pub(crate) fn signal_name(signal: i32) -> String {
+    match nix::sys::signal::Signal::try_from(signal) {
+        Ok(s) => s.as_str().to_string(),
+        Err(_) => format!("signal {signal}"),
+    }
+}
+
+/// Human text for how a rank's program ended, e.g. `exited with status 3`.
+pub(crate) fn describe_exit(kind: ExitKind) -> String {
+    match kind {
+        ExitKind::Code(101) => {
+            "exited with status 101 (the status of a Rust panic; see the rank's stderr above)"
+                .into()
+        }
+        ExitKind::Code(c) => format!("exited with status {c}"),
+        ExitKind::Signal {
+            signal,
+            core_dumped,
+        } => format!(
+            "killed by signal {signal} ({}){}",
+            signal_name(signal),
+            if core_dumped { " (core dumped)" } else { "" }
+        ),
+        ExitKind::Unknown => "exited with an unknown status".into(),
+    }
+}
+
+/// The program name for messages.
+pub(crate) fn program_display(p: &OsString) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call; on success it returns a new descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor returned by the kernel.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    debug_assert!(fd.as_raw_fd() >= 0);
+    Ok(fd)
+}
+
+// waitid(WEXITED | WNOHANG | WNOWAIT): the exit status without reaping.
+fn peek_exit(pid: i32) -> Option<ExitKind> {
+    // SAFETY: siginfo_t is plain data; zeroed is its documented initial state for
+    // WNOHANG (si_pid stays 0 when no child changed state).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to `info`; pid is our child.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return None;
+        }
+        tracing::warn!("waitid({pid}): {e}");
+        return Some(ExitKind::Unknown);
+    }
+    // SAFETY: waitid filled `info` for a SIGCHLD-style record (or left it zeroed).
+    let (si_pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if si_pid == 0 {
+        return None;
+    }
+    Some(match info.si_code {
+        libc::CLD_EXITED => ExitKind::Code(status),
+        libc::CLD_KILLED => ExitKind::Signal {
+            signal: status,
+            core_dumped: false,
+        },
+        libc::CLD_DUMPED => ExitKind::Signal {
+            signal: status,
+            core_dumped: true,
+        },
+        _ => return None,
+    })
+}
+
+// (state, pgrp) from /proc/PID/stat. The command name is in parentheses and may contain
+// anything, so fields are counted from the last ')'.
+fn parse_stat(stat: &str) -> Option<(char, i32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((state, pgrp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_identity_shape() {
+        let a = JobIdentity::generate();
+        let b = JobIdentity::generate();
+        assert!(a.job_id.starts_with("rw") && a.job_id.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert!(a.job_id.len() <= 2 + 10 + 8);
+        assert_eq!(a.secret.len(), 32);
+        assert!(a.secret.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a.secret, b.secret);
+        assert_ne!(a.job_id, b.job_id);
+    }
+
+    #[test]
+    fn stat_parsing() {
+        assert_eq!(parse_stat("123 (a b) c)) S 1 456 456 0"), Some(('S', 456)));
+        assert_eq!(parse_stat("garbage"), None);
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        // SAFETY: plain system call.
+        let pgrp = unsafe { libc::getpgrp() };
+        assert_eq!(parse_stat(&own).map(|s| s.1), Some(pgrp));
+    }
+
+    #[test]
+    fn exit_descriptions() {
+        assert_eq!(describe_exit(ExitKind::Code(3)), "exited with status 3");
+        assert_eq!(
+            describe_exit(ExitKind::Signal {
+                signal: 9,
+                core_dumped: false
+            }),
+            "killed by signal 9 (SIGKILL)"
+        );
+        assert!(describe_exit(ExitKind::Code(101)).contains("panic"));
+        assert_eq!(
+            ExitKind::Signal {
+                signal: 15,
+                core_dumped: false
+            }
+            .shell_status(),
+            143
+        );
+        assert_eq!(ExitKind::Code(3).shell_status(), 3);
+    }
+}
