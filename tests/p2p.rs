@@ -112,3 +112,28 @@ fn transport_choice_is_queryable() {
 fn ipv6_loopback() -> bool {
     std::net::TcpListener::bind("[::1]:0").is_ok()
 }
+
+#[test]
+fn launcher_removes_shm_segments_a_killed_rank_left() {
+    let out = rwrun([
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "touch /dev/shm/rankwire-$RANKWIRE_JOB_ID-$RANKWIRE_RANK-left; echo job=$RANKWIRE_JOB_ID; kill -9 $$",
+    ])
+    .timeout(Duration::from_secs(30))
+    .run();
+    assert_eq!(out.code(), 137, "{}", out.stderr);
+    let job = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("job="))
+        .expect("job id printed");
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(job))
+        .collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+}

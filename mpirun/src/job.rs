@@ -218,6 +218,7 @@ pub(crate) async fn run(
         }
     }
     job.kill_leftovers().await;
+    remove_shm_segments(&ident.job_id);
     for r in &job.ranks {
         if r.exit.is_some() {
             spawn::reap(r.pid);
@@ -483,4 +484,22 @@ fn spawn_failure(cfg: &JobConfig, rank: u32, e: &std::io::Error) -> Ending {
     };
     note!("rwrun: cannot start rank {rank}: {prog}: {what} ({e})");
     Ending::SpawnFailed { code }
+}
+
+/// Remove every `/dev/shm/rankwire-<job>-*` entry the job's ranks may have left (a rank
+/// killed between creating and unlinking its segment). Ranks normally unlink their
+/// segments as soon as every peer has mapped them; this is the backstop.
+fn remove_shm_segments(job_id: &str) {
+    let prefix = format!("rankwire-{job_id}-");
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in dir.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            match std::fs::remove_file(e.path()) {
+                Ok(()) => tracing::debug!("removed leftover {}", e.path().display()),
+                Err(err) => tracing::warn!("cannot remove {}: {err}", e.path().display()),
+            }
+        }
+    }
 }
