@@ -15,7 +15,7 @@
 //! 3. The progress engine calls [`Transport::send`] (which may answer
 //!    [`SendOutcome::Busy`]: back-pressure is a value, never an error) and
 //!    [`Transport::poll`] in a loop: spin a bounded number of times, then yield.
-//! 4. [`Transport::flush`] before finalize, then drop.
+//! 4. Progress until [`Transport::is_flushed`] before finalize, then drop.
 //!
 //! # Frames on the wire
 //! Every transport delivers each `(header, payload)` pair whole and in order per peer.
@@ -78,7 +78,7 @@ pub struct KindCaps {
     pub max_frame_payload_bytes: usize,
     /// Largest message, in bytes, the transport can move in total (`u64::MAX` if unlimited).
     pub max_message_bytes: u64,
-    /// Memory must be registered ([`Transport::register`]) before `put`/`get`.
+    /// Memory must be registered before `put`/`get` (RDMA memory regions).
     pub needs_registration: bool,
 }
 

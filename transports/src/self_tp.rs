@@ -102,13 +102,20 @@ mod tests {
         let got: Vec<_> = ev
             .into_iter()
             .map(|e| match e {
-                Event::Recv { peer, header, payload } => (peer, header, payload),
+                Event::Recv {
+                    peer,
+                    header,
+                    payload,
+                } => (peer, header, payload),
                 other => panic!("unexpected {other:?}"),
             })
             .collect();
         assert_eq!(
             got,
-            vec![(3, b"h1".to_vec(), b"p1".to_vec()), (3, b"h2".to_vec(), vec![])]
+            vec![
+                (3, b"h1".to_vec(), b"p1".to_vec()),
+                (3, b"h2".to_vec(), vec![])
+            ]
         );
         let mut ev = Vec::new();
         assert!(!t.poll(&mut ev));

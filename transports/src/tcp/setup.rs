@@ -1,0 +1,707 @@
+//! Connection setup: the listener, and the nonblocking loop that dials lower ranks and
+//! accepts higher ranks at the same time, running the handshake of `handshake.rs`.
+//!
+//! One `poll(2)` loop drives, without threads: one dial attempt per lower peer (candidate
+//! addresses in order, each bounded by `addr_timeout`), the listener, and every accepted
+//! socket still in its handshake (each bounded by `addr_timeout`). It ends when every
+//! dial succeeded and every expected peer was accepted, or fails at `connect_timeout`.
+//! After every readiness wake-up it simply tries to progress every socket (they are all
+//! nonblocking); setup is not the hot path.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tracing::debug;
+
+use super::config::TcpConfig;
+use super::handshake::{Ack, AckStatus, HANDSHAKE_LEN, Hello, PROTOCOL_VERSION, check_ack};
+use crate::TransportError;
+
+/// Bind the listening socket: `[::]:0` dual-stack (IPV6_V6ONLY off), or `0.0.0.0:0`
+/// where IPv6 is unavailable. Nonblocking. Returns the socket and whether it accepts
+/// IPv6.
+pub(crate) fn bind_listener(cfg: &TcpConfig, backlog: i32) -> io::Result<(Socket, bool)> {
+    let v6 = (|| -> io::Result<Socket> {
+        let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+        s.set_only_v6(false)?;
+        s.bind(&SockAddr::from(SocketAddr::new(
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            0,
+        )))?;
+        Ok(s)
+    })();
+    let (sock, is_v6) = match v6 {
+        Ok(s) => (s, true),
+        Err(e) => {
+            debug!("tcp: no dual-stack IPv6 listener ({e}); listening on IPv4 only");
+            let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+            s.bind(&SockAddr::from(SocketAddr::from(([0, 0, 0, 0], 0))))?;
+            (s, false)
+        }
+    };
+    // Accepted sockets inherit the buffer sizes (and with them the window scale).
+    set_buffers(&sock, cfg);
+    sock.set_nonblocking(true)?;
+    sock.listen(backlog)?;
+    Ok((sock, is_v6))
+}
+
+/// Apply `cfg.socket_buffer_bytes` where the kernel allows the full size (see
+/// [`TcpConfig::socket_buffer_bytes`]). Best effort: failures are logged, not fatal.
+pub(crate) fn set_buffers(sock: &Socket, cfg: &TcpConfig) {
+    let Some(want) = cfg.socket_buffer_bytes else {
+        return;
+    };
+    let (wmax, rmax) = buffer_limits();
+    if wmax >= want
+        && let Err(e) = sock.set_send_buffer_size(want)
+    {
+        debug!("tcp: SO_SNDBUF {want}: {e}");
+    }
+    if rmax >= want
+        && let Err(e) = sock.set_recv_buffer_size(want)
+    {
+        debug!("tcp: SO_RCVBUF {want}: {e}");
+    }
+}
+
+/// `net.core.wmem_max`, `net.core.rmem_max` (0 where unreadable), read once.
+fn buffer_limits() -> (usize, usize) {
+    static LIMITS: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    *LIMITS.get_or_init(|| {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .ok()
+                .and_then(|s| s.trim().parse::<usize>().ok())
+                .unwrap_or(0)
+        };
+        (
+            read("/proc/sys/net/core/wmem_max"),
+            read("/proc/sys/net/core/rmem_max"),
+        )
+    })
+}
+
+/// Inputs of [`establish`].
+pub(crate) struct Setup<'a> {
+    pub(crate) my_rank: u32,
+    pub(crate) size: u32,
+    pub(crate) job_hash: u64,
+    pub(crate) cfg: &'a TcpConfig,
+    pub(crate) listener: Socket,
+    /// Our own published addresses (for error messages).
+    pub(crate) my_addrs: &'a [SocketAddr],
+    /// Lower ranks to dial, each with its candidate addresses in order.
+    pub(crate) dial: Vec<(u32, Vec<SocketAddr>)>,
+    /// Higher ranks expected to dial us.
+    pub(crate) expect: Vec<u32>,
+}
+
+/// Run the setup loop (module doc). Returns one handshaken, nonblocking socket per peer.
+///
+/// # Errors
+/// [`TransportError::Connect`] naming the peer, every address tried with its error, and
+/// the environment variables to set; [`TransportError::Os`] if `poll` itself fails.
+pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, TransportError> {
+    let Setup {
+        my_rank,
+        size,
+        job_hash,
+        cfg,
+        listener,
+        my_addrs,
+        dial,
+        expect,
+    } = setup;
+    let start = Instant::now();
+    let deadline = start + cfg.connect_timeout;
+    let me = Hello {
+        version: PROTOCOL_VERSION,
+        connector: my_rank,
+        acceptor: 0,
+        world_size: size,
+        job_hash,
+    };
+    let mut dials: Vec<Dial> = dial
+        .into_iter()
+        .map(|(peer, addrs)| Dial {
+            peer,
+            addrs,
+            next: 0,
+            tried: Vec::new(),
+            attempt: None,
+        })
+        .collect();
+    let mut done: BTreeMap<u32, Socket> = BTreeMap::new();
+    let mut accepted: BTreeMap<u32, Socket> = BTreeMap::new();
+    let mut inbound: Vec<Inbound> = Vec::new();
+    let acc = Acceptor {
+        my_rank,
+        size,
+        job_hash,
+        expect: &expect,
+    };
+
+    loop {
+        let now = Instant::now();
+        // Dials: progress the current attempt, or start the next address.
+        let mut i = 0;
+        while i < dials.len() {
+            let d = &mut dials[i];
+            match d.progress(&me, cfg, now) {
+                DialState::Pending => i += 1,
+                DialState::Connected(sock) => {
+                    debug!(
+                        "tcp: rank {my_rank} connected to rank {} via {}",
+                        d.peer,
+                        d.addrs[d.next - 1]
+                    );
+                    done.insert(d.peer, sock);
+                    dials.swap_remove(i);
+                }
+                DialState::Exhausted => {
+                    return Err(dial_error(d, cfg, "every candidate address failed"));
+                }
+            }
+        }
+        // Listener: take every pending connection.
+        loop {
+            match listener.accept() {
+                Ok((sock, from)) => {
+                    if let Err(e) = sock.set_nonblocking(true) {
+                        debug!("tcp: dropping accepted connection: set_nonblocking: {e}");
+                        continue;
+                    }
+                    inbound.push(Inbound {
+                        sock,
+                        from: from.as_socket(),
+                        deadline: now + cfg.addr_timeout,
+                        buf: [0; HANDSHAKE_LEN],
+                        got: 0,
+                        reply: None,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // ECONNABORTED, EMFILE, ...: try again on the next turn.
+                    debug!("tcp: accept: {e}");
+                    break;
+                }
+            }
+        }
+        // Accepted sockets in their handshake.
+        let mut i = 0;
+        while i < inbound.len() {
+            match inbound[i].progress(&acc, &mut accepted, now) {
+                InState::Pending => i += 1,
+                InState::Drop(why) => {
+                    debug!(
+                        "tcp: rank {my_rank} rejected connection from {:?}: {why}",
+                        inbound[i].from
+                    );
+                    inbound.swap_remove(i);
+                }
+                InState::Accepted(peer) => {
+                    let ib = inbound.swap_remove(i);
+                    debug!(
+                        "tcp: rank {my_rank} accepted rank {peer} from {:?}",
+                        ib.from
+                    );
+                    accepted.insert(peer, ib.sock);
+                }
+            }
+        }
+
+        if dials.is_empty() && expect.iter().all(|r| accepted.contains_key(r)) {
+            break;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(deadline_error(
+                &dials, &expect, &accepted, cfg, my_addrs, my_rank,
+            ));
+        }
+
+        // Sleep until something is ready or the nearest deadline (at most 50 ms).
+        let mut wake = deadline.min(now + Duration::from_millis(50));
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(1 + dials.len() + inbound.len());
+        fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+        for d in &dials {
+            if let Some(a) = &d.attempt {
+                wake = wake.min(a.deadline);
+                let ev = match a.phase {
+                    DialPhase::ReadAck { .. } => PollFlags::POLLIN,
+                    _ => PollFlags::POLLOUT,
+                };
+                fds.push(PollFd::new(a.sock.as_fd(), ev));
+            }
+        }
+        for ib in &inbound {
+            wake = wake.min(ib.deadline);
+            let ev = if ib.reply.is_some() {
+                PollFlags::POLLOUT
+            } else {
+                PollFlags::POLLIN
+            };
+            fds.push(PollFd::new(ib.sock.as_fd(), ev));
+        }
+        let ms = wake.saturating_duration_since(now).as_millis().clamp(1, 50) as u16;
+        match nix::poll::poll(&mut fds, ms) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                return Err(TransportError::Os {
+                    transport: "tcp",
+                    call: "poll",
+                    reason: e.to_string(),
+                });
+            }
+        }
+    }
+    done.append(&mut accepted);
+    debug!(
+        "tcp: rank {my_rank} set up {} connections in {:?}",
+        done.len(),
+        start.elapsed()
+    );
+    Ok(done)
+}
+
+// One lower peer being dialled: candidate addresses tried in order, one attempt at a
+// time; `tried` collects "addr: error" for the final message.
+struct Dial {
+    peer: u32,
+    addrs: Vec<SocketAddr>,
+    next: usize,
+    tried: Vec<String>,
+    attempt: Option<Attempt>,
+}
+
+struct Attempt {
+    sock: Socket,
+    deadline: Instant,
+    phase: DialPhase,
+}
+
+enum DialPhase {
+    Connecting,
+    SendHello {
+        sent: usize,
+    },
+    ReadAck {
+        buf: [u8; HANDSHAKE_LEN],
+        got: usize,
+    },
+}
+
+enum DialState {
+    Pending,
+    Connected(Socket),
+    Exhausted,
+}
+
+impl Dial {
+    fn progress(&mut self, me: &Hello, cfg: &TcpConfig, now: Instant) -> DialState {
+        loop {
+            if self.attempt.is_none() {
+                let Some(&addr) = self.addrs.get(self.next) else {
+                    return DialState::Exhausted;
+                };
+                self.next += 1;
+                match start_connect(addr, cfg) {
+                    Ok(sock) => {
+                        self.attempt = Some(Attempt {
+                            sock,
+                            deadline: now + cfg.addr_timeout,
+                            phase: DialPhase::Connecting,
+                        })
+                    }
+                    Err(e) => {
+                        self.tried.push(format!("{addr}: {e}"));
+                        continue;
+                    }
+                }
+            }
+            let addr = self.addrs[self.next - 1];
+            let hello = Hello {
+                acceptor: self.peer,
+                ..*me
+            };
+            let Some(a) = self.attempt.as_mut() else {
+                continue;
+            };
+            match a.step(&hello, self.peer) {
+                Ok(true) => {
+                    let Some(a) = self.attempt.take() else {
+                        continue;
+                    };
+                    return DialState::Connected(a.sock);
+                }
+                Ok(false) if now < a.deadline => return DialState::Pending,
+                Ok(false) => {
+                    let what = match a.phase {
+                        DialPhase::Connecting => "TCP connect",
+                        _ => "handshake (a process that is not this job's rank?)",
+                    };
+                    self.tried.push(format!(
+                        "{addr}: {what} timed out after {:?}",
+                        cfg.addr_timeout
+                    ));
+                }
+                Err(e) => self.tried.push(format!("{addr}: {e}")),
+            }
+            debug!(
+                "tcp: dial rank {}: {}",
+                self.peer,
+                self.tried.last().map_or("", |s| s)
+            );
+            self.attempt = None; // closes the socket before the next address
+        }
+    }
+}
+
+impl Attempt {
+    /// Advance as far as possible without blocking: `Ok(true)` once the ack is checked.
+    fn step(&mut self, hello: &Hello, peer: u32) -> Result<bool, String> {
+        loop {
+            match &mut self.phase {
+                DialPhase::Connecting => {
+                    match self.sock.take_error() {
+                        Ok(None) => {}
+                        Ok(Some(e)) | Err(e) => return Err(e.to_string()),
+                    }
+                    match self.sock.peer_addr() {
+                        Ok(_) => self.phase = DialPhase::SendHello { sent: 0 },
+                        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Ok(false),
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+                DialPhase::SendHello { sent } => {
+                    let bytes = hello.encode();
+                    match (&self.sock).write(&bytes[*sent..]) {
+                        Ok(n) => {
+                            *sent += n;
+                            if *sent == HANDSHAKE_LEN {
+                                self.phase = DialPhase::ReadAck {
+                                    buf: [0; HANDSHAKE_LEN],
+                                    got: 0,
+                                };
+                            }
+                        }
+                        Err(e) if would_block(&e) => return Ok(false),
+                        Err(e) => return Err(format!("sending hello: {e}")),
+                    }
+                }
+                DialPhase::ReadAck { buf, got } => {
+                    match (&self.sock).read(&mut buf[*got..]) {
+                        Ok(0) => {
+                            return Err(
+                                "closed during the handshake (not a rankwire rank of this job?)"
+                                    .into(),
+                            );
+                        }
+                        Ok(n) => *got += n,
+                        Err(e) if would_block(&e) => return Ok(false),
+                        Err(e) => return Err(format!("reading ack: {e}")),
+                    }
+                    if *got == HANDSHAKE_LEN {
+                        return check_ack(buf, hello, peer).map(|()| true);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A nonblocking socket with a connect in progress to `addr`.
+fn start_connect(addr: SocketAddr, cfg: &TcpConfig) -> io::Result<Socket> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_nonblocking(true)?;
+    sock.set_tcp_nodelay(true)?;
+    set_buffers(&sock, cfg);
+    match sock.connect(&SockAddr::from(addr)) {
+        Ok(()) => Ok(sock),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) || would_block(&e) => Ok(sock),
+        Err(e) => Err(e),
+    }
+}
+
+// An accepted socket in its handshake: reading the hello, then writing the ack.
+struct Inbound {
+    sock: Socket,
+    from: Option<SocketAddr>,
+    deadline: Instant,
+    buf: [u8; HANDSHAKE_LEN],
+    got: usize,
+    /// The ack being written, how much of it is written, and the rank it accepts.
+    reply: Option<([u8; HANDSHAKE_LEN], usize, Option<u32>)>,
+}
+
+enum InState {
+    Pending,
+    Drop(String),
+    Accepted(u32),
+}
+
+struct Acceptor<'a> {
+    my_rank: u32,
+    size: u32,
+    job_hash: u64,
+    expect: &'a [u32],
+}
+
+impl Inbound {
+    fn progress(
+        &mut self,
+        acc: &Acceptor<'_>,
+        accepted: &mut BTreeMap<u32, Socket>,
+        now: Instant,
+    ) -> InState {
+        loop {
+            if let Some((ack, sent, accept_as)) = &mut self.reply {
+                if *sent == HANDSHAKE_LEN {
+                    return match accept_as {
+                        Some(r) => InState::Accepted(*r),
+                        None => InState::Drop("rejected (ack sent)".into()),
+                    };
+                }
+                match (&self.sock).write(&ack[*sent..]) {
+                    Ok(n) => *sent += n,
+                    Err(e) if would_block(&e) => break,
+                    Err(e) => return InState::Drop(format!("writing ack: {e}")),
+                }
+                continue;
+            }
+            match (&self.sock).read(&mut self.buf[self.got..]) {
+                Ok(0) => return InState::Drop("closed before a full hello".into()),
+                Ok(n) => self.got += n,
+                Err(e) if would_block(&e) => break,
+                Err(e) => return InState::Drop(format!("reading hello: {e}")),
+            }
+            if self.got < HANDSHAKE_LEN {
+                continue;
+            }
+            let Some(hello) = Hello::decode(&self.buf) else {
+                return InState::Drop("bad hello magic (not a rankwire TCP connector)".into());
+            };
+            let status = acc.judge(&hello, accepted);
+            let ack = Ack {
+                version: PROTOCOL_VERSION,
+                status: status as u32,
+                acceptor: acc.my_rank,
+                world_size: acc.size,
+                job_hash: acc.job_hash,
+            };
+            let accept_as = (status == AckStatus::Accepted).then_some(hello.connector);
+            if status != AckStatus::Accepted {
+                debug!(
+                    "tcp: rank {} rejects hello {hello:?} from {:?}: {status:?}",
+                    acc.my_rank, self.from
+                );
+            }
+            self.reply = Some((ack.encode(), 0, accept_as));
+        }
+        if now >= self.deadline {
+            return InState::Drop("handshake timed out".into());
+        }
+        InState::Pending
+    }
+}
+
+impl Acceptor<'_> {
+    fn judge(&self, h: &Hello, accepted: &mut BTreeMap<u32, Socket>) -> AckStatus {
+        if h.version != PROTOCOL_VERSION {
+            return AckStatus::BadVersion;
+        }
+        if h.job_hash != self.job_hash {
+            return AckStatus::WrongJob;
+        }
+        if h.world_size != self.size {
+            return AckStatus::WrongSize;
+        }
+        if h.acceptor != self.my_rank {
+            return AckStatus::WrongRank;
+        }
+        if !self.expect.contains(&h.connector) {
+            return AckStatus::UnexpectedConnector;
+        }
+        if let Some(old) = accepted.get(&h.connector) {
+            // The connector gives up an attempt (timeout) before trying its next address,
+            // closing the socket; if the old connection is gone, this one replaces it.
+            if is_alive(old) {
+                return AckStatus::Duplicate;
+            }
+            accepted.remove(&h.connector);
+        }
+        AckStatus::Accepted
+    }
+}
+
+/// A connection is alive unless a nonblocking peek sees end of stream or an error.
+fn is_alive(sock: &Socket) -> bool {
+    let mut b = [MaybeUninit::<u8>::uninit(); 1];
+    match sock.peek(&mut b) {
+        Ok(0) => false,
+        Ok(_) => true,
+        Err(e) => would_block(&e),
+    }
+}
+
+fn would_block(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+fn dial_error(d: &Dial, cfg: &TcpConfig, what: &str) -> TransportError {
+    let tried = if d.tried.is_empty() {
+        "none (the peer published no address: check its interface selection)".to_string()
+    } else {
+        d.tried.join("; ")
+    };
+    TransportError::Connect {
+        transport: "tcp",
+        peer: d.peer,
+        reason: format!(
+            "{what}; tried {} of {} addresses: {tried}; {}",
+            d.tried.len(),
+            d.addrs.len(),
+            cfg.selection_hint()
+        ),
+    }
+}
+
+fn deadline_error(
+    dials: &[Dial],
+    expect: &[u32],
+    accepted: &BTreeMap<u32, Socket>,
+    cfg: &TcpConfig,
+    my_addrs: &[SocketAddr],
+    my_rank: u32,
+) -> TransportError {
+    if let Some(d) = dials.first() {
+        return dial_error(
+            d,
+            cfg,
+            &format!(
+                "no connection within {:?} ({} still in progress)",
+                cfg.connect_timeout,
+                d.addrs
+                    .get(d.next.wrapping_sub(1))
+                    .map_or("none".into(), |a| a.to_string())
+            ),
+        );
+    }
+    let missing: Vec<u32> = expect
+        .iter()
+        .copied()
+        .filter(|r| !accepted.contains_key(r))
+        .collect();
+    let list: Vec<String> = my_addrs.iter().map(|a| a.to_string()).collect();
+    TransportError::Connect {
+        transport: "tcp",
+        peer: missing.first().copied().unwrap_or(my_rank),
+        reason: format!(
+            "rank(s) {missing:?} did not connect to rank {my_rank} within {:?}; rank {my_rank} \
+             listens on [{}] (did they fail, or can they not reach these addresses?); {}",
+            cfg.connect_timeout,
+            list.join(", "),
+            cfg.selection_hint()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connected pair of sockets over 127.0.0.1.
+    fn pair() -> (Socket, Socket) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        b.set_nonblocking(true).unwrap();
+        (Socket::from(a), Socket::from(b))
+    }
+
+    #[test]
+    fn acceptor_judges_hellos() {
+        let acc = Acceptor {
+            my_rank: 0,
+            size: 3,
+            job_hash: 5,
+            expect: &[1, 2],
+        };
+        let good = Hello {
+            version: PROTOCOL_VERSION,
+            connector: 1,
+            acceptor: 0,
+            world_size: 3,
+            job_hash: 5,
+        };
+        let mut accepted = BTreeMap::new();
+        let judge = |h: Hello, acc_map: &mut BTreeMap<u32, Socket>| acc.judge(&h, acc_map);
+        assert_eq!(judge(good, &mut accepted), AckStatus::Accepted);
+        assert_eq!(
+            judge(Hello { version: 9, ..good }, &mut accepted),
+            AckStatus::BadVersion
+        );
+        assert_eq!(
+            judge(
+                Hello {
+                    job_hash: 6,
+                    ..good
+                },
+                &mut accepted
+            ),
+            AckStatus::WrongJob
+        );
+        assert_eq!(
+            judge(
+                Hello {
+                    world_size: 4,
+                    ..good
+                },
+                &mut accepted
+            ),
+            AckStatus::WrongSize
+        );
+        assert_eq!(
+            judge(
+                Hello {
+                    acceptor: 2,
+                    ..good
+                },
+                &mut accepted
+            ),
+            AckStatus::WrongRank
+        );
+        for connector in [0, 3, 99] {
+            assert_eq!(
+                judge(Hello { connector, ..good }, &mut accepted),
+                AckStatus::UnexpectedConnector
+            );
+        }
+        // A live connection from rank 1 makes a second one a duplicate...
+        let (remote, local) = pair();
+        accepted.insert(1, local);
+        assert_eq!(judge(good, &mut accepted), AckStatus::Duplicate);
+        // ...but once the connector has closed it (it gave up on that attempt), the new
+        // hello replaces it.
+        drop(remote);
+        let end = Instant::now() + Duration::from_secs(5);
+        while is_alive(&accepted[&1]) {
+            assert!(Instant::now() < end);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(judge(good, &mut accepted), AckStatus::Accepted);
+        assert!(accepted.is_empty());
+    }
+}
