@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use rankwire_transports::{Event, SelfTransport, SendOutcome, TcpTransport, Transport};
 
 use crate::error::Error;
-use crate::protocol::{OutFrame, Protocol};
+use crate::protocol::{OutFrame, Protocol, PullReq};
+use crate::wire::RemoteMem;
 
 /// Pause after learning that a peer died, before failing requests with it (once per
 /// peer; only on this error path).
@@ -225,6 +226,12 @@ impl Engine {
             }
         }
         self.events = events;
+        // Single-copy pulls the protocol asked for.
+        while let Some(p) = self.proto.pop_pull() {
+            any = true;
+            let r = execute_pull(&p);
+            self.proto.pull_done(p.rreq, r);
+        }
         any
     }
 
@@ -262,7 +269,7 @@ impl Engine {
     /// Whether every frame has been handed to the OS.
     pub(crate) fn is_flushed(&self) -> bool {
         self.backlog.iter().all(|q| q.is_empty())
-            && !self.proto.has_data()
+            && !self.proto.has_output()
             && self.tcp.as_ref().is_none_or(|t| t.is_flushed())
     }
 
@@ -324,4 +331,46 @@ impl Waiter {
 pub(crate) enum IdleAction {
     Continue,
     Block(Duration),
+}
+
+/// Perform the copy of a pull-mode rendezvous.
+fn execute_pull(p: &PullReq) -> Result<(), String> {
+    match p.mem {
+        RemoteMem::HostCma { pid, addr } => cma_read(pid, addr, p),
+        other => Err(format!("no way to pull from {other:?} in this build")),
+    }
+}
+
+/// Copy `p.dst.len()` bytes from `addr` in process `pid` with cross-memory attach
+/// (`process_vm_readv(2)`), looping over partial reads.
+///
+/// # Errors
+/// The OS error (`EPERM` when ptrace rules forbid it, `ESRCH` when the process is gone,
+/// `EFAULT` for a bad address) as text.
+fn cma_read(pid: u32, addr: u64, p: &PullReq) -> Result<(), String> {
+    use nix::sys::uio::{RemoteIoVec, process_vm_readv};
+    use std::io::IoSliceMut;
+    let len = p.dst.len();
+    let mut done = 0usize;
+    while done < len {
+        // SAFETY: `dst` is the accepted prefix of a pending receive's buffer, borrowed
+        // exclusively by that request until it completes.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(p.dst.as_mut_ptr().add(done), len - done) };
+        let remote = [RemoteIoVec {
+            base: addr as usize + done,
+            len: len - done,
+        }];
+        let n = process_vm_readv(
+            nix::unistd::Pid::from_raw(pid as i32),
+            &mut [IoSliceMut::new(dst)],
+            &remote,
+        )
+        .map_err(|e| format!("process_vm_readv from pid {pid}: {e}"))?;
+        if n == 0 {
+            return Err(format!("process_vm_readv from pid {pid} read 0 bytes"));
+        }
+        done += n;
+    }
+    Ok(())
 }

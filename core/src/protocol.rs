@@ -24,6 +24,14 @@
 //!   receiver completes when all accepted bytes have arrived, the sender when the last
 //!   chunk was taken by the transport. An unexpected `Rts` costs only its header, so a
 //!   receiver never buffers unbounded large data.
+//! - **Pull-mode rendezvous** (single copy): when the sender may offer its buffer to a
+//!   peer ([`Protocol::offer_host_cma`]), the `Rts` carries a [`RemoteMem`] descriptor.
+//!   A receiver allowed to pull from that peer ([`Protocol::allow_pull`]) does not answer
+//!   `Cts`; it asks the engine to copy the accepted bytes straight from the sender's
+//!   memory ([`Protocol::pop_pull`]), and once the engine reports [`Protocol::pull_done`]
+//!   it completes and sends `Fin`, which completes the sender. If the copy fails (e.g.
+//!   cross-memory attach is forbidden), the receiver falls back to `Cts` + `Data` for
+//!   this message and stops pulling from that peer.
 //!
 //! # Memory
 //! Buffers are raw `(pointer, length)` pairs of host memory that the API layer keeps
@@ -194,7 +202,11 @@ impl ProbedMessage {
 #[derive(Debug)]
 enum Unexpected {
     Eager(Vec<u8>),
-    Rts { msg_len: u64, sreq: u64 },
+    Rts {
+        msg_len: u64,
+        sreq: u64,
+        mem: RemoteMem,
+    },
 }
 
 impl Unexpected {
@@ -229,9 +241,39 @@ struct SendReq {
     state: SendState,
 }
 
+/// A copy the engine must do for a pull-mode rendezvous: `dst.len()` bytes from the
+/// sender's memory described by `mem` into the receive buffer `dst`, then report
+/// [`Protocol::pull_done`] with `rreq`.
+#[derive(Debug)]
+pub struct PullReq {
+    /// The receive request.
+    pub rreq: ReqId,
+    /// World rank of the sender.
+    pub peer: u32,
+    /// Where the data is in the sender's process.
+    pub mem: RemoteMem,
+    /// Destination (the accepted prefix of the receive buffer).
+    pub dst: RawBuf,
+}
+
+impl RawBuf {
+    /// Raw pointer to the first byte.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
 #[derive(Debug)]
 enum RecvState {
     Posted,
+    /// Waiting for the engine to pull `accept` bytes from the sender.
+    Pulling {
+        src: u32,
+        tag: i32,
+        msg_len: u64,
+        sreq: u64,
+        accept: usize,
+    },
     /// Matched an Rts and sent Cts; `got` of `accept` bytes arrived.
     Data {
         src: u32,
@@ -264,6 +306,13 @@ pub struct Protocol {
     done: HashMap<ReqId, Result<Status, Error>>,
     dead: HashMap<u32, Error>,
     matched: Vec<Matched<ReqId, Unexpected>>,
+    pulls: VecDeque<PullReq>,
+    /// Peers whose host buffers this rank may read by cross-memory attach.
+    pull_from: std::collections::HashSet<u32>,
+    /// Peers to which rendezvous sends offer the buffer for cross-memory attach, and
+    /// this process's id for the descriptor.
+    offer_to: std::collections::HashSet<u32>,
+    pid: u32,
 }
 
 impl Protocol {
@@ -282,6 +331,91 @@ impl Protocol {
             done: HashMap::new(),
             dead: HashMap::new(),
             matched: Vec::new(),
+            pulls: VecDeque::new(),
+            pull_from: Default::default(),
+            offer_to: Default::default(),
+            pid: std::process::id(),
+        }
+    }
+
+    /// Let rendezvous sends to `peer` offer the send buffer for a single-copy pull by
+    /// cross-memory attach (the `Rts` carries [`RemoteMem::HostCma`]).
+    pub fn offer_host_cma(&mut self, peer: u32) {
+        self.offer_to.insert(peer);
+    }
+
+    /// Allow (or forbid) this rank to pull offered buffers of `peer` itself.
+    pub fn allow_pull(&mut self, peer: u32, allowed: bool) {
+        if allowed {
+            self.pull_from.insert(peer);
+        } else {
+            self.pull_from.remove(&peer);
+        }
+    }
+
+    /// Next copy the engine must perform for a pull-mode rendezvous.
+    pub fn pop_pull(&mut self) -> Option<PullReq> {
+        self.pulls.pop_front()
+    }
+
+    /// The engine finished (or failed) the copy of pull `rreq`. On success the receive
+    /// completes and `Fin` goes to the sender; on failure this rank stops pulling from
+    /// that peer and falls back to `Cts` + `Data` for the message.
+    pub fn pull_done(&mut self, rreq: ReqId, result: Result<(), String>) {
+        let Some(r) = self.recvs.get_mut(&rreq) else {
+            return;
+        };
+        let RecvState::Pulling {
+            src,
+            tag,
+            msg_len,
+            sreq,
+            accept,
+        } = r.state
+        else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                let mut header = Vec::with_capacity(32);
+                Frame::Fin { sreq }.encode(0, &mut header);
+                self.out.push_back(OutFrame {
+                    peer: src,
+                    header,
+                    payload: Payload::Empty,
+                    on_sent: OnSent::Nothing,
+                });
+                let cap = r.buf.len();
+                self.recvs.remove(&rreq);
+                self.done.insert(rreq, recv_result(src, tag, msg_len, cap));
+            }
+            Err(why) => {
+                tracing::info!(
+                    "single-copy pull from rank {src} failed ({why}); using copy through the transport from now on"
+                );
+                self.pull_from.remove(&src);
+                r.state = RecvState::Data {
+                    src,
+                    tag,
+                    msg_len,
+                    accept,
+                    got: 0,
+                };
+                let mut header = Vec::with_capacity(64);
+                Frame::Cts {
+                    sreq,
+                    rreq,
+                    accept_len: accept as u64,
+                    mem: RemoteMem::None,
+                }
+                .encode(0, &mut header);
+                self.out.push_back(OutFrame {
+                    peer: src,
+                    header,
+                    payload: Payload::Empty,
+                    on_sent: OnSent::Nothing,
+                });
+            }
         }
     }
 
@@ -335,11 +469,19 @@ impl Protocol {
                 },
             );
         } else {
+            let mem = if self.offer_to.contains(&dst) && !buf.is_empty() {
+                RemoteMem::HostCma {
+                    pid: self.pid,
+                    addr: buf.ptr as u64,
+                }
+            } else {
+                RemoteMem::None
+            };
             Frame::Rts {
                 env,
                 msg_len: buf.len() as u64,
                 sreq: id,
-                mem: RemoteMem::None,
+                mem,
             }
             .encode(0, &mut header);
             self.out.push_back(OutFrame {
@@ -505,7 +647,9 @@ impl Protocol {
         let recvs: Vec<ReqId> = self
             .recvs
             .iter()
-            .filter(|(_, r)| matches!(r.state, RecvState::Data { src, .. } if src == peer))
+            .filter(|(_, r)| {
+                matches!(r.state, RecvState::Data { src, .. } | RecvState::Pulling { src, .. } if src == peer)
+            })
             .map(|(id, _)| *id)
             .collect();
         for id in recvs {
@@ -513,6 +657,7 @@ impl Protocol {
             self.done.insert(id, Err(err.clone()));
         }
         self.out.retain(|f| f.peer != peer);
+        self.pulls.retain(|p| p.peer != peer);
     }
 
     /// Next control or eager frame to send, in the order produced.
@@ -567,6 +712,12 @@ impl Protocol {
     /// Whether rendezvous data is waiting to be pulled with [`Protocol::next_data`].
     pub fn has_data(&self) -> bool {
         !self.data_ready.is_empty()
+    }
+
+    /// Whether any output is waiting: frames for [`Protocol::pop_frame`], data for
+    /// [`Protocol::next_data`] or copies for [`Protocol::pop_pull`].
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty() || !self.data_ready.is_empty() || !self.pulls.is_empty()
     }
 
     /// Take the result of request `id` if it has completed.
@@ -678,12 +829,15 @@ impl Protocol {
                 Ok(())
             }
             Frame::Rts {
-                env, msg_len, sreq, ..
+                env,
+                msg_len,
+                sreq,
+                mem,
             } => {
                 if !payload.is_empty() {
                     return Err(bad("Rts frame with a payload".into()));
                 }
-                self.arrive(env, Unexpected::Rts { msg_len, sreq });
+                self.arrive(env, Unexpected::Rts { msg_len, sreq, mem });
                 Ok(())
             }
             Frame::Cts {
@@ -747,9 +901,16 @@ impl Protocol {
                 }
                 Ok(())
             }
-            Frame::Fin { sreq } => Err(bad(format!(
-                "Fin for send request {sreq}: pull-mode rendezvous is not used on this path"
-            ))),
+            Frame::Fin { sreq } => {
+                match self.sends.get(&sreq) {
+                    Some(s) if s.dst == peer && matches!(s.state, SendState::AwaitCts) => {}
+                    _ => return Err(bad(format!("unexpected Fin for send request {sreq}"))),
+                }
+                if let Some(s) = self.sends.remove(&sreq) {
+                    self.complete_send(sreq, &s);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -777,8 +938,30 @@ impl Protocol {
                 self.done
                     .insert(recv, recv_result(env.src, env.tag, data.len() as u64, cap));
             }
-            Unexpected::Rts { msg_len, sreq } => {
+            Unexpected::Rts { msg_len, sreq, mem } => {
                 let accept = (msg_len.min(cap as u64)) as usize;
+                if accept > 0
+                    && matches!(mem, RemoteMem::HostCma { .. })
+                    && self.pull_from.contains(&env.src)
+                {
+                    r.state = RecvState::Pulling {
+                        src: env.src,
+                        tag: env.tag,
+                        msg_len,
+                        sreq,
+                        accept,
+                    };
+                    self.pulls.push_back(PullReq {
+                        rreq: recv,
+                        peer: env.src,
+                        mem,
+                        dst: RawBuf {
+                            ptr: r.buf.ptr,
+                            len: accept,
+                        },
+                    });
+                    return;
+                }
                 let mut header = Vec::with_capacity(64);
                 Frame::Cts {
                     sreq,

@@ -257,7 +257,23 @@ fn init_inner() -> Result<Universe> {
             route
         })
         .collect();
-    let engine = Engine::new(rank, size, tcp, routes, Backoff::from_env(local_size));
+    let mut engine = Engine::new(rank, size, tcp, routes, Backoff::from_env(local_size));
+    // Same-node peers exchange large host messages in one copy by cross-memory attach
+    // (process_vm_readv); a receiver that is refused falls back to copying through the
+    // transport. RANKWIRE_CMA=0 turns it off.
+    let cma = std::env::var("RANKWIRE_CMA").map_or(true, |v| v != "0");
+    for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
+        engine.proto.offer_host_cma(r);
+        engine.proto.allow_pull(r, cma);
+        tracing::debug!(
+            "rank {rank} <- rank {r}: large host messages by {}",
+            if cma {
+                "single copy (cma)"
+            } else {
+                "copy through the transport"
+            }
+        );
+    }
     Ok(Universe {
         inner: Arc::new(Inner {
             rank,

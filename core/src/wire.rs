@@ -75,6 +75,14 @@ pub enum RemoteMem {
         /// Device ordinal.
         device: i32,
     },
+    /// Host memory of a process on the same node, readable with cross-memory attach
+    /// (`process_vm_readv(2)`): the process id and the buffer's virtual address.
+    HostCma {
+        /// Process id of the buffer's owner.
+        pid: u32,
+        /// Virtual address of the buffer in that process.
+        addr: u64,
+    },
     /// An RDMA-registered region (verbs memory region): remote address, length and rkey.
     Rdma {
         /// Remote virtual address.
@@ -332,6 +340,11 @@ fn put_mem(out: &mut Vec<u8>, mem: &RemoteMem) {
             out.extend_from_slice(&buffer_id.to_le_bytes());
             out.extend_from_slice(handle);
         }
+        RemoteMem::HostCma { pid, addr } => {
+            out.push(3);
+            out.extend_from_slice(&pid.to_le_bytes());
+            out.extend_from_slice(&addr.to_le_bytes());
+        }
         RemoteMem::Rdma { addr, len, rkey } => {
             out.push(2);
             out.extend_from_slice(&addr.to_le_bytes());
@@ -399,6 +412,10 @@ impl Reader<'_> {
                 len: self.u64().ok_or_else(&bad)?,
                 rkey: self.u32().ok_or_else(&bad)?,
             }),
+            3 => Ok(RemoteMem::HostCma {
+                pid: self.u32().ok_or_else(&bad)?,
+                addr: self.u64().ok_or_else(&bad)?,
+            }),
             t => Err(WireError::BadMem(t)),
         }
     }
@@ -446,6 +463,15 @@ mod tests {
                     addr: 0xdead_beef,
                     len: 99,
                     rkey: 0x1234,
+                },
+            },
+            Frame::Rts {
+                env: env(),
+                msg_len: 1 << 20,
+                sreq: 5,
+                mem: RemoteMem::HostCma {
+                    pid: 4242,
+                    addr: 0x7fff_0000_1000,
                 },
             },
             Frame::Data {

@@ -18,11 +18,37 @@ impl Net {
     }
 
     /// Move every frame until nothing is left. Returns the number of frames moved.
+    /// Pulls are done by memcpy (all ranks share this process), or fail when
+    /// `fail_pulls` is set.
     fn drive(&mut self) -> usize {
+        self.drive_with(false)
+    }
+
+    fn drive_with(&mut self, fail_pulls: bool) -> usize {
         let mut moved = 0;
         loop {
             let mut any = false;
             for r in 0..self.ranks.len() {
+                while let Some(p) = self.ranks[r].pop_pull() {
+                    any = true;
+                    let res = if fail_pulls {
+                        Err("EPERM".to_string())
+                    } else {
+                        let RemoteMem::HostCma { addr, .. } = p.mem else {
+                            panic!("unexpected mem {:?}", p.mem)
+                        };
+                        // SAFETY: the sender's request is pending, its buffer alive.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                addr as *const u8,
+                                p.dst.as_mut_ptr(),
+                                p.dst.len(),
+                            )
+                        };
+                        Ok(())
+                    };
+                    self.ranks[r].pull_done(p.rreq, res);
+                }
                 loop {
                     let chunk = self.chunk;
                     let f = match self.ranks[r].pop_frame() {
@@ -330,4 +356,48 @@ fn data_past_the_accepted_length_is_rejected() {
     Frame::Data { rreq, offset: 999 }.encode(2, &mut h);
     assert!(net.ranks[1].on_frame(0, &h, vec![1, 2]).is_err());
     assert!(net.done(1, r).is_err(), "the receive fails with the peer");
+}
+
+#[test]
+fn pull_mode_rendezvous_single_copy_and_fallback() {
+    for fail in [false, true] {
+        for (len, cap) in [(1000usize, 1000usize), (1000, 300)] {
+            let mut net = Net::new(2);
+            net.ranks[0].offer_host_cma(1);
+            net.ranks[1].allow_pull(0, true);
+            let data = pattern(len, 5);
+            let mut out = vec![0xEEu8; 1000];
+            let s = net.send(0, 1, 9, &data);
+            let r = net.recv(1, Some(0), Some(9), &mut out[..cap]);
+            let moved = net.drive_with(fail);
+            let res = net.done(1, r);
+            if cap < len {
+                assert!(matches!(
+                    res,
+                    Err(Error::Matching(MatchError::Truncated {
+                        message_bytes: 1000,
+                        buffer_bytes: 300,
+                        ..
+                    }))
+                ));
+                assert!(out[cap..].iter().all(|&b| b == 0xEE));
+            } else {
+                assert_eq!(res.unwrap().len_bytes, len);
+            }
+            assert_eq!(&out[..cap], &data[..cap]);
+            assert!(net.done(0, s).is_ok());
+            if !fail {
+                assert_eq!(moved, 2, "Rts and Fin only: no data frames");
+            }
+            // After a failed pull the receiver stops pulling from that peer.
+            let again = pattern(500, 1);
+            let mut out2 = vec![0u8; 500];
+            let s2 = net.send(0, 1, 9, &again);
+            let r2 = net.recv(1, Some(0), Some(9), &mut out2);
+            net.drive_with(fail);
+            assert_eq!(net.done(1, r2).unwrap().len_bytes, 500);
+            assert!(net.done(0, s2).is_ok());
+            assert_eq!(out2, again);
+        }
+    }
 }

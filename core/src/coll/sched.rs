@@ -1,0 +1,778 @@
+//! Collective schedules: what one rank does in one collective call, as data.
+//!
+//! An algorithm does not send or receive anything itself. It appends steps to a
+//! [`Builder`]: local copies and reductions between buffer slices, and transfers
+//! (send a slice to rank `p`, receive a slice from rank `p`). Steps are grouped in
+//! *rounds*; [`Exec`] runs a round by first executing its local steps in order, then
+//! posting all its transfers (receives first), and starts the next round once every
+//! transfer of this one has completed. This is the libNBC design (T. Hoefler, A.
+//! Lumsdaine, W. Rehm, "Implementation and Performance Analysis of Non-Blocking
+//! Collective Operations for MPI", SC07): one description of each algorithm serves the
+//! blocking call (start, then wait) and the nonblocking one (start, then advance from
+//! `test`/`wait`).
+//!
+//! Buffers are the user's send buffer (read-only), the user's receive buffer, and
+//! temporaries the builder allocates (16-byte aligned, so any element type's slices
+//! stay aligned). Slices are byte ranges; algorithms compute them in elements.
+//!
+//! Transfers go through the [`Net`] trait: the progress engine in production, an
+//! in-memory mailbox in the unit tests ([`sim`]), so every algorithm is tested for
+//! every communicator size without processes.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::coll::ops::Reducer;
+use crate::engine::Engine;
+use crate::error::{Error, MatchError, Result};
+use crate::matching::Pattern;
+use crate::protocol::{RawBuf, ReqId, Status};
+
+/// Which buffer a slice lies in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Buf {
+    /// The user's send buffer (never written).
+    Send,
+    /// The user's receive (or in/out) buffer.
+    Recv,
+    /// Temporary `n`, allocated by [`Builder::tmp`].
+    Tmp(u32),
+}
+
+/// A byte range of a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slice {
+    pub(crate) buf: Buf,
+    pub(crate) off: usize,
+    pub(crate) len: usize,
+}
+
+impl Slice {
+    /// Bytes `[off, off + len)` of `buf`.
+    pub(crate) fn new(buf: Buf, off: usize, len: usize) -> Slice {
+        Slice { buf, off, len }
+    }
+}
+
+/// A local step run by [`Exec`] at the start of a round, given the buffers.
+pub(crate) type LocalFn = Box<dyn FnMut(&mut Bufs) -> Result<()> + Send>;
+
+enum Local {
+    Copy { src: Slice, dst: Slice },
+    Reduce { src: Slice, dst: Slice, src_left: bool },
+    Call(LocalFn),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Xfer {
+    Send { peer: usize, s: Slice },
+    Recv { peer: usize, s: Slice },
+}
+
+/// Tag phase of a round: collective-check traffic and the algorithm's own traffic use
+/// different tags (see `coll::tag_base`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// The algorithm.
+    Main = 0,
+    /// Pairwise count exchange of `RANKWIRE_COLL_CHECK`.
+    CheckPairs = 1,
+    /// Descriptor allgather of `RANKWIRE_COLL_CHECK`.
+    CheckDesc = 2,
+}
+
+struct Round {
+    locals: Vec<Local>,
+    xfers: Vec<Xfer>,
+    phase: Phase,
+}
+
+/// Accumulates the rounds of one rank's part of a collective.
+pub(crate) struct Builder {
+    /// Calling rank in the communicator.
+    pub(crate) rank: usize,
+    /// Communicator size.
+    pub(crate) size: usize,
+    rounds: Vec<Round>,
+    tmps: Vec<usize>,
+    phase: Phase,
+}
+
+impl Builder {
+    /// An empty schedule for `rank` of `size`.
+    pub(crate) fn new(rank: usize, size: usize) -> Builder {
+        Builder {
+            rank,
+            size,
+            rounds: Vec::new(),
+            tmps: Vec::new(),
+            phase: Phase::Main,
+        }
+    }
+
+    /// Tag phase of the rounds appended from now on.
+    pub(crate) fn set_phase(&mut self, phase: Phase) {
+        self.round();
+        self.phase = phase;
+    }
+
+    /// End the current round: later steps wait for its transfers.
+    pub(crate) fn round(&mut self) {
+        if self
+            .rounds
+            .last()
+            .is_none_or(|r| !r.locals.is_empty() || !r.xfers.is_empty())
+        {
+            self.rounds.push(Round {
+                locals: Vec::new(),
+                xfers: Vec::new(),
+                phase: self.phase,
+            });
+        }
+    }
+
+    /// A temporary buffer of `len` bytes (zeroed).
+    pub(crate) fn tmp(&mut self, len: usize) -> Buf {
+        self.tmps.push(len);
+        Buf::Tmp(self.tmps.len() as u32 - 1)
+    }
+
+    /// Copy `src` to `dst` (equal lengths) once earlier transfers have completed.
+    pub(crate) fn copy(&mut self, src: Slice, dst: Slice) {
+        debug_assert_eq!(src.len, dst.len);
+        if src.len == 0 || src == dst {
+            return;
+        }
+        self.local(Local::Copy { src, dst });
+    }
+
+    /// `dst = src ∘ dst` (`src_left`) or `dst = dst ∘ src`, once earlier transfers have
+    /// completed.
+    pub(crate) fn reduce(&mut self, src: Slice, dst: Slice, src_left: bool) {
+        debug_assert_eq!(src.len, dst.len);
+        if src.len == 0 {
+            return;
+        }
+        self.local(Local::Reduce { src, dst, src_left });
+    }
+
+    /// Run `f` once earlier transfers have completed; an error ends the collective.
+    pub(crate) fn call(&mut self, f: LocalFn) {
+        self.local(Local::Call(f));
+    }
+
+    /// Send `s` to rank `peer` in the current round.
+    pub(crate) fn send(&mut self, peer: usize, s: Slice) {
+        self.cur().xfers.push(Xfer::Send { peer, s });
+    }
+
+    /// Receive exactly `s.len` bytes from rank `peer` into `s` in the current round.
+    pub(crate) fn recv(&mut self, peer: usize, s: Slice) {
+        self.cur().xfers.push(Xfer::Recv { peer, s });
+    }
+
+    /// Finish: the executable schedule over these buffers.
+    pub(crate) fn finish(self, name: &'static str, user: UserBufs, ctx: CommCtx) -> Exec {
+        let mut rounds: Vec<Round> = self
+            .rounds
+            .into_iter()
+            .filter(|r| !r.locals.is_empty() || !r.xfers.is_empty())
+            .collect();
+        rounds.reverse();
+        Exec {
+            name,
+            rounds,
+            bufs: Bufs {
+                send: user.send,
+                recv: user.recv,
+                tmps: self
+                    .tmps
+                    .iter()
+                    .map(|&n| vec![0u128; n.div_ceil(16)])
+                    .collect(),
+                tmp_lens: self.tmps,
+                reducer: user.reducer,
+            },
+            ctx,
+            pending: Vec::new(),
+            error: None,
+            result: None,
+        }
+    }
+
+    fn local(&mut self, l: Local) {
+        if self.rounds.last().is_none_or(|r| !r.xfers.is_empty()) {
+            self.rounds.push(Round {
+                locals: Vec::new(),
+                xfers: Vec::new(),
+                phase: self.phase,
+            });
+        }
+        self.cur().locals.push(l);
+    }
+
+    fn cur(&mut self) -> &mut Round {
+        if self.rounds.is_empty() {
+            self.round();
+        }
+        let last = self.rounds.len() - 1;
+        &mut self.rounds[last]
+    }
+}
+
+/// The user's buffers of one call, as raw parts (the API layer keeps them borrowed
+/// until the collective completes), plus the reduction if there is one.
+pub(crate) struct UserBufs {
+    pub(crate) send: (*const u8, usize),
+    pub(crate) recv: (*mut u8, usize),
+    pub(crate) reducer: Option<Reducer>,
+}
+
+impl UserBufs {
+    /// From a send slice and a receive slice.
+    pub(crate) fn new(send: &[u8], recv: &mut [u8], reducer: Option<Reducer>) -> UserBufs {
+        UserBufs {
+            send: (send.as_ptr(), send.len()),
+            recv: (recv.as_mut_ptr(), recv.len()),
+            reducer,
+        }
+    }
+}
+
+/// Where a schedule's transfers go: comm rank → world rank, context id, tag base.
+#[derive(Clone)]
+pub(crate) struct CommCtx {
+    pub(crate) group: Arc<[u32]>,
+    pub(crate) ctx: u32,
+    pub(crate) tag_base: i32,
+}
+
+/// The buffers of a running schedule.
+pub(crate) struct Bufs {
+    send: (*const u8, usize),
+    recv: (*mut u8, usize),
+    tmps: Vec<Vec<u128>>,
+    tmp_lens: Vec<usize>,
+    reducer: Option<Reducer>,
+}
+
+// SAFETY: the raw user pointers are only dereferenced while the owning collective is
+// pending, and the API layer keeps the user buffers borrowed (shared for the send
+// buffer, exclusive for the receive buffer) until then.
+unsafe impl Send for Bufs {}
+
+impl Bufs {
+    /// Base pointer and length of a buffer.
+    fn base(&mut self, b: Buf) -> Result<(*mut u8, usize)> {
+        Ok(match b {
+            Buf::Send => (self.send.0 as *mut u8, self.send.1),
+            Buf::Recv => self.recv,
+            Buf::Tmp(i) => {
+                let i = i as usize;
+                let (Some(v), Some(&n)) = (self.tmps.get_mut(i), self.tmp_lens.get(i)) else {
+                    return Err(internal(format!("temporary {i} does not exist")));
+                };
+                (v.as_mut_ptr() as *mut u8, n)
+            }
+        })
+    }
+
+    /// Pointer to the start of `s`, after checking bounds.
+    fn ptr(&mut self, s: Slice) -> Result<*mut u8> {
+        let (p, n) = self.base(s.buf)?;
+        if s.off.checked_add(s.len).is_none_or(|end| end > n) {
+            return Err(internal(format!(
+                "slice {s:?} outside its {n}-byte buffer"
+            )));
+        }
+        if s.len == 0 {
+            return Ok(std::ptr::NonNull::<u128>::dangling().as_ptr() as *mut u8);
+        }
+        // SAFETY: off + len <= n, checked above.
+        Ok(unsafe { p.add(s.off) })
+    }
+
+    /// The bytes of `s`.
+    pub(crate) fn bytes(&mut self, s: Slice) -> Result<&[u8]> {
+        let p = self.ptr(s)?;
+        // SAFETY: in bounds (checked); the buffer is live while the schedule runs.
+        Ok(unsafe { std::slice::from_raw_parts(p, s.len) })
+    }
+
+    /// The bytes of `s`, writable.
+    ///
+    /// # Errors
+    /// An internal error for a slice of the send buffer.
+    pub(crate) fn bytes_mut(&mut self, s: Slice) -> Result<&mut [u8]> {
+        if s.buf == Buf::Send && s.len > 0 {
+            return Err(internal("write to the send buffer".into()));
+        }
+        let p = self.ptr(s)?;
+        // SAFETY: in bounds (checked); the receive buffer is borrowed exclusively and
+        // temporaries are owned.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, s.len) })
+    }
+
+    fn raw(&mut self, s: Slice) -> Result<RawBuf> {
+        Ok(RawBuf::new(self.ptr(s)?, s.len))
+    }
+
+    fn run(&mut self, l: &mut Local) -> Result<()> {
+        match l {
+            Local::Copy { src, dst } => {
+                let (src, dst) = (*src, *dst);
+                if src.len != dst.len || (dst.buf == Buf::Send && dst.len > 0) {
+                    return Err(internal(format!("bad copy {src:?} -> {dst:?}")));
+                }
+                let s = self.ptr(src)?;
+                let d = self.ptr(dst)?;
+                // SAFETY: both ranges are in bounds; copy handles overlap.
+                unsafe { std::ptr::copy(s, d, src.len) };
+                Ok(())
+            }
+            Local::Reduce { src, dst, src_left } => {
+                let (src, dst) = (*src, *dst);
+                let Some(r) = self.reducer.clone() else {
+                    return Err(internal("reduction without an operation".into()));
+                };
+                if src.len != dst.len || src.len % r.elem_bytes.max(1) != 0 {
+                    return Err(internal(format!("bad reduction {src:?} -> {dst:?}")));
+                }
+                if src.buf == dst.buf && src.off < dst.off + dst.len && dst.off < src.off + src.len
+                {
+                    return Err(internal(format!("overlapping reduction {src:?} {dst:?}")));
+                }
+                if dst.buf == Buf::Send {
+                    return Err(internal("reduction into the send buffer".into()));
+                }
+                let s = self.ptr(src)?;
+                let d = self.ptr(dst)?;
+                // SAFETY: in bounds, disjoint (checked above), buffers live.
+                let (s, d) = unsafe {
+                    (
+                        std::slice::from_raw_parts(s, src.len),
+                        std::slice::from_raw_parts_mut(d, dst.len),
+                    )
+                };
+                r.apply(s, d, *src_left);
+                Ok(())
+            }
+            Local::Call(f) => f(self),
+        }
+    }
+}
+
+/// Posting transfers and collecting completions, in world ranks.
+pub(crate) trait Net {
+    /// Start sending `buf` to `peer` on context `ctx` with `tag`.
+    fn send(&mut self, peer: u32, ctx: u32, tag: i32, buf: RawBuf) -> ReqId;
+    /// Post a receive of at most `buf.len()` bytes from `peer`.
+    fn recv(&mut self, peer: u32, ctx: u32, tag: i32, buf: RawBuf) -> ReqId;
+    /// The outcome of request `id` if it has completed.
+    fn take_done(&mut self, id: ReqId) -> Option<Result<Status>>;
+    /// Withdraw a receive that has not matched; whether it was withdrawn.
+    fn cancel_recv(&mut self, id: ReqId) -> bool;
+}
+
+impl Net for Engine {
+    fn send(&mut self, peer: u32, ctx: u32, tag: i32, buf: RawBuf) -> ReqId {
+        let lim = self.eager_limit(peer);
+        self.proto.isend(peer, ctx, tag, buf, lim, false)
+    }
+    fn recv(&mut self, peer: u32, ctx: u32, tag: i32, buf: RawBuf) -> ReqId {
+        let pat = Pattern {
+            ctx,
+            src: Some(peer),
+            tag: Some(tag),
+        };
+        self.proto.irecv(pat, buf)
+    }
+    fn take_done(&mut self, id: ReqId) -> Option<Result<Status>> {
+        self.proto.take_done(id)
+    }
+    fn cancel_recv(&mut self, id: ReqId) -> bool {
+        self.proto.cancel_recv(id)
+    }
+}
+
+struct Pending {
+    id: ReqId,
+    /// For a receive: the peer's comm rank and the bytes expected.
+    recv: Option<(usize, usize)>,
+}
+
+/// A running schedule (one rank's part of one collective call).
+pub(crate) struct Exec {
+    name: &'static str,
+    /// Rounds not started yet, last round first.
+    rounds: Vec<Round>,
+    bufs: Bufs,
+    ctx: CommCtx,
+    pending: Vec<Pending>,
+    error: Option<Error>,
+    result: Option<Result<()>>,
+}
+
+impl fmt::Debug for Exec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Exec")
+            .field("name", &self.name)
+            .field("rounds_left", &self.rounds.len())
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
+impl Exec {
+    /// Whether the schedule has finished (its result may have been taken already).
+    pub(crate) fn is_finished(&self) -> bool {
+        self.result.is_some() || (self.rounds.is_empty() && self.pending.is_empty())
+    }
+
+    /// Take the outcome once finished.
+    pub(crate) fn take_result(&mut self) -> Option<Result<()>> {
+        self.result.take()
+    }
+
+    /// Collect completions and start rounds until something must be waited for.
+    /// Returns whether anything changed.
+    pub(crate) fn advance(&mut self, net: &mut impl Net) -> bool {
+        if self.result.is_some() {
+            return false;
+        }
+        let mut changed = false;
+        loop {
+            let before = self.pending.len();
+            let mut i = 0;
+            while i < self.pending.len() {
+                let Some(r) = net.take_done(self.pending[i].id) else {
+                    i += 1;
+                    continue;
+                };
+                let p = self.pending.swap_remove(i);
+                if let Err(e) = self.completion(p.recv, r) {
+                    self.fail(net, e);
+                }
+            }
+            changed |= self.pending.len() != before;
+            if !self.pending.is_empty() {
+                return changed;
+            }
+            if let Some(e) = self.error.take() {
+                self.rounds.clear();
+                self.result = Some(Err(e));
+                return true;
+            }
+            let Some(mut round) = self.rounds.pop() else {
+                self.result = Some(Ok(()));
+                return true;
+            };
+            changed = true;
+            for l in round.locals.iter_mut() {
+                if let Err(e) = self.bufs.run(l) {
+                    self.rounds.clear();
+                    self.result = Some(Err(e));
+                    return true;
+                }
+            }
+            let tag = self.ctx.tag_base | round.phase as i32;
+            // Receives first, so that sends rarely land in the unexpected queue.
+            for x in round.xfers.iter().filter(|x| matches!(x, Xfer::Recv { .. })) {
+                if let Xfer::Recv { peer, s } = *x {
+                    match (self.world(peer), self.bufs.raw(s)) {
+                        (Ok(w), Ok(raw)) => {
+                            let id = net.recv(w, self.ctx.ctx, tag, raw);
+                            self.pending.push(Pending {
+                                id,
+                                recv: Some((peer, s.len)),
+                            });
+                        }
+                        (Err(e), _) | (_, Err(e)) => self.fail(net, e),
+                    }
+                }
+            }
+            for x in round.xfers.iter().filter(|x| matches!(x, Xfer::Send { .. })) {
+                if let Xfer::Send { peer, s } = *x {
+                    match (self.world(peer), self.bufs.raw(s)) {
+                        (Ok(w), Ok(raw)) => {
+                            let id = net.send(w, self.ctx.ctx, tag, raw);
+                            self.pending.push(Pending { id, recv: None });
+                        }
+                        (Err(e), _) | (_, Err(e)) => self.fail(net, e),
+                    }
+                }
+            }
+        }
+    }
+
+    fn world(&self, peer: usize) -> Result<u32> {
+        self.ctx
+            .group
+            .get(peer)
+            .copied()
+            .ok_or_else(|| internal(format!("peer {peer} outside the communicator")))
+    }
+
+    /// Record the first error and withdraw receives that have not matched, so the
+    /// schedule ends as soon as the transfers already under way have finished.
+    fn fail(&mut self, net: &mut impl Net, e: Error) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+        self.pending
+            .retain(|p| !(p.recv.is_some() && net.cancel_recv(p.id)));
+    }
+
+    fn completion(&self, recv: Option<(usize, usize)>, r: Result<Status>) -> Result<()> {
+        let mismatch = |peer: usize, got: u64, want: usize| {
+            Error::Collective(format!(
+                "{}: rank {peer} sent {got} bytes where {want} were expected; the ranks \
+                 disagree on counts, roots or datatypes (set RANKWIRE_COLL_CHECK=1 to name \
+                 the difference)",
+                self.name
+            ))
+        };
+        match (recv, r) {
+            (Some((peer, want)), Ok(st)) if st.len_bytes != want => {
+                Err(mismatch(peer, st.len_bytes as u64, want))
+            }
+            (
+                Some((peer, want)),
+                Err(Error::Matching(MatchError::Truncated { message_bytes, .. })),
+            ) => Err(mismatch(peer, message_bytes, want)),
+            (_, Err(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn internal(msg: String) -> Error {
+    Error::Collective(format!(
+        "internal error in a collective schedule (a rankwire bug, please report): {msg}"
+    ))
+}
+
+/// In-memory execution of schedules for unit tests: sends are buffered at once,
+/// receives match per (source, destination, context, tag) in send order.
+#[cfg(test)]
+pub(crate) mod sim {
+    use std::collections::{HashMap, VecDeque};
+
+    use super::*;
+
+    type Key = (u32, u32, u32, i32);
+
+    /// All ranks' mailboxes.
+    #[derive(Default)]
+    pub(crate) struct Mail {
+        queues: HashMap<Key, VecDeque<Vec<u8>>>,
+        posted: HashMap<Key, VecDeque<(ReqId, RawBuf)>>,
+        done: HashMap<ReqId, Result<Status>>,
+        next: ReqId,
+        /// Messages sent so far.
+        pub(crate) messages: usize,
+    }
+
+    /// One rank's view of the mailboxes.
+    pub(crate) struct RankNet<'m> {
+        pub(crate) me: u32,
+        pub(crate) mail: &'m mut Mail,
+    }
+
+    impl Mail {
+        fn id(&mut self) -> ReqId {
+            self.next += 1;
+            self.next
+        }
+        fn deliver(&mut self, key: Key) {
+            loop {
+                let (Some(q), Some(p)) = (self.queues.get_mut(&key), self.posted.get_mut(&key))
+                else {
+                    return;
+                };
+                if q.is_empty() || p.is_empty() {
+                    return;
+                }
+                let (Some(data), Some((id, buf))) = (q.pop_front(), p.pop_front()) else {
+                    return;
+                };
+                let st = Status {
+                    source: key.0,
+                    tag: key.3,
+                    len_bytes: data.len(),
+                };
+                let r = if data.len() > buf.len() {
+                    Err(MatchError::Truncated {
+                        source_rank: key.0,
+                        tag: key.3,
+                        message_bytes: data.len() as u64,
+                        buffer_bytes: buf.len() as u64,
+                    }
+                    .into())
+                } else {
+                    if !data.is_empty() {
+                        // SAFETY: the test keeps the buffers alive; length checked.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                data.as_ptr(),
+                                buf.as_slice().as_ptr() as *mut u8,
+                                data.len(),
+                            )
+                        };
+                    }
+                    Ok(st)
+                };
+                self.done.insert(id, r);
+            }
+        }
+    }
+
+    impl Net for RankNet<'_> {
+        fn send(&mut self, peer: u32, ctx: u32, tag: i32, buf: RawBuf) -> ReqId {
+            let id = self.mail.id();
+            // SAFETY: the schedule keeps the buffer valid while the send is pending.
+            let data = unsafe { buf.as_slice() }.to_vec();
+            let key = (self.me, peer, ctx, tag);
+            self.mail.queues.entry(key).or_default().push_back(data);
+            self.mail.messages += 1;
+            self.mail.deliver(key);
+            self.mail.done.insert(
+                id,
+                Ok(Status {
+                    source: peer,
+                    tag,
+                    len_bytes: buf.len(),
+                }),
+            );
+            id
+        }
+        fn recv(&mut self, peer: u32, ctx: u32, tag: i32, buf: RawBuf) -> ReqId {
+            let id = self.mail.id();
+            let key = (peer, self.me, ctx, tag);
+            self.mail.posted.entry(key).or_default().push_back((id, buf));
+            self.mail.deliver(key);
+            id
+        }
+        fn take_done(&mut self, id: ReqId) -> Option<Result<Status>> {
+            self.mail.done.remove(&id)
+        }
+        fn cancel_recv(&mut self, id: ReqId) -> bool {
+            for q in self.mail.posted.values_mut() {
+                if let Some(i) = q.iter().position(|(x, _)| *x == id) {
+                    q.remove(i);
+                    return true;
+                }
+            }
+            false
+        }
+    }
+
+    /// Run every rank's schedule to completion (round-robin); panics on deadlock.
+    /// Returns each rank's outcome and the number of messages sent.
+    pub(crate) fn run(execs: &mut [Exec]) -> (Vec<Result<()>>, usize) {
+        let mut mail = Mail::default();
+        let mut out: Vec<Option<Result<()>>> = execs.iter().map(|_| None).collect();
+        loop {
+            let mut changed = false;
+            for (r, ex) in execs.iter_mut().enumerate() {
+                if out[r].is_some() {
+                    continue;
+                }
+                let mut net = RankNet {
+                    me: r as u32,
+                    mail: &mut mail,
+                };
+                changed |= ex.advance(&mut net);
+                if let Some(res) = ex.take_result() {
+                    out[r] = Some(res);
+                }
+            }
+            if out.iter().all(Option::is_some) {
+                return (out.into_iter().flatten().collect(), mail.messages);
+            }
+            assert!(
+                changed,
+                "schedules deadlocked: {execs:?}; finished: {:?}",
+                out.iter().map(Option::is_some).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    /// Identity group of `n` ranks, context 0, tag base 0.
+    pub(crate) fn ctx(n: usize) -> CommCtx {
+        CommCtx {
+            group: (0..n as u32).collect(),
+            ctx: 0,
+            tag_base: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_splits_rounds_at_local_steps_after_transfers() {
+        let mut b = Builder::new(0, 2);
+        let t = b.tmp(8);
+        b.copy(Slice::new(Buf::Send, 0, 8), Slice::new(Buf::Recv, 0, 8));
+        b.send(1, Slice::new(Buf::Recv, 0, 8));
+        b.recv(1, Slice::new(t, 0, 8));
+        b.copy(Slice::new(t, 0, 8), Slice::new(Buf::Recv, 0, 8));
+        b.round();
+        b.round();
+        assert_eq!(b.rounds.len(), 2);
+        assert_eq!(b.rounds[0].locals.len(), 1);
+        assert_eq!(b.rounds[0].xfers.len(), 2);
+        assert_eq!(b.rounds[1].locals.len(), 1);
+    }
+
+    #[test]
+    fn exchange_between_two_ranks_runs_in_memory() {
+        let send: Vec<Vec<u64>> = vec![vec![1, 2], vec![3, 4]];
+        let mut recv: Vec<Vec<u64>> = vec![vec![0; 2]; 2];
+        let mut execs: Vec<Exec> = (0..2)
+            .zip(recv.iter_mut())
+            .map(|(r, rb)| {
+                let mut b = Builder::new(r, 2);
+                b.send(1 - r, Slice::new(Buf::Send, 0, 16));
+                b.recv(1 - r, Slice::new(Buf::Recv, 0, 16));
+                b.finish(
+                    "test",
+                    UserBufs::new(
+                        bytemuck::cast_slice(&send[r]),
+                        bytemuck::cast_slice_mut(rb),
+                        None,
+                    ),
+                    sim::ctx(2),
+                )
+            })
+            .collect();
+        let (res, msgs) = sim::run(&mut execs);
+        assert!(res.iter().all(Result::is_ok));
+        assert_eq!(msgs, 2);
+        drop(execs);
+        assert_eq!(recv, vec![vec![3, 4], vec![1, 2]]);
+    }
+
+    #[test]
+    fn short_message_is_a_collective_error() {
+        let send = [0u8; 4];
+        let mut r0 = [0u8; 8];
+        let mut r1 = [0u8; 8];
+        let mk = |r: usize, len: usize, rb: &mut [u8]| {
+            let mut b = Builder::new(r, 2);
+            b.send(1 - r, Slice::new(Buf::Send, 0, len));
+            b.recv(1 - r, Slice::new(Buf::Recv, 0, 8));
+            b.finish("allgather", UserBufs::new(&send, rb, None), sim::ctx(2))
+        };
+        let mut execs = vec![mk(0, 4, &mut r0), mk(1, 0, &mut r1)];
+        let (res, _) = sim::run(&mut execs);
+        let e = res[0].as_ref().unwrap_err().to_string();
+        assert!(
+            e.contains("rank 1 sent 0 bytes where 8 were expected"),
+            "{e}"
+        );
+    }
+}

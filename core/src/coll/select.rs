@@ -1,0 +1,654 @@
+//! Algorithm selection: an α–β–γ cost model, overridable per collective by environment
+//! variable.
+//!
+//! # Model
+//! Sending `n` bytes between two ranks costs `α + n·β`; combining `n` bytes with a
+//! reduction costs `n·γ`; each extra message a rank posts in the same round costs `o`
+//! (software overhead; the α of concurrent messages overlaps). The formulas per
+//! algorithm are those of R. Thakur, R. Rabenseifner and W. Gropp, "Optimization of
+//! Collective Communication Operations in MPICH", IJHPCA 19(1), 2005, §3–4. For each
+//! call the applicable algorithm of least predicted time wins; [`CostModel::DEFAULT`]
+//! holds the constants, measured on the CI machine (see its doc).
+//!
+//! # Overrides
+//! `RANKWIRE_<COLLECTIVE>_ALGO=<name>` forces an algorithm (names in each enum's
+//! doc). The variables are read when a communicator is created (for the world
+//! communicator: at its first use) and must be equal on every rank. A forced algorithm
+//! that cannot run a call (ring allreduce with a non-commutative operation, recursive
+//! doubling allgather on a non-power-of-two communicator) falls back to the model's
+//! choice for that call, logged at `debug`. An unknown name makes every collective of
+//! that kind fail with [`Error::Usage`] naming the valid ones.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// Cost model constants (microseconds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostModel {
+    /// Latency of one message, µs.
+    pub alpha_us: f64,
+    /// Transfer time per byte, µs.
+    pub beta_us_per_byte: f64,
+    /// Reduction time per byte, µs.
+    pub gamma_us_per_byte: f64,
+    /// Extra cost of each additional message posted in the same round, µs.
+    pub overhead_us: f64,
+}
+
+impl CostModel {
+    /// Measured on the CI machine (2 cores, TCP loopback, release build, rankwire-bench
+    /// `latency`/`bw` at 2 ranks): 8-byte one-way latency ≈ 10 µs, streaming bandwidth
+    /// ≈ 2 GB/s; an f32 sum runs at ≈ 4 GB/s in the reduction loop; posting one more
+    /// message costs ≈ 1 µs.
+    pub const DEFAULT: CostModel = CostModel {
+        alpha_us: 10.0,
+        beta_us_per_byte: 1.0 / 2000.0,
+        gamma_us_per_byte: 1.0 / 4000.0,
+        overhead_us: 1.0,
+    };
+
+    fn msg(&self, bytes: f64) -> f64 {
+        self.alpha_us + bytes * self.beta_us_per_byte
+    }
+}
+
+/// Smallest `k` with `2^k ≥ p`.
+pub(crate) fn ceil_log2(p: usize) -> u32 {
+    p.max(1).next_power_of_two().trailing_zeros()
+}
+
+/// Largest power of two `≤ p` (1 for p = 0).
+pub(crate) fn pof2_floor(p: usize) -> usize {
+    if p <= 1 {
+        1
+    } else {
+        1 << (usize::BITS - 1 - p.leading_zeros())
+    }
+}
+
+/// A selectable algorithm: its names in environment variables.
+pub(crate) trait Algo: Copy + PartialEq + fmt::Debug + 'static {
+    /// `(name, algorithm)` pairs accepted in the environment variable.
+    const NAMES: &'static [(&'static str, Self)];
+    /// The environment variable.
+    const VAR: &'static str;
+
+    fn name(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(_, a)| *a == self)
+            .map_or("?", |(n, _)| n)
+    }
+
+    /// Code carried in check descriptors.
+    fn code(self) -> u32 {
+        Self::NAMES
+            .iter()
+            .position(|(_, a)| *a == self)
+            .map_or(0, |i| i as u32 + 1)
+    }
+}
+
+macro_rules! algo_enum {
+    (
+        $(#[$m:meta])* $name:ident, $var:literal {
+            $($(#[$vm:meta])* $v:ident = $s:literal),* $(,)?
+        }
+    ) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vm])* $v),*
+        }
+        impl Algo for $name {
+            const NAMES: &'static [(&'static str, Self)] = &[$(($s, $name::$v)),*];
+            const VAR: &'static str = $var;
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+algo_enum!(
+    /// Allreduce algorithms (`RANKWIRE_ALLREDUCE_ALGO`).
+    AllreduceAlgo, "RANKWIRE_ALLREDUCE_ALGO" {
+        /// `recursive_doubling`: lg p exchanges of the whole vector (Thakur et al. 2005
+        /// §4.4). Order-preserving.
+        RecursiveDoubling = "recursive_doubling",
+        /// `rabenseifner`: reduce-scatter by recursive halving, allgather by recursive
+        /// doubling (R. Rabenseifner, "Optimization of Collective Reduction Operations",
+        /// ICCS 2004). Order-preserving.
+        Rabenseifner = "rabenseifner",
+        /// `ring`: ring reduce-scatter then ring allgather (P. Patarasuk, X. Yuan,
+        /// "Bandwidth optimal all-reduce algorithms for clusters of workstations",
+        /// JPDC 2009). Commutative operations only.
+        Ring = "ring",
+        /// `reduce_bcast`: binomial reduce to rank 0, then binomial broadcast.
+        /// Order-preserving.
+        ReduceBcast = "reduce_bcast",
+    }
+);
+
+algo_enum!(
+    /// Broadcast algorithms (`RANKWIRE_BCAST_ALGO`).
+    BcastAlgo, "RANKWIRE_BCAST_ALGO" {
+        /// `binomial`: binomial tree (MPICH `MPIR_Bcast_intra_binomial`).
+        Binomial = "binomial",
+        /// `scatter_allgather`: binomial scatter then ring allgather (M. Barnett et al.,
+        /// "Interprocessor collective communication library (InterCom)", SHPCC 1994;
+        /// Thakur et al. 2005 §4.1).
+        ScatterAllgather = "scatter_allgather",
+    }
+);
+
+algo_enum!(
+    /// Reduce algorithms (`RANKWIRE_REDUCE_ALGO`).
+    ReduceAlgo, "RANKWIRE_REDUCE_ALGO" {
+        /// `binomial`: binomial tree, children combined in rank order.
+        Binomial = "binomial",
+    }
+);
+
+algo_enum!(
+    /// Allgather algorithms (`RANKWIRE_ALLGATHER_ALGO`).
+    AllgatherAlgo, "RANKWIRE_ALLGATHER_ALGO" {
+        /// `ring`: p−1 steps to the right neighbour.
+        Ring = "ring",
+        /// `bruck`: ⌈lg p⌉ steps of doubling distance, then a local rotation (J. Bruck
+        /// et al., "Efficient algorithms for all-to-all communications in multiport
+        /// message-passing systems", IEEE TPDS 8(11), 1997).
+        Bruck = "bruck",
+        /// `recursive_doubling`: lg p exchanges with partner `rank XOR 2^k`; power-of-two
+        /// sizes only.
+        RecursiveDoubling = "recursive_doubling",
+    }
+);
+
+algo_enum!(
+    /// Alltoall algorithms (`RANKWIRE_ALLTOALL_ALGO`, also used by alltoallv).
+    AlltoallAlgo, "RANKWIRE_ALLTOALL_ALGO" {
+        /// `pairwise`: p−1 steps, exchanging with `rank XOR k` (power of two) or sending
+        /// to `rank + k` and receiving from `rank − k` (Thakur et al. 2005 §4.5).
+        Pairwise = "pairwise",
+        /// `linear`: all p−1 sends and receives posted at once.
+        Linear = "linear",
+    }
+);
+
+algo_enum!(
+    /// Gather and scatter algorithms (`RANKWIRE_GATHER_ALGO`, `RANKWIRE_SCATTER_ALGO`).
+    GatherAlgo, "RANKWIRE_GATHER_ALGO" {
+        /// `linear`: the root exchanges with every rank directly.
+        Linear = "linear",
+        /// `binomial`: binomial tree forwarding whole subtrees' blocks (MPICH
+        /// `MPIR_Gather_intra_binomial`).
+        Binomial = "binomial",
+    }
+);
+
+algo_enum!(
+    /// Reduce-scatter algorithms (`RANKWIRE_REDUCE_SCATTER_ALGO`, for reduce_scatter
+    /// and reduce_scatter_block).
+    ReduceScatterAlgo, "RANKWIRE_REDUCE_SCATTER_ALGO" {
+        /// `ring`: p−1 steps, each block travelling once around the ring. Commutative
+        /// operations only.
+        Ring = "ring",
+        /// `reduce_scatterv`: binomial reduce to rank 0, then linear scatterv.
+        /// Order-preserving.
+        ReduceScatterv = "reduce_scatterv",
+    }
+);
+
+/// Environment overrides, one per collective, parsed once per communicator.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Overrides {
+    allreduce: Forced<AllreduceAlgo>,
+    bcast: Forced<BcastAlgo>,
+    reduce: Forced<ReduceAlgo>,
+    allgather: Forced<AllgatherAlgo>,
+    alltoall: Forced<AlltoallAlgo>,
+    gather: Forced<GatherAlgo>,
+    scatter: Forced<GatherAlgo>,
+    reduce_scatter: Forced<ReduceScatterAlgo>,
+}
+
+/// A parsed override: none, an algorithm, or the error text for a bad value.
+#[derive(Debug, Clone)]
+enum Forced<A> {
+    None,
+    Algo(A),
+    Bad(String),
+}
+
+impl<A> Default for Forced<A> {
+    fn default() -> Self {
+        Forced::None
+    }
+}
+
+impl<A: Algo> Forced<A> {
+    fn parse(var: &str, value: Option<String>) -> Forced<A> {
+        let Some(v) = value else {
+            return Forced::None;
+        };
+        let v = v.trim().to_ascii_lowercase();
+        if v.is_empty() || v == "auto" {
+            return Forced::None;
+        }
+        match A::NAMES.iter().find(|(n, _)| *n == v) {
+            Some((_, a)) => Forced::Algo(*a),
+            None => Forced::Bad(format!(
+                "{var}={v:?} is not an algorithm; use one of {} or auto",
+                A::NAMES
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+
+    /// The forced algorithm if `ok` accepts it, else the model's `best`.
+    fn pick(&self, ok: impl Fn(A) -> bool, best: impl FnOnce() -> A) -> Result<A> {
+        match self {
+            Forced::Bad(m) => Err(Error::Usage(m.clone())),
+            Forced::Algo(a) if ok(*a) => Ok(*a),
+            Forced::Algo(a) => {
+                let b = best();
+                tracing::debug!(
+                    "{}={} cannot run this call; using {}",
+                    A::VAR,
+                    a.name(),
+                    b.name()
+                );
+                Ok(b)
+            }
+            Forced::None => Ok(best()),
+        }
+    }
+}
+
+impl Overrides {
+    /// Read every `RANKWIRE_*_ALGO` variable through `get`.
+    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Overrides {
+        Overrides {
+            allreduce: Forced::parse(AllreduceAlgo::VAR, get(AllreduceAlgo::VAR)),
+            bcast: Forced::parse(BcastAlgo::VAR, get(BcastAlgo::VAR)),
+            reduce: Forced::parse(ReduceAlgo::VAR, get(ReduceAlgo::VAR)),
+            allgather: Forced::parse(AllgatherAlgo::VAR, get(AllgatherAlgo::VAR)),
+            alltoall: Forced::parse(AlltoallAlgo::VAR, get(AlltoallAlgo::VAR)),
+            gather: Forced::parse(GatherAlgo::VAR, get(GatherAlgo::VAR)),
+            scatter: Forced::parse("RANKWIRE_SCATTER_ALGO", get("RANKWIRE_SCATTER_ALGO")),
+            reduce_scatter: Forced::parse(ReduceScatterAlgo::VAR, get(ReduceScatterAlgo::VAR)),
+        }
+    }
+}
+
+/// Collective configuration of one communicator.
+#[derive(Debug, Clone)]
+pub(crate) struct CollConfig {
+    /// `RANKWIRE_COLL_CHECK=1`: exchange descriptors before every collective.
+    pub(crate) check: bool,
+    pub(crate) overrides: Overrides,
+    pub(crate) model: CostModel,
+}
+
+impl CollConfig {
+    /// From the process environment.
+    pub(crate) fn from_env() -> CollConfig {
+        let get = |k: &str| std::env::var(k).ok();
+        CollConfig {
+            check: get("RANKWIRE_COLL_CHECK")
+                .is_some_and(|v| !matches!(v.trim(), "" | "0" | "false" | "no" | "off")),
+            overrides: Overrides::from_lookup(get),
+            model: CostModel::DEFAULT,
+        }
+    }
+
+    /// Allreduce of `bytes` per rank on `p` ranks.
+    pub(crate) fn allreduce(&self, p: usize, bytes: usize, commutative: bool) -> Result<AllreduceAlgo> {
+        let ok = |a: AllreduceAlgo| commutative || a != AllreduceAlgo::Ring;
+        self.overrides
+            .allreduce
+            .pick(ok, || self.model.best_allreduce(p, bytes, commutative))
+    }
+
+    /// Broadcast of `bytes` on `p` ranks.
+    pub(crate) fn bcast(&self, p: usize, bytes: usize) -> Result<BcastAlgo> {
+        self.overrides
+            .bcast
+            .pick(|_| true, || self.model.best_bcast(p, bytes))
+    }
+
+    /// Reduce (one algorithm for now; the variable is still validated).
+    pub(crate) fn reduce(&self, _p: usize, _bytes: usize) -> Result<ReduceAlgo> {
+        self.overrides
+            .reduce
+            .pick(|_| true, || ReduceAlgo::Binomial)
+    }
+
+    /// Allgather of `bytes` per rank on `p` ranks.
+    pub(crate) fn allgather(&self, p: usize, bytes: usize) -> Result<AllgatherAlgo> {
+        let ok = |a: AllgatherAlgo| a != AllgatherAlgo::RecursiveDoubling || p.is_power_of_two();
+        self.overrides
+            .allgather
+            .pick(ok, || self.model.best_allgather(p, bytes))
+    }
+
+    /// Alltoall of `bytes` per destination on `p` ranks.
+    pub(crate) fn alltoall(&self, p: usize, bytes: usize) -> Result<AlltoallAlgo> {
+        self.overrides
+            .alltoall
+            .pick(|_| true, || self.model.best_alltoall(p, bytes))
+    }
+
+    /// Gather (`scatter = false`) or scatter of `bytes` per rank on `p` ranks.
+    pub(crate) fn gather(&self, p: usize, bytes: usize, scatter: bool) -> Result<GatherAlgo> {
+        let f = if scatter {
+            &self.overrides.scatter
+        } else {
+            &self.overrides.gather
+        };
+        f.pick(|_| true, || self.model.best_gather(p, bytes))
+    }
+
+    /// Reduce-scatter of `total_bytes` (the whole vector) on `p` ranks.
+    pub(crate) fn reduce_scatter(
+        &self,
+        p: usize,
+        total_bytes: usize,
+        commutative: bool,
+    ) -> Result<ReduceScatterAlgo> {
+        let ok = |a: ReduceScatterAlgo| commutative || a != ReduceScatterAlgo::Ring;
+        self.overrides.reduce_scatter.pick(ok, || {
+            self.model
+                .best_reduce_scatter(p, total_bytes, commutative)
+        })
+    }
+}
+
+impl CostModel {
+    /// Predicted time of an allreduce algorithm, µs.
+    pub fn allreduce_us(&self, a: AllreduceAlgo, p: usize, bytes: usize) -> f64 {
+        let n = bytes as f64;
+        let (b, g) = (self.beta_us_per_byte, self.gamma_us_per_byte);
+        let pof2 = pof2_floor(p);
+        let lg = pof2.trailing_zeros() as f64;
+        // Non-power-of-two: fold the extra ranks in before and out after.
+        let fold = if pof2 < p {
+            2.0 * self.msg(n) + n * g
+        } else {
+            0.0
+        };
+        let frac = |q: usize| (q as f64 - 1.0) / q as f64;
+        match a {
+            AllreduceAlgo::RecursiveDoubling => lg * (self.msg(n) + n * g) + fold,
+            AllreduceAlgo::Rabenseifner => {
+                2.0 * lg * self.alpha_us + frac(pof2) * n * (2.0 * b + g) + fold
+            }
+            AllreduceAlgo::Ring => {
+                let p = p as f64;
+                2.0 * (p - 1.0) * self.alpha_us + (p - 1.0) / p * n * (2.0 * b + g)
+            }
+            AllreduceAlgo::ReduceBcast => {
+                let l = ceil_log2(p) as f64;
+                2.0 * l * self.msg(n) + l * n * g
+            }
+        }
+    }
+
+    fn best_allreduce(&self, p: usize, bytes: usize, commutative: bool) -> AllreduceAlgo {
+        best(
+            AllreduceAlgo::NAMES
+                .iter()
+                .map(|(_, a)| *a)
+                .filter(|a| commutative || *a != AllreduceAlgo::Ring),
+            |a| self.allreduce_us(a, p, bytes),
+        )
+    }
+
+    /// Predicted time of a broadcast algorithm, µs.
+    pub fn bcast_us(&self, a: BcastAlgo, p: usize, bytes: usize) -> f64 {
+        let n = bytes as f64;
+        let l = ceil_log2(p) as f64;
+        let pf = p as f64;
+        match a {
+            BcastAlgo::Binomial => l * self.msg(n),
+            BcastAlgo::ScatterAllgather => {
+                (l + pf - 1.0) * self.alpha_us + 2.0 * (pf - 1.0) / pf * n * self.beta_us_per_byte
+            }
+        }
+    }
+
+    fn best_bcast(&self, p: usize, bytes: usize) -> BcastAlgo {
+        best(BcastAlgo::NAMES.iter().map(|(_, a)| *a), |a| {
+            self.bcast_us(a, p, bytes)
+        })
+    }
+
+    /// Predicted time of an allgather algorithm for `bytes` per rank, µs.
+    pub fn allgather_us(&self, a: AllgatherAlgo, p: usize, bytes: usize) -> f64 {
+        let m = bytes as f64;
+        let pf = p as f64;
+        let moved = (pf - 1.0) * m * self.beta_us_per_byte;
+        match a {
+            AllgatherAlgo::Ring => (pf - 1.0) * self.alpha_us + moved,
+            // Bruck's final rotation copies the whole result once more (≈ β/8 per byte
+            // in memory).
+            AllgatherAlgo::Bruck => {
+                ceil_log2(p) as f64 * self.alpha_us
+                    + moved
+                    + pf * m * self.beta_us_per_byte / 8.0
+            }
+            AllgatherAlgo::RecursiveDoubling => ceil_log2(p) as f64 * self.alpha_us + moved,
+        }
+    }
+
+    fn best_allgather(&self, p: usize, bytes: usize) -> AllgatherAlgo {
+        best(
+            AllgatherAlgo::NAMES
+                .iter()
+                .map(|(_, a)| *a)
+                .filter(|a| *a != AllgatherAlgo::RecursiveDoubling || p.is_power_of_two()),
+            |a| self.allgather_us(a, p, bytes),
+        )
+    }
+
+    /// Predicted time of an alltoall algorithm for `bytes` per destination, µs.
+    pub fn alltoall_us(&self, a: AlltoallAlgo, p: usize, bytes: usize) -> f64 {
+        let m = bytes as f64;
+        let k = p as f64 - 1.0;
+        match a {
+            AlltoallAlgo::Pairwise => k * self.msg(m),
+            // All messages in flight at once: one latency, then the per-message
+            // overheads and the bytes; many large messages at once also contend for
+            // memory (modelled as doubling β beyond 64 KiB per message).
+            AlltoallAlgo::Linear => {
+                let contention = if bytes > 64 << 10 { 2.0 } else { 1.0 };
+                self.alpha_us + k * (self.overhead_us + contention * m * self.beta_us_per_byte)
+            }
+        }
+    }
+
+    fn best_alltoall(&self, p: usize, bytes: usize) -> AlltoallAlgo {
+        best(AlltoallAlgo::NAMES.iter().map(|(_, a)| *a), |a| {
+            self.alltoall_us(a, p, bytes)
+        })
+    }
+
+    /// Predicted time of a gather/scatter algorithm for `bytes` per rank, µs.
+    pub fn gather_us(&self, a: GatherAlgo, p: usize, bytes: usize) -> f64 {
+        let m = bytes as f64;
+        let k = p as f64 - 1.0;
+        match a {
+            GatherAlgo::Linear => self.alpha_us + k * (self.overhead_us + m * self.beta_us_per_byte),
+            GatherAlgo::Binomial => {
+                ceil_log2(p) as f64 * self.alpha_us + k * m * self.beta_us_per_byte * 1.5
+            }
+        }
+    }
+
+    fn best_gather(&self, p: usize, bytes: usize) -> GatherAlgo {
+        best(GatherAlgo::NAMES.iter().map(|(_, a)| *a), |a| {
+            self.gather_us(a, p, bytes)
+        })
+    }
+
+    /// Predicted time of a reduce-scatter algorithm for `total_bytes`, µs.
+    pub fn reduce_scatter_us(&self, a: ReduceScatterAlgo, p: usize, total_bytes: usize) -> f64 {
+        let n = total_bytes as f64;
+        let pf = p as f64;
+        match a {
+            ReduceScatterAlgo::Ring => {
+                (pf - 1.0) * (self.alpha_us + n / pf * (self.beta_us_per_byte + self.gamma_us_per_byte))
+            }
+            ReduceScatterAlgo::ReduceScatterv => {
+                let l = ceil_log2(p) as f64;
+                l * (self.msg(n) + n * self.gamma_us_per_byte)
+                    + self.gather_us(GatherAlgo::Linear, p, total_bytes / p.max(1))
+            }
+        }
+    }
+
+    fn best_reduce_scatter(&self, p: usize, total: usize, commutative: bool) -> ReduceScatterAlgo {
+        best(
+            ReduceScatterAlgo::NAMES
+                .iter()
+                .map(|(_, a)| *a)
+                .filter(|a| commutative || *a != ReduceScatterAlgo::Ring),
+            |a| self.reduce_scatter_us(a, p, total),
+        )
+    }
+}
+
+/// The candidate of least cost (the first on ties).
+fn best<A: Copy>(cands: impl Iterator<Item = A>, cost: impl Fn(A) -> f64) -> A {
+    let mut it = cands;
+    let first = it.next().expect("every collective has at least one candidate"); // invariant: NAMES non-empty and filters keep an order-preserving algorithm
+    let mut b = (first, cost(first));
+    for a in it {
+        let c = cost(a);
+        if c < b.1 {
+            b = (a, c);
+        }
+    }
+    b.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(vars: &[(&str, &str)]) -> CollConfig {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        CollConfig {
+            check: false,
+            overrides: Overrides::from_lookup(|k| {
+                vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone())
+            }),
+            model: CostModel::DEFAULT,
+        }
+    }
+
+    #[test]
+    fn small_allreduce_uses_recursive_doubling_large_uses_bandwidth_algorithms() {
+        let c = cfg(&[]);
+        for p in [2, 3, 4, 5, 8, 16] {
+            assert_eq!(
+                c.allreduce(p, 8, true).unwrap(),
+                AllreduceAlgo::RecursiveDoubling,
+                "p={p}"
+            );
+            let big = c.allreduce(p, 16 << 20, true).unwrap();
+            assert!(
+                matches!(big, AllreduceAlgo::Rabenseifner | AllreduceAlgo::Ring),
+                "p={p}: {big}"
+            );
+        }
+        // At 64 ranks and a huge vector, ring's fewer folding bytes do not beat
+        // Rabenseifner's fewer latencies; at 3 ranks ring avoids the fold.
+        assert_eq!(c.allreduce(3, 64 << 20, true).unwrap(), AllreduceAlgo::Ring);
+        // Non-commutative operations never get the ring.
+        for bytes in [8, 1 << 10, 1 << 20, 64 << 20] {
+            for p in 2..20 {
+                assert_ne!(c.allreduce(p, bytes, false).unwrap(), AllreduceAlgo::Ring);
+            }
+        }
+    }
+
+    #[test]
+    fn selection_is_monotone_in_a_sensible_way() {
+        let c = cfg(&[]);
+        assert_eq!(c.bcast(8, 8).unwrap(), BcastAlgo::Binomial);
+        assert_eq!(c.bcast(8, 8 << 20).unwrap(), BcastAlgo::ScatterAllgather);
+        assert_eq!(c.allgather(4, 8).unwrap(), AllgatherAlgo::RecursiveDoubling);
+        assert_eq!(c.allgather(6, 8).unwrap(), AllgatherAlgo::Bruck);
+        assert_eq!(c.allgather(6, 4 << 20).unwrap(), AllgatherAlgo::Ring);
+        assert_eq!(c.alltoall(8, 8).unwrap(), AlltoallAlgo::Linear);
+        assert_eq!(c.alltoall(8, 1 << 20).unwrap(), AlltoallAlgo::Pairwise);
+        assert_eq!(c.gather(8, 8, false).unwrap(), GatherAlgo::Linear);
+        assert_eq!(c.gather(64, 8, false).unwrap(), GatherAlgo::Binomial);
+        assert_eq!(
+            c.reduce_scatter(8, 8 << 20, true).unwrap(),
+            ReduceScatterAlgo::Ring
+        );
+        assert_eq!(
+            c.reduce_scatter(8, 8 << 20, false).unwrap(),
+            ReduceScatterAlgo::ReduceScatterv
+        );
+    }
+
+    #[test]
+    fn overrides_force_applicable_algorithms_and_reject_bad_names() {
+        let c = cfg(&[
+            ("RANKWIRE_ALLREDUCE_ALGO", "Ring"),
+            ("RANKWIRE_ALLGATHER_ALGO", "recursive_doubling"),
+            ("RANKWIRE_BCAST_ALGO", "scatter_allgather"),
+            ("RANKWIRE_ALLTOALL_ALGO", "bogus"),
+            ("RANKWIRE_SCATTER_ALGO", "binomial"),
+        ]);
+        assert_eq!(c.allreduce(4, 8, true).unwrap(), AllreduceAlgo::Ring);
+        // Ring cannot run a non-commutative operation: the model's choice instead.
+        assert_eq!(
+            c.allreduce(4, 8, false).unwrap(),
+            AllreduceAlgo::RecursiveDoubling
+        );
+        assert_eq!(
+            c.allgather(8, 1 << 20).unwrap(),
+            AllgatherAlgo::RecursiveDoubling
+        );
+        assert_ne!(
+            c.allgather(6, 1 << 20).unwrap(),
+            AllgatherAlgo::RecursiveDoubling
+        );
+        assert_eq!(c.bcast(2, 1).unwrap(), BcastAlgo::ScatterAllgather);
+        assert_eq!(c.gather(8, 1, true).unwrap(), GatherAlgo::Binomial);
+        assert_eq!(c.gather(8, 1, false).unwrap(), GatherAlgo::Linear);
+        let e = c.alltoall(4, 8).unwrap_err().to_string();
+        assert!(
+            e.contains("RANKWIRE_ALLTOALL_ALGO") && e.contains("pairwise, linear"),
+            "{e}"
+        );
+        let auto = cfg(&[("RANKWIRE_BCAST_ALGO", "auto")]);
+        assert_eq!(auto.bcast(8, 8).unwrap(), BcastAlgo::Binomial);
+    }
+
+    #[test]
+    fn power_of_two_helpers() {
+        assert_eq!(
+            (1..=9).map(pof2_floor).collect::<Vec<_>>(),
+            [1, 2, 2, 4, 4, 4, 4, 8, 8]
+        );
+        assert_eq!(
+            (1..=9).map(ceil_log2).collect::<Vec<_>>(),
+            [0, 1, 2, 2, 3, 3, 3, 3, 4]
+        );
+    }
+}
