@@ -10,20 +10,42 @@ fn app() -> String {
     binary("rw-testapp").to_string_lossy().into_owned()
 }
 
+/// Transport configurations every point-to-point scenario runs under: the default
+/// selection (large same-node messages by single copy), and everything copied through
+/// the transport (`RANKWIRE_CMA=0`).
+const CONFIGS: &[(&str, &[(&str, &str)])] = &[
+    ("default", &[]),
+    ("no-cma", &[("RANKWIRE_CMA", "0")]),
+];
+
 fn run_ok(n: usize, args: &[&str]) -> rankwire_tests::RunOutput {
-    let mut v = vec!["-n".to_string(), n.to_string(), app()];
-    v.extend(args.iter().map(|s| s.to_string()));
-    let out = rwrun(v).timeout(Duration::from_secs(120)).run();
-    out.assert_ok();
-    for r in 0..n {
-        let line = format!("rank {r}: {} OK", args[0]);
-        assert!(
-            out.stdout.contains(&line),
-            "missing {line:?}\n{}",
-            out.stdout
+    let mut last = None;
+    for (name, envs) in CONFIGS {
+        let mut v = vec!["-n".to_string(), n.to_string(), app()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        let mut run = rwrun(v).timeout(Duration::from_secs(120));
+        for (k, val) in *envs {
+            run = run.env(k, val);
+        }
+        let out = run.run();
+        assert_eq!(
+            out.code(),
+            0,
+            "config {name}: {}\n{}",
+            out.stdout,
+            out.stderr
         );
+        for r in 0..n {
+            let line = format!("rank {r}: {} OK", args[0]);
+            assert!(
+                out.stdout.contains(&line),
+                "config {name}: missing {line:?}\n{}",
+                out.stdout
+            );
+        }
+        last = Some(out);
     }
-    out
+    last.expect("at least one configuration")
 }
 
 #[test]
