@@ -1,0 +1,511 @@
+//! Streams, events and asynchronous copies.
+//!
+//! The runtime does its GPU copies on its own non-blocking stream per device
+//! ([`Stream::runtime`], created on first use and kept for the process lifetime), so
+//! they never serialize with the application's legacy default stream. Completion is
+//! observed with an [`Event`] recorded after the copy and polled from the progress
+//! engine ([`Event::query`]), never by blocking the stream.
+//!
+//! Copies between two devices ([`memcpy_peer_async`]) go direct when the devices can
+//! access each other (`cuDeviceCanAccessPeer`; peer access is enabled once per pair)
+//! and otherwise through pinned host memory ([`memcpy_staged`]), so a machine without
+//! peer access falls back instead of failing (B012).
+//!
+//! Every copy of zero bytes returns at once without a driver call (B002).
+//!
+//! Standard: CUDA driver API `cuMemcpy*Async`, `cuMemcpyPeerAsync`,
+//! `cuDeviceCanAccessPeer`, `cuCtxEnablePeerAccess`, `cuStreamCreate`, `cuEvent*`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::buffer::PinnedBuffer;
+use crate::error::GpuError;
+use crate::result::{self, RawEvent, RawStream};
+
+/// A non-blocking CUDA stream of one device (`CU_STREAM_NON_BLOCKING`).
+#[derive(Debug)]
+pub struct Stream {
+    raw: RawStream,
+    device: i32,
+    owned: bool,
+}
+
+// SAFETY: a CUstream is a process-wide handle; the driver allows enqueueing work and
+// synchronizing on it from any thread.
+unsafe impl Send for Stream {}
+// SAFETY: as above; every method takes &self and only passes the handle to the driver.
+unsafe impl Sync for Stream {}
+
+// The runtime's stream per device. Leaked on purpose: it lives as long as the process,
+// like the primary context it belongs to. Mirrors process-global state, hence a static.
+static RUNTIME_STREAMS: Mutex<Vec<(i32, &'static Stream)>> = Mutex::new(Vec::new());
+
+impl Stream {
+    /// A new non-blocking stream on `device`, destroyed on drop.
+    ///
+    /// # Errors
+    /// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], or [`GpuError::Driver`]
+    /// (`cuDevicePrimaryCtxRetain`, `cuCtxSetCurrent`, `cuStreamCreate`).
+    pub fn new(device: i32) -> Result<Stream, GpuError> {
+        result::bind_device(device)?;
+        let raw = result::stream_create()?;
+        Ok(Stream {
+            raw,
+            device,
+            owned: true,
+        })
+    }
+
+    /// The runtime's own stream on `device`, created on first use.
+    ///
+    /// # Errors
+    /// As [`Stream::new`] on first use.
+    pub fn runtime(device: i32) -> Result<&'static Stream, GpuError> {
+        // A poisoned lock only means a panic elsewhere; the list is append-only.
+        let mut streams = RUNTIME_STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, s)) = streams.iter().find(|(d, _)| *d == device) {
+            return Ok(s);
+        }
+        let mut s = Stream::new(device)?;
+        s.owned = false;
+        let s: &'static Stream = Box::leak(Box::new(s));
+        streams.push((device, s));
+        Ok(s)
+    }
+
+    /// The device ordinal this stream belongs to.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    /// Block until all work queued on the stream has completed (`cuStreamSynchronize`).
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`], including errors of earlier asynchronous work.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        // SAFETY: self.raw is a live stream (destroyed only in Drop).
+        unsafe { result::stream_synchronize(self.raw) }
+    }
+
+    /// Whether all queued work has completed (`cuStreamQuery`), without blocking.
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`], including errors of earlier asynchronous work.
+    pub fn is_idle(&self) -> Result<bool, GpuError> {
+        // SAFETY: self.raw is a live stream.
+        unsafe { result::stream_query(self.raw) }
+    }
+
+    pub(crate) fn raw(&self) -> RawStream {
+        self.raw
+    }
+
+    // Bind the stream's device so calls that use the current context agree with it.
+    pub(crate) fn bind(&self) -> Result<(), GpuError> {
+        result::bind_device(self.device)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: the stream is live and owned; it is destroyed exactly once here.
+            // Drop cannot report an error; the driver frees the stream at exit anyway.
+            let _destroyed = unsafe { result::stream_destroy(self.raw) };
+        }
+    }
+}
+
+/// A CUDA event, for completion polling and timing.
+#[derive(Debug)]
+pub struct Event {
+    raw: RawEvent,
+    device: i32,
+}
+
+// SAFETY: a CUevent is a process-wide handle usable from any thread.
+unsafe impl Send for Event {}
+// SAFETY: as above; methods only pass the handle to the driver.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// An event on `device` for completion polling (`CU_EVENT_DISABLE_TIMING`).
+    ///
+    /// # Errors
+    /// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], [`GpuError::Driver`] (`cuEventCreate`).
+    pub fn new(device: i32) -> Result<Event, GpuError> {
+        Self::create(device, false)
+    }
+
+    /// An event on `device` that can be timed with [`Event::elapsed_ms`].
+    ///
+    /// # Errors
+    /// As [`Event::new`].
+    pub fn new_timing(device: i32) -> Result<Event, GpuError> {
+        Self::create(device, true)
+    }
+
+    fn create(device: i32, timing: bool) -> Result<Event, GpuError> {
+        result::bind_device(device)?;
+        let raw = result::event_create(timing)?;
+        Ok(Event { raw, device })
+    }
+
+    /// Record the event after the work queued so far on `stream` (`cuEventRecord`).
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`]; the stream must belong to the event's device.
+    pub fn record(&self, stream: &Stream) -> Result<(), GpuError> {
+        stream.bind()?;
+        // SAFETY: both handles are live (destroyed only in their Drop).
+        unsafe { result::event_record(self.raw, stream.raw()) }
+    }
+
+    /// Whether the recorded work has completed (`cuEventQuery`), without blocking.
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`], including errors of the recorded work.
+    pub fn query(&self) -> Result<bool, GpuError> {
+        // SAFETY: self.raw is live.
+        unsafe { result::event_query(self.raw) }
+    }
+
+    /// Block until the recorded work has completed (`cuEventSynchronize`).
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`], including errors of the recorded work.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        // SAFETY: self.raw is live.
+        unsafe { result::event_synchronize(self.raw) }
+    }
+
+    /// Milliseconds between `start` and this event (`cuEventElapsedTime_v2`); both must
+    /// be timing events that have completed.
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`] (`CUDA_ERROR_INVALID_HANDLE` for non-timing events,
+    /// `CUDA_ERROR_NOT_READY` if one has not completed).
+    pub fn elapsed_ms(&self, start: &Event) -> Result<f32, GpuError> {
+        // SAFETY: both handles are live.
+        unsafe { result::event_elapsed_ms(start.raw, self.raw) }
+    }
+
+    /// The device ordinal this event belongs to.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: the event is live and destroyed exactly once here. Drop cannot report
+        // an error; the driver frees events at exit anyway.
+        let _destroyed = unsafe { result::event_destroy(self.raw) };
+    }
+}
+
+/// Queue a device-to-device copy of `len` bytes on `stream` (`cuMemcpyDtoDAsync_v2`).
+/// Both addresses may be device or managed memory of any device visible through UVA.
+///
+/// # Safety
+/// `[src, src + len)` and `[dst, dst + len)` must be live device-accessible memory until
+/// the copy completes (synchronize the stream or an event recorded after it), and must
+/// not overlap.
+///
+/// # Errors
+/// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], [`GpuError::Driver`].
+pub unsafe fn memcpy_dtod_async(
+    dst: u64,
+    src: u64,
+    len: usize,
+    stream: &Stream,
+) -> Result<(), GpuError> {
+    if len == 0 {
+        return Ok(());
+    }
+    stream.bind()?;
+    // SAFETY: ranges guaranteed by the caller; the stream is live.
+    unsafe { result::memcpy_dtod_async(dst, src, len, stream.raw()) }
+}
+
+/// Queue a host-to-device copy of `len` bytes on `stream` (`cuMemcpyHtoDAsync_v2`).
+/// From pageable host memory the driver stages the copy; from pinned memory
+/// ([`PinnedBuffer`]) it is truly asynchronous.
+///
+/// # Safety
+/// `src` must stay readable for `len` bytes, and `[dst, dst + len)` live device memory,
+/// until the copy completes.
+///
+/// # Errors
+/// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], [`GpuError::Driver`].
+pub unsafe fn memcpy_htod_async(
+    dst: u64,
+    src: *const u8,
+    len: usize,
+    stream: &Stream,
+) -> Result<(), GpuError> {
+    if len == 0 {
+        return Ok(());
+    }
+    stream.bind()?;
+    // SAFETY: ranges guaranteed by the caller; the stream is live.
+    unsafe { result::memcpy_htod_async(dst, src, len, stream.raw()) }
+}
+
+/// Queue a device-to-host copy of `len` bytes on `stream` (`cuMemcpyDtoHAsync_v2`).
+///
+/// # Safety
+/// `dst` must stay writable (and otherwise untouched) for `len` bytes, and
+/// `[src, src + len)` live device memory, until the copy completes.
+///
+/// # Errors
+/// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], [`GpuError::Driver`].
+pub unsafe fn memcpy_dtoh_async(
+    dst: *mut u8,
+    src: u64,
+    len: usize,
+    stream: &Stream,
+) -> Result<(), GpuError> {
+    if len == 0 {
+        return Ok(());
+    }
+    stream.bind()?;
+    // SAFETY: ranges guaranteed by the caller; the stream is live.
+    unsafe { result::memcpy_dtoh_async(dst, src, len, stream.raw()) }
+}
+
+/// How [`memcpy_peer_async`] moved the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyPath {
+    /// Nothing to copy (zero bytes).
+    Empty,
+    /// Same device: one device-to-device copy, queued.
+    SameDevice,
+    /// Different devices with peer access: `cuMemcpyPeerAsync`, queued.
+    Peer,
+    /// No peer access: staged through pinned host memory; already complete.
+    Staged,
+}
+
+/// Copy `len` bytes from device `src_device` to device `dst_device`.
+///
+/// Same device: a queued device-to-device copy. Different devices with peer access
+/// both ways: peer access is enabled once per pair, then a queued `cuMemcpyPeerAsync`.
+/// Otherwise: [`memcpy_staged`], which blocks until done. The returned [`CopyPath`]
+/// says which happened (the caller logs it once per pair, B012).
+///
+/// # Safety
+/// As [`memcpy_dtod_async`]; `src` must be memory of `src_device` and `dst` of
+/// `dst_device`.
+///
+/// # Errors
+/// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], [`GpuError::Driver`].
+pub unsafe fn memcpy_peer_async(
+    dst: u64,
+    dst_device: i32,
+    src: u64,
+    src_device: i32,
+    len: usize,
+    stream: &Stream,
+) -> Result<CopyPath, GpuError> {
+    if len == 0 {
+        return Ok(CopyPath::Empty);
+    }
+    if dst_device == src_device {
+        // SAFETY: forwarded caller guarantees.
+        unsafe { memcpy_dtod_async(dst, src, len, stream) }?;
+        return Ok(CopyPath::SameDevice);
+    }
+    if peer_access(dst_device, src_device)? {
+        stream.bind()?;
+        // SAFETY: forwarded caller guarantees; contexts are the devices' primary ones.
+        unsafe { result::memcpy_peer_async(dst, dst_device, src, src_device, len, stream.raw()) }?;
+        return Ok(CopyPath::Peer);
+    }
+    // SAFETY: forwarded caller guarantees.
+    unsafe { memcpy_staged(dst, dst_device, src, src_device, len, stream) }?;
+    Ok(CopyPath::Staged)
+}
+
+/// Copy `len` bytes between two device buffers through pinned host memory, in chunks,
+/// device-to-host on `src_device`'s runtime stream and host-to-device on
+/// `dst_device`'s, with two staging buffers so the two directions overlap.
+///
+/// Blocking: first waits for the work already queued on `stream` (so data written there
+/// is copied), returns when the data is in place. Works between any two devices (or one
+/// device with itself), with or without peer access.
+///
+/// # Safety
+/// `[src, src + len)` must be live memory of `src_device` and `[dst, dst + len)` of
+/// `dst_device` for the duration of the call; they must not overlap.
+///
+/// # Errors
+/// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], [`GpuError::Driver`].
+pub unsafe fn memcpy_staged(
+    dst: u64,
+    dst_device: i32,
+    src: u64,
+    src_device: i32,
+    len: usize,
+    stream: &Stream,
+) -> Result<(), GpuError> {
+    if len == 0 {
+        return Ok(());
+    }
+    stream.synchronize()?;
+    let src_stream = Stream::runtime(src_device)?;
+    let dst_stream = Stream::runtime(dst_device)?;
+    let mut staging = take_staging()?;
+    let res = (|| -> Result<(), GpuError> {
+        let done = [Event::new(dst_device)?, Event::new(dst_device)?];
+        let mut used = [false, false];
+        let mut off = 0usize;
+        let mut i = 0usize;
+        while off < len {
+            let n = STAGING_CHUNK.min(len - off);
+            let b = i % 2;
+            if used[b] {
+                // The host-to-device copy that last read this buffer must be done.
+                done[b].synchronize()?;
+            }
+            let buf = &mut staging[b];
+            // SAFETY: buf holds STAGING_CHUNK >= n bytes, is not read by any pending
+            // copy (checked above), and stays alive until the final synchronize below;
+            // the device ranges are guaranteed by the caller.
+            unsafe {
+                memcpy_dtoh_async(buf.as_mut_ptr(), src + off as u64, n, src_stream)?;
+            }
+            src_stream.synchronize()?;
+            // SAFETY: as above; the staging data is complete (src stream synchronized).
+            unsafe {
+                memcpy_htod_async(dst + off as u64, buf.as_ptr(), n, dst_stream)?;
+            }
+            done[b].record(dst_stream)?;
+            used[b] = true;
+            off += n;
+            i += 1;
+        }
+        dst_stream.synchronize()
+    })();
+    match res {
+        Ok(()) => {
+            give_back_staging(staging);
+            Ok(())
+        }
+        Err(e) => {
+            // A copy may still be queued on the staging buffers: wait for both streams
+            // before the buffers are freed. Their own errors add nothing to `e`, which
+            // is returned.
+            let _src_idle = src_stream.synchronize();
+            let _dst_idle = dst_stream.synchronize();
+            drop(staging);
+            Err(e)
+        }
+    }
+}
+
+/// Whether `device` can access memory of `peer` directly (`cuDeviceCanAccessPeer`).
+///
+/// # Errors
+/// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], [`GpuError::Driver`].
+pub fn can_access_peer(device: i32, peer: i32) -> Result<bool, GpuError> {
+    result::device_can_access_peer(device, peer)
+}
+
+// Peer-access decisions per ordered device pair: Some(true) once access was enabled both
+// ways, Some(false) when not possible. Decided once per pair (B012: no per-message
+// queries or log spam). Mirrors process-global driver state (peer access is a property
+// of the two primary contexts), hence a module-level static.
+static PEER_TABLE: Mutex<Option<HashMap<(i32, i32), bool>>> = Mutex::new(None);
+
+// Whether direct copies between the two devices work, enabling access once per pair.
+fn peer_access(a: i32, b: i32) -> Result<bool, GpuError> {
+    let key = (a.min(b), a.max(b));
+    let mut table = PEER_TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let table = table.get_or_insert_with(HashMap::new);
+    if let Some(&ok) = table.get(&key) {
+        return Ok(ok);
+    }
+    let ok = can_access_peer(a, b)? && can_access_peer(b, a)?;
+    if ok {
+        result::enable_peer_access(a, b)?;
+        result::enable_peer_access(b, a)?;
+    }
+    table.insert(key, ok);
+    Ok(ok)
+}
+
+const STAGING_CHUNK: usize = 4 << 20;
+
+// Pinned staging buffers, reused across staged copies (cuMemHostAlloc costs ms).
+static STAGING: Mutex<Vec<PinnedBuffer>> = Mutex::new(Vec::new());
+
+fn take_staging() -> Result<[PinnedBuffer; 2], GpuError> {
+    let mut pool = STAGING.lock().unwrap_or_else(|p| p.into_inner());
+    let a = match pool.pop() {
+        Some(b) => b,
+        None => PinnedBuffer::new(STAGING_CHUNK)?,
+    };
+    let b = match pool.pop() {
+        Some(b) => b,
+        None => PinnedBuffer::new(STAGING_CHUNK)?,
+    };
+    Ok([a, b])
+}
+
+fn give_back_staging(bufs: [PinnedBuffer; 2]) {
+    let mut pool = STAGING.lock().unwrap_or_else(|p| p.into_inner());
+    pool.extend(bufs);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu_or_skip(what: &str) -> bool {
+        match crate::init() {
+            Ok(()) => true,
+            Err(e) if e.is_no_gpu() => {
+                println!("skipped: {what}: {e}");
+                false
+            }
+            Err(e) => panic!("{what}: CUDA init failed: {e}"),
+        }
+    }
+
+    #[test]
+    fn zero_length_copies_touch_nothing() {
+        // Without a stream we cannot call them; with a GPU check the zero-length path.
+        if !gpu_or_skip("zero-length copies") {
+            return;
+        }
+        let s = Stream::runtime(0).unwrap();
+        // SAFETY: zero-length copies never dereference their (dangling) pointers.
+        unsafe {
+            memcpy_dtod_async(0, 0, 0, s).unwrap();
+            memcpy_htod_async(0, std::ptr::null(), 0, s).unwrap();
+            memcpy_dtoh_async(std::ptr::null_mut(), 0, 0, s).unwrap();
+            assert_eq!(
+                memcpy_peer_async(0, 0, 0, 1, 0, s).unwrap(),
+                CopyPath::Empty
+            );
+            memcpy_staged(0, 0, 0, 0, 0, s).unwrap();
+        }
+    }
+
+    #[test]
+    fn stream_and_event_without_gpu_report_why() {
+        match Stream::new(0) {
+            Ok(s) => {
+                let e = Event::new(0).unwrap();
+                e.record(&s).unwrap();
+                e.synchronize().unwrap();
+                assert!(e.query().unwrap());
+                assert!(s.is_idle().unwrap());
+            }
+            Err(e) if e.is_no_gpu() => println!("skipped: stream/event: {e}"),
+            Err(e) => panic!("stream: {e}"),
+        }
+    }
+}
