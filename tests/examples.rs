@@ -40,6 +40,26 @@ fn heat2d_equals_serial_at_1_to_4_ranks() {
 }
 
 #[test]
+fn heat2d_and_ring_at_8_ranks_on_2_cores() {
+    let out = rwrun(["-n", "8", &example("heat2d"), "64", "64", "50"])
+        .timeout(Duration::from_secs(120))
+        .run();
+    out.assert_ok();
+    let serial = std::process::Command::new(example("heat2d"))
+        .args(["64", "64", "50"])
+        .output()
+        .expect("run heat2d serially");
+    assert_eq!(
+        result_lines(&out.stdout),
+        result_lines(&String::from_utf8_lossy(&serial.stdout))
+    );
+    let out = rwrun(["-n", "8", &example("ring"), "50"])
+        .timeout(Duration::from_secs(120))
+        .run();
+    out.assert_ok();
+}
+
+#[test]
 fn ring_at_1_2_3_ranks() {
     for n in 1..=3 {
         let out = rwrun(["-n", &n.to_string(), &example("ring"), "20"])

@@ -11,11 +11,16 @@ fn app() -> String {
 }
 
 /// Transport configurations every point-to-point scenario runs under: the default
-/// selection (large same-node messages by single copy), and everything copied through
-/// the transport (`RANKWIRE_CMA=0`).
+/// selection (shm inside the node, large messages by single copy), shm copying through
+/// the rings (`RANKWIRE_CMA=0`), and TCP only (with and without single copy).
 const CONFIGS: &[(&str, &[(&str, &str)])] = &[
-    ("default", &[]),
-    ("no-cma", &[("RANKWIRE_CMA", "0")]),
+    ("shm+cma", &[]),
+    ("shm", &[("RANKWIRE_CMA", "0")]),
+    (
+        "tcp",
+        &[("RANKWIRE_TRANSPORTS", "tcp"), ("RANKWIRE_CMA", "0")],
+    ),
+    ("tcp+cma", &[("RANKWIRE_TRANSPORTS", "tcp")]),
 ];
 
 fn run_ok(n: usize, args: &[&str]) -> rankwire_tests::RunOutput {
@@ -81,12 +86,21 @@ fn invalid_rank_and_tag_are_usage_errors() {
 
 #[test]
 fn message_over_2_gib() {
-    let out = run_ok(2, &["big"]);
-    assert!(
-        out.stdout.contains("big: 2147483649 bytes"),
-        "{}",
-        out.stdout
-    );
+    // One message of 2 GiB + 1 byte through each data path: single copy, shm rings,
+    // TCP (3 x 2 GiB of buffers per run; the machine has 24 GiB).
+    for (name, envs) in &CONFIGS[..3] {
+        let mut run = rwrun(["-n", "2", &app(), "big"]).timeout(Duration::from_secs(180));
+        for (k, v) in *envs {
+            run = run.env(k, v);
+        }
+        let out = run.run();
+        assert_eq!(out.code(), 0, "{name}: {}", out.stderr);
+        assert!(
+            out.stdout.contains("big: 2147483649 bytes"),
+            "{name}: {}",
+            out.stdout
+        );
+    }
 }
 
 #[test]
@@ -125,10 +139,35 @@ fn tcp_over_ipv4_and_ipv6_loopback() {
 }
 
 #[test]
-fn transport_choice_is_queryable() {
-    let out = run_ok(2, &["transport"]);
+fn transport_choice_is_queryable_and_forced_by_env() {
+    let out = rwrun(["-n", "3", &app(), "transport"]).run();
+    out.assert_ok();
     assert!(out.stdout.contains("rank 0 -> 0: self"), "{}", out.stdout);
+    assert!(out.stdout.contains("rank 0 -> 1: shm"), "{}", out.stdout);
+    assert!(out.stdout.contains("rank 2 -> 1: shm"), "{}", out.stdout);
+    let out = rwrun(["-n", "3", &app(), "transport"])
+        .env("RANKWIRE_TRANSPORTS", "tcp")
+        .run();
+    out.assert_ok();
     assert!(out.stdout.contains("rank 0 -> 1: tcp"), "{}", out.stdout);
+    assert!(out.stdout.contains("rank 2 -> 2: self"), "{}", out.stdout);
+    let out = rwrun(["-n", "2", &app(), "transport"])
+        .env("RANKWIRE_TRANSPORTS", "carrier-pigeon")
+        .run();
+    assert_ne!(out.code(), 0);
+    assert!(out.stderr.contains("unknown transport"), "{}", out.stderr);
+}
+
+#[test]
+fn many_ranks_oversubscribed() {
+    // 8 ranks on 2 cores must neither livelock nor crawl.
+    for cfg in ["shm", "tcp"] {
+        let out = rwrun(["-n", "8", &app(), "window", "20"])
+            .env("RANKWIRE_TRANSPORTS", cfg)
+            .timeout(Duration::from_secs(120))
+            .run();
+        out.assert_ok();
+    }
 }
 
 fn ipv6_loopback() -> bool {

@@ -20,7 +20,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use rankwire_transports::{Event, SelfTransport, SendOutcome, TcpTransport, Transport};
+use rankwire_transports::{
+    Event, SelfTransport, SendOutcome, ShmTransport, TcpTransport, Transport,
+};
 
 use crate::error::Error;
 use crate::protocol::{OutFrame, Protocol, PullReq};
@@ -35,6 +37,8 @@ const PEER_FAILURE_DELAY: Duration = Duration::from_millis(100);
 pub(crate) enum Route {
     /// The calling rank itself.
     SelfTp,
+    /// Shared memory (same node).
+    Shm,
     /// TCP.
     Tcp,
     /// No transport could reach the peer (only possible in a broken setup).
@@ -45,6 +49,7 @@ impl Route {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Route::SelfTp => "self",
+            Route::Shm => "shm",
             Route::Tcp => "tcp",
             Route::None => "none",
         }
@@ -92,6 +97,7 @@ impl Backoff {
 pub(crate) struct Engine {
     pub(crate) proto: Protocol,
     self_tp: SelfTransport,
+    shm: Option<ShmTransport>,
     tcp: Option<TcpTransport>,
     routes: Vec<Route>,
     backlog: Vec<VecDeque<OutFrame>>,
@@ -103,6 +109,7 @@ impl Engine {
     pub(crate) fn new(
         rank: u32,
         size: u32,
+        shm: Option<ShmTransport>,
         tcp: Option<TcpTransport>,
         routes: Vec<Route>,
         backoff: Backoff,
@@ -122,6 +129,7 @@ impl Engine {
         Engine {
             proto,
             self_tp: SelfTransport::new(rank),
+            shm,
             tcp,
             routes,
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
@@ -145,6 +153,7 @@ impl Engine {
     fn host_caps(&self, peer: u32) -> Option<rankwire_transports::KindCaps> {
         match self.route(peer) {
             Route::SelfTp => self.self_tp.caps().host,
+            Route::Shm => self.shm.as_ref().and_then(|t| t.caps().host),
             Route::Tcp => self.tcp.as_ref().and_then(|t| t.caps().host),
             Route::None => None,
         }
@@ -153,6 +162,7 @@ impl Engine {
     fn transport(&mut self, peer: u32) -> Option<&mut dyn Transport> {
         match self.route(peer) {
             Route::SelfTp => Some(&mut self.self_tp),
+            Route::Shm => self.shm.as_mut().map(|t| t as &mut dyn Transport),
             Route::Tcp => self.tcp.as_mut().map(|t| t as &mut dyn Transport),
             Route::None => None,
         }
@@ -174,6 +184,7 @@ impl Engine {
             let backlog = &self.backlog;
             let routes = &self.routes;
             let self_caps = self.self_tp.caps().host;
+            let shm_caps = self.shm.as_ref().and_then(|t| t.caps().host);
             let tcp_caps = self.tcp.as_ref().and_then(|t| t.caps().host);
             let Some(f) = self.proto.next_data(|peer| {
                 if !backlog[peer as usize].is_empty() {
@@ -181,6 +192,7 @@ impl Engine {
                 }
                 let caps = match routes[peer as usize] {
                     Route::SelfTp => self_caps,
+                    Route::Shm => shm_caps,
                     Route::Tcp => tcp_caps,
                     Route::None => None,
                 }?;
@@ -196,6 +208,9 @@ impl Engine {
         // Arrivals.
         let mut events = std::mem::take(&mut self.events);
         any |= self.self_tp.poll(&mut events);
+        if let Some(t) = self.shm.as_mut() {
+            any |= t.poll(&mut events);
+        }
         if let Some(t) = self.tcp.as_mut() {
             any |= t.poll(&mut events);
         }
@@ -270,19 +285,41 @@ impl Engine {
     pub(crate) fn is_flushed(&self) -> bool {
         self.backlog.iter().all(|q| q.is_empty())
             && !self.proto.has_output()
+            && self.shm.as_ref().is_none_or(|t| t.is_flushed())
             && self.tcp.as_ref().is_none_or(|t| t.is_flushed())
     }
 
     /// Sleep until a transport sees activity, at most `timeout`.
+    ///
+    /// A futex (shm) and epoll (tcp) cannot be waited on together: with peers on both,
+    /// sleep on the shm doorbell with a short timeout so TCP arrivals wait at most that.
     pub(crate) fn wait_activity(&mut self, timeout: Duration) {
-        match self.tcp.as_mut() {
-            Some(t) => t.wait_activity(timeout),
-            None => std::thread::yield_now(),
+        let uses = |r: Route| self.routes.contains(&r);
+        match (uses(Route::Shm), uses(Route::Tcp)) {
+            (true, false) => {
+                if let Some(t) = self.shm.as_mut() {
+                    t.wait_activity(timeout)
+                }
+            }
+            (true, true) => {
+                if let Some(t) = self.shm.as_mut() {
+                    t.wait_activity(timeout.min(Duration::from_micros(200)))
+                }
+            }
+            (false, true) => {
+                if let Some(t) = self.tcp.as_mut() {
+                    t.wait_activity(timeout)
+                }
+            }
+            (false, false) => std::thread::yield_now(),
         }
     }
 
     /// Mark the end of communication: later connection closes are not failures.
     pub(crate) fn quiesce(&mut self) {
+        if let Some(t) = self.shm.as_mut() {
+            t.set_quiesced();
+        }
         if let Some(t) = self.tcp.as_mut() {
             t.set_quiesced();
         }

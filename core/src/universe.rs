@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rankwire_transports::{TcpConfig, TcpTransport};
+use rankwire_transports::{PeerInfo, ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport};
 
 use crate::bootstrap::client::{BootstrapClient, spawn_launcher_watch};
 use crate::bootstrap::env;
@@ -231,10 +231,72 @@ fn init_inner() -> Result<Universe> {
             .map_err(|e| Error::Bootstrap(e.to_string()))?;
         node_ids.push(String::from_utf8_lossy(&v).into_owned());
     }
-    let peers: Vec<u32> = (0..size).filter(|&r| r != rank).collect();
-    let tcp = if peers.is_empty() {
-        None
+    // Transport selection, per peer, walks the table self -> shm -> tcp. Every rank
+    // takes the same decisions (same environment, symmetric node identity), and every
+    // rank constructs each transport, because their setup includes job-wide fences.
+    let allowed = allowed_transports()?;
+    let local: Vec<u32> = (0..size)
+        .filter(|&r| r != rank && node_ids[r as usize] == me)
+        .collect();
+    let use_shm = allowed.contains(&"shm");
+    let shm = if use_shm && size > 1 {
+        let cfg = ShmConfig::from_env()
+            .map_err(|e| Error::usage(format!("shared-memory transport settings: {e}")))?;
+        Some(ShmTransport::new(rank, &job_id, cfg, &mut client, &local)?)
     } else {
+        None
+    };
+    let mut routes = Vec::with_capacity(size as usize);
+    let mut tcp_peers = Vec::new();
+    for r in 0..size {
+        let info = PeerInfo {
+            rank: r,
+            node_id: node_ids[r as usize].clone(),
+            pid: 0,
+        };
+        let mut why_not = Vec::new();
+        let route = if r == rank {
+            Route::SelfTp
+        } else if let Some(t) = shm.as_ref().filter(|_| local.contains(&r)) {
+            match t.can_reach(&info) {
+                Ok(()) => Route::Shm,
+                Err(e) => {
+                    why_not.push(e);
+                    Route::Tcp
+                }
+            }
+        } else {
+            why_not.push(if !use_shm {
+                "shm: excluded by RANKWIRE_TRANSPORTS".to_string()
+            } else {
+                format!("shm: rank {r} is on another node ({})", info.node_id)
+            });
+            Route::Tcp
+        };
+        if route == Route::Tcp {
+            if !allowed.contains(&"tcp") {
+                return Err(Error::Connection {
+                    peer: r,
+                    detail: format!(
+                        "no allowed transport reaches rank {r} from rank {rank}: {}; tcp: excluded by RANKWIRE_TRANSPORTS",
+                        why_not.join("; ")
+                    ),
+                });
+            }
+            tcp_peers.push(r);
+        }
+        tracing::debug!(
+            "rank {rank} -> rank {r}: host memory via {}{}",
+            route.name(),
+            if why_not.is_empty() {
+                String::new()
+            } else {
+                format!(" (not chosen: {})", why_not.join("; "))
+            }
+        );
+        routes.push(route);
+    }
+    let tcp = if size > 1 && allowed.contains(&"tcp") {
         let cfg = TcpConfig::from_env()
             .map_err(|e| Error::usage(format!("TCP transport settings: {e}")))?;
         Some(TcpTransport::new(
@@ -243,21 +305,12 @@ fn init_inner() -> Result<Universe> {
             &job_id,
             cfg,
             &mut client,
-            &peers,
+            &tcp_peers,
         )?)
+    } else {
+        None
     };
-    let routes: Vec<Route> = (0..size)
-        .map(|r| {
-            let route = if r == rank { Route::SelfTp } else { Route::Tcp };
-            tracing::debug!(
-                "rank {rank} -> rank {r}: transport {} (node {})",
-                route.name(),
-                node_ids[r as usize]
-            );
-            route
-        })
-        .collect();
-    let mut engine = Engine::new(rank, size, tcp, routes, Backoff::from_env(local_size));
+    let mut engine = Engine::new(rank, size, shm, tcp, routes, Backoff::from_env(local_size));
     // Same-node peers exchange large host messages in one copy by cross-memory attach
     // (process_vm_readv); a receiver that is refused falls back to copying through the
     // transport. RANKWIRE_CMA=0 turns it off.
@@ -286,7 +339,7 @@ fn init_inner() -> Result<Universe> {
 }
 
 fn singleton() -> Universe {
-    let engine = Engine::new(0, 1, None, vec![Route::SelfTp], Backoff::from_env(1));
+    let engine = Engine::new(0, 1, None, None, vec![Route::SelfTp], Backoff::from_env(1));
     Universe {
         inner: Arc::new(Inner {
             rank: 0,
@@ -311,4 +364,26 @@ pub(crate) fn node_id() -> String {
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
     format!("{host}/{boot}/{netns}")
+}
+
+/// Transports allowed by `RANKWIRE_TRANSPORTS` (comma-separated subset of `shm,tcp`;
+/// default both). The self transport is always used for a rank's own messages.
+fn allowed_transports() -> Result<Vec<&'static str>> {
+    let Ok(v) = std::env::var("RANKWIRE_TRANSPORTS") else {
+        return Ok(vec!["shm", "tcp"]);
+    };
+    let mut out = Vec::new();
+    for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        match t {
+            "shm" => out.push("shm"),
+            "tcp" => out.push("tcp"),
+            "self" => {}
+            other => {
+                return Err(Error::usage(format!(
+                    "RANKWIRE_TRANSPORTS={v:?}: unknown transport {other:?} (known: shm, tcp)"
+                )));
+            }
+        }
+    }
+    Ok(out)
 }

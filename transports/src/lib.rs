@@ -26,9 +26,11 @@
 use std::fmt;
 
 pub mod self_tp;
+pub mod shm;
 pub mod tcp;
 
 pub use self_tp::SelfTransport;
+pub use shm::{ShmConfig, ShmTransport};
 pub use tcp::{TcpConfig, TcpTransport};
 
 /// Largest header a transport must carry, in bytes.
