@@ -72,6 +72,11 @@ impl Backoff {
             .unwrap_or(1);
         let oversubscribed = local_ranks > cores;
         let policy = std::env::var("RANKWIRE_PROGRESS").unwrap_or_default();
+        if !matches!(policy.as_str(), "" | "auto" | "spin" | "yield" | "block") {
+            tracing::warn!(
+                "RANKWIRE_PROGRESS={policy:?} is not one of spin, yield, block, auto; using auto"
+            );
+        }
         match policy.as_str() {
             "spin" => Backoff {
                 spin_polls: u32::MAX,
@@ -103,6 +108,7 @@ pub(crate) struct Engine {
     backlog: Vec<VecDeque<OutFrame>>,
     events: Vec<Event>,
     pub(crate) backoff: Backoff,
+    pub(crate) ipc: crate::gpu_path::IpcPuller,
 }
 
 impl Engine {
@@ -135,6 +141,7 @@ impl Engine {
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
             events: Vec::new(),
             backoff,
+            ipc: crate::gpu_path::IpcPuller::new(),
         }
     }
 
@@ -244,7 +251,10 @@ impl Engine {
         // Single-copy pulls the protocol asked for.
         while let Some(p) = self.proto.pop_pull() {
             any = true;
-            let r = execute_pull(&p);
+            let r = match p.mem {
+                RemoteMem::CudaIpc { .. } => self.ipc.pull(&p),
+                _ => execute_pull(&p),
+            };
             self.proto.pull_done(p.rreq, r);
         }
         any
@@ -317,6 +327,7 @@ impl Engine {
 
     /// Mark the end of communication: later connection closes are not failures.
     pub(crate) fn quiesce(&mut self) {
+        self.ipc.close_all();
         if let Some(t) = self.shm.as_mut() {
             t.set_quiesced();
         }

@@ -28,15 +28,37 @@
 //! [`bytemuck`]). Lengths in [`Status`] are bytes; [`Status::count`] converts to
 //! elements. Messages of more than 2^31 bytes work.
 //!
+//! # Communicators and collectives
+//! [`Communicator::dup`], [`Communicator::split`], [`Communicator::split_shared`] and
+//! [`Communicator::create`] make communicators with their own context ([`group`]).
+//! Every MPI collective is a method in blocking and nonblocking form
+//! (`allreduce`/`iallreduce`, …), with built-in [`Op`]s over [`Reducible`] element
+//! types (integers, f16, bf16, f32, f64, [`Loc`] pairs) or a [`UserOp`]; algorithms
+//! and their reduction order are described in [`coll`].
+//! ```no_run
+//! # let universe = rankwire::init()?;
+//! # let world = universe.world();
+//! use rankwire::Op;
+//! let mut sum = [0.0f64; 4];
+//! world.allreduce(&[1.0, 2.0, 3.0, 4.0], &mut sum, Op::Sum)?;
+//! let row = world.split(Some(world.rank() as u32 / 2), 0)?.expect("color given");
+//! row.barrier()?;
+//! # Ok::<(), rankwire::Error>(())
+//! ```
+//!
 //! # Layers
 //! [`matching`], [`protocol`] and [`wire`] are sans-IO (no sockets, threads or clocks);
 //! the progress engine is the only code that calls transports
 //! ([`rankwire_transports`]); [`bootstrap`] talks to the launcher.
 
 pub mod bootstrap;
+pub mod coll;
 mod comm;
+mod device;
 mod engine;
+mod gpu_path;
 pub mod error;
+pub mod group;
 pub mod matching;
 pub mod protocol;
 mod request;
@@ -44,9 +66,16 @@ mod universe;
 pub mod wire;
 
 pub use bytemuck;
+/// The CUDA leaf crate (device buffers, pointer classification); functional with the
+/// `cuda` feature, otherwise every call reports that GPU support is not built.
+pub use rankwire_gpu as gpu;
 pub use bytemuck::{Pod, Zeroable};
+pub use coll::ops::{Datatype, Loc, Op, ReduceOp, Reducible, UserOp};
+pub use coll::{CollRequest, wait_all_coll};
 pub use comm::{ANY_SOURCE, ANY_TAG, Communicator, Message, Source, TAG_UB, Tag};
 pub use error::{Error, MatchError, Result};
+pub use group::{ContextId, Group, GroupRelation};
+pub use half::{bf16, f16};
 pub use protocol::Status;
 pub use request::{Request, test_all, wait_all, wait_all_results, wait_any};
 pub use universe::{Universe, init};

@@ -42,6 +42,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::error::{Error, MatchError};
 use crate::matching::{Matched, Matcher, Pattern};
 use crate::wire::{Envelope, Frame, RemoteMem};
+use rankwire_transports::MemoryKind;
 
 /// Request id, unique within one rank for the life of the process.
 pub type ReqId = u64;
@@ -124,11 +125,27 @@ pub enum OnSent {
     },
 }
 
-/// A raw host buffer: pointer and length in bytes.
+/// A raw buffer: pointer, length in bytes, and where the memory lives. Host memory
+/// (including managed and pinned memory, which the host may touch) has kind
+/// [`MemoryKind::Host`]; device memory is only ever touched through [`DeviceMem`].
 #[derive(Debug, Clone, Copy)]
 pub struct RawBuf {
     ptr: *mut u8,
     len: usize,
+    kind: MemoryKind,
+}
+
+/// Access to device memory for the protocol (provided by the engine when a GPU is
+/// usable). Without it, device buffers fail their requests with [`Error::Gpu`].
+pub trait DeviceMem: Send {
+    /// Copy host bytes `src` to byte `offset` of device buffer `dst` (complete on
+    /// return).
+    fn copy_to_device(&mut self, dst: RawBuf, offset: usize, src: &[u8]) -> Result<(), String>;
+    /// Copy the whole device buffer `src` into a new host vector (complete on return).
+    fn copy_from_device(&mut self, src: RawBuf) -> Result<Vec<u8>, String>;
+    /// A descriptor a same-node peer can use to pull `buf` directly (CUDA IPC), or
+    /// `None` when the memory cannot be exported (pool/VMM memory: staged instead).
+    fn offer(&mut self, buf: RawBuf) -> Option<RemoteMem>;
 }
 
 // SAFETY: RawBuf is only dereferenced while the owning request is pending, and the API
@@ -136,16 +153,29 @@ pub struct RawBuf {
 unsafe impl Send for RawBuf {}
 
 impl RawBuf {
-    /// A buffer from a pointer and a length in bytes.
+    /// A host buffer from a pointer and a length in bytes.
     pub fn new(ptr: *mut u8, len: usize) -> Self {
-        RawBuf { ptr, len }
-    }
-    /// A read-only buffer from a slice.
-    pub fn from_slice(s: &[u8]) -> Self {
         RawBuf {
-            ptr: s.as_ptr() as *mut u8,
-            len: s.len(),
+            ptr,
+            len,
+            kind: MemoryKind::Host,
         }
+    }
+    /// A buffer of the given memory kind.
+    pub fn with_kind(ptr: *mut u8, len: usize, kind: MemoryKind) -> Self {
+        RawBuf { ptr, len, kind }
+    }
+    /// A read-only host buffer from a slice.
+    pub fn from_slice(s: &[u8]) -> Self {
+        RawBuf::new(s.as_ptr() as *mut u8, s.len())
+    }
+    /// Where the memory lives.
+    pub fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+    /// Whether the host may read and write it directly.
+    pub fn is_host(&self) -> bool {
+        self.kind == MemoryKind::Host
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
@@ -164,7 +194,8 @@ impl RawBuf {
         // SAFETY: forwarded to the caller; non-empty buffers come from live slices.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
-    /// Copy `src` to byte `offset` of this buffer. Bounds are checked by the caller.
+    /// Copy `src` to byte `offset` of this host buffer. Bounds are checked by the
+    /// caller.
     ///
     /// # Safety
     /// The memory must be valid for writes and `offset + src.len() <= len`.
@@ -313,6 +344,17 @@ pub struct Protocol {
     /// this process's id for the descriptor.
     offer_to: std::collections::HashSet<u32>,
     pid: u32,
+    device: Option<Box<dyn DeviceMem>>,
+    /// Peers whose device buffers this rank may pull through CUDA IPC.
+    ipc_from: std::collections::HashSet<u32>,
+    /// Peers to which device-buffer rendezvous sends offer a CUDA IPC handle.
+    ipc_to: std::collections::HashSet<u32>,
+}
+
+impl std::fmt::Debug for dyn DeviceMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeviceMem")
+    }
 }
 
 impl Protocol {
@@ -335,7 +377,22 @@ impl Protocol {
             pull_from: Default::default(),
             offer_to: Default::default(),
             pid: std::process::id(),
+            device: None,
+            ipc_from: Default::default(),
+            ipc_to: Default::default(),
         }
+    }
+
+    /// Give the protocol access to device memory (see [`DeviceMem`]).
+    pub fn set_device_mem(&mut self, d: Box<dyn DeviceMem>) {
+        self.device = Some(d);
+    }
+
+    /// Allow device buffers to be exchanged with `peer` by CUDA IPC in both
+    /// directions (offer handles to it, pull its handles).
+    pub fn allow_cuda_ipc(&mut self, peer: u32) {
+        self.ipc_to.insert(peer);
+        self.ipc_from.insert(peer);
     }
 
     /// Let rendezvous sends to `peer` offer the send buffer for a single-copy pull by
@@ -394,6 +451,7 @@ impl Protocol {
                     "single-copy pull from rank {src} failed ({why}); using copy through the transport from now on"
                 );
                 self.pull_from.remove(&src);
+                self.ipc_from.remove(&src);
                 r.state = RecvState::Data {
                     src,
                     tag,
@@ -448,15 +506,25 @@ impl Protocol {
         *seq += 1;
         let mut header = Vec::with_capacity(64);
         if !sync && buf.len() <= eager_limit {
+            let payload = if buf.is_empty() {
+                Payload::Empty
+            } else if buf.is_host() {
+                Payload::User(buf)
+            } else {
+                // Device memory: stage now (the send buffer must be ready at isend).
+                match self.read_device(buf) {
+                    Ok(v) => Payload::Owned(v),
+                    Err(e) => {
+                        self.done.insert(id, Err(e));
+                        return id;
+                    }
+                }
+            };
             Frame::Eager { env }.encode(buf.len() as u64, &mut header);
             self.out.push_back(OutFrame {
                 peer: dst,
                 header,
-                payload: if buf.is_empty() {
-                    Payload::Empty
-                } else {
-                    Payload::User(buf)
-                },
+                payload,
                 on_sent: OnSent::CompleteSend(id),
             });
             self.sends.insert(
@@ -469,7 +537,18 @@ impl Protocol {
                 },
             );
         } else {
-            let mem = if self.offer_to.contains(&dst) && !buf.is_empty() {
+            let mem = if buf.is_empty() {
+                RemoteMem::None
+            } else if !buf.is_host() {
+                if self.ipc_to.contains(&dst) {
+                    self.device
+                        .as_mut()
+                        .and_then(|d| d.offer(buf))
+                        .unwrap_or(RemoteMem::None)
+                } else {
+                    RemoteMem::None
+                }
+            } else if self.offer_to.contains(&dst) {
                 RemoteMem::HostCma {
                     pid: self.pid,
                     addr: buf.ptr as u64,
@@ -522,6 +601,15 @@ impl Protocol {
         );
         if let Some(m) = self.matcher.post(pat, id) {
             self.deliver(m);
+        } else if pat.src.is_none()
+            && let Some(e) = self.dead.values().next().cloned()
+        {
+            // Nothing waiting matched, and a peer that might have been the sender is
+            // gone: fail now rather than wait forever (compare MPI 4.1 fault tolerance
+            // proposals, MPI_ERR_PROC_FAILED_PENDING).
+            self.matcher.cancel(id);
+            self.recvs.remove(&id);
+            self.done.insert(id, Err(e));
         }
         id
     }
@@ -690,19 +778,34 @@ impl Protocol {
                 offset: *queued as u64,
             }
             .encode(n as u64, &mut header);
-            // SAFETY: queued + n <= end <= buf.len(), checked when the Cts arrived.
+            // queued + n <= end <= buf.len(), checked when the Cts arrived.
             let chunk = RawBuf {
-                ptr: unsafe { s.buf.ptr.add(*queued) },
+                ptr: s.buf.ptr.wrapping_add(*queued),
                 len: n,
+                kind: s.buf.kind,
             };
             *queued += n;
             if *queued < *end {
                 self.data_ready.push_back(sreq);
             }
+            let peer = s.dst;
+            let payload = if chunk.is_host() {
+                Payload::User(chunk)
+            } else {
+                match self.read_device(chunk) {
+                    Ok(v) => Payload::Owned(v),
+                    Err(e) => {
+                        self.sends.remove(&sreq);
+                        self.data_ready.retain(|&x| x != sreq);
+                        self.done.insert(sreq, Err(e));
+                        continue;
+                    }
+                }
+            };
             return Some(OutFrame {
-                peer: s.dst,
+                peer,
                 header,
-                payload: Payload::User(chunk),
+                payload,
                 on_sent: OnSent::DataSent { sreq, len: n },
             });
         }
@@ -777,6 +880,34 @@ impl Protocol {
     /// World size this protocol was made for.
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    /// Write `src` at `offset` of a pending receive's buffer, host or device.
+    fn write_buf(&mut self, buf: RawBuf, offset: usize, src: &[u8]) -> Result<(), Error> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        if buf.is_host() {
+            // SAFETY: callers check offset + len <= buf.len(); the receive is pending.
+            unsafe { buf.write_at(offset, src) };
+            return Ok(());
+        }
+        match self.device.as_mut() {
+            Some(d) => d
+                .copy_to_device(buf, offset, src)
+                .map_err(|e| Error::Gpu(format!("copy into the {} receive buffer: {e}", buf.kind))),
+            None => Err(no_gpu(buf.kind)),
+        }
+    }
+
+    /// Stage a device buffer into host memory.
+    fn read_device(&mut self, buf: RawBuf) -> Result<Vec<u8>, Error> {
+        match self.device.as_mut() {
+            Some(d) => d
+                .copy_from_device(buf)
+                .map_err(|e| Error::Gpu(format!("copy from the {} send buffer: {e}", buf.kind))),
+            None => Err(no_gpu(buf.kind)),
+        }
     }
 
     fn alloc_id(&mut self) -> ReqId {
@@ -892,11 +1023,17 @@ impl Protocol {
                         accept
                     )));
                 }
-                // SAFETY: offset + len <= accept <= buf.len(), checked above; the
-                // receive is pending so its buffer is still borrowed.
-                unsafe { r.buf.write_at(offset as usize, &payload) };
                 *got += payload.len();
-                if *got >= *accept {
+                let finished = *got >= *accept;
+                let buf = r.buf;
+                // offset + len <= accept <= buf.len(), checked above; the receive is
+                // pending so its buffer is still borrowed.
+                if let Err(e) = self.write_buf(buf, offset as usize, &payload) {
+                    self.recvs.remove(&rreq);
+                    self.done.insert(rreq, Err(e));
+                    return Ok(());
+                }
+                if finished {
                     self.finish_rndv_recv(rreq);
                 }
                 Ok(())
@@ -932,18 +1069,27 @@ impl Protocol {
         match msg {
             Unexpected::Eager(data) => {
                 let n = data.len().min(cap);
-                // SAFETY: n <= cap; the receive is pending.
-                unsafe { r.buf.write_at(0, &data[..n]) };
+                let buf = r.buf;
                 self.recvs.remove(&recv);
-                self.done
-                    .insert(recv, recv_result(env.src, env.tag, data.len() as u64, cap));
+                // n <= cap; the receive was pending until now, its buffer borrowed.
+                let res = match self.write_buf(buf, 0, &data[..n]) {
+                    Ok(()) => recv_result(env.src, env.tag, data.len() as u64, cap),
+                    Err(e) => Err(e),
+                };
+                self.done.insert(recv, res);
             }
             Unexpected::Rts { msg_len, sreq, mem } => {
                 let accept = (msg_len.min(cap as u64)) as usize;
-                if accept > 0
-                    && matches!(mem, RemoteMem::HostCma { .. })
-                    && self.pull_from.contains(&env.src)
-                {
+                let pull = match mem {
+                    RemoteMem::HostCma { .. } => {
+                        r.buf.is_host() && self.pull_from.contains(&env.src)
+                    }
+                    RemoteMem::CudaIpc { .. } => {
+                        self.device.is_some() && self.ipc_from.contains(&env.src)
+                    }
+                    _ => false,
+                };
+                if accept > 0 && pull {
                     r.state = RecvState::Pulling {
                         src: env.src,
                         tag: env.tag,
@@ -958,6 +1104,7 @@ impl Protocol {
                         dst: RawBuf {
                             ptr: r.buf.ptr,
                             len: accept,
+                            kind: r.buf.kind,
                         },
                     });
                     return;
@@ -1003,6 +1150,12 @@ impl Protocol {
                 .insert(id, recv_result(src, tag, msg_len, buf.len()));
         }
     }
+}
+
+fn no_gpu(kind: MemoryKind) -> Error {
+    Error::Gpu(format!(
+        "a {kind} buffer was passed, but GPU support is not available in this process (build rankwire with the `cuda` feature and run where libcuda is present)"
+    ))
 }
 
 fn recv_result(src: u32, tag: i32, msg_len: u64, cap: usize) -> Result<Status, Error> {

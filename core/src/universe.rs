@@ -83,6 +83,12 @@ impl Universe {
         Ok(self.inner.lock().route(peer as u32).name())
     }
 
+    /// Counters of this rank's cache of opened CUDA IPC mappings (opened, hits, stale
+    /// evictions, open now); `None` before the first IPC transfer.
+    pub fn cuda_ipc_stats(&self) -> Option<rankwire_gpu::IpcCacheStats> {
+        self.inner.lock().ipc.stats()
+    }
+
     /// Ask the launcher to abort every rank of the job with exit status `code`
     /// (MPI_Abort). Never returns: this process exits with `code`.
     pub fn abort(&self, code: i32, message: &str) -> ! {
@@ -173,9 +179,11 @@ impl Inner {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RANKWIRE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 
@@ -315,7 +323,12 @@ fn init_inner() -> Result<Universe> {
     // (process_vm_readv); a receiver that is refused falls back to copying through the
     // transport. RANKWIRE_CMA=0 turns it off.
     let cma = std::env::var("RANKWIRE_CMA").map_or(true, |v| v != "0");
+    let gpu = enable_gpu(&mut engine);
+    let cuda_ipc = gpu && std::env::var("RANKWIRE_CUDA_IPC").map_or(true, |v| v != "0");
     for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
+        if cuda_ipc {
+            engine.proto.allow_cuda_ipc(r);
+        }
         engine.proto.offer_host_cma(r);
         engine.proto.allow_pull(r, cma);
         tracing::debug!(
@@ -339,7 +352,8 @@ fn init_inner() -> Result<Universe> {
 }
 
 fn singleton() -> Universe {
-    let engine = Engine::new(0, 1, None, None, vec![Route::SelfTp], Backoff::from_env(1));
+    let mut engine = Engine::new(0, 1, None, None, vec![Route::SelfTp], Backoff::from_env(1));
+    enable_gpu(&mut engine);
     Universe {
         inner: Arc::new(Inner {
             rank: 0,
@@ -386,4 +400,21 @@ fn allowed_transports() -> Result<Vec<&'static str>> {
         }
     }
     Ok(out)
+}
+
+/// Give the protocol device-memory access when this build and process can use CUDA.
+/// Returns whether it did. Without it, device buffers fail with [`Error::Gpu`].
+fn enable_gpu(engine: &mut Engine) -> bool {
+    if !rankwire_gpu::available() {
+        tracing::debug!("GPU paths off: CUDA support not built or libcuda not loadable");
+        return false;
+    }
+    if let Err(e) = rankwire_gpu::init() {
+        tracing::info!("GPU paths off: {e}");
+        return false;
+    }
+    engine
+        .proto
+        .set_device_mem(Box::new(crate::gpu_path::GpuStaging));
+    true
 }

@@ -74,6 +74,10 @@ pub enum RemoteMem {
         buffer_id: u64,
         /// Device ordinal.
         device: i32,
+        /// Allocation base in the owner's address space (the importer's cache key).
+        base: u64,
+        /// Allocation length in bytes.
+        alloc_len: u64,
     },
     /// Host memory of a process on the same node, readable with cross-memory attach
     /// (`process_vm_readv(2)`): the process id and the buffer's virtual address.
@@ -333,11 +337,15 @@ fn put_mem(out: &mut Vec<u8>, mem: &RemoteMem) {
             offset,
             buffer_id,
             device,
+            base,
+            alloc_len,
         } => {
             out.push(1);
             out.extend_from_slice(&device.to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
             out.extend_from_slice(&buffer_id.to_le_bytes());
+            out.extend_from_slice(&base.to_le_bytes());
+            out.extend_from_slice(&alloc_len.to_le_bytes());
             out.extend_from_slice(handle);
         }
         RemoteMem::HostCma { pid, addr } => {
@@ -398,6 +406,8 @@ impl Reader<'_> {
                 let device = self.u32().ok_or_else(&bad)? as i32;
                 let offset = self.u64().ok_or_else(&bad)?;
                 let buffer_id = self.u64().ok_or_else(&bad)?;
+                let base = self.u64().ok_or_else(&bad)?;
+                let alloc_len = self.u64().ok_or_else(&bad)?;
                 let mut handle = [0u8; 64];
                 handle.copy_from_slice(self.take(64).ok_or_else(&bad)?);
                 Ok(RemoteMem::CudaIpc {
@@ -405,6 +415,8 @@ impl Reader<'_> {
                     offset,
                     buffer_id,
                     device,
+                    base,
+                    alloc_len,
                 })
             }
             2 => Ok(RemoteMem::Rdma {
@@ -453,6 +465,8 @@ mod tests {
                     offset: 4096,
                     buffer_id: 917,
                     device: 1,
+                    base: 0x7f00_0000_0000,
+                    alloc_len: 1 << 30,
                 },
             },
             Frame::Cts {

@@ -401,3 +401,110 @@ fn pull_mode_rendezvous_single_copy_and_fallback() {
         }
     }
 }
+
+/// "Device" memory for the harness: ordinary memory tagged as CUDA, touched only
+/// through this implementation, which counts the copies.
+struct FakeDevice {
+    to: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    from: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl DeviceMem for FakeDevice {
+    fn copy_to_device(&mut self, dst: RawBuf, offset: usize, src: &[u8]) -> Result<(), String> {
+        assert!(!dst.is_host());
+        assert!(offset + src.len() <= dst.len());
+        self.to.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: test memory, bounds asserted.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().add(offset), src.len()) };
+        Ok(())
+    }
+    fn copy_from_device(&mut self, src: RawBuf) -> Result<Vec<u8>, String> {
+        assert!(!src.is_host());
+        self.from.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: test memory.
+        Ok(unsafe { src.as_slice() }.to_vec())
+    }
+    fn offer(&mut self, _buf: RawBuf) -> Option<RemoteMem> {
+        None
+    }
+}
+
+#[test]
+fn device_buffers_go_through_device_mem_every_combination() {
+    use rankwire_transports::MemoryKind;
+    let dev = MemoryKind::Cuda { device: 0 };
+    for len in [0usize, 1, 64, 65, 1000] {
+        for (send_dev, recv_dev) in [(true, true), (true, false), (false, true)] {
+            let mut net = Net::new(2);
+            let to = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let from = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            for r in 0..2 {
+                net.ranks[r].set_device_mem(Box::new(FakeDevice {
+                    to: to.clone(),
+                    from: from.clone(),
+                }));
+            }
+            let data = pattern(len, 3);
+            let mut out = vec![0u8; len];
+            let skind = if send_dev { dev } else { MemoryKind::Host };
+            let rkind = if recv_dev { dev } else { MemoryKind::Host };
+            let s = net.ranks[0].isend(
+                1,
+                0,
+                4,
+                RawBuf::with_kind(data.as_ptr() as *mut u8, len, skind),
+                64,
+                false,
+            );
+            let r = net.ranks[1].irecv(
+                Pattern { ctx: 0, src: Some(0), tag: Some(4) },
+                RawBuf::with_kind(out.as_mut_ptr(), len, rkind),
+            );
+            net.drive();
+            assert_eq!(net.done(1, r).unwrap().len_bytes, len);
+            assert!(net.done(0, s).is_ok());
+            assert_eq!(out, data, "len {len} send_dev {send_dev} recv_dev {recv_dev}");
+            let staged_out = from.load(std::sync::atomic::Ordering::Relaxed);
+            let staged_in = to.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(staged_out > 0, send_dev && len > 0, "len {len}");
+            assert_eq!(staged_in > 0, recv_dev && len > 0, "len {len}");
+        }
+    }
+}
+
+#[test]
+fn device_buffer_without_gpu_support_is_a_clear_error_b009() {
+    use rankwire_transports::MemoryKind;
+    let mut net = Net::new(1);
+    let data = [1u8; 8];
+    let s = net.ranks[0].isend(
+        0,
+        0,
+        1,
+        RawBuf::with_kind(data.as_ptr() as *mut u8, 8, MemoryKind::Cuda { device: 0 }),
+        64,
+        false,
+    );
+    let e = net.done(0, s).unwrap_err();
+    assert!(matches!(e, Error::Gpu(ref m) if m.contains("cuda")), "{e}");
+}
+
+#[test]
+fn any_source_receive_after_a_peer_failure_fails_instead_of_hanging() {
+    let mut net = Net::new(3);
+    let err = Error::Connection {
+        peer: 1,
+        detail: "closed by peer".into(),
+    };
+    // A message from the live rank 2 is already waiting: it is still received.
+    let msg = [9u8; 4];
+    net.send(2, 0, 1, &msg);
+    net.drive();
+    net.ranks[0].fail_peer(1, err.clone());
+    let mut a = [0u8; 4];
+    let r = net.recv(0, None, None, &mut a);
+    assert_eq!(net.done(0, r).unwrap().source, 2);
+    let mut b = [0u8; 4];
+    let r = net.recv(0, None, None, &mut b);
+    assert_eq!(net.done(0, r).unwrap_err(), err);
+}

@@ -1,0 +1,124 @@
+//! Point-to-point on device (GPU) memory and on raw memory from FFI.
+//!
+//! Pass a [`rankwire_gpu::DeviceBuffer`] (re-exported as [`crate::gpu::DeviceBuffer`]) to
+//! [`Communicator::send_device`] / [`Communicator::recv_device`], or any pointer and byte
+//! length to the `unsafe` `*_raw` calls. The memory kind is detected through unified
+//! virtual addressing (`cuPointerGetAttributes`): device memory goes through the GPU
+//! paths (CUDA IPC inside a node, staging through host memory otherwise), host,
+//! pinned and managed memory through the host paths. Zero-length buffers are never
+//! inspected or dereferenced.
+//!
+//! Semantics: the send buffer must hold its data when the send is started (synchronize
+//! the stream that produced it first); copies run on the runtime's own stream of the
+//! buffer's device and are complete when the request completes, so a received buffer is
+//! visible to work on any stream of that device.
+
+use rankwire_gpu::{DeviceBuffer, PtrKind};
+use rankwire_transports::MemoryKind;
+
+use crate::comm::{Communicator, Source, Tag};
+use crate::error::{Error, Result};
+use crate::protocol::{RawBuf, Status};
+use crate::request::Request;
+
+/// Memory kind of `len` bytes at `addr`, as the protocol needs it.
+fn kind_of(addr: u64, len: usize) -> Result<MemoryKind> {
+    if len == 0 || !rankwire_gpu::available() {
+        return Ok(MemoryKind::Host);
+    }
+    let info = rankwire_gpu::classify_addr(addr, len)
+        .map_err(|e| Error::Gpu(format!("cannot classify buffer at {addr:#x} ({len} bytes): {e}")))?;
+    Ok(match info.kind {
+        PtrKind::Device { ordinal } => MemoryKind::Cuda { device: ordinal },
+        // The host may touch these directly.
+        PtrKind::Host | PtrKind::HostRegistered | PtrKind::Managed { .. } => MemoryKind::Host,
+    })
+}
+
+impl Communicator {
+    /// Nonblocking send of `len_bytes` bytes at `ptr`, which may be host, pinned,
+    /// managed or device memory (detected per call).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len_bytes` bytes (host or device) until the
+    /// request completes, and must not be written meanwhile.
+    ///
+    /// # Errors
+    /// As [`Communicator::isend`]; [`Error::Gpu`] if the pointer cannot be classified.
+    pub unsafe fn isend_raw<'a>(
+        &self,
+        ptr: *const u8,
+        len_bytes: usize,
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'a>> {
+        let kind = kind_of(ptr as u64, len_bytes)?;
+        self.start_send_raw(RawBuf::with_kind(ptr as *mut u8, len_bytes, kind), dest, tag, false)
+    }
+
+    /// Nonblocking receive into `len_bytes` bytes at `ptr` (host, pinned, managed or
+    /// device memory).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len_bytes` bytes until the request completes,
+    /// and must not be accessed meanwhile.
+    ///
+    /// # Errors
+    /// As [`Communicator::irecv`]; [`Error::Gpu`] if the pointer cannot be classified.
+    pub unsafe fn irecv_raw<'a>(
+        &self,
+        ptr: *mut u8,
+        len_bytes: usize,
+        source: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Request<'a>> {
+        let kind = kind_of(ptr as u64, len_bytes)?;
+        self.start_recv_raw(RawBuf::with_kind(ptr, len_bytes, kind), source.into(), tag.into())
+    }
+
+    /// Blocking send of a device buffer (MPI_Send on GPU memory).
+    ///
+    /// # Errors
+    /// As [`Communicator::send`]; [`Error::Gpu`] when a device copy fails.
+    pub fn send_device(&self, buf: &DeviceBuffer, dest: usize, tag: i32) -> Result<()> {
+        self.isend_device(buf, dest, tag)?.wait().map(|_| ())
+    }
+
+    /// Blocking receive into a device buffer; [`Status::len_bytes`] gives what arrived.
+    ///
+    /// # Errors
+    /// As [`Communicator::recv`] (truncation included); [`Error::Gpu`] when a device
+    /// copy fails.
+    pub fn recv_device(
+        &self,
+        buf: &mut DeviceBuffer,
+        source: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Status> {
+        self.irecv_device(buf, source, tag)?.wait()
+    }
+
+    /// Nonblocking send of a device buffer, borrowed until the request completes.
+    ///
+    /// # Errors
+    /// As [`Communicator::isend`].
+    pub fn isend_device<'a>(&self, buf: &'a DeviceBuffer, dest: usize, tag: i32) -> Result<Request<'a>> {
+        // SAFETY: the DeviceBuffer owns `len` bytes at `ptr` and stays borrowed for 'a.
+        unsafe { self.isend_raw(buf.ptr() as *const u8, buf.len(), dest, tag) }
+    }
+
+    /// Nonblocking receive into a device buffer, borrowed until the request completes.
+    ///
+    /// # Errors
+    /// As [`Communicator::irecv`].
+    pub fn irecv_device<'a>(
+        &self,
+        buf: &'a mut DeviceBuffer,
+        source: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Request<'a>> {
+        // SAFETY: the DeviceBuffer owns `len` bytes at `ptr` and stays mutably borrowed
+        // for 'a.
+        unsafe { self.irecv_raw(buf.ptr() as *mut u8, buf.len(), source, tag) }
+    }
+}

@@ -1,0 +1,163 @@
+//! Device-memory paths: the [`DeviceMem`] the protocol uses to stage device buffers,
+//! and the CUDA IPC pulls the engine performs (CUDA driver API through `rankwire-gpu`).
+//!
+//! # Semantics
+//! - A device send buffer must hold its data when `send`/`isend` is called (work that
+//!   produces it on another stream must be synchronized first).
+//! - Copies run on the runtime's own non-blocking stream of the buffer's device
+//!   ([`rankwire_gpu::Stream::runtime`]) and are synchronized before a request
+//!   completes, so a completed receive's data is visible to work on any stream of that
+//!   device.
+//! - Same-node device-to-device (and device-to-host) rendezvous: the sender's `Rts`
+//!   carries a CUDA IPC handle of the allocation plus offset and buffer id; the receiver
+//!   maps it through a per-peer [`IpcCache`] (a changed buffer id at the same base means
+//!   the sender freed and re-allocated: the stale mapping is closed, B008), copies with
+//!   `cuMemcpyDtoDAsync`/`cuMemcpyDtoHAsync`, synchronizes and answers `Fin`. Memory that
+//!   legacy IPC cannot export (stream-ordered pool memory, VMM, managed) is never
+//!   offered: it is staged through host memory by the eager or `Cts`/`Data` path.
+
+use std::num::NonZeroUsize;
+
+use rankwire_gpu::{IpcCache, IpcExport, IpcHandle, Stream};
+use rankwire_transports::MemoryKind;
+
+use crate::protocol::{DeviceMem, PullReq, RawBuf};
+use crate::wire::RemoteMem;
+
+/// Stages device buffers with synchronous copies on the runtime stream.
+pub(crate) struct GpuStaging;
+
+fn device_of(buf: &RawBuf) -> Result<i32, String> {
+    match buf.kind() {
+        MemoryKind::Cuda { device } => Ok(device),
+        other => Err(format!("not device memory: {other}")),
+    }
+}
+
+impl DeviceMem for GpuStaging {
+    fn copy_to_device(&mut self, dst: RawBuf, offset: usize, src: &[u8]) -> Result<(), String> {
+        let stream = Stream::runtime(device_of(&dst)?).map_err(|e| e.to_string())?;
+        // SAFETY: the receive is pending, so `dst` is live device memory with
+        // offset + src.len() <= dst.len() (checked by the protocol); `src` outlives the
+        // synchronize below.
+        unsafe {
+            rankwire_gpu::memcpy_htod_async(
+                dst.as_mut_ptr() as u64 + offset as u64,
+                src.as_ptr(),
+                src.len(),
+                stream,
+            )
+        }
+        .map_err(|e| e.to_string())?;
+        stream.synchronize().map_err(|e| e.to_string())
+    }
+
+    fn copy_from_device(&mut self, src: RawBuf) -> Result<Vec<u8>, String> {
+        let stream = Stream::runtime(device_of(&src)?).map_err(|e| e.to_string())?;
+        let mut v = vec![0u8; src.len()];
+        // SAFETY: the send is pending, so `src` is live device memory; `v` outlives the
+        // synchronize below.
+        unsafe {
+            rankwire_gpu::memcpy_dtoh_async(v.as_mut_ptr(), src.as_mut_ptr() as u64, v.len(), stream)
+        }
+        .map_err(|e| e.to_string())?;
+        stream.synchronize().map_err(|e| e.to_string())?;
+        Ok(v)
+    }
+
+    fn offer(&mut self, buf: RawBuf) -> Option<RemoteMem> {
+        match rankwire_gpu::ipc_export(buf.as_mut_ptr() as u64, buf.len()) {
+            Ok(e) => Some(RemoteMem::CudaIpc {
+                handle: e.handle.0,
+                offset: e.offset,
+                buffer_id: e.buffer_id,
+                device: e.device,
+                base: e.base,
+                alloc_len: e.alloc_len as u64,
+            }),
+            Err(e) => {
+                tracing::debug!("device buffer not offered by CUDA IPC ({e}); staging it");
+                None
+            }
+        }
+    }
+}
+
+/// The engine's side of CUDA IPC pulls: opened mappings per peer.
+pub(crate) struct IpcPuller {
+    cache: Option<IpcCache>,
+}
+
+impl IpcPuller {
+    pub(crate) fn new() -> Self {
+        IpcPuller { cache: None }
+    }
+
+    /// Copy the accepted bytes of the peer's device buffer into `p.dst`.
+    pub(crate) fn pull(&mut self, p: &PullReq) -> Result<(), String> {
+        let RemoteMem::CudaIpc {
+            handle,
+            offset,
+            buffer_id,
+            device,
+            base,
+            alloc_len,
+        } = p.mem
+        else {
+            return Err("not a CUDA IPC descriptor".into());
+        };
+        let local_device = match p.dst.kind() {
+            MemoryKind::Cuda { device } => device,
+            _ => device,
+        };
+        let max = NonZeroUsize::new(64).unwrap_or(NonZeroUsize::MIN);
+        let cache = self
+            .cache
+            .get_or_insert_with(|| IpcCache::new(local_device, max));
+        let export = IpcExport {
+            handle: IpcHandle(handle),
+            device,
+            base,
+            alloc_len: alloc_len as usize,
+            buffer_id,
+            offset,
+            len: p.dst.len(),
+        };
+        let mapping = cache.acquire(p.peer, &export).map_err(|e| e.to_string())?;
+        let stream = Stream::runtime(local_device).map_err(|e| e.to_string());
+        let r = stream.and_then(|stream| {
+            // SAFETY: the mapping stays open until release below; `dst` is the accepted
+            // prefix of a pending receive (device or host memory), len bytes long.
+            unsafe {
+                if p.dst.is_host() {
+                    rankwire_gpu::memcpy_dtoh_async(p.dst.as_mut_ptr(), mapping.addr(), p.dst.len(), stream)
+                } else {
+                    rankwire_gpu::memcpy_dtod_async(
+                        p.dst.as_mut_ptr() as u64,
+                        mapping.addr(),
+                        p.dst.len(),
+                        stream,
+                    )
+                }
+            }
+            .and_then(|()| stream.synchronize())
+            .map_err(|e| e.to_string())
+        });
+        let rel = cache.release(mapping).map_err(|e| e.to_string());
+        r.and(rel)
+    }
+
+    /// Counters of the IPC cache (opened, hits, stale evictions, open now).
+    pub(crate) fn stats(&self) -> Option<rankwire_gpu::IpcCacheStats> {
+        self.cache.as_ref().map(|c| c.stats())
+    }
+
+    /// Close every mapping (finalize).
+    pub(crate) fn close_all(&mut self) {
+        if let Some(c) = self.cache.as_mut()
+            && let Err(e) = c.close_all()
+        {
+            tracing::warn!("closing CUDA IPC mappings: {e}");
+        }
+    }
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run every GPU test and benchmark on a machine with a GPU, using the binaries that
+# scripts/gpu-build.sh put in .device-bin/ (nothing is built here). Results go to
+# OUTDIR (default ./gpu-results): one log per step and summary.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-gpu-results}
+mkdir -p "$OUT"
+B=.device-bin
+fails=0
+step() { # step NAME TIMEOUT CMD...
+  local name=$1 t=$2; shift 2
+  echo "=== $name: $*" | tee -a "$OUT/summary.txt"
+  timeout -k 5 "$t" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 40 "$OUT/$name.log"
+  echo "=== $name: exit $rc" | tee -a "$OUT/summary.txt"
+  [ $rc = 0 ] || fails=$((fails + 1))
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$OUT/summary.txt"
+step selftest 300 $B/gpu_selftest
+step check 600 $B/rwrun -n 2 $B/rw-gpuapp check ${GPU_CHECK_MAX:-67108864}
+step reuse 300 $B/rwrun -n 2 $B/rw-gpuapp reuse
+step check_noipc 600 env RANKWIRE_CUDA_IPC=0 $B/rwrun -n 2 $B/rw-gpuapp check 4194304
+step check_tcp 600 env RANKWIRE_TRANSPORTS=tcp $B/rwrun -n 2 $B/rw-gpuapp check 4194304
+step bench 600 $B/rwrun -n 2 $B/rw-gpuapp bench ${GPU_BENCH_MAX:-1073741824}
+echo "gpu-run: $fails step(s) failed" | tee -a "$OUT/summary.txt"
+[ $fails = 0 ]

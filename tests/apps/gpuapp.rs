@@ -1,0 +1,331 @@
+//! rw-gpuapp: GPU point-to-point scenarios and benchmark, run under rwrun on a machine
+//! with a GPU (scripts/gpu-run.sh). Without a usable GPU it prints `skipped: ...` and
+//! exits 0.
+//!
+//! `rw-gpuapp check [MAX_BYTES]`: every combination of host / device (cuMemAlloc) /
+//! device (pool) / managed memory at both ends, sizes 0 B .. MAX_BYTES, outputs poisoned
+//! before each receive and compared byte for byte; a buffer freed and re-allocated at
+//! the same address between sends (B008, growing and shrinking); an offset view.
+//! `rw-gpuapp bench`: OSU-style device-to-device latency and bandwidth between ranks 0
+//! and 1, with the single-process device-to-device copy as the physical reference.
+
+use std::time::Instant;
+
+use rankwire::gpu::{DeviceBuffer, Stream};
+use rankwire::{Communicator, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mem {
+    Host,
+    Device,
+    Pool,
+    Managed,
+}
+
+/// A buffer of one of the kinds, with host-side fill and read-back.
+enum Buf {
+    Host(Vec<u8>),
+    Dev(DeviceBuffer),
+}
+
+impl Buf {
+    fn new(kind: Mem, len: usize) -> Buf {
+        let r = match kind {
+            Mem::Host => return Buf::Host(vec![0u8; len]),
+            Mem::Device => DeviceBuffer::alloc(0, len),
+            Mem::Pool => DeviceBuffer::alloc_pool(0, len),
+            Mem::Managed => DeviceBuffer::alloc_managed(0, len),
+        };
+        Buf::Dev(r.unwrap_or_else(|e| fail(&format!("alloc {kind:?} {len}: {e}"))))
+    }
+    fn fill(&mut self, seed: u8) {
+        let len = self.len();
+        let v = pattern(len, seed);
+        match self {
+            Buf::Host(h) => h.copy_from_slice(&v),
+            Buf::Dev(d) => {
+                if len > 0 {
+                    d.copy_from_host(0, &v).unwrap_or_else(|e| fail(&format!("fill: {e}")))
+                }
+            }
+        }
+    }
+    fn poison(&mut self) {
+        match self {
+            Buf::Host(h) => h.fill(0xA5),
+            Buf::Dev(d) => {
+                if !d.is_empty() {
+                    d.fill(0xA5).unwrap_or_else(|e| fail(&format!("poison: {e}")))
+                }
+            }
+        }
+    }
+    fn read(&self) -> Vec<u8> {
+        match self {
+            Buf::Host(h) => h.clone(),
+            Buf::Dev(d) => d.to_vec().unwrap_or_else(|e| fail(&format!("read back: {e}"))),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Buf::Host(h) => h.len(),
+            Buf::Dev(d) => d.len(),
+        }
+    }
+    fn send(&self, w: &Communicator, dest: usize, tag: i32) -> Result<()> {
+        match self {
+            Buf::Host(h) => w.send(h, dest, tag),
+            Buf::Dev(d) => w.send_device(d, dest, tag),
+        }
+    }
+    fn recv(&mut self, w: &Communicator, src: usize, tag: i32) -> Result<rankwire::Status> {
+        match self {
+            Buf::Host(h) => w.recv(h, src, tag),
+            Buf::Dev(d) => w.recv_device(d, src, tag),
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2654435761).rotate_left(7) as u8 ^ seed)
+        .collect()
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("rw-gpuapp: FAILED: {msg}");
+    std::process::exit(1)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mode = args.get(1).cloned().unwrap_or_default();
+    if !rankwire::gpu::available() {
+        println!("skipped: no usable GPU (CUDA support not built or libcuda not found)");
+        return;
+    }
+    let u = rankwire::init().unwrap_or_else(|e| fail(&format!("init: {e}")));
+    let w = u.world();
+    if w.size() < 2 {
+        fail("run with 2 ranks: rwrun -n 2 rw-gpuapp ...");
+    }
+    let r = match mode.as_str() {
+        "check" => check(&w, args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64 << 20)),
+        "reuse" => reuse(&w, &u),
+        "bench" => bench(&w, args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1 << 30)),
+        other => fail(&format!("unknown mode {other:?}")),
+    };
+    if let Err(e) = r {
+        fail(&format!("rank {}: {mode}: {e}", w.rank()));
+    }
+    if let Some(s) = u.cuda_ipc_stats() {
+        println!("rank {}: cuda ipc cache {s:?}", w.rank());
+    }
+    u.finalize().unwrap_or_else(|e| fail(&format!("finalize: {e}")));
+    println!("rank {}: {mode} OK", w.rank());
+}
+
+fn check(w: &Communicator, max: usize) -> Result<()> {
+    let kinds = [Mem::Host, Mem::Device, Mem::Pool, Mem::Managed];
+    let mut sizes = vec![0usize, 1, 3, 4096, (1 << 20) + 7, 64 << 20];
+    sizes.retain(|&s| s <= max);
+    if max > 64 << 20 {
+        sizes.push(max);
+    }
+    let me = w.rank();
+    let mut n = 0;
+    let mut seed = 1u8;
+    for &len in &sizes {
+        for &sk in &kinds {
+            for &rk in &kinds {
+                if sk == Mem::Host && rk == Mem::Host {
+                    continue;
+                }
+                seed = seed.wrapping_add(1);
+                let t = Instant::now();
+                if me == 0 {
+                    let mut b = Buf::new(sk, len);
+                    b.fill(seed);
+                    b.send(w, 1, 1)?;
+                } else if me == 1 {
+                    let mut b = Buf::new(rk, len);
+                    b.poison();
+                    let st = b.recv(w, 0, 1)?;
+                    let got = b.read();
+                    if st.len_bytes != len || got != pattern(len, seed) {
+                        let first = got
+                            .iter()
+                            .zip(pattern(len, seed))
+                            .position(|(a, b)| *a != b);
+                        fail(&format!(
+                            "{sk:?} -> {rk:?} {len} B: status {} bytes, first difference at {first:?}",
+                            st.len_bytes
+                        ));
+                    }
+                    println!(
+                        "PASS {sk:?} -> {rk:?} {len} B ({:.1} ms)",
+                        t.elapsed().as_secs_f64() * 1e3
+                    );
+                }
+                n += 1;
+                w.barrier()?;
+            }
+        }
+    }
+    // Offset view inside a larger allocation.
+    let len = 1 << 20;
+    if me == 0 {
+        let mut b = DeviceBuffer::alloc(0, 3 * len).unwrap_or_else(|e| fail(&e.to_string()));
+        b.copy_from_host(len + 12, &pattern(len, 77))
+            .unwrap_or_else(|e| fail(&e.to_string()));
+        // SAFETY: the range lies inside `b`, which outlives the blocking send.
+        unsafe { w.isend_raw((b.ptr() + len as u64 + 12) as *const u8, len, 1, 2)? }.wait()?;
+    } else if me == 1 {
+        let mut b = Buf::new(Mem::Device, len);
+        b.poison();
+        b.recv(w, 0, 2)?;
+        if b.read() != pattern(len, 77) {
+            fail("offset view: wrong data");
+        }
+        println!("PASS offset view of a device allocation");
+    }
+    if me == 1 {
+        println!("check: {n} combinations passed");
+    }
+    Ok(())
+}
+
+/// B008: device buffers freed and re-allocated (often at the same address) between
+/// sends; growing, shrinking, and with the pool allocator.
+fn reuse(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
+    let me = w.rank();
+    for (name, kind, grow) in [
+        ("growing", Mem::Device, true),
+        ("shrinking", Mem::Device, false),
+        ("pool", Mem::Pool, true),
+    ] {
+        let mut addrs = std::collections::HashSet::new();
+        for i in 1..=64usize {
+            let step = if grow { i } else { 65 - i };
+            let len = 4096 * step + (i * 37) % 1000 + 65536;
+            if me == 0 {
+                let mut b = Buf::new(kind, len);
+                if let Buf::Dev(d) = &b {
+                    addrs.insert(d.ptr());
+                }
+                b.fill(i as u8);
+                b.send(w, 1, 3)?;
+                drop(b);
+            } else if me == 1 {
+                let mut b = Buf::new(Mem::Device, len);
+                b.poison();
+                b.recv(w, 0, 3)?;
+                if b.read() != pattern(len, i as u8) {
+                    fail(&format!("{name} iteration {i}: stale or wrong data"));
+                }
+            }
+        }
+        w.barrier()?;
+        if me == 0 {
+            println!("reuse {name}: 64 iterations, {} distinct sender addresses", addrs.len());
+        } else if me == 1 {
+            let s = u.cuda_ipc_stats();
+            println!("PASS reuse {name}: 64 iterations correct; ipc cache {s:?}");
+            if let Some(s) = s
+                && s.open_now > 64
+            {
+                fail("IPC mappings not bounded");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn bench(w: &Communicator, max: usize) -> Result<()> {
+    let me = w.rank();
+    if me == 0 {
+        println!("# rankwire-gpu bench: device buffers (cuMemAlloc) on one GPU, ranks 0<->1");
+        println!("# Size  Latency (us)");
+    }
+    let mut size = 1usize;
+    let mut sizes = vec![0usize];
+    while size <= 4 << 20 {
+        sizes.push(size);
+        size *= 4;
+    }
+    for &len in &sizes {
+        let mut a = Buf::new(Mem::Device, len);
+        a.fill(1);
+        let iters = if len <= 65536 { 2000 } else { 200 };
+        w.barrier()?;
+        let mut t = Instant::now();
+        for i in 0..iters + 20 {
+            if i == 20 {
+                t = Instant::now();
+            }
+            if me == 0 {
+                a.send(w, 1, 5)?;
+                a.recv(w, 1, 5)?;
+            } else if me == 1 {
+                a.recv(w, 0, 5)?;
+                a.send(w, 0, 5)?;
+            }
+        }
+        if me == 0 {
+            println!("{len:<10}{:>12.2}", t.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64));
+        }
+    }
+    if me == 0 {
+        println!("# Size  Bandwidth (GB/s)  DtoD copy in one process (GB/s)  ratio");
+    }
+    let mut len = 1 << 20;
+    while len <= max {
+        let mut a = Buf::new(Mem::Device, len);
+        a.fill(2);
+        let iters = (4usize << 30).div_ceil(len).clamp(5, 200);
+        let mut ack = [0u8; 1];
+        w.barrier()?;
+        let mut t = Instant::now();
+        for i in 0..iters + 2 {
+            if i == 2 {
+                t = Instant::now();
+            }
+            if me == 0 {
+                a.send(w, 1, 6)?;
+            } else if me == 1 {
+                a.recv(w, 0, 6)?;
+            }
+        }
+        if me == 1 {
+            w.send(&ack, 0, 7)?;
+        } else if me == 0 {
+            w.recv(&mut ack, 1, 7)?;
+            let secs = t.elapsed().as_secs_f64();
+            let gbs = (len * iters) as f64 / secs / 1e9;
+            let reference = dtod_reference(len);
+            println!("{len:<12}{gbs:>10.1}{reference:>16.1}{:>10.2}", gbs / reference);
+        }
+        len *= 4;
+    }
+    Ok(())
+}
+
+/// Single-process device-to-device copy bandwidth (GB/s) for `len` bytes.
+fn dtod_reference(len: usize) -> f64 {
+    let src = DeviceBuffer::alloc(0, len).unwrap_or_else(|e| fail(&e.to_string()));
+    let dst = DeviceBuffer::alloc(0, len).unwrap_or_else(|e| fail(&e.to_string()));
+    let stream = Stream::runtime(0).unwrap_or_else(|e| fail(&e.to_string()));
+    let iters = (4usize << 30).div_ceil(len).clamp(5, 200);
+    let run = |n: usize| {
+        for _ in 0..n {
+            // SAFETY: both buffers live, len bytes each, distinct.
+            unsafe { rankwire::gpu::memcpy_dtod_async(dst.ptr(), src.ptr(), len, stream) }
+                .unwrap_or_else(|e| fail(&e.to_string()));
+        }
+        stream.synchronize().unwrap_or_else(|e| fail(&e.to_string()));
+    };
+    run(2);
+    let t = Instant::now();
+    run(iters);
+    (len * iters) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
