@@ -1,9 +1,13 @@
 //! Command line: the flags MPI users type, parsed with clap, then resolved into a
 //! [`JobConfig`].
 //!
-//! `-np N` is a single-dash long option (Open MPI, MPICH) that clap cannot express, so
-//! [`normalize_args`] rewrites it to `-n N` before parsing, looking only at rwrun's own
-//! options (never at the program's arguments).
+//! clap cannot express a few spellings MPI users type, and with a trailing program
+//! argument that may start with `-` it would take an attached short-option value
+//! (`-n2`) for the program. [`normalize_args`] therefore rewrites rwrun's own options
+//! before parsing, looking only at them (never at the program's arguments):
+//! `-np N`, `-np=N`, `-npN`, `-n=N`, `-nN` become `-n N`, and `-H`/`-x` with an attached
+//! value (`-Hlocalhost:2`, `-H=...`, `-xVAR=1`) are split the same way. An unknown
+//! option before the program is a usage error.
 
 use crate::hosts;
 use clap::Parser;
@@ -18,8 +22,13 @@ pub(crate) const KILL_GRACE_ENV: &str = "RANKWIRE_KILL_GRACE_MS";
 /// Default for [`KILL_GRACE_ENV`].
 pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_millis(2000);
 /// Grace between SIGTERM and SIGKILL when rwrun ends the job itself because a rank failed
-/// or aborted.
+/// or aborted, or rwrun's output was closed.
 pub(crate) const FAILURE_GRACE: Duration = Duration::from_millis(300);
+/// When a rank fails, how long rwrun waits for other ranks failing on their own (or
+/// still starting up) before it sends SIGTERM to the rest.
+pub(crate) const FAILURE_SETTLE: Duration = Duration::from_millis(200);
+/// Largest `--timeout`: larger values (up to infinity) are clamped to this (10 years).
+pub(crate) const MAX_TIMEOUT_SECS: f64 = 10.0 * 365.0 * 24.0 * 3600.0;
 
 const AFTER_HELP: &str = "\
 Each rank runs PROGRAM with these variables set:
@@ -32,12 +41,26 @@ Ranks inherit rwrun's environment; -x adds or overrides variables.
 I/O: stdin goes to rank 0 only (other ranks read /dev/null); stdout and stderr of
 every rank are forwarded line by line (with --tag-output as \"[RANK] line\").
 
+Output: a rank's last line without a trailing newline is forwarded with a newline
+added. If rwrun's stdout or stderr is closed (EPIPE, as in `rwrun ... | head -1`),
+rwrun ends the job like a failure and exits with 141 (128+SIGPIPE).
+
+A rank fails when it exits non-zero or is killed by a signal, and also when it exits
+0 but leaves the others waiting: a rank that joined the bootstrap (called
+rankwire::init) and exits 0 without having finalized rankwire while other ranks still
+run, or a rank that exits 0 without ever joining while another rank that joined still
+runs. Programs that never use rankwire (hostname, sh) may exit 0 at any time.
+
 Exit status: 0 if every rank exits 0; else the status of the first rank that failed
-(128+N for signal N); 128+N when rwrun gets signal N (SIGINT, SIGTERM, SIGHUP are
-forwarded to every rank, SIGKILL follows after RANKWIRE_KILL_GRACE_MS, default
-2000); 124 on --timeout; the code given to abort by a rank; 127/126 if PROGRAM cannot
-be found/executed; 2 for usage errors. When a rank fails or aborts, the other ranks get
-SIGTERM and, 300 ms later, SIGKILL.
+(128+N for signal N; 1 for a rank that exited 0 but failed as above); 128+N when rwrun
+gets signal N (SIGINT, SIGTERM, SIGHUP are forwarded to every rank, SIGKILL follows
+after RANKWIRE_KILL_GRACE_MS, default 2000, or at once on a second signal); 124 on
+--timeout; the code given to abort by a rank; 141 if rwrun's output was closed
+(also when the job itself completed); 127/126 if PROGRAM cannot be found/executed; 2
+for usage errors. When a rank fails, rwrun waits up to 200 ms for other ranks failing
+on their own (or still starting); then, and at once when a rank aborts, the other
+ranks get SIGTERM and, 300 ms later, SIGKILL. Every rank that failed on its own gets a
+line on stderr; those ended by rwrun's signals are only counted.
 
 Environment: RANKWIRE_LOG=debug (rwrun and rank logging), RANKWIRE_KILL_GRACE_MS,
 RANKWIRE_BOOTSTRAP_TIMEOUT (seconds, rank side).
@@ -55,11 +78,11 @@ Examples:
     version,
     about = "Launch N ranks of a program on this machine (the rankwire launcher)",
     after_help = AFTER_HELP,
-    override_usage = "rwrun [OPTIONS] -n N PROGRAM [ARGS]..."
+    override_usage = "rwrun [OPTIONS] PROGRAM [ARGS]..."
 )]
 pub(crate) struct Cli {
-    /// Number of ranks to start (also written -np N). Default: the slot count of
-    /// --host/--hostfile, else 1.
+    /// Number of ranks to start (also written -np N, -nN, -n=N). Default: the slot
+    /// count of --host/--hostfile, else 1.
     #[arg(short = 'n', long = "np", value_name = "N")]
     pub(crate) np: Option<u32>,
 
@@ -81,7 +104,8 @@ pub(crate) struct Cli {
     #[arg(long)]
     pub(crate) tag_output: bool,
 
-    /// Kill the job after SECONDS (fractions allowed); rwrun then exits with 124.
+    /// Kill the job after SECONDS (fractions allowed; at most 10 years, larger values
+    /// are clamped); rwrun then exits with 124.
     #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
     pub(crate) timeout: Option<f64>,
 
@@ -118,9 +142,13 @@ pub(crate) struct JobConfig {
     pub(crate) kill_grace: Duration,
 }
 
-/// Rewrite `-np` (and `-np=N`) to `-n` among rwrun's own options. Stops at `--` or at
-/// the first argument that is not an option (the program), and skips option values.
-pub(crate) fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
+/// Rewrite rwrun's own options into forms clap parses (see the module doc). Stops at
+/// `--` or at the first argument that is not an option (the program), and skips option
+/// values.
+///
+/// # Errors
+/// An unknown option before the program (a message without the `rwrun: ` prefix).
+pub(crate) fn normalize_args(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     // Options of rwrun that take a separate value.
     const TAKES_VALUE: &[&str] = &[
         "-n",
@@ -131,6 +159,17 @@ pub(crate) fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
         "-x",
         "--timeout",
     ];
+    // Options without a value.
+    const FLAGS: &[&str] = &[
+        "--tag-output",
+        "--oversubscribe",
+        "-h",
+        "--help",
+        "-V",
+        "--version",
+    ];
+    // Short options whose value may be attached (`-n4`, `-n=4`).
+    const SHORT_WITH_VALUE: &[&str] = &["-n", "-H", "-x"];
     let mut out = Vec::with_capacity(args.len());
     let mut iter = args.into_iter();
     if let Some(argv0) = iter.next() {
@@ -155,14 +194,33 @@ pub(crate) fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
         } else if s == "-np" {
             skip_value = true;
             out.push("-n".into());
-        } else if let Some(v) = s.strip_prefix("-np=") {
-            out.push(format!("-n={v}").into());
-        } else {
-            skip_value = TAKES_VALUE.contains(&s);
+        } else if let Some(v) = s.strip_prefix("-np")
+            && (v.starts_with('=') || v.starts_with(|c: char| c.is_ascii_digit()))
+        {
+            out.push("-n".into());
+            out.push(v.strip_prefix('=').unwrap_or(v).into());
+        } else if TAKES_VALUE.contains(&s) {
+            skip_value = true;
             out.push(arg);
+        } else if FLAGS.contains(&s) {
+            out.push(arg);
+        } else if let Some((name, _)) = s.split_once('=')
+            && name.starts_with("--")
+            && TAKES_VALUE.contains(&name)
+        {
+            // `--np=4`: clap splits it itself.
+            out.push(arg);
+        } else if let Some(opt) = SHORT_WITH_VALUE.iter().find(|o| s.starts_with(**o)) {
+            let v = &s[2..];
+            out.push(OsString::from(*opt));
+            out.push(v.strip_prefix('=').unwrap_or(v).into());
+        } else {
+            return Err(format!(
+                "unknown option {s:?} (see rwrun --help; put `--` before a program whose name starts with '-')"
+            ));
         }
     }
-    out
+    Ok(out)
 }
 
 impl JobConfig {
@@ -250,12 +308,13 @@ fn parse_timeout(s: &str) -> Result<f64, String> {
         .trim()
         .parse()
         .map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
-    if !(v.is_finite() && v > 0.0 && v < 1e9) {
+    if v.is_nan() || v <= 0.0 {
         return Err(format!(
             "{s:?}: the timeout must be a positive number of seconds"
         ));
     }
-    Ok(v)
+    // Anything longer than 10 years (infinity included) means "no practical limit".
+    Ok(v.min(MAX_TIMEOUT_SECS))
 }
 
 fn kill_grace_from_env() -> Duration {
@@ -283,29 +342,55 @@ mod tests {
     }
 
     fn parse(v: &[&str]) -> Result<JobConfig, String> {
-        let cli = Cli::try_parse_from(normalize_args(os(v))).map_err(|e| e.to_string())?;
+        let cli = Cli::try_parse_from(normalize_args(os(v))?).map_err(|e| e.to_string())?;
         JobConfig::from_cli(cli)
     }
 
     #[test]
     fn np_is_rewritten_only_before_the_program() {
+        let n = |v: &[&str]| normalize_args(os(v)).unwrap();
         assert_eq!(
-            normalize_args(os(&["rwrun", "-np", "4", "prog", "-np", "3"])),
+            n(&["rwrun", "-np", "4", "prog", "-np", "3"]),
             os(&["rwrun", "-n", "4", "prog", "-np", "3"])
         );
+        for spelling in ["-np=2", "-np2", "-n=2", "-n2"] {
+            assert_eq!(
+                n(&["rwrun", spelling, "prog", "-n=3"]),
+                os(&["rwrun", "-n", "2", "prog", "-n=3"]),
+                "{spelling}"
+            );
+            assert_eq!(parse(&["rwrun", spelling, "true"]).unwrap().size, 2);
+        }
         assert_eq!(
-            normalize_args(os(&["rwrun", "-np=2", "prog"])),
-            os(&["rwrun", "-n=2", "prog"])
+            n(&["rwrun", "-Hlocalhost:2", "-H=localhost", "-xA=1", "p"]),
+            os(&[
+                "rwrun",
+                "-H",
+                "localhost:2",
+                "-H",
+                "localhost",
+                "-x",
+                "A=1",
+                "p"
+            ])
+        );
+        assert_eq!(
+            n(&["rwrun", "--np=2", "--host=localhost", "p"]),
+            os(&["rwrun", "--np=2", "--host=localhost", "p"])
         );
         // A value that looks like -np is left alone.
         assert_eq!(
-            normalize_args(os(&["rwrun", "-x", "-np", "-n", "1", "p"])),
+            n(&["rwrun", "-x", "-np", "-n", "1", "p"]),
             os(&["rwrun", "-x", "-np", "-n", "1", "p"])
         );
         assert_eq!(
-            normalize_args(os(&["rwrun", "--", "-np", "2"])),
+            n(&["rwrun", "--", "-np", "2"]),
             os(&["rwrun", "--", "-np", "2"])
         );
+        let e = normalize_args(os(&["rwrun", "--bind-to", "core", "p"])).unwrap_err();
+        assert!(e.contains("unknown option \"--bind-to\""), "{e}");
+        let c = parse(&["rwrun", "-n3", "-xA=b", "-Hlocalhost", "true"]).unwrap();
+        assert_eq!((c.size, &c.env[0].1), (3, &OsString::from("b")));
     }
 
     #[test]
@@ -336,8 +421,19 @@ mod tests {
         assert!(parse(&["rwrun", "-n", "2"]).is_err());
         assert!(parse(&["rwrun", "--timeout", "0", "true"]).is_err());
         assert!(parse(&["rwrun", "--timeout", "abc", "true"]).is_err());
+        assert!(parse(&["rwrun", "--timeout", "-1", "true"]).is_err());
+        assert!(parse(&["rwrun", "--timeout", "nan", "true"]).is_err());
         let c = parse(&["rwrun", "--timeout", "1.5", "--oversubscribe", "true"]).unwrap();
         assert_eq!(c.timeout.unwrap().0, Duration::from_millis(1500));
+        // Huge timeouts are clamped to 10 years.
+        for big in ["1e20", "inf", "315360001"] {
+            let c = parse(&["rwrun", "--timeout", big, "true"]).unwrap();
+            assert_eq!(
+                c.timeout.unwrap().0,
+                Duration::from_secs(315_360_000),
+                "{big}"
+            );
+        }
     }
 
     #[test]

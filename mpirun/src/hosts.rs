@@ -1,5 +1,9 @@
 //! `--host` / `--hostfile` parsing. Only this machine can be launched on for now: every
-//! host must be a local name, and the slot counts only set the default rank count.
+//! host must be a local name (`localhost`, this machine's host name) or a local address
+//! (any loopback address, or an address assigned to one of this machine's interfaces,
+//! from `getifaddrs`), and the slot counts only set the default rank count.
+
+use std::net::IpAddr;
 
 /// One host entry and its slot count (1 when not given).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,13 +66,14 @@ pub(crate) fn check_local(hosts: &[HostSlots]) -> Result<u32, String> {
         .ok()
         .and_then(|h| h.into_string().ok())
         .unwrap_or_default();
+    let addrs = interface_addresses();
     let mut total: u32 = 0;
     for h in hosts {
-        if !is_local(&h.name, &own) {
+        if !is_local(&h.name, &own, &addrs) {
             return Err(format!(
                 "remote launch is not supported yet; host {:?} is not this machine \
-                 (local names: localhost, 127.0.0.1, ::1, {own}). Run rwrun on one node, \
-                 or list only local hosts",
+                 (local names: localhost, {own}, a loopback address or an address of \
+                 this machine's interfaces). Run rwrun on one node, or list only local hosts",
                 h.name
             ));
         }
@@ -77,14 +82,38 @@ pub(crate) fn check_local(hosts: &[HostSlots]) -> Result<u32, String> {
     Ok(total)
 }
 
-fn is_local(name: &str, own_hostname: &str) -> bool {
+/// Every address assigned to a network interface of this machine (empty if
+/// `getifaddrs` fails).
+fn interface_addresses() -> Vec<IpAddr> {
+    let Ok(ifaddrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    ifaddrs
+        .filter_map(|ifa| {
+            let a = ifa.address?;
+            if let Some(v4) = a.as_sockaddr_in() {
+                Some(IpAddr::V4(v4.ip()))
+            } else {
+                a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+            }
+        })
+        .collect()
+}
+
+fn is_local(name: &str, own_hostname: &str, own_addrs: &[IpAddr]) -> bool {
+    // An address, possibly with an IPv6 zone (`fe80::1%eth0`).
+    if let Ok(ip) = name.split('%').next().unwrap_or("").parse::<IpAddr>() {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        return ip.is_loopback() || own_addrs.contains(&ip);
+    }
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     let own = own_hostname.to_ascii_lowercase();
     let short = |s: &str| s.split('.').next().unwrap_or("").to_string();
-    matches!(
-        name.as_str(),
-        "localhost" | "localhost.localdomain" | "127.0.0.1" | "::1"
-    ) || (!own.is_empty() && (name == own || (short(&name) == short(&own) && !name.contains(':'))))
+    matches!(name.as_str(), "localhost" | "localhost.localdomain")
+        || (!own.is_empty() && (name == own || short(&name) == short(&own)))
 }
 
 // `host`, `host:N`, `[v6addr]:N`; a bare IPv6 address has no slot count.
@@ -166,12 +195,20 @@ mod tests {
 
     #[test]
     fn locality() {
-        assert!(is_local("localhost", "node7.example.org"));
-        assert!(is_local("LOCALHOST.", "node7"));
-        assert!(is_local("node7", "node7.example.org"));
-        assert!(is_local("node7.example.org", "node7"));
-        assert!(!is_local("node8", "node7"));
-        assert!(!is_local("10.0.0.1", "node7"));
+        let none: &[IpAddr] = &[];
+        assert!(is_local("localhost", "node7.example.org", none));
+        assert!(is_local("LOCALHOST.", "node7", none));
+        assert!(is_local("node7", "node7.example.org", none));
+        assert!(is_local("node7.example.org", "node7", none));
+        assert!(!is_local("node8", "node7", none));
+        assert!(!is_local("10.0.0.1", "node7", none));
+        for lo in ["127.0.0.1", "127.0.1.1", "::1", "::ffff:127.0.0.1"] {
+            assert!(is_local(lo, "node7", none), "{lo}");
+        }
+        let mine: &[IpAddr] = &["10.0.0.1".parse().unwrap(), "fe80::1".parse().unwrap()];
+        assert!(is_local("10.0.0.1", "node7", mine));
+        assert!(is_local("fe80::1%eth0", "node7", mine));
+        assert!(!is_local("10.0.0.2", "node7", mine));
         assert_eq!(
             check_local(&[hs("localhost", 2), hs("127.0.0.1", 1)]).unwrap(),
             3
@@ -180,5 +217,19 @@ mod tests {
         assert!(
             e.starts_with("remote launch is not supported yet;") && e.contains("far-away-host-x")
         );
+    }
+
+    #[test]
+    fn own_interface_addresses_are_local() {
+        let addrs = interface_addresses();
+        assert!(addrs.iter().any(IpAddr::is_loopback), "{addrs:?}");
+        for a in addrs {
+            let name = match a {
+                IpAddr::V6(v6) => format!("[{v6}]:2"),
+                v4 => format!("{v4}:2"),
+            };
+            let hosts = parse_host_list(&name).unwrap();
+            assert_eq!(check_local(&hosts), Ok(2), "{name}");
+        }
     }
 }

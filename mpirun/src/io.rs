@@ -5,10 +5,17 @@
 //! ([`LineBuffer`]; bytes, not UTF-8). Chunks of whole lines go through a bounded
 //! channel to one writer thread, which writes each chunk with `write_all`, so lines of
 //! different ranks never interleave mid-line, and a slow consumer of rwrun's stdout
-//! slows the ranks down (back-pressure) instead of blocking rwrun's event loop. A last
-//! line without a newline is forwarded as is (with `--tag-output` it gets a newline so
-//! the next tagged line starts on its own line). A line longer than
-//! [`MAX_PARTIAL_LINE`] is forwarded in pieces.
+//! slows the ranks down (back-pressure) instead of blocking rwrun's event loop. When a
+//! rank's stream ends without a newline, its last line is forwarded followed by a
+//! newline (with or without `--tag-output`), so it is not glued to another rank's line
+//! or to rwrun's own messages. A line longer than [`MAX_PARTIAL_LINE`] is forwarded in
+//! pieces.
+//!
+//! When writing rwrun's stdout or stderr fails with `EPIPE` (the reader went away, as
+//! in `rwrun ... | head -1`), the writer reports it once per stream on the channel
+//! returned by [`start_writer`] (the supervisor then ends the job, like a program
+//! killed by SIGPIPE) and drops further output for that stream, so the ranks are never
+//! blocked by it. Other write errors only drop that stream's output.
 //!
 //! # Input
 //! A plain thread copies rwrun's stdin to the write end of rank 0's stdin pipe with
@@ -39,52 +46,72 @@ pub(crate) enum Stream {
 /// Sending side of the writer thread.
 pub(crate) type OutputTx = mpsc::Sender<(Stream, Vec<u8>)>;
 
+/// Reports of the writer thread: this output stream of rwrun hit `EPIPE` (once per
+/// stream).
+pub(crate) type BrokenRx = mpsc::UnboundedReceiver<Stream>;
+
 /// Start the writer thread. It ends when every [`OutputTx`] is dropped, after writing
-/// everything sent.
-pub(crate) fn start_writer() -> io::Result<(OutputTx, JoinHandle<()>)> {
+/// everything sent; it returns whether a write failed with `EPIPE`.
+pub(crate) fn start_writer() -> io::Result<(OutputTx, JoinHandle<bool>, BrokenRx)> {
     let (tx, mut rx) = mpsc::channel::<(Stream, Vec<u8>)>(256);
+    let (broken_tx, broken_rx) = mpsc::unbounded_channel();
     let handle = std::thread::Builder::new()
         .name("rwrun-output".into())
         .spawn(move || {
             let stdout = io::stdout();
             let stderr = io::stderr();
             let (mut out_ok, mut err_ok) = (true, true);
+            let mut broken = false;
             while let Some((stream, chunk)) = rx.blocking_recv() {
                 let idle = rx.is_empty();
-                // A closed stdout (EPIPE) must not stop the job: drop its output.
+                let result = match stream {
+                    Stream::Stdout if out_ok => write_chunk(&mut stdout.lock(), &chunk, idle),
+                    Stream::Stderr if err_ok => write_chunk(&mut stderr.lock(), &chunk, idle),
+                    // This stream failed before: drop its output.
+                    _ => continue,
+                };
+                let Err(e) = result else { continue };
                 match stream {
-                    Stream::Stdout if out_ok => {
-                        let mut lock = stdout.lock();
-                        out_ok = lock.write_all(&chunk).is_ok() && (!idle || lock.flush().is_ok());
-                    }
-                    Stream::Stderr if err_ok => {
-                        let mut lock = stderr.lock();
-                        err_ok = lock.write_all(&chunk).is_ok() && (!idle || lock.flush().is_ok());
-                    }
-                    _ => {}
+                    Stream::Stdout => out_ok = false,
+                    Stream::Stderr => err_ok = false,
+                }
+                if e.kind() == io::ErrorKind::BrokenPipe {
+                    broken = true;
+                    let _ = broken_tx.send(stream);
+                } else {
+                    tracing::debug!("writing rwrun's {stream:?}: {e}; dropping its output");
                 }
             }
-            let _ = stdout.lock().flush();
+            if out_ok && let Err(e) = stdout.lock().flush() {
+                broken |= e.kind() == io::ErrorKind::BrokenPipe;
+            }
+            broken
         })?;
-    Ok((tx, handle))
+    Ok((tx, handle, broken_rx))
 }
 
-/// Wait for the writer thread, at most `bound` if given.
-pub(crate) fn join_writer(handle: JoinHandle<()>, bound: Option<Duration>) {
-    match bound {
-        None => {
-            let _ = handle.join();
+// Write one chunk; flush when nothing else is queued.
+fn write_chunk(w: &mut impl Write, chunk: &[u8], flush: bool) -> io::Result<()> {
+    w.write_all(chunk)?;
+    if flush {
+        w.flush()?;
+    }
+    Ok(())
+}
+
+/// Wait for the writer thread, at most `bound` if given. Returns whether a write failed
+/// with `EPIPE` (false when the thread did not finish in time).
+pub(crate) fn join_writer(handle: JoinHandle<bool>, bound: Option<Duration>) -> bool {
+    if let Some(bound) = bound {
+        let deadline = std::time::Instant::now() + bound;
+        while !handle.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
         }
-        Some(bound) => {
-            let deadline = std::time::Instant::now() + bound;
-            while !handle.is_finished() && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if handle.is_finished() {
-                let _ = handle.join();
-            }
+        if !handle.is_finished() {
+            return false;
         }
     }
+    handle.join().unwrap_or(false)
 }
 
 /// Forward one rank's stream (`fd`, the read end of its pipe) until EOF, or until `stop`
@@ -234,22 +261,27 @@ impl LineBuffer {
         Some(self.format(ready))
     }
 
-    /// The last partial line at EOF, if any.
+    /// At EOF: the last partial line followed by a newline, if the stream did not end
+    /// with one (also after a long line forwarded in pieces).
     pub(crate) fn finish(&mut self) -> Option<Vec<u8>> {
-        if self.pending.is_empty() {
-            return None;
-        }
         let ready = std::mem::take(&mut self.pending);
-        let mut out = self.format(ready);
-        if self.prefix.is_some() && !self.at_line_start {
+        let mut out = if ready.is_empty() {
+            Vec::new()
+        } else {
+            self.format(ready)
+        };
+        if !self.at_line_start {
             out.push(b'\n');
             self.at_line_start = true;
         }
-        Some(out)
+        (!out.is_empty()).then_some(out)
     }
 
     fn format(&mut self, chunk: Vec<u8>) -> Vec<u8> {
         let Some(prefix) = &self.prefix else {
+            if let Some(&last) = chunk.last() {
+                self.at_line_start = last == b'\n';
+            }
             return chunk;
         };
         let lines = chunk.iter().filter(|&&b| b == b'\n').count() + 1;
@@ -278,7 +310,11 @@ mod tests {
             Some(b"abc\nd\0\xffe\n".to_vec())
         );
         assert_eq!(lb.push(b"g"), None);
-        assert_eq!(lb.finish(), Some(b"fg".to_vec()));
+        assert_eq!(lb.finish(), Some(b"fg\n".to_vec()));
+        assert_eq!(lb.finish(), None);
+        // A stream ending with a newline gets none added.
+        let mut lb = LineBuffer::new(None);
+        assert_eq!(lb.push(b"x\n"), Some(b"x\n".to_vec()));
         assert_eq!(lb.finish(), None);
     }
 
@@ -301,5 +337,9 @@ mod tests {
         let first = lb.push(&big).unwrap();
         assert!(first.starts_with(b"[0] xxx") && first.len() == MAX_PARTIAL_LINE + 4);
         assert_eq!(lb.push(b"yy\nz\n"), Some(b"yy\n[0] z\n".to_vec()));
+        // EOF right after a piece: the line is ended.
+        let mut lb = LineBuffer::new(None);
+        assert_eq!(lb.push(&big).map(|v| v.len()), Some(MAX_PARTIAL_LINE));
+        assert_eq!(lb.finish(), Some(b"\n".to_vec()));
     }
 }

@@ -7,9 +7,11 @@
 //! rwrun -np 2 --tag-output hostname
 //! ```
 //!
+//! `-n` defaults to the slot count of `--host`/`--hostfile`, else 1.
+//!
 //! # Lifecycle
-//! 1. **Parse** the command line ([`cli`]; `-np` is rewritten to `-n`); host lists are
-//!    checked to be this machine ([`hosts`]).
+//! 1. **Parse** the command line ([`cli`]; `-np N`, `-nN`, `-n=N` are rewritten to
+//!    `-n N`); host lists are checked to be this machine ([`hosts`]).
 //! 2. **Before any thread exists**: adjust signal dispositions ([`signals`]) and fork the
 //!    [`reaper`], which kills the ranks' process groups if rwrun itself is SIGKILLed.
 //! 3. Start the output writer thread ([`io`]) and a **current-thread** tokio runtime.
@@ -18,17 +20,23 @@
 //!    rank is forked from the main thread, which lives until rwrun exits.
 //! 4. The supervisor ([`job`]) starts the bootstrap server ([`server`], 127.0.0.1,
 //!    ephemeral port, per-job secret), spawns the ranks ([`spawn`]), forwards output and
-//!    stdin, and waits for the first of: all ranks done, a rank failed, a rank aborted,
-//!    a signal, the timeout. Then it tears the job down (SIGTERM/forwarded signal, grace,
-//!    SIGKILL), drains output, kills leftovers, and prints one line per failed rank.
-//! 5. rwrun exits with the status chosen by the supervisor (see `rwrun --help`).
+//!    stdin, and waits for the first of: all ranks done, a rank failed (including a
+//!    rankwire rank exiting 0 without finalizing while others run, see [`job`]), a rank
+//!    aborted, a signal, rwrun's own output closed (EPIPE), the timeout. Then it tears
+//!    the job down (SIGTERM/forwarded signal, grace, SIGKILL), drains output, kills
+//!    leftovers, and prints one line per rank that failed on its own.
+//! 5. rwrun exits with the status chosen by the supervisor (see `rwrun --help`), or
+//!    141 (128+SIGPIPE) when a completed job's output could not be written because the
+//!    reader went away. SIGPIPE itself stays ignored (the Rust runtime's default), so
+//!    rwrun never dies of it mid-teardown.
 //!
 //! # Environment
 //! - `RANKWIRE_LOG`: tracing filter for rwrun's own logging (`debug`, `rankwire=trace`);
 //!   default `warn`. Ranks inherit it.
 //! - `RANKWIRE_KILL_GRACE_MS`: milliseconds between a forwarded SIGINT/SIGTERM/SIGHUP (or
-//!   the `--timeout` SIGTERM) and SIGKILL; default 2000. A failed or aborting rank ends
-//!   the job with a fixed 300 ms grace.
+//!   the `--timeout` SIGTERM) and SIGKILL; default 2000 (a second signal sends SIGKILL
+//!   at once). A failed or aborting rank, or a closed output, ends the job with a fixed
+//!   300 ms grace.
 
 /// Print one line to rwrun's stderr, ignoring errors: a closed stderr must not crash
 /// rwrun (which would take the whole job down).
@@ -52,7 +60,13 @@ use clap::Parser;
 use std::io::{IsTerminal, Write};
 
 fn main() {
-    let argv = cli::normalize_args(std::env::args_os().collect());
+    let argv = match cli::normalize_args(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(msg) => {
+            note!("rwrun: {msg}");
+            std::process::exit(2);
+        }
+    };
     let config = match cli::JobConfig::from_cli(cli::Cli::parse_from(argv)) {
         Ok(c) => c,
         Err(msg) => {
@@ -81,7 +95,7 @@ fn main() {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
 
-    let (out, writer) = match io::start_writer() {
+    let (out, writer, broken) = match io::start_writer() {
         Ok(w) => w,
         Err(e) => {
             note!("rwrun: cannot start the output thread: {e}");
@@ -98,11 +112,17 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let outcome = runtime.block_on(job::run(config, process_signals, reaper, out));
+    let outcome = runtime.block_on(job::run(config, process_signals, reaper, out, broken));
     // Drop leftover tasks (bootstrap connections) without waiting for them; this also
     // drops their output senders so the writer thread can finish.
     runtime.shutdown_background();
-    io::join_writer(writer, outcome.output_bound);
+    let broken_pipe = io::join_writer(writer, outcome.output_bound);
     let _ = std::io::stderr().flush();
-    std::process::exit(outcome.code);
+    // Output lost to a closed pipe: the status of a program killed by SIGPIPE.
+    let code = if outcome.code == 0 && broken_pipe {
+        job::BROKEN_PIPE_STATUS
+    } else {
+        outcome.code
+    };
+    std::process::exit(code);
 }

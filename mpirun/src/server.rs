@@ -8,8 +8,14 @@
 //!
 //! Shared state (the key-value map, held `Get`s, fence generations) sits behind one
 //! mutex that is never held across an await. A held `Get` or `Fence` waits on a oneshot
-//! channel that `Put` or the last `Fence` of a generation completes. `Abort` and
-//! `Finalize` are passed to the job supervisor as [`ServerEvent`]s.
+//! channel that `Put` or the last `Fence` of a generation completes; meanwhile the
+//! connection is watched for EOF, so a rank that exits while a request is held is seen
+//! to be gone.
+//!
+//! The job supervisor learns through [`ServerEvent`]s which ranks joined (a `Hello` was
+//! accepted), which finalized, which asked to abort, and when a rank's connection
+//! closed. Every event is sent *before* the answer to the request that caused it, so a
+//! rank that waits for its answers cannot exit before the supervisor can see the event.
 
 use crate::spawn::JobIdentity;
 use rankwire::bootstrap::proto::{self, Request, Response};
@@ -44,6 +50,18 @@ pub(crate) enum ServerEvent {
     },
     /// A rank finalized.
     Finalized {
+        /// Rank.
+        rank: u32,
+    },
+    /// A connection authenticated as `rank` (its `Hello` was accepted): the rank joined
+    /// the bootstrap. Sent for every connection of the rank (a rank has several).
+    Joined {
+        /// Rank.
+        rank: u32,
+    },
+    /// A connection of `rank` that was announced with [`ServerEvent::Joined`] ended;
+    /// every request read from it was handled (and its events sent) before.
+    Disconnected {
         /// Rank.
         rank: u32,
     },
@@ -187,12 +205,25 @@ async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<S
             }
         },
     };
-    if write_frame(&mut stream, &Response::Ok).await.is_err() {
-        return;
+    // Before the answer: a rank that got its Ok is known to have joined.
+    let _ = shared.events.send(ServerEvent::Joined { rank });
+    if write_frame(&mut stream, &Response::Ok).await.is_ok() {
+        tracing::debug!("bootstrap: rank {rank} connected from {peer}");
+        if let Err(e) = serve_requests(&mut stream, rank, &shared).await {
+            tracing::debug!("bootstrap: rank {rank} ({peer}): {e}");
+        }
     }
-    tracing::debug!("bootstrap: rank {rank} connected from {peer}");
-    if let Err(e) = serve_requests(&mut stream, rank, &shared).await {
-        tracing::debug!("bootstrap: rank {rank} ({peer}): {e}");
+    let _ = shared.events.send(ServerEvent::Disconnected { rank });
+}
+
+// Resolves when the peer closed the connection (or it failed) while a request is held.
+// Only peeks: a pipelined request stays in the socket for `serve_requests` (and then
+// this never resolves).
+async fn closed(stream: &TcpStream) {
+    let mut b = [0u8; 1];
+    match stream.peek(&mut b).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
     }
 }
 
@@ -209,14 +240,26 @@ async fn serve_requests(stream: &mut TcpStream, rank: u32, shared: &Shared) -> i
                 shared.put(key, value);
                 Response::Ok
             }
-            Request::Get { key } => match shared.get(key).await {
-                Some(value) => Response::Value { value },
-                None => return Ok(()),
-            },
-            Request::Fence => match shared.fence(rank).await {
-                Some(()) => Response::Ok,
-                None => return Ok(()),
-            },
+            Request::Get { key } => {
+                let got = tokio::select! {
+                    v = shared.get(key) => v,
+                    () = closed(stream) => None,
+                };
+                match got {
+                    Some(value) => Response::Value { value },
+                    None => return Ok(()),
+                }
+            }
+            Request::Fence => {
+                let passed = tokio::select! {
+                    v = shared.fence(rank) => v,
+                    () = closed(stream) => None,
+                };
+                match passed {
+                    Some(()) => Response::Ok,
+                    None => return Ok(()),
+                }
+            }
             Request::Abort { code, message } => {
                 // Tell the supervisor before acknowledging, so the abort is seen before
                 // the rank's exit.
@@ -376,16 +419,45 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        let mut finalized: Vec<_> = (0..3)
-            .map(
-                |_| match events.recv_timeout(Duration::from_secs(10)).unwrap() {
-                    ServerEvent::Finalized { rank } => rank,
-                    other => panic!("{other:?}"),
-                },
-            )
-            .collect();
-        finalized.sort();
-        assert_eq!(finalized, vec![0, 1, 2]);
+        let (mut joined, mut finalized, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+        while gone.len() < 3 {
+            match events.recv_timeout(Duration::from_secs(10)).unwrap() {
+                ServerEvent::Joined { rank } => joined.push(rank),
+                ServerEvent::Finalized { rank } => {
+                    // Joined before finalizing, finalized before the connection ended.
+                    assert!(joined.contains(&rank) && !gone.contains(&rank));
+                    finalized.push(rank)
+                }
+                ServerEvent::Disconnected { rank } => gone.push(rank),
+                other => panic!("{other:?}"),
+            }
+        }
+        for v in [&mut joined, &mut finalized, &mut gone] {
+            v.sort();
+            assert_eq!(*v, vec![0, 1, 2]);
+        }
+    }
+
+    #[test]
+    fn a_client_gone_during_a_held_get_is_seen() {
+        let (addr, events) = server(2);
+        let mut c = client(addr, 1);
+        assert_eq!(
+            events.recv_timeout(Duration::from_secs(10)).unwrap(),
+            ServerEvent::Joined { rank: 1 }
+        );
+        // The get is held (nobody puts the key); the client gives up and goes away.
+        c.set_timeout(Duration::from_millis(200));
+        assert!(matches!(
+            c.get("never"),
+            Err(BootstrapError::Timeout { .. })
+        ));
+        assert!(events.try_recv().is_err());
+        drop(c);
+        assert_eq!(
+            events.recv_timeout(Duration::from_secs(10)).unwrap(),
+            ServerEvent::Disconnected { rank: 1 }
+        );
     }
 
     #[test]
@@ -424,6 +496,10 @@ mod tests {
         assert_eq!(c.get("k").unwrap(), b"v");
         c.fence().unwrap();
         c.abort(7, "bye").unwrap();
+        assert_eq!(
+            events.recv_timeout(Duration::from_secs(10)).unwrap(),
+            ServerEvent::Joined { rank: 0 }
+        );
         assert_eq!(
             events.recv_timeout(Duration::from_secs(10)).unwrap(),
             ServerEvent::Abort {

@@ -8,8 +8,10 @@
 //! - SIGTTIN is ignored (when it was at its default), so reading stdin from a
 //!   background job fails with EIO instead of stopping rwrun; ranks get it back at its
 //!   default.
-//! - SIGPIPE is already ignored by the Rust runtime; ranks get the default back from
-//!   `std::process::Command`.
+//! - SIGPIPE is already ignored by the Rust runtime, and rwrun relies on it: a closed
+//!   stdout or stderr shows up as `EPIPE` in the output writer (see [`crate::io`]),
+//!   which ends the job cleanly instead of killing rwrun mid-teardown. Ranks get the
+//!   default back from `std::process::Command`.
 
 use std::io;
 use tokio::signal::unix::{Signal, SignalKind, signal};

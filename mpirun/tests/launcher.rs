@@ -5,7 +5,8 @@
 //! `RW_TEST_MARKER` environment value (ranks and their children inherit it from rwrun).
 //!
 //! `probe_rank` is not a test of its own: when the environment has `RW_PROBE`, this test
-//! binary is running as a rank under rwrun and plays a bootstrap client.
+//! binary is running as a rank under rwrun and plays a bootstrap client (or a rankwire
+//! program, through `rankwire::init`).
 
 use rankwire::bootstrap::client::{BootstrapClient, BootstrapError, spawn_launcher_watch};
 use rankwire::bootstrap::env as rwenv;
@@ -91,6 +92,22 @@ fn truncate(s: &str) -> String {
 
 /// Start rwrun with `args` (and extra environment), with a unique marker.
 fn start(name: &str, args: &[&str], envs: &[(&str, &str)], input: Input, own_pgroup: bool) -> Job {
+    start_with(name, args, envs, input, own_pgroup, [None, None])
+}
+
+/// Read at most this many bytes of rwrun's stdout / stderr, then close the pipe (as
+/// `head -c` would): `[stdout, stderr]`, `None` reads to the end.
+type CloseAfter = [Option<usize>; 2];
+
+/// [`start`], closing rwrun's stdout and/or stderr early.
+fn start_with(
+    name: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    input: Input,
+    own_pgroup: bool,
+    close_after: CloseAfter,
+) -> Job {
     let marker = format!(
         "{name}-{}-{}",
         std::process::id(),
@@ -144,18 +161,10 @@ fn start(name: &str, args: &[&str], envs: &[(&str, &str)], input: Input, own_pgr
             });
         }
     }
-    let mut out = child.stdout.take().expect("stdout pipe");
-    let mut err = child.stderr.take().expect("stderr pipe");
-    let stdout = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let stderr = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
+    let out = child.stdout.take().expect("stdout pipe");
+    let err = child.stderr.take().expect("stderr pipe");
+    let stdout = std::thread::spawn(move || read_pipe(out, close_after[0]));
+    let stderr = std::thread::spawn(move || read_pipe(err, close_after[1]));
     Job {
         name: name.to_string(),
         child,
@@ -220,6 +229,21 @@ impl Job {
             elapsed,
         }
     }
+}
+
+// Read to EOF, or only `limit` bytes and then close the pipe.
+fn read_pipe(mut r: impl Read, limit: Option<usize>) -> Vec<u8> {
+    let mut v = Vec::new();
+    match limit {
+        None => {
+            let _ = r.read_to_end(&mut v);
+        }
+        Some(n) => {
+            // `take` consumes `r`: the read end closes right after.
+            let _ = r.take(n as u64).read_to_end(&mut v);
+        }
+    }
+    v
 }
 
 fn status_signal(st: std::process::ExitStatus) -> Option<i32> {
@@ -442,6 +466,125 @@ fn version_help_and_usage_errors() {
 }
 
 #[test]
+fn rank_count_spellings_timeouts_and_usage() {
+    for spelling in [
+        &["-np", "2"][..],
+        &["-np=2"],
+        &["-np2"],
+        &["-n=2"],
+        &["-n2"],
+        &["--np=2"],
+    ] {
+        let mut args = spelling.to_vec();
+        args.extend(["sh", "-c", "echo $RANKWIRE_SIZE"]);
+        let f = run("np-spelling", &args, Input::Null);
+        f.assert_code(0);
+        assert_eq!(f.stdout_str(), "2\n2\n", "{spelling:?}");
+    }
+    let f = run(
+        "unknown-option",
+        &["--bind-to", "core", "true"],
+        Input::Null,
+    );
+    assert_eq!(f.code, Some(2), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("unknown option \"--bind-to\""),
+        "{}",
+        f.stderr
+    );
+    // Huge timeouts are accepted (clamped to 10 years).
+    for t in ["1e20", "inf"] {
+        let f = run(
+            "huge-timeout",
+            &["--timeout", t, "-n", "2", "true"],
+            Input::Null,
+        );
+        f.assert_code(0);
+    }
+    let f = run("bad-timeout", &["--timeout", "0", "true"], Input::Null);
+    assert_eq!(f.code, Some(2), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("positive number of seconds"),
+        "{}",
+        f.stderr
+    );
+    // -n is optional: the usage line does not demand it, and the help gives its default.
+    let f = run("usage", &["--help"], Input::Null);
+    f.assert_code(0);
+    let help = f.stdout_str();
+    assert!(
+        help.contains("Usage: rwrun [OPTIONS] PROGRAM [ARGS]..."),
+        "{help}"
+    );
+    assert!(
+        help.contains("Default: the slot count of --host/--hostfile, else 1"),
+        "{help}"
+    );
+    let f = run(
+        "default-n",
+        &["sh", "-c", "echo $RANKWIRE_SIZE"],
+        Input::Null,
+    );
+    f.assert_code(0);
+    assert_eq!(f.stdout_str(), "1\n");
+}
+
+/// A non-loopback IPv4 address of this machine's interfaces, if it has one.
+fn own_non_loopback_ipv4() -> Option<std::net::Ipv4Addr> {
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `ifap` with a list that freeifaddrs releases below.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut p = ifap;
+    while !p.is_null() {
+        // SAFETY: `p` walks the list returned by getifaddrs, still allocated.
+        let ifa = unsafe { &*p };
+        if !ifa.ifa_addr.is_null()
+            // SAFETY: non-null address of the entry.
+            && i32::from(unsafe { (*ifa.ifa_addr).sa_family }) == libc::AF_INET
+        {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            if !ip.is_loopback() {
+                found = Some(ip);
+                break;
+            }
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: the list from getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(ifap) };
+    found
+}
+
+#[test]
+fn own_interface_addresses_count_as_local() {
+    let mut hosts = vec!["127.0.1.1:2".to_string(), "[::1]".to_string()];
+    match own_non_loopback_ipv4() {
+        Some(ip) => hosts.push(format!("{ip}:2")),
+        None => eprintln!("no non-loopback IPv4 address here; checking loopback only"),
+    }
+    let want = if hosts.len() == 3 { "5\n" } else { "3\n" };
+    let list = hosts.join(",");
+    let f = run(
+        "own-address",
+        &[
+            "--host",
+            &list,
+            "sh",
+            "-c",
+            "[ $RANKWIRE_RANK = 0 ] && echo $RANKWIRE_SIZE; true",
+        ],
+        Input::Null,
+    );
+    f.assert_code(0);
+    assert_eq!(f.stdout_str(), want, "--host {list}: {}", f.stderr);
+}
+
+#[test]
 fn remote_hosts_are_refused_and_local_slots_set_the_size() {
     let f = run(
         "remote",
@@ -523,6 +666,32 @@ fn missing_program_gives_127() {
 fn every_rank_failing_gives_its_status() {
     let f = run("allfail", &["-n", "3", "sh", "-c", "exit 3"], Input::Null);
     f.assert_code(3);
+}
+
+#[test]
+fn ranks_failing_on_their_own_each_get_a_line() {
+    // Ranks 1 and 2 ignore SIGTERM and fail by themselves, about when rank 0 fails (often
+    // before they are even past `trap`): none of them was ended by rwrun.
+    let script = r#"trap "" TERM; [ $RANKWIRE_RANK = 0 ] && exit 3; exit 5"#;
+    for i in 0..6 {
+        let f = run(
+            &format!("ownfail{i}"),
+            &["-n", "3", "sh", "-c", script],
+            Input::Null,
+        );
+        assert!(matches!(f.code, Some(3 | 5)), "{:?}\n{}", f.code, f.stderr);
+        for (rank, status) in [(0, 3), (1, 5), (2, 5)] {
+            let want = format!("rwrun: rank {rank} (pid ");
+            let line = f.stderr.lines().find(|l| l.starts_with(&want));
+            assert!(
+                line.is_some_and(|l| l.ends_with(&format!(") exited with status {status}"))),
+                "run {i}: rank {rank}:\n{}",
+                f.stderr
+            );
+        }
+        assert!(!f.stderr.contains("terminated"), "run {i}:\n{}", f.stderr);
+        assert!(f.elapsed < Duration::from_secs(5), "took {:?}", f.elapsed);
+    }
 }
 
 #[test]
@@ -673,6 +842,43 @@ fn ranks_ignoring_sigterm_are_killed_after_the_grace() {
     assert!(f.stderr.contains("sending SIGKILL"), "{}", f.stderr);
     assert!(t0.elapsed() >= Duration::from_millis(400));
     assert!(f.elapsed < Duration::from_secs(10), "took {:?}", f.elapsed);
+}
+
+#[test]
+fn a_second_sigterm_kills_at_once_and_says_so() {
+    // As `timeout(1)` does: SIGTERM twice. The ranks ignore it; the grace is long.
+    let dir = TempDir::new("term-twice");
+    let script = format!(
+        r#"trap '' TERM; touch {}/ready.$RANKWIRE_RANK; while :; do sleep 0.1; done"#,
+        dir.path()
+    );
+    let job = start(
+        "term-twice",
+        &["-n", "2", "sh", "-c", &script],
+        &[("RANKWIRE_KILL_GRACE_MS", "20000")],
+        Input::Null,
+        false,
+    );
+    dir.wait_for("ready.", 2, Duration::from_secs(20));
+    job.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    job.signal(libc::SIGTERM);
+    let f = job.wait(RUN_TIMEOUT);
+    f.assert_code(143);
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        f.stderr
+            .contains("rwrun: received SIGTERM again; sending SIGKILL to the ranks now"),
+        "{}",
+        f.stderr
+    );
+    // Nothing claims the grace ran out.
+    assert!(!f.stderr.contains("still running"), "{}", f.stderr);
 }
 
 #[test]
@@ -836,7 +1042,8 @@ fn last_line_without_newline_and_binary_bytes() {
         Input::Null,
     );
     f.assert_code(0);
-    assert_eq!(f.stdout, b"a\nb\0\xffc");
+    // The last line is ended with a newline.
+    assert_eq!(f.stdout, b"a\nb\0\xffc\n");
     let f = run(
         "partial-tagged",
         &["-n", "1", "--tag-output", "printf", "a\\nb"],
@@ -844,6 +1051,80 @@ fn last_line_without_newline_and_binary_bytes() {
     );
     f.assert_code(0);
     assert_eq!(f.stdout_str(), "[0] a\n[0] b\n");
+}
+
+/// rwrun with its stdout (or stderr) closed after `limit` bytes: like a program killed
+/// by SIGPIPE, it ends the job promptly and exits with 141.
+fn closed_output_run(name: &str, args: &[&str], close_after: CloseAfter) -> Finished {
+    let job = start_with(name, args, &[], Input::Null, false, close_after);
+    let f = job.wait(Duration::from_secs(20));
+    f.assert_code(141);
+    assert!(f.elapsed < Duration::from_secs(5), "took {:?}", f.elapsed);
+    f
+}
+
+#[test]
+fn closed_stdout_ends_the_job_with_141() {
+    // `rwrun -n 1 yes | head -1`
+    let f = closed_output_run("epipe-yes", &["-n", "1", "yes"], [Some(2), None]);
+    assert_eq!(f.stdout, b"y\n");
+    // `rwrun -n 4 --tag-output sh -c 'seq 1 100000000' | head -2`
+    let f = closed_output_run(
+        "epipe-seq",
+        &["-n", "4", "--tag-output", "sh", "-c", "seq 1 100000000"],
+        [Some(12), None],
+    );
+    assert_eq!(f.stdout.len(), 12);
+    // Ranks that do not write keep nothing alive either.
+    let script = r#"if [ "$RANKWIRE_RANK" = 0 ]; then yes; else sleep 30; fi"#;
+    closed_output_run(
+        "epipe-quiet",
+        &["-n", "3", "sh", "-c", script],
+        [Some(100), None],
+    );
+}
+
+#[test]
+fn closed_stderr_ends_the_job_with_141() {
+    let script = r#"if [ "$RANKWIRE_RANK" = 1 ]; then yes >&2; else sleep 30; fi"#;
+    let f = closed_output_run(
+        "epipe-stderr",
+        &["-n", "2", "sh", "-c", script],
+        [None, Some(2)],
+    );
+    assert_eq!(f.stderr, "y\n");
+}
+
+#[test]
+fn last_lines_without_newline_are_not_joined() {
+    let script = r#"printf "out$RANKWIRE_RANK"; printf "err$RANKWIRE_RANK" >&2; exit 1"#;
+    let f = run(
+        "partial-many",
+        &["-n", "3", "sh", "-c", script],
+        Input::Null,
+    );
+    f.assert_code(1);
+    let mut out: Vec<&str> = f
+        .stdout
+        .split(|&b| b == b'\n')
+        .map(|l| std::str::from_utf8(l).unwrap())
+        .collect();
+    assert_eq!(out.pop(), Some(""), "ends with a newline");
+    out.sort();
+    assert_eq!(out, ["out0", "out1", "out2"]);
+    // Each rank's partial line and each of rwrun's lines is a line of its own.
+    let err: Vec<&str> = f.stderr.lines().collect();
+    assert!(f.stderr.ends_with('\n'), "{}", f.stderr);
+    for rank in 0..3 {
+        assert!(err.contains(&format!("err{rank}").as_str()), "{}", f.stderr);
+    }
+    for line in &err {
+        assert!(
+            line.starts_with("err") && line.len() == 4 || line.starts_with("rwrun: rank "),
+            "{line:?} in\n{}",
+            f.stderr
+        );
+    }
 }
 
 #[test]
@@ -863,20 +1144,35 @@ fn a_background_child_holding_stdout_does_not_keep_rwrun() {
 // ---------------------------------------------------------------------------------------
 
 fn probe(name: &str, mode: &str, ranks: &str) -> Finished {
+    probe_with(name, mode, ranks, None)
+}
+
+/// The probe command line (this test binary as a rank).
+fn probe_command() -> String {
     let exe = std::env::current_exe().unwrap();
+    format!(
+        "{} --exact probe_rank --nocapture --test-threads=1",
+        exe.to_str().unwrap()
+    )
+}
+
+/// Run `ranks` probes in `mode`; with `shell`, every rank runs `sh -c shell` instead,
+/// where `$PROBE` is the probe command.
+fn probe_with(name: &str, mode: &str, ranks: &str, shell: Option<&str>) -> Finished {
+    let probe_env = format!("RW_PROBE={mode}");
+    let cmd = probe_command();
+    let mut args = vec!["-n", ranks, "-x", &probe_env];
+    let script;
+    match shell {
+        Some(sh) => {
+            script = format!("PROBE='{cmd}'; {sh}");
+            args.extend(["sh", "-c", &script]);
+        }
+        None => args.extend(cmd.split(' ')),
+    }
     let job = start(
         name,
-        &[
-            "-n",
-            ranks,
-            "-x",
-            &format!("RW_PROBE={mode}"),
-            exe.to_str().unwrap(),
-            "--exact",
-            "probe_rank",
-            "--nocapture",
-            "--test-threads=1",
-        ],
+        &args,
         &[("RANKWIRE_BOOTSTRAP_TIMEOUT", "20")],
         Input::Null,
         false,
@@ -917,6 +1213,71 @@ fn bootstrap_abort_ends_the_job_with_its_code() {
         f.stderr
     );
     assert!(f.elapsed < Duration::from_secs(15), "took {:?}", f.elapsed);
+}
+
+#[test]
+fn a_rank_exiting_0_after_init_without_finalize_fails_the_job() {
+    // Rank 1 calls std::process::exit(0) after rankwire::init; rank 0 waits for it in
+    // finalize's fence.
+    let f = probe("probe-init-exit", "init-exit", "2");
+    f.assert_code(1);
+    let line = f
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("rwrun: rank 1 (pid "))
+        .unwrap_or_else(|| panic!("no line for rank 1:\n{}", f.stderr));
+    assert!(
+        line.ends_with(") exited with status 0 without finalizing rankwire"),
+        "{}",
+        f.stderr
+    );
+    assert!(
+        f.stderr.contains("rwrun: terminated 1 other rank"),
+        "{}",
+        f.stderr
+    );
+    assert!(f.elapsed < Duration::from_secs(10), "took {:?}", f.elapsed);
+}
+
+#[test]
+fn a_rank_exiting_0_without_joining_fails_a_rankwire_job() {
+    // Rank 1 exits 0 at once (before or after rank 0 joined), or a second later (after).
+    for (name, rank1) in [
+        ("nojoin-early", "exit 0"),
+        ("nojoin-late", "sleep 1; exit 0"),
+    ] {
+        let script = format!(r#"if [ "$RANKWIRE_RANK" = 1 ]; then {rank1}; fi; exec $PROBE"#);
+        let f = probe_with(name, "init-finalize", "2", Some(&script));
+        f.assert_code(1);
+        assert!(
+            f.stderr.contains(
+                "exited with status 0 without joining the job (it never called rankwire::init)"
+            ) && f.stderr.contains("rwrun: rank 1 (pid "),
+            "{name}:\n{}",
+            f.stderr
+        );
+        assert!(f.elapsed < Duration::from_secs(10), "took {:?}", f.elapsed);
+    }
+    // Without the odd rank, the same job is fine.
+    let f = probe("probe-init-finalize", "init-finalize", "2");
+    f.assert_code(0);
+    assert_eq!(
+        f.stdout_str().matches("PROBE finalized").count(),
+        2,
+        "{}",
+        f.stderr
+    );
+}
+
+#[test]
+fn finalize_right_before_exit_is_never_misjudged() {
+    // Each rank sends Finalize and exits without waiting for the answer, one while the
+    // other still runs: the Finalize must be seen before the exit is judged.
+    for i in 0..4 {
+        let f = probe(&format!("probe-finalize-noack{i}"), "finalize-noack", "3");
+        f.assert_code(0);
+        assert!(!f.stderr.contains("rwrun:"), "{}", f.stderr);
+    }
 }
 
 /// Runs only as a rank under rwrun (see the file doc).
@@ -978,6 +1339,38 @@ fn probe_rank() {
                 c.abort(7, "probe abort").unwrap();
             }
             std::thread::sleep(Duration::from_secs(30));
+        }
+        "init-exit" => {
+            let universe = rankwire::init().unwrap();
+            if rank == 1 {
+                std::process::exit(0);
+            }
+            // Waits for rank 1 in the final fence, until rwrun ends the job.
+            let _ = universe.finalize();
+            std::thread::sleep(Duration::from_secs(30));
+        }
+        "init-finalize" => {
+            rankwire::init().unwrap().finalize().unwrap();
+            println!("PROBE finalized");
+        }
+        "finalize-noack" => {
+            use rankwire::bootstrap::proto::{self, Request, Response};
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            proto::write_message(
+                &mut s,
+                &Request::Hello {
+                    job_id: job,
+                    secret,
+                    rank,
+                },
+            )
+            .unwrap();
+            let ok: Response = proto::read_message(&mut s).unwrap();
+            assert_eq!(ok, Response::Ok);
+            // Rank r goes at r * 300 ms: the others are still running.
+            std::thread::sleep(Duration::from_millis(300) * rank);
+            proto::write_message(&mut s, &Request::Finalize).unwrap();
+            std::process::exit(0);
         }
         other => panic!("unknown probe mode {other}"),
     }
