@@ -24,5 +24,13 @@ step reuse 300 $B/rwrun -n 2 $B/rw-gpuapp reuse
 step check_noipc 600 env RANKWIRE_CUDA_IPC=0 $B/rwrun -n 2 $B/rw-gpuapp check 4194304
 step check_tcp 600 env RANKWIRE_TRANSPORTS=tcp $B/rwrun -n 2 $B/rw-gpuapp check 4194304
 step bench 600 $B/rwrun -n 2 $B/rw-gpuapp bench ${GPU_BENCH_MAX:-1073741824}
+# The path users of the installed, non-CUDA-aware Open MPI take (host staging), in the
+# same run, for the ratio. Optional: skipped where mpirun/mpi4py/cupy are missing.
+if command -v mpirun >/dev/null && python3 -c 'import mpi4py, cupy' 2>/dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  step ompi_host_staged 300 mpirun --allow-run-as-root --oversubscribe -n 2 python3 benches/gpu/host_staged_ompi.py
+else
+  echo "=== ompi_host_staged: skipped (mpirun, mpi4py or cupy missing)" | tee -a "$OUT/summary.txt"
+fi
 echo "gpu-run: $fails step(s) failed" | tee -a "$OUT/summary.txt"
 [ $fails = 0 ]

@@ -80,6 +80,11 @@ fn probe_then_receive_and_matched_probe_b004() {
 }
 
 #[test]
+fn nonblocking_statuses_use_communicator_ranks() {
+    run_ok(4, &["split_status"]);
+}
+
+#[test]
 fn invalid_rank_and_tag_are_usage_errors() {
     run_ok(2, &["usage"]);
 }
@@ -197,4 +202,40 @@ fn launcher_removes_shm_segments_a_killed_rank_left() {
         .filter(|e| e.file_name().to_string_lossy().contains(job))
         .collect();
     assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+}
+
+#[test]
+fn gpu_app_skips_cleanly_without_a_gpu() {
+    // CI has no GPU: the GPU scenario program must say it skipped, and exit 0. On the
+    // GPU machine scripts/gpu-run.sh runs the real checks.
+    let app = binary("rw-gpuapp").to_string_lossy().into_owned();
+    let out = rwrun(["-n", "2", &app, "check"]).run();
+    out.assert_ok();
+    if out.stdout.contains("skipped:") {
+        eprintln!("skipped: GPU point-to-point checks need a GPU (run scripts/gpu-run.sh there)");
+    } else {
+        assert!(out.stdout.contains("rank 1: check OK"), "{}", out.stdout);
+    }
+}
+
+#[test]
+fn no_shm_left_after_normal_exit_panic_and_sigkill() {
+    // The support library fails any run that leaves a new /dev/shm entry; run the shm
+    // transport through a clean exit, a panicking rank and a SIGKILLed rank.
+    let app = app();
+    rwrun(["-n", "3", &app, "ordering"]).run().assert_ok();
+    let out = rwrun(["-n", "3", &app, "panic_at", "1"]).run();
+    assert_eq!(out.code(), 101);
+    let out = rwrun([
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        &format!(
+            "if [ $RANKWIRE_RANK = 2 ]; then (sleep 0.3; kill -9 $$) & fi; exec {app} exit_at 9 0"
+        ),
+    ])
+    .timeout(Duration::from_secs(30))
+    .run();
+    assert_ne!(out.code(), 0, "{}", out.stderr);
 }

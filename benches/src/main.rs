@@ -1,6 +1,8 @@
-//! rankwire-bench: OSU-style point-to-point benchmarks between ranks 0 and 1.
+//! rankwire-bench: OSU-style benchmarks: point-to-point between ranks 0 and 1, and
+//! collectives over the world communicator.
 //!
-//! Modes (as in the OSU micro-benchmarks, `osu_latency`, `osu_bw`, `osu_bibw`):
+//! Point-to-point modes (as in the OSU micro-benchmarks, `osu_latency`, `osu_bw`,
+//! `osu_bibw`):
 //! - `latency`: ping-pong; one-way latency = round trip / 2, in microseconds.
 //! - `bw`: rank 0 posts a window of `--window` nonblocking sends, rank 1 a window of
 //!   receives, then rank 1 answers with a 4-byte ack; MB/s = bytes × window × iters /
@@ -9,36 +11,65 @@
 //! - `bibw`: both ranks do the `bw` window towards each other at once; MB/s counts both
 //!   directions.
 //!
-//! Output: `# Size  Latency (us)` or `# Size  Bandwidth (MB/s)`, one row per size from
-//! `--min-size` to `--max-size` bytes (powers of two, plus 0 for latency).
+//! Collective modes (as `osu_allreduce`, `osu_bcast`, `osu_allgather`, `osu_alltoall`,
+//! `osu_barrier`): every rank times `iters` back-to-back calls after a barrier; the
+//! row gives the average over ranks of each rank's per-call time, and the minimum and
+//! maximum over ranks, in microseconds.
+//! - `allreduce`: `Size` bytes of f32 summed (count = Size/4). Also `algbw` = Size /
+//!   time and `busbw` = algbw × 2(n−1)/n in GB/s (1e9 bytes), as in nccl-tests
+//!   (`doc/PERFORMANCE.md`): busbw is the per-rank link traffic of an optimal ring.
+//! - `bcast`: `Size` bytes from rank 0.
+//! - `allgather`: `Size` bytes contributed per rank (n × Size received).
+//! - `alltoall`: `Size` bytes per destination (n × Size sent and received).
+//! - `barrier`: one row, no size.
 //!
-//! Usage: `rwrun -n 2 target/release/rankwire-bench latency|bw|bibw [options]`
+//! The algorithm is the library's choice unless `RANKWIRE_<COLL>_ALGO` forces one.
+//!
+//! Output: `# Size  Latency (us)`, `# Size  Bandwidth (MB/s)` or
+//! `# Size  Avg Latency (us) …`, one row per size from `--min-size` (default 0 for
+//! latency, 1 for bw, 4 for collectives) to `--max-size` bytes (powers of two).
+//!
+//! Usage: `rwrun -n 2 target/release/rankwire-bench latency|bw|bibw|allreduce|bcast|allgather|alltoall|barrier [options]`
 
 use std::time::Instant;
 
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Mode {
     Latency,
     Bw,
     Bibw,
+    Allreduce,
+    Bcast,
+    Allgather,
+    Alltoall,
+    Barrier,
 }
 
-/// OSU-style point-to-point benchmarks for rankwire (run under rwrun with ≥ 2 ranks).
+impl Mode {
+    fn is_collective(self) -> bool {
+        !matches!(self, Mode::Latency | Mode::Bw | Mode::Bibw)
+    }
+}
+
+/// OSU-style benchmarks for rankwire (run under rwrun; point-to-point modes need ≥ 2
+/// ranks).
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
     /// What to measure.
     mode: Mode,
-    /// Smallest message size in bytes (0 is included for latency).
-    #[arg(long, default_value_t = 0)]
-    min_size: usize,
+    /// Smallest message size in bytes (default: 0 for latency, 1 for bw/bibw, 4 for
+    /// collectives).
+    #[arg(long)]
+    min_size: Option<usize>,
     /// Largest message size in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     max_size: usize,
-    /// Timed iterations per size for messages up to 8 KiB (fewer for larger ones).
+    /// Timed iterations per size for messages up to 8 KiB (fewer for larger ones:
+    /// a tenth for point-to-point, proportionally fewer for collectives).
     #[arg(long, short = 'i', default_value_t = 10_000)]
     iters: usize,
     /// Untimed warm-up iterations per size.
@@ -53,8 +84,13 @@ fn main() -> Result<()> {
     let args = Args::parse();
     let universe = rankwire::init()?;
     let world = universe.world();
+    if args.mode.is_collective() {
+        collectives(&world, &args)?;
+        universe.finalize()?;
+        return Ok(());
+    }
     if world.size() < 2 {
-        bail!("rankwire-bench needs at least 2 ranks: rwrun -n 2 rankwire-bench ...");
+        bail!("point-to-point modes need at least 2 ranks: rwrun -n 2 rankwire-bench ...");
     }
     let rank = world.rank();
     if rank == 0 {
@@ -90,7 +126,7 @@ fn main() -> Result<()> {
                 args.window,
                 false,
             )?,
-            Mode::Bibw => bandwidth(
+            _ => bandwidth(
                 &world,
                 size,
                 iters / 10 + 1,
@@ -100,10 +136,7 @@ fn main() -> Result<()> {
             )?,
         };
         if rank == 0 {
-            match args.mode {
-                Mode::Latency => println!("{size:<8}{value:>14.2}"),
-                _ => println!("{size:<8}{value:>14.2}"),
-            }
+            println!("{size:<8}{value:>14.2}");
         }
     }
     universe.finalize()?;
@@ -111,16 +144,125 @@ fn main() -> Result<()> {
 }
 
 fn sizes(args: &Args) -> Vec<usize> {
+    let min = args.min_size.unwrap_or(match args.mode {
+        Mode::Latency => 0,
+        Mode::Bw | Mode::Bibw => 1,
+        _ => 4,
+    });
     let mut v = Vec::new();
-    if args.min_size == 0 && matches!(args.mode, Mode::Latency) {
+    if min == 0 && args.mode == Mode::Latency {
         v.push(0);
     }
-    let mut s = args.min_size.max(1);
+    let mut s = min.max(1);
     while s <= args.max_size {
         v.push(s);
         s *= 2;
     }
     v
+}
+
+/// Iterations for a collective of `size` bytes: `iters` up to 8 KiB, then fewer so
+/// that each size moves about the same number of bytes (at least 10).
+fn coll_iters(args: &Args, size: usize) -> (usize, usize) {
+    let scale = |n: usize| (n * 8192 / size.max(8192)).max(10);
+    (
+        scale(args.iters),
+        scale(args.warmup).min(args.warmup).max(2),
+    )
+}
+
+/// Run the collective modes and print one row per size on rank 0.
+fn collectives(world: &rankwire::Communicator, args: &Args) -> Result<()> {
+    let n = world.size();
+    if world.rank() == 0 {
+        println!("# rankwire-bench {:?}, {n} ranks", args.mode);
+        match args.mode {
+            Mode::Barrier => println!("# Avg Latency (us)  Min Latency (us)  Max Latency (us)"),
+            Mode::Allreduce => println!(
+                "# Size       Avg Latency (us)  Min Latency (us)  Max Latency (us)  algbw (GB/s)  busbw (GB/s)"
+            ),
+            _ => println!("# Size       Avg Latency (us)  Min Latency (us)  Max Latency (us)"),
+        }
+    }
+    if args.mode == Mode::Barrier {
+        let (iters, warmup) = coll_iters(args, 0);
+        let us = time_calls(world, iters, warmup, || world.barrier())?;
+        let (avg, min, max) = over_ranks(world, us)?;
+        if world.rank() == 0 {
+            println!("{avg:>18.2}{min:>18.2}{max:>18.2}");
+        }
+        return Ok(());
+    }
+    for size in sizes(args) {
+        let (iters, warmup) = coll_iters(args, size);
+        let us = match args.mode {
+            Mode::Allreduce => {
+                let count = size / 4;
+                let send = vec![1.0f32; count];
+                let mut recv = vec![0.0f32; count];
+                time_calls(world, iters, warmup, || {
+                    world.allreduce(&send, &mut recv, rankwire::Op::Sum)
+                })?
+            }
+            Mode::Bcast => {
+                let mut buf = vec![1u8; size];
+                time_calls(world, iters, warmup, || world.bcast(&mut buf, 0))?
+            }
+            Mode::Allgather => {
+                let send = vec![1u8; size];
+                let mut recv = vec![0u8; size * n];
+                time_calls(world, iters, warmup, || world.allgather(&send, &mut recv))?
+            }
+            _ => {
+                let send = vec![1u8; size * n];
+                let mut recv = vec![0u8; size * n];
+                time_calls(world, iters, warmup, || world.alltoall(&send, &mut recv))?
+            }
+        };
+        let (avg, min, max) = over_ranks(world, us)?;
+        if world.rank() == 0 {
+            if args.mode == Mode::Allreduce {
+                let algbw = (size / 4 * 4) as f64 / (avg * 1e-6) / 1e9;
+                let busbw = algbw * 2.0 * (n as f64 - 1.0) / n as f64;
+                println!("{size:<11}{avg:>18.2}{min:>18.2}{max:>18.2}{algbw:>14.3}{busbw:>14.3}");
+            } else {
+                println!("{size:<11}{avg:>18.2}{min:>18.2}{max:>18.2}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Average time per call of `f` on this rank, µs, after `warmup` untimed calls.
+fn time_calls(
+    world: &rankwire::Communicator,
+    iters: usize,
+    warmup: usize,
+    mut f: impl FnMut() -> rankwire::Result<()>,
+) -> Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    world.barrier()?;
+    let t = Instant::now();
+    for _ in 0..iters {
+        f()?;
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+    world.barrier()?;
+    Ok(us)
+}
+
+/// (average, minimum, maximum) of `us` over all ranks, valid on rank 0.
+fn over_ranks(world: &rankwire::Communicator, us: f64) -> Result<(f64, f64, f64)> {
+    let n = world.size() as f64;
+    let mut sum = [0.0f64];
+    let mut min = [0.0f64];
+    let mut max = [0.0f64];
+    world.reduce(&[us], &mut sum, rankwire::Op::Sum, 0)?;
+    world.reduce(&[us], &mut min, rankwire::Op::Min, 0)?;
+    world.reduce(&[us], &mut max, rankwire::Op::Max, 0)?;
+    Ok((sum[0] / n, min[0], max[0]))
 }
 
 fn latency(

@@ -1,13 +1,24 @@
 //! Communicators and point-to-point operations (MPI 4.1 chapter 3).
+//!
+//! A [`Communicator`] is a group of ranks (stored as their world ranks) with a context
+//! id. Its API speaks *communicator* ranks: destinations and sources are translated to
+//! world ranks on the way in, and [`Status::source`] back to the communicator rank on
+//! the way out; the protocol below only knows world ranks and context ids. How context
+//! ids are allocated, and how communicators are created, is in [`crate::group`];
+//! collectives are in [`crate::coll`].
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytemuck::Pod;
 
-use crate::error::{Error, Result};
+use crate::coll::select::CollConfig;
+use crate::error::{Error, MatchError, Result};
+use crate::group::{ContextId, Group};
 use crate::matching::Pattern;
-use crate::protocol::{ProbedMessage, RawBuf, Status};
+use crate::protocol::{ProbedMessage, RawBuf, ReqId, Status};
 use crate::request::Request;
 use crate::universe::Inner;
 
@@ -15,10 +26,10 @@ use crate::universe::Inner;
 pub const TAG_UB: i32 = (1 << 30) - 1;
 
 /// Context id of the world communicator's point-to-point traffic.
-const WORLD_CTX: u32 = 0;
+pub(crate) const WORLD_CTX: u32 = 0;
 /// Bit set in a context id for a communicator's internal collective traffic, so that
 /// user point-to-point messages never match it.
-const COLL_CTX_BIT: u32 = 1 << 31;
+pub(crate) const COLL_CTX_BIT: u32 = 1 << 31;
 
 /// Where a receive accepts messages from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,36 +68,127 @@ impl From<i32> for Tag {
 
 /// A group of ranks that communicate, with its own matching context (MPI_Comm).
 ///
-/// Cheap to clone; all clones share the same context.
+/// Cheap to clone; all clones are the same communicator (same context, same sequence
+/// of collective calls). Ranks given to and returned by its methods are ranks *in this
+/// communicator* (`0..size()`).
 #[derive(Clone)]
 pub struct Communicator {
-    inner: Arc<Inner>,
-    ctx: u32,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) st: Arc<CommState>,
 }
+
+/// What every clone of a communicator shares.
+pub(crate) struct CommState {
+    /// Context id of point-to-point traffic; collectives use `ctx | COLL_CTX_BIT`.
+    pub(crate) ctx: u32,
+    /// World rank of each communicator rank.
+    pub(crate) group: Arc<[u32]>,
+    /// The calling process's rank in `group`.
+    pub(crate) rank: usize,
+    /// World rank → communicator rank; `None` when they coincide for every member.
+    to_local: Option<HashMap<u32, u32>>,
+    /// Collective calls started so far (identical on every rank: MPI requires all ranks
+    /// to call collectives on a communicator in the same order). Part of every
+    /// collective's tag.
+    seq: AtomicU64,
+    /// Algorithm selection and checking, read from the environment at creation.
+    pub(crate) cfg: CollConfig,
+}
+
+impl CommState {
+    /// State for a communicator of `group` (world ranks) with context `ctx`, or `None`
+    /// if world rank `me` is not in the group.
+    pub(crate) fn new(ctx: u32, group: Arc<[u32]>, me: u32, cfg: CollConfig) -> Option<CommState> {
+        let rank = group.iter().position(|&w| w == me)?;
+        let identity = group.iter().enumerate().all(|(i, &w)| i as u32 == w);
+        let to_local = (!identity).then(|| {
+            group
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| (w, i as u32))
+                .collect()
+        });
+        Some(CommState {
+            ctx,
+            group,
+            rank,
+            to_local,
+            seq: AtomicU64::new(0),
+            cfg,
+        })
+    }
+
+    /// Number of the next collective call.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Communicator rank of world rank `w` (unchanged if `w` is not a member, which
+    /// matching on this context rules out).
+    pub(crate) fn local(&self, w: u32) -> u32 {
+        match &self.to_local {
+            None => w,
+            Some(m) => m.get(&w).copied().unwrap_or(w),
+        }
+    }
+}
+
+/// The world communicator's shared state, one per process (a process has at most one
+/// universe), so that every `Universe::world()` handle counts collective calls
+/// together. Hook for the universe owner: this belongs in `universe::Inner`.
+static WORLD_STATE: Mutex<Option<Arc<CommState>>> = Mutex::new(None);
 
 /// A message removed from the unexpected queue by [`Communicator::mprobe`]; only
 /// [`Message::recv`] can receive it (MPI_Mprobe / MPI_Mrecv, MPI 4.1 §3.8.2).
 pub struct Message {
     inner: Arc<Inner>,
+    st: Arc<CommState>,
     msg: Option<ProbedMessage>,
 }
 
 impl Communicator {
     pub(crate) fn world(inner: Arc<Inner>) -> Self {
-        Communicator {
-            inner,
-            ctx: WORLD_CTX,
-        }
+        let mut w = WORLD_STATE.lock().unwrap_or_else(|p| p.into_inner());
+        let st = match w.as_ref() {
+            Some(st) if st.group.len() == inner.size as usize && st.rank == inner.rank as usize => {
+                st.clone()
+            }
+            _ => {
+                let group: Arc<[u32]> = (0..inner.size).collect();
+                let st = CommState::new(WORLD_CTX, group, inner.rank, CollConfig::from_env());
+                // The world group holds every rank, so `inner.rank` is in it.
+                let st = Arc::new(st.unwrap_or_else(|| unreachable!("rank outside the world")));
+                *w = Some(st.clone());
+                st
+            }
+        };
+        Communicator { inner, st }
     }
 
     /// Rank of the calling process in this communicator (MPI_Comm_rank).
     pub fn rank(&self) -> usize {
-        self.inner.rank as usize
+        self.st.rank
     }
 
     /// Number of ranks in this communicator (MPI_Comm_size).
     pub fn size(&self) -> usize {
-        self.inner.size as usize
+        self.st.group.len()
+    }
+
+    /// The ranks of this communicator (MPI_Comm_group, MPI 4.1 §7.3.2).
+    pub fn group(&self) -> Group {
+        Group::from_world_ranks(self.st.group.clone(), self.inner.rank)
+    }
+
+    /// Context id of this communicator's point-to-point traffic (unique among the
+    /// communicators any of its ranks belongs to; see [`crate::group`]).
+    pub fn context_id(&self) -> ContextId {
+        ContextId::new(self.st.ctx)
+    }
+
+    /// World rank of communicator rank `rank`, or `None` if out of range.
+    pub fn world_rank(&self, rank: usize) -> Option<usize> {
+        self.st.group.get(rank).map(|&w| w as usize)
     }
 
     /// Largest valid tag (MPI_TAG_UB attribute).
@@ -101,7 +203,8 @@ impl Communicator {
     /// [`Error::Usage`] for a rank out of range or a tag outside `0..=TAG_UB`;
     /// [`Error::Connection`] if the peer is gone.
     pub fn send<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
-        self.isend(buf, dest, tag)?.wait().map(|_| ())
+        let id = self.post_send(bytemuck::cast_slice(buf), dest, tag, false)?;
+        wait_id(&self.inner, id).map(|_| ())
     }
 
     /// Blocking synchronous send (MPI_Ssend): returns only after the matching receive
@@ -110,7 +213,8 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::send`].
     pub fn ssend<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
-        self.issend(buf, dest, tag)?.wait().map(|_| ())
+        let id = self.post_send(bytemuck::cast_slice(buf), dest, tag, true)?;
+        wait_id(&self.inner, id).map(|_| ())
     }
 
     /// Blocking receive into `buf` (MPI_Recv). `buf.len()` elements is the capacity;
@@ -127,7 +231,10 @@ impl Communicator {
         source: impl Into<Source>,
         tag: impl Into<Tag>,
     ) -> Result<Status> {
-        self.irecv(buf, source, tag)?.wait()
+        let id = self.post_recv(bytemuck::cast_slice_mut(buf), source.into(), tag.into())?;
+        wait_id(&self.inner, id)
+            .map(|st| self.local_status(st))
+            .map_err(|e| self.local_err(e))
     }
 
     /// Send and receive in one call without deadlock (MPI_Sendrecv).
@@ -143,13 +250,27 @@ impl Communicator {
         source: impl Into<Source>,
         recvtag: impl Into<Tag>,
     ) -> Result<Status> {
-        let r = self.irecv(recvbuf, source, recvtag)?;
-        let s = self.isend(sendbuf, dest, sendtag)?;
-        let st = r.wait();
-        let ss = s.wait();
-        let st = st?;
+        let r = self.post_recv(
+            bytemuck::cast_slice_mut(recvbuf),
+            source.into(),
+            recvtag.into(),
+        )?;
+        let s = match self.post_send(bytemuck::cast_slice(sendbuf), dest, sendtag, false) {
+            Ok(s) => s,
+            Err(e) => {
+                // Withdraw the receive (or, if it already matched, let it finish) so
+                // the runtime no longer holds `recvbuf`.
+                if !self.inner.lock().proto.cancel_recv(r) {
+                    let _ = wait_id(&self.inner, r);
+                }
+                return Err(e);
+            }
+        };
+        let st = wait_id(&self.inner, r);
+        let ss = wait_id(&self.inner, s);
+        let st = st.map_err(|e| self.local_err(e))?;
         ss?;
-        Ok(st)
+        Ok(self.local_status(st))
     }
 
     /// Nonblocking send (MPI_Isend). `buf` stays borrowed until the request completes.
@@ -171,6 +292,11 @@ impl Communicator {
     /// Nonblocking receive (MPI_Irecv). `buf` stays borrowed until the request
     /// completes.
     ///
+    /// The [`Status`] the request reports carries the sender's *world* rank in
+    /// `source` (the request type cannot translate it yet); on the world communicator
+    /// and its duplicates the two are equal. Blocking receives, probes and
+    /// [`Message::recv`] report communicator ranks.
+    ///
     /// # Errors
     /// [`Error::Usage`] for invalid source or tag.
     pub fn irecv<'a, T: Pod>(
@@ -179,12 +305,8 @@ impl Communicator {
         source: impl Into<Source>,
         tag: impl Into<Tag>,
     ) -> Result<Request<'a>> {
-        self.inner.check_live()?;
-        let pat = self.pattern(source.into(), tag.into())?;
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        let raw = RawBuf::new(bytes.as_mut_ptr(), bytes.len());
-        let id = self.inner.lock().proto.irecv(pat, raw);
-        Ok(Request::new(self.inner.clone(), id, true, PhantomData))
+        let id = self.post_recv(bytemuck::cast_slice_mut(buf), source.into(), tag.into())?;
+        Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(self.st.clone()))
     }
 
     /// Wait for a message that a receive with `source` and `tag` would match and return
@@ -196,14 +318,17 @@ impl Communicator {
     pub fn probe(&self, source: impl Into<Source>, tag: impl Into<Tag>) -> Result<Status> {
         self.inner.check_live()?;
         let pat = self.pattern(source.into(), tag.into())?;
-        self.inner.wait_for(|e| {
-            if let Some(st) = e.proto.iprobe(&pat) {
-                return Some(Ok(st));
-            }
-            pat.src
-                .and_then(|s| e.proto.peer_failure(s).cloned())
-                .map(Err)
-        })
+        self.inner
+            .wait_for(|e| {
+                crate::coll::advance_active(e);
+                if let Some(st) = e.proto.iprobe(&pat) {
+                    return Some(Ok(st));
+                }
+                pat.src
+                    .and_then(|s| e.proto.peer_failure(s).cloned())
+                    .map(Err)
+            })
+            .map(|st| self.local_status(st))
     }
 
     /// Check without blocking for a matching message (MPI_Iprobe).
@@ -215,10 +340,10 @@ impl Communicator {
         let pat = self.pattern(source.into(), tag.into())?;
         let mut e = self.inner.lock();
         if let Some(st) = e.proto.iprobe(&pat) {
-            return Ok(Some(st));
+            return Ok(Some(self.local_status(st)));
         }
         e.progress();
-        Ok(e.proto.iprobe(&pat))
+        Ok(e.proto.iprobe(&pat).map(|st| self.local_status(st)))
     }
 
     /// Matched probe (MPI_Mprobe): wait for a matching message and remove it from
@@ -234,6 +359,7 @@ impl Communicator {
         self.inner.check_live()?;
         let pat = self.pattern(source.into(), tag.into())?;
         let m = self.inner.wait_for(|e| {
+            crate::coll::advance_active(e);
             if let Some(m) = e.proto.improbe(&pat) {
                 return Some(Ok(m));
             }
@@ -241,55 +367,15 @@ impl Communicator {
                 .and_then(|s| e.proto.peer_failure(s).cloned())
                 .map(Err)
         })?;
-        let st = m.status();
+        let st = self.local_status(m.status());
         Ok((
             Message {
                 inner: self.inner.clone(),
+                st: self.st.clone(),
                 msg: Some(m),
             },
             st,
         ))
-    }
-
-    /// Barrier: returns once every rank of the communicator has entered it
-    /// (MPI_Barrier). Dissemination algorithm (Hensgen, Finkel and Manber, 1988):
-    /// ⌈log2 n⌉ rounds of zero-byte messages.
-    ///
-    /// # Errors
-    /// [`Error::Connection`] if a peer died.
-    pub fn barrier(&self) -> Result<()> {
-        self.inner.check_live()?;
-        let n = self.size();
-        let me = self.rank();
-        let ctx = self.ctx | COLL_CTX_BIT;
-        let mut dist = 1;
-        while dist < n {
-            let to = (me + dist) % n;
-            let from = (me + n - dist) % n;
-            let empty: [u8; 0] = [];
-            let mut sink: [u8; 0] = [];
-            let r = {
-                let mut e = self.inner.lock();
-                let pat = Pattern {
-                    ctx,
-                    src: Some(from as u32),
-                    tag: Some(0),
-                };
-                e.proto.irecv(pat, RawBuf::new(sink.as_mut_ptr(), 0))
-            };
-            let r = Request::new(self.inner.clone(), r, true, PhantomData);
-            let s = {
-                let mut e = self.inner.lock();
-                let lim = e.eager_limit(to as u32);
-                e.proto
-                    .isend(to as u32, ctx, 0, RawBuf::from_slice(&empty), lim, false)
-            };
-            let s = Request::new(self.inner.clone(), s, false, PhantomData);
-            s.wait()?;
-            r.wait()?;
-            dist *= 2;
-        }
-        Ok(())
     }
 
     fn start_send<'a>(
@@ -299,6 +385,12 @@ impl Communicator {
         tag: i32,
         sync: bool,
     ) -> Result<Request<'a>> {
+        let id = self.post_send(bytes, dest, tag, sync)?;
+        Ok(Request::new(self.inner.clone(), id, false, PhantomData).for_comm(self.st.clone()))
+    }
+
+    /// Start a send of `bytes`; the caller keeps them borrowed until it completes.
+    fn post_send(&self, bytes: &[u8], dest: usize, tag: i32, sync: bool) -> Result<ReqId> {
         self.inner.check_live()?;
         let dest = self.check_rank(dest)?;
         check_tag(tag)?;
@@ -306,21 +398,41 @@ impl Communicator {
         let lim = e.eager_limit(dest);
         let id = e
             .proto
-            .isend(dest, self.ctx, tag, RawBuf::from_slice(bytes), lim, sync);
+            .isend(dest, self.st.ctx, tag, RawBuf::from_slice(bytes), lim, sync);
         // Push eager frames out right away: the common small send completes here.
         e.progress();
-        drop(e);
-        Ok(Request::new(self.inner.clone(), id, false, PhantomData))
+        Ok(id)
     }
 
+    /// Post a receive into `bytes`; the caller keeps them borrowed until it completes.
+    fn post_recv(&self, bytes: &mut [u8], source: Source, tag: Tag) -> Result<ReqId> {
+        self.inner.check_live()?;
+        let pat = self.pattern(source, tag)?;
+        let raw = RawBuf::new(bytes.as_mut_ptr(), bytes.len());
+        Ok(self.inner.lock().proto.irecv(pat, raw))
+    }
+
+    /// World rank of communicator rank `r`.
     fn check_rank(&self, r: usize) -> Result<u32> {
-        if r >= self.size() {
-            return Err(Error::usage(format!(
+        self.st.group.get(r).copied().ok_or_else(|| {
+            Error::usage(format!(
                 "rank {r} is out of range for a communicator of size {}",
                 self.size()
-            )));
+            ))
+        })
+    }
+
+    /// `st` with the source translated from world to communicator rank.
+    fn local_status(&self, st: Status) -> Status {
+        Status {
+            source: self.st.local(st.source),
+            ..st
         }
-        Ok(r as u32)
+    }
+
+    /// `e` with ranks translated from world to communicator ranks.
+    fn local_err(&self, e: Error) -> Error {
+        local_err(&self.st, e)
     }
 
     fn pattern(&self, source: Source, tag: Tag) -> Result<Pattern> {
@@ -336,7 +448,7 @@ impl Communicator {
             }
         };
         Ok(Pattern {
-            ctx: self.ctx,
+            ctx: self.st.ctx,
             src,
             tag,
         })
@@ -356,7 +468,11 @@ impl Message {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         let raw = RawBuf::new(bytes.as_mut_ptr(), bytes.len());
         let id = self.inner.lock().proto.mrecv(m, raw);
-        Request::new(self.inner.clone(), id, true, PhantomData).wait()
+        let st = wait_id(&self.inner, id).map_err(|e| local_err(&self.st, e))?;
+        Ok(Status {
+            source: self.st.local(st.source),
+            ..st
+        })
     }
 }
 
@@ -375,6 +491,65 @@ impl Drop for Message {
     }
 }
 
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("context_id", &self.st.ctx)
+            .field("rank", &self.st.rank)
+            .field("size", &self.st.group.len())
+            .finish()
+    }
+}
+
+/// Wait for protocol request `id`. Blocking point-to-point calls wait here rather than
+/// in [`Request::wait`] so that nonblocking collectives advance meanwhile (MPI's
+/// progress rule); see `crate::coll`.
+fn wait_id(inner: &Inner, id: ReqId) -> Result<Status> {
+    inner.wait_for(|e| {
+        crate::coll::advance_active(e);
+        e.proto.take_done(id)
+    })
+}
+
+/// `r` with ranks translated from world to `st`'s communicator ranks.
+pub(crate) fn localize(st: &CommState, r: Result<Status>) -> Result<Status> {
+    match r {
+        Ok(s) => Ok(Status {
+            source: st.local(s.source),
+            ..s
+        }),
+        Err(e) => Err(local_err(st, e)),
+    }
+}
+
+fn local_err(st: &CommState, e: Error) -> Error {
+    match e {
+        Error::Matching(MatchError::Truncated {
+            source_rank,
+            tag,
+            message_bytes,
+            buffer_bytes,
+        }) => Error::Matching(MatchError::Truncated {
+            source_rank: st.local(source_rank),
+            tag,
+            message_bytes,
+            buffer_bytes,
+        }),
+        Error::Matching(MatchError::ElementSize {
+            source_rank,
+            tag,
+            message_bytes,
+            elem_bytes,
+        }) => Error::Matching(MatchError::ElementSize {
+            source_rank: st.local(source_rank),
+            tag,
+            message_bytes,
+            elem_bytes,
+        }),
+        e => e,
+    }
+}
+
 fn check_tag(tag: i32) -> Result<()> {
     if !(0..=TAG_UB).contains(&tag) {
         return Err(Error::usage(format!(
@@ -382,4 +557,38 @@ fn check_tag(tag: i32) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+// Entry points for buffers given as raw memory (device memory, FFI): used by
+// `crate::device`. The caller guarantees the memory stays valid for `'a`.
+impl Communicator {
+    pub(crate) fn start_send_raw<'a>(
+        &self,
+        raw: RawBuf,
+        dest: usize,
+        tag: i32,
+        sync: bool,
+    ) -> Result<Request<'a>> {
+        self.inner.check_live()?;
+        let dest_world = self.check_rank(dest)?;
+        check_tag(tag)?;
+        let mut e = self.inner.lock();
+        let lim = e.eager_limit(dest_world);
+        let id = e.proto.isend(dest_world, self.st.ctx, tag, raw, lim, sync);
+        e.progress();
+        drop(e);
+        Ok(Request::new(self.inner.clone(), id, false, PhantomData).for_comm(self.st.clone()))
+    }
+
+    pub(crate) fn start_recv_raw<'a>(
+        &self,
+        raw: RawBuf,
+        source: Source,
+        tag: Tag,
+    ) -> Result<Request<'a>> {
+        self.inner.check_live()?;
+        let pat = self.pattern(source, tag)?;
+        let id = self.inner.lock().proto.irecv(pat, raw);
+        Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(self.st.clone()))
+    }
 }

@@ -26,8 +26,11 @@ fn kind_of(addr: u64, len: usize) -> Result<MemoryKind> {
     if len == 0 || !rankwire_gpu::available() {
         return Ok(MemoryKind::Host);
     }
-    let info = rankwire_gpu::classify_addr(addr, len)
-        .map_err(|e| Error::Gpu(format!("cannot classify buffer at {addr:#x} ({len} bytes): {e}")))?;
+    let info = rankwire_gpu::classify_addr(addr, len).map_err(|e| {
+        Error::Gpu(format!(
+            "cannot classify buffer at {addr:#x} ({len} bytes): {e}"
+        ))
+    })?;
     Ok(match info.kind {
         PtrKind::Device { ordinal } => MemoryKind::Cuda { device: ordinal },
         // The host may touch these directly.
@@ -53,7 +56,12 @@ impl Communicator {
         tag: i32,
     ) -> Result<Request<'a>> {
         let kind = kind_of(ptr as u64, len_bytes)?;
-        self.start_send_raw(RawBuf::with_kind(ptr as *mut u8, len_bytes, kind), dest, tag, false)
+        self.start_send_raw(
+            RawBuf::with_kind(ptr as *mut u8, len_bytes, kind),
+            dest,
+            tag,
+            false,
+        )
     }
 
     /// Nonblocking receive into `len_bytes` bytes at `ptr` (host, pinned, managed or
@@ -73,7 +81,11 @@ impl Communicator {
         tag: impl Into<Tag>,
     ) -> Result<Request<'a>> {
         let kind = kind_of(ptr as u64, len_bytes)?;
-        self.start_recv_raw(RawBuf::with_kind(ptr, len_bytes, kind), source.into(), tag.into())
+        self.start_recv_raw(
+            RawBuf::with_kind(ptr, len_bytes, kind),
+            source.into(),
+            tag.into(),
+        )
     }
 
     /// Blocking send of a device buffer (MPI_Send on GPU memory).
@@ -102,7 +114,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::isend`].
-    pub fn isend_device<'a>(&self, buf: &'a DeviceBuffer, dest: usize, tag: i32) -> Result<Request<'a>> {
+    pub fn isend_device<'a>(
+        &self,
+        buf: &'a DeviceBuffer,
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'a>> {
         // SAFETY: the DeviceBuffer owns `len` bytes at `ptr` and stays borrowed for 'a.
         unsafe { self.isend_raw(buf.ptr() as *const u8, buf.len(), dest, tag) }
     }

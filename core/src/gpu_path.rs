@@ -58,7 +58,12 @@ impl DeviceMem for GpuStaging {
         // SAFETY: the send is pending, so `src` is live device memory; `v` outlives the
         // synchronize below.
         unsafe {
-            rankwire_gpu::memcpy_dtoh_async(v.as_mut_ptr(), src.as_mut_ptr() as u64, v.len(), stream)
+            rankwire_gpu::memcpy_dtoh_async(
+                v.as_mut_ptr(),
+                src.as_mut_ptr() as u64,
+                v.len(),
+                stream,
+            )
         }
         .map_err(|e| e.to_string())?;
         stream.synchronize().map_err(|e| e.to_string())?;
@@ -130,7 +135,12 @@ impl IpcPuller {
             // prefix of a pending receive (device or host memory), len bytes long.
             unsafe {
                 if p.dst.is_host() {
-                    rankwire_gpu::memcpy_dtoh_async(p.dst.as_mut_ptr(), mapping.addr(), p.dst.len(), stream)
+                    rankwire_gpu::memcpy_dtoh_async(
+                        p.dst.as_mut_ptr(),
+                        mapping.addr(),
+                        p.dst.len(),
+                        stream,
+                    )
                 } else {
                     rankwire_gpu::memcpy_dtod_async(
                         p.dst.as_mut_ptr() as u64,

@@ -56,8 +56,8 @@ pub mod coll;
 mod comm;
 mod device;
 mod engine;
-mod gpu_path;
 pub mod error;
+mod gpu_path;
 pub mod group;
 pub mod matching;
 pub mod protocol;
@@ -66,9 +66,6 @@ mod universe;
 pub mod wire;
 
 pub use bytemuck;
-/// The CUDA leaf crate (device buffers, pointer classification); functional with the
-/// `cuda` feature, otherwise every call reports that GPU support is not built.
-pub use rankwire_gpu as gpu;
 pub use bytemuck::{Pod, Zeroable};
 pub use coll::ops::{Datatype, Loc, Op, ReduceOp, Reducible, UserOp};
 pub use coll::{CollRequest, wait_all_coll};
@@ -77,5 +74,8 @@ pub use error::{Error, MatchError, Result};
 pub use group::{ContextId, Group, GroupRelation};
 pub use half::{bf16, f16};
 pub use protocol::Status;
+/// The CUDA leaf crate (device buffers, pointer classification); functional with the
+/// `cuda` feature, otherwise every call reports that GPU support is not built.
+pub use rankwire_gpu as gpu;
 pub use request::{Request, test_all, wait_all, wait_all_results, wait_any};
 pub use universe::{Universe, init};

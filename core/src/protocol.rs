@@ -66,7 +66,9 @@ impl Status {
         if s == 0 {
             return Some(0);
         }
-        (self.len_bytes % s == 0).then_some(self.len_bytes / s)
+        self.len_bytes
+            .is_multiple_of(s)
+            .then_some(self.len_bytes / s)
     }
 }
 

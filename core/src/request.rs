@@ -21,6 +21,9 @@ pub struct Request<'a> {
     id: ReqId,
     is_recv: bool,
     done: bool,
+    /// The communicator whose ranks statuses and errors are reported in (`None`: world
+    /// ranks).
+    comm: Option<Arc<crate::comm::CommState>>,
     _buf: PhantomData<&'a mut [u8]>,
 }
 
@@ -36,7 +39,21 @@ impl<'a> Request<'a> {
             id,
             is_recv,
             done: false,
+            comm: None,
             _buf,
+        }
+    }
+
+    /// Report statuses and errors in the ranks of the communicator `st`.
+    pub(crate) fn for_comm(mut self, st: Arc<crate::comm::CommState>) -> Self {
+        self.comm = Some(st);
+        self
+    }
+
+    fn localize(&self, r: Result<Status>) -> Result<Status> {
+        match &self.comm {
+            Some(st) => crate::comm::localize(st, r),
+            None => r,
         }
     }
 
@@ -49,7 +66,7 @@ impl<'a> Request<'a> {
         let id = self.id;
         let r = self.inner.wait_for(|e| e.proto.take_done(id));
         self.done = true;
-        r
+        self.localize(r)
     }
 
     /// Complete the request if it is done, without blocking (MPI_Test). Returns the
@@ -67,7 +84,7 @@ impl<'a> Request<'a> {
         match r {
             Some(r) => {
                 self.done = true;
-                Ok(r)
+                Ok(self.localize(r))
             }
             None => Err(self),
         }
@@ -123,9 +140,13 @@ pub fn wait_any<'a>(reqs: &mut [Option<Request<'a>>]) -> Option<(usize, Result<S
         ids.iter()
             .find_map(|&(i, id)| e.proto.take_done(id).map(|r| (i, r)))
     });
-    if let Some(mut req) = reqs[i].take() {
-        req.done = true;
-    }
+    let r = match reqs[i].take() {
+        Some(mut req) => {
+            req.done = true;
+            req.localize(r)
+        }
+        None => r,
+    };
     Some((i, r))
 }
 

@@ -318,6 +318,10 @@ fn init_inner() -> Result<Universe> {
     } else {
         None
     };
+    // A transport that serves no peer is dropped after the setup fences, so progress
+    // never polls it.
+    let shm = shm.filter(|_| routes.contains(&Route::Shm));
+    let tcp = tcp.filter(|_| !tcp_peers.is_empty());
     let mut engine = Engine::new(rank, size, shm, tcp, routes, Backoff::from_env(local_size));
     // Same-node peers exchange large host messages in one copy by cross-memory attach
     // (process_vm_readv); a receiver that is refused falls back to copying through the

@@ -45,7 +45,8 @@ impl Buf {
             Buf::Host(h) => h.copy_from_slice(&v),
             Buf::Dev(d) => {
                 if len > 0 {
-                    d.copy_from_host(0, &v).unwrap_or_else(|e| fail(&format!("fill: {e}")))
+                    d.copy_from_host(0, &v)
+                        .unwrap_or_else(|e| fail(&format!("fill: {e}")))
                 }
             }
         }
@@ -55,7 +56,8 @@ impl Buf {
             Buf::Host(h) => h.fill(0xA5),
             Buf::Dev(d) => {
                 if !d.is_empty() {
-                    d.fill(0xA5).unwrap_or_else(|e| fail(&format!("poison: {e}")))
+                    d.fill(0xA5)
+                        .unwrap_or_else(|e| fail(&format!("poison: {e}")))
                 }
             }
         }
@@ -63,7 +65,9 @@ impl Buf {
     fn read(&self) -> Vec<u8> {
         match self {
             Buf::Host(h) => h.clone(),
-            Buf::Dev(d) => d.to_vec().unwrap_or_else(|e| fail(&format!("read back: {e}"))),
+            Buf::Dev(d) => d
+                .to_vec()
+                .unwrap_or_else(|e| fail(&format!("read back: {e}"))),
         }
     }
     fn len(&self) -> usize {
@@ -110,9 +114,15 @@ fn main() {
         fail("run with 2 ranks: rwrun -n 2 rw-gpuapp ...");
     }
     let r = match mode.as_str() {
-        "check" => check(&w, args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64 << 20)),
+        "check" => check(
+            &w,
+            args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64 << 20),
+        ),
         "reuse" => reuse(&w, &u),
-        "bench" => bench(&w, args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1 << 30)),
+        "bench" => bench(
+            &w,
+            args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1 << 30),
+        ),
         other => fail(&format!("unknown mode {other:?}")),
     };
     if let Err(e) = r {
@@ -121,7 +131,8 @@ fn main() {
     if let Some(s) = u.cuda_ipc_stats() {
         println!("rank {}: cuda ipc cache {s:?}", w.rank());
     }
-    u.finalize().unwrap_or_else(|e| fail(&format!("finalize: {e}")));
+    u.finalize()
+        .unwrap_or_else(|e| fail(&format!("finalize: {e}")));
     println!("rank {}: {mode} OK", w.rank());
 }
 
@@ -189,6 +200,24 @@ fn check(w: &Communicator, max: usize) -> Result<()> {
         }
         println!("PASS offset view of a device allocation");
     }
+    // B009: device buffers to self (the self transport is host-only: the data must be
+    // staged, never memcpy'd from a device pointer) and into an ANY_SOURCE receive.
+    for len in [1usize, 8, 288, 4096, 65536, 8 << 20] {
+        let mut a = Buf::new(Mem::Device, len);
+        a.fill(len as u8);
+        let mut b = Buf::new(Mem::Device, len);
+        b.poison();
+        let Buf::Dev(ad) = &a else { unreachable!() };
+        let Buf::Dev(bd) = &mut b else { unreachable!() };
+        let s = w.isend_device(ad, me, 8)?;
+        let st = w.recv_device(bd, rankwire::ANY_SOURCE, 8)?;
+        s.wait()?;
+        if st.source as usize != me || b.read() != pattern(len, len as u8) {
+            fail(&format!("self-send of {len} device bytes: {st:?}"));
+        }
+        n += 1;
+    }
+    println!("PASS rank {me}: device self-sends and ANY_SOURCE device receives");
     if me == 1 {
         println!("check: {n} combinations passed");
     }
@@ -227,7 +256,10 @@ fn reuse(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
         }
         w.barrier()?;
         if me == 0 {
-            println!("reuse {name}: 64 iterations, {} distinct sender addresses", addrs.len());
+            println!(
+                "reuse {name}: 64 iterations, {} distinct sender addresses",
+                addrs.len()
+            );
         } else if me == 1 {
             let s = u.cuda_ipc_stats();
             println!("PASS reuse {name}: 64 iterations correct; ipc cache {s:?}");
@@ -272,7 +304,10 @@ fn bench(w: &Communicator, max: usize) -> Result<()> {
             }
         }
         if me == 0 {
-            println!("{len:<10}{:>12.2}", t.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64));
+            println!(
+                "{len:<10}{:>12.2}",
+                t.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64)
+            );
         }
     }
     if me == 0 {
@@ -303,7 +338,10 @@ fn bench(w: &Communicator, max: usize) -> Result<()> {
             let secs = t.elapsed().as_secs_f64();
             let gbs = (len * iters) as f64 / secs / 1e9;
             let reference = dtod_reference(len);
-            println!("{len:<12}{gbs:>10.1}{reference:>16.1}{:>10.2}", gbs / reference);
+            println!(
+                "{len:<12}{gbs:>10.1}{reference:>16.1}{:>10.2}",
+                gbs / reference
+            );
         }
         len *= 4;
     }
@@ -322,7 +360,9 @@ fn dtod_reference(len: usize) -> f64 {
             unsafe { rankwire::gpu::memcpy_dtod_async(dst.ptr(), src.ptr(), len, stream) }
                 .unwrap_or_else(|e| fail(&e.to_string()));
         }
-        stream.synchronize().unwrap_or_else(|e| fail(&e.to_string()));
+        stream
+            .synchronize()
+            .unwrap_or_else(|e| fail(&e.to_string()));
     };
     run(2);
     let t = Instant::now();

@@ -24,6 +24,7 @@ fn main() {
         "big" => big(&world, arg(&args, 2, (2usize << 30) + 1)),
         "probe" => probe(&world),
         "usage" => usage(&world),
+        "split_status" => split_status(&world),
         "exit_at" => exit_at(&world, arg(&args, 2, 2), arg(&args, 3, 3)),
         "panic_at" => panic_at(&world, arg(&args, 2, 1)),
         "transport" => {
@@ -84,13 +85,14 @@ fn ordering(w: &Communicator) -> Result<()> {
         w.barrier()?; // everything is now in the unexpected queue or in rendezvous
         let mut bufs: Vec<Vec<u32>> = (0..6).map(|_| vec![u32::MAX; 300_000]).collect();
         let mut it = bufs.iter_mut();
-        let mut reqs: Vec<Request> = Vec::new();
-        reqs.push(w.irecv(it.next().unwrap(), 1, 0)?);
-        reqs.push(w.irecv(it.next().unwrap(), ANY_SOURCE, ANY_TAG)?);
-        reqs.push(w.irecv(it.next().unwrap(), 1, ANY_TAG)?);
-        reqs.push(w.irecv(it.next().unwrap(), ANY_SOURCE, 0)?);
-        reqs.push(w.irecv(it.next().unwrap(), ANY_SOURCE, ANY_TAG)?);
-        reqs.push(w.irecv(it.next().unwrap(), 1, ANY_TAG)?);
+        let reqs: Vec<Request> = vec![
+            w.irecv(it.next().unwrap(), 1, 0)?,
+            w.irecv(it.next().unwrap(), ANY_SOURCE, ANY_TAG)?,
+            w.irecv(it.next().unwrap(), 1, ANY_TAG)?,
+            w.irecv(it.next().unwrap(), ANY_SOURCE, 0)?,
+            w.irecv(it.next().unwrap(), ANY_SOURCE, ANY_TAG)?,
+            w.irecv(it.next().unwrap(), 1, ANY_TAG)?,
+        ];
         let st = rankwire::wait_all(reqs)?;
         // Expected: r0 tag0 -> msg0; r1 any -> msg1; r2 any -> msg2; r3 tag0 -> msg3;
         // r4 -> msg4; r5 -> msg5.
@@ -258,7 +260,7 @@ fn truncation(w: &Communicator) -> Result<()> {
             Some(w.irecv(&mut b, 0, 21)?),
             Some(w.irecv(&mut c, 0, 22)?),
         ];
-        let mut outcomes = vec![None, None, None];
+        let mut outcomes = [None, None, None];
         while let Some((i, r)) = rankwire::wait_any(&mut set) {
             outcomes[i] = Some(r);
         }
@@ -474,5 +476,38 @@ fn panic_at(w: &Communicator, who: usize) -> Result<()> {
     }
     let mut b = [0u8; 4];
     w.recv(&mut b, who % w.size(), 0)?;
+    Ok(())
+}
+
+/// Statuses of nonblocking receives on a sub-communicator name communicator ranks.
+fn split_status(w: &Communicator) -> Result<()> {
+    let Some(sub) = w.split(Some((w.rank() % 2) as u32), w.rank() as i32)? else {
+        fail("split returned no communicator");
+    };
+    if w.size() < 4 {
+        fail("split_status needs at least 4 ranks");
+    }
+    if sub.rank() == 1 {
+        w.barrier()?;
+        sub.send(&[7u8; 3], 0, 4)?;
+    } else if sub.rank() == 0 {
+        let mut b = [0u8; 3];
+        let r = sub.irecv(&mut b, ANY_SOURCE, ANY_TAG)?;
+        w.barrier()?;
+        let st = r.wait()?;
+        check(st.source == 1 && st.tag == 4, || {
+            format!("irecv status {st:?} in a split communicator")
+        })?;
+        let mut c = [0u8; 3];
+        let mut set = vec![Some(sub.irecv(&mut c, ANY_SOURCE, 5)?)];
+        let s2 = sub.isend(&[1u8; 3], 0, 5)?;
+        let (_, st) = rankwire::wait_any(&mut set).expect("one request");
+        s2.wait()?;
+        check(st?.source == 0, || {
+            "wait_any status in a split communicator".into()
+        })?;
+    } else {
+        w.barrier()?;
+    }
     Ok(())
 }

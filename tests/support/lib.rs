@@ -52,12 +52,10 @@ impl RunOutput {
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     // target/<profile>/deps/<test> -> target/<profile>
-    let dir = exe
-        .parent()
+    exe.parent()
         .and_then(Path::parent)
         .expect("test binary lives in target/<profile>/deps")
-        .to_path_buf();
-    dir
+        .to_path_buf()
 }
 
 /// Path of a workspace binary (`rwrun`, `rw-testapp`, `rankwire-bench`) or example
@@ -148,6 +146,7 @@ impl Run {
         }
         // Own process group, so a timeout can kill rwrun and everything under it.
         cmd.process_group(0);
+        let shm_before = shm_entries();
         let start = Instant::now();
         let mut child = cmd.spawn().expect("spawn rwrun");
         let pgid = child.id() as i32;
@@ -172,6 +171,11 @@ impl Run {
         }
         let stdout = out_t.join().unwrap_or_default();
         let stderr = err_t.join().unwrap_or_default();
+        let shm_left = wait_no_new_shm(&shm_before, Duration::from_secs(3));
+        assert!(
+            shm_left.is_empty(),
+            "/dev/shm entries left by the job: {shm_left:?}\n--- stderr\n{stderr}"
+        );
         let leftovers = wait_no_leftovers(&mark, Duration::from_secs(5));
         assert!(
             leftovers.is_empty(),
@@ -249,6 +253,32 @@ pub fn wait_no_leftovers(mark: &str, grace: Duration) -> Vec<u32> {
                 unsafe { libc::kill(p as i32, libc::SIGKILL) };
             }
             return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Names of rankwire entries in /dev/shm.
+pub fn shm_entries() -> std::collections::HashSet<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("rankwire-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Wait up to `grace` for rankwire /dev/shm entries that were not in `before` to go
+/// away; returns those still there. (Other tests running at the same time create
+/// segments too, but theirs live only milliseconds: ranks unlink them once mapped.)
+pub fn wait_no_new_shm(before: &std::collections::HashSet<String>, grace: Duration) -> Vec<String> {
+    let deadline = Instant::now() + grace;
+    loop {
+        let new: Vec<String> = shm_entries().difference(before).cloned().collect();
+        if new.is_empty() || Instant::now() > deadline {
+            return new;
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -124,7 +124,10 @@ impl Op {
     /// Small code identifying the operation in collective descriptors (1-based; 0 is
     /// "no operation", [`USER_OP_CODE`] a user operation).
     pub(crate) fn code(self) -> u32 {
-        Op::ALL.iter().position(|&o| o == self).map_or(0, |i| i as u32 + 1)
+        Op::ALL
+            .iter()
+            .position(|&o| o == self)
+            .map_or(0, |i| i as u32 + 1)
     }
 }
 
@@ -218,7 +221,8 @@ pub(crate) fn dtype_name(code: u32) -> String {
 
 /// An element type the built-in operations apply to.
 ///
-/// Implemented for i8–i64, u8–u64, [`f16`], [`bf16`], f32, f64 and the [`Loc`] pairs.
+/// Implemented for i8–i64, u8–u64, [`struct@f16`], [`bf16`], f32, f64 and the [`Loc`]
+/// pairs.
 /// Other `Pod` types can still be reduced with a [`UserOp`].
 pub trait Reducible: Pod + Send + Sync {
     /// The type's code in collective descriptors.
@@ -266,9 +270,15 @@ impl<V, I> Loc<V, I> {
 /// order, `a_0 ∘ a_1 ∘ … ∘ a_{n-1}`; collectives then use only order-preserving
 /// algorithms.
 pub struct UserOp<T> {
-    f: Arc<dyn Fn(&[T], &mut [T]) + Send + Sync>,
+    f: UserFn<T>,
     commutative: bool,
 }
+
+/// A user reduction function, `f(invec, inoutvec)`.
+type UserFn<T> = Arc<dyn Fn(&[T], &mut [T]) + Send + Sync>;
+
+/// A type-erased reduction, `f(src, dst, src_left)` on bytes.
+type ByteFn = Arc<dyn Fn(&[u8], &mut [u8], bool) + Send + Sync>;
 
 impl<T> Clone for UserOp<T> {
     fn clone(&self) -> Self {
@@ -413,7 +423,6 @@ impl<T: Pod> ReduceOp<T> {
             f: Arc::new(move |src: &[u8], dst: &mut [u8], left: bool| {
                 apply_bytes::<T>(src, dst, |s, d| me.apply(s, d, left))
             }),
-            commutative: self.is_commutative(),
             elem_bytes: std::mem::size_of::<T>(),
             op_code,
             dtype_code,
@@ -424,9 +433,7 @@ impl<T: Pod> ReduceOp<T> {
 /// A reduction on raw bytes, as schedules use it. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Reducer {
-    f: Arc<dyn Fn(&[u8], &mut [u8], bool) + Send + Sync>,
-    /// Whether operand order may be changed.
-    pub(crate) commutative: bool,
+    f: ByteFn,
     /// Size of one element in bytes.
     pub(crate) elem_bytes: usize,
     /// Operation code for descriptors.
@@ -448,10 +455,11 @@ fn apply_bytes<T: Pod>(src: &[u8], dst: &mut [u8], f: impl FnOnce(&[T], &mut [T]
     let sz = std::mem::size_of::<T>();
     let al = std::mem::align_of::<T>();
     debug_assert_eq!(src.len(), dst.len());
-    if sz == 0 || src.len() != dst.len() || src.len() % sz != 0 {
+    if sz == 0 || src.len() != dst.len() || !src.len().is_multiple_of(sz) {
         return;
     }
-    let aligned = (src.as_ptr() as usize) % al == 0 && (dst.as_ptr() as usize) % al == 0;
+    let aligned =
+        (src.as_ptr() as usize).is_multiple_of(al) && (dst.as_ptr() as usize).is_multiple_of(al);
     if aligned {
         f(bytemuck::cast_slice(src), bytemuck::cast_slice_mut(dst));
     } else {
@@ -789,7 +797,7 @@ mod tests {
         let op: ReduceOp<u64> = UserOp::new(
             |inv: &[u64], io: &mut [u64]| {
                 for (a, b) in inv.iter().zip(io.iter_mut()) {
-                    *b = *a * 10 + *b;
+                    *b += *a * 10;
                 }
             },
             false,
@@ -822,8 +830,8 @@ mod tests {
     fn unaligned_bytes_take_the_copying_path() {
         let op: ReduceOp<f64> = Op::Sum.into();
         let r = op.reducer().unwrap();
-        let mut src = vec![0u8; 17];
-        let mut dst = vec![0u8; 17];
+        let mut src = [0u8; 17];
+        let mut dst = [0u8; 17];
         src[1..].copy_from_slice(bytemuck::cast_slice(&[1.5f64, 2.0]));
         dst[1..].copy_from_slice(bytemuck::cast_slice(&[0.25f64, 4.0]));
         r.apply(&src[1..], &mut dst[1..], true);

@@ -20,6 +20,7 @@
 //! every communicator size without processes.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use crate::coll::ops::Reducer;
@@ -52,14 +53,38 @@ impl Slice {
     pub(crate) fn new(buf: Buf, off: usize, len: usize) -> Slice {
         Slice { buf, off, len }
     }
+
+    /// Elements `[off, off + n)` of `es`-byte elements in `buf`.
+    pub(crate) fn elems(buf: Buf, es: usize, off: usize, n: usize) -> Slice {
+        Slice {
+            buf,
+            off: off * es,
+            len: n * es,
+        }
+    }
+}
+
+/// Split `count` elements into `parts` blocks as evenly as possible (the first
+/// `count % parts` blocks get one more). Returns (offset, length) of block `i`.
+pub(crate) fn block(count: usize, parts: usize, i: usize) -> (usize, usize) {
+    let base = count / parts;
+    let extra = count % parts;
+    (i * base + i.min(extra), base + usize::from(i < extra))
 }
 
 /// A local step run by [`Exec`] at the start of a round, given the buffers.
 pub(crate) type LocalFn = Box<dyn FnMut(&mut Bufs) -> Result<()> + Send>;
 
 enum Local {
-    Copy { src: Slice, dst: Slice },
-    Reduce { src: Slice, dst: Slice, src_left: bool },
+    Copy {
+        src: Slice,
+        dst: Slice,
+    },
+    Reduce {
+        src: Slice,
+        dst: Slice,
+        src_left: bool,
+    },
     Call(LocalFn),
 }
 
@@ -112,8 +137,14 @@ impl Builder {
 
     /// Tag phase of the rounds appended from now on.
     pub(crate) fn set_phase(&mut self, phase: Phase) {
-        self.round();
         self.phase = phase;
+        self.round();
+        if let Some(r) = self.rounds.last_mut()
+            && r.locals.is_empty()
+            && r.xfers.is_empty()
+        {
+            r.phase = phase;
+        }
     }
 
     /// End the current round: later steps wait for its transfers.
@@ -131,7 +162,9 @@ impl Builder {
         }
     }
 
-    /// A temporary buffer of `len` bytes (zeroed).
+    /// A temporary buffer of `len` bytes, 16-byte aligned. Temporaries of more than
+    /// [`ZEROED_TMP_MAX`] bytes start uninitialised: every step must write a region
+    /// (receive or copy into it) before reading it, which every algorithm here does.
     pub(crate) fn tmp(&mut self, len: usize) -> Buf {
         self.tmps.push(len);
         Buf::Tmp(self.tmps.len() as u32 - 1)
@@ -185,11 +218,7 @@ impl Builder {
             bufs: Bufs {
                 send: user.send,
                 recv: user.recv,
-                tmps: self
-                    .tmps
-                    .iter()
-                    .map(|&n| vec![0u128; n.div_ceil(16)])
-                    .collect(),
+                tmps: self.tmps.iter().map(|&n| Tmp::new(n)).collect(),
                 tmp_lens: self.tmps,
                 reducer: user.reducer,
             },
@@ -197,6 +226,7 @@ impl Builder {
             pending: Vec::new(),
             error: None,
             result: None,
+            finished: false,
         }
     }
 
@@ -229,6 +259,11 @@ pub(crate) struct UserBufs {
 }
 
 impl UserBufs {
+    /// No user buffers (barrier).
+    pub(crate) fn empty() -> UserBufs {
+        UserBufs::new(&[], &mut [], None)
+    }
+
     /// From a send slice and a receive slice.
     pub(crate) fn new(send: &[u8], recv: &mut [u8], reducer: Option<Reducer>) -> UserBufs {
         UserBufs {
@@ -251,9 +286,28 @@ pub(crate) struct CommCtx {
 pub(crate) struct Bufs {
     send: (*const u8, usize),
     recv: (*mut u8, usize),
-    tmps: Vec<Vec<u128>>,
+    tmps: Vec<Tmp>,
     tmp_lens: Vec<usize>,
     reducer: Option<Reducer>,
+}
+
+/// Temporaries up to this size are zeroed (cheap); larger ones are left
+/// uninitialised, saving a memset of up to the whole message per call. Steps only read
+/// what an earlier step wrote (copy, receive, [`Bufs::write`]).
+pub(crate) const ZEROED_TMP_MAX: usize = 4096;
+
+/// Storage of one temporary, only accessed through raw pointers.
+struct Tmp(Box<[MaybeUninit<u128>]>);
+
+impl Tmp {
+    fn new(len: usize) -> Tmp {
+        let words = len.div_ceil(16);
+        if len <= ZEROED_TMP_MAX {
+            Tmp(vec![MaybeUninit::new(0u128); words].into_boxed_slice())
+        } else {
+            Tmp(Box::new_uninit_slice(words))
+        }
+    }
 }
 
 // SAFETY: the raw user pointers are only dereferenced while the owning collective is
@@ -272,7 +326,7 @@ impl Bufs {
                 let (Some(v), Some(&n)) = (self.tmps.get_mut(i), self.tmp_lens.get(i)) else {
                     return Err(internal(format!("temporary {i} does not exist")));
                 };
-                (v.as_mut_ptr() as *mut u8, n)
+                (v.0.as_mut_ptr() as *mut u8, n)
             }
         })
     }
@@ -281,9 +335,7 @@ impl Bufs {
     fn ptr(&mut self, s: Slice) -> Result<*mut u8> {
         let (p, n) = self.base(s.buf)?;
         if s.off.checked_add(s.len).is_none_or(|end| end > n) {
-            return Err(internal(format!(
-                "slice {s:?} outside its {n}-byte buffer"
-            )));
+            return Err(internal(format!("slice {s:?} outside its {n}-byte buffer")));
         }
         if s.len == 0 {
             return Ok(std::ptr::NonNull::<u128>::dangling().as_ptr() as *mut u8);
@@ -292,25 +344,31 @@ impl Bufs {
         Ok(unsafe { p.add(s.off) })
     }
 
-    /// The bytes of `s`.
+    /// The bytes of `s`, which an earlier step has written (temporaries may start
+    /// uninitialised).
     pub(crate) fn bytes(&mut self, s: Slice) -> Result<&[u8]> {
         let p = self.ptr(s)?;
-        // SAFETY: in bounds (checked); the buffer is live while the schedule runs.
+        // SAFETY: in bounds (checked); the buffer is live while the schedule runs and
+        // the region was written before (the caller's contract).
         Ok(unsafe { std::slice::from_raw_parts(p, s.len) })
     }
 
-    /// The bytes of `s`, writable.
+    /// Copy `data` into `s` (equal lengths).
     ///
     /// # Errors
-    /// An internal error for a slice of the send buffer.
-    pub(crate) fn bytes_mut(&mut self, s: Slice) -> Result<&mut [u8]> {
-        if s.buf == Buf::Send && s.len > 0 {
-            return Err(internal("write to the send buffer".into()));
+    /// An internal error for a slice of the send buffer or a length mismatch.
+    pub(crate) fn write(&mut self, s: Slice, data: &[u8]) -> Result<()> {
+        if (s.buf == Buf::Send && s.len > 0) || s.len != data.len() {
+            return Err(internal(format!(
+                "bad write of {} bytes to {s:?}",
+                data.len()
+            )));
         }
         let p = self.ptr(s)?;
-        // SAFETY: in bounds (checked); the receive buffer is borrowed exclusively and
-        // temporaries are owned.
-        Ok(unsafe { std::slice::from_raw_parts_mut(p, s.len) })
+        // SAFETY: in bounds (checked), `data` cannot overlap a buffer the schedule owns
+        // or borrows mutably; raw copy, so the destination may be uninitialised.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        Ok(())
     }
 
     fn raw(&mut self, s: Slice) -> Result<RawBuf> {
@@ -411,6 +469,7 @@ pub(crate) struct Exec {
     pending: Vec<Pending>,
     error: Option<Error>,
     result: Option<Result<()>>,
+    finished: bool,
 }
 
 impl fmt::Debug for Exec {
@@ -426,7 +485,13 @@ impl fmt::Debug for Exec {
 impl Exec {
     /// Whether the schedule has finished (its result may have been taken already).
     pub(crate) fn is_finished(&self) -> bool {
-        self.result.is_some() || (self.rounds.is_empty() && self.pending.is_empty())
+        self.finished
+    }
+
+    fn finish_with(&mut self, r: Result<()>) {
+        self.rounds.clear();
+        self.result = Some(r);
+        self.finished = true;
     }
 
     /// Take the outcome once finished.
@@ -437,7 +502,7 @@ impl Exec {
     /// Collect completions and start rounds until something must be waited for.
     /// Returns whether anything changed.
     pub(crate) fn advance(&mut self, net: &mut impl Net) -> bool {
-        if self.result.is_some() {
+        if self.finished {
             return false;
         }
         let mut changed = false;
@@ -459,25 +524,27 @@ impl Exec {
                 return changed;
             }
             if let Some(e) = self.error.take() {
-                self.rounds.clear();
-                self.result = Some(Err(e));
+                self.finish_with(Err(e));
                 return true;
             }
             let Some(mut round) = self.rounds.pop() else {
-                self.result = Some(Ok(()));
+                self.finish_with(Ok(()));
                 return true;
             };
             changed = true;
             for l in round.locals.iter_mut() {
                 if let Err(e) = self.bufs.run(l) {
-                    self.rounds.clear();
-                    self.result = Some(Err(e));
+                    self.finish_with(Err(e));
                     return true;
                 }
             }
             let tag = self.ctx.tag_base | round.phase as i32;
             // Receives first, so that sends rarely land in the unexpected queue.
-            for x in round.xfers.iter().filter(|x| matches!(x, Xfer::Recv { .. })) {
+            for x in round
+                .xfers
+                .iter()
+                .filter(|x| matches!(x, Xfer::Recv { .. }))
+            {
                 if let Xfer::Recv { peer, s } = *x {
                     match (self.world(peer), self.bufs.raw(s)) {
                         (Ok(w), Ok(raw)) => {
@@ -491,7 +558,11 @@ impl Exec {
                     }
                 }
             }
-            for x in round.xfers.iter().filter(|x| matches!(x, Xfer::Send { .. })) {
+            for x in round
+                .xfers
+                .iter()
+                .filter(|x| matches!(x, Xfer::Send { .. }))
+            {
                 if let Xfer::Send { peer, s } = *x {
                     match (self.world(peer), self.bufs.raw(s)) {
                         (Ok(w), Ok(raw)) => {
@@ -649,7 +720,11 @@ pub(crate) mod sim {
         fn recv(&mut self, peer: u32, ctx: u32, tag: i32, buf: RawBuf) -> ReqId {
             let id = self.mail.id();
             let key = (peer, self.me, ctx, tag);
-            self.mail.posted.entry(key).or_default().push_back((id, buf));
+            self.mail
+                .posted
+                .entry(key)
+                .or_default()
+                .push_back((id, buf));
             self.mail.deliver(key);
             id
         }
@@ -722,10 +797,36 @@ mod tests {
         b.copy(Slice::new(t, 0, 8), Slice::new(Buf::Recv, 0, 8));
         b.round();
         b.round();
-        assert_eq!(b.rounds.len(), 2);
-        assert_eq!(b.rounds[0].locals.len(), 1);
-        assert_eq!(b.rounds[0].xfers.len(), 2);
-        assert_eq!(b.rounds[1].locals.len(), 1);
+        let rounds: Vec<&Round> = b
+            .rounds
+            .iter()
+            .filter(|r| !r.locals.is_empty() || !r.xfers.is_empty())
+            .collect();
+        assert_eq!(rounds.len(), 2);
+        assert_eq!(rounds[0].locals.len(), 1);
+        assert_eq!(rounds[0].xfers.len(), 2);
+        assert_eq!(rounds[1].locals.len(), 1);
+    }
+
+    #[test]
+    fn a_phase_change_applies_to_the_next_transfers_even_after_an_empty_step() {
+        // Rank A has a local step between the phases, rank B's was empty (skipped):
+        // both must tag the following transfer with the new phase.
+        for with_local in [true, false] {
+            let mut b = Builder::new(0, 2);
+            b.set_phase(Phase::CheckDesc);
+            b.send(1, Slice::new(Buf::Send, 0, 0));
+            b.call(Box::new(|_| Ok(())));
+            b.set_phase(Phase::Main);
+            let n = if with_local { 8 } else { 0 };
+            b.copy(Slice::new(Buf::Send, 0, n), Slice::new(Buf::Recv, 0, n));
+            b.round();
+            b.send(1, Slice::new(Buf::Send, 0, 0));
+            let last = b.rounds.iter().rev().find(|r| !r.xfers.is_empty()).unwrap();
+            assert_eq!(last.phase, Phase::Main, "with_local={with_local}");
+            let first = b.rounds.iter().find(|r| !r.xfers.is_empty()).unwrap();
+            assert_eq!(first.phase, Phase::CheckDesc);
+        }
     }
 
     #[test]

@@ -34,18 +34,30 @@ pub struct CostModel {
     pub gamma_us_per_byte: f64,
     /// Extra cost of each additional message posted in the same round, µs.
     pub overhead_us: f64,
+    /// Local copy time per byte (memcpy), µs.
+    pub copy_us_per_byte: f64,
 }
 
 impl CostModel {
-    /// Measured on the CI machine (2 cores, TCP loopback, release build, rankwire-bench
-    /// `latency`/`bw` at 2 ranks): 8-byte one-way latency ≈ 10 µs, streaming bandwidth
-    /// ≈ 2 GB/s; an f32 sum runs at ≈ 4 GB/s in the reduction loop; posting one more
-    /// message costs ≈ 1 µs.
+    /// Fitted to release-build `rankwire-bench` runs with every algorithm forced, on an
+    /// idle 16-core host over the shm transport (2, 4 and 8 ranks; the 2-core CI VM gives
+    /// the same small-message figures when quiet, and too much noise for the others):
+    /// - α = 1.8 µs: one dependent step (ring allgather of 8 B at 8 ranks: 13.2 µs for
+    ///   7 steps; recursive-doubling allreduce of 8 B at 2 ranks: 1.7 µs);
+    /// - β = 1/6000 µs/B: 6 GB/s per rank while every rank moves data (ring allgather,
+    ///   1 MiB per step: 154 µs), below the 15–19 GB/s of one lone transfer;
+    /// - γ = 1/8000 µs/B: f32 sum including its memory traffic (the loop alone runs at
+    ///   ≈ 20 GB/s); puts the recursive doubling → Rabenseifner switch at 2 ranks near
+    ///   30 KB, where the measurements cross;
+    /// - o = 1.2 µs per extra message in one round (linear alltoall of 8 B at 8 ranks:
+    ///   10.3 µs);
+    /// - copy = 1/20000 µs/B (memcpy of 1 MiB ≈ 50 µs).
     pub const DEFAULT: CostModel = CostModel {
-        alpha_us: 10.0,
-        beta_us_per_byte: 1.0 / 2000.0,
-        gamma_us_per_byte: 1.0 / 4000.0,
-        overhead_us: 1.0,
+        alpha_us: 1.8,
+        beta_us_per_byte: 1.0 / 6000.0,
+        gamma_us_per_byte: 1.0 / 8000.0,
+        overhead_us: 1.2,
+        copy_us_per_byte: 1.0 / 20000.0,
     };
 
     fn msg(&self, bytes: f64) -> f64 {
@@ -217,17 +229,12 @@ pub(crate) struct Overrides {
 }
 
 /// A parsed override: none, an algorithm, or the error text for a bad value.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 enum Forced<A> {
+    #[default]
     None,
     Algo(A),
     Bad(String),
-}
-
-impl<A> Default for Forced<A> {
-    fn default() -> Self {
-        Forced::None
-    }
 }
 
 impl<A: Algo> Forced<A> {
@@ -310,7 +317,12 @@ impl CollConfig {
     }
 
     /// Allreduce of `bytes` per rank on `p` ranks.
-    pub(crate) fn allreduce(&self, p: usize, bytes: usize, commutative: bool) -> Result<AllreduceAlgo> {
+    pub(crate) fn allreduce(
+        &self,
+        p: usize,
+        bytes: usize,
+        commutative: bool,
+    ) -> Result<AllreduceAlgo> {
         let ok = |a: AllreduceAlgo| commutative || a != AllreduceAlgo::Ring;
         self.overrides
             .allreduce
@@ -365,8 +377,7 @@ impl CollConfig {
     ) -> Result<ReduceScatterAlgo> {
         let ok = |a: ReduceScatterAlgo| commutative || a != ReduceScatterAlgo::Ring;
         self.overrides.reduce_scatter.pick(ok, || {
-            self.model
-                .best_reduce_scatter(p, total_bytes, commutative)
+            self.model.best_reduce_scatter(p, total_bytes, commutative)
         })
     }
 }
@@ -437,12 +448,9 @@ impl CostModel {
         let moved = (pf - 1.0) * m * self.beta_us_per_byte;
         match a {
             AllgatherAlgo::Ring => (pf - 1.0) * self.alpha_us + moved,
-            // Bruck's final rotation copies the whole result once more (≈ β/8 per byte
-            // in memory).
+            // Bruck's final rotation copies the whole result once more.
             AllgatherAlgo::Bruck => {
-                ceil_log2(p) as f64 * self.alpha_us
-                    + moved
-                    + pf * m * self.beta_us_per_byte / 8.0
+                ceil_log2(p) as f64 * self.alpha_us + moved + pf * m * self.copy_us_per_byte
             }
             AllgatherAlgo::RecursiveDoubling => ceil_log2(p) as f64 * self.alpha_us + moved,
         }
@@ -466,9 +474,9 @@ impl CostModel {
             AlltoallAlgo::Pairwise => k * self.msg(m),
             // All messages in flight at once: one latency, then the per-message
             // overheads and the bytes; many large messages at once also contend for
-            // memory (modelled as doubling β beyond 64 KiB per message).
+            // memory (modelled as 1.5 β from 16 KiB per message on).
             AlltoallAlgo::Linear => {
-                let contention = if bytes > 64 << 10 { 2.0 } else { 1.0 };
+                let contention = if bytes >= 16 << 10 { 1.5 } else { 1.0 };
                 self.alpha_us + k * (self.overhead_us + contention * m * self.beta_us_per_byte)
             }
         }
@@ -485,7 +493,9 @@ impl CostModel {
         let m = bytes as f64;
         let k = p as f64 - 1.0;
         match a {
-            GatherAlgo::Linear => self.alpha_us + k * (self.overhead_us + m * self.beta_us_per_byte),
+            GatherAlgo::Linear => {
+                self.alpha_us + k * (self.overhead_us + m * self.beta_us_per_byte)
+            }
             GatherAlgo::Binomial => {
                 ceil_log2(p) as f64 * self.alpha_us + k * m * self.beta_us_per_byte * 1.5
             }
@@ -504,7 +514,8 @@ impl CostModel {
         let pf = p as f64;
         match a {
             ReduceScatterAlgo::Ring => {
-                (pf - 1.0) * (self.alpha_us + n / pf * (self.beta_us_per_byte + self.gamma_us_per_byte))
+                (pf - 1.0)
+                    * (self.alpha_us + n / pf * (self.beta_us_per_byte + self.gamma_us_per_byte))
             }
             ReduceScatterAlgo::ReduceScatterv => {
                 let l = ceil_log2(p) as f64;
@@ -528,7 +539,9 @@ impl CostModel {
 /// The candidate of least cost (the first on ties).
 fn best<A: Copy>(cands: impl Iterator<Item = A>, cost: impl Fn(A) -> f64) -> A {
     let mut it = cands;
-    let first = it.next().expect("every collective has at least one candidate"); // invariant: NAMES non-empty and filters keep an order-preserving algorithm
+    let first = it
+        .next()
+        .expect("every collective has at least one candidate"); // invariant: NAMES non-empty and filters keep an order-preserving algorithm
     let mut b = (first, cost(first));
     for a in it {
         let c = cost(a);
@@ -572,8 +585,29 @@ mod tests {
                 "p={p}: {big}"
             );
         }
-        // At 64 ranks and a huge vector, ring's fewer folding bytes do not beat
-        // Rabenseifner's fewer latencies; at 3 ranks ring avoids the fold.
+        // Where the measurements cross (see CostModel::DEFAULT): 2 ranks between 8 and
+        // 64 KiB, Rabenseifner from 64 KiB at 4 and 8 ranks.
+        assert_eq!(
+            c.allreduce(2, 8 << 10, true).unwrap(),
+            AllreduceAlgo::RecursiveDoubling
+        );
+        assert_ne!(
+            c.allreduce(2, 64 << 10, true).unwrap(),
+            AllreduceAlgo::RecursiveDoubling
+        );
+        assert_eq!(
+            c.allreduce(4, 64 << 10, true).unwrap(),
+            AllreduceAlgo::Rabenseifner
+        );
+        assert_eq!(
+            c.allreduce(8, 1 << 20, true).unwrap(),
+            AllreduceAlgo::Rabenseifner
+        );
+        assert_eq!(
+            c.allreduce(8, 1 << 10, true).unwrap(),
+            AllreduceAlgo::RecursiveDoubling
+        );
+        // At 3 ranks the ring avoids Rabenseifner's fold of a whole vector.
         assert_eq!(c.allreduce(3, 64 << 20, true).unwrap(), AllreduceAlgo::Ring);
         // Non-commutative operations never get the ring.
         for bytes in [8, 1 << 10, 1 << 20, 64 << 20] {
@@ -593,8 +627,8 @@ mod tests {
         assert_eq!(c.allgather(6, 4 << 20).unwrap(), AllgatherAlgo::Ring);
         assert_eq!(c.alltoall(8, 8).unwrap(), AlltoallAlgo::Linear);
         assert_eq!(c.alltoall(8, 1 << 20).unwrap(), AlltoallAlgo::Pairwise);
-        assert_eq!(c.gather(8, 8, false).unwrap(), GatherAlgo::Linear);
-        assert_eq!(c.gather(64, 8, false).unwrap(), GatherAlgo::Binomial);
+        assert_eq!(c.gather(8, 8, false).unwrap(), GatherAlgo::Binomial);
+        assert_eq!(c.gather(8, 1 << 20, false).unwrap(), GatherAlgo::Linear);
         assert_eq!(
             c.reduce_scatter(8, 8 << 20, true).unwrap(),
             ReduceScatterAlgo::Ring
@@ -630,7 +664,8 @@ mod tests {
         );
         assert_eq!(c.bcast(2, 1).unwrap(), BcastAlgo::ScatterAllgather);
         assert_eq!(c.gather(8, 1, true).unwrap(), GatherAlgo::Binomial);
-        assert_eq!(c.gather(8, 1, false).unwrap(), GatherAlgo::Linear);
+        // The scatter override leaves gather to the model (linear for large blocks).
+        assert_eq!(c.gather(8, 1 << 20, false).unwrap(), GatherAlgo::Linear);
         let e = c.alltoall(4, 8).unwrap_err().to_string();
         assert!(
             e.contains("RANKWIRE_ALLTOALL_ALGO") && e.contains("pairwise, linear"),

@@ -415,7 +415,9 @@ impl DeviceMem for FakeDevice {
         assert!(offset + src.len() <= dst.len());
         self.to.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: test memory, bounds asserted.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().add(offset), src.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().add(offset), src.len())
+        };
         Ok(())
     }
     fn copy_from_device(&mut self, src: RawBuf) -> Result<Vec<u8>, String> {
@@ -457,13 +459,20 @@ fn device_buffers_go_through_device_mem_every_combination() {
                 false,
             );
             let r = net.ranks[1].irecv(
-                Pattern { ctx: 0, src: Some(0), tag: Some(4) },
+                Pattern {
+                    ctx: 0,
+                    src: Some(0),
+                    tag: Some(4),
+                },
                 RawBuf::with_kind(out.as_mut_ptr(), len, rkind),
             );
             net.drive();
             assert_eq!(net.done(1, r).unwrap().len_bytes, len);
             assert!(net.done(0, s).is_ok());
-            assert_eq!(out, data, "len {len} send_dev {send_dev} recv_dev {recv_dev}");
+            assert_eq!(
+                out, data,
+                "len {len} send_dev {send_dev} recv_dev {recv_dev}"
+            );
             let staged_out = from.load(std::sync::atomic::Ordering::Relaxed);
             let staged_in = to.load(std::sync::atomic::Ordering::Relaxed);
             assert_eq!(staged_out > 0, send_dev && len > 0, "len {len}");

@@ -1,0 +1,512 @@
+//! Collective operations on host buffers (MPI 4.1 chapter 6).
+//!
+//! Every collective is a method of [`Communicator`] in a blocking form (`allreduce`)
+//! and a nonblocking one (`iallreduce`, MPI 4.1 §6.12) returning a [`CollRequest`] that
+//! borrows the buffers until it completes. All ranks of the communicator must call the
+//! same collectives in the same order (blocking and nonblocking alike), with matching
+//! arguments; `RANKWIRE_COLL_CHECK=1` verifies that ([`check`](self#mismatch-detection)).
+//!
+//! # Design
+//! - **Schedules.** An algorithm appends rounds of local steps (copy, reduce) and
+//!   transfers to a schedule (`sched.rs`, after libNBC); one description serves the
+//!   blocking call and the nonblocking one. A call builds its schedule, posts the first
+//!   round at once, and later rounds start when the previous round's transfers have
+//!   completed.
+//! - **Progress.** A nonblocking collective advances inside `test`/`wait` on any
+//!   collective request, inside every blocking collective, and inside the blocking
+//!   point-to-point calls of [`Communicator`] (`send`, `recv`, `sendrecv`, `probe`,
+//!   …): all active schedules are advanced there, oldest first, so waiting in any
+//!   order cannot deadlock. [`crate::Request::wait`] and `wait_all`/`wait_any` on
+//!   nonblocking point-to-point requests drive transfers already posted but do not
+//!   start a collective's next round; hook for the engine owner: polling the active
+//!   schedules from `Engine::progress` would cover them too.
+//! - **Contexts and tags.** Collective traffic uses the communicator's collective
+//!   context (`ctx | 2^31`, see [`crate::group`]), so it never matches user receives.
+//!   Each call takes the communicator's next call number `seq`; its messages carry tag
+//!   `(seq mod 2^28) · 4 + phase` (phase 0: algorithm, 1–3: the check's exchanges), so
+//!   the messages of different calls, even of overlapping nonblocking ones, never
+//!   match each other.
+//! - **Selection.** Each call picks an algorithm from an α–β–γ cost model, unless
+//!   `RANKWIRE_<COLLECTIVE>_ALGO` forces one ([`select`]).
+//!
+//! # Algorithms
+//! | collective | algorithms (`RANKWIRE_*_ALGO` name) | source |
+//! |---|---|---|
+//! | barrier | dissemination | Hensgen, Finkel, Manber 1988 |
+//! | bcast | `binomial`, `scatter_allgather` | MPICH; Barnett et al. 1994 / van de Geijn |
+//! | reduce | `binomial` | MPICH |
+//! | allreduce | `recursive_doubling`, `rabenseifner`, `ring`, `reduce_bcast` | Thakur et al. 2005; Rabenseifner 2004; Patarasuk & Yuan 2009 |
+//! | gather, scatter | `linear`, `binomial` | MPICH |
+//! | gatherv, scatterv | linear | MPICH |
+//! | allgather | `ring`, `bruck`, `recursive_doubling` (2^k ranks) | Bruck et al. 1997; Thakur et al. 2005 |
+//! | allgatherv | ring | Thakur et al. 2005 |
+//! | alltoall, alltoallv | `pairwise`, `linear` | Thakur et al. 2005 §4.5 |
+//! | reduce_scatter(_block) | `ring`, `reduce_scatterv` | Patarasuk & Yuan 2009; MPICH |
+//! | scan, exscan | recursive doubling | MPICH `MPIR_Scan_intra_recursive_doubling` |
+//!
+//! Non-power-of-two sizes: recursive doubling and Rabenseifner fold the first
+//! `2·(p − 2^⌊lg p⌋)` ranks in pairs before and out after (Thakur et al. §4.4); the
+//! others work for any size.
+//!
+//! # Reduction order and floating point
+//! Every algorithm combines contributions in a fixed bracketing that depends only on
+//! the communicator size, the count and the algorithm, never on timing, so a result is
+//! reproducible run to run. Operand order is kept (`a_i` left of `a_j` for `i < j`) by
+//! recursive doubling, Rabenseifner, binomial reduce, `reduce_bcast`,
+//! `reduce_scatterv` and scan; ring algorithms combine block `b` starting at rank `b`
+//! (allreduce) or `b + 1` (reduce-scatter) and go round the ring, so they serve only
+//! commutative operations (every built-in one; a [`UserOp`] declared
+//! non-commutative gets an order-keeping algorithm instead).
+//!
+//! Allreduce results are bitwise identical on every rank: in ring and Rabenseifner each
+//! block is reduced by exactly one rank and copied to the others; in recursive
+//! doubling both partners of an exchange evaluate the same expression (lower ranks'
+//! partial result on the left) on the same bits; `reduce_bcast` broadcasts rank 0's
+//! result. Different algorithms may round differently from each other.
+//!
+//! # Mismatch detection
+//! With `RANKWIRE_COLL_CHECK=1` (read at communicator creation) every collective first
+//! exchanges small descriptors on its own tags and fails with
+//! [`crate::Error::Collective`] on every rank, naming the ranks and the difference,
+//! instead of hanging or corrupting memory; see `check.rs` for what is compared.
+//! Without it, a length mismatch that reaches a receive still fails the call with
+//! [`crate::Error::Collective`] rather than truncating, but other mismatches can hang.
+//!
+//! [`UserOp`]: ops::UserOp
+
+pub mod ops;
+pub mod select;
+
+mod allgather;
+mod allreduce;
+mod alltoall;
+mod barrier;
+mod bcast;
+mod check;
+mod gather;
+mod reduce;
+mod reduce_scatter;
+mod scan;
+pub(crate) mod sched;
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::comm::{COLL_CTX_BIT, Communicator};
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::universe::Inner;
+
+use check::Spec;
+use sched::{Builder, CommCtx, Exec, UserBufs};
+
+/// Which collective a call is (carried in check descriptors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CollKind {
+    Barrier = 1,
+    Bcast,
+    Reduce,
+    Allreduce,
+    Gather,
+    Gatherv,
+    Scatter,
+    Scatterv,
+    Allgather,
+    Allgatherv,
+    Alltoall,
+    Alltoallv,
+    ReduceScatter,
+    ReduceScatterBlock,
+    Scan,
+    Exscan,
+}
+
+impl CollKind {
+    const ALL: [CollKind; 16] = [
+        CollKind::Barrier,
+        CollKind::Bcast,
+        CollKind::Reduce,
+        CollKind::Allreduce,
+        CollKind::Gather,
+        CollKind::Gatherv,
+        CollKind::Scatter,
+        CollKind::Scatterv,
+        CollKind::Allgather,
+        CollKind::Allgatherv,
+        CollKind::Alltoall,
+        CollKind::Alltoallv,
+        CollKind::ReduceScatter,
+        CollKind::ReduceScatterBlock,
+        CollKind::Scan,
+        CollKind::Exscan,
+    ];
+
+    /// Lower-case name, as in the API.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CollKind::Barrier => "barrier",
+            CollKind::Bcast => "bcast",
+            CollKind::Reduce => "reduce",
+            CollKind::Allreduce => "allreduce",
+            CollKind::Gather => "gather",
+            CollKind::Gatherv => "gatherv",
+            CollKind::Scatter => "scatter",
+            CollKind::Scatterv => "scatterv",
+            CollKind::Allgather => "allgather",
+            CollKind::Allgatherv => "allgatherv",
+            CollKind::Alltoall => "alltoall",
+            CollKind::Alltoallv => "alltoallv",
+            CollKind::ReduceScatter => "reduce_scatter",
+            CollKind::ReduceScatterBlock => "reduce_scatter_block",
+            CollKind::Scan => "scan",
+            CollKind::Exscan => "exscan",
+        }
+    }
+
+    pub(crate) fn from_code(c: u64) -> Option<CollKind> {
+        CollKind::ALL.iter().copied().find(|k| *k as u64 == c)
+    }
+}
+
+/// Tag of phase 0 of collective call `seq` (see the module doc).
+pub(crate) fn tag_base(seq: u64) -> i32 {
+    ((seq & 0x0FFF_FFFF) << 2) as i32
+}
+
+/// A pending nonblocking collective (MPI_Request of `MPI_Ibcast` & co.). Borrows the
+/// call's buffers for `'a`.
+///
+/// Complete it with [`CollRequest::wait`] or [`CollRequest::test`]. Dropping an
+/// unfinished request waits for it (a collective cannot be withdrawn once peers may
+/// depend on it). Do not `mem::forget` one: the runtime would keep using its buffers.
+#[must_use = "a collective request must be waited for or tested to completion"]
+pub struct CollRequest<'a> {
+    inner: Arc<Inner>,
+    exec: Arc<Mutex<Exec>>,
+    done: bool,
+    _buf: PhantomData<&'a mut [u8]>,
+}
+
+/// Schedules of nonblocking collectives still running in this process, oldest first
+/// (see "Progress" in the module doc). Process-wide because a process has one engine;
+/// hook for the engine owner: this belongs in `Engine`.
+static ACTIVE: Mutex<Vec<Weak<Mutex<Exec>>>> = Mutex::new(Vec::new());
+/// `ACTIVE.len()`, readable without the lock: waits skip the list when it is empty
+/// (the common case of blocking collectives, which leave it before waiting).
+static ACTIVE_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Add `x` to the active schedules (if `add`) after removing dead ones and `x` itself.
+fn set_active(x: &Arc<Mutex<Exec>>, add: bool) {
+    let mut a = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+    let me = Arc::downgrade(x);
+    a.retain(|w| w.strong_count() > 0 && !w.ptr_eq(&me));
+    if add {
+        a.push(me);
+    }
+    ACTIVE_LEN.store(a.len(), Ordering::Release);
+}
+
+impl<'a> CollRequest<'a> {
+    fn start(inner: Arc<Inner>, exec: Exec) -> CollRequest<'a> {
+        let exec = Arc::new(Mutex::new(exec));
+        {
+            let mut e = inner.lock();
+            lock(&exec).advance(&mut *e);
+            e.progress();
+        }
+        if !lock(&exec).is_finished() {
+            set_active(&exec, true);
+        }
+        CollRequest {
+            inner,
+            exec,
+            done: false,
+            _buf: PhantomData,
+        }
+    }
+
+    /// Block until the collective has completed on this rank (MPI_Wait).
+    ///
+    /// # Errors
+    /// [`crate::Error::Collective`] if the ranks called it inconsistently (detected
+    /// always for lengths that reach a receive, otherwise with `RANKWIRE_COLL_CHECK=1`);
+    /// [`crate::Error::Connection`] if a peer died.
+    pub fn wait(mut self) -> Result<()> {
+        self.done = true;
+        // Its own wait loop advances it; the list is for the others'.
+        set_active(&self.exec, false);
+        wait_exec(&self.inner, &self.exec)
+    }
+
+    /// Complete the collective if it is done, without blocking (MPI_Test). Returns the
+    /// request back when it is still pending.
+    ///
+    /// # Errors
+    /// The outer `Result` is always `Ok`; the inner one is the outcome, as for
+    /// [`CollRequest::wait`].
+    pub fn test(mut self) -> std::result::Result<Result<()>, Self> {
+        let r = {
+            let mut e = self.inner.lock();
+            poll(&mut e, &self.exec)
+        };
+        match r {
+            Some(r) => {
+                self.done = true;
+                set_active(&self.exec, false);
+                Ok(r)
+            }
+            None => Err(self),
+        }
+    }
+
+    /// Whether the collective has completed on this rank (without consuming the
+    /// request).
+    pub fn is_complete(&self) -> bool {
+        let mut e = self.inner.lock();
+        e.progress();
+        advance_active(&mut e);
+        lock(&self.exec).is_finished()
+    }
+}
+
+impl Drop for CollRequest<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            set_active(&self.exec, false);
+            let _ = wait_exec(&self.inner, &self.exec);
+        }
+    }
+}
+
+/// Wait for every request, in order (MPI_Waitall on collective requests).
+///
+/// # Errors
+/// The first failure, after all have completed.
+pub fn wait_all_coll(reqs: Vec<CollRequest<'_>>) -> Result<()> {
+    let mut first = Ok(());
+    for r in reqs {
+        let res = r.wait();
+        if first.is_ok() {
+            first = res;
+        }
+    }
+    first
+}
+
+fn lock(m: &Mutex<Exec>) -> MutexGuard<'_, Exec> {
+    // A panic in a user reduction leaves the schedule as consistent as its own
+    // bookkeeping; keep going rather than cascade.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One progress round for `exec` and every active schedule; its outcome if done.
+fn poll(e: &mut Engine, exec: &Mutex<Exec>) -> Option<Result<()>> {
+    e.progress();
+    if advance_active(e) | lock(exec).advance(e) {
+        // Push out what the new rounds posted.
+        e.progress();
+    }
+    lock(exec).take_result()
+}
+
+fn wait_exec(inner: &Inner, exec: &Mutex<Exec>) -> Result<()> {
+    inner.wait_for(|e| {
+        advance_active(e);
+        let mut x = lock(exec);
+        x.advance(e);
+        x.take_result()
+    })
+}
+
+/// Advance every active nonblocking collective, oldest first (cheap when there is
+/// none). Returns whether any changed. Blocking point-to-point waits call it too.
+pub(crate) fn advance_active(e: &mut Engine) -> bool {
+    if ACTIVE_LEN.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    let list: Vec<Arc<Mutex<Exec>>> = {
+        let mut a = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+        a.retain(|w| w.strong_count() > 0);
+        ACTIVE_LEN.store(a.len(), Ordering::Release);
+        a.iter().filter_map(Weak::upgrade).collect()
+    };
+    let mut any = false;
+    for x in list {
+        // A schedule locked elsewhere is being advanced by its owner right now (the
+        // engine lock we hold serialises owners, so that is this very call stack).
+        let g = match x.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(mut g) = g {
+            any |= g.advance(e);
+        }
+    }
+    any
+}
+
+impl Communicator {
+    /// Start a collective: take the next call number, prepend the check phases if
+    /// enabled, let `build` append the algorithm, post the first round.
+    ///
+    /// # Errors
+    /// `spec.invalid` when checking is off (with checking on, the check reports it on
+    /// every rank); [`crate::Error::Usage`] after finalize.
+    pub(crate) fn start_coll<'a>(
+        &self,
+        spec: Spec,
+        user: UserBufs,
+        build: impl FnOnce(&mut Builder),
+    ) -> Result<CollRequest<'a>> {
+        self.inner.check_live()?;
+        let seq = self.st.next_seq();
+        let check = self.st.cfg.check;
+        if !check && let Some(e) = spec.invalid {
+            return Err(e);
+        }
+        let mut b = Builder::new(self.rank(), self.size());
+        if check {
+            check::build(&mut b, &spec);
+        }
+        if spec.invalid.is_none() {
+            build(&mut b);
+        }
+        let ctx = CommCtx {
+            group: self.st.group.clone(),
+            ctx: self.st.ctx | COLL_CTX_BIT,
+            tag_base: tag_base(seq),
+        };
+        Ok(CollRequest::start(
+            self.inner.clone(),
+            b.finish(spec.kind.name(), user, ctx),
+        ))
+    }
+}
+
+/// Checks shared by the API functions.
+pub(crate) mod args {
+    use crate::error::Error;
+
+    /// `Some(error)` if `root` is not a rank of a communicator of `size`.
+    pub(crate) fn root(what: &str, root: usize, size: usize) -> Option<Error> {
+        (root >= size).then(|| {
+            Error::usage(format!(
+                "{what}: root {root} is out of range for a communicator of size {size}"
+            ))
+        })
+    }
+
+    /// `Some(error)` unless `got == want` (lengths in elements).
+    pub(crate) fn len(what: &str, buf: &str, got: usize, want: usize) -> Option<Error> {
+        (got != want).then(|| {
+            Error::usage(format!(
+                "{what}: {buf} holds {got} elements but {want} are needed"
+            ))
+        })
+    }
+
+    /// `Some(error)` unless `counts`/`displs` have `size` entries and each block lies in
+    /// a buffer of `len` elements.
+    pub(crate) fn layout(
+        what: &str,
+        counts: &[usize],
+        displs: &[usize],
+        size: usize,
+        len: usize,
+    ) -> Option<Error> {
+        if counts.len() != size || displs.len() != size {
+            return Some(Error::usage(format!(
+                "{what}: counts and displacements need {size} entries (one per rank), got {} and {}",
+                counts.len(),
+                displs.len()
+            )));
+        }
+        for (i, (&c, &d)) in counts.iter().zip(displs).enumerate() {
+            if d.checked_add(c).is_none_or(|end| end > len) {
+                return Some(Error::usage(format!(
+                    "{what}: block {i} (displacement {d}, count {c}) lies outside the \
+                     {len}-element buffer"
+                )));
+            }
+        }
+        None
+    }
+
+    /// First error of several.
+    pub(crate) fn first(errs: impl IntoIterator<Item = Option<Error>>) -> Option<Error> {
+        errs.into_iter().flatten().next()
+    }
+}
+
+/// In-memory runs of whole algorithms for the unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use bytemuck::Pod;
+
+    use super::ops::{ReduceOp, Reducer, UserOp};
+    use super::sched::{Builder, UserBufs, sim};
+
+    /// Build every rank's schedule with `build` (which reads `b.rank`), run them in
+    /// memory, and return the number of messages. Panics if a rank fails.
+    pub(crate) fn run<S: Pod, R: Pod>(
+        sends: &[Vec<S>],
+        recvs: &mut [Vec<R>],
+        reducer: Option<Reducer>,
+        build: impl Fn(&mut Builder),
+    ) -> usize {
+        let p = sends.len();
+        let mut execs: Vec<_> = sends
+            .iter()
+            .zip(recvs.iter_mut())
+            .enumerate()
+            .map(|(r, (s, rv))| {
+                let mut b = Builder::new(r, p);
+                build(&mut b);
+                b.finish(
+                    "test",
+                    UserBufs::new(
+                        bytemuck::cast_slice(s),
+                        bytemuck::cast_slice_mut(rv),
+                        reducer.clone(),
+                    ),
+                    sim::ctx(p),
+                )
+            })
+            .collect();
+        let (res, msgs) = sim::run(&mut execs);
+        for (r, x) in res.into_iter().enumerate() {
+            if let Err(e) = x {
+                panic!("rank {r} of {p} failed: {e}");
+            }
+        }
+        msgs
+    }
+
+    /// Non-commutative test operation on (first, last) digit pairs: concatenation of
+    /// ranges, `(a, b) ∘ (c, d) = (a, d)`, valid only if `b + 1 == c`; otherwise
+    /// marks the result bad with -1.
+    pub(crate) fn concat() -> ReduceOp<[i64; 2]> {
+        UserOp::new(
+            |inv: &[[i64; 2]], io: &mut [[i64; 2]]| {
+                for (l, r) in inv.iter().zip(io.iter_mut()) {
+                    *r = if l[1] + 1 == r[0] && l[0] >= 0 && r[1] >= 0 {
+                        [l[0], r[1]]
+                    } else {
+                        [-1, -1]
+                    };
+                }
+            },
+            false,
+        )
+        .into()
+    }
+
+    /// Deterministic test values for `rank`, `count` elements.
+    pub(crate) fn values(rank: usize, count: usize) -> Vec<i64> {
+        (0..count)
+            .map(|i| ((rank * 1_000_003 + i * 7919) % 2003) as i64 - 1000)
+            .collect()
+    }
+}

@@ -1,0 +1,413 @@
+//! Groups, context ids and communicator creation (MPI 4.1 chapter 7).
+//!
+//! A [`Group`] is an ordered set of processes, named by their world ranks; it is a
+//! local object (no communication). A communicator is a group plus a *context id*:
+//! every message carries the context id of the communicator it was sent on, and a
+//! receive only matches messages of its own context, so traffic on one communicator
+//! never matches receives on another, even with the same ranks and tags.
+//!
+//! # Context ids
+//! Each communicator has two contexts: `ctx` for user point-to-point messages and
+//! `ctx | 2^31` for its collectives' internal traffic. The world communicator has
+//! `ctx = 0`. A new communicator's id must differ from the id of every communicator
+//! that shares a process with it (two disjoint communicators may share an id: no
+//! message can pass between them). The scheme, a simplification of MPICH's context-id
+//! mask (`MPIR_Get_contextid_sparse`):
+//!
+//! - every process keeps a counter `next`: one above the largest context id it has
+//!   ever been part of (1 at start);
+//! - creating communicators from a parent is collective over the parent: the parent's
+//!   ranks agree on `c = max(next)` over all of them (an allreduce-max, or a field in
+//!   the allgather that `split` needs anyway), every new communicator gets `c`, and
+//!   every parent rank sets `next = c + 1`.
+//!
+//! Why it is unique: every member of the new communicator took part and had all its
+//! existing ids below its `next ≤ c`. Communicators split off together share `c` but
+//! are disjoint. Ids are never reused (a freed communicator does not return its id),
+//! leaving 2^31 − 1 creations per job. Creating communicators from two threads of one
+//! process at the same time is not supported (both could read the same `next`).
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::coll::ops::Op;
+use crate::coll::select::CollConfig;
+use crate::comm::{COLL_CTX_BIT, CommState, Communicator};
+use crate::error::{Error, Result};
+
+/// One above the largest context id this process has been part of (see the module
+/// doc). Process-wide: a process has at most one universe. Hook for the universe
+/// owner: this belongs in `universe::Inner`.
+static NEXT_CTX: AtomicU32 = AtomicU32::new(1);
+
+/// A communicator's context id (MPI 4.1 §7.1.2). Collectives of the communicator use
+/// [`ContextId::collective`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContextId(u32);
+
+impl ContextId {
+    pub(crate) fn new(ctx: u32) -> ContextId {
+        ContextId(ctx)
+    }
+
+    /// The id of point-to-point traffic.
+    pub fn get(self) -> u32 {
+        self.0
+    }
+
+    /// The id of the communicator's internal collective traffic.
+    pub fn collective(self) -> u32 {
+        self.0 | COLL_CTX_BIT
+    }
+}
+
+impl fmt::Display for ContextId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// How two groups relate (MPI_Group_compare, MPI 4.1 §7.3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupRelation {
+    /// Same members in the same order (MPI_IDENT).
+    Identical,
+    /// Same members, different order (MPI_SIMILAR).
+    Similar,
+    /// Different members (MPI_UNEQUAL).
+    Unequal,
+}
+
+/// An ordered set of processes (MPI_Group, MPI 4.1 §7.3). Rank `i` of the group is
+/// its `i`-th process. Operations are local; cheap to clone.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Group {
+    /// World rank of each group rank.
+    world: Arc<[u32]>,
+    /// World rank of the calling process.
+    me: u32,
+}
+
+impl fmt::Debug for Group {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Group")
+            .field("world_ranks", &&*self.world)
+            .field("rank", &self.rank())
+            .finish()
+    }
+}
+
+impl Group {
+    pub(crate) fn from_world_ranks(world: Arc<[u32]>, me: u32) -> Group {
+        Group { world, me }
+    }
+
+    /// Number of processes (MPI_Group_size).
+    pub fn size(&self) -> usize {
+        self.world.len()
+    }
+
+    /// Rank of the calling process in the group, `None` if it is not a member
+    /// (MPI_Group_rank returning MPI_UNDEFINED).
+    pub fn rank(&self) -> Option<usize> {
+        self.world.iter().position(|&w| w == self.me)
+    }
+
+    /// World rank of each group rank, in group order.
+    pub fn world_ranks(&self) -> Vec<usize> {
+        self.world.iter().map(|&w| w as usize).collect()
+    }
+
+    /// The group of ranks `ranks` of this group, in that order (MPI_Group_incl).
+    ///
+    /// # Errors
+    /// [`Error::Usage`] if a rank is out of range or repeated.
+    pub fn incl(&self, ranks: &[usize]) -> Result<Group> {
+        self.check_distinct(ranks, "incl")?;
+        Ok(self.with(ranks.iter().map(|&r| self.world[r]).collect()))
+    }
+
+    /// This group without ranks `ranks`, order kept (MPI_Group_excl).
+    ///
+    /// # Errors
+    /// [`Error::Usage`] if a rank is out of range or repeated.
+    pub fn excl(&self, ranks: &[usize]) -> Result<Group> {
+        self.check_distinct(ranks, "excl")?;
+        Ok(self.with(
+            (0..self.size())
+                .filter(|r| !ranks.contains(r))
+                .map(|r| self.world[r])
+                .collect(),
+        ))
+    }
+
+    /// For each rank of this group in `ranks`, its rank in `other`, or `None` if that
+    /// process is not in `other` (MPI_Group_translate_ranks).
+    ///
+    /// # Errors
+    /// [`Error::Usage`] if a rank is out of range.
+    pub fn translate_ranks(&self, ranks: &[usize], other: &Group) -> Result<Vec<Option<usize>>> {
+        ranks
+            .iter()
+            .map(|&r| {
+                let w = self.world.get(r).ok_or_else(|| {
+                    Error::usage(format!(
+                        "translate_ranks: rank {r} is out of range for a group of size {}",
+                        self.size()
+                    ))
+                })?;
+                Ok(other.world.iter().position(|x| x == w))
+            })
+            .collect()
+    }
+
+    /// This group's processes, then those of `other` not in it (MPI_Group_union).
+    pub fn union(&self, other: &Group) -> Group {
+        let mut v: Vec<u32> = self.world.to_vec();
+        v.extend(other.world.iter().filter(|w| !self.world.contains(w)));
+        self.with(v)
+    }
+
+    /// This group's processes that are also in `other`, in this group's order
+    /// (MPI_Group_intersection).
+    pub fn intersection(&self, other: &Group) -> Group {
+        self.with(
+            self.world
+                .iter()
+                .copied()
+                .filter(|w| other.world.contains(w))
+                .collect(),
+        )
+    }
+
+    /// This group's processes that are not in `other` (MPI_Group_difference).
+    pub fn difference(&self, other: &Group) -> Group {
+        self.with(
+            self.world
+                .iter()
+                .copied()
+                .filter(|w| !other.world.contains(w))
+                .collect(),
+        )
+    }
+
+    /// How this group relates to `other` (MPI_Group_compare).
+    pub fn compare(&self, other: &Group) -> GroupRelation {
+        if self.world == other.world {
+            GroupRelation::Identical
+        } else if self.size() == other.size() && self.world.iter().all(|w| other.world.contains(w))
+        {
+            GroupRelation::Similar
+        } else {
+            GroupRelation::Unequal
+        }
+    }
+
+    fn with(&self, world: Vec<u32>) -> Group {
+        Group {
+            world: world.into(),
+            me: self.me,
+        }
+    }
+
+    fn check_distinct(&self, ranks: &[usize], what: &str) -> Result<()> {
+        let mut seen = vec![false; self.size()];
+        for &r in ranks {
+            match seen.get_mut(r) {
+                None => {
+                    return Err(Error::usage(format!(
+                        "{what}: rank {r} is out of range for a group of size {}",
+                        self.size()
+                    )));
+                }
+                Some(true) => {
+                    return Err(Error::usage(format!("{what}: rank {r} is listed twice")));
+                }
+                Some(s) => *s = true,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What `split` exchanges per rank.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+struct SplitEntry {
+    /// Color + 1, or 0 for "no communicator" (MPI_UNDEFINED).
+    color: u64,
+    key: i64,
+    next_ctx: u64,
+}
+
+impl Communicator {
+    /// A new communicator with the same group and a new context (MPI_Comm_dup,
+    /// MPI 4.1 §7.4.2). Collective over this communicator.
+    ///
+    /// # Errors
+    /// [`Error::Connection`] if a peer died; [`Error::Usage`] if context ids ran out.
+    pub fn dup(&self) -> Result<Communicator> {
+        let ctx = self.agree_ctx()?;
+        self.derive(ctx, self.st.group.clone())
+            .ok_or_else(|| Error::usage("dup: the calling rank is not in the group"))
+    }
+
+    /// Partition this communicator by `color` (MPI_Comm_split, MPI 4.1 §7.4.2): ranks
+    /// with the same color form a new communicator, ordered by `key`, then by their
+    /// rank here. `None` (MPI_UNDEFINED) joins no communicator and gets `Ok(None)`.
+    /// Collective over this communicator.
+    ///
+    /// # Errors
+    /// [`Error::Connection`] if a peer died; [`Error::Usage`] if context ids ran out.
+    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
+        let mine = SplitEntry {
+            color: color.map_or(0, |c| c as u64 + 1),
+            key: key as i64,
+            next_ctx: NEXT_CTX.load(Ordering::Relaxed) as u64,
+        };
+        let mut all = vec![SplitEntry::zeroed(); self.size()];
+        self.allgather(std::slice::from_ref(&mine), &mut all)?;
+        let c = all.iter().map(|e| e.next_ctx).max().unwrap_or(1);
+        let ctx = self.claim_ctx(c)?;
+        if mine.color == 0 {
+            return Ok(None);
+        }
+        let mut members: Vec<(i64, usize)> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.color == mine.color)
+            .map(|(r, e)| (e.key, r))
+            .collect();
+        members.sort_unstable();
+        let group: Arc<[u32]> = members.iter().map(|&(_, r)| self.st.group[r]).collect();
+        Ok(self.derive(ctx, group))
+    }
+
+    /// The ranks of this communicator that share this rank's node (memory, kernel and
+    /// network namespace), in rank order (MPI_Comm_split_type with
+    /// MPI_COMM_TYPE_SHARED, MPI 4.1 §7.4.2). Collective over this communicator.
+    ///
+    /// Nodes are told apart by hostname, kernel boot id and network namespace.
+    ///
+    /// # Errors
+    /// [`Error::Connection`] if a peer died; [`Error::Usage`] if context ids ran out.
+    pub fn split_shared(&self) -> Result<Communicator> {
+        let node = crate::universe::node_id().into_bytes();
+        let mut lens = vec![0u64; self.size()];
+        self.allgather(&[node.len() as u64], &mut lens)?;
+        let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
+        let displs: Vec<usize> = counts
+            .iter()
+            .scan(0, |acc, &c| {
+                let d = *acc;
+                *acc += c;
+                Some(d)
+            })
+            .collect();
+        let mut names = vec![0u8; counts.iter().sum()];
+        self.allgatherv(&node, &mut names, &counts, &displs)?;
+        let name = |r: usize| &names[displs[r]..displs[r] + counts[r]];
+        let color = (0..self.size())
+            .find(|&r| name(r) == node.as_slice())
+            .unwrap_or(self.rank());
+        self.split(Some(color as u32), 0)?
+            .ok_or_else(|| Error::usage("split_shared: no communicator for a defined color"))
+    }
+
+    /// A communicator of the ranks of `group` (MPI_Comm_create, MPI 4.1 §7.4.2).
+    /// Collective over this communicator: every rank calls it, with the same group or
+    /// (as MPI allows) with disjoint groups. Ranks not in their group get `Ok(None)`.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] if `group` has a process outside this communicator or context
+    /// ids ran out; [`Error::Connection`] if a peer died.
+    pub fn create(&self, group: &Group) -> Result<Option<Communicator>> {
+        let outside = group.world.iter().find(|w| !self.st.group.contains(w));
+        let ctx = self.agree_ctx()?;
+        if let Some(w) = outside {
+            return Err(Error::usage(format!(
+                "create: world rank {w} of the group is not in this communicator"
+            )));
+        }
+        Ok(self.derive(ctx, group.world.clone()))
+    }
+
+    /// Agree on a fresh context id with every rank of this communicator.
+    fn agree_ctx(&self) -> Result<u32> {
+        let mine = [NEXT_CTX.load(Ordering::Relaxed)];
+        let mut max = [0u32];
+        self.allreduce(&mine, &mut max, Op::Max)?;
+        self.claim_ctx(max[0] as u64)
+    }
+
+    /// Record that context id `c` is taken.
+    fn claim_ctx(&self, c: u64) -> Result<u32> {
+        if c >= COLL_CTX_BIT as u64 - 1 {
+            return Err(Error::usage(
+                "context ids exhausted: this job created 2^31 communicators",
+            ));
+        }
+        NEXT_CTX.fetch_max(c as u32 + 1, Ordering::Relaxed);
+        Ok(c as u32)
+    }
+
+    fn derive(&self, ctx: u32, group: Arc<[u32]>) -> Option<Communicator> {
+        let st = CommState::new(ctx, group, self.inner.rank, CollConfig::from_env())?;
+        Some(Communicator {
+            inner: self.inner.clone(),
+            st: Arc::new(st),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(ranks: &[u32], me: u32) -> Group {
+        Group::from_world_ranks(ranks.into(), me)
+    }
+
+    #[test]
+    fn incl_excl_translate() {
+        let world = g(&[0, 1, 2, 3, 4, 5], 3);
+        assert_eq!(world.rank(), Some(3));
+        let odd = world.incl(&[5, 3, 1]).unwrap();
+        assert_eq!(odd.world_ranks(), vec![5, 3, 1]);
+        assert_eq!(odd.rank(), Some(1));
+        let even = world.excl(&[1, 3, 5]).unwrap();
+        assert_eq!(even.world_ranks(), vec![0, 2, 4]);
+        assert_eq!(even.rank(), None);
+        assert_eq!(
+            world.translate_ranks(&[0, 1, 5], &odd).unwrap(),
+            vec![None, Some(2), Some(0)]
+        );
+        assert!(matches!(world.incl(&[6]), Err(Error::Usage(_))));
+        assert!(matches!(world.excl(&[1, 1]), Err(Error::Usage(_))));
+        assert!(world.translate_ranks(&[9], &odd).is_err());
+        assert_eq!(world.incl(&[]).unwrap().size(), 0);
+    }
+
+    #[test]
+    fn set_operations_keep_mpi_order() {
+        let a = g(&[4, 1, 7], 1);
+        let b = g(&[7, 2, 4, 9], 1);
+        assert_eq!(a.union(&b).world_ranks(), vec![4, 1, 7, 2, 9]);
+        assert_eq!(a.intersection(&b).world_ranks(), vec![4, 7]);
+        assert_eq!(b.intersection(&a).world_ranks(), vec![7, 4]);
+        assert_eq!(a.difference(&b).world_ranks(), vec![1]);
+        assert_eq!(a.compare(&a.clone()), GroupRelation::Identical);
+        assert_eq!(a.compare(&g(&[7, 4, 1], 1)), GroupRelation::Similar);
+        assert_eq!(a.compare(&b), GroupRelation::Unequal);
+    }
+
+    #[test]
+    fn context_id_parts() {
+        let c = ContextId::new(5);
+        assert_eq!(c.get(), 5);
+        assert_eq!(c.collective(), 5 | (1 << 31));
+    }
+}

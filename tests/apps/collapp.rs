@@ -1,0 +1,724 @@
+//! rw-collapp: collective and communicator scenarios for the multi-process tests (run
+//! under rwrun).
+//!
+//! `rw-collapp <scenario> [args]`. Every rank computes a sequential reference from the
+//! deterministic inputs of all ranks and checks its own results; any mismatch prints
+//! a message and exits 1. Success prints `rank R: <scenario> OK`.
+//!
+//! Scenarios: `all <count>...` (every collective at each count), `bits` (allreduce
+//! f32/f64 bitwise equal on every rank), `comms` (dup/split/create/split_shared and
+//! isolation), `overlap` (nonblocking collectives overlapped with point-to-point),
+//! `check` (mismatches caught by `RANKWIRE_COLL_CHECK=1`), `nocheck` (a length
+//! mismatch without the check fails instead of hanging).
+
+use std::fmt::Debug;
+
+use rankwire::{
+    Communicator, Error, Loc, Op, ReduceOp, Result, Status, UserOp, bf16, f16, wait_all_coll,
+};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let scenario = args.get(1).map(String::as_str).unwrap_or("");
+    let universe = match rankwire::init() {
+        Ok(u) => u,
+        Err(e) => fail(&format!("init: {e}")),
+    };
+    let world = universe.world();
+    let r = match scenario {
+        "all" => {
+            let counts: Vec<usize> = args[2..].iter().filter_map(|s| s.parse().ok()).collect();
+            counts.iter().try_for_each(|&c| all(&world, c))
+        }
+        "bits" => bits(&world, 1003),
+        "comms" => comms(&world),
+        "overlap" => overlap(&world),
+        "check" => check_mode(&world),
+        "nocheck" => nocheck(&world),
+        other => fail(&format!("unknown scenario {other:?}")),
+    };
+    if let Err(e) = r {
+        fail(&format!("rank {}: {scenario}: {e}", world.rank()));
+    }
+    if let Err(e) = universe.finalize() {
+        fail(&format!("finalize: {e}"));
+    }
+    println!("rank {}: {scenario} OK", world.rank());
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("rw-collapp: FAILED: {msg}");
+    std::process::exit(1)
+}
+
+fn expect<T: PartialEq + Debug>(what: &str, got: &T, want: &T) -> Result<()> {
+    if got != want {
+        let (g, w) = (format!("{got:?}"), format!("{want:?}"));
+        fail(&format!(
+            "{what}: got {} want {}",
+            &g[..g.len().min(400)],
+            &w[..w.len().min(400)]
+        ));
+    }
+    Ok(())
+}
+
+/// Rank `r`'s input element `i`.
+fn val(r: usize, i: usize) -> i64 {
+    ((r * 131 + i * 7 + 3) % 97) as i64 - 48
+}
+
+fn vals(r: usize, n: usize) -> Vec<i64> {
+    (0..n).map(|i| val(r, i)).collect()
+}
+
+/// Per-rank count of the v-collectives (zeros included).
+fn vcount(r: usize, count: usize) -> usize {
+    (r * 3 + count) % 5 + count / 3
+}
+
+fn displs(counts: &[usize]) -> Vec<usize> {
+    counts
+        .iter()
+        .scan(0, |a, &c| {
+            let d = *a;
+            *a += c;
+            Some(d)
+        })
+        .collect()
+}
+
+/// Non-commutative, associative: concatenation of rank ranges [first, last].
+fn concat() -> UserOp<[i64; 2]> {
+    UserOp::new(
+        |inv: &[[i64; 2]], io: &mut [[i64; 2]]| {
+            for (l, r) in inv.iter().zip(io.iter_mut()) {
+                *r = if l[1] + 1 == r[0] && l[0] >= 0 {
+                    [l[0], r[1]]
+                } else {
+                    [-1, -1]
+                };
+            }
+        },
+        false,
+    )
+}
+
+/// Every collective at `count` against the sequential reference.
+fn all(w: &Communicator, count: usize) -> Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let c = |what: &str| format!("{what} (p={p}, count={count}, rank {me})");
+    let mine = vals(me, count);
+    let sum: Vec<i64> = (0..count)
+        .map(|i| (0..p).map(|r| val(r, i)).sum())
+        .collect();
+
+    w.barrier()?;
+    for root in [0, p - 1, p / 2] {
+        let mut b: Vec<i64> = if me == root {
+            vals(root, count)
+        } else {
+            vec![0; count]
+        };
+        w.bcast(&mut b, root)?;
+        expect(&c("bcast"), &b, &vals(root, count))?;
+        let mut bytes: Vec<u8> = if me == root {
+            (0..count).map(|i| i as u8).collect()
+        } else {
+            vec![9; count]
+        };
+        w.bcast(&mut bytes, root)?;
+        expect(
+            &c("bcast u8"),
+            &bytes,
+            &(0..count).map(|i| i as u8).collect(),
+        )?;
+
+        let mut red = vec![0i64; if me == root { count } else { 0 }];
+        w.reduce(&mine, &mut red, Op::Sum, root)?;
+        if me == root {
+            expect(&c("reduce sum"), &red, &sum)?;
+        }
+        let ranges = vec![[me as i64, me as i64]; count.min(50)];
+        let mut ord = vec![[0i64; 2]; if me == root { ranges.len() } else { 0 }];
+        w.reduce(&ranges, &mut ord, concat(), root)?;
+        if me == root {
+            expect(
+                &c("reduce non-commutative"),
+                &ord,
+                &vec![[0, p as i64 - 1]; ranges.len()],
+            )?;
+        }
+
+        let mut g = vec![0i64; if me == root { p * count } else { 0 }];
+        w.gather(&mine, &mut g, root)?;
+        if me == root {
+            expect(
+                &c("gather"),
+                &g,
+                &(0..p).flat_map(|r| vals(r, count)).collect(),
+            )?;
+        }
+        let counts: Vec<usize> = (0..p).map(|r| vcount(r, count)).collect();
+        let dis = displs(&counts);
+        let total: usize = counts.iter().sum();
+        let mut gv = vec![-7i64; if me == root { total } else { 0 }];
+        w.gatherv(&vals(me, counts[me]), &mut gv, &counts, &dis, root)?;
+        if me == root {
+            expect(
+                &c("gatherv"),
+                &gv,
+                &(0..p).flat_map(|r| vals(r, counts[r])).collect(),
+            )?;
+        }
+
+        let full: Vec<i64> = (0..p).flat_map(|r| vals(r + 100, count)).collect();
+        let mut s = vec![0i64; count];
+        w.scatter(if me == root { &full } else { &[] }, &mut s, root)?;
+        expect(&c("scatter"), &s, &vals(me + 100, count))?;
+        let fullv: Vec<i64> = (0..p).flat_map(|r| vals(r + 200, counts[r])).collect();
+        let mut sv = vec![0i64; counts[me]];
+        w.scatterv(
+            if me == root { &fullv } else { &[] },
+            &counts,
+            &dis,
+            &mut sv,
+            root,
+        )?;
+        expect(&c("scatterv"), &sv, &vals(me + 200, counts[me]))?;
+    }
+
+    let mut ar = vec![0i64; count];
+    w.allreduce(&mine, &mut ar, Op::Sum)?;
+    expect(&c("allreduce sum"), &ar, &sum)?;
+    let mut mx = vec![0i64; count];
+    w.allreduce(&mine, &mut mx, Op::Max)?;
+    expect(
+        &c("allreduce max"),
+        &mx,
+        &(0..count)
+            .map(|i| (0..p).map(|r| val(r, i)).max().unwrap_or(0))
+            .collect(),
+    )?;
+    let um: Vec<u32> = mine.iter().map(|&x| x as u32).collect();
+    let mut bx = vec![0u32; count];
+    w.allreduce(&um, &mut bx, Op::BitXor)?;
+    expect(
+        &c("allreduce bxor"),
+        &bx,
+        &(0..count)
+            .map(|i| (0..p).fold(0, |a, r| a ^ val(r, i) as u32))
+            .collect(),
+    )?;
+    let fl: Vec<f64> = mine.iter().map(|&x| x as f64).collect();
+    let mut fs = vec![0f64; count];
+    w.allreduce(&fl, &mut fs, Op::Sum)?;
+    expect(
+        &c("allreduce f64"),
+        &fs,
+        &sum.iter().map(|&x| x as f64).collect(),
+    )?;
+    let h: Vec<f16> = (0..count)
+        .map(|i| f16::from_f32(((me + i) % 4) as f32))
+        .collect();
+    let mut hs = vec![f16::ZERO; count];
+    w.allreduce(&h, &mut hs, Op::Sum)?;
+    let hw: Vec<f16> = (0..count)
+        .map(|i| f16::from_f32((0..p).map(|r| ((r + i) % 4) as f32).sum()))
+        .collect();
+    expect(&c("allreduce f16"), &hs, &hw)?;
+    let bh: Vec<bf16> = h.iter().map(|x| bf16::from_f32(x.to_f32())).collect();
+    let mut bs = vec![bf16::ZERO; count];
+    w.allreduce(&bh, &mut bs, Op::Max)?;
+    let bw: Vec<bf16> = (0..count)
+        .map(|i| bf16::from_f32((0..p).map(|r| ((r + i) % 4) as f32).fold(0.0, f32::max)))
+        .collect();
+    expect(&c("allreduce bf16 max"), &bs, &bw)?;
+    let locs: Vec<Loc<f64, i64>> = (0..count)
+        .map(|i| Loc::new(((me * 37 + i) % 11) as f64, me as i64))
+        .collect();
+    let mut ml = vec![Loc::new(0.0, 0); count];
+    w.allreduce(&locs, &mut ml, Op::MinLoc)?;
+    let mlw: Vec<Loc<f64, i64>> = (0..count)
+        .map(|i| {
+            let v = (0..p).map(|r| (r * 37 + i) % 11).min().unwrap_or(0);
+            let at = (0..p).find(|r| (r * 37 + i) % 11 == v).unwrap_or(0);
+            Loc::new(v as f64, at as i64)
+        })
+        .collect();
+    expect(&c("allreduce minloc"), &ml, &mlw)?;
+    let ranges = vec![[me as i64, me as i64]; count.min(64)];
+    let mut ordr = vec![[0i64; 2]; ranges.len()];
+    w.allreduce(&ranges, &mut ordr, concat())?;
+    expect(
+        &c("allreduce non-commutative"),
+        &ordr,
+        &vec![[0, p as i64 - 1]; ranges.len()],
+    )?;
+
+    let mut ag = vec![0i64; p * count];
+    w.allgather(&mine, &mut ag)?;
+    expect(
+        &c("allgather"),
+        &ag,
+        &(0..p).flat_map(|r| vals(r, count)).collect(),
+    )?;
+    let counts: Vec<usize> = (0..p).map(|r| vcount(r, count)).collect();
+    let dis: Vec<usize> = displs(&counts).iter().map(|d| d + 3).collect();
+    let total: usize = counts.iter().sum::<usize>() + 3;
+    let mut agv = vec![-1i64; total];
+    w.allgatherv(&vals(me, counts[me]), &mut agv, &counts, &dis)?;
+    let mut want = vec![-1i64; 3];
+    want.extend((0..p).flat_map(|r| vals(r, counts[r])));
+    expect(&c("allgatherv"), &agv, &want)?;
+
+    let a2a: Vec<i64> = (0..p * count).map(|i| val(me, 1000 + i)).collect();
+    let mut a2r = vec![0i64; p * count];
+    w.alltoall(&a2a, &mut a2r)?;
+    let a2w: Vec<i64> = (0..p)
+        .flat_map(|src| (0..count).map(move |t| val(src, 1000 + me * count + t)))
+        .collect();
+    expect(&c("alltoall"), &a2r, &a2w)?;
+    let f = |i: usize, j: usize| (i + 2 * j + count) % 4 + count / 4;
+    let sc: Vec<usize> = (0..p).map(|j| f(me, j)).collect();
+    let rc: Vec<usize> = (0..p).map(|i| f(i, me)).collect();
+    let (sd, rd) = (displs(&sc), displs(&rc));
+    let sbuf: Vec<i64> = (0..p)
+        .flat_map(|j| (0..sc[j]).map(move |t| val(me, j * 1000 + t)))
+        .collect();
+    let mut rbuf = vec![0i64; rc.iter().sum()];
+    w.alltoallv(&sbuf, &sc, &sd, &mut rbuf, &rc, &rd)?;
+    let rw: Vec<i64> = (0..p)
+        .flat_map(|i| (0..rc[i]).map(move |t| val(i, me * 1000 + t)))
+        .collect();
+    expect(&c("alltoallv"), &rbuf, &rw)?;
+
+    let rsin: Vec<i64> = (0..p * count).map(|i| val(me, i)).collect();
+    let mut rsb = vec![0i64; count];
+    w.reduce_scatter_block(&rsin, &mut rsb, Op::Sum)?;
+    expect(
+        &c("reduce_scatter_block"),
+        &rsb,
+        &(0..count)
+            .map(|t| (0..p).map(|r| val(r, me * count + t)).sum())
+            .collect(),
+    )?;
+    let rcounts: Vec<usize> = (0..p).map(|r| vcount(r, count)).collect();
+    let rtotal: usize = rcounts.iter().sum();
+    let start: usize = rcounts[..me].iter().sum();
+    let rsv_in = vals(me, rtotal);
+    let mut rsv = vec![0i64; rcounts[me]];
+    w.reduce_scatter(&rsv_in, &mut rsv, &rcounts, Op::Sum)?;
+    expect(
+        &c("reduce_scatter"),
+        &rsv,
+        &(start..start + rcounts[me])
+            .map(|i| (0..p).map(|r| val(r, i)).sum())
+            .collect(),
+    )?;
+    let rsr: Vec<[i64; 2]> = vec![[me as i64, me as i64]; 2 * p];
+    let mut rso = vec![[0i64; 2]; 2];
+    w.reduce_scatter_block(&rsr, &mut rso, concat())?;
+    expect(
+        &c("reduce_scatter_block non-commutative"),
+        &rso,
+        &vec![[0, p as i64 - 1]; 2],
+    )?;
+
+    let mut sc_out = vec![0i64; count];
+    w.scan(&mine, &mut sc_out, Op::Sum)?;
+    expect(
+        &c("scan"),
+        &sc_out,
+        &(0..count)
+            .map(|i| (0..=me).map(|r| val(r, i)).sum())
+            .collect(),
+    )?;
+    let mut ex = vec![555i64; count];
+    w.exscan(&mine, &mut ex, Op::Sum)?;
+    let exw: Vec<i64> = if me == 0 {
+        vec![555; count]
+    } else {
+        (0..count)
+            .map(|i| (0..me).map(|r| val(r, i)).sum())
+            .collect()
+    };
+    expect(&c("exscan"), &ex, &exw)?;
+    let mut so = vec![[0i64; 2]; 3];
+    w.scan(&[[me as i64, me as i64]; 3], &mut so, concat())?;
+    expect(&c("scan non-commutative"), &so, &vec![[0, me as i64]; 3])?;
+
+    bits(w, count)
+}
+
+/// Allreduce of non-integer f32 and f64 sums: every rank's result bits must be equal;
+/// rank 0 gathers and compares them, then shares the verdict.
+fn bits(w: &Communicator, count: usize) -> Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let x32: Vec<f32> = (0..count)
+        .map(|i| ((me * 7919 + i * 104729) as f32).sin() * 1e3 / (1 + i % 13) as f32)
+        .collect();
+    let x64: Vec<f64> = (0..count)
+        .map(|i| ((me * 7919 + i * 104729) as f64).cos() * 1e7 / (1 + i % 17) as f64)
+        .collect();
+    let mut r32 = vec![0f32; count];
+    let mut r64 = vec![0f64; count];
+    w.allreduce(&x32, &mut r32, Op::Sum)?;
+    w.allreduce(&x64, &mut r64, Op::Sum)?;
+    let b32: Vec<u32> = r32.iter().map(|f| f.to_bits()).collect();
+    let b64: Vec<u64> = r64.iter().map(|f| f.to_bits()).collect();
+    let mut g32 = vec![0u32; if me == 0 { p * count } else { 0 }];
+    let mut g64 = vec![0u64; if me == 0 { p * count } else { 0 }];
+    w.gather(&b32, &mut g32, 0)?;
+    w.gather(&b64, &mut g64, 0)?;
+    let mut bad = [0u64];
+    if me == 0 {
+        for r in 1..p {
+            if g32[r * count..(r + 1) * count] != b32[..]
+                || g64[r * count..(r + 1) * count] != b64[..]
+            {
+                eprintln!("rank {r}'s allreduce bits differ from rank 0's");
+                bad[0] = 1;
+            }
+        }
+        // Sanity: close to the sequential sums.
+        for (i, &got) in r64.iter().enumerate() {
+            let s: f64 = (0..p)
+                .map(|r| ((r * 7919 + i * 104729) as f64).cos() * 1e7 / (1 + i % 17) as f64)
+                .sum();
+            if (s - got).abs() > 1e-6 * s.abs().max(1.0) {
+                eprintln!("f64 sum {i}: {got} vs {s}");
+                bad[0] = 1;
+            }
+        }
+    }
+    w.bcast(&mut bad, 0)?;
+    expect("allreduce bits identical on every rank", &bad[0], &0)
+}
+
+/// Communicator creation and isolation.
+fn comms(w: &Communicator) -> Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let dup = w.dup()?;
+    expect("dup size", &(dup.size(), dup.rank()), &(p, me))?;
+    if dup.context_id() == w.context_id() {
+        fail("dup has the world's context id");
+    }
+    let dup2 = dup.dup()?;
+    if dup2.context_id() == dup.context_id() || dup2.context_id() == w.context_id() {
+        fail("dup of dup reuses a context id");
+    }
+    // Same tag on world and dup never cross: rank 0 sends world first, rank 1 receives
+    // dup first.
+    if p >= 2 {
+        if me == 0 {
+            w.send(&[1u32], 1, 5)?;
+            dup.send(&[2u32], 1, 5)?;
+            dup2.send(&[3u32], 1, 5)?;
+        } else if me == 1 {
+            // World and dup messages wait in the unexpected queue; a wildcard receive on
+            // dup2 must skip them, and each of the others gets its own.
+            let mut x = [0u32];
+            let st = dup2.recv(&mut x, rankwire::ANY_SOURCE, rankwire::ANY_TAG)?;
+            expect(
+                "dup2 message via ANY_SOURCE/ANY_TAG",
+                &(x[0], st.source),
+                &(3, 0),
+            )?;
+            if dup2
+                .iprobe(rankwire::ANY_SOURCE, rankwire::ANY_TAG)?
+                .is_some()
+            {
+                fail("dup2 sees a message of another communicator");
+            }
+            dup.recv(&mut x, 0, 5)?;
+            expect("dup message", &x[0], &2)?;
+            w.recv(&mut x, 0, 5)?;
+            expect("world message", &x[0], &1)?;
+        }
+    }
+    finish_comms(w, &dup)
+}
+
+fn finish_comms(w: &Communicator, dup: &Communicator) -> Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    // Split by parity, reversed order by key.
+    let sub = w
+        .split(Some((me % 2) as u32), -(me as i32))?
+        .expect("a color was given");
+    let members: Vec<usize> = (0..p).filter(|r| r % 2 == me % 2).rev().collect();
+    expect("split size", &sub.size(), &members.len())?;
+    expect(
+        "split rank",
+        &sub.rank(),
+        &members.iter().position(|&r| r == me).unwrap(),
+    )?;
+    expect("split group", &sub.group().world_ranks(), &members)?;
+    let mut s = [0i64];
+    sub.allreduce(&[me as i64], &mut s, Op::Sum)?;
+    expect(
+        "allreduce on split",
+        &s[0],
+        &(members.iter().sum::<usize>() as i64),
+    )?;
+    // Point-to-point on the split with communicator ranks, interleaved with the same
+    // tags on world and dup.
+    let n = sub.size();
+    let (right, left) = ((sub.rank() + 1) % n, (sub.rank() + n - 1) % n);
+    let mut got = [0u64];
+    let st: Status = sub.sendrecv(&[sub.rank() as u64 * 10], right, 9, &mut got, left, 9)?;
+    expect(
+        "split sendrecv",
+        &(got[0], st.source as usize),
+        &(left as u64 * 10, left),
+    )?;
+    let mut d = [0i64];
+    dup.allreduce(&[1i64], &mut d, Op::Sum)?;
+    expect("allreduce on dup", &d[0], &(p as i64))?;
+    // Undefined color: no communicator.
+    let none = w.split(if me == 0 { None } else { Some(0) }, 0)?;
+    expect("split with MPI_UNDEFINED", &none.is_none(), &(me == 0))?;
+    if let Some(c) = &none {
+        expect("split without rank 0", &c.size(), &(p - 1))?;
+        c.barrier()?;
+    }
+    // create from a group of the even ranks.
+    let evens = w.group().incl(&(0..p).step_by(2).collect::<Vec<_>>())?;
+    let ec = w.create(&evens)?;
+    expect("create membership", &ec.is_some(), &(me % 2 == 0))?;
+    if let Some(ec) = &ec {
+        let mut b = [if ec.rank() == 0 { 42u8 } else { 0 }];
+        ec.bcast(&mut b, 0)?;
+        expect("bcast on created", &b[0], &42)?;
+        let t = w.group().translate_ranks(&[me], &ec.group())?;
+        expect("translate", &t, &vec![Some(me / 2)])?;
+    }
+    // All ranks of a job run on this machine.
+    let node = w.split_shared()?;
+    expect("split_shared size", &(node.size(), node.rank()), &(p, me))?;
+    // Collectives on several communicators interleaved keep apart.
+    let mut a = [0i64];
+    let mut b = [0i64];
+    let ra = sub.iallreduce(&[1i64], &mut a, Op::Sum)?;
+    let rb = w.iallreduce(&[2i64], &mut b, Op::Sum)?;
+    rb.wait()?;
+    ra.wait()?;
+    expect(
+        "interleaved",
+        &(a[0], b[0]),
+        &(sub.size() as i64, 2 * p as i64),
+    )?;
+    w.barrier()
+}
+
+/// Nonblocking collectives overlapped with point-to-point traffic, completed in
+/// different orders on different ranks.
+fn overlap(w: &Communicator) -> Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let n = 5000;
+    let mine = vals(me, n);
+    let sum: Vec<i64> = (0..n).map(|i| (0..p).map(|r| val(r, i)).sum()).collect();
+    let dup = w.dup()?;
+    let mut bc = if me == 0 { vals(0, n) } else { vec![0i64; n] };
+    let mut ar = vec![0i64; n];
+    let mut ag = vec![0i64; p * 64];
+    let mut ar2 = vec![0i64; n];
+    let small = vals(me, 64);
+    let mut a2 = vec![0i64; p * 3];
+    let a2s: Vec<i64> = (0..3 * p).map(|i| val(me, i)).collect();
+    let ib = w.ibarrier()?;
+    let rb = w.ibcast(&mut bc, 0)?;
+    let ra = w.iallreduce(&mine, &mut ar, Op::Sum)?;
+    let rg = w.iallgather(&small, &mut ag)?;
+    let rd = dup.iallreduce(&mine, &mut ar2, Op::Max)?;
+    let rt = w.ialltoall(&a2s, &mut a2)?;
+    // Point-to-point around the ring, eager and rendezvous sizes, while they run.
+    let (right, left) = ((me + 1) % p, (me + p - 1) % p);
+    for len in [8usize, 100_000] {
+        let out = vec![me as u8; len];
+        let mut inn = vec![0u8; len];
+        w.sendrecv(&out, right, 3, &mut inn, left, 3)?;
+        expect("p2p during collectives", &inn[len - 1], &(left as u8))?;
+    }
+    // Test some, wait the rest in rank-dependent order.
+    let rb = match rb.test() {
+        Ok(r) => {
+            r?;
+            None
+        }
+        Err(req) => Some(req),
+    };
+    if me % 2 == 0 {
+        rd.wait()?;
+        rt.wait()?;
+        rg.wait()?;
+        ra.wait()?;
+        ib.wait()?;
+    } else {
+        wait_all_coll(vec![ib, ra, rg, rt, rd])?;
+    }
+    rb.map(rankwire::CollRequest::wait).transpose()?;
+    expect("ibcast", &bc, &vals(0, n))?;
+    expect("iallreduce", &ar, &sum)?;
+    expect(
+        "iallgather",
+        &ag,
+        &(0..p).flat_map(|r| vals(r, 64)).collect(),
+    )?;
+    expect(
+        "iallreduce on dup",
+        &ar2,
+        &(0..n)
+            .map(|i| (0..p).map(|r| val(r, i)).max().unwrap_or(0))
+            .collect(),
+    )?;
+    expect(
+        "ialltoall",
+        &a2,
+        &(0..p)
+            .flat_map(|s| (0..3).map(move |t| val(s, me * 3 + t)))
+            .collect(),
+    )?;
+    // MPI's progress rule: rank 0 blocks in a receive from rank 2, which sends only
+    // once its ibarrier is complete; that needs rank 0's second dissemination round,
+    // which rank 0 can only start from inside the blocking receive.
+    if p >= 3 {
+        let b = w.ibarrier()?;
+        if me == 0 {
+            let mut x = [0u8];
+            w.recv(&mut x, 2, 6)?;
+            b.wait()?;
+        } else if me == 2 {
+            b.wait()?;
+            w.send(&[1u8], 0, 6)?;
+        } else {
+            b.wait()?;
+        }
+    }
+    // A receive posted before a nonblocking collective starts and matched after it.
+    let mut x = [0u32];
+    let r = w.irecv(&mut x, left, 4)?;
+    let mut y = [0i64];
+    let c = w.iallreduce(&[1i64], &mut y, Op::Sum)?;
+    w.send(&[me as u32], right, 4)?;
+    c.wait()?;
+    r.wait()?;
+    expect(
+        "recv around a collective",
+        &(x[0], y[0]),
+        &(left as u32, p as i64),
+    )?;
+    Ok(())
+}
+
+/// Each mismatch fails on every rank with a message naming it, then the communicator
+/// keeps working.
+fn check_mode(w: &Communicator) -> Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let expect_err = |what: &str, r: Result<()>, needles: &[&str]| -> Result<()> {
+        match r {
+            Err(Error::Collective(m)) => {
+                for n in needles {
+                    if !m.contains(n) {
+                        fail(&format!("{what}: error {m:?} lacks {n:?}"));
+                    }
+                }
+                println!("rank {me}: {what}: {m}");
+                Ok(())
+            }
+            other => fail(&format!(
+                "{what}: expected a collective error, got {other:?}"
+            )),
+        }
+    };
+    // Count mismatch: the last rank passes one element more.
+    let n = if me == p - 1 { 5 } else { 4 };
+    let mut out = vec![0i64; n];
+    expect_err(
+        "count",
+        w.allreduce(&vec![1i64; n], &mut out, Op::Sum),
+        &[
+            "count mismatch",
+            &format!("rank {}: 5 elements (40 bytes)", p - 1),
+        ],
+    )?;
+    // Root mismatch.
+    let root = if me == p - 1 { 1 } else { 0 };
+    let mut b = [0u8; 16];
+    expect_err(
+        "root",
+        w.bcast(&mut b, root),
+        &["root mismatch", &format!("rank {}: root 1", p - 1)],
+    )?;
+    // Different collectives.
+    let r = if me == 0 {
+        w.barrier()
+    } else {
+        w.allgather(&[1u8], &mut vec![0u8; p])
+    };
+    expect_err("kind", r, &["different collectives", "rank 0: barrier"])?;
+    // Operation mismatch.
+    let op = if me == 0 { Op::Max } else { Op::Sum };
+    expect_err(
+        "op",
+        w.allreduce(&[1u32], &mut [0u32], op),
+        &["operation mismatch", "MPI_MAX"],
+    )?;
+    // gatherv: one rank sends a different count than the root expects.
+    let counts = vec![2usize; p];
+    let dis = displs(&counts);
+    let mine = if me == p - 1 { 3 } else { 2 };
+    let mut g = vec![0i32; if me == 0 { 2 * p } else { 0 }];
+    expect_err(
+        "gatherv",
+        w.gatherv(&vec![1i32; mine], &mut g, &counts, &dis, 0),
+        &[&format!(
+            "rank {} sends 3 elements but root 0 expects recvcounts[{}] = 2",
+            p - 1,
+            p - 1
+        )],
+    )?;
+    // alltoallv: the last rank sends two elements to rank 0, which expects one.
+    let sc: Vec<usize> = (0..p)
+        .map(|j| if me == p - 1 && j == 0 { 2 } else { 1 })
+        .collect();
+    let rc = vec![1usize; p];
+    let sbuf = vec![7u16; sc.iter().sum()];
+    let mut rbuf = vec![0u16; p];
+    expect_err(
+        "alltoallv",
+        w.alltoallv(&sbuf, &sc, &displs(&sc), &mut rbuf, &rc, &displs(&rc)),
+        &[&format!(
+            "rank {} sends 2 elements to rank 0, which expects 1",
+            p - 1
+        )],
+    )?;
+    // Invalid arguments on one rank are reported everywhere.
+    let bad_len = if me == 1 % p { p + 1 } else { p };
+    let mut ag = vec![0u8; bad_len];
+    expect_err(
+        "invalid",
+        w.allgather(&[1u8], &mut ag),
+        &["invalid arguments"],
+    )?;
+    // Still usable.
+    let mut s = [0i64];
+    w.allreduce(&[1i64], &mut s, Op::Sum)?;
+    expect("allreduce after mismatches", &s[0], &(p as i64))?;
+    w.barrier()
+}
+
+/// Without the check, a count mismatch that reaches a receive fails the call on the
+/// ranks involved instead of truncating or hanging (2 ranks, recursive doubling).
+fn nocheck(w: &Communicator) -> Result<()> {
+    let me = w.rank();
+    let n = if me == 1 { 5 } else { 4 };
+    let mut out = vec![0i64; n];
+    match w.allreduce(&vec![1i64; n], &mut out, ReduceOp::from(Op::Sum)) {
+        Err(Error::Collective(m)) if m.contains("bytes where") => {
+            println!("rank {me}: nocheck: {m}");
+            Ok(())
+        }
+        other => fail(&format!("expected a collective error, got {other:?}")),
+    }
+}

@@ -1,0 +1,191 @@
+//! Collectives and communicators across processes, through rwrun (rw-collapp). Every
+//! run has a hard timeout and checks that no process of the job is left.
+//!
+//! Sizes 1–8 oversubscribe the 2-core CI machine; counts stay small at large sizes.
+
+use std::time::Duration;
+
+use rankwire_tests::{RunOutput, binary, rwrun};
+
+fn app() -> String {
+    binary("rw-collapp").to_string_lossy().into_owned()
+}
+
+/// Run `rw-collapp <args>` on `n` ranks with `env`; assert success and every rank's OK.
+fn run_ok(n: usize, env: &[(&str, &str)], args: &[&str]) -> RunOutput {
+    let mut v = vec!["-n".to_string(), n.to_string(), app()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    let mut run = rwrun(v).timeout(Duration::from_secs(90));
+    for (k, val) in env {
+        run = run.env(k, val);
+    }
+    let out = run.run();
+    assert_eq!(
+        out.code(),
+        0,
+        "{args:?} on {n} ranks with {env:?} failed\n--- stdout\n{}\n--- stderr\n{}",
+        out.stdout,
+        out.stderr
+    );
+    for r in 0..n {
+        let line = format!("rank {r}: {} OK", args[0]);
+        assert!(
+            out.stdout.contains(&line),
+            "missing {line:?}\n{}",
+            out.stdout
+        );
+    }
+    out
+}
+
+/// Counts per communicator size: 0, 1, 7 and a few thousand where the machine allows.
+fn counts(n: usize) -> Vec<&'static str> {
+    if n <= 4 {
+        vec!["all", "0", "1", "7", "3000"]
+    } else {
+        vec!["all", "0", "1", "7", "300"]
+    }
+}
+
+#[test]
+fn every_collective_matches_the_reference_at_sizes_1_to_8() {
+    for n in 1..=8 {
+        run_ok(n, &[], &counts(n));
+    }
+}
+
+/// Forcing every algorithm of every collective, at a power-of-two size and two others.
+#[test]
+fn every_algorithm_forced_by_environment() {
+    let profiles: [&[(&str, &str)]; 4] = [
+        &[
+            ("RANKWIRE_ALLREDUCE_ALGO", "ring"),
+            ("RANKWIRE_BCAST_ALGO", "scatter_allgather"),
+            ("RANKWIRE_ALLGATHER_ALGO", "ring"),
+            ("RANKWIRE_ALLTOALL_ALGO", "pairwise"),
+            ("RANKWIRE_GATHER_ALGO", "binomial"),
+            ("RANKWIRE_SCATTER_ALGO", "binomial"),
+            ("RANKWIRE_REDUCE_SCATTER_ALGO", "ring"),
+        ],
+        &[
+            ("RANKWIRE_ALLREDUCE_ALGO", "recursive_doubling"),
+            ("RANKWIRE_BCAST_ALGO", "binomial"),
+            ("RANKWIRE_ALLGATHER_ALGO", "bruck"),
+            ("RANKWIRE_ALLTOALL_ALGO", "linear"),
+            ("RANKWIRE_GATHER_ALGO", "linear"),
+            ("RANKWIRE_SCATTER_ALGO", "linear"),
+            ("RANKWIRE_REDUCE_SCATTER_ALGO", "reduce_scatterv"),
+        ],
+        &[
+            ("RANKWIRE_ALLREDUCE_ALGO", "rabenseifner"),
+            ("RANKWIRE_BCAST_ALGO", "scatter_allgather"),
+            ("RANKWIRE_ALLGATHER_ALGO", "recursive_doubling"),
+            ("RANKWIRE_ALLTOALL_ALGO", "pairwise"),
+            ("RANKWIRE_GATHER_ALGO", "binomial"),
+            ("RANKWIRE_SCATTER_ALGO", "linear"),
+            ("RANKWIRE_REDUCE_ALGO", "binomial"),
+        ],
+        &[
+            ("RANKWIRE_ALLREDUCE_ALGO", "reduce_bcast"),
+            ("RANKWIRE_BCAST_ALGO", "binomial"),
+            ("RANKWIRE_ALLGATHER_ALGO", "ring"),
+            ("RANKWIRE_ALLTOALL_ALGO", "linear"),
+            ("RANKWIRE_GATHER_ALGO", "linear"),
+            ("RANKWIRE_SCATTER_ALGO", "binomial"),
+        ],
+    ];
+    for env in profiles {
+        for n in [3, 4, 6] {
+            run_ok(n, env, &counts(n));
+        }
+    }
+}
+
+#[test]
+fn allreduce_floats_are_bitwise_identical_on_every_rank() {
+    for algo in ["ring", "recursive_doubling", "rabenseifner", "reduce_bcast"] {
+        run_ok(5, &[("RANKWIRE_ALLREDUCE_ALGO", algo)], &["bits"]);
+    }
+    run_ok(8, &[], &["bits"]);
+}
+
+#[test]
+fn dup_split_create_and_isolation() {
+    for n in [1, 2, 3, 4, 5] {
+        run_ok(n, &[], &["comms"]);
+    }
+}
+
+#[test]
+fn nonblocking_collectives_overlap_point_to_point() {
+    for n in [2, 3, 4] {
+        run_ok(n, &[], &["overlap"]);
+    }
+}
+
+#[test]
+fn coll_check_names_mismatches_on_every_rank_without_hanging() {
+    let out = run_ok(3, &[("RANKWIRE_COLL_CHECK", "1")], &["check"]);
+    for r in 0..3 {
+        for needle in [
+            format!(
+                "rank {r}: count: allreduce: count mismatch: ranks 0, 1: 4 elements (32 bytes); rank 2: 5 elements (40 bytes)"
+            ),
+            format!("rank {r}: root: bcast: root mismatch: ranks 0, 1: root 0; rank 2: root 1"),
+            format!(
+                "rank {r}: gatherv: gatherv: rank 2 sends 3 elements but root 0 expects recvcounts[2] = 2"
+            ),
+            format!(
+                "rank {r}: alltoallv: alltoallv: rank 2 sends 2 elements to rank 0, which expects 1"
+            ),
+        ] {
+            assert!(
+                out.stdout.contains(&needle),
+                "missing {needle:?}\n{}",
+                out.stdout
+            );
+        }
+    }
+    assert!(
+        out.elapsed < Duration::from_secs(30),
+        "took {:?}",
+        out.elapsed
+    );
+}
+
+#[test]
+fn coll_check_accepts_every_valid_collective() {
+    run_ok(
+        4,
+        &[("RANKWIRE_COLL_CHECK", "1")],
+        &["all", "0", "5", "200"],
+    );
+    run_ok(3, &[("RANKWIRE_COLL_CHECK", "1")], &["overlap"]);
+    run_ok(3, &[("RANKWIRE_COLL_CHECK", "1")], &["comms"]);
+}
+
+#[test]
+fn length_mismatch_without_check_is_an_error_not_a_hang() {
+    let out = run_ok(2, &[], &["nocheck"]);
+    assert!(
+        out.stdout
+            .contains("rank 1 sent 40 bytes where 32 were expected"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn bad_algorithm_name_is_a_usage_error() {
+    let out = rwrun(["-n", "2", &app(), "all", "4"])
+        .env("RANKWIRE_ALLREDUCE_ALGO", "fastest")
+        .timeout(Duration::from_secs(30))
+        .run();
+    assert_ne!(out.code(), 0);
+    assert!(
+        out.stderr
+            .contains("RANKWIRE_ALLREDUCE_ALGO=\"fastest\" is not an algorithm"),
+        "{}",
+        out.stderr
+    );
+}
