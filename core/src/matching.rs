@@ -21,7 +21,9 @@
 //! Feed [`Matcher::arrive`] with every message in any order; call [`Matcher::post`] for
 //! every receive. Both return what matched; the caller completes those receives.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::wire::Envelope;
 
@@ -79,8 +81,8 @@ impl<R: PartialEq + Copy, M> Matcher<R, M> {
         Matcher {
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
-            expected: HashMap::new(),
-            early: HashMap::new(),
+            expected: HashMap::default(),
+            early: HashMap::default(),
         }
     }
 
@@ -320,7 +322,7 @@ mod tests {
         #[test]
         fn agrees_with_reference(ops in proptest::collection::vec(op(), 0..60)) {
             let mut m: Matcher<usize, (usize, i32)> = Matcher::new();
-            let mut seq = HashMap::new();
+            let mut seq = std::collections::HashMap::new();
             let mut out = Vec::new();
             let mut pairs = Vec::new();
             for (i, o) in ops.iter().enumerate() {
@@ -357,7 +359,7 @@ mod tests {
             for (i, (s, t)) in posts.iter().enumerate() {
                 prop_assert!(m.post(pat(*s, *t), i).is_none());
             }
-            let mut seq = HashMap::new();
+            let mut seq = std::collections::HashMap::new();
             let mut msgs: Vec<Envelope> = sends.iter().map(|&(s, t)| {
                 let q = seq.entry(s).or_insert(0u64);
                 let e = env(s, t, *q);
@@ -379,7 +381,7 @@ mod tests {
             for (i, (s, t)) in posts.iter().enumerate() {
                 reference_m.post(pat(*s, *t), i);
             }
-            let mut seq = HashMap::new();
+            let mut seq = std::collections::HashMap::new();
             let mut ref_out = Vec::new();
             for &(s, t) in &sends {
                 let q = seq.entry(s).or_insert(0u64);

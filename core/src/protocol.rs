@@ -37,7 +37,9 @@
 //! Buffers are raw `(pointer, length)` pairs of host memory that the API layer keeps
 //! borrowed until the request completes. Zero-length buffers are never dereferenced.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::error::{Error, MatchError};
 use crate::matching::{Matched, Matcher, Pattern};
@@ -341,16 +343,16 @@ pub struct Protocol {
     matched: Vec<Matched<ReqId, Unexpected>>,
     pulls: VecDeque<PullReq>,
     /// Peers whose host buffers this rank may read by cross-memory attach.
-    pull_from: std::collections::HashSet<u32>,
+    pull_from: HashSet<u32>,
     /// Peers to which rendezvous sends offer the buffer for cross-memory attach, and
     /// this process's id for the descriptor.
-    offer_to: std::collections::HashSet<u32>,
+    offer_to: HashSet<u32>,
     pid: u32,
     device: Option<Box<dyn DeviceMem>>,
     /// Peers whose device buffers this rank may pull through CUDA IPC.
-    ipc_from: std::collections::HashSet<u32>,
+    ipc_from: HashSet<u32>,
     /// Peers to which device-buffer rendezvous sends offer a CUDA IPC handle.
-    ipc_to: std::collections::HashSet<u32>,
+    ipc_to: HashSet<u32>,
 }
 
 impl std::fmt::Debug for dyn DeviceMem {
@@ -366,14 +368,14 @@ impl Protocol {
             rank,
             size,
             matcher: Matcher::new(),
-            sends: HashMap::new(),
-            recvs: HashMap::new(),
+            sends: HashMap::default(),
+            recvs: HashMap::default(),
             next_id: 1,
-            next_seq: HashMap::new(),
+            next_seq: HashMap::default(),
             out: VecDeque::new(),
             data_ready: VecDeque::new(),
-            done: HashMap::new(),
-            dead: HashMap::new(),
+            done: HashMap::default(),
+            dead: HashMap::default(),
             matched: Vec::new(),
             pulls: VecDeque::new(),
             pull_from: Default::default(),
