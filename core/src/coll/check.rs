@@ -305,9 +305,9 @@ fn verdict(
     let invalid: Vec<usize> = ranks_where(d, |x| x.flags & F_INVALID != 0);
     if !invalid.is_empty() {
         if let Some(e) = own_invalid {
-            return Err(Error::Collective(format!(
-                "{name}: invalid arguments on this rank ({me}): {e}"
-            )));
+            // The same error as without the check (usually `Usage`), so that checking
+            // mode does not change what a program sees for its own bad arguments.
+            return Err(e.clone());
         }
         return fail(format!(
             "{} passed invalid arguments (see the error on {}); this rank's arguments are valid",
