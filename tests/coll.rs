@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use rankwire_tests::{RunOutput, binary, rwrun};
+use rankwire_tests::{RunOutput, binary, run_scenario, rwrun};
 
 fn app() -> String {
     binary("rw-collapp").to_string_lossy().into_owned()
@@ -13,29 +13,7 @@ fn app() -> String {
 
 /// Run `rw-collapp <args>` on `n` ranks with `env`; assert success and every rank's OK.
 fn run_ok(n: usize, env: &[(&str, &str)], args: &[&str]) -> RunOutput {
-    let mut v = vec!["-n".to_string(), n.to_string(), app()];
-    v.extend(args.iter().map(|s| s.to_string()));
-    let mut run = rwrun(v).timeout(Duration::from_secs(90));
-    for (k, val) in env {
-        run = run.env(k, val);
-    }
-    let out = run.run();
-    assert_eq!(
-        out.code(),
-        0,
-        "{args:?} on {n} ranks with {env:?} failed\n--- stdout\n{}\n--- stderr\n{}",
-        out.stdout,
-        out.stderr
-    );
-    for r in 0..n {
-        let line = format!("rank {r}: {} OK", args[0]);
-        assert!(
-            out.stdout.contains(&line),
-            "missing {line:?}\n{}",
-            out.stdout
-        );
-    }
-    out
+    run_scenario(&app(), n, env, args, Duration::from_secs(90))
 }
 
 /// Counts per communicator size: 0, 1, 7 and a few thousand where the machine allows.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rankwire_tests::{binary, rwrun};
+use rankwire_tests::{binary, run_scenario, rwrun};
 
 fn app() -> String {
     binary("rw-testapp").to_string_lossy().into_owned()
@@ -24,31 +24,10 @@ const CONFIGS: &[(&str, &[(&str, &str)])] = &[
 ];
 
 fn run_ok(n: usize, args: &[&str]) -> rankwire_tests::RunOutput {
+    let app = app();
     let mut last = None;
-    for (name, envs) in CONFIGS {
-        let mut v = vec!["-n".to_string(), n.to_string(), app()];
-        v.extend(args.iter().map(|s| s.to_string()));
-        let mut run = rwrun(v).timeout(Duration::from_secs(120));
-        for (k, val) in *envs {
-            run = run.env(k, val);
-        }
-        let out = run.run();
-        assert_eq!(
-            out.code(),
-            0,
-            "config {name}: {}\n{}",
-            out.stdout,
-            out.stderr
-        );
-        for r in 0..n {
-            let line = format!("rank {r}: {} OK", args[0]);
-            assert!(
-                out.stdout.contains(&line),
-                "config {name}: missing {line:?}\n{}",
-                out.stdout
-            );
-        }
-        last = Some(out);
+    for (_name, envs) in CONFIGS {
+        last = Some(run_scenario(&app, n, envs, args, Duration::from_secs(120)));
     }
     last.expect("at least one configuration")
 }

@@ -292,10 +292,8 @@ impl Communicator {
     /// Nonblocking receive (MPI_Irecv). `buf` stays borrowed until the request
     /// completes.
     ///
-    /// The [`Status`] the request reports carries the sender's *world* rank in
-    /// `source` (the request type cannot translate it yet); on the world communicator
-    /// and its duplicates the two are equal. Blocking receives, probes and
-    /// [`Message::recv`] report communicator ranks.
+    /// The [`Status`] the request reports names the sender by its rank in this
+    /// communicator.
     ///
     /// # Errors
     /// [`Error::Usage`] for invalid source or tag.
@@ -391,14 +389,18 @@ impl Communicator {
 
     /// Start a send of `bytes`; the caller keeps them borrowed until it completes.
     fn post_send(&self, bytes: &[u8], dest: usize, tag: i32, sync: bool) -> Result<ReqId> {
+        self.post_send_raw(RawBuf::from_slice(bytes), dest, tag, sync)
+    }
+
+    /// Start a send of `raw` (host or device memory); the caller keeps it valid until
+    /// the send completes.
+    fn post_send_raw(&self, raw: RawBuf, dest: usize, tag: i32, sync: bool) -> Result<ReqId> {
         self.inner.check_live()?;
         let dest = self.check_rank(dest)?;
         check_tag(tag)?;
         let mut e = self.inner.lock();
         let lim = e.eager_limit(dest);
-        let id = e
-            .proto
-            .isend(dest, self.st.ctx, tag, RawBuf::from_slice(bytes), lim, sync);
+        let id = e.proto.isend(dest, self.st.ctx, tag, raw, lim, sync);
         // Push eager frames out right away: the common small send completes here.
         e.progress();
         Ok(id)
@@ -406,9 +408,14 @@ impl Communicator {
 
     /// Post a receive into `bytes`; the caller keeps them borrowed until it completes.
     fn post_recv(&self, bytes: &mut [u8], source: Source, tag: Tag) -> Result<ReqId> {
+        self.post_recv_raw(RawBuf::new(bytes.as_mut_ptr(), bytes.len()), source, tag)
+    }
+
+    /// Post a receive into `raw` (host or device memory); the caller keeps it valid
+    /// until the receive completes.
+    fn post_recv_raw(&self, raw: RawBuf, source: Source, tag: Tag) -> Result<ReqId> {
         self.inner.check_live()?;
         let pat = self.pattern(source, tag)?;
-        let raw = RawBuf::new(bytes.as_mut_ptr(), bytes.len());
         Ok(self.inner.lock().proto.irecv(pat, raw))
     }
 
@@ -569,14 +576,7 @@ impl Communicator {
         tag: i32,
         sync: bool,
     ) -> Result<Request<'a>> {
-        self.inner.check_live()?;
-        let dest_world = self.check_rank(dest)?;
-        check_tag(tag)?;
-        let mut e = self.inner.lock();
-        let lim = e.eager_limit(dest_world);
-        let id = e.proto.isend(dest_world, self.st.ctx, tag, raw, lim, sync);
-        e.progress();
-        drop(e);
+        let id = self.post_send_raw(raw, dest, tag, sync)?;
         Ok(Request::new(self.inner.clone(), id, false, PhantomData).for_comm(self.st.clone()))
     }
 
@@ -586,9 +586,7 @@ impl Communicator {
         source: Source,
         tag: Tag,
     ) -> Result<Request<'a>> {
-        self.inner.check_live()?;
-        let pat = self.pattern(source, tag)?;
-        let id = self.inner.lock().proto.irecv(pat, raw);
+        let id = self.post_recv_raw(raw, source, tag)?;
         Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(self.st.clone()))
     }
 }

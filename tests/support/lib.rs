@@ -283,3 +283,37 @@ pub fn wait_no_new_shm(before: &std::collections::HashSet<String>, grace: Durati
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Run scenario program `app` as `rwrun -n <n> <app> <args...>` with `env`, and assert
+/// that the job exits 0 and every rank printed `rank <r>: <args[0]> OK`.
+pub fn run_scenario(
+    app: &str,
+    n: usize,
+    env: &[(&str, &str)],
+    args: &[&str],
+    timeout: Duration,
+) -> RunOutput {
+    let mut v = vec!["-n".to_string(), n.to_string(), app.to_string()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    let mut run = rwrun(v).timeout(timeout);
+    for (k, val) in env {
+        run = run.env(k, val);
+    }
+    let out = run.run();
+    assert_eq!(
+        out.code(),
+        0,
+        "{args:?} on {n} ranks with {env:?} failed\n--- stdout\n{}\n--- stderr\n{}",
+        out.stdout,
+        out.stderr
+    );
+    for r in 0..n {
+        let line = format!("rank {r}: {} OK", args[0]);
+        assert!(
+            out.stdout.contains(&line),
+            "{args:?} with {env:?}: missing {line:?}\n{}",
+            out.stdout
+        );
+    }
+    out
+}

@@ -231,6 +231,19 @@ pub trait Exchange {
     fn fence(&mut self) -> Result<(), String>;
 }
 
+/// An environment variable with a value a transport cannot use (`RANKWIRE_TCP_*`,
+/// `RANKWIRE_SHM_*`, ...).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}={value:?} is not valid: expected {expected}")]
+pub struct ConfigError {
+    /// The variable.
+    pub var: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What would have been valid.
+    pub expected: &'static str,
+}
+
 /// The narrow transport interface (compare NCCL's net plugin `ncclNet_v11`).
 pub trait Transport {
     /// Capabilities, as plain data.

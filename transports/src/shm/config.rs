@@ -39,17 +39,7 @@ impl Default for ShmConfig {
     }
 }
 
-/// An environment variable with a value the shared-memory transport cannot use.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{var}={value:?} is not valid: expected {expected}")]
-pub struct ConfigError {
-    /// The variable.
-    pub var: &'static str,
-    /// Its value.
-    pub value: String,
-    /// What would have been valid.
-    pub expected: &'static str,
-}
+pub use crate::ConfigError;
 
 impl ShmConfig {
     /// The default configuration with `RANKWIRE_SHM_RING_BYTES` applied. Unset or empty

@@ -85,17 +85,7 @@ impl Default for TcpConfig {
     }
 }
 
-/// An environment variable with a value the TCP transport cannot use.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{var}={value:?} is not valid: expected {expected}")]
-pub struct ConfigError {
-    /// The variable.
-    pub var: &'static str,
-    /// Its value.
-    pub value: String,
-    /// What would have been valid.
-    pub expected: &'static str,
-}
+pub use crate::ConfigError;
 
 impl TcpConfig {
     /// The default configuration with the `RANKWIRE_TCP_IF`, `RANKWIRE_TCP_IF_EXCLUDE`,
