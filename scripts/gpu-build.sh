@@ -7,9 +7,11 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/gpu}
 cargo build --release --features cuda -p rankwire-tests --bins
 cargo build --release -p rankwire-mpirun --bins
+cargo build --release -p rankwire-bench --features cuda
 cargo build --release -p rankwire-gpu --features cuda --examples
 mkdir -p .device-bin
-for b in "$CARGO_TARGET_DIR/release/rw-gpuapp" "$CARGO_TARGET_DIR/release/rwrun" \
+for b in "$CARGO_TARGET_DIR/release/rw-gpuapp" "$CARGO_TARGET_DIR/release/rw-gpucoll" \
+         "$CARGO_TARGET_DIR/release/rankwire-bench" "$CARGO_TARGET_DIR/release/rwrun" \
          "$CARGO_TARGET_DIR/release/examples/gpu_selftest"; do
   cp "$b" .device-bin/
   strip ".device-bin/$(basename "$b")"

@@ -25,6 +25,10 @@
 //!
 //! The algorithm is the library's choice unless `RANKWIRE_<COLL>_ALGO` forces one.
 //!
+//! `-d cuda` (allreduce, bcast, allgather): the buffers are device memory on GPU 0
+//! (`cuMemAlloc`) and the device collectives run (`allreduce_device`, ...): reductions
+//! as GPU kernels, transfers over CUDA IPC. Needs a build with `--features cuda`.
+//!
 //! Output: `# Size  Latency (us)`, `# Size  Bandwidth (MB/s)` or
 //! `# Size  Avg Latency (us) …`, one row per size from `--min-size` (default 0 for
 //! latency, 1 for bw, 4 for collectives) to `--max-size` bytes (powers of two).
@@ -35,6 +39,15 @@ use std::time::Instant;
 
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
+
+/// Where the collective buffers live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Device {
+    /// Host memory.
+    Host,
+    /// CUDA device memory on GPU 0.
+    Cuda,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -78,6 +91,9 @@ struct Args {
     /// Window of outstanding messages for bw/bibw.
     #[arg(long, default_value_t = 64)]
     window: usize,
+    /// Memory of the collective buffers (`cuda`: device memory, device collectives).
+    #[arg(long, short = 'd', value_enum, default_value_t = Device::Host)]
+    device: Device,
 }
 
 fn main() -> Result<()> {
@@ -175,7 +191,10 @@ fn coll_iters(args: &Args, size: usize) -> (usize, usize) {
 fn collectives(world: &rankwire::Communicator, args: &Args) -> Result<()> {
     let n = world.size();
     if world.rank() == 0 {
-        println!("# rankwire-bench {:?}, {n} ranks", args.mode);
+        println!(
+            "# rankwire-bench {:?}, {n} ranks, {:?} buffers",
+            args.mode, args.device
+        );
         match args.mode {
             Mode::Barrier => println!("# Avg Latency (us)  Min Latency (us)  Max Latency (us)"),
             Mode::Allreduce => println!(
@@ -193,9 +212,17 @@ fn collectives(world: &rankwire::Communicator, args: &Args) -> Result<()> {
         }
         return Ok(());
     }
+    if args.device == Device::Cuda
+        && !matches!(args.mode, Mode::Allreduce | Mode::Bcast | Mode::Allgather)
+    {
+        bail!("-d cuda supports allreduce, bcast and allgather");
+    }
     for size in sizes(args) {
         let (iters, warmup) = coll_iters(args, size);
         let us = match args.mode {
+            _ if args.device == Device::Cuda => {
+                device_collective(world, args.mode, size, iters, warmup)?
+            }
             Mode::Allreduce => {
                 let count = size / 4;
                 let send = vec![1.0f32; count];
@@ -231,6 +258,46 @@ fn collectives(world: &rankwire::Communicator, args: &Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Time one device collective of `size` bytes (f32 sum for allreduce), µs per call.
+fn device_collective(
+    world: &rankwire::Communicator,
+    mode: Mode,
+    size: usize,
+    iters: usize,
+    warmup: usize,
+) -> Result<f64> {
+    use rankwire::gpu::DeviceBuffer;
+    let n = world.size();
+    let alloc = |len: usize| -> Result<DeviceBuffer> {
+        let mut b = DeviceBuffer::alloc(0, len)?;
+        if len > 0 {
+            b.fill(0)?;
+        }
+        Ok(b)
+    };
+    Ok(match mode {
+        Mode::Allreduce => {
+            let len = size / 4 * 4;
+            let send = alloc(len)?;
+            let mut recv = alloc(len)?;
+            time_calls(world, iters, warmup, || {
+                world.allreduce_device(&send, &mut recv, rankwire::Datatype::F32, rankwire::Op::Sum)
+            })?
+        }
+        Mode::Bcast => {
+            let mut buf = alloc(size)?;
+            time_calls(world, iters, warmup, || world.bcast_device(&mut buf, 0))?
+        }
+        _ => {
+            let send = alloc(size)?;
+            let mut recv = alloc(size * n)?;
+            time_calls(world, iters, warmup, || {
+                world.allgather_device(&send, &mut recv)
+            })?
+        }
+    })
 }
 
 /// Average time per call of `f` on this rank, µs, after `warmup` untimed calls.

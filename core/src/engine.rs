@@ -328,6 +328,8 @@ impl Engine {
     /// Mark the end of communication: later connection closes are not failures.
     pub(crate) fn quiesce(&mut self) {
         self.ipc.close_all();
+        // After the final fence no peer maps our collective temporaries any more.
+        crate::coll::device::release_tmp_cache();
         if let Some(t) = self.shm.as_mut() {
             t.set_quiesced();
         }

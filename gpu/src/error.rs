@@ -132,6 +132,10 @@ pub enum Unsupported {
         /// The device ordinal.
         ordinal: i32,
     },
+    /// A bitwise reduction (`band`, `bor`, `bxor`) was asked of a floating-point type
+    /// (MPI 4.1 §6.9.2 defines them for integers only).
+    #[error("bitwise reductions are defined for integer types only")]
+    ReductionType,
 }
 
 impl GpuError {

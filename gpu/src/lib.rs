@@ -60,6 +60,7 @@ pub mod dmabuf;
 pub mod error;
 pub mod ipc;
 pub mod pointer;
+pub mod reduce;
 mod result;
 
 pub use buffer::{AllocKind, DeviceBuffer, PinnedBuffer};
@@ -76,6 +77,9 @@ pub use ipc::{
 pub use pointer::{
     CudaPointerQuery, MemoryInfo, PointerCache, PointerCacheStats, PointerQuery, PtrKind,
     buffer_id, classify, classify_addr, pointer_queries,
+};
+pub use reduce::{
+    DType, KernelCacheStats, RedOp, kernel_cache_stats, reduce_async, reduce_rows_async,
 };
 
 /// Whether a CUDA driver can be used by this build in this process.

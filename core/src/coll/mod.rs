@@ -83,6 +83,7 @@ mod alltoall;
 mod barrier;
 mod bcast;
 mod check;
+pub mod device;
 mod gather;
 mod reduce;
 mod reduce_scatter;
@@ -360,6 +361,30 @@ impl Communicator {
         user: UserBufs,
         build: impl FnOnce(&mut Builder),
     ) -> Result<CollRequest<'a>> {
+        self.start_coll_in(spec, user, false, build)
+    }
+
+    /// [`Communicator::start_coll`] for buffers on a device: the algorithm's
+    /// temporaries are device memory (the check's stay on the host).
+    ///
+    /// # Errors
+    /// As [`Communicator::start_coll`].
+    pub(crate) fn start_coll_device<'a>(
+        &self,
+        spec: Spec,
+        user: UserBufs,
+        build: impl FnOnce(&mut Builder),
+    ) -> Result<CollRequest<'a>> {
+        self.start_coll_in(spec, user, true, build)
+    }
+
+    fn start_coll_in<'a>(
+        &self,
+        spec: Spec,
+        user: UserBufs,
+        device: bool,
+        build: impl FnOnce(&mut Builder),
+    ) -> Result<CollRequest<'a>> {
         self.inner.check_live()?;
         let seq = self.st.next_seq();
         let check = self.st.cfg.check;
@@ -371,6 +396,7 @@ impl Communicator {
             check::build(&mut b, &spec);
         }
         if spec.invalid.is_none() {
+            b.set_device_tmps(device);
             build(&mut b);
         }
         let ctx = CommCtx {

@@ -23,6 +23,8 @@ use std::fmt;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
+use rankwire_transports::MemoryKind;
+
 use crate::coll::ops::Reducer;
 use crate::engine::Engine;
 use crate::error::{Error, MatchError, Result};
@@ -85,7 +87,23 @@ enum Local {
         dst: Slice,
         src_left: bool,
     },
+    /// `dst = row 0 ∘ row 1 ∘ … ∘ row rows−1` of `src` (rows of `dst.len` bytes, one
+    /// after the other), on the device; `src` is device or pinned host memory.
+    ReduceRows {
+        src: Slice,
+        rows: usize,
+        dst: Slice,
+    },
     Call(LocalFn),
+}
+
+/// Where a temporary lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TmpKind {
+    Host,
+    Device,
+    /// Page-locked host memory the device can read (schedules on device buffers).
+    Pinned,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -119,8 +137,10 @@ pub(crate) struct Builder {
     /// Communicator size.
     pub(crate) size: usize,
     rounds: Vec<Round>,
-    tmps: Vec<usize>,
+    /// Length in bytes and where it lives, per temporary.
+    tmps: Vec<(usize, TmpKind)>,
     phase: Phase,
+    device_tmps: bool,
 }
 
 impl Builder {
@@ -132,6 +152,7 @@ impl Builder {
             rounds: Vec::new(),
             tmps: Vec::new(),
             phase: Phase::Main,
+            device_tmps: false,
         }
     }
 
@@ -166,8 +187,36 @@ impl Builder {
     /// [`ZEROED_TMP_MAX`] bytes start uninitialised: every step must write a region
     /// (receive or copy into it) before reading it, which every algorithm here does.
     pub(crate) fn tmp(&mut self, len: usize) -> Buf {
-        self.tmps.push(len);
+        let kind = if self.device_tmps {
+            TmpKind::Device
+        } else {
+            TmpKind::Host
+        };
+        self.tmps.push((len, kind));
         Buf::Tmp(self.tmps.len() as u32 - 1)
+    }
+
+    /// A temporary of `len` bytes in page-locked host memory that the device can read
+    /// directly (schedules on device buffers only).
+    pub(crate) fn pinned_tmp(&mut self, len: usize) -> Buf {
+        self.tmps.push((len, TmpKind::Pinned));
+        Buf::Tmp(self.tmps.len() as u32 - 1)
+    }
+
+    /// `dst = row 0 ∘ row 1 ∘ …` over the `rows` rows of `dst.len` bytes at the start of
+    /// `src`, reduced on the device in row order, once earlier transfers have completed.
+    pub(crate) fn reduce_rows(&mut self, src: Slice, rows: usize, dst: Slice) {
+        debug_assert_eq!(src.len, dst.len * rows);
+        if dst.len == 0 || rows == 0 {
+            return;
+        }
+        self.local(Local::ReduceRows { src, rows, dst });
+    }
+
+    /// Whether temporaries created from now on live in device memory (collectives on
+    /// device buffers: the algorithm's temporaries, not the check's).
+    pub(crate) fn set_device_tmps(&mut self, on: bool) {
+        self.device_tmps = on;
     }
 
     /// Copy `src` to `dst` (equal lengths) once earlier transfers have completed.
@@ -212,19 +261,52 @@ impl Builder {
             .filter(|r| !r.locals.is_empty() || !r.xfers.is_empty())
             .collect();
         rounds.reverse();
+        let mut dev = user.dev;
+        let mut error = None;
+        let mut tmps = Vec::with_capacity(self.tmps.len());
+        for &(n, kind) in &self.tmps {
+            let wrap = |addr| match kind {
+                TmpKind::Pinned => Tmp::Pinned(addr),
+                _ => Tmp::Dev(addr),
+            };
+            let t = match (kind, dev.as_mut()) {
+                (TmpKind::Host, _) => Tmp::Host(HostTmp::new(n)),
+                (_, _) if n == 0 => wrap(0),
+                (_, Some(d)) => match if kind == TmpKind::Pinned {
+                    d.alloc_pinned(n)
+                } else {
+                    d.alloc(n)
+                } {
+                    Ok(addr) => wrap(addr),
+                    Err(e) => {
+                        error.get_or_insert(e);
+                        wrap(0)
+                    }
+                },
+                (_, None) => {
+                    error.get_or_insert(internal("device temporary without a device".into()));
+                    wrap(0)
+                }
+            };
+            tmps.push(t);
+        }
         Exec {
             name,
             rounds,
             bufs: Bufs {
                 send: user.send,
                 recv: user.recv,
-                tmps: self.tmps.iter().map(|&n| Tmp::new(n)).collect(),
-                tmp_lens: self.tmps,
+                tmps,
+                tmp_lens: self.tmps.iter().map(|&(n, _)| n).collect(),
                 reducer: user.reducer,
+                dev,
+                dirty: false,
             },
             ctx,
             pending: Vec::new(),
-            error: None,
+            deferred: Vec::new(),
+            busy: Vec::new(),
+            error,
             result: None,
             finished: false,
         }
@@ -256,6 +338,57 @@ pub(crate) struct UserBufs {
     pub(crate) send: (*const u8, usize),
     pub(crate) recv: (*mut u8, usize),
     pub(crate) reducer: Option<Reducer>,
+    /// For collectives on device buffers: the device operations (the user's buffers and
+    /// the algorithm's temporaries are then device memory).
+    pub(crate) dev: Option<Box<dyn DevOps>>,
+}
+
+/// Direction of a copy step of a schedule on device buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CopyDir {
+    /// Device to device.
+    DtoD,
+    /// Device to host.
+    DtoH,
+    /// Host to device.
+    HtoD,
+}
+
+/// The device side of a schedule on device buffers: temporaries, copies and
+/// reductions, all asynchronous in one stream order. The CUDA implementation is in
+/// `coll/device.rs`; the unit tests use an asynchronous fake on host memory.
+pub(crate) trait DevOps: Send {
+    /// The memory kind of the device buffers (for the transfers' `RawBuf`s).
+    fn kind(&self) -> MemoryKind;
+    /// A device temporary of `len > 0` bytes (16-byte aligned); its address.
+    fn alloc(&mut self, len: usize) -> Result<u64>;
+    /// Give back a temporary from [`DevOps::alloc`] once no queued work uses it.
+    fn release(&mut self, addr: u64, len: usize);
+    /// A page-locked host temporary of `len > 0` bytes that the device can read at
+    /// the same address (unified addressing); its address.
+    fn alloc_pinned(&mut self, len: usize) -> Result<u64>;
+    /// Give back a temporary from [`DevOps::alloc_pinned`].
+    fn release_pinned(&mut self, addr: u64, len: usize);
+    /// Enqueue `dst = row 0 ∘ … ∘ row rows−1` of the `rows` rows of `len` bytes at
+    /// `src` (device or pinned host memory).
+    fn reduce_rows(&mut self, dst: u64, src: u64, len: usize, rows: usize) -> Result<()>;
+    /// Enqueue a copy of `len` bytes from `src` to `dst` (disjoint or equal); host
+    /// addresses are those of host temporaries, live until the schedule ends.
+    fn copy(&mut self, dst: u64, src: u64, len: usize, dir: CopyDir) -> Result<()>;
+    /// Enqueue `dst = a ∘ b` over `len` bytes (whole elements; `dst` equals `a` or `b`).
+    fn reduce(&mut self, dst: u64, a: u64, b: u64, len: usize) -> Result<()>;
+    /// Whether all enqueued work has completed (never blocks).
+    fn poll_idle(&mut self) -> Result<bool>;
+    /// Block until all enqueued work has completed.
+    fn sync(&mut self) -> Result<()>;
+    /// Whether a schedule with nothing but device work to wait for should [`sync`]
+    /// rather than poll ([`poll_idle`]) from its progress loop.
+    ///
+    /// [`sync`]: DevOps::sync
+    /// [`poll_idle`]: DevOps::poll_idle
+    fn block_when_idle(&self) -> bool {
+        false
+    }
 }
 
 impl UserBufs {
@@ -270,6 +403,7 @@ impl UserBufs {
             send: (send.as_ptr(), send.len()),
             recv: (recv.as_mut_ptr(), recv.len()),
             reducer,
+            dev: None,
         }
     }
 }
@@ -289,6 +423,9 @@ pub(crate) struct Bufs {
     tmps: Vec<Tmp>,
     tmp_lens: Vec<usize>,
     reducer: Option<Reducer>,
+    dev: Option<Box<dyn DevOps>>,
+    /// Device work was enqueued since the device was last seen idle.
+    dirty: bool,
 }
 
 /// Temporaries up to this size are zeroed (cheap); larger ones are left
@@ -296,16 +433,45 @@ pub(crate) struct Bufs {
 /// what an earlier step wrote (copy, receive, [`Bufs::write`]).
 pub(crate) const ZEROED_TMP_MAX: usize = 4096;
 
-/// Storage of one temporary, only accessed through raw pointers.
-struct Tmp(Box<[MaybeUninit<u128>]>);
+/// Storage of one host temporary, only accessed through raw pointers.
+struct HostTmp(Box<[MaybeUninit<u128>]>);
 
-impl Tmp {
-    fn new(len: usize) -> Tmp {
+impl HostTmp {
+    fn new(len: usize) -> HostTmp {
         let words = len.div_ceil(16);
         if len <= ZEROED_TMP_MAX {
-            Tmp(vec![MaybeUninit::new(0u128); words].into_boxed_slice())
+            HostTmp(vec![MaybeUninit::new(0u128); words].into_boxed_slice())
         } else {
-            Tmp(Box::new_uninit_slice(words))
+            HostTmp(Box::new_uninit_slice(words))
+        }
+    }
+}
+
+/// A temporary: host storage, a device address from [`DevOps::alloc`] or a pinned
+/// host address from [`DevOps::alloc_pinned`] (0 when empty).
+enum Tmp {
+    Host(HostTmp),
+    Dev(u64),
+    Pinned(u64),
+}
+
+impl Drop for Bufs {
+    fn drop(&mut self) {
+        let Some(dev) = self.dev.as_mut() else {
+            return;
+        };
+        // Queued work may still use the temporaries (a failed schedule); wait for it.
+        if self.dirty
+            && let Err(e) = dev.sync()
+        {
+            tracing::warn!("collective on device buffers: waiting for the stream: {e}");
+        }
+        for (t, &n) in self.tmps.iter().zip(&self.tmp_lens) {
+            match *t {
+                Tmp::Dev(addr) if addr != 0 => dev.release(addr, n),
+                Tmp::Pinned(addr) if addr != 0 => dev.release_pinned(addr, n),
+                _ => {}
+            }
         }
     }
 }
@@ -326,9 +492,25 @@ impl Bufs {
                 let (Some(v), Some(&n)) = (self.tmps.get_mut(i), self.tmp_lens.get(i)) else {
                     return Err(internal(format!("temporary {i} does not exist")));
                 };
-                (v.0.as_mut_ptr() as *mut u8, n)
+                match v {
+                    Tmp::Host(h) => (h.0.as_mut_ptr() as *mut u8, n),
+                    Tmp::Dev(addr) | Tmp::Pinned(addr) => (*addr as *mut u8, n),
+                }
             }
         })
+    }
+
+    /// Whether `b` is a pinned host temporary.
+    fn is_pinned(&self, b: Buf) -> bool {
+        matches!(b, Buf::Tmp(i) if matches!(self.tmps.get(i as usize), Some(Tmp::Pinned(_))))
+    }
+
+    /// Whether `b` is device memory.
+    fn on_device(&self, b: Buf) -> bool {
+        match b {
+            Buf::Send | Buf::Recv => self.dev.is_some(),
+            Buf::Tmp(i) => matches!(self.tmps.get(i as usize), Some(Tmp::Dev(_))),
+        }
     }
 
     /// Pointer to the start of `s`, after checking bounds.
@@ -347,6 +529,9 @@ impl Bufs {
     /// The bytes of `s`, which an earlier step has written (temporaries may start
     /// uninitialised).
     pub(crate) fn bytes(&mut self, s: Slice) -> Result<&[u8]> {
+        if self.on_device(s.buf) {
+            return Err(internal(format!("host read of device slice {s:?}")));
+        }
         let p = self.ptr(s)?;
         // SAFETY: in bounds (checked); the buffer is live while the schedule runs and
         // the region was written before (the caller's contract).
@@ -358,7 +543,7 @@ impl Bufs {
     /// # Errors
     /// An internal error for a slice of the send buffer or a length mismatch.
     pub(crate) fn write(&mut self, s: Slice, data: &[u8]) -> Result<()> {
-        if (s.buf == Buf::Send && s.len > 0) || s.len != data.len() {
+        if (s.buf == Buf::Send && s.len > 0) || s.len != data.len() || self.on_device(s.buf) {
             return Err(internal(format!(
                 "bad write of {} bytes to {s:?}",
                 data.len()
@@ -372,10 +557,108 @@ impl Bufs {
     }
 
     fn raw(&mut self, s: Slice) -> Result<RawBuf> {
-        Ok(RawBuf::new(self.ptr(s)?, s.len))
+        let p = self.ptr(s)?;
+        match (&self.dev, self.on_device(s.buf)) {
+            (Some(d), true) if s.len > 0 => Ok(RawBuf::with_kind(p, s.len, d.kind())),
+            _ => Ok(RawBuf::new(p, s.len)),
+        }
+    }
+
+    /// A local step on device slices: enqueued on the device, not run here.
+    fn run_device(&mut self, l: &mut Local) -> Result<()> {
+        if let Local::ReduceRows { src, rows, dst } = *l {
+            let src_ok = self.on_device(src.buf) || self.is_pinned(src.buf);
+            if !src_ok || !self.on_device(dst.buf) || src.len != dst.len * rows || rows == 0 {
+                return Err(internal(format!(
+                    "bad row reduction {src:?} ({rows} rows) -> {dst:?}"
+                )));
+            }
+            let s = self.ptr(src)? as u64;
+            let d = self.ptr(dst)? as u64;
+            let Some(dev) = self.dev.as_mut() else {
+                return Err(internal("device step without a device".into()));
+            };
+            dev.reduce_rows(d, s, dst.len, rows)?;
+            self.dirty = true;
+            return Ok(());
+        }
+        let (src, dst) = match l {
+            Local::Copy { src, dst } | Local::Reduce { src, dst, .. } => (*src, *dst),
+            Local::ReduceRows { .. } | Local::Call(_) => {
+                return Err(internal("host step on device buffers".into()));
+            }
+        };
+        let dir = match (self.on_device(src.buf), self.on_device(dst.buf)) {
+            (true, true) => CopyDir::DtoD,
+            (true, false) => CopyDir::DtoH,
+            (false, true) => CopyDir::HtoD,
+            (false, false) => return Err(internal("host step sent to the device".into())),
+        };
+        if dir != CopyDir::DtoD && matches!(l, Local::Reduce { .. }) {
+            return Err(internal(format!(
+                "reduction mixes host and device slices: {src:?} -> {dst:?}"
+            )));
+        }
+        if src.len != dst.len || (dst.buf == Buf::Send && dst.len > 0) {
+            return Err(internal(format!("bad device step {src:?} -> {dst:?}")));
+        }
+        let s = self.ptr(src)? as u64;
+        let d = self.ptr(dst)? as u64;
+        let Some(dev) = self.dev.as_mut() else {
+            return Err(internal("device step without a device".into()));
+        };
+        match l {
+            Local::Copy { .. } => dev.copy(d, s, src.len, dir)?,
+            Local::Reduce { src_left, .. } => {
+                if src.buf == dst.buf && src.off < dst.off + dst.len && dst.off < src.off + src.len
+                {
+                    return Err(internal(format!("overlapping reduction {src:?} {dst:?}")));
+                }
+                if *src_left {
+                    dev.reduce(d, s, d, src.len)?
+                } else {
+                    dev.reduce(d, d, s, src.len)?
+                }
+            }
+            Local::ReduceRows { .. } | Local::Call(_) => {}
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Whether enqueued device work has finished (true without a device). When the
+    /// schedule has nothing else to wait for (`may_block`) and the policy allows it,
+    /// waits for the device instead of polling it.
+    fn device_idle(&mut self, may_block: bool) -> Result<bool> {
+        if !self.dirty {
+            return Ok(true);
+        }
+        let Some(dev) = self.dev.as_mut() else {
+            return Ok(true);
+        };
+        if may_block && dev.block_when_idle() {
+            dev.sync()?;
+            self.dirty = false;
+            return Ok(true);
+        }
+        let idle = dev.poll_idle()?;
+        if idle {
+            self.dirty = false;
+        }
+        Ok(idle)
     }
 
     fn run(&mut self, l: &mut Local) -> Result<()> {
+        let touches_device = match l {
+            Local::Copy { src, dst } | Local::Reduce { src, dst, .. } => {
+                self.on_device(src.buf) || self.on_device(dst.buf)
+            }
+            Local::ReduceRows { .. } => true,
+            Local::Call(_) => false,
+        };
+        if touches_device {
+            return self.run_device(l);
+        }
         match l {
             Local::Copy { src, dst } => {
                 let (src, dst) = (*src, *dst);
@@ -415,6 +698,7 @@ impl Bufs {
                 r.apply(s, d, *src_left);
                 Ok(())
             }
+            Local::ReduceRows { .. } => Err(internal("row reduction on the host".into())),
             Local::Call(f) => f(self),
         }
     }
@@ -467,6 +751,12 @@ pub(crate) struct Exec {
     bufs: Bufs,
     ctx: CommCtx,
     pending: Vec<Pending>,
+    /// Transfers of the current round held back until the round's device work has
+    /// finished (sends of device slices; receives into slices that work uses), with
+    /// their tag.
+    deferred: Vec<(Xfer, i32)>,
+    /// Slices read or written by device work not yet seen finished.
+    busy: Vec<Slice>,
     error: Option<Error>,
     result: Option<Result<()>>,
     finished: bool,
@@ -478,6 +768,7 @@ impl fmt::Debug for Exec {
             .field("name", &self.name)
             .field("rounds_left", &self.rounds.len())
             .field("pending", &self.pending.len())
+            .field("deferred", &self.deferred.len())
             .finish()
     }
 }
@@ -520,6 +811,24 @@ impl Exec {
                 }
             }
             changed |= self.pending.len() != before;
+            if !self.deferred.is_empty() {
+                let nothing_else = self.pending.is_empty();
+                match self.bufs.device_idle(nothing_else) {
+                    Ok(true) => {
+                        self.busy.clear();
+                        for (x, tag) in std::mem::take(&mut self.deferred) {
+                            self.post(net, x, tag);
+                        }
+                        changed = true;
+                        continue;
+                    }
+                    Ok(false) => return changed,
+                    Err(e) => {
+                        self.deferred.clear();
+                        self.fail(net, e);
+                    }
+                }
+            }
             if !self.pending.is_empty() {
                 return changed;
             }
@@ -528,51 +837,75 @@ impl Exec {
                 return true;
             }
             let Some(mut round) = self.rounds.pop() else {
-                self.finish_with(Ok(()));
+                // Device work of the last round must finish before the call does.
+                match self.bufs.device_idle(true) {
+                    Ok(true) => self.finish_with(Ok(())),
+                    Ok(false) => return changed,
+                    Err(e) => self.finish_with(Err(e)),
+                }
                 return true;
             };
             changed = true;
+            if matches!(self.bufs.device_idle(false), Ok(true)) {
+                self.busy.clear();
+            }
             for l in round.locals.iter_mut() {
+                if let Local::Copy { src, dst }
+                | Local::Reduce { src, dst, .. }
+                | Local::ReduceRows { src, dst, .. } = l
+                    && (self.bufs.on_device(dst.buf) || self.bufs.on_device(src.buf))
+                {
+                    self.busy.extend([*src, *dst]);
+                }
                 if let Err(e) = self.bufs.run(l) {
                     self.finish_with(Err(e));
                     return true;
                 }
             }
+            let dev_busy = self.bufs.dirty;
             let tag = self.ctx.tag_base | round.phase as i32;
-            // Receives first, so that sends rarely land in the unexpected queue.
-            for x in round
+            // Receives first, so that sends rarely land in the unexpected queue. While
+            // device work runs, sends of device slices wait for it (the peer reads
+            // them), and so do receives into slices that work reads or writes.
+            let recvs = round
                 .xfers
                 .iter()
-                .filter(|x| matches!(x, Xfer::Recv { .. }))
-            {
-                if let Xfer::Recv { peer, s } = *x {
-                    match (self.world(peer), self.bufs.raw(s)) {
-                        (Ok(w), Ok(raw)) => {
-                            let id = net.recv(w, self.ctx.ctx, tag, raw);
-                            self.pending.push(Pending {
-                                id,
-                                recv: Some((peer, s.len)),
-                            });
-                        }
-                        (Err(e), _) | (_, Err(e)) => self.fail(net, e),
-                    }
-                }
-            }
-            for x in round
+                .filter(|x| matches!(x, Xfer::Recv { .. }));
+            let sends = round
                 .xfers
                 .iter()
-                .filter(|x| matches!(x, Xfer::Send { .. }))
-            {
-                if let Xfer::Send { peer, s } = *x {
-                    match (self.world(peer), self.bufs.raw(s)) {
-                        (Ok(w), Ok(raw)) => {
-                            let id = net.send(w, self.ctx.ctx, tag, raw);
-                            self.pending.push(Pending { id, recv: None });
+                .filter(|x| matches!(x, Xfer::Send { .. }));
+            for &x in recvs.chain(sends) {
+                let hold = dev_busy
+                    && match x {
+                        Xfer::Send { s, .. } => {
+                            self.bufs.on_device(s.buf) || self.busy.iter().any(|t| overlaps(t, &s))
                         }
-                        (Err(e), _) | (_, Err(e)) => self.fail(net, e),
-                    }
+                        Xfer::Recv { s, .. } => self.busy.iter().any(|t| overlaps(t, &s)),
+                    };
+                if hold {
+                    self.deferred.push((x, tag));
+                } else {
+                    self.post(net, x, tag);
                 }
             }
+        }
+    }
+
+    /// Post one transfer and remember it as pending.
+    fn post(&mut self, net: &mut impl Net, x: Xfer, tag: i32) {
+        let (peer, s) = match x {
+            Xfer::Send { peer, s } | Xfer::Recv { peer, s } => (peer, s),
+        };
+        match (self.world(peer), self.bufs.raw(s)) {
+            (Ok(w), Ok(raw)) => {
+                let (id, recv) = match x {
+                    Xfer::Recv { .. } => (net.recv(w, self.ctx.ctx, tag, raw), Some((peer, s.len))),
+                    Xfer::Send { .. } => (net.send(w, self.ctx.ctx, tag, raw), None),
+                };
+                self.pending.push(Pending { id, recv });
+            }
+            (Err(e), _) | (_, Err(e)) => self.fail(net, e),
         }
     }
 
@@ -615,6 +948,11 @@ impl Exec {
             _ => Ok(()),
         }
     }
+}
+
+/// Whether two slices share a byte.
+fn overlaps(a: &Slice, b: &Slice) -> bool {
+    a.buf == b.buf && a.len > 0 && b.len > 0 && a.off < b.off + b.len && b.off < a.off + a.len
 }
 
 fn internal(msg: String) -> Error {

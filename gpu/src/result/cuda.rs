@@ -62,6 +62,9 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuEventSynchronize",
     "cuEventDestroy_v2",
     "cuEventElapsedTime_v2",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuLaunchKernel",
 ];
 
 fn check(call: &'static str, r: sys::CUresult) -> Result<(), GpuError> {
@@ -164,6 +167,9 @@ pub(crate) fn device_attribute(ordinal: i32, attr: DeviceAttr) -> Result<i32, Gp
         DeviceAttr::DmaBufSupported => A::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
         DeviceAttr::GpuDirectRdmaSupported => A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
         DeviceAttr::UnifiedAddressing => A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
+        DeviceAttr::MultiprocessorCount => A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        DeviceAttr::ComputeCapabilityMajor => A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+        DeviceAttr::ComputeCapabilityMinor => A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
     };
     let mut v: c_int = 0;
     // SAFETY: v is a valid out-pointer; dev came from cuDeviceGet.
@@ -416,7 +422,11 @@ pub(crate) fn mem_host_alloc(len: usize) -> Result<*mut u8, GpuError> {
     let mut p: *mut c_void = std::ptr::null_mut();
     // SAFETY: p is a valid out-pointer.
     check("cuMemHostAlloc", unsafe {
-        sys::cuMemHostAlloc(&mut p, len, sys::CU_MEMHOSTALLOC_PORTABLE)
+        sys::cuMemHostAlloc(
+            &mut p,
+            len,
+            sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
+        )
     })?;
     Ok(p.cast())
 }
@@ -663,4 +673,133 @@ pub(crate) unsafe fn mem_get_dmabuf_fd(start: u64, len: usize) -> Result<i32, Gp
         )
     })?;
     Ok(fd)
+}
+
+/// A loaded module (`CUmodule`); modules are kept loaded for the process lifetime.
+pub(crate) type RawFunction = sys::CUfunction;
+
+/// Whether libnvrtc can be loaded; computed once.
+pub(crate) fn nvrtc_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: is_culib_present only tries to dlopen candidate library names.
+    *PRESENT.get_or_init(|| unsafe { cudarc::nvrtc::sys::is_culib_present() })
+}
+
+fn nvrtc_err(call: &'static str, e: cudarc::nvrtc::result::NvrtcError, log: String) -> GpuError {
+    GpuError::Nvrtc {
+        call,
+        code: format!("{:?}", e.0),
+        log,
+    }
+}
+
+/// Compile CUDA C++ `src` to PTX with NVRTC (`nvrtcCreateProgram`,
+/// `nvrtcCompileProgram`, `nvrtcGetPTX`), passing `options`. The PTX is returned with
+/// its terminating NUL, ready for `cuModuleLoadData`.
+pub(crate) fn nvrtc_compile(src: &str, options: &[String]) -> Result<Vec<u8>, GpuError> {
+    use cudarc::nvrtc::result as nv;
+    if !nvrtc_present() {
+        return Err(GpuError::Nvrtc {
+            call: "dlopen(libnvrtc)",
+            code: "NOT_FOUND".into(),
+            log: "libnvrtc.so could not be loaded (install the CUDA toolkit's NVRTC or fix \
+                  LD_LIBRARY_PATH)"
+                .into(),
+        });
+    }
+    let csrc = std::ffi::CString::new(src).map_err(|_| GpuError::Nvrtc {
+        call: "nvrtcCreateProgram",
+        code: "NUL_IN_SOURCE".into(),
+        log: String::new(),
+    })?;
+    let prog = nv::create_program(&csrc, None)
+        .map_err(|e| nvrtc_err("nvrtcCreateProgram", e, String::new()))?;
+    // SAFETY: prog is a live program until destroy_program below; options outlive the call.
+    let out = unsafe { nv::compile_program(prog, options) }
+        .map_err(|e| {
+            // SAFETY: prog is live.
+            let log = unsafe { nv::get_program_log(prog) }
+                .ok()
+                .map(|v| {
+                    let bytes: Vec<u8> =
+                        v.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+                    String::from_utf8_lossy(&bytes).into_owned()
+                })
+                .unwrap_or_default();
+            nvrtc_err("nvrtcCompileProgram", e, log)
+        })
+        // SAFETY: prog is live and compiled.
+        .and_then(|()| {
+            unsafe { nv::get_ptx(prog) }.map_err(|e| nvrtc_err("nvrtcGetPTX", e, String::new()))
+        })
+        .map(|v| v.iter().map(|&c| c as u8).collect::<Vec<u8>>());
+    // SAFETY: prog is live; destroyed exactly once. A failure here leaks one program.
+    let _destroyed = unsafe { nv::destroy_program(prog) };
+    out
+}
+
+/// `cuModuleLoadData` of NUL-terminated PTX then `cuModuleGetFunction` for each name,
+/// in the primary context of `ordinal`. The module is never unloaded.
+pub(crate) fn module_load_functions(
+    ordinal: i32,
+    ptx: &[u8],
+    names: &[&str],
+) -> Result<Vec<RawFunction>, GpuError> {
+    if ptx.last() != Some(&0) {
+        return Err(GpuError::Driver {
+            call: "cuModuleLoadData",
+            code: "PTX_NOT_NUL_TERMINATED".into(),
+        });
+    }
+    bind_device(ordinal)?;
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: module is a valid out-pointer; ptx is a NUL-terminated PTX image.
+    check("cuModuleLoadData", unsafe {
+        sys::cuModuleLoadData(&mut module, ptx.as_ptr().cast())
+    })?;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let cname = std::ffi::CString::new(*name).map_err(|_| GpuError::Driver {
+            call: "cuModuleGetFunction",
+            code: "NUL_IN_NAME".into(),
+        })?;
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: f is a valid out-pointer; module is loaded; cname is NUL-terminated.
+        check("cuModuleGetFunction", unsafe {
+            sys::cuModuleGetFunction(&mut f, module, cname.as_ptr())
+        })?;
+        out.push(f);
+    }
+    Ok(out)
+}
+
+/// `cuLaunchKernel` of `f` with a 1-D grid of `grid` blocks of `block` threads on `s`.
+///
+/// # Safety
+/// `params` must point to one value per kernel parameter, of the kernel's types, and
+/// every device pointer among them must be valid for the accesses the kernel makes
+/// until the launched work has completed.
+pub(crate) unsafe fn launch_kernel(
+    f: RawFunction,
+    grid: u32,
+    block: u32,
+    s: RawStream,
+    params: &mut [*mut c_void],
+) -> Result<(), GpuError> {
+    // SAFETY: the caller's contract; no shared memory, no extra options.
+    check("cuLaunchKernel", unsafe {
+        sys::cuLaunchKernel(
+            f,
+            grid,
+            1,
+            1,
+            block,
+            1,
+            1,
+            0,
+            s,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
 }

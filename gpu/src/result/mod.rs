@@ -60,6 +60,12 @@ pub(crate) enum DeviceAttr {
     GpuDirectRdmaSupported,
     /// `CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING`.
     UnifiedAddressing,
+    /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
+    MultiprocessorCount,
+    /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR`.
+    ComputeCapabilityMajor,
+    /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR`.
+    ComputeCapabilityMinor,
 }
 
 // Number of pointer-attribute driver calls made by this process (both the six-attribute

@@ -229,3 +229,32 @@ pub(crate) unsafe fn event_destroy(_e: RawEvent) -> Result<(), GpuError> {
 pub(crate) unsafe fn mem_get_dmabuf_fd(_start: u64, _len: usize) -> Result<i32, GpuError> {
     Err(GpuError::NotBuilt)
 }
+
+/// Placeholder for `CUfunction`; never constructed in this build.
+pub(crate) type RawFunction = *mut c_void;
+
+pub(crate) fn nvrtc_present() -> bool {
+    false
+}
+
+pub(crate) fn nvrtc_compile(_src: &str, _options: &[String]) -> Result<Vec<u8>, GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
+pub(crate) fn module_load_functions(
+    _ordinal: i32,
+    _ptx: &[u8],
+    _names: &[&str],
+) -> Result<Vec<RawFunction>, GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
+pub(crate) unsafe fn launch_kernel(
+    _f: RawFunction,
+    _grid: u32,
+    _block: u32,
+    _s: RawStream,
+    _params: &mut [*mut c_void],
+) -> Result<(), GpuError> {
+    Err(GpuError::NotBuilt)
+}

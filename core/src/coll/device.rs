@@ -1,0 +1,1019 @@
+//! Collectives on device (GPU) buffers: allreduce, reduce, reduce_scatter_block,
+//! allgather, bcast, blocking and nonblocking.
+//!
+//! The same schedules as the host collectives ([`crate::coll`]) run with their buffers
+//! on the device: the user's buffers and the algorithm's temporaries are device memory,
+//! local copies are `cuMemcpyDtoDAsync` and every reduction is an NVRTC-compiled kernel
+//! ([`rankwire_gpu::reduce`]) on the runtime's stream of the buffers' device, never a
+//! host loop. Transfers go over the GPU point-to-point path (CUDA IPC inside a node,
+//! staged through host memory otherwise). A round's kernels are enqueued without
+//! waiting; its receives that do not touch the slices those kernels use are posted at
+//! once, and its sends (which the peer reads) are posted when the stream has drained.
+//! Copies into device memory that the engine makes for receives are enqueued on the
+//! same stream, after the kernels. The call completes when its last kernel has
+//! finished.
+//!
+//! Temporaries come from a per-process cache of `cuMemAlloc` buffers (IPC-exportable,
+//! so peers map them once and hit their IPC cache on later calls), bounded by
+//! `RANKWIRE_GPU_TMP_CACHE` bytes (default 2 GiB; buffers over the bound are freed).
+//!
+//! # Numerics
+//! Results are bitwise identical on every rank (the host schedules' guarantee: each
+//! block is combined by one rank in a fixed order, or both partners evaluate the same
+//! expression, and kernels use no FMA contraction). `f16`/`bf16` are combined in `f32`
+//! and rounded to the storage type after each combine step (one rounding per step,
+//! `p − 1` per element for a ring at `p` ranks): the schedules move elements in their
+//! storage type between ranks, so a wider accumulator cannot survive a step.
+//!
+//! # Buffers
+//! Both buffers must be device memory of the same device. Buffers from
+//! [`rankwire_gpu::DeviceBuffer::alloc`] (`cuMemAlloc`) are mapped by peers through CUDA
+//! IPC; stream-ordered pool memory (`cuMemAllocAsync`) works but is staged through host
+//! memory, far slower.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use rankwire_gpu::{DType, DeviceBuffer, PinnedBuffer, PtrKind, RedOp, Stream};
+use rankwire_transports::MemoryKind;
+
+use crate::coll::check::Spec;
+use crate::coll::ops::{Datatype, Op};
+use crate::coll::sched::{Buf, Builder, CopyDir, DevOps, Slice, UserBufs};
+use crate::coll::select::Algo;
+use crate::coll::{
+    CollKind, CollRequest, allgather, allreduce, args, bcast, reduce, reduce_scatter,
+};
+use crate::comm::Communicator;
+use crate::error::{Error, Result};
+
+/// Element types the device collectives reduce.
+fn dtype_of(dt: Datatype) -> Result<DType> {
+    Ok(match dt {
+        Datatype::F16 => DType::F16,
+        Datatype::BF16 => DType::BF16,
+        Datatype::F32 => DType::F32,
+        Datatype::F64 => DType::F64,
+        Datatype::I32 => DType::I32,
+        Datatype::I64 => DType::I64,
+        Datatype::U32 => DType::U32,
+        Datatype::U64 => DType::U64,
+        other => {
+            return Err(Error::usage(format!(
+                "collectives on device buffers support f16, bf16, f32, f64, i32, i64, u32 \
+                 and u64, not {other:?}; copy to the host for other types"
+            )));
+        }
+    })
+}
+
+fn op_of(op: Op, dt: DType) -> Result<RedOp> {
+    let r = match op {
+        Op::Sum => RedOp::Sum,
+        Op::Prod => RedOp::Prod,
+        Op::Min => RedOp::Min,
+        Op::Max => RedOp::Max,
+        Op::BitAnd => RedOp::Band,
+        Op::BitOr => RedOp::Bor,
+        Op::BitXor => RedOp::Bxor,
+        other => {
+            return Err(Error::usage(format!(
+                "{other} is not available on device buffers (sum, prod, min, max, band, bor, \
+                 bxor are)"
+            )));
+        }
+    };
+    if !r.valid_for(dt) {
+        return Err(Error::usage(format!(
+            "{op} is defined for integer types only, not {dt} (MPI 4.1 §6.9.2)"
+        )));
+    }
+    Ok(r)
+}
+
+fn gpu_err(what: &str, e: rankwire_gpu::GpuError) -> Error {
+    Error::Gpu(format!("{what}: {e}"))
+}
+
+/// Device ordinal of `len` bytes at `addr`, which must be device memory.
+fn device_of(what: &str, name: &str, addr: u64, len: usize) -> Result<Option<i32>> {
+    if len == 0 {
+        return Ok(None);
+    }
+    let info = rankwire_gpu::classify_addr(addr, len)
+        .map_err(|e| gpu_err(&format!("{what}: cannot classify {name}"), e))?;
+    match info.kind {
+        PtrKind::Device { ordinal } => Ok(Some(ordinal)),
+        other => Err(Error::usage(format!(
+            "{what}: {name} at {addr:#x} is {other:?} memory, not device memory; use the \
+             host collective for host buffers"
+        ))),
+    }
+}
+
+/// The one device of both buffers.
+fn common_device(what: &str, send: (u64, usize), recv: (u64, usize)) -> Result<i32> {
+    let a = device_of(what, "the send buffer", send.0, send.1)?;
+    let b = device_of(what, "the receive buffer", recv.0, recv.1)?;
+    match (a, b) {
+        (Some(x), Some(y)) if x != y => Err(Error::usage(format!(
+            "{what}: the send buffer is on device {x} and the receive buffer on device {y}; \
+             both must be on one device"
+        ))),
+        (Some(x), _) | (_, Some(x)) => Ok(x),
+        (None, None) => Ok(0),
+    }
+}
+
+/// Check-descriptor code of the staged small-message allreduce (outside the host
+/// algorithms' codes).
+const STAGED_CODE: u32 = 100;
+
+/// Largest allreduce (bytes) that takes the staged small-message algorithm at `p`
+/// ranks: `RANKWIRE_GPU_ALLREDUCE_STAGED_MAX`, default 512 KiB × p (0 turns it off).
+/// The default is the measured crossover on one H200 shared by the ranks
+/// (2026-11-29): staged beat the schedules up to 1 MiB at 2 ranks and up to 2 MiB at
+/// 4 ranks, and lost from 2 MiB and 4 MiB on.
+fn staged_max(p: usize) -> usize {
+    std::env::var("RANKWIRE_GPU_ALLREDUCE_STAGED_MAX")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(p.saturating_mul(512 << 10))
+}
+
+/// Whether `RANKWIRE_ALLREDUCE_ALGO` forces a schedule (then the staged path is off).
+fn forced_algo() -> bool {
+    std::env::var("RANKWIRE_ALLREDUCE_ALGO").is_ok_and(|v| !v.trim().is_empty())
+}
+
+/// Small-message allreduce on device buffers, built for the fewest device operations
+/// (each costs a GPU context switch when ranks share a GPU): copy the `bytes` of input
+/// into a pinned host temporary (one device-to-host copy), exchange blocks with every
+/// other rank in one round over the host path, then one kernel reads the `p` blocks
+/// straight from the pinned memory and reduces them in rank order on the device
+/// (`((b0 ∘ b1) ∘ b2) …`, accumulating `f16`/`bf16` in `f32` with one final rounding).
+/// Every rank evaluates the same expression on the same bits, so results are bitwise
+/// identical.
+fn staged_allreduce(b: &mut Builder, bytes: usize, _es: usize) {
+    let (me, p) = (b.rank, b.size);
+    if bytes == 0 {
+        return;
+    }
+    let h = b.pinned_tmp(p * bytes);
+    let blk = |buf: Buf, i: usize| Slice::new(buf, i * bytes, bytes);
+    b.copy(Slice::new(Buf::Send, 0, bytes), blk(h, me));
+    b.round();
+    for j in (0..p).filter(|&j| j != me) {
+        b.recv(j, blk(h, j));
+    }
+    for j in (0..p).filter(|&j| j != me) {
+        b.send(j, blk(h, me));
+    }
+    b.round();
+    b.reduce_rows(
+        Slice::new(h, 0, p * bytes),
+        p,
+        Slice::new(Buf::Recv, 0, bytes),
+    );
+}
+
+/// A buffer the temporary caches can hold.
+trait Cached: Send {
+    fn addr(&self) -> u64;
+    fn bytes(&self) -> usize;
+    fn device(&self) -> i32;
+}
+
+impl Cached for DeviceBuffer {
+    fn addr(&self) -> u64 {
+        self.ptr()
+    }
+    fn bytes(&self) -> usize {
+        self.len()
+    }
+    fn device(&self) -> i32 {
+        DeviceBuffer::device(self)
+    }
+}
+
+impl Cached for PinnedBuffer {
+    fn addr(&self) -> u64 {
+        self.as_ptr() as u64
+    }
+    fn bytes(&self) -> usize {
+        self.len()
+    }
+    fn device(&self) -> i32 {
+        // Pinned memory is portable: usable from every device.
+        -1
+    }
+}
+
+/// Cache of temporaries (device: `cuMemAlloc`; pinned host: `cuMemHostAlloc`), shared
+/// by all collectives of the process, bounded by `RANKWIRE_GPU_TMP_CACHE` bytes of
+/// idle buffers.
+struct TmpCache<B> {
+    free: Vec<B>,
+    lent: HashMap<u64, B>,
+    free_bytes: usize,
+}
+
+static DEV_CACHE: Mutex<Option<TmpCache<DeviceBuffer>>> = Mutex::new(None);
+static PINNED_CACHE: Mutex<Option<TmpCache<PinnedBuffer>>> = Mutex::new(None);
+
+fn tmp_cache_limit() -> usize {
+    std::env::var("RANKWIRE_GPU_TMP_CACHE")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(2 << 30)
+}
+
+/// A cached buffer of at least `len` bytes for `device` (at most twice `len`), or a
+/// new one from `alloc` (rounded up to 64 KiB so that close sizes share buffers).
+fn tmp_take<B: Cached>(
+    cache: &Mutex<Option<TmpCache<B>>>,
+    device: i32,
+    len: usize,
+    alloc: impl FnOnce(usize) -> Result<B>,
+) -> Result<u64> {
+    let mut g = cache.lock().unwrap_or_else(|p| p.into_inner());
+    let c = g.get_or_insert_with(|| TmpCache {
+        free: Vec::new(),
+        lent: HashMap::new(),
+        free_bytes: 0,
+    });
+    let best = c
+        .free
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.device() == device && b.bytes() >= len && b.bytes() / 2 <= len)
+        .min_by_key(|(_, b)| b.bytes())
+        .map(|(i, _)| i);
+    let buf = match best {
+        Some(i) => {
+            let b = c.free.swap_remove(i);
+            c.free_bytes -= b.bytes();
+            b
+        }
+        None => alloc(len.div_ceil(1 << 16) << 16)?,
+    };
+    let addr = buf.addr();
+    c.lent.insert(addr, buf);
+    Ok(addr)
+}
+
+fn tmp_give<B: Cached>(cache: &Mutex<Option<TmpCache<B>>>, addr: u64) {
+    let mut g = cache.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(c) = g.as_mut() else { return };
+    let Some(buf) = c.lent.remove(&addr) else {
+        return;
+    };
+    let limit = tmp_cache_limit();
+    c.free_bytes += buf.bytes();
+    c.free.push(buf);
+    // Free the largest idle buffers first until under the bound.
+    while c.free_bytes > limit {
+        let Some(i) = c
+            .free
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, b)| b.bytes())
+            .map(|(i, _)| i)
+        else {
+            break;
+        };
+        let b = c.free.swap_remove(i);
+        c.free_bytes -= b.bytes();
+        drop(b);
+    }
+}
+
+/// Free every idle cached temporary (finalize).
+pub(crate) fn release_tmp_cache() {
+    fn clear<B>(cache: &Mutex<Option<TmpCache<B>>>) {
+        let mut g = cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = g.as_mut() {
+            c.free.clear();
+            c.free_bytes = 0;
+        }
+    }
+    clear(&DEV_CACHE);
+    clear(&PINNED_CACHE);
+}
+
+/// [`DevOps`] on one CUDA device, in the runtime's stream of that device.
+struct CudaOps {
+    device: i32,
+    stream: &'static Stream,
+    red: Option<(DType, RedOp)>,
+    block: bool,
+}
+
+impl DevOps for CudaOps {
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Cuda {
+            device: self.device,
+        }
+    }
+    fn alloc(&mut self, len: usize) -> Result<u64> {
+        let device = self.device;
+        tmp_take(&DEV_CACHE, device, len, |n| {
+            DeviceBuffer::alloc(device, n)
+                .map_err(|e| gpu_err(&format!("collective temporary of {n} bytes"), e))
+        })
+    }
+    fn release(&mut self, addr: u64, _len: usize) {
+        tmp_give(&DEV_CACHE, addr);
+    }
+    fn alloc_pinned(&mut self, len: usize) -> Result<u64> {
+        tmp_take(&PINNED_CACHE, -1, len, |n| {
+            PinnedBuffer::new(n).map_err(|e| {
+                gpu_err(
+                    &format!("pinned host temporary of {n} bytes (check ulimit -l)"),
+                    e,
+                )
+            })
+        })
+    }
+    fn release_pinned(&mut self, addr: u64, _len: usize) {
+        tmp_give(&PINNED_CACHE, addr);
+    }
+    fn reduce_rows(&mut self, dst: u64, src: u64, len: usize, rows: usize) -> Result<()> {
+        let Some((dt, op)) = self.red else {
+            return Err(Error::Gpu(
+                "reduction step in a collective without an operation".into(),
+            ));
+        };
+        let rows32 =
+            u32::try_from(rows).map_err(|_| Error::Gpu(format!("{rows} rows in one reduction")))?;
+        // SAFETY: the schedule checked dst is device memory of `len` bytes and src
+        // `rows·len` bytes of device or pinned host memory, both live until the
+        // schedule has seen the stream drain.
+        unsafe {
+            rankwire_gpu::reduce_rows_async(dt, op, dst, src, len / dt.size(), rows32, self.stream)
+        }
+        .map_err(|e| gpu_err(&format!("{op} row kernel on {dt}"), e))
+    }
+    fn copy(&mut self, dst: u64, src: u64, len: usize, dir: CopyDir) -> Result<()> {
+        // SAFETY: the schedule checked both slices lie in live buffers (user buffers
+        // borrowed by the request, cached device temporaries, or host temporaries the
+        // schedule owns until it ends, after the stream has drained).
+        unsafe {
+            match dir {
+                CopyDir::DtoD => rankwire_gpu::memcpy_dtod_async(dst, src, len, self.stream),
+                CopyDir::DtoH => {
+                    rankwire_gpu::memcpy_dtoh_async(dst as *mut u8, src, len, self.stream)
+                }
+                CopyDir::HtoD => {
+                    rankwire_gpu::memcpy_htod_async(dst, src as *const u8, len, self.stream)
+                }
+            }
+        }
+        .map_err(|e| gpu_err("copy in a collective on device buffers", e))
+    }
+    fn reduce(&mut self, dst: u64, a: u64, b: u64, len: usize) -> Result<()> {
+        let Some((dt, op)) = self.red else {
+            return Err(Error::Gpu(
+                "reduction step in a collective without an operation".into(),
+            ));
+        };
+        // SAFETY: as in copy; dst equals a or b (checked by the schedule).
+        unsafe { rankwire_gpu::reduce_async(dt, op, dst, a, b, len / dt.size(), self.stream) }
+            .map_err(|e| gpu_err(&format!("{op} kernel on {dt}"), e))
+    }
+    fn poll_idle(&mut self) -> Result<bool> {
+        self.stream
+            .is_idle()
+            .map_err(|e| gpu_err("collective kernels", e))
+    }
+    fn sync(&mut self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(|e| gpu_err("collective kernels", e))
+    }
+    fn block_when_idle(&self) -> bool {
+        self.block
+    }
+}
+
+/// `RANKWIRE_GPU_WAIT`: `poll` (default) polls the stream with `cuStreamQuery` from
+/// the progress loop; `sync` waits with `cuStreamSynchronize` when a collective has
+/// nothing else to wait for. Measured on one H200 shared by 2 ranks (2026-11-29),
+/// polling gave 200–210 µs per small allreduce, blocking 240–330 µs.
+fn gpu_wait_blocks() -> bool {
+    matches!(std::env::var("RANKWIRE_GPU_WAIT").as_deref(), Ok("sync"))
+}
+
+fn dev_bufs(
+    send: (u64, usize),
+    recv: (u64, usize),
+    device: i32,
+    red: Option<(DType, RedOp)>,
+) -> Result<UserBufs> {
+    let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
+    if let Some((dt, _)) = red {
+        rankwire_gpu::reduce::prepare(device, dt)
+            .map_err(|e| gpu_err(&format!("compiling the {dt} reduction kernels"), e))?;
+    }
+    Ok(UserBufs {
+        send: (send.0 as *const u8, send.1),
+        recv: (recv.0 as *mut u8, recv.1),
+        reducer: None,
+        dev: Some(Box::new(CudaOps {
+            device,
+            stream,
+            red,
+            block: gpu_wait_blocks(),
+        })),
+    })
+}
+
+fn elems(what: &str, name: &str, bytes: usize, dt: DType) -> Result<usize> {
+    if !bytes.is_multiple_of(dt.size()) {
+        return Err(Error::usage(format!(
+            "{what}: {name} holds {bytes} bytes, not a whole number of {dt} elements ({} bytes \
+             each)",
+            dt.size()
+        )));
+    }
+    Ok(bytes / dt.size())
+}
+
+impl Communicator {
+    /// Allreduce on device buffers (MPI_Allreduce, MPI 4.1 §6.9.6): every rank's
+    /// `send` (elements of `dtype`) reduced with `op` into every rank's `recv`, by GPU
+    /// kernels (see [`crate::coll::device`](self) for paths and numerics).
+    ///
+    /// Shape: `send.len() == recv.len()` bytes, a multiple of the element size, equal on
+    /// every rank; both on one device. Algorithm as the host allreduce
+    /// (`RANKWIRE_ALLREDUCE_ALGO` overrides): recursive doubling for small vectors,
+    /// Rabenseifner or ring for large ones.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for lengths that differ, host buffers, buffers on two devices,
+    /// a type or op the kernels lack (bitwise ops on floats, `MINLOC`, logical ops);
+    /// [`Error::Gpu`] when a copy, kernel compile (NVRTC) or launch fails;
+    /// [`Error::Collective`] if ranks disagree on counts or ops; [`Error::Connection`]
+    /// if a peer died.
+    pub fn allreduce_device(
+        &self,
+        send: &DeviceBuffer,
+        recv: &mut DeviceBuffer,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<()> {
+        self.iallreduce_device(send, recv, dtype, op)?.wait()
+    }
+
+    /// Nonblocking [`Communicator::allreduce_device`] (MPI_Iallreduce). The buffers stay
+    /// borrowed until the request completes.
+    ///
+    /// # Errors
+    /// As [`Communicator::allreduce_device`], for the arguments.
+    pub fn iallreduce_device<'a>(
+        &self,
+        send: &'a DeviceBuffer,
+        recv: &'a mut DeviceBuffer,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
+        // SAFETY: both buffers own their bytes and stay borrowed for 'a.
+        unsafe {
+            self.iallreduce_device_raw(send.ptr(), send.len(), recv.ptr(), recv.len(), dtype, op)
+        }
+    }
+
+    /// [`Communicator::iallreduce_device`] on raw device pointers (FFI, cudarc slices):
+    /// `send_bytes` at `send` and `recv_bytes` at `recv`.
+    ///
+    /// # Safety
+    /// Both ranges must be live device memory until the request completes; `recv` must
+    /// not be accessed meanwhile and must not overlap `send`.
+    ///
+    /// # Errors
+    /// As [`Communicator::allreduce_device`].
+    pub unsafe fn iallreduce_device_raw<'a>(
+        &self,
+        send: u64,
+        send_bytes: usize,
+        recv: u64,
+        recv_bytes: usize,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
+        const W: &str = "allreduce_device";
+        let dt = dtype_of(dtype)?;
+        let rop = op_of(op, dt)?;
+        let n = elems(W, "the send buffer", send_bytes, dt)?;
+        let es = dt.size();
+        let p = self.size();
+        let algo = self.st.cfg.allreduce(p, send_bytes, true)?;
+        let staged = p > 1 && send_bytes <= staged_max(p) && !forced_algo();
+        let mut spec = Spec::uniform(CollKind::Allreduce, None, n, es);
+        spec.algo = if staged { STAGED_CODE } else { algo.code() };
+        (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
+        spec.invalid = (recv_bytes != send_bytes).then(|| {
+            Error::usage(format!(
+                "{W}: the receive buffer holds {recv_bytes} bytes but the send buffer \
+                 {send_bytes}; they must be equal"
+            ))
+        });
+        let device = common_device(W, (send, send_bytes), (recv, recv_bytes))?;
+        let user = dev_bufs(
+            (send, send_bytes),
+            (recv, recv_bytes),
+            device,
+            Some((dt, rop)),
+        )?;
+        self.start_coll_device(spec, user, |b| {
+            if staged {
+                staged_allreduce(b, n * es, es)
+            } else {
+                allreduce::build(b, algo, n, es)
+            }
+        })
+    }
+
+    /// Reduce on device buffers (MPI_Reduce, MPI 4.1 §6.9.1) into `recv` on `root`
+    /// (`recv` is not touched on other ranks; pass any buffer there, e.g. an empty one).
+    ///
+    /// # Errors
+    /// As [`Communicator::allreduce_device`], and [`Error::Usage`] for a bad root.
+    pub fn reduce_device(
+        &self,
+        send: &DeviceBuffer,
+        recv: &mut DeviceBuffer,
+        dtype: Datatype,
+        op: Op,
+        root: usize,
+    ) -> Result<()> {
+        self.ireduce_device(send, recv, dtype, op, root)?.wait()
+    }
+
+    /// Nonblocking [`Communicator::reduce_device`] (MPI_Ireduce).
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_device`], for the arguments.
+    pub fn ireduce_device<'a>(
+        &self,
+        send: &'a DeviceBuffer,
+        recv: &'a mut DeviceBuffer,
+        dtype: Datatype,
+        op: Op,
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        const W: &str = "reduce_device";
+        let dt = dtype_of(dtype)?;
+        let rop = op_of(op, dt)?;
+        let n = elems(W, "the send buffer", send.len(), dt)?;
+        let es = dt.size();
+        let p = self.size();
+        let mut spec = Spec::uniform(CollKind::Reduce, Some(root), n, es);
+        (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
+        let at_root = self.rank() == root;
+        spec.invalid = args::first([
+            args::root(W, root, p),
+            at_root
+                .then(|| args::len(W, "the receive buffer", recv.len() / es, n))
+                .flatten(),
+        ]);
+        let rl = if at_root { recv.len() } else { 0 };
+        let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), rl))?;
+        let user = dev_bufs(
+            (send.ptr(), send.len()),
+            (recv.ptr(), recv.len()),
+            device,
+            Some((dt, rop)),
+        )?;
+        self.start_coll_device(spec, user, |b| {
+            if n > 0 {
+                let all = n * es;
+                reduce::binomial(
+                    b,
+                    Slice::new(Buf::Send, 0, all),
+                    Slice::new(Buf::Recv, 0, all),
+                    root,
+                    true,
+                );
+            }
+        })
+    }
+
+    /// Broadcast of a device buffer from `root` (MPI_Bcast, MPI 4.1 §6.4); `buf.len()`
+    /// bytes, equal on every rank.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for a bad root or a host buffer; [`Error::Gpu`],
+    /// [`Error::Collective`], [`Error::Connection`] as for
+    /// [`Communicator::allreduce_device`].
+    pub fn bcast_device(&self, buf: &mut DeviceBuffer, root: usize) -> Result<()> {
+        self.ibcast_device(buf, root)?.wait()
+    }
+
+    /// Nonblocking [`Communicator::bcast_device`] (MPI_Ibcast).
+    ///
+    /// # Errors
+    /// As [`Communicator::bcast_device`], for the arguments.
+    pub fn ibcast_device<'a>(
+        &self,
+        buf: &'a mut DeviceBuffer,
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        const W: &str = "bcast_device";
+        let (p, n) = (self.size(), buf.len());
+        let algo = self.st.cfg.bcast(p, n)?;
+        let mut spec = Spec::uniform(CollKind::Bcast, Some(root), n, 1);
+        spec.algo = algo.code();
+        spec.invalid = args::root(W, root, p);
+        let device = common_device(W, (0, 0), (buf.ptr(), n))?;
+        let user = dev_bufs((0, 0), (buf.ptr(), n), device, None)?;
+        self.start_coll_device(spec, user, |b| bcast::build(b, algo, Buf::Recv, n, 1, root))
+    }
+
+    /// Allgather of device buffers (MPI_Allgather, MPI 4.1 §6.7): every rank's `send`
+    /// (k bytes, equal on every rank) lands at offset `i·k` of every rank's `recv`
+    /// (`size()·k` bytes).
+    ///
+    /// # Errors
+    /// As [`Communicator::bcast_device`], and [`Error::Usage`] for a wrong receive
+    /// length.
+    pub fn allgather_device(&self, send: &DeviceBuffer, recv: &mut DeviceBuffer) -> Result<()> {
+        self.iallgather_device(send, recv)?.wait()
+    }
+
+    /// Nonblocking [`Communicator::allgather_device`] (MPI_Iallgather).
+    ///
+    /// # Errors
+    /// As [`Communicator::allgather_device`], for the arguments.
+    pub fn iallgather_device<'a>(
+        &self,
+        send: &'a DeviceBuffer,
+        recv: &'a mut DeviceBuffer,
+    ) -> Result<CollRequest<'a>> {
+        const W: &str = "allgather_device";
+        let (p, k) = (self.size(), send.len());
+        let algo = self.st.cfg.allgather(p, k)?;
+        let mut spec = Spec::uniform(CollKind::Allgather, None, k, 1);
+        spec.algo = algo.code();
+        spec.invalid = args::len(W, "the receive buffer (bytes)", recv.len(), p * k);
+        let device = common_device(W, (send.ptr(), k), (recv.ptr(), recv.len()))?;
+        let user = dev_bufs((send.ptr(), k), (recv.ptr(), recv.len()), device, None)?;
+        self.start_coll_device(spec, user, |b| allgather::build(b, algo, k, 1))
+    }
+
+    /// Reduce-scatter with equal blocks on device buffers (MPI_Reduce_scatter_block,
+    /// MPI 4.1 §6.10.1): `send` holds `size()` blocks of `recv.len()` bytes; rank `i`
+    /// gets block `i` of the element-wise reduction.
+    ///
+    /// # Errors
+    /// As [`Communicator::allreduce_device`].
+    pub fn reduce_scatter_block_device(
+        &self,
+        send: &DeviceBuffer,
+        recv: &mut DeviceBuffer,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<()> {
+        self.ireduce_scatter_block_device(send, recv, dtype, op)?
+            .wait()
+    }
+
+    /// Nonblocking [`Communicator::reduce_scatter_block_device`]
+    /// (MPI_Ireduce_scatter_block).
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_scatter_block_device`], for the arguments.
+    pub fn ireduce_scatter_block_device<'a>(
+        &self,
+        send: &'a DeviceBuffer,
+        recv: &'a mut DeviceBuffer,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
+        const W: &str = "reduce_scatter_block_device";
+        let dt = dtype_of(dtype)?;
+        let rop = op_of(op, dt)?;
+        let p = self.size();
+        let k = elems(W, "the receive buffer", recv.len(), dt)?;
+        let es = dt.size();
+        let algo = self.st.cfg.reduce_scatter(p, send.len(), true)?;
+        let mut spec = Spec::uniform(CollKind::ReduceScatterBlock, None, k, es);
+        spec.algo = algo.code();
+        (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
+        spec.invalid = args::len(W, "the send buffer", send.len() / es, p * k);
+        let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), recv.len()))?;
+        let user = dev_bufs(
+            (send.ptr(), send.len()),
+            (recv.ptr(), recv.len()),
+            device,
+            Some((dt, rop)),
+        )?;
+        let counts = vec![k; p];
+        self.start_coll_device(spec, user, |b| reduce_scatter::build(b, algo, &counts, es))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::coll::sched::{Builder, Exec, sim};
+    use crate::coll::select::{AllgatherAlgo, AllreduceAlgo, BcastAlgo, ReduceScatterAlgo};
+
+    /// A fake device on host memory whose work runs late: enqueued steps execute only
+    /// when `poll_idle` is called the second time after them (or on `sync`). A
+    /// schedule that posted a transfer before its device work finished would send stale
+    /// bytes or have them overwritten, and the results below would be wrong.
+    enum Job {
+        Copy {
+            dst: u64,
+            src: u64,
+            len: usize,
+        },
+        Reduce {
+            dst: u64,
+            a: u64,
+            b: u64,
+            len: usize,
+        },
+        Rows {
+            dst: u64,
+            src: u64,
+            len: usize,
+            rows: usize,
+        },
+    }
+
+    struct LateDevice {
+        queue: Vec<Job>,
+        polls: u32,
+        red: Option<(DType, RedOp)>,
+        allocs: HashMap<u64, Vec<u128>>,
+        waited: Arc<AtomicUsize>,
+        block: bool,
+    }
+
+    impl LateDevice {
+        fn run_all(&mut self) {
+            // SAFETY (every read and write below): addresses are of live host buffers of
+            // the test, lengths in bounds (checked by the schedule).
+            let bytes = |addr: u64, len: usize| unsafe {
+                std::slice::from_raw_parts(addr as *const u8, len).to_vec()
+            };
+            for job in std::mem::take(&mut self.queue) {
+                let red = || self.red.expect("reduction without op");
+                let (dst, out) = match job {
+                    Job::Copy { dst, src, len } => (dst, bytes(src, len)),
+                    Job::Reduce { dst, a, b, len } => {
+                        let (dt, op) = red();
+                        let out = rankwire_gpu::reduce::reduce_host(
+                            dt,
+                            op,
+                            &bytes(a, len),
+                            &bytes(b, len),
+                        );
+                        (dst, out)
+                    }
+                    Job::Rows {
+                        dst,
+                        src,
+                        len,
+                        rows,
+                    } => {
+                        let (dt, op) = red();
+                        let out = rankwire_gpu::reduce::reduce_rows_host(
+                            dt,
+                            op,
+                            &bytes(src, len * rows),
+                            rows,
+                        );
+                        (dst, out)
+                    }
+                };
+                // SAFETY: as above.
+                unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), dst as *mut u8, out.len()) };
+            }
+        }
+    }
+
+    impl DevOps for LateDevice {
+        fn kind(&self) -> MemoryKind {
+            MemoryKind::Host
+        }
+        fn alloc(&mut self, len: usize) -> Result<u64> {
+            let mut v = vec![0xdead_beef_u128; len.div_ceil(16)];
+            let addr = v.as_mut_ptr() as u64;
+            self.allocs.insert(addr, v);
+            Ok(addr)
+        }
+        fn release(&mut self, addr: u64, _len: usize) {
+            assert!(self.queue.is_empty(), "temporary released with work queued");
+            self.allocs.remove(&addr);
+        }
+        fn alloc_pinned(&mut self, len: usize) -> Result<u64> {
+            self.alloc(len)
+        }
+        fn release_pinned(&mut self, addr: u64, len: usize) {
+            self.release(addr, len)
+        }
+        fn copy(&mut self, dst: u64, src: u64, len: usize, _dir: CopyDir) -> Result<()> {
+            self.queue.push(Job::Copy { dst, src, len });
+            Ok(())
+        }
+        fn reduce(&mut self, dst: u64, a: u64, b: u64, len: usize) -> Result<()> {
+            self.queue.push(Job::Reduce { dst, a, b, len });
+            Ok(())
+        }
+        fn reduce_rows(&mut self, dst: u64, src: u64, len: usize, rows: usize) -> Result<()> {
+            self.queue.push(Job::Rows {
+                dst,
+                src,
+                len,
+                rows,
+            });
+            Ok(())
+        }
+        fn poll_idle(&mut self) -> Result<bool> {
+            if self.queue.is_empty() {
+                return Ok(true);
+            }
+            self.polls += 1;
+            self.waited.fetch_add(1, Ordering::Relaxed);
+            if self.polls.is_multiple_of(2) {
+                self.run_all();
+                return Ok(true);
+            }
+            Ok(false)
+        }
+        fn sync(&mut self) -> Result<()> {
+            self.run_all();
+            Ok(())
+        }
+        fn block_when_idle(&self) -> bool {
+            self.block
+        }
+    }
+
+    /// Run one schedule per rank over `LateDevice`s; returns how often a schedule found
+    /// the device busy.
+    fn run_late(
+        sends: &[Vec<i64>],
+        recvs: &mut [Vec<i64>],
+        red: bool,
+        build: impl Fn(&mut Builder),
+    ) -> usize {
+        let p = sends.len();
+        let waited = Arc::new(AtomicUsize::new(0));
+        let mut execs: Vec<Exec> = (0..p)
+            .map(|r| {
+                let mut b = Builder::new(r, p);
+                b.set_device_tmps(true);
+                build(&mut b);
+                let user = UserBufs {
+                    send: (sends[r].as_ptr().cast(), sends[r].len() * 8),
+                    recv: (recvs[r].as_mut_ptr().cast(), recvs[r].len() * 8),
+                    reducer: None,
+                    dev: Some(Box::new(LateDevice {
+                        queue: Vec::new(),
+                        polls: 0,
+                        red: red.then_some((DType::I64, RedOp::Sum)),
+                        allocs: HashMap::new(),
+                        waited: waited.clone(),
+                        // Odd sizes wait by blocking when the schedule allows it.
+                        block: p % 2 == 1,
+                    })),
+                };
+                b.finish("test", user, sim::ctx(p))
+            })
+            .collect();
+        let mut mail = sim::Mail::default();
+        let mut done = vec![false; p];
+        let mut idle_passes = 0;
+        while !done.iter().all(|&d| d) {
+            let mut changed = false;
+            for (r, ex) in execs.iter_mut().enumerate() {
+                if done[r] {
+                    continue;
+                }
+                let mut net = sim::RankNet {
+                    me: r as u32,
+                    mail: &mut mail,
+                };
+                changed |= ex.advance(&mut net);
+                if let Some(res) = ex.take_result() {
+                    res.expect("schedule failed");
+                    done[r] = true;
+                }
+            }
+            idle_passes = if changed { 0 } else { idle_passes + 1 };
+            assert!(idle_passes < 8, "schedules deadlocked: {execs:?}");
+        }
+        waited.load(Ordering::Relaxed)
+    }
+
+    fn inputs(p: usize, n: usize) -> Vec<Vec<i64>> {
+        (0..p)
+            .map(|r| (0..n).map(|i| (r as i64 + 1) * 1000 + i as i64).collect())
+            .collect()
+    }
+
+    #[test]
+    fn device_schedules_wait_for_late_device_work() {
+        let mut waited = 0;
+        for p in 1..=6 {
+            for n in [0usize, 1, 7, 64, 1001] {
+                let sends = inputs(p, n);
+                let sum: Vec<i64> = (0..n).map(|i| sends.iter().map(|s| s[i]).sum()).collect();
+                for algo in [
+                    AllreduceAlgo::RecursiveDoubling,
+                    AllreduceAlgo::Rabenseifner,
+                    AllreduceAlgo::Ring,
+                    AllreduceAlgo::ReduceBcast,
+                ] {
+                    let mut recvs = vec![vec![-1i64; n]; p];
+                    waited += run_late(&sends, &mut recvs, true, |b| {
+                        allreduce::build(b, algo, n, 8)
+                    });
+                    for (r, v) in recvs.iter().enumerate() {
+                        assert_eq!(v, &sum, "allreduce {algo} p={p} n={n} rank {r}");
+                    }
+                }
+                let mut recvs = vec![vec![-1i64; n]; p];
+                waited += run_late(&sends, &mut recvs, true, |b| {
+                    if b.size == 1 {
+                        allreduce::build(b, AllreduceAlgo::Ring, n, 8)
+                    } else {
+                        staged_allreduce(b, n * 8, 8)
+                    }
+                });
+                for (r, v) in recvs.iter().enumerate() {
+                    assert_eq!(v, &sum, "staged allreduce p={p} n={n} rank {r}");
+                }
+                for algo in [ReduceScatterAlgo::Ring, ReduceScatterAlgo::ReduceScatterv] {
+                    let k = n / p.max(1);
+                    let sends = inputs(p, k * p);
+                    let mut recvs = vec![vec![-1i64; k]; p];
+                    let counts = vec![k; p];
+                    waited += run_late(&sends, &mut recvs, true, |b| {
+                        reduce_scatter::build(b, algo, &counts, 8)
+                    });
+                    for (r, v) in recvs.iter().enumerate() {
+                        let want: Vec<i64> = (r * k..(r + 1) * k)
+                            .map(|i| sends.iter().map(|s| s[i]).sum())
+                            .collect();
+                        assert_eq!(v, &want, "reduce_scatter {algo} p={p} k={k} rank {r}");
+                    }
+                }
+                for algo in [AllgatherAlgo::Ring, AllgatherAlgo::Bruck] {
+                    let mut recvs = vec![vec![-1i64; n * p]; p];
+                    waited += run_late(&sends, &mut recvs, false, |b| {
+                        allgather::build(b, algo, n * 8, 1)
+                    });
+                    let want: Vec<i64> = sends.concat();
+                    for v in &recvs {
+                        assert_eq!(v, &want, "allgather {algo} p={p} n={n}");
+                    }
+                }
+                for algo in [BcastAlgo::Binomial, BcastAlgo::ScatterAllgather] {
+                    let root = p / 2;
+                    let mut recvs: Vec<Vec<i64>> = (0..p)
+                        .map(|r| {
+                            if r == root {
+                                sends[r].clone()
+                            } else {
+                                vec![-1; n]
+                            }
+                        })
+                        .collect();
+                    waited += run_late(&sends, &mut recvs, false, |b| {
+                        bcast::build(b, algo, Buf::Recv, n * 8, 1, root)
+                    });
+                    for v in &recvs {
+                        assert_eq!(v, &sends[root], "bcast {algo} p={p} n={n}");
+                    }
+                }
+            }
+        }
+        // The fake really was busy when schedules wanted to go on.
+        assert!(waited > 100, "device never busy: {waited}");
+    }
+
+    #[test]
+    fn types_and_ops_map_or_say_why_not() {
+        assert_eq!(dtype_of(Datatype::BF16).unwrap(), DType::BF16);
+        let e = dtype_of(Datatype::I8).unwrap_err();
+        assert!(
+            matches!(e, Error::Usage(_)) && e.to_string().contains("I8"),
+            "{e}"
+        );
+        assert_eq!(op_of(Op::BitXor, DType::U64).unwrap(), RedOp::Bxor);
+        let e = op_of(Op::BitAnd, DType::F32).unwrap_err();
+        assert!(e.to_string().contains("integer types only"), "{e}");
+        let e = op_of(Op::MaxLoc, DType::F32).unwrap_err();
+        assert!(e.to_string().contains("MPI_MAXLOC"), "{e}");
+        assert!(elems("x", "b", 6, DType::F32).is_err());
+        assert_eq!(elems("x", "b", 8, DType::F32).unwrap(), 2);
+    }
+}

@@ -1,0 +1,526 @@
+//! rw-gpucoll: collectives on device buffers, checked against a CPU reference, and the
+//! reduction kernels' throughput. Run on a machine with a GPU (scripts/gpu-run.sh);
+//! without a usable GPU it prints `skipped: ...` and exits 0.
+//!
+//! `rwrun -n P rw-gpucoll check [MAX_COUNT]`: allreduce for every element type and
+//! operation, and reduce / reduce_scatter_block / allgather / bcast for a subset, at
+//! counts 0, 1, 7, 4099, 1 Mi + 1 (and 64 Mi for f32 and bf16 sums when MAX_COUNT
+//! allows), on fresh random inputs (the seed is printed), outputs poisoned first.
+//! Floats are compared with a float64 reference within a tolerance per type, integers
+//! exactly (wrapping); every rank's result must be bitwise identical. Also: nonblocking
+//! calls in flight together, and argument errors. Exits 1 on any failure.
+//!
+//! `rw-gpucoll kernel [MAX_BYTES]` (one process): throughput of `dst = a + b` (f32,
+//! bf16) for 1 MiB .. MAX_BYTES against the device-to-device copy measured in the same
+//! run; bandwidth counts bytes moved (3 per element-byte for the kernel, 2 for a copy).
+
+use std::hash::{DefaultHasher, Hasher};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rankwire::gpu::reduce::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use rankwire::gpu::{DType, DeviceBuffer, Event, RedOp, Stream};
+use rankwire::{Communicator, Datatype, Op};
+
+fn fail(msg: &str) -> ! {
+    eprintln!("rw-gpucoll: {msg}");
+    std::process::exit(1);
+}
+
+/// xorshift64* generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn datatype(dt: DType) -> Datatype {
+    match dt {
+        DType::F16 => Datatype::F16,
+        DType::BF16 => Datatype::BF16,
+        DType::F32 => Datatype::F32,
+        DType::F64 => Datatype::F64,
+        DType::I32 => Datatype::I32,
+        DType::I64 => Datatype::I64,
+        DType::U32 => Datatype::U32,
+        DType::U64 => Datatype::U64,
+    }
+}
+
+fn mpi_op(op: RedOp) -> Op {
+    match op {
+        RedOp::Sum => Op::Sum,
+        RedOp::Prod => Op::Prod,
+        RedOp::Min => Op::Min,
+        RedOp::Max => Op::Max,
+        RedOp::Band => Op::BitAnd,
+        RedOp::Bor => Op::BitOr,
+        RedOp::Bxor => Op::BitXor,
+    }
+}
+
+/// Random input of `n` elements for `op` (floats: [-1, 1) for sums, ±[0.5, 1.5) for
+/// products so they stay finite; integers: any bits).
+fn make_input(rng: &mut Rng, dt: DType, op: RedOp, n: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n * dt.size());
+    for _ in 0..n {
+        let f = if op == RedOp::Prod {
+            let m = 0.5 + rng.unit();
+            if rng.next() & 1 == 0 { m } else { -m }
+        } else {
+            rng.unit() * 2.0 - 1.0
+        };
+        match dt {
+            DType::F16 => out.extend_from_slice(&f32_to_f16(f as f32).to_le_bytes()),
+            DType::BF16 => out.extend_from_slice(&f32_to_bf16(f as f32).to_le_bytes()),
+            DType::F32 => out.extend_from_slice(&(f as f32).to_le_bytes()),
+            DType::F64 => out.extend_from_slice(&f.to_le_bytes()),
+            DType::I32 | DType::U32 => out.extend_from_slice(&(rng.next() as u32).to_le_bytes()),
+            DType::I64 | DType::U64 => out.extend_from_slice(&rng.next().to_le_bytes()),
+        }
+    }
+    out
+}
+
+/// Element `i` of `b` as f64 (floats) or as raw bits (integers, zero-extended).
+fn float_at(dt: DType, b: &[u8], i: usize) -> f64 {
+    match dt {
+        DType::F16 => f64::from(f16_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]))),
+        DType::BF16 => f64::from(bf16_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]))),
+        DType::F32 => f64::from(f32::from_le_bytes(b[4 * i..4 * i + 4].try_into().unwrap())),
+        DType::F64 => f64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap()),
+        _ => unreachable!(),
+    }
+}
+
+fn int_at(dt: DType, b: &[u8], i: usize) -> u64 {
+    match dt.size() {
+        4 => u64::from(u32::from_le_bytes(b[4 * i..4 * i + 4].try_into().unwrap())),
+        _ => u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap()),
+    }
+}
+
+/// Unit roundoff of the storage type.
+fn eps(dt: DType) -> f64 {
+    match dt {
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        DType::F32 => 2f64.powi(-24),
+        _ => 2f64.powi(-53),
+    }
+}
+
+/// Check `got` (elements `[first, first + n)` of the reduction of `inputs`) against
+/// the reference; the first mismatch as text.
+fn check_reduction(
+    dt: DType,
+    op: RedOp,
+    inputs: &[Vec<u8>],
+    first: usize,
+    got: &[u8],
+) -> Option<String> {
+    let p = inputs.len() as f64;
+    let n = got.len() / dt.size();
+    for j in 0..n {
+        let i = first + j;
+        if dt.is_float() {
+            let xs: Vec<f64> = inputs.iter().map(|b| float_at(dt, b, i)).collect();
+            let g = float_at(dt, got, j);
+            let (want, tol) = match op {
+                RedOp::Sum => {
+                    let abs: f64 = xs.iter().map(|x| x.abs()).sum();
+                    let rel = match dt {
+                        DType::F32 => 1e-5 * p.log2().max(1.0),
+                        DType::F64 => 2.0 * p * eps(dt),
+                        _ => p * eps(dt) * 1.01,
+                    };
+                    (xs.iter().sum::<f64>(), rel * abs)
+                }
+                RedOp::Prod => {
+                    let v: f64 = xs.iter().product();
+                    // f64: the float64 reference rounds as often as the result.
+                    let rel = match dt {
+                        DType::F32 => 1e-5 * p.log2().max(1.0),
+                        DType::F64 => 2.0 * p * eps(dt),
+                        _ => p * eps(dt) * 1.01,
+                    };
+                    (v, rel * v.abs())
+                }
+                RedOp::Min => (xs.iter().copied().fold(f64::INFINITY, f64::min), 0.0),
+                RedOp::Max => (xs.iter().copied().fold(f64::NEG_INFINITY, f64::max), 0.0),
+                _ => unreachable!(),
+            };
+            let within = (g - want).abs() <= tol;
+            if !within {
+                return Some(format!(
+                    "element {i}: got {g:e}, want {want:e} (tolerance {tol:e}, inputs {xs:?})"
+                ));
+            }
+        } else {
+            let bits = dt.size() * 8;
+            let mask = if bits == 64 {
+                u64::MAX
+            } else {
+                (1u64 << bits) - 1
+            };
+            let signed = matches!(dt, DType::I32 | DType::I64);
+            let sx = |v: u64| -> i64 {
+                if bits == 32 {
+                    v as u32 as i32 as i64
+                } else {
+                    v as i64
+                }
+            };
+            let xs: Vec<u64> = inputs.iter().map(|b| int_at(dt, b, i)).collect();
+            let want = xs
+                .iter()
+                .copied()
+                .reduce(|a, b| match op {
+                    RedOp::Sum => a.wrapping_add(b) & mask,
+                    RedOp::Prod => a.wrapping_mul(b) & mask,
+                    RedOp::Band => a & b,
+                    RedOp::Bor => a | b,
+                    RedOp::Bxor => a ^ b,
+                    RedOp::Min if signed => {
+                        if sx(a) <= sx(b) {
+                            a
+                        } else {
+                            b
+                        }
+                    }
+                    RedOp::Max if signed => {
+                        if sx(a) >= sx(b) {
+                            a
+                        } else {
+                            b
+                        }
+                    }
+                    RedOp::Min => a.min(b),
+                    RedOp::Max => a.max(b),
+                })
+                .unwrap_or(0);
+            let g = int_at(dt, got, j);
+            if g != want {
+                return Some(format!("element {i}: got {g:#x}, want {want:#x}"));
+            }
+        }
+    }
+    None
+}
+
+fn hash(b: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    h.write(b);
+    h.finish()
+}
+
+fn upload(data: &[u8]) -> DeviceBuffer {
+    let mut d = DeviceBuffer::alloc(0, data.len()).unwrap_or_else(|e| fail(&format!("alloc: {e}")));
+    if !data.is_empty() {
+        d.copy_from_host(0, data)
+            .unwrap_or_else(|e| fail(&format!("upload: {e}")));
+    }
+    d
+}
+
+fn poisoned(len: usize) -> DeviceBuffer {
+    let mut d = DeviceBuffer::alloc(0, len).unwrap_or_else(|e| fail(&format!("alloc: {e}")));
+    if len > 0 {
+        d.fill(0xA5)
+            .unwrap_or_else(|e| fail(&format!("poison: {e}")));
+    }
+    d
+}
+
+fn download(d: &DeviceBuffer) -> Vec<u8> {
+    d.to_vec()
+        .unwrap_or_else(|e| fail(&format!("download: {e}")))
+}
+
+struct Checker<'w> {
+    w: &'w Communicator,
+    checks: usize,
+    failures: usize,
+}
+
+impl Checker<'_> {
+    /// Every rank's copy of `mine` (equal lengths).
+    fn all(&self, mine: &[u8]) -> Vec<Vec<u8>> {
+        let p = self.w.size();
+        let mut all = vec![0u8; mine.len() * p];
+        self.w
+            .allgather(mine, &mut all)
+            .unwrap_or_else(|e| fail(&format!("host allgather: {e}")));
+        if mine.is_empty() {
+            return vec![Vec::new(); p];
+        }
+        all.chunks(mine.len()).map(<[u8]>::to_vec).collect()
+    }
+
+    /// Record one check; `err` is this rank's failure, if any. All ranks agree on the
+    /// outcome (and on bitwise equality of `result` when `same` is set).
+    fn record(&mut self, what: &str, err: Option<String>, result: Option<&[u8]>) {
+        self.checks += 1;
+        let mut err = err;
+        if let Some(r) = result {
+            let hashes = self.all(&hash(r).to_le_bytes());
+            if hashes.iter().any(|h| h != &hashes[0]) && err.is_none() {
+                err = Some("results differ between ranks".into());
+            }
+        }
+        let bad = self.all(&[u8::from(err.is_some())]);
+        if bad.iter().any(|b| b[0] != 0) {
+            self.failures += 1;
+            if let Some(e) = err {
+                eprintln!("FAIL rank {} {what}: {e}", self.w.rank());
+            }
+        }
+    }
+}
+
+fn check(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let mut seed = [SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1];
+    w.bcast(&mut seed, 0)?;
+    if me == 0 {
+        println!("# rw-gpucoll check: {p} ranks, seed {:#x}", seed[0]);
+    }
+    let mut rng = Rng(seed[0] ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(me as u64 + 1)));
+    let mut c = Checker {
+        w,
+        checks: 0,
+        failures: 0,
+    };
+    let counts: Vec<usize> = [0usize, 1, 7, 4096 + 3, (1 << 20) + 1]
+        .into_iter()
+        .filter(|&n| n <= max_count)
+        .collect();
+    let t0 = std::time::Instant::now();
+    // Allreduce: every type and op.
+    for &n in &counts {
+        for dt in DType::ALL {
+            for op in RedOp::all_for(dt) {
+                allreduce_one(&mut c, &mut rng, dt, op, n)?;
+            }
+        }
+    }
+    if max_count >= 64 << 20 {
+        for dt in [DType::F32, DType::BF16] {
+            allreduce_one(&mut c, &mut rng, dt, RedOp::Sum, 64 << 20)?;
+        }
+    }
+    if me == 0 {
+        println!("# allreduce done in {:.1} s", t0.elapsed().as_secs_f64());
+    }
+    // Reduce, reduce_scatter_block: every type, sum and max (and bxor for integers).
+    for &n in &counts {
+        for dt in DType::ALL {
+            let ops = [RedOp::Sum, RedOp::Max, RedOp::Bxor];
+            for op in ops.into_iter().filter(|o| o.valid_for(dt)) {
+                let es = dt.size();
+                // Reduce to root n % p.
+                let root = n % p;
+                let input = make_input(&mut rng, dt, op, n);
+                let all = c.all(&input);
+                let send = upload(&input);
+                let mut recv = poisoned(if me == root { n * es } else { 0 });
+                w.reduce_device(&send, &mut recv, datatype(dt), mpi_op(op), root)?;
+                let err = (me == root)
+                    .then(|| check_reduction(dt, op, &all, 0, &download(&recv)))
+                    .flatten();
+                c.record(&format!("reduce {dt} {op} n={n} root={root}"), err, None);
+                // Reduce-scatter with blocks of n elements.
+                let input = make_input(&mut rng, dt, op, n * p);
+                let all = c.all(&input);
+                let send = upload(&input);
+                let mut recv = poisoned(n * es);
+                w.reduce_scatter_block_device(&send, &mut recv, datatype(dt), mpi_op(op))?;
+                let err = check_reduction(dt, op, &all, me * n, &download(&recv));
+                c.record(&format!("reduce_scatter_block {dt} {op} n={n}"), err, None);
+            }
+        }
+    }
+    // Allgather and bcast (bytes).
+    for &n in &counts {
+        let bytes = n * 4 + n % 3;
+        let mine = make_input(&mut rng, DType::U32, RedOp::Band, bytes.div_ceil(4));
+        let mine = &mine[..bytes];
+        let all = c.all(mine);
+        let send = upload(mine);
+        let mut recv = poisoned(bytes * p);
+        w.allgather_device(&send, &mut recv)?;
+        let got = download(&recv);
+        let err = (got != all.concat()).then(|| "allgather result differs".to_string());
+        c.record(&format!("allgather {bytes} bytes"), err, Some(&got));
+        let root = (n + 1) % p;
+        let data = c.all(mine).swap_remove(root);
+        let mut buf = if me == root {
+            upload(&data)
+        } else {
+            poisoned(bytes)
+        };
+        w.bcast_device(&mut buf, root)?;
+        let got = download(&buf);
+        let err = (got != data).then(|| "bcast result differs from the root's".to_string());
+        c.record(&format!("bcast {bytes} bytes root={root}"), err, Some(&got));
+    }
+    // Nonblocking: an allreduce and an allgather in flight together.
+    {
+        let n = 100_003;
+        let a = make_input(&mut rng, DType::F64, RedOp::Sum, n);
+        let all_a = c.all(&a);
+        let g = make_input(&mut rng, DType::U32, RedOp::Band, 1000);
+        let all_g = c.all(&g);
+        let (sa, sg) = (upload(&a), upload(&g));
+        let (mut ra, mut rg) = (poisoned(a.len()), poisoned(g.len() * p));
+        let r1 = w.iallreduce_device(&sa, &mut ra, Datatype::F64, Op::Sum)?;
+        let r2 = w.iallgather_device(&sg, &mut rg)?;
+        rankwire::wait_all_coll(vec![r2, r1])?;
+        let err = check_reduction(DType::F64, RedOp::Sum, &all_a, 0, &download(&ra))
+            .or_else(|| (download(&rg) != all_g.concat()).then(|| "iallgather differs".into()));
+        c.record("iallreduce + iallgather in flight together", err, None);
+    }
+    // Argument errors are reported, not run.
+    {
+        let s = upload(&[0u8; 16]);
+        let mut r = poisoned(16);
+        let e = w.allreduce_device(&s, &mut r, Datatype::F32, Op::BitAnd);
+        let err = match e {
+            Err(rankwire::Error::Usage(m)) if m.contains("integer") => None,
+            other => Some(format!("band on f32: {other:?}")),
+        };
+        c.record("band on f32 is a usage error", err, None);
+        let mut short = poisoned(8);
+        let e = w.allreduce_device(&s, &mut short, Datatype::F32, Op::Sum);
+        let err = match e {
+            Err(rankwire::Error::Usage(_)) => None,
+            other => Some(format!("short receive buffer: {other:?}")),
+        };
+        c.record("short receive buffer is a usage error", err, None);
+    }
+    if me == 0 {
+        println!(
+            "# rw-gpucoll check: {} checks, {} failures, {:.1} s, kernel cache {:?}",
+            c.checks,
+            c.failures,
+            t0.elapsed().as_secs_f64(),
+            rankwire::gpu::kernel_cache_stats()
+        );
+    }
+    if c.failures > 0 {
+        fail(&format!("{} of {} checks failed", c.failures, c.checks));
+    }
+    Ok(())
+}
+
+fn allreduce_one(
+    c: &mut Checker<'_>,
+    rng: &mut Rng,
+    dt: DType,
+    op: RedOp,
+    n: usize,
+) -> rankwire::Result<()> {
+    let input = make_input(rng, dt, op, n);
+    let all = c.all(&input);
+    let send = upload(&input);
+    let mut recv = poisoned(input.len());
+    c.w.allreduce_device(&send, &mut recv, datatype(dt), mpi_op(op))?;
+    let got = download(&recv);
+    let err = check_reduction(dt, op, &all, 0, &got);
+    c.record(&format!("allreduce {dt} {op} n={n}"), err, Some(&got));
+    Ok(())
+}
+
+fn kernel(max: usize) -> Result<(), rankwire::gpu::GpuError> {
+    let stream = Stream::new(0)?;
+    let (start, end) = (Event::new_timing(0)?, Event::new_timing(0)?);
+    println!("# rw-gpucoll kernel: dst = a + b against a device-to-device copy, GPU 0");
+    println!("# bandwidth counts bytes moved: kernel 3 x Size, copy 2 x Size (GB/s = 1e9 B/s)");
+    println!("# Size (B)    type  kernel GB/s  copy GB/s  ratio");
+    let mut size = 1usize << 20;
+    while size <= max {
+        let a = DeviceBuffer::alloc(0, size)?;
+        let b = DeviceBuffer::alloc(0, size)?;
+        let mut d = DeviceBuffer::alloc(0, size)?;
+        d.fill(0)?;
+        let iters = if size >= 256 << 20 { 10 } else { 50 };
+        let time = |f: &dyn Fn() -> Result<(), rankwire::gpu::GpuError>| {
+            f()?;
+            start.record(&stream)?;
+            for _ in 0..iters {
+                f()?;
+            }
+            end.record(&stream)?;
+            end.synchronize()?;
+            Ok::<f64, rankwire::gpu::GpuError>(
+                f64::from(end.elapsed_ms(&start)?) / 1e3 / iters as f64,
+            )
+        };
+        // SAFETY: d, a and b are live allocations of `size` bytes until the synchronize
+        // inside `time`.
+        let copy_s =
+            time(&|| unsafe { rankwire::gpu::memcpy_dtod_async(d.ptr(), a.ptr(), size, &stream) })?;
+        let copy_bw = 2.0 * size as f64 / copy_s / 1e9;
+        for dt in [DType::F32, DType::BF16] {
+            // SAFETY: as above; count elements of dt fit in `size` bytes.
+            let k_s = time(&|| unsafe {
+                rankwire::gpu::reduce_async(
+                    dt,
+                    RedOp::Sum,
+                    d.ptr(),
+                    a.ptr(),
+                    b.ptr(),
+                    size / dt.size(),
+                    &stream,
+                )
+            })?;
+            let k_bw = 3.0 * size as f64 / k_s / 1e9;
+            println!(
+                "{size:<13}{:>5}{k_bw:>13.1}{copy_bw:>11.1}{:>7.2}",
+                dt.name(),
+                k_bw / copy_bw
+            );
+        }
+        size *= 4;
+    }
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mode = args.get(1).cloned().unwrap_or_else(|| "check".into());
+    let max: Option<usize> = args.get(2).and_then(|s| s.parse().ok());
+    if let Err(e) = rankwire::gpu::init() {
+        println!("skipped: no usable GPU ({e})");
+        return;
+    }
+    if mode == "kernel" {
+        if let Err(e) = kernel(max.unwrap_or(1 << 30)) {
+            fail(&format!("kernel bench: {e}"));
+        }
+        return;
+    }
+    let u = rankwire::init().unwrap_or_else(|e| fail(&format!("init: {e}")));
+    let w = u.world();
+    let r = match mode.as_str() {
+        "check" => check(&w, max.unwrap_or(64 << 20)),
+        other => fail(&format!("unknown mode {other} (check | kernel)")),
+    };
+    if let Err(e) = r {
+        fail(&format!("rank {}: {e}", w.rank()));
+    }
+    if let Err(e) = u.finalize() {
+        fail(&format!("finalize: {e}"));
+    }
+}
