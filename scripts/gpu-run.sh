@@ -22,6 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 step selftest 300 $B/gpu_selftest
 step check 600 $B/rwrun -n 2 $B/rw-gpuapp check ${GPU_CHECK_MAX:-67108864}
 step reuse 300 $B/rwrun -n 2 $B/rw-gpuapp reuse
+step cudarc 300 $B/rwrun -n 2 --report-bindings $B/rw-gpuapp cudarc
 step check_noipc 600 env RANKWIRE_CUDA_IPC=0 $B/rwrun -n 2 $B/rw-gpuapp check 4194304
 step check_tcp 600 env RANKWIRE_TRANSPORTS=tcp $B/rwrun -n 2 $B/rw-gpuapp check 4194304
 step bench 600 $B/rwrun -n 2 $B/rw-gpuapp bench ${GPU_BENCH_MAX:-1073741824}

@@ -218,3 +218,20 @@ fn no_shm_left_after_normal_exit_panic_and_sigkill() {
     .run();
     assert_ne!(out.code(), 0, "{}", out.stderr);
 }
+
+#[test]
+fn report_bindings_prints_each_rank_and_local_rank() {
+    let app = app();
+    let out = rwrun(["-n", "3", "--report-bindings", &app, "ordering"]).run();
+    out.assert_ok();
+    for r in 0..3 {
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("rankwire: rank {r} on ")))
+            .unwrap_or_else(|| panic!("no binding line for rank {r}: {}", out.stderr));
+        // One node here, so the local rank equals the rank.
+        assert!(line.contains(&format!("local rank {r},")), "{line}");
+        assert!(line.contains("GPU"), "{line}");
+    }
+}

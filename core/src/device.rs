@@ -1,8 +1,10 @@
 //! Point-to-point on device (GPU) memory and on raw memory from FFI.
 //!
-//! Pass a [`rankwire_gpu::DeviceBuffer`] (re-exported as [`crate::gpu::DeviceBuffer`]) to
-//! [`Communicator::send_device`] / [`Communicator::recv_device`], or any pointer and byte
-//! length to the `unsafe` `*_raw` calls. The memory kind is detected through unified
+//! Pass any [`DeviceMemory`] to [`Communicator::send_device`] /
+//! [`Communicator::recv_device`]: a [`rankwire_gpu::DeviceBuffer`] (re-exported as
+//! [`crate::gpu::DeviceBuffer`]) or, with the `cuda` feature, cudarc's `CudaSlice<T>`,
+//! `CudaView<T>` and `CudaViewMut<T>` (re-exported as [`crate::cudarc`]); or any
+//! pointer and byte length to the `unsafe` `*_raw` calls. The memory kind is detected through unified
 //! virtual addressing (`cuPointerGetAttributes`): device memory goes through the GPU
 //! paths (CUDA IPC inside a node, staging through host memory otherwise), host,
 //! pinned and managed memory through the host paths. Zero-length buffers are never
@@ -14,6 +16,87 @@
 //! visible to work on any stream of that device.
 
 use rankwire_gpu::{DeviceBuffer, PtrKind};
+
+/// Device memory the runtime can send from: a device address and a length in bytes.
+///
+/// Implemented for [`DeviceBuffer`] and, with the `cuda` feature, for cudarc's
+/// `CudaSlice<T>`, `CudaView<'_, T>` and `CudaViewMut<'_, T>` (any `T`; lengths in
+/// bytes are `len × size_of::<T>()`). For cudarc slices the slice's own stream is
+/// synchronized first, so work queued on it that writes the buffer has finished
+/// (cudarc users need no explicit synchronize before a send).
+pub trait DeviceMemory {
+    /// Device address and length in bytes, with pending writes finished.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] if synchronizing the buffer's stream fails.
+    fn device_region(&self) -> Result<(u64, usize)>;
+}
+
+/// Device memory the runtime can receive into (see [`DeviceMemory`]).
+pub trait DeviceMemoryMut: DeviceMemory {
+    /// Device address and length in bytes, with pending work on it finished.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] if synchronizing the buffer's stream fails.
+    fn device_region_mut(&mut self) -> Result<(u64, usize)>;
+}
+
+impl DeviceMemory for DeviceBuffer {
+    fn device_region(&self) -> Result<(u64, usize)> {
+        Ok((self.ptr(), self.len()))
+    }
+}
+
+impl DeviceMemoryMut for DeviceBuffer {
+    fn device_region_mut(&mut self) -> Result<(u64, usize)> {
+        Ok((self.ptr(), self.len()))
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cudarc_impls {
+    use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice};
+
+    use super::{DeviceMemory, DeviceMemoryMut};
+    use crate::error::{Error, Result};
+
+    fn sync<T>(s: &impl DeviceSlice<T>) -> Result<()> {
+        s.stream()
+            .synchronize()
+            .map_err(|e| Error::Gpu(format!("synchronizing the buffer's cudarc stream: {e}")))
+    }
+
+    macro_rules! readable {
+        ($($t:ty),*) => {$(
+            impl<T> DeviceMemory for $t {
+                fn device_region(&self) -> Result<(u64, usize)> {
+                    sync(self)?;
+                    // The guard records a read on the slice's stream when dropped here;
+                    // the runtime's own copies finish before the request completes,
+                    // while the borrow of the slice is still held.
+                    let (ptr, _read) = self.device_ptr(self.stream());
+                    Ok((ptr, self.num_bytes()))
+                }
+            }
+        )*};
+    }
+    readable!(CudaSlice<T>, CudaView<'_, T>, CudaViewMut<'_, T>);
+
+    macro_rules! writable {
+        ($($t:ty),*) => {$(
+            impl<T> DeviceMemoryMut for $t {
+                fn device_region_mut(&mut self) -> Result<(u64, usize)> {
+                    sync(self)?;
+                    let stream = self.stream().clone();
+                    let len = self.num_bytes();
+                    let (ptr, _write) = self.device_ptr_mut(&stream);
+                    Ok((ptr, len))
+                }
+            }
+        )*};
+    }
+    writable!(CudaSlice<T>, CudaViewMut<'_, T>);
+}
 use rankwire_transports::MemoryKind;
 
 use crate::comm::{Communicator, Source, Tag};
@@ -92,7 +175,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::send`]; [`Error::Gpu`] when a device copy fails.
-    pub fn send_device(&self, buf: &DeviceBuffer, dest: usize, tag: i32) -> Result<()> {
+    pub fn send_device<B: DeviceMemory + ?Sized>(
+        &self,
+        buf: &B,
+        dest: usize,
+        tag: i32,
+    ) -> Result<()> {
         self.isend_device(buf, dest, tag)?.wait().map(|_| ())
     }
 
@@ -101,9 +189,9 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::recv`] (truncation included); [`Error::Gpu`] when a device
     /// copy fails.
-    pub fn recv_device(
+    pub fn recv_device<B: DeviceMemoryMut + ?Sized>(
         &self,
-        buf: &mut DeviceBuffer,
+        buf: &mut B,
         source: impl Into<Source>,
         tag: impl Into<Tag>,
     ) -> Result<Status> {
@@ -114,28 +202,29 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::isend`].
-    pub fn isend_device<'a>(
+    pub fn isend_device<'a, B: DeviceMemory + ?Sized>(
         &self,
-        buf: &'a DeviceBuffer,
+        buf: &'a B,
         dest: usize,
         tag: i32,
     ) -> Result<Request<'a>> {
-        // SAFETY: the DeviceBuffer owns `len` bytes at `ptr` and stays borrowed for 'a.
-        unsafe { self.isend_raw(buf.ptr() as *const u8, buf.len(), dest, tag) }
+        let (ptr, len) = buf.device_region()?;
+        // SAFETY: the buffer owns `len` bytes at `ptr` and stays borrowed for 'a.
+        unsafe { self.isend_raw(ptr as *const u8, len, dest, tag) }
     }
 
     /// Nonblocking receive into a device buffer, borrowed until the request completes.
     ///
     /// # Errors
     /// As [`Communicator::irecv`].
-    pub fn irecv_device<'a>(
+    pub fn irecv_device<'a, B: DeviceMemoryMut + ?Sized>(
         &self,
-        buf: &'a mut DeviceBuffer,
+        buf: &'a mut B,
         source: impl Into<Source>,
         tag: impl Into<Tag>,
     ) -> Result<Request<'a>> {
-        // SAFETY: the DeviceBuffer owns `len` bytes at `ptr` and stays mutably borrowed
-        // for 'a.
-        unsafe { self.irecv_raw(buf.ptr() as *mut u8, buf.len(), source, tag) }
+        let (ptr, len) = buf.device_region_mut()?;
+        // SAFETY: the buffer owns `len` bytes at `ptr` and stays mutably borrowed for 'a.
+        unsafe { self.irecv_raw(ptr as *mut u8, len, source, tag) }
     }
 }

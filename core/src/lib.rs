@@ -70,6 +70,11 @@ pub use bytemuck::{Pod, Zeroable};
 pub use coll::ops::{Datatype, Loc, Op, ReduceOp, Reducible, UserOp};
 pub use coll::{CollRequest, wait_all_coll};
 pub use comm::{ANY_SOURCE, ANY_TAG, Communicator, Message, Source, TAG_UB, Tag};
+/// cudarc, re-exported so applications use the same version as rankwire (feature
+/// `cuda`).
+#[cfg(feature = "cuda")]
+pub use cudarc;
+pub use device::{DeviceMemory, DeviceMemoryMut};
 pub use error::{Error, MatchError, Result};
 pub use group::{ContextId, Group, GroupRelation};
 pub use half::{bf16, f16};

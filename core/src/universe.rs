@@ -23,6 +23,8 @@ pub struct Universe {
 pub(crate) struct Inner {
     pub(crate) rank: u32,
     pub(crate) size: u32,
+    /// Position of this rank among the ranks of its node, in rank order.
+    pub(crate) local_rank: u32,
     pub(crate) engine: Mutex<Engine>,
     bootstrap: Mutex<Option<BootstrapClient>>,
     finalized: AtomicBool,
@@ -46,13 +48,43 @@ pub fn init() -> Result<Universe> {
     }
     init_logging();
     let r = init_inner();
-    if r.is_err() {
-        INITIALIZED.store(false, Ordering::SeqCst);
+    match &r {
+        Ok(u) => report_binding(u),
+        Err(_) => INITIALIZED.store(false, Ordering::SeqCst),
     }
     r
 }
 
 impl Universe {
+    /// This rank's position among the ranks on its node (0-based, in rank order; nodes
+    /// told apart by boot id, hostname and network namespace, as for shared memory).
+    pub fn local_rank(&self) -> usize {
+        self.inner.local_rank as usize
+    }
+
+    /// The GPU this rank should use: `RANKWIRE_GPU_DEVICE` if set, else
+    /// `local_rank % device_count` (ranks on a node spread round-robin over its GPUs).
+    /// Also makes that device's primary context current on the calling thread. The
+    /// runtime itself takes the device of each buffer from the buffer; this is the
+    /// device to allocate on. Initializes CUDA on first use only (a host-only job never
+    /// does).
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] when no GPU is usable (not built with `cuda`, no driver, no
+    /// device) or when `RANKWIRE_GPU_DEVICE` is not a visible device ordinal.
+    pub fn gpu_device(&self) -> Result<i32> {
+        let n =
+            rankwire_gpu::device_count().map_err(|e| Error::Gpu(format!("no usable GPU: {e}")))?;
+        let dev = select_gpu(
+            self.inner.local_rank as usize,
+            n,
+            std::env::var("RANKWIRE_GPU_DEVICE").ok().as_deref(),
+        )?;
+        rankwire_gpu::set_current_device(dev)
+            .map_err(|e| Error::Gpu(format!("making GPU {dev} current: {e}")))?;
+        Ok(dev)
+    }
+
     /// The world communicator (MPI_COMM_WORLD): every rank of the job.
     pub fn world(&self) -> Communicator {
         Communicator::world(self.inner.clone())
@@ -246,6 +278,8 @@ fn init_inner() -> Result<Universe> {
     let local: Vec<u32> = (0..size)
         .filter(|&r| r != rank && node_ids[r as usize] == me)
         .collect();
+    // Node identity, not the launcher's numbering, decides who shares a node.
+    let local_rank = local.iter().filter(|&&r| r < rank).count() as u32;
     let use_shm = allowed.contains(&"shm");
     let shm = if use_shm && size > 1 {
         let cfg = ShmConfig::from_env()
@@ -348,6 +382,7 @@ fn init_inner() -> Result<Universe> {
         inner: Arc::new(Inner {
             rank,
             size,
+            local_rank,
             engine: Mutex::new(engine),
             bootstrap: Mutex::new(Some(client)),
             finalized: AtomicBool::new(false),
@@ -362,11 +397,59 @@ fn singleton() -> Universe {
         inner: Arc::new(Inner {
             rank: 0,
             size: 1,
+            local_rank: 0,
             engine: Mutex::new(engine),
             bootstrap: Mutex::new(None),
             finalized: AtomicBool::new(false),
         }),
     }
+}
+
+/// GPU of a rank: `forced` (`RANKWIRE_GPU_DEVICE`) if given, else `local_rank % count`.
+fn select_gpu(local_rank: usize, count: usize, forced: Option<&str>) -> Result<i32> {
+    if count == 0 {
+        return Err(Error::Gpu(
+            "no CUDA device is visible (check CUDA_VISIBLE_DEVICES)".into(),
+        ));
+    }
+    match forced.map(str::trim).filter(|s| !s.is_empty()) {
+        Some(v) => match v.parse::<usize>() {
+            Ok(d) if d < count => Ok(d as i32),
+            _ => Err(Error::Gpu(format!(
+                "RANKWIRE_GPU_DEVICE={v:?} is not a device ordinal below {count} (the number \
+                 of visible devices)"
+            ))),
+        },
+        None => Ok((local_rank % count) as i32),
+    }
+}
+
+/// With `RANKWIRE_REPORT_BINDINGS=1` (`rwrun --report-bindings`), print this rank's
+/// node, local rank and GPU to stderr, once, at init.
+fn report_binding(u: &Universe) {
+    if std::env::var("RANKWIRE_REPORT_BINDINGS").as_deref() != Ok("1") {
+        return;
+    }
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let gpu = if rankwire_gpu::available() {
+        match u.gpu_device() {
+            Ok(d) => {
+                let name = rankwire_gpu::device_info(d)
+                    .map(|i| i.name)
+                    .unwrap_or_default();
+                format!("GPU {d} ({name})")
+            }
+            Err(e) => format!("no GPU ({e})"),
+        }
+    } else {
+        "no GPU (CUDA driver not loadable or support not built)".into()
+    };
+    eprintln!(
+        "rankwire: rank {} on {host}: local rank {}, {gpu}",
+        u.inner.rank, u.inner.local_rank
+    );
 }
 
 /// Node identity: boot id + hostname + network namespace. Two ranks with the same
@@ -421,4 +504,29 @@ fn enable_gpu(engine: &mut Engine) -> bool {
         .proto
         .set_device_mem(Box::new(crate::gpu_path::GpuStaging));
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_selection_round_robin_or_forced() {
+        assert_eq!(select_gpu(0, 1, None).unwrap(), 0);
+        assert_eq!(select_gpu(5, 2, None).unwrap(), 1);
+        assert_eq!(select_gpu(5, 8, Some("")).unwrap(), 5);
+        assert_eq!(select_gpu(5, 8, Some("3")).unwrap(), 3);
+        let e = select_gpu(0, 2, Some("2")).unwrap_err().to_string();
+        assert!(
+            e.contains("RANKWIRE_GPU_DEVICE") && e.contains("below 2"),
+            "{e}"
+        );
+        assert!(select_gpu(0, 2, Some("x")).is_err());
+        assert!(
+            select_gpu(0, 0, None)
+                .unwrap_err()
+                .to_string()
+                .contains("no CUDA device")
+        );
+    }
 }

@@ -120,6 +120,16 @@ pub fn driver_version() -> Result<i32, GpuError> {
     result::driver_version()
 }
 
+/// Make the primary context of device `ordinal` current on the calling thread
+/// (`cuDevicePrimaryCtxRetain` once, then `cuCtxSetCurrent`): the context the CUDA
+/// runtime and cudarc's `CudaContext` also use.
+///
+/// # Errors
+/// As [`init`], and [`GpuError::Driver`] (`CUDA_ERROR_INVALID_DEVICE` for a bad ordinal).
+pub fn set_current_device(ordinal: i32) -> Result<(), GpuError> {
+    result::bind_device(ordinal)
+}
+
 /// What rankwire needs to know about one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {

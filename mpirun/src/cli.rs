@@ -104,6 +104,11 @@ pub(crate) struct Cli {
     #[arg(long)]
     pub(crate) tag_output: bool,
 
+    /// Each rank prints its node, local rank and GPU (`local_rank % device_count`, or
+    /// `RANKWIRE_GPU_DEVICE`) to stderr at init (sets RANKWIRE_REPORT_BINDINGS=1).
+    #[arg(long)]
+    pub(crate) report_bindings: bool,
+
     /// Kill the job after SECONDS (fractions allowed; at most 10 years, larger values
     /// are clamped); rwrun then exits with 124.
     #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
@@ -162,6 +167,7 @@ pub(crate) fn normalize_args(args: Vec<OsString>) -> Result<Vec<OsString>, Strin
     // Options without a value.
     const FLAGS: &[&str] = &[
         "--tag-output",
+        "--report-bindings",
         "--oversubscribe",
         "-h",
         "--help",
@@ -256,6 +262,9 @@ impl JobConfig {
             if let Some(pair) = parse_export(x)? {
                 env.push(pair);
             }
+        }
+        if cli.report_bindings {
+            env.push(("RANKWIRE_REPORT_BINDINGS".into(), "1".into()));
         }
         let mut command = cli.command.into_iter();
         let program = command.next().ok_or("no program given")?;

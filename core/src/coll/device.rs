@@ -45,6 +45,7 @@ use crate::coll::{
     CollKind, CollRequest, allgather, allreduce, args, bcast, reduce, reduce_scatter,
 };
 use crate::comm::Communicator;
+use crate::device::{DeviceMemory, DeviceMemoryMut};
 use crate::error::{Error, Result};
 
 /// Element types the device collectives reduce.
@@ -428,6 +429,30 @@ fn dev_bufs(
     })
 }
 
+/// Address and byte length of a user buffer.
+#[derive(Clone, Copy)]
+struct Region {
+    addr: u64,
+    bytes: usize,
+}
+
+impl Region {
+    fn of<B: DeviceMemory + ?Sized>(b: &B) -> Result<Region> {
+        let (addr, bytes) = b.device_region()?;
+        Ok(Region { addr, bytes })
+    }
+    fn of_mut<B: DeviceMemoryMut + ?Sized>(b: &mut B) -> Result<Region> {
+        let (addr, bytes) = b.device_region_mut()?;
+        Ok(Region { addr, bytes })
+    }
+    fn ptr(&self) -> u64 {
+        self.addr
+    }
+    fn len(&self) -> usize {
+        self.bytes
+    }
+}
+
 fn elems(what: &str, name: &str, bytes: usize, dt: DType) -> Result<usize> {
     if !bytes.is_multiple_of(dt.size()) {
         return Err(Error::usage(format!(
@@ -455,10 +480,10 @@ impl Communicator {
     /// [`Error::Gpu`] when a copy, kernel compile (NVRTC) or launch fails;
     /// [`Error::Collective`] if ranks disagree on counts or ops; [`Error::Connection`]
     /// if a peer died.
-    pub fn allreduce_device(
+    pub fn allreduce_device<S: DeviceMemory + ?Sized, R: DeviceMemoryMut + ?Sized>(
         &self,
-        send: &DeviceBuffer,
-        recv: &mut DeviceBuffer,
+        send: &S,
+        recv: &mut R,
         dtype: Datatype,
         op: Op,
     ) -> Result<()> {
@@ -470,17 +495,17 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::allreduce_device`], for the arguments.
-    pub fn iallreduce_device<'a>(
+    pub fn iallreduce_device<'a, S: DeviceMemory + ?Sized, R: DeviceMemoryMut + ?Sized>(
         &self,
-        send: &'a DeviceBuffer,
-        recv: &'a mut DeviceBuffer,
+        send: &'a S,
+        recv: &'a mut R,
         dtype: Datatype,
         op: Op,
     ) -> Result<CollRequest<'a>> {
+        let (sp, sl) = send.device_region()?;
+        let (rp, rl) = recv.device_region_mut()?;
         // SAFETY: both buffers own their bytes and stay borrowed for 'a.
-        unsafe {
-            self.iallreduce_device_raw(send.ptr(), send.len(), recv.ptr(), recv.len(), dtype, op)
-        }
+        unsafe { self.iallreduce_device_raw(sp, sl, rp, rl, dtype, op) }
     }
 
     /// [`Communicator::iallreduce_device`] on raw device pointers (FFI, cudarc slices):
@@ -539,10 +564,10 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::allreduce_device`], and [`Error::Usage`] for a bad root.
-    pub fn reduce_device(
+    pub fn reduce_device<S: DeviceMemory + ?Sized, R: DeviceMemoryMut + ?Sized>(
         &self,
-        send: &DeviceBuffer,
-        recv: &mut DeviceBuffer,
+        send: &S,
+        recv: &mut R,
         dtype: Datatype,
         op: Op,
         root: usize,
@@ -554,15 +579,17 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::reduce_device`], for the arguments.
-    pub fn ireduce_device<'a>(
+    pub fn ireduce_device<'a, S: DeviceMemory + ?Sized, R: DeviceMemoryMut + ?Sized>(
         &self,
-        send: &'a DeviceBuffer,
-        recv: &'a mut DeviceBuffer,
+        send: &'a S,
+        recv: &'a mut R,
         dtype: Datatype,
         op: Op,
         root: usize,
     ) -> Result<CollRequest<'a>> {
         const W: &str = "reduce_device";
+        let send = Region::of(send)?;
+        let recv = Region::of_mut(recv)?;
         let dt = dtype_of(dtype)?;
         let rop = op_of(op, dt)?;
         let n = elems(W, "the send buffer", send.len(), dt)?;
@@ -606,7 +633,11 @@ impl Communicator {
     /// [`Error::Usage`] for a bad root or a host buffer; [`Error::Gpu`],
     /// [`Error::Collective`], [`Error::Connection`] as for
     /// [`Communicator::allreduce_device`].
-    pub fn bcast_device(&self, buf: &mut DeviceBuffer, root: usize) -> Result<()> {
+    pub fn bcast_device<B: DeviceMemoryMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        root: usize,
+    ) -> Result<()> {
         self.ibcast_device(buf, root)?.wait()
     }
 
@@ -614,12 +645,13 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::bcast_device`], for the arguments.
-    pub fn ibcast_device<'a>(
+    pub fn ibcast_device<'a, B: DeviceMemoryMut + ?Sized>(
         &self,
-        buf: &'a mut DeviceBuffer,
+        buf: &'a mut B,
         root: usize,
     ) -> Result<CollRequest<'a>> {
         const W: &str = "bcast_device";
+        let buf = Region::of_mut(buf)?;
         let (p, n) = (self.size(), buf.len());
         let algo = self.st.cfg.bcast(p, n)?;
         let mut spec = Spec::uniform(CollKind::Bcast, Some(root), n, 1);
@@ -637,7 +669,11 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::bcast_device`], and [`Error::Usage`] for a wrong receive
     /// length.
-    pub fn allgather_device(&self, send: &DeviceBuffer, recv: &mut DeviceBuffer) -> Result<()> {
+    pub fn allgather_device<S: DeviceMemory + ?Sized, R: DeviceMemoryMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<()> {
         self.iallgather_device(send, recv)?.wait()
     }
 
@@ -645,12 +681,14 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::allgather_device`], for the arguments.
-    pub fn iallgather_device<'a>(
+    pub fn iallgather_device<'a, S: DeviceMemory + ?Sized, R: DeviceMemoryMut + ?Sized>(
         &self,
-        send: &'a DeviceBuffer,
-        recv: &'a mut DeviceBuffer,
+        send: &'a S,
+        recv: &'a mut R,
     ) -> Result<CollRequest<'a>> {
         const W: &str = "allgather_device";
+        let send = Region::of(send)?;
+        let recv = Region::of_mut(recv)?;
         let (p, k) = (self.size(), send.len());
         let algo = self.st.cfg.allgather(p, k)?;
         let mut spec = Spec::uniform(CollKind::Allgather, None, k, 1);
@@ -667,10 +705,10 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::allreduce_device`].
-    pub fn reduce_scatter_block_device(
+    pub fn reduce_scatter_block_device<S: DeviceMemory + ?Sized, R: DeviceMemoryMut + ?Sized>(
         &self,
-        send: &DeviceBuffer,
-        recv: &mut DeviceBuffer,
+        send: &S,
+        recv: &mut R,
         dtype: Datatype,
         op: Op,
     ) -> Result<()> {
@@ -683,14 +721,20 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::reduce_scatter_block_device`], for the arguments.
-    pub fn ireduce_scatter_block_device<'a>(
+    pub fn ireduce_scatter_block_device<
+        'a,
+        S: DeviceMemory + ?Sized,
+        R: DeviceMemoryMut + ?Sized,
+    >(
         &self,
-        send: &'a DeviceBuffer,
-        recv: &'a mut DeviceBuffer,
+        send: &'a S,
+        recv: &'a mut R,
         dtype: Datatype,
         op: Op,
     ) -> Result<CollRequest<'a>> {
         const W: &str = "reduce_scatter_block_device";
+        let send = Region::of(send)?;
+        let recv = Region::of_mut(recv)?;
         let dt = dtype_of(dtype)?;
         let rop = op_of(op, dt)?;
         let p = self.size();
