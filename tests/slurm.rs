@@ -1,0 +1,342 @@
+//! Runs under a real Slurm (22.05, started by scripts/slurm/start-local-slurm.sh):
+//! direct launch by `srun --mpi=pmi2` (PMI-2 and PMI-1 wire-up), the clear error of
+//! `srun --mpi=none`, a failing rank, `scancel` of a running batch job.
+//!
+//! Every srun/sbatch has a hard timeout (Slurm queues forever when asked for more CPUs
+//! than configured), a unique job name that is `scancel`led if anything is left, and a
+//! Slurm time limit; afterwards no process of the run and no new /dev/shm segment may
+//! remain. Without a cluster these tests skip with a message, unless
+//! RANKWIRE_REQUIRE_SLURM=1 (set by scripts/test.sh), where they fail.
+
+use std::time::{Duration, Instant};
+
+use rankwire_tests::{binary, command, processes_with_marker, shm_entries, slurm};
+
+fn path(name: &str) -> String {
+    binary(name).to_string_lossy().into_owned()
+}
+
+fn result_lines(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("residual ") || l.starts_with("checksum "))
+        .map(str::to_string)
+        .collect()
+}
+
+fn serial_heat2d(args: &[&str]) -> Vec<String> {
+    let out = std::process::Command::new(path("examples/heat2d"))
+        .args(args)
+        .output()
+        .expect("run heat2d serially");
+    assert!(out.status.success());
+    let want = result_lines(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(want.len(), 2, "serial output lacks residual/checksum");
+    want
+}
+
+// `srun -J <unique> -t 2 <args>` with a hard timeout.
+fn srun(tag: &str, args: &[&str]) -> rankwire_tests::Run {
+    let name = slurm::job_name(tag);
+    let mut v = vec!["-J".to_string(), name.clone(), "-t".into(), "2".into()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    command("srun", v)
+        .slurm_job(&name)
+        .timeout(Duration::from_secs(90))
+}
+
+#[test]
+fn srun_pmi2_heat2d_equals_serial() {
+    if !slurm::available_or_skip("srun_pmi2_heat2d_equals_serial", None, 1) {
+        return;
+    }
+    let args = ["200", "150", "100"];
+    let want = serial_heat2d(&args);
+    let heat = path("examples/heat2d");
+    let mut v = vec!["-n", "4", "--mpi=pmi2", &heat];
+    v.extend(args);
+    let out = srun("heat4", &v).env("RANKWIRE_LOG", "debug").run();
+    out.assert_ok();
+    assert_eq!(result_lines(&out.stdout), want, "heat2d under srun -n 4");
+    assert!(out.stdout.contains("4 ranks"), "{}", out.stdout);
+    for r in 0..4 {
+        let line = format!("rank {r} of 4: wire-up by PMI-2 on PMI_FD");
+        assert!(
+            out.stderr.contains(&line),
+            "missing {line:?}\n{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn srun_pmi1_fallback_heat2d_equals_serial() {
+    if !slurm::available_or_skip("srun_pmi1_fallback_heat2d_equals_serial", None, 1) {
+        return;
+    }
+    let args = ["120", "90", "60"];
+    let want = serial_heat2d(&args);
+    let heat = path("examples/heat2d");
+    let mut v = vec!["-n", "3", "--mpi=pmi2", &heat];
+    v.extend(args);
+    let out = srun("heat3pmi1", &v)
+        .env("RANKWIRE_PMI", "1")
+        .env("RANKWIRE_LOG", "debug")
+        .run();
+    out.assert_ok();
+    assert_eq!(result_lines(&out.stdout), want, "heat2d under PMI-1");
+    for r in 0..3 {
+        let line = format!("rank {r} of 3: wire-up by PMI-1 on PMI_FD");
+        assert!(
+            out.stderr.contains(&line),
+            "missing {line:?}\n{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn srun_mpi_none_is_a_clear_error_not_singletons() {
+    if !slurm::available_or_skip("srun_mpi_none_is_a_clear_error_not_singletons", None, 1) {
+        return;
+    }
+    let heat = path("examples/heat2d");
+    let t0 = Instant::now();
+    let out = srun(
+        "mpinone",
+        &["-n", "2", "--mpi=none", &heat, "50", "40", "10"],
+    )
+    .run();
+    assert_ne!(out.code(), 0, "--mpi=none must fail\n{}", out.stdout);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    // Never ran as singletons: no result lines at all.
+    assert!(result_lines(&out.stdout).is_empty(), "{}", out.stdout);
+    for r in 0..2 {
+        let line = format!("task {r} of a 2-task Slurm step");
+        assert!(
+            out.stderr.contains(&line),
+            "missing {line:?}\n{}",
+            out.stderr
+        );
+    }
+    for want in ["Bootstrap", "--mpi=none", "srun --mpi=pmi2", "rwrun -n 2"] {
+        assert!(
+            out.stderr.contains(want),
+            "missing {want:?}\n{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn srun_failing_rank_gives_its_status_and_leaves_nothing() {
+    if !slurm::available_or_skip(
+        "srun_failing_rank_gives_its_status_and_leaves_nothing",
+        None,
+        1,
+    ) {
+        return;
+    }
+    let app = path("rw-testapp");
+    // Rank 2 exits 3 right after init; the others block in a receive from it.
+    let t0 = Instant::now();
+    let out = srun(
+        "exit3",
+        &["-n", "4", "--mpi=pmi2", &app, "exit_at", "2", "3"],
+    )
+    .run();
+    assert_eq!(out.code(), 3, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    // The waiting ranks learned of the loss themselves (no hang).
+    assert!(
+        out.stderr.contains("connection to rank 2"),
+        "{}",
+        out.stderr
+    );
+    // A panicking rank: 101 from that task.
+    let out = srun("panic1", &["-n", "3", "--mpi=pmi2", &app, "panic_at", "1"]).run();
+    assert_eq!(out.code(), 101, "{}\n{}", out.stdout, out.stderr);
+}
+
+#[test]
+fn scancel_of_a_running_batch_job_leaves_nothing() {
+    if !slurm::available_or_skip("scancel_of_a_running_batch_job_leaves_nothing", None, 1) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rwtest-scancel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let outfile = dir.join("out.txt");
+    let name = slurm::job_name("scancel");
+    let shm_before = shm_entries();
+    let mark = format!("scancel-{}", std::process::id());
+    let app = path("rw-testapp");
+    let script = format!("srun --mpi=pmi2 -n 3 {app} hold 120");
+    let out = command(
+        "sbatch",
+        [
+            "--parsable",
+            "-J",
+            &name,
+            "-t",
+            "3",
+            "-n",
+            "3",
+            "-o",
+            outfile.to_str().unwrap(),
+            "--wrap",
+            &script,
+        ],
+    )
+    .env("RANKWIRE_TEST_MARKER", &mark)
+    .slurm_job(&name)
+    .timeout(Duration::from_secs(30))
+    .run();
+    out.assert_ok();
+    let job = out
+        .stdout
+        .trim()
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    assert!(job.parse::<u64>().is_ok(), "sbatch said {:?}", out.stdout);
+    let guard = CancelGuard(name.clone());
+    // Wait until all three ranks communicate.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&outfile).unwrap_or_default();
+        if (0..3).all(|r| text.contains(&format!("rank {r}: holding"))) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {job} did not start its ranks within 60 s; output so far:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ranks = processes_with_marker(&mark);
+    assert!(ranks.len() >= 3, "ranks not found by marker: {ranks:?}");
+    let t0 = Instant::now();
+    let st = std::process::Command::new("timeout")
+        .args(["10", "scancel", &job])
+        .status()
+        .unwrap();
+    assert!(st.success(), "scancel {job}: {st}");
+    // Gone from the queue, and no process of the job left.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let q = std::process::Command::new("timeout")
+            .args(["10", "squeue", "-h", "-j", &job, "-o", "%T"])
+            .output()
+            .unwrap();
+        let left = processes_with_marker(&mark);
+        if String::from_utf8_lossy(&q.stdout).trim().is_empty() && left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "30 s after scancel: squeue {:?}, processes {left:?}",
+            String::from_utf8_lossy(&q.stdout)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("scancel -> nothing left after {:?}", t0.elapsed());
+    let new_shm: Vec<String> = shm_entries().difference(&shm_before).cloned().collect();
+    assert!(new_shm.is_empty(), "/dev/shm entries left: {new_shm:?}");
+    drop(guard);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Cancels the job by name if the test fails half-way.
+struct CancelGuard(String);
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            slurm::scancel_name(&self.0);
+        }
+    }
+}
+
+// The 2-node cluster of scripts/slurm/start-netns-slurm.sh: nodes nn1 and nn2 are
+// network namespaces with their own hostname and address (10.77.0.11/12).
+fn netns_srun(tag: &str, args: &[&str]) -> rankwire_tests::Run {
+    srun(tag, args).env("SLURM_CONF", slurm::NETNS_CONF)
+}
+
+// Parse "rank A -> B: transport" lines into a map.
+fn transports(stdout: &str) -> std::collections::BTreeMap<(usize, usize), String> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("rank ")?;
+            let (a, rest) = rest.split_once(" -> ")?;
+            let (b, t) = rest.split_once(": ")?;
+            Some(((a.parse().ok()?, b.parse().ok()?), t.trim().to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn two_nodes_use_tcp_between_and_shm_within() {
+    if !slurm::available_or_skip(
+        "two_nodes_use_tcp_between_and_shm_within",
+        Some(slurm::NETNS_CONF),
+        2,
+    ) {
+        return;
+    }
+    let app = path("rw-testapp");
+    let out = netns_srun(
+        "netns-transport",
+        &[
+            "-N",
+            "2",
+            "--ntasks-per-node=2",
+            "--mpi=pmi2",
+            &app,
+            "transport",
+        ],
+    )
+    .env("RANKWIRE_LOG", "debug")
+    .run();
+    out.assert_ok();
+    let got = transports(&out.stdout);
+    assert_eq!(got.len(), 16, "{}", out.stdout);
+    // Block distribution with 2 per node: ranks 0,1 on nn1; 2,3 on nn2.
+    for a in 0..4 {
+        for b in 0..4 {
+            let want = if a == b {
+                "self"
+            } else if a / 2 == b / 2 {
+                "shm"
+            } else {
+                "tcp"
+            };
+            assert_eq!(got[&(a, b)], want, "rank {a} -> {b}\n{}", out.stdout);
+        }
+    }
+    // The debug log says why shm was not taken across nodes.
+    assert!(
+        out.stderr.contains("rank 0 -> rank 2: host memory via tcp (not chosen: shm: rank 2 is on another node (nn2/"),
+        "{}",
+        out.stderr
+    );
+    // And a real computation across the two nodes equals the serial run.
+    let args = ["200", "150", "100"];
+    let want = serial_heat2d(&args);
+    let heat = path("examples/heat2d");
+    let mut v = vec!["-N", "2", "--ntasks-per-node=2", "--mpi=pmi2", &heat];
+    v.extend(args);
+    let out = netns_srun("netns-heat", &v).run();
+    out.assert_ok();
+    assert_eq!(result_lines(&out.stdout), want, "heat2d on 2 nodes x 2");
+}
