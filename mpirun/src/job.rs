@@ -90,12 +90,19 @@ pub(crate) async fn run(
     };
     let ident = JobIdentity::generate();
     let (server_tx, mut server_rx) = mpsc::unbounded_channel();
-    let addr = match server::start(cfg.size, ident.clone(), server_tx).await {
+    let network = cfg.placement.needs_network();
+    let addr = match server::start(cfg.size, ident.clone(), server_tx, network).await {
         Ok(a) => a,
         Err(e) => {
-            note!("rwrun: cannot start the bootstrap server on 127.0.0.1: {e}");
+            note!("rwrun: cannot start the bootstrap server: {e}");
             return fail(1);
         }
+    };
+    // Ranks on other nodes get every address of this node to try.
+    let addr = if network {
+        crate::hosts::advertised_addresses(addr.port())
+    } else {
+        addr.to_string()
     };
     tracing::debug!(
         "job {} of {} ranks; bootstrap server at {addr}",
@@ -131,7 +138,7 @@ pub(crate) async fn run(
         } else {
             Stdio::null()
         };
-        let spawned = match spawn::spawn_rank(&cfg, &ident, addr, rank, stdin, setup) {
+        let spawned = match spawn::spawn_rank(&cfg, &ident, &addr, rank, stdin, setup) {
             Ok(s) => s,
             Err(e) => {
                 ending = Some(spawn_failure(&cfg, rank, &e));

@@ -94,7 +94,8 @@ pub mod env {
     pub const LOCAL_RANK: &str = "RANKWIRE_LOCAL_RANK";
     /// Number of ranks on this node.
     pub const LOCAL_SIZE: &str = "RANKWIRE_LOCAL_SIZE";
-    /// `host:port` of the launcher's bootstrap server.
+    /// `host:port` of the launcher's bootstrap server, or several separated by commas
+    /// (tried in order; rwrun lists its node's addresses when ranks run elsewhere).
     pub const BOOTSTRAP_ADDR: &str = "RANKWIRE_BOOTSTRAP_ADDR";
     /// Job id (also used in names of /dev/shm segments and socket files).
     pub const JOB_ID: &str = "RANKWIRE_JOB_ID";
