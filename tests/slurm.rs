@@ -340,3 +340,209 @@ fn two_nodes_use_tcp_between_and_shm_within() {
     out.assert_ok();
     assert_eq!(result_lines(&out.stdout), want, "heat2d on 2 nodes x 2");
 }
+
+// Run `sbatch --wait <opts> script` (the script's output lands in `out.txt` of a fresh
+// directory) and return (sbatch's result, the job's output).
+fn sbatch_wait(
+    tag: &str,
+    conf: Option<&str>,
+    opts: &[&str],
+    script: &str,
+) -> (rankwire_tests::RunOutput, String) {
+    let dir = std::env::temp_dir().join(format!("rwtest-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("job.sh");
+    std::fs::write(&file, format!("#!/bin/sh\n{script}")).unwrap();
+    let outfile = dir.join("out.txt");
+    let name = slurm::job_name(tag);
+    let mut args = vec![
+        "--wait".to_string(),
+        "-J".into(),
+        name.clone(),
+        "-t".into(),
+        "3".into(),
+        "-o".into(),
+        outfile.to_string_lossy().into_owned(),
+    ];
+    args.extend(opts.iter().map(|s| s.to_string()));
+    args.push(file.to_string_lossy().into_owned());
+    let mut run = command("sbatch", args)
+        .slurm_job(&name)
+        .timeout(Duration::from_secs(120));
+    if let Some(c) = conf {
+        run = run.env("SLURM_CONF", c);
+    }
+    let out = run.run();
+    let text = std::fs::read_to_string(&outfile).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    (out, text)
+}
+
+#[test]
+fn sbatch_wait_with_rwrun_inside_the_allocation() {
+    if !slurm::available_or_skip("sbatch_wait_with_rwrun_inside_the_allocation", None, 1) {
+        return;
+    }
+    let args = ["200", "150", "100"];
+    let want: Vec<String> = serial_heat2d(&args)
+        .iter()
+        .map(|l| format!("[0] {l}"))
+        .collect();
+    let (rwrun, heat, app) = (path("rwrun"), path("examples/heat2d"), path("rw-testapp"));
+    // -n from the allocation (4), output tagging, then an explicit -n 3 that shows each
+    // rank is its own srun step, then a failing rank (its status comes back).
+    let script = format!(
+        "{rwrun} --tag-output {heat} 200 150 100\n\
+         echo \"rwrun-a exit $?\"\n\
+         {rwrun} -n 3 sh -c 'echo \"rank $RANKWIRE_RANK step $SLURM_STEP_ID local $RANKWIRE_LOCAL_RANK/$RANKWIRE_LOCAL_SIZE\"'\n\
+         echo \"rwrun-b exit $?\"\n\
+         {rwrun} {app} exit_at 2 3\n\
+         echo \"rwrun-c exit $?\"\n"
+    );
+    let (out, text) = sbatch_wait("rwrun-alloc", None, &["-n", "4"], &script);
+    out.assert_ok();
+    let tagged: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("[0] residual ") || l.starts_with("[0] checksum "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(tagged, want, "job output:\n{text}");
+    assert!(text.contains("4 ranks"), "{text}");
+    assert!(text.contains("rwrun-a exit 0"), "{text}");
+    assert!(text.contains("rwrun-b exit 0"), "{text}");
+    let mut steps = std::collections::BTreeSet::new();
+    for r in 0..3 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {r} step ")))
+            .unwrap_or_else(|| panic!("no line of rank {r}:\n{text}"));
+        assert!(line.ends_with(&format!("local {r}/3")), "{line}");
+        let step = line.split_whitespace().nth(3).unwrap_or("");
+        assert!(step.parse::<u32>().is_ok(), "{line}");
+        steps.insert(step.to_string());
+    }
+    assert_eq!(steps.len(), 3, "each rank its own step:\n{text}");
+    assert!(text.contains("rwrun-c exit 3"), "{text}");
+    assert!(text.contains("rwrun: rank 2"), "{text}");
+}
+
+#[test]
+fn sbatch_wait_with_rwrun_on_two_nodes() {
+    if !slurm::available_or_skip(
+        "sbatch_wait_with_rwrun_on_two_nodes",
+        Some(slurm::NETNS_CONF),
+        2,
+    ) {
+        return;
+    }
+    let (rwrun, app) = (path("rwrun"), path("rw-testapp"));
+    let script = format!("{rwrun} {app} transport\necho \"rwrun exit $?\"\n");
+    let (out, text) = sbatch_wait(
+        "rwrun-2nodes",
+        Some(slurm::NETNS_CONF),
+        &["-N", "2", "--ntasks-per-node=2"],
+        &script,
+    );
+    out.assert_ok();
+    assert!(text.contains("rwrun exit 0"), "{text}");
+    let got = transports(&text);
+    assert_eq!(got.len(), 16, "{text}");
+    for a in 0..4 {
+        for b in 0..4 {
+            let want = match (a == b, a / 2 == b / 2) {
+                (true, _) => "self",
+                (false, true) => "shm",
+                (false, false) => "tcp",
+            };
+            assert_eq!(got[&(a, b)], want, "rank {a} -> {b}\n{text}");
+        }
+    }
+}
+
+#[test]
+fn rwrun_host_with_a_launch_agent_on_two_netns_nodes() {
+    // Needs the namespaces of the netns cluster (not Slurm itself).
+    if !slurm::available_or_skip(
+        "rwrun_host_with_a_launch_agent_on_two_netns_nodes",
+        Some(slurm::NETNS_CONF),
+        2,
+    ) {
+        return;
+    }
+    let agent = format!(
+        "{}/../scripts/slurm/netns-agent.sh {{host}}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let app = path("rw-testapp");
+    let out = rankwire_tests::rwrun(["--host", "nn1:2,nn2:2", &app, "transport"])
+        .env("RANKWIRE_LAUNCH_AGENT", &agent)
+        .timeout(Duration::from_secs(60))
+        .run();
+    out.assert_ok();
+    let got = transports(&out.stdout);
+    assert_eq!(got.len(), 16, "{}", out.stdout);
+    for a in 0..4 {
+        for b in 0..4 {
+            let want = match (a == b, a / 2 == b / 2) {
+                (true, _) => "self",
+                (false, true) => "shm",
+                (false, false) => "tcp",
+            };
+            assert_eq!(got[&(a, b)], want, "rank {a} -> {b}\n{}", out.stdout);
+        }
+    }
+    // This machine plus one namespace node: heat2d equals serial.
+    let args = ["200", "150", "100"];
+    let want = serial_heat2d(&args);
+    let heat = path("examples/heat2d");
+    let mut v = vec!["--host", "localhost:1,nn2:2", &heat];
+    v.extend(args);
+    let out = rankwire_tests::rwrun(v)
+        .env("RANKWIRE_LAUNCH_AGENT", &agent)
+        .timeout(Duration::from_secs(60))
+        .run();
+    out.assert_ok();
+    assert_eq!(result_lines(&out.stdout), want);
+    // A failing rank on a namespace node ends the job; nothing is left (checked by run()).
+    let out = rankwire_tests::rwrun(["--host", "nn1:2,nn2:2", &app, "exit_at", "3", "5"])
+        .env("RANKWIRE_LAUNCH_AGENT", &agent)
+        .timeout(Duration::from_secs(60))
+        .run();
+    assert_eq!(out.code(), 5, "{}", out.stderr);
+}
+
+#[test]
+fn fake_slurm_step_without_pmi_fails_fast_in_every_task() {
+    // B016 without Slurm: four copies with the variables of a 4-task step and no PMI.
+    let heat = path("examples/heat2d");
+    let t0 = Instant::now();
+    let children: Vec<_> = (0..4)
+        .map(|r| {
+            std::process::Command::new(&heat)
+                .args(["50", "40", "10"])
+                .env("SLURM_JOB_ID", "77")
+                .env("SLURM_STEP_ID", "0")
+                .env("SLURM_NTASKS", "4")
+                .env("SLURM_PROCID", r.to_string())
+                .env_remove("PMI_FD")
+                .env_remove("RANKWIRE_RANK")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn heat2d")
+        })
+        .collect();
+    for (r, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "task {r} ran as a singleton");
+        assert!(out.stdout.is_empty(), "task {r} printed results");
+        assert!(
+            err.contains(&format!("task {r} of a 4-task Slurm step (job 77, step 0)"))
+                && err.contains("srun --mpi=pmi2")
+                && err.contains("rwrun -n 4"),
+            "{err}"
+        );
+    }
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+}

@@ -23,7 +23,7 @@
 //! them on, output tagging) stays as without Slurm. `--overlap` lets the one-task steps
 //! share the allocation's CPUs, so no step waits for another. Ranks on other nodes
 //! reach rwrun's bootstrap server through this node's address (see
-//! [`crate::hosts::advertised_address`]).
+//! [`crate::hosts::advertised_addresses`]).
 
 /// Expand a Slurm hostlist: `n`, `node[1-3]`, `node[01-03,07]` (zero padding kept),
 /// `rack[1-2]-n[1-2]` (several ranges: every combination, leftmost varying slowest),
