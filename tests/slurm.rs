@@ -171,14 +171,25 @@ fn scancel_of_a_running_batch_job_leaves_nothing() {
     if !slurm::available_or_skip("scancel_of_a_running_batch_job_leaves_nothing", None, 1) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("rwtest-scancel-{}", std::process::id()));
+    let app = path("rw-testapp");
+    // Ranks started by srun directly, and by rwrun inside the allocation.
+    scancel_case(
+        "scancel-srun",
+        &format!("srun --mpi=pmi2 -n 3 {app} hold 120"),
+    );
+    scancel_case(
+        "scancel-rwrun",
+        &format!("{} {app} hold 120", path("rwrun")),
+    );
+}
+
+fn scancel_case(tag: &str, script: &str) {
+    let dir = std::env::temp_dir().join(format!("rwtest-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let outfile = dir.join("out.txt");
-    let name = slurm::job_name("scancel");
+    let name = slurm::job_name(tag);
     let shm_before = shm_entries();
-    let mark = format!("scancel-{}", std::process::id());
-    let app = path("rw-testapp");
-    let script = format!("srun --mpi=pmi2 -n 3 {app} hold 120");
+    let mark = format!("{tag}-{}", std::process::id());
     let out = command(
         "sbatch",
         [
@@ -192,7 +203,7 @@ fn scancel_of_a_running_batch_job_leaves_nothing() {
             "-o",
             outfile.to_str().unwrap(),
             "--wrap",
-            &script,
+            script,
         ],
     )
     .env("RANKWIRE_TEST_MARKER", &mark)
@@ -248,7 +259,7 @@ fn scancel_of_a_running_batch_job_leaves_nothing() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    eprintln!("scancel -> nothing left after {:?}", t0.elapsed());
+    eprintln!("{tag}: scancel -> nothing left after {:?}", t0.elapsed());
     let new_shm: Vec<String> = shm_entries().difference(&shm_before).cloned().collect();
     assert!(new_shm.is_empty(), "/dev/shm entries left: {new_shm:?}");
     drop(guard);

@@ -19,7 +19,9 @@ ci_slurm_start() {
   local local_dir=${RW_SLURM_DIR:-/tmp/rankwire-slurm}
   local netns_dir=/tmp/rankwire-slurm-netns
   _ci_slurm_up "$local_dir" slurmctld.pid slurmd.pid || _ci_slurm_started+=("$local_dir")
-  RW_SLURM_DIR=$local_dir "$_ci_slurm_here/start-local-slurm.sh" || rc=1
+  # A node name with a dash and no trailing digit (B018: names of any form work).
+  RW_SLURM_DIR=$local_dir RW_SLURM_NODE=${RW_SLURM_NODE:-rw-node} \
+    "$_ci_slurm_here/start-local-slurm.sh" || rc=1
   _ci_slurm_up "$netns_dir" slurmctld.pid slurmd-nn1.pid slurmd-nn2.pid || _ci_slurm_started+=("$netns_dir")
   RW_SLURM_DIR=$netns_dir "$_ci_slurm_here/start-netns-slurm.sh" || rc=1
   echo "test.sh: Slurm clusters ready in $((SECONDS - t0)) s (rc=$rc)" >&2
