@@ -662,8 +662,14 @@ impl Job {
             if kind.is_success() || Some(i) == aborting {
                 continue;
             }
+            // A rank started through srun or a launch agent (or a shell) reports the
+            // signal that ended it as exit code 128 + signal.
             let by_rwrun = r.signalled
-                && matches!(kind, ExitKind::Signal { signal: s, .. } if s == signal || s == libc::SIGKILL);
+                && match kind {
+                    ExitKind::Signal { signal: s, .. } => s == signal || s == libc::SIGKILL,
+                    ExitKind::Code(c) => c == 128 + signal || c == 128 + libc::SIGKILL,
+                    ExitKind::Unknown => false,
+                };
             if by_rwrun {
                 terminated += 1;
                 continue;
@@ -695,7 +701,12 @@ fn spawn_failure(cfg: &JobConfig, rank: u32, e: &std::io::Error) -> Ending {
         // exec failed otherwise (not an executable format, ...), as shells report it.
         _ => ("cannot be executed", 126),
     };
-    note!("rwrun: cannot start rank {rank}: {prog}: {what} ({e})");
+    match cfg.placement.launcher_of(rank) {
+        Some((launcher, hint)) => {
+            note!("rwrun: cannot start rank {rank} ({prog}) with {launcher}: {what} ({e}); {hint}")
+        }
+        None => note!("rwrun: cannot start rank {rank}: {prog}: {what} ({e})"),
+    }
     Ending::SpawnFailed { code }
 }
 

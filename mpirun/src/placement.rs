@@ -94,6 +94,24 @@ impl Placement {
         self.node_of_rank.iter().any(|&n| !self.nodes[n].local)
     }
 
+    /// The launcher that starts `rank` (`srun`, the agent's program) with a hint for
+    /// when it cannot be run; `None` for a rank forked directly.
+    pub(crate) fn launcher_of(&self, rank: u32) -> Option<(String, &'static str)> {
+        let node = &self.nodes[self.node_of_rank[rank as usize]];
+        match &self.via {
+            Via::Local => None,
+            Via::Agent { .. } if node.local => None,
+            Via::Srun { .. } => Some((
+                "srun".into(),
+                "rwrun runs inside a Slurm allocation (SLURM_JOB_ID is set); set RANKWIRE_SLURM_LAUNCH=0 to start ranks here instead",
+            )),
+            Via::Agent { template } => Some((
+                template.first().cloned().unwrap_or_default(),
+                "hosts other than this machine start through RANKWIRE_LAUNCH_AGENT",
+            )),
+        }
+    }
+
     /// The program and arguments that start `rank`, given the program, its arguments,
     /// and the variables the rank needs (`env`, also set on the local process).
     /// `cwd` is where remote ranks `cd` to first.

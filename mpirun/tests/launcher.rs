@@ -646,6 +646,22 @@ fn remote_hosts_go_through_the_launch_agent_and_local_slots_set_the_size() {
     .wait(RUN_TIMEOUT);
     assert_eq!(f.code, Some(1), "{}", f.stderr);
     assert!(f.stderr.contains("rank 1"), "{}", f.stderr);
+    // An agent that does not exist: 127, naming the agent and the variable.
+    let f = start(
+        "remote-noagent",
+        &["--host", "far-away-node-7", "true"],
+        &[("RANKWIRE_LAUNCH_AGENT", "rw-no-such-agent-x {host}")],
+        Input::Null,
+        false,
+    )
+    .wait(RUN_TIMEOUT);
+    assert_eq!(f.code, Some(127), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("with rw-no-such-agent-x: not found")
+            && f.stderr.contains("RANKWIRE_LAUNCH_AGENT"),
+        "{}",
+        f.stderr
+    );
     let f = run(
         "localslots",
         &[
