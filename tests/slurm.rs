@@ -164,6 +164,26 @@ fn srun_failing_rank_gives_its_status_and_leaves_nothing() {
     // A panicking rank: 101 from that task.
     let out = srun("panic1", &["-n", "3", "--mpi=pmi2", &app, "panic_at", "1"]).run();
     assert_eq!(out.code(), 101, "{}\n{}", out.stdout, out.stderr);
+    // A rank calling abort: PMI-2 `abort isworld=TRUE` makes Slurm cancel the step at
+    // once (srun reports the largest status: the others' SIGKILL, 137).
+    let t0 = Instant::now();
+    let out = srun(
+        "abort1",
+        &["-n", "3", "--mpi=pmi2", &app, "abort_at", "1", "7"],
+    )
+    .run();
+    assert_ne!(out.code(), 0, "{}", out.stderr);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        out.stderr.contains("rank 1 aborted: abort_at on purpose")
+            && out.stderr.contains("task 1: Exited with exit code 7"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -408,7 +428,11 @@ fn sbatch_wait_with_rwrun_inside_the_allocation() {
          {rwrun} -n 3 sh -c 'echo \"rank $RANKWIRE_RANK step $SLURM_STEP_ID local $RANKWIRE_LOCAL_RANK/$RANKWIRE_LOCAL_SIZE\"'\n\
          echo \"rwrun-b exit $?\"\n\
          {rwrun} {app} exit_at 2 3\n\
-         echo \"rwrun-c exit $?\"\n"
+         echo \"rwrun-c exit $?\"\n\
+         {rwrun} --timeout 2 {app} hold 60\n\
+         echo \"rwrun-d exit $?\"\n\
+         {rwrun} {app} abort_at 1 9\n\
+         echo \"rwrun-e exit $?\"\n"
     );
     let (out, text) = sbatch_wait("rwrun-alloc", None, &["-n", "4"], &script);
     out.assert_ok();
@@ -435,6 +459,16 @@ fn sbatch_wait_with_rwrun_inside_the_allocation() {
     assert_eq!(steps.len(), 3, "each rank its own step:\n{text}");
     assert!(text.contains("rwrun-c exit 3"), "{text}");
     assert!(text.contains("rwrun: rank 2"), "{text}");
+    // --timeout: rwrun's SIGTERM reaches the ranks through srun; 124, ranks counted as
+    // terminated by rwrun (not reported as failing on their own).
+    assert!(text.contains("rwrun-d exit 124"), "{text}");
+    assert!(text.contains("job timed out after 2 s"), "{text}");
+    // abort through rwrun's server: its code, and the others are ended.
+    assert!(text.contains("rwrun-e exit 9"), "{text}");
+    assert!(
+        text.contains("rwrun: rank 1 aborted the job with code 9: abort_at on purpose"),
+        "{text}"
+    );
 }
 
 #[test]

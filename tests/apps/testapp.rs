@@ -28,6 +28,16 @@ fn main() {
         "exit_at" => exit_at(&world, arg(&args, 2, 2), arg(&args, 3, 3)),
         "panic_at" => panic_at(&world, arg(&args, 2, 1)),
         "hold" => hold(&world, arg(&args, 2, 60)),
+        "abort_at" => {
+            // Rank `who` aborts the job (MPI_Abort) while the others block in a receive.
+            let (who, code) = (arg(&args, 2, 1usize), arg(&args, 3, 7i32));
+            if world.rank() == who {
+                std::thread::sleep(Duration::from_millis(100));
+                universe.abort(code, "abort_at on purpose");
+            }
+            let mut b = [0u8; 4];
+            world.recv(&mut b, who % world.size(), 0).map(|_| ())
+        }
         "transport" => {
             for peer in 0..world.size() {
                 println!(
