@@ -5,7 +5,7 @@
 //! (a singleton). [`Wireup`] gives the rest of the core one interface to either.
 //!
 //! `rwrun` runs a rendezvous server (put, get, fence, abort) on an ephemeral TCP port and
-//! starts every rank with the environment variables in [`env`]. Each rank opens a small
+//! starts every rank with the environment variables in [`env`](mod@env). Each rank opens a small
 //! blocking `std::net` client ([`client::BootstrapClient`]) against it; transports use it
 //! through the [`rankwire_transports::Exchange`] trait to publish and learn addresses.
 //! [`proto`] defines the messages both sides use.
