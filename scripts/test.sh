@@ -2,11 +2,24 @@
 # The project's test command (README.md, second command; .ci/run calls it).
 # Installs cargo-nextest if it is missing, builds every binary and example the
 # multi-process tests start, then runs the doc tests and the whole suite with nextest.
+#
+# As root (CI), it also installs and starts a real single-node Slurm and a 2-node Slurm
+# in network namespaces (scripts/slurm/) for tests/slurm.rs, sets
+# RANKWIRE_REQUIRE_SLURM=1 so that those tests fail rather than skip if a cluster is
+# missing, and stops what it started (by recorded PIDs) when it exits.
+# RANKWIRE_SLURM=0 skips all of that (the Slurm tests then skip with a message).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "test.sh: installing cargo-nextest"
   cargo install cargo-nextest --locked
+fi
+if [ "${RANKWIRE_SLURM:-1}" != 0 ] && [ "$(id -u)" = 0 ]; then
+  export RANKWIRE_REQUIRE_SLURM=1
+  # shellcheck source=slurm/ci-slurm.sh
+  . scripts/slurm/ci-slurm.sh
+  ci_slurm_start || echo "test.sh: Slurm could not be started; the Slurm tests will fail" >&2
+  trap ci_slurm_stop EXIT
 fi
 cargo build --workspace --bins --examples
 # Doc tests first (nextest does not run them), so nextest's summary closes the output.

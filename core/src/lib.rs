@@ -1,7 +1,9 @@
 //! rankwire: MPI-style message passing for Rust, with a GPU-aware transport.
 //!
-//! Programs start N ranks with the launcher `rwrun`; ranks exchange messages by rank and
-//! tag with MPI's matching semantics (MPI 4.1 chapter 3). Run without a launcher, a
+//! Programs start N ranks with the launcher `rwrun` (on one machine, inside a Slurm
+//! allocation, or on hosts reached by a launch agent) or directly with
+//! `srun --mpi=pmi2` (PMI-2 wire-up, [`bootstrap::pmi`]); ranks exchange messages by rank
+//! and tag with MPI's matching semantics (MPI 4.1 chapter 3). Run without a launcher, a
 //! program is a world of size 1.
 //!
 //! # Quick start
@@ -49,7 +51,7 @@
 //! # Layers
 //! [`matching`], [`protocol`] and [`wire`] are sans-IO (no sockets, threads or clocks);
 //! the progress engine is the only code that calls transports
-//! ([`rankwire_transports`]); [`bootstrap`] talks to the launcher.
+//! ([`rankwire_transports`]); [`bootstrap`] talks to the launcher or the PMI server.
 
 pub mod bootstrap;
 pub mod coll;

@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use rankwire_transports::{PeerInfo, ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport};
 
-use crate::bootstrap::client::{BootstrapClient, spawn_launcher_watch};
+use crate::bootstrap::Wireup;
+use crate::bootstrap::client::{BootstrapClient, default_timeout, spawn_launcher_watch};
 use crate::bootstrap::env;
+use crate::bootstrap::launch::{self, Launch};
+use crate::bootstrap::pmi::PmiClient;
 use crate::comm::Communicator;
 use crate::engine::{Backoff, Engine, IdleAction, Route, Waiter};
 use crate::error::{Error, Result};
@@ -26,20 +29,24 @@ pub(crate) struct Inner {
     /// Position of this rank among the ranks of its node, in rank order.
     pub(crate) local_rank: u32,
     pub(crate) engine: Mutex<Engine>,
-    bootstrap: Mutex<Option<BootstrapClient>>,
+    bootstrap: Mutex<Option<Wireup>>,
     finalized: AtomicBool,
 }
 
 /// Start rankwire in this process (MPI_Init).
 ///
-/// Reads the environment `rwrun` sets ([`crate::bootstrap::env`]); without it, the
-/// process becomes a singleton world of size 1. Logging goes to stderr, filtered by
+/// Reads the environment `rwrun` sets ([`crate::bootstrap::env`]), or, for a task started
+/// directly by `srun --mpi=pmi2`, speaks PMI-2 (PMI-1 as a fallback) on `PMI_FD`
+/// ([`crate::bootstrap::pmi`]); without either, the process becomes a singleton world
+/// of size 1 (see [`crate::bootstrap::launch`]). Logging goes to stderr, filtered by
 /// `RANKWIRE_LOG` (e.g. `RANKWIRE_LOG=debug`).
 ///
 /// # Errors
 /// [`Error::Usage`] if called twice in one process; [`Error::Bootstrap`] if the launcher
-/// environment is incomplete or the launcher cannot be reached; [`Error::Connection`]
-/// if connections to peers cannot be set up.
+/// environment is incomplete, the launcher or PMI server cannot be reached, or the
+/// process is one task of a multi-task Slurm step without a PMI connection (`srun
+/// --mpi=none`; the message names the fix); [`Error::Connection`] if connections to
+/// peers cannot be set up.
 pub fn init() -> Result<Universe> {
     if INITIALIZED.swap(true, Ordering::SeqCst) {
         return Err(Error::usage(
@@ -234,10 +241,26 @@ fn parse<T: std::str::FromStr>(name: &str) -> Result<T> {
         .map_err(|_| Error::Bootstrap(format!("environment variable {name}={v:?} is not a number")))
 }
 
+// What the wire-up gave: this rank's place in the job and the connection to use.
+struct Joined {
+    rank: u32,
+    size: u32,
+    /// Ranks on this node, if the launcher said (`None`: count same-node identities).
+    local_size: Option<usize>,
+    job_id: String,
+    wireup: Wireup,
+}
+
 fn init_inner() -> Result<Universe> {
-    if std::env::var_os(env::RANK).is_none() {
-        return Ok(singleton());
-    }
+    let joined = match launch::detect(|k| std::env::var(k).ok()).map_err(Error::Bootstrap)? {
+        Launch::Singleton => return Ok(singleton()),
+        Launch::Rwrun => join_rwrun()?,
+        Launch::Pmi => join_pmi()?,
+    };
+    build(joined)
+}
+
+fn join_rwrun() -> Result<Joined> {
     let rank: u32 = parse(env::RANK)?;
     let size: u32 = parse(env::SIZE)?;
     if size == 0 || rank >= size {
@@ -247,30 +270,93 @@ fn init_inner() -> Result<Universe> {
             env::SIZE
         )));
     }
-    let local_size: usize = parse(env::LOCAL_SIZE).unwrap_or(size as usize);
+    let local_size: Option<usize> = parse(env::LOCAL_SIZE).ok();
     let addr = var(env::BOOTSTRAP_ADDR)?;
     let job_id = var(env::JOB_ID)?;
     let secret = var(env::JOB_SECRET)?;
-    let mut client =
-        BootstrapClient::connect(&addr, &job_id, &secret, rank, Duration::from_secs(30))
-            .map_err(|e| Error::Bootstrap(e.to_string()))?;
+    let client = BootstrapClient::connect(&addr, &job_id, &secret, rank, Duration::from_secs(30))
+        .map_err(|e| Error::Bootstrap(e.to_string()))?;
     if let Err(e) = spawn_launcher_watch(&addr, &job_id, &secret, rank) {
         tracing::warn!("cannot watch the launcher connection: {e}");
     }
+    Ok(Joined {
+        rank,
+        size,
+        local_size,
+        job_id,
+        wireup: Wireup::Rwrun(client),
+    })
+}
+
+// A task started by a PMI server (srun --mpi=pmi2): rank and size come from the server.
+fn join_pmi() -> Result<Joined> {
+    let pmi_err = |e: crate::bootstrap::pmi::PmiError| {
+        Error::Bootstrap(format!(
+            "PMI wire-up on PMI_FD (as started by `srun --mpi=pmi2`) failed: {e}"
+        ))
+    };
+    let client = PmiClient::from_env(default_timeout()).map_err(pmi_err)?;
+    let (rank, size) = (client.rank(), client.size());
+    tracing::debug!(
+        "rank {rank} of {size}: wire-up by {} on PMI_FD (process mapping: {:?})",
+        client.version().name(),
+        client.node_of_rank()
+    );
+    // Names of /dev/shm segments and the TCP handshake need a job id that every task
+    // computes alike and that differs between steps and between runs of a cluster whose
+    // job ids restart: Slurm's job and step plus srun's own (ephemeral) port.
+    let mut job_id = String::from("slurm");
+    for v in ["SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_SRUN_COMM_PORT"] {
+        if let Ok(x) = std::env::var(v) {
+            job_id.push('-');
+            job_id.extend(
+                x.chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_'))
+                    .take(40),
+            );
+        }
+    }
+    if job_id == "slurm" {
+        job_id = format!(
+            "pmi-{}",
+            std::env::var(crate::bootstrap::pmi::env::PMI_JOBID)
+                .unwrap_or_default()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_'))
+                .take(40)
+                .collect::<String>()
+        );
+    }
+    Ok(Joined {
+        rank,
+        size,
+        local_size: None,
+        job_id,
+        wireup: Wireup::Pmi(client),
+    })
+}
+
+fn build(joined: Joined) -> Result<Universe> {
+    let Joined {
+        rank,
+        size,
+        local_size,
+        job_id,
+        wireup: mut client,
+    } = joined;
+    let boot = |e: String| Error::Bootstrap(e);
+    use rankwire_transports::Exchange as _;
     let me = node_id();
     client
         .put(&format!("node-{rank}"), me.as_bytes())
-        .map_err(|e| Error::Bootstrap(e.to_string()))?;
-    client
-        .fence()
-        .map_err(|e| Error::Bootstrap(e.to_string()))?;
+        .map_err(boot)?;
+    client.fence().map_err(boot)?;
     let mut node_ids = Vec::with_capacity(size as usize);
     for r in 0..size {
-        let v = client
-            .get(&format!("node-{r}"))
-            .map_err(|e| Error::Bootstrap(e.to_string()))?;
+        let v = client.get(&format!("node-{r}")).map_err(boot)?;
         node_ids.push(String::from_utf8_lossy(&v).into_owned());
     }
+    let local_size = local_size.unwrap_or_else(|| node_ids.iter().filter(|n| **n == me).count());
     // Transport selection, per peer, walks the table self -> shm -> tcp. Every rank
     // takes the same decisions (same environment, symmetric node identity), and every
     // rank constructs each transport, because their setup includes job-wide fences.

@@ -10,6 +10,8 @@
 //! option before the program is a usage error.
 
 use crate::hosts;
+use crate::placement::{self, Placement, Via};
+use crate::slurm;
 use clap::Parser;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -62,6 +64,14 @@ on their own (or still starting); then, and at once when a rank aborts, the othe
 ranks get SIGTERM and, 300 ms later, SIGKILL. Every rank that failed on its own gets a
 line on stderr; those ended by rwrun's signals are only counted.
 
+Inside a Slurm allocation (SLURM_JOB_ID set, no SLURM_STEP_ID: a batch script or an
+salloc shell) and without --host, every rank is started as a one-task `srun` step on
+the allocation's nodes (filled in order by SLURM_TASKS_PER_NODE; -n defaults to
+SLURM_NTASKS). RANKWIRE_SLURM_LAUNCH=0 starts them here instead. With --host naming
+other machines, their ranks start through RANKWIRE_LAUNCH_AGENT ({host} is replaced,
+and one /bin/sh command line is appended; default `ssh -x -o BatchMode=yes {host}`),
+and reach rwrun at every address of this machine (or RANKWIRE_BOOTSTRAP_HOST).
+
 Environment: RANKWIRE_LOG=debug (rwrun and rank logging), RANKWIRE_KILL_GRACE_MS,
 RANKWIRE_BOOTSTRAP_TIMEOUT (seconds, rank side).
 
@@ -70,13 +80,14 @@ Examples:
   rwrun -np 2 --tag-output hostname
   rwrun -n 3 -x OMP_NUM_THREADS=2 -x HOME --timeout 600 ./solver < input.dat";
 
-/// rwrun: start N ranks of a program on this machine and run the bootstrap server they
+/// rwrun: start N ranks of a program (on this machine, on the nodes of a Slurm
+/// allocation, or on hosts reached by a launch agent) and run the bootstrap server they
 /// use to find each other.
 #[derive(Debug, Parser)]
 #[command(
     name = "rwrun",
     version,
-    about = "Launch N ranks of a program on this machine (the rankwire launcher)",
+    about = "Launch N ranks of a program here, inside a Slurm allocation, or on --host nodes (the rankwire launcher)",
     after_help = AFTER_HELP,
     override_usage = "rwrun [OPTIONS] PROGRAM [ARGS]..."
 )]
@@ -87,12 +98,14 @@ pub(crate) struct Cli {
     pub(crate) np: Option<u32>,
 
     /// Comma-separated hosts, each optionally with a slot count (`localhost:4`).
-    /// Repeatable. Only this machine is supported for now.
+    /// Repeatable. Ranks fill the hosts in order; hosts other than this machine are
+    /// reached with the launch agent (RANKWIRE_LAUNCH_AGENT, default
+    /// `ssh -x -o BatchMode=yes {host}`).
     #[arg(short = 'H', long = "host", value_name = "LIST")]
     pub(crate) host: Vec<String>,
 
     /// File with one host per line (`host`, `host:N` or `host slots=N`; `#` comments).
-    /// Only this machine is supported for now.
+    /// Hosts other than this machine are reached with the launch agent (see --host).
     #[arg(long, value_name = "FILE")]
     pub(crate) hostfile: Option<PathBuf>,
 
@@ -145,6 +158,8 @@ pub(crate) struct JobConfig {
     pub(crate) timeout: Option<(Duration, f64)>,
     /// Grace between a forwarded signal (or the timeout's SIGTERM) and SIGKILL.
     pub(crate) kill_grace: Duration,
+    /// Where every rank runs and how it is started.
+    pub(crate) placement: Placement,
 }
 
 /// Rewrite rwrun's own options into forms clap parses (see the module doc). Stops at
@@ -246,16 +261,63 @@ impl JobConfig {
                 .map_err(|e| format!("cannot read hostfile {}: {e}", path.display()))?;
             hosts.extend(hosts::parse_hostfile(&text, &path.display().to_string())?);
         }
-        let slots = if hosts.is_empty() {
-            None
+        let classified = hosts::classify(&hosts);
+        let all_local = classified.iter().all(|h| h.2);
+        // Inside a Slurm allocation (and no host list): ranks start as srun steps.
+        let alloc = if hosts.is_empty() {
+            slurm::Allocation::from_env(|k| std::env::var(k).ok())?
         } else {
-            Some(hosts::check_local(&hosts)?)
+            None
         };
-        let size = match (cli.np, slots) {
+        let default_size = match &alloc {
+            Some(a) => Some(
+                a.ntasks
+                    .unwrap_or_else(|| a.slots().min(u32::MAX as u64) as u32),
+            ),
+            None if hosts.is_empty() => None,
+            None => Some(
+                classified
+                    .iter()
+                    .fold(0u32, |acc, h| acc.saturating_add(h.1)),
+            ),
+        };
+        let size = match (cli.np, default_size) {
             (Some(0), _) => return Err("-n must be at least 1".into()),
             (Some(n), _) => n,
-            (None, Some(s)) => s,
+            (None, Some(s)) => s.max(1),
             (None, None) => 1,
+        };
+        let placement = if let Some(a) = alloc {
+            let node_of_rank = a.place(size, cli.oversubscribe)?;
+            let this = std::env::var("SLURMD_NODENAME").ok();
+            Placement {
+                nodes: a
+                    .nodes
+                    .iter()
+                    .map(|(name, _)| placement::Node {
+                        name: name.clone(),
+                        local: this.as_deref() == Some(name.as_str()),
+                    })
+                    .collect(),
+                node_of_rank,
+                via: Via::Srun {
+                    job_name: format!("rwrun-{}", std::process::id()),
+                },
+            }
+        } else if all_local {
+            // Only this machine (or no hosts): every rank forked here, any count.
+            Placement::local(size)
+        } else {
+            let template = std::env::var(placement::AGENT_ENV)
+                .unwrap_or_else(|_| placement::DEFAULT_AGENT.to_string());
+            let (nodes, node_of_rank) = placement::fill(&classified, size, cli.oversubscribe)?;
+            Placement {
+                nodes,
+                node_of_rank,
+                via: Via::Agent {
+                    template: placement::parse_agent(&template)?,
+                },
+            }
         };
         let mut env = Vec::new();
         for x in &cli.export {
@@ -279,6 +341,7 @@ impl JobConfig {
             tag_output: cli.tag_output,
             timeout: cli.timeout.map(|s| (Duration::from_secs_f64(s), s)),
             kill_grace: kill_grace_from_env(),
+            placement,
         })
     }
 }
@@ -460,7 +523,21 @@ mod tests {
         assert_eq!(c.size, 3);
         let c = parse(&["rwrun", "-H", "localhost:2", "-n", "5", "true"]).unwrap();
         assert_eq!(c.size, 5);
-        let e = parse(&["rwrun", "--host", "localhost,elsewhere-x9", "true"]).unwrap_err();
-        assert!(e.contains("remote launch is not supported yet"), "{e}");
+        // A remote host: placed by slots through the launch agent.
+        let c = parse(&["rwrun", "--host", "localhost,elsewhere-x9:2", "true"]).unwrap();
+        assert_eq!(c.size, 3);
+        assert_eq!(c.placement.node_of_rank, vec![0, 1, 1]);
+        assert!(c.placement.needs_network());
+        assert!(matches!(c.placement.via, Via::Agent { .. }));
+        let e = parse(&[
+            "rwrun",
+            "--host",
+            "localhost,elsewhere-x9",
+            "-n",
+            "3",
+            "true",
+        ])
+        .unwrap_err();
+        assert!(e.contains("-n 3 exceeds the 2 slot(s)"), "{e}");
     }
 }

@@ -1,7 +1,9 @@
-//! `--host` / `--hostfile` parsing. Only this machine can be launched on for now: every
-//! host must be a local name (`localhost`, this machine's host name) or a local address
-//! (any loopback address, or an address assigned to one of this machine's interfaces,
-//! from `getifaddrs`), and the slot counts only set the default rank count.
+//! `--host` / `--hostfile` parsing, and which hosts are this machine: a local name
+//! (`localhost`, this machine's host name) or a local address (any loopback address, or
+//! an address assigned to one of this machine's interfaces, from `getifaddrs`). Ranks
+//! on local hosts are forked directly; others are started through the launch agent
+//! ([`crate::placement`]). Also the addresses rwrun advertises to ranks on other nodes
+//! ([`advertised_addresses`]).
 
 use std::net::IpAddr;
 
@@ -57,29 +59,68 @@ pub(crate) fn parse_hostfile(text: &str, path: &str) -> Result<Vec<HostSlots>, S
     Ok(hosts)
 }
 
-/// Check that every host is this machine and return the total slot count.
-///
-/// # Errors
-/// `remote launch is not supported yet; ...` naming the first remote host.
-pub(crate) fn check_local(hosts: &[HostSlots]) -> Result<u32, String> {
-    let own = nix::unistd::gethostname()
+/// Each host with its slot count and whether it is this machine.
+pub(crate) fn classify(hosts: &[HostSlots]) -> Vec<(String, u32, bool)> {
+    let own = own_hostname();
+    let addrs = interface_addresses();
+    hosts
+        .iter()
+        .map(|h| (h.name.clone(), h.slots, is_local(&h.name, &own, &addrs)))
+        .collect()
+}
+
+/// Environment variable: comma-separated host names or addresses under which ranks on
+/// other nodes reach rwrun's bootstrap server (default: every address of this machine's
+/// up interfaces).
+pub(crate) const BOOTSTRAP_HOST_ENV: &str = "RANKWIRE_BOOTSTRAP_HOST";
+
+/// The `RANKWIRE_BOOTSTRAP_ADDR` value for ranks on other nodes: `host:port` for every
+/// host in [`BOOTSTRAP_HOST_ENV`], else every non-loopback address of this machine's
+/// interfaces (IPv4 first, IPv6 link-local left out), then 127.0.0.1 (for ranks on this
+/// node), comma-separated. Ranks try them in order; the job secret rejects a wrong
+/// server.
+pub(crate) fn advertised_addresses(port: u16) -> String {
+    if let Ok(list) = std::env::var(BOOTSTRAP_HOST_ENV)
+        && !list.trim().is_empty()
+    {
+        return list
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(|h| match h.parse::<IpAddr>() {
+                Ok(IpAddr::V6(v6)) => format!("[{v6}]:{port}"),
+                _ => format!("{h}:{port}"),
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+    }
+    let mut addrs: Vec<IpAddr> = interface_addresses()
+        .into_iter()
+        .filter(|a| match a {
+            IpAddr::V4(v4) => !v4.is_loopback() && !v4.is_unspecified(),
+            IpAddr::V6(v6) => {
+                !v6.is_loopback() && !v6.is_unspecified() && !v6.is_unicast_link_local()
+            }
+        })
+        .collect();
+    addrs.sort_by_key(|a| a.is_ipv6());
+    addrs.dedup();
+    addrs.push(IpAddr::from([127, 0, 0, 1]));
+    addrs
+        .iter()
+        .map(|a| match a {
+            IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+            v4 => format!("{v4}:{port}"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn own_hostname() -> String {
+    nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
-        .unwrap_or_default();
-    let addrs = interface_addresses();
-    let mut total: u32 = 0;
-    for h in hosts {
-        if !is_local(&h.name, &own, &addrs) {
-            return Err(format!(
-                "remote launch is not supported yet; host {:?} is not this machine \
-                 (local names: localhost, {own}, a loopback address or an address of \
-                 this machine's interfaces). Run rwrun on one node, or list only local hosts",
-                h.name
-            ));
-        }
-        total = total.saturating_add(h.slots);
-    }
-    Ok(total)
+        .unwrap_or_default()
 }
 
 /// Every address assigned to a network interface of this machine (empty if
@@ -210,13 +251,21 @@ mod tests {
         assert!(is_local("fe80::1%eth0", "node7", mine));
         assert!(!is_local("10.0.0.2", "node7", mine));
         assert_eq!(
-            check_local(&[hs("localhost", 2), hs("127.0.0.1", 1)]).unwrap(),
-            3
+            classify(&[hs("localhost", 2), hs("far-away-host-x", 1)]),
+            vec![
+                ("localhost".to_string(), 2, true),
+                ("far-away-host-x".to_string(), 1, false)
+            ]
         );
-        let e = check_local(&[hs("localhost", 1), hs("far-away-host-x", 1)]).unwrap_err();
-        assert!(
-            e.starts_with("remote launch is not supported yet;") && e.contains("far-away-host-x")
-        );
+    }
+
+    #[test]
+    fn advertised_addresses_end_with_loopback() {
+        let a = advertised_addresses(4242);
+        assert!(a.ends_with("127.0.0.1:4242"), "{a}");
+        for one in a.split(',') {
+            assert!(one.parse::<std::net::SocketAddr>().is_ok(), "{one} in {a}");
+        }
     }
 
     #[test]
@@ -229,7 +278,7 @@ mod tests {
                 v4 => format!("{v4}:2"),
             };
             let hosts = parse_host_list(&name).unwrap();
-            assert_eq!(check_local(&hosts), Ok(2), "{name}");
+            assert!(classify(&hosts).iter().all(|h| h.2 && h.1 == 2), "{name}");
         }
     }
 }

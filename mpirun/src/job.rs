@@ -90,12 +90,19 @@ pub(crate) async fn run(
     };
     let ident = JobIdentity::generate();
     let (server_tx, mut server_rx) = mpsc::unbounded_channel();
-    let addr = match server::start(cfg.size, ident.clone(), server_tx).await {
+    let network = cfg.placement.needs_network();
+    let addr = match server::start(cfg.size, ident.clone(), server_tx, network).await {
         Ok(a) => a,
         Err(e) => {
-            note!("rwrun: cannot start the bootstrap server on 127.0.0.1: {e}");
+            note!("rwrun: cannot start the bootstrap server: {e}");
             return fail(1);
         }
+    };
+    // Ranks on other nodes get every address of this node to try.
+    let addr = if network {
+        crate::hosts::advertised_addresses(addr.port())
+    } else {
+        addr.to_string()
     };
     tracing::debug!(
         "job {} of {} ranks; bootstrap server at {addr}",
@@ -131,7 +138,7 @@ pub(crate) async fn run(
         } else {
             Stdio::null()
         };
-        let spawned = match spawn::spawn_rank(&cfg, &ident, addr, rank, stdin, setup) {
+        let spawned = match spawn::spawn_rank(&cfg, &ident, &addr, rank, stdin, setup) {
             Ok(s) => s,
             Err(e) => {
                 ending = Some(spawn_failure(&cfg, rank, &e));
@@ -655,8 +662,14 @@ impl Job {
             if kind.is_success() || Some(i) == aborting {
                 continue;
             }
+            // A rank started through srun or a launch agent (or a shell) reports the
+            // signal that ended it as exit code 128 + signal.
             let by_rwrun = r.signalled
-                && matches!(kind, ExitKind::Signal { signal: s, .. } if s == signal || s == libc::SIGKILL);
+                && match kind {
+                    ExitKind::Signal { signal: s, .. } => s == signal || s == libc::SIGKILL,
+                    ExitKind::Code(c) => c == 128 + signal || c == 128 + libc::SIGKILL,
+                    ExitKind::Unknown => false,
+                };
             if by_rwrun {
                 terminated += 1;
                 continue;
@@ -688,7 +701,12 @@ fn spawn_failure(cfg: &JobConfig, rank: u32, e: &std::io::Error) -> Ending {
         // exec failed otherwise (not an executable format, ...), as shells report it.
         _ => ("cannot be executed", 126),
     };
-    note!("rwrun: cannot start rank {rank}: {prog}: {what} ({e})");
+    match cfg.placement.launcher_of(rank) {
+        Some((launcher, hint)) => {
+            note!("rwrun: cannot start rank {rank} ({prog}) with {launcher}: {what} ({e}); {hint}")
+        }
+        None => note!("rwrun: cannot start rank {rank}: {prog}: {what} ({e})"),
+    }
     Ending::SpawnFailed { code }
 }
 

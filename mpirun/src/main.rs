@@ -1,4 +1,6 @@
-//! `rwrun`: the rankwire launcher. Starts N ranks of a program on this machine, runs the
+//! `rwrun`: the rankwire launcher. Starts N ranks of a program (on this machine, as
+//! `srun` steps inside a Slurm allocation ([`slurm`]), or on other hosts through a
+//! launch agent ([`placement`])), runs the
 //! bootstrap key-value server they use to find each other, forwards their I/O and
 //! signals, and ends the whole job when any part of it fails.
 //!
@@ -51,9 +53,11 @@ mod cli;
 mod hosts;
 mod io;
 mod job;
+mod placement;
 mod reaper;
 mod server;
 mod signals;
+mod slurm;
 mod spawn;
 
 use clap::Parser;

@@ -67,7 +67,9 @@ pub(crate) enum ServerEvent {
     },
 }
 
-/// Bind the server on 127.0.0.1 (ephemeral port) and start accepting in a task.
+/// Bind the server on 127.0.0.1 (or, with `network`, on every IPv4 address, for ranks
+/// on other nodes; the job secret keeps others out) on an ephemeral port and start
+/// accepting in a task.
 ///
 /// # Errors
 /// Binding the listener failed.
@@ -75,8 +77,14 @@ pub(crate) async fn start(
     size: u32,
     ident: JobIdentity,
     events: mpsc::UnboundedSender<ServerEvent>,
+    network: bool,
 ) -> io::Result<SocketAddr> {
-    let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await?;
+    let ip = if network {
+        Ipv4Addr::UNSPECIFIED
+    } else {
+        Ipv4Addr::LOCALHOST
+    };
+    let listener = TcpListener::bind(SocketAddr::from((ip, 0))).await?;
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared {
         size,
@@ -371,7 +379,7 @@ mod tests {
                 .unwrap();
             rt.block_on(async move {
                 let (tx, mut rx) = mpsc::unbounded_channel();
-                let addr = start(size, ident(), tx).await.unwrap();
+                let addr = start(size, ident(), tx, false).await.unwrap();
                 addr_tx.send(addr).unwrap();
                 while let Some(ev) = rx.recv().await {
                     let _ = ev_tx.send(ev);

@@ -18,7 +18,6 @@ use rand::Rng;
 use rankwire::bootstrap::env;
 use std::ffi::OsString;
 use std::io;
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -139,21 +138,31 @@ pub(crate) fn raise_fd_limit(size: u32) -> Option<libc::rlimit> {
 pub(crate) fn spawn_rank(
     cfg: &JobConfig,
     ident: &JobIdentity,
-    server: SocketAddr,
+    server: &str,
     rank: u32,
     stdin: Stdio,
     setup: ChildSetup,
 ) -> io::Result<Spawned> {
-    let mut cmd = Command::new(&cfg.program);
-    cmd.args(&cfg.args)
-        .envs(cfg.env.iter().map(|(k, v)| (k, v)))
-        .env(env::RANK, rank.to_string())
-        .env(env::SIZE, cfg.size.to_string())
-        .env(env::LOCAL_RANK, rank.to_string())
-        .env(env::LOCAL_SIZE, cfg.size.to_string())
-        .env(env::BOOTSTRAP_ADDR, server.to_string())
-        .env(env::JOB_ID, &ident.job_id)
-        .env(env::JOB_SECRET, &ident.secret)
+    let (local_rank, local_size) = cfg.placement.local_rank(rank);
+    let mut vars: Vec<(OsString, OsString)> = cfg.env.clone();
+    for (k, v) in [
+        (env::RANK, rank.to_string()),
+        (env::SIZE, cfg.size.to_string()),
+        (env::LOCAL_RANK, local_rank.to_string()),
+        (env::LOCAL_SIZE, local_size.to_string()),
+        (env::BOOTSTRAP_ADDR, server.to_string()),
+        (env::JOB_ID, ident.job_id.clone()),
+        (env::JOB_SECRET, ident.secret.clone()),
+    ] {
+        vars.push((k.into(), v.into()));
+    }
+    let cwd = std::env::current_dir().map_or_else(|_| OsString::from("/"), OsString::from);
+    let (program, args) = cfg
+        .placement
+        .command_line(rank, &cfg.program, &cfg.args, &vars, &cwd);
+    let mut cmd = Command::new(&program);
+    cmd.args(&args)
+        .envs(vars.iter().map(|(k, v)| (k, v)))
         .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -585,20 +585,83 @@ fn own_interface_addresses_count_as_local() {
 }
 
 #[test]
-fn remote_hosts_are_refused_and_local_slots_set_the_size() {
-    let f = run(
+fn remote_hosts_go_through_the_launch_agent_and_local_slots_set_the_size() {
+    // An agent that runs the command line here, but tells which host it was given: the
+    // local host's rank is forked directly, the remote one goes through the template.
+    let agent = [("RANKWIRE_LAUNCH_AGENT", "env RW_AGENT_HOST={host} sh -c")];
+    let script = "echo rank=$RANKWIRE_RANK via=${RW_AGENT_HOST:-direct} \
+                  local=$RANKWIRE_LOCAL_RANK/$RANKWIRE_LOCAL_SIZE dir=$(pwd) \
+                  addr=$RANKWIRE_BOOTSTRAP_ADDR";
+    let f = start(
         "remote",
-        &["--host", "localhost,far-away-node-7", "-n", "2", "true"],
+        &["--host", "localhost,far-away-node-7:2", "sh", "-c", script],
+        &agent,
+        Input::Null,
+        false,
+    )
+    .wait(RUN_TIMEOUT);
+    f.assert_code(0);
+    let out = f.stdout_str();
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines.len(), 3, "{out}");
+    let cwd = std::env::current_dir().unwrap();
+    assert!(
+        lines[0].starts_with("rank=0 via=direct local=0/1 "),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with("rank=1 via=far-away-node-7 local=0/2 "),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].starts_with("rank=2 via=far-away-node-7 local=1/2 "),
+        "{lines:?}"
+    );
+    for l in &lines {
+        assert!(l.contains(&format!("dir={}", cwd.display())), "{l}");
+        // Other nodes get every address of this one, loopback last.
+        assert!(l.contains("127.0.0.1:") && l.contains(','), "{l}");
+    }
+    // More ranks than the remote list's slots: refused (usage error).
+    let f = run(
+        "remote-over",
+        &["--host", "localhost,far-away-node-7", "-n", "3", "true"],
         Input::Null,
     );
     assert_eq!(f.code, Some(2));
     assert!(
-        f.stderr.contains("remote launch is not supported yet")
-            && f.stderr.contains("far-away-node-7"),
+        f.stderr.contains("-n 3 exceeds the 2 slot(s)"),
         "{}",
         f.stderr
     );
-
+    // A failing agent (host unreachable) is a failing rank: the job ends.
+    let f = start(
+        "remote-fail",
+        &["--host", "localhost,far-away-node-7", "sleep", "30"],
+        &[("RANKWIRE_LAUNCH_AGENT", "false {host}")],
+        Input::Null,
+        false,
+    )
+    .wait(RUN_TIMEOUT);
+    assert_eq!(f.code, Some(1), "{}", f.stderr);
+    assert!(f.stderr.contains("rank 1"), "{}", f.stderr);
+    // An agent that does not exist: 127, naming the agent and the variable.
+    let f = start(
+        "remote-noagent",
+        &["--host", "far-away-node-7", "true"],
+        &[("RANKWIRE_LAUNCH_AGENT", "rw-no-such-agent-x {host}")],
+        Input::Null,
+        false,
+    )
+    .wait(RUN_TIMEOUT);
+    assert_eq!(f.code, Some(127), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("with rw-no-such-agent-x: not found")
+            && f.stderr.contains("RANKWIRE_LAUNCH_AGENT"),
+        "{}",
+        f.stderr
+    );
     let f = run(
         "localslots",
         &[
@@ -629,18 +692,6 @@ fn remote_hosts_are_refused_and_local_slots_set_the_size() {
     );
     f.assert_code(0);
     assert_eq!(f.stdout_str(), "2\n2\n");
-    std::fs::write(&hf, "otherbox slots=2\n").unwrap();
-    let f = run(
-        "hostfile-remote",
-        &["--hostfile", hf.to_str().unwrap(), "true"],
-        Input::Null,
-    );
-    assert_eq!(f.code, Some(2));
-    assert!(
-        f.stderr.contains("remote launch is not supported yet"),
-        "{}",
-        f.stderr
-    );
 }
 
 #[test]

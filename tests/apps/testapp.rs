@@ -27,6 +27,17 @@ fn main() {
         "split_status" => split_status(&world),
         "exit_at" => exit_at(&world, arg(&args, 2, 2), arg(&args, 3, 3)),
         "panic_at" => panic_at(&world, arg(&args, 2, 1)),
+        "hold" => hold(&world, arg(&args, 2, 60)),
+        "abort_at" => {
+            // Rank `who` aborts the job (MPI_Abort) while the others block in a receive.
+            let (who, code) = (arg(&args, 2, 1usize), arg(&args, 3, 7i32));
+            if world.rank() == who {
+                std::thread::sleep(Duration::from_millis(100));
+                universe.abort(code, "abort_at on purpose");
+            }
+            let mut b = [0u8; 4];
+            world.recv(&mut b, who % world.size(), 0).map(|_| ())
+        }
         "transport" => {
             for peer in 0..world.size() {
                 println!(
@@ -466,6 +477,26 @@ fn exit_at(w: &Communicator, who: usize, code: i32) -> Result<()> {
     let mut b = [0u8; 4];
     w.recv(&mut b, who % w.size(), 0)?;
     Ok(())
+}
+
+/// Every rank joins, says so, then keeps exchanging with its neighbours for `secs`
+/// seconds (a job to cancel or signal while it communicates).
+fn hold(w: &Communicator, secs: u64) -> Result<()> {
+    use std::io::Write;
+    w.barrier()?;
+    println!("rank {}: holding", w.rank());
+    let _ = std::io::stdout().flush();
+    let end = std::time::Instant::now() + Duration::from_secs(secs);
+    let (n, r) = (w.size(), w.rank());
+    while std::time::Instant::now() < end {
+        let mut got = [0u64; 1];
+        w.sendrecv(&[r as u64], (r + 1) % n, 0, &mut got, (r + n - 1) % n, 0)?;
+        check(got[0] == ((r + n - 1) % n) as u64, || {
+            format!("hold: got {}", got[0])
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w.barrier()
 }
 
 /// Rank `who` panics while the others block in a receive (B013 b).

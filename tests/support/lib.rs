@@ -89,8 +89,10 @@ fn marker() -> String {
     )
 }
 
-/// Builder of an `rwrun` invocation.
+/// Builder of an `rwrun` invocation (or of any other launcher: [`command`]).
 pub struct Run {
+    program: PathBuf,
+    slurm_job: Option<String>,
     args: Vec<String>,
     envs: Vec<(String, String)>,
     stdin: Option<Vec<u8>>,
@@ -103,7 +105,19 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
+    command(binary("rwrun"), args)
+}
+
+/// Start describing `<program> <args...>` (`srun`, `sbatch`, ...), run like [`rwrun`]:
+/// own process group, hard timeout, leftover checks.
+pub fn command<I, S>(program: impl Into<PathBuf>, args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
     Run {
+        program: program.into(),
+        slurm_job: None,
         args: args.into_iter().map(|s| s.as_ref().to_string()).collect(),
         envs: Vec::new(),
         stdin: None,
@@ -127,11 +141,18 @@ impl Run {
         self.timeout = t;
         self
     }
+    /// The run starts Slurm job(s) named `name` (`srun -J name`): after a timeout, and
+    /// whenever processes of the run are left, `scancel --name=name` ends them too
+    /// (killing srun does not kill tasks that slurmstepd started).
+    pub fn slurm_job(mut self, name: &str) -> Self {
+        self.slurm_job = Some(name.to_string());
+        self
+    }
 
     /// Run to completion (or timeout), then assert nothing of the job is left.
     pub fn run(self) -> RunOutput {
         let mark = marker();
-        let mut cmd = Command::new(binary("rwrun"));
+        let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
             .env("RANKWIRE_TEST_MARKER", &mark)
             .stdout(Stdio::piped())
@@ -164,6 +185,9 @@ impl Run {
             // SAFETY: plain kill(2) on the group we created.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
             let _ = child.wait();
+            if let Some(name) = &self.slurm_job {
+                slurm::scancel_name(name);
+            }
         }
         let elapsed = start.elapsed();
         if let Some(t) = stdin_thread {
@@ -171,6 +195,11 @@ impl Run {
         }
         let stdout = out_t.join().unwrap_or_default();
         let stderr = err_t.join().unwrap_or_default();
+        if let Some(name) = &self.slurm_job
+            && !wait_no_leftovers_quiet(&mark, Duration::from_secs(5))
+        {
+            slurm::scancel_name(name);
+        }
         let shm_left = wait_no_new_shm(&shm_before, Duration::from_secs(3));
         assert!(
             shm_left.is_empty(),
@@ -183,7 +212,8 @@ impl Run {
         );
         assert!(
             status.is_some(),
-            "rwrun {:?} timed out after {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            "{} {:?} timed out after {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            self.program.display(),
             self.args,
             self.timeout
         );
@@ -258,6 +288,19 @@ pub fn wait_no_leftovers(mark: &str, grace: Duration) -> Vec<u32> {
     }
 }
 
+// Wait up to `grace` for the run's processes to end, without killing any; whether
+// they did.
+fn wait_no_leftovers_quiet(mark: &str, grace: Duration) -> bool {
+    let deadline = Instant::now() + grace;
+    while !processes_with_marker(mark).is_empty() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
 /// Names of rankwire entries in /dev/shm.
 pub fn shm_entries() -> std::collections::HashSet<String> {
     std::fs::read_dir("/dev/shm")
@@ -316,4 +359,95 @@ pub fn run_scenario(
         );
     }
     out
+}
+
+/// A real Slurm cluster for the tests in `tests/slurm.rs`: started by
+/// `scripts/slurm/start-local-slurm.sh` (single node) and `start-netns-slurm.sh` (nodes
+/// in network namespaces), which `scripts/test.sh` runs as root.
+pub mod slurm {
+    use std::process::Command;
+    use std::time::Duration;
+
+    /// Set (to `1`) by `scripts/test.sh` when it started the clusters: a test that
+    /// finds no cluster then fails instead of skipping.
+    pub const REQUIRE_ENV: &str = "RANKWIRE_REQUIRE_SLURM";
+
+    /// Configuration of the network-namespace cluster (`SLURM_CONF` for its clients),
+    /// as written by `scripts/slurm/start-netns-slurm.sh` with its default directory.
+    pub const NETNS_CONF: &str = "/tmp/rankwire-slurm-netns/slurm.conf";
+
+    /// Whether the cluster of `conf` (`None`: the default `/etc/slurm/slurm.conf`)
+    /// answers with at least `nodes` usable nodes. When it does not: panics if
+    /// [`REQUIRE_ENV`] is `1`, else prints why `test` is skipped and returns false.
+    pub fn available_or_skip(test: &str, conf: Option<&str>, nodes: usize) -> bool {
+        let mut c = Command::new("timeout");
+        c.args(["10", "sinfo", "-h", "-N", "-o", "%N %T"]);
+        if let Some(conf) = conf {
+            c.env("SLURM_CONF", conf);
+        }
+        let (ok, detail) = match c.output() {
+            Ok(o) => {
+                let text = String::from_utf8_lossy(&o.stdout).into_owned();
+                let up = text
+                    .lines()
+                    .filter(|l| {
+                        let st = l.split_whitespace().nth(1).unwrap_or("");
+                        ["idle", "mixed", "allocated", "completing"]
+                            .iter()
+                            .any(|s| st.starts_with(s))
+                    })
+                    .count();
+                (
+                    o.status.success() && up >= nodes,
+                    format!(
+                        "sinfo: {} {text:?} {}",
+                        o.status,
+                        String::from_utf8_lossy(&o.stderr)
+                    ),
+                )
+            }
+            Err(e) => (false, format!("cannot run sinfo: {e}")),
+        };
+        if ok {
+            return true;
+        }
+        let env_conf = std::env::var("SLURM_CONF").ok();
+        let conf = conf
+            .or(env_conf.as_deref())
+            .unwrap_or("/etc/slurm/slurm.conf");
+        if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
+            panic!(
+                "{test}: no Slurm cluster with {nodes} usable node(s) ({conf}) although {REQUIRE_ENV}=1 \
+                 (scripts/test.sh starts it with scripts/slurm/start-*-slurm.sh; see its output and \
+                 /tmp/rankwire-slurm*/log): {detail}"
+            );
+        }
+        eprintln!(
+            "skipped: {test}: no Slurm cluster with {nodes} usable node(s) ({conf}); as root, \
+             scripts/slurm/start-local-slurm.sh (and start-netns-slurm.sh for multi-node) start \
+             one, and scripts/test.sh does so itself ({detail})"
+        );
+        false
+    }
+
+    /// `scancel --name=<name>` on both test clusters, ignoring errors.
+    pub fn scancel_name(name: &str) {
+        for conf in [None, Some(NETNS_CONF)] {
+            let mut c = Command::new("timeout");
+            c.args(["10", "scancel", &format!("--name={name}")]);
+            if let Some(conf) = conf {
+                if !std::path::Path::new(conf).exists() {
+                    continue;
+                }
+                c.env("SLURM_CONF", conf);
+            }
+            let _ = c.output();
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    /// A job name unique to this test process and `tag` (`rwtest-<pid>-<tag>`).
+    pub fn job_name(tag: &str) -> String {
+        format!("rwtest-{}-{tag}", std::process::id())
+    }
 }

@@ -531,7 +531,12 @@ fn connect_with_retry(addr: &str, timeout: Duration) -> Result<TcpStream, Bootst
         waited_ms: start.elapsed().as_millis(),
         source,
     };
-    let targets: Vec<SocketAddr> = addr.to_socket_addrs().map_err(connect_err)?.collect();
+    // A comma-separated list (rwrun advertises every address of its node when ranks
+    // run on other nodes): each is tried in order, every round.
+    let mut targets: Vec<SocketAddr> = Vec::new();
+    for one in addr.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        targets.extend(one.to_socket_addrs().map_err(connect_err)?);
+    }
     if targets.is_empty() {
         return Err(connect_err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -543,7 +548,9 @@ fn connect_with_retry(addr: &str, timeout: Duration) -> Result<TcpStream, Bootst
         let mut last_err = None;
         for target in &targets {
             let left = deadline.saturating_duration_since(Instant::now());
-            let attempt = left.clamp(Duration::from_millis(10), Duration::from_secs(5));
+            // With several addresses, one that black-holes must not eat the whole bound.
+            let per = if targets.len() > 1 { 2 } else { 5 };
+            let attempt = left.clamp(Duration::from_millis(10), Duration::from_secs(per));
             match TcpStream::connect_timeout(target, attempt) {
                 Ok(stream) => {
                     // Small request/response messages: do not wait for Nagle.
@@ -734,6 +741,30 @@ mod tests {
         let c = BootstrapClient::connect(&addr, JOB, SECRET, 0, Duration::from_secs(10));
         server.join().unwrap();
         assert!(c.is_ok(), "{c:?}");
+    }
+
+    #[test]
+    fn an_address_list_is_tried_in_order() {
+        let (addr, server) = tiny_server(false);
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .to_string();
+        let list = format!("{closed}, {addr}");
+        let mut c =
+            BootstrapClient::connect(&list, JOB, SECRET, 0, Duration::from_secs(5)).unwrap();
+        c.finalize().unwrap();
+        server.join().unwrap();
+        let e = BootstrapClient::connect(
+            &format!("{closed},nonsense"),
+            JOB,
+            SECRET,
+            0,
+            Duration::from_millis(100),
+        )
+        .unwrap_err();
+        assert!(matches!(e, BootstrapError::Connect { .. }), "{e:?}");
     }
 
     #[test]

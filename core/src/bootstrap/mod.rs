@@ -1,13 +1,88 @@
 //! Bootstrap: how ranks find each other through the launcher's key-value server.
 //!
+//! [`launch::detect`] decides at `init` which wire-up a process uses: `rwrun`'s server
+//! (below), a PMI server when started directly by `srun --mpi=pmi2` ([`pmi`]), or none
+//! (a singleton). [`Wireup`] gives the rest of the core one interface to either.
+//!
 //! `rwrun` runs a rendezvous server (put, get, fence, abort) on an ephemeral TCP port and
-//! starts every rank with the environment variables in [`env`]. Each rank opens a small
+//! starts every rank with the environment variables in [`env`](mod@env). Each rank opens a small
 //! blocking `std::net` client ([`client::BootstrapClient`]) against it; transports use it
 //! through the [`rankwire_transports::Exchange`] trait to publish and learn addresses.
 //! [`proto`] defines the messages both sides use.
 
 pub mod client;
+pub mod launch;
+pub mod pmi;
 pub mod proto;
+
+use client::BootstrapClient;
+use pmi::PmiClient;
+
+/// The job's key-value store as a rank uses it: `rwrun`'s server or a PMI server.
+/// Transports see it through [`rankwire_transports::Exchange`].
+#[derive(Debug)]
+pub enum Wireup {
+    /// `rwrun`'s bootstrap server.
+    Rwrun(BootstrapClient),
+    /// The resource manager's PMI server (`srun --mpi=pmi2`).
+    Pmi(PmiClient),
+}
+
+impl Wireup {
+    /// Barrier over every rank of the job (making earlier puts visible).
+    ///
+    /// # Errors
+    /// The underlying client's error, as text naming the layer.
+    pub fn fence(&mut self) -> Result<(), String> {
+        match self {
+            Wireup::Rwrun(c) => c.fence().map_err(|e| e.to_string()),
+            Wireup::Pmi(c) => c.fence().map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Tell the server this rank finalized cleanly.
+    ///
+    /// # Errors
+    /// The underlying client's error, as text.
+    pub fn finalize(&mut self) -> Result<(), String> {
+        match self {
+            Wireup::Rwrun(c) => c.finalize().map_err(|e| e.to_string()),
+            Wireup::Pmi(c) => c.finalize().map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Ask the launcher (or resource manager) to end every rank of the job with exit
+    /// status `code`.
+    ///
+    /// # Errors
+    /// The underlying client's error, as text.
+    pub fn abort(&mut self, code: i32, message: &str) -> Result<(), String> {
+        match self {
+            Wireup::Rwrun(c) => c.abort(code, message).map_err(|e| e.to_string()),
+            Wireup::Pmi(c) => c.abort(code, message).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+impl rankwire_transports::Exchange for Wireup {
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        match self {
+            Wireup::Rwrun(c) => c.put(key, value).map_err(|e| e.to_string()),
+            Wireup::Pmi(c) => c.put(key, value).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+        match self {
+            Wireup::Rwrun(c) => c.get(key).map_err(|e| e.to_string()),
+            Wireup::Pmi(c) => c.get(key).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn fence(&mut self) -> Result<(), String> {
+        Wireup::fence(self)
+    }
+}
 
 /// Environment variables `rwrun` sets for every rank.
 pub mod env {
@@ -19,7 +94,8 @@ pub mod env {
     pub const LOCAL_RANK: &str = "RANKWIRE_LOCAL_RANK";
     /// Number of ranks on this node.
     pub const LOCAL_SIZE: &str = "RANKWIRE_LOCAL_SIZE";
-    /// `host:port` of the launcher's bootstrap server.
+    /// `host:port` of the launcher's bootstrap server, or several separated by commas
+    /// (tried in order; rwrun lists its node's addresses when ranks run elsewhere).
     pub const BOOTSTRAP_ADDR: &str = "RANKWIRE_BOOTSTRAP_ADDR";
     /// Job id (also used in names of /dev/shm segments and socket files).
     pub const JOB_ID: &str = "RANKWIRE_JOB_ID";
