@@ -63,6 +63,7 @@ pub mod matching;
 pub mod protocol;
 mod request;
 mod universe;
+pub mod watchdog;
 pub mod wire;
 
 pub use bytemuck;

@@ -11,6 +11,7 @@ use crate::bootstrap::env;
 use crate::comm::Communicator;
 use crate::engine::{Backoff, Engine, IdleAction, Route, Waiter};
 use crate::error::{Error, Result};
+use crate::watchdog::Watch;
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
@@ -136,9 +137,12 @@ impl Inner {
         Ok(())
     }
 
-    /// Progress until `done` returns a value.
+    /// Progress until `done` returns a value. With the watchdog on
+    /// ([`crate::watchdog`]), a wait without any completion for its bound reports the
+    /// pending requests and aborts the job.
     pub(crate) fn wait_for<T>(&self, mut done: impl FnMut(&mut Engine) -> Option<T>) -> T {
         let mut waiter = Waiter::new();
+        let mut watch = None;
         loop {
             let (progressed, backoff) = {
                 let mut e = self.lock();
@@ -149,12 +153,45 @@ impl Inner {
                 if let Some(v) = done(&mut e) {
                     return v;
                 }
+                if let Some(limit) = e.watchdog {
+                    let pending = e.proto.pending();
+                    let w = watch.get_or_insert_with(|| Watch::new(limit, pending));
+                    if p {
+                        w.reset(pending);
+                    } else if w.expired(pending) {
+                        let lines = e.describe_pending();
+                        let limit = w.limit();
+                        drop(e);
+                        self.watchdog_abort(limit, pending, &lines);
+                    }
+                }
                 (p, e.backoff)
             };
             if let IdleAction::Block(d) = waiter.idle(progressed, backoff) {
                 self.lock().wait_activity(d);
             }
         }
+    }
+
+    /// Print the watchdog report, ask the launcher to end the job, and exit.
+    fn watchdog_abort(&self, limit: Duration, requests: usize, pending: &[String]) -> ! {
+        let report = crate::watchdog::report(self.rank, limit, requests, pending);
+        eprintln!("{report}");
+        tracing::error!("watchdog fired on rank {}", self.rank);
+        if let Ok(mut b) = self.bootstrap.lock()
+            && let Some(c) = b.as_mut()
+        {
+            let _ = c.abort(
+                crate::watchdog::EXIT_CODE,
+                &format!(
+                    "watchdog: rank {} waited {:.1} s with {} requests pending (listed above)",
+                    self.rank,
+                    limit.as_secs_f64(),
+                    requests
+                ),
+            );
+        }
+        std::process::exit(crate::watchdog::EXIT_CODE)
     }
 
     fn finalize(&self) -> Result<()> {
@@ -203,6 +240,13 @@ fn parse<T: std::str::FromStr>(name: &str) -> Result<T> {
 }
 
 fn init_inner() -> Result<Universe> {
+    let watchdog = crate::watchdog::from_env()?;
+    let u = init_world()?;
+    u.inner.lock().watchdog = watchdog;
+    Ok(u)
+}
+
+fn init_world() -> Result<Universe> {
     if std::env::var_os(env::RANK).is_none() {
         return Ok(singleton());
     }

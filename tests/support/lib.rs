@@ -130,10 +130,19 @@ impl Run {
 
     /// Run to completion (or timeout), then assert nothing of the job is left.
     pub fn run(self) -> RunOutput {
+        let timeout = self.timeout;
+        self.spawn().finish(timeout)
+    }
+
+    /// Start rwrun and return at once (for tests that signal it while it runs); end
+    /// with [`Running::finish`]. The progress watchdog is on (`RANKWIRE_WATCHDOG=30`)
+    /// unless the run sets it.
+    pub fn spawn(self) -> Running {
         let mark = marker();
         let mut cmd = Command::new(binary("rwrun"));
         cmd.args(&self.args)
             .env("RANKWIRE_TEST_MARKER", &mark)
+            .env("RANKWIRE_WATCHDOG", "30")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .stdin(if self.stdin.is_some() {
@@ -149,7 +158,6 @@ impl Run {
         let shm_before = shm_entries();
         let start = Instant::now();
         let mut child = cmd.spawn().expect("spawn rwrun");
-        let pgid = child.id() as i32;
         let stdin_thread = self.stdin.map(|data| {
             let mut w = child.stdin.take().expect("stdin pipe");
             std::thread::spawn(move || {
@@ -159,24 +167,64 @@ impl Run {
         });
         let out_t = reader(child.stdout.take().expect("stdout pipe"));
         let err_t = reader(child.stderr.take().expect("stderr pipe"));
-        let status = wait_deadline(&mut child, self.timeout);
+        Running {
+            child,
+            args: self.args,
+            mark,
+            shm_before,
+            start,
+            stdin_thread,
+            out_t,
+            err_t,
+        }
+    }
+}
+
+/// A running `rwrun` (see [`Run::spawn`]).
+pub struct Running {
+    child: Child,
+    args: Vec<String>,
+    mark: String,
+    shm_before: std::collections::HashSet<String>,
+    start: Instant,
+    stdin_thread: Option<std::thread::JoinHandle<()>>,
+    out_t: std::thread::JoinHandle<String>,
+    err_t: std::thread::JoinHandle<String>,
+}
+
+impl Running {
+    /// Process id of rwrun.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Pids of the job's processes still running (rwrun, its reaper, the ranks).
+    pub fn processes(&self) -> Vec<u32> {
+        processes_with_marker(&self.mark)
+    }
+
+    /// Wait for rwrun to exit (killing its process group after `timeout`), then assert
+    /// that no process, /dev/shm entry of the job is left.
+    pub fn finish(mut self, timeout: Duration) -> RunOutput {
+        let pgid = self.child.id() as i32;
+        let status = wait_deadline(&mut self.child, timeout);
         if status.is_none() {
             // SAFETY: plain kill(2) on the group we created.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
-            let _ = child.wait();
+            let _ = self.child.wait();
         }
-        let elapsed = start.elapsed();
-        if let Some(t) = stdin_thread {
+        let elapsed = self.start.elapsed();
+        if let Some(t) = self.stdin_thread {
             let _ = t.join();
         }
-        let stdout = out_t.join().unwrap_or_default();
-        let stderr = err_t.join().unwrap_or_default();
-        let shm_left = wait_no_new_shm(&shm_before, Duration::from_secs(3));
+        let stdout = self.out_t.join().unwrap_or_default();
+        let stderr = self.err_t.join().unwrap_or_default();
+        let shm_left = wait_no_new_shm(&self.shm_before, Duration::from_secs(3));
         assert!(
             shm_left.is_empty(),
             "/dev/shm entries left by the job: {shm_left:?}\n--- stderr\n{stderr}"
         );
-        let leftovers = wait_no_leftovers(&mark, Duration::from_secs(5));
+        let leftovers = wait_no_leftovers(&self.mark, Duration::from_secs(5));
         assert!(
             leftovers.is_empty(),
             "processes of the job left running: {leftovers:?}\n--- stderr\n{stderr}"
@@ -185,7 +233,7 @@ impl Run {
             status.is_some(),
             "rwrun {:?} timed out after {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
             self.args,
-            self.timeout
+            timeout
         );
         RunOutput {
             status,
