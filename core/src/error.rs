@@ -183,8 +183,8 @@ impl Error {
                 of the communicator, with the same root, op, element type and matching counts \
                 (RANKWIRE_COLL_CHECK=1 names the ranks that differ)"
                 .into(),
-            Error::Usage(_) => "fix the call: the message names the argument and its valid \
-                range"
+            Error::Usage(_) => "correct the call or setting the message names (it states the \
+                valid values)"
                 .into(),
         }
     }

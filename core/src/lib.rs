@@ -57,6 +57,9 @@ mod comm;
 mod device;
 mod engine;
 pub mod error;
+pub mod explain;
+#[doc(hidden)]
+pub mod fuzz_entry;
 mod gpu_path;
 pub mod group;
 pub mod matching;

@@ -11,6 +11,7 @@ use crate::bootstrap::env;
 use crate::comm::Communicator;
 use crate::engine::{Backoff, Engine, IdleAction, Route, Waiter};
 use crate::error::{Error, Result};
+use crate::explain::{Paths, PeerPath};
 use crate::watchdog::Watch;
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -27,6 +28,8 @@ pub(crate) struct Inner {
     pub(crate) engine: Mutex<Engine>,
     bootstrap: Mutex<Option<BootstrapClient>>,
     finalized: AtomicBool,
+    /// What transport selection decided, for [`Universe::explain`].
+    paths: Paths,
 }
 
 /// Start rankwire in this process (MPI_Init).
@@ -82,6 +85,14 @@ impl Universe {
             )));
         }
         Ok(self.inner.lock().route(peer as u32).name())
+    }
+
+    /// The path table of this rank (what `rwrun --explain` prints): for each peer
+    /// (itself included) and each memory kind (host, device, managed), the transport,
+    /// the eager limit in bytes, the protocol by size, and why faster paths were not
+    /// taken. Render it with [`crate::explain::render`].
+    pub fn explain(&self) -> Vec<crate::explain::Row> {
+        self.inner.paths.rows()
     }
 
     /// Counters of this rank's cache of opened CUDA IPC mappings (opened, hits, stale
@@ -243,6 +254,23 @@ fn init_inner() -> Result<Universe> {
     let watchdog = crate::watchdog::from_env()?;
     let u = init_world()?;
     u.inner.lock().watchdog = watchdog;
+    let rows = u.inner.paths.rows();
+    if std::env::var(crate::explain::EXPLAIN_ENV).is_ok_and(|v| v != "0") {
+        let table = crate::explain::render(&rows);
+        let mut out = String::new();
+        for line in table.lines() {
+            out.push_str(&format!("rankwire explain: {line}\n"));
+        }
+        eprint!("{out}");
+    }
+    if tracing::enabled!(tracing::Level::INFO) {
+        for line in crate::explain::render(&rows).lines() {
+            tracing::info!("path: {line}");
+        }
+    }
+    if let Ok(list) = std::env::var(crate::explain::REQUIRE_ENV) {
+        u.inner.paths.check_required(&list)?;
+    }
     Ok(u)
 }
 
@@ -299,6 +327,7 @@ fn init_world() -> Result<Universe> {
         None
     };
     let mut routes = Vec::with_capacity(size as usize);
+    let mut rejected = Vec::with_capacity(size as usize);
     let mut tcp_peers = Vec::new();
     for r in 0..size {
         let info = PeerInfo {
@@ -347,6 +376,7 @@ fn init_world() -> Result<Universe> {
             }
         );
         routes.push(route);
+        rejected.push(why_not);
     }
     let tcp = if size > 1 && allowed.contains(&"tcp") {
         let cfg = TcpConfig::from_env()
@@ -371,8 +401,34 @@ fn init_world() -> Result<Universe> {
     // (process_vm_readv); a receiver that is refused falls back to copying through the
     // transport. RANKWIRE_CMA=0 turns it off.
     let cma = std::env::var("RANKWIRE_CMA").map_or(true, |v| v != "0");
-    let gpu = enable_gpu(&mut engine);
-    let cuda_ipc = gpu && std::env::var("RANKWIRE_CUDA_IPC").map_or(true, |v| v != "0");
+    let gpu_state = enable_gpu(&mut engine);
+    let ipc_state = match &gpu_state {
+        Err(e) => Err(e.clone()),
+        Ok(()) if std::env::var("RANKWIRE_CUDA_IPC").is_ok_and(|v| v == "0") => {
+            Err("turned off by RANKWIRE_CUDA_IPC=0".to_string())
+        }
+        Ok(()) => Ok(()),
+    };
+    let cuda_ipc = ipc_state.is_ok();
+    let paths = Paths {
+        rank,
+        peers: (0..size)
+            .map(|r| PeerPath {
+                peer: r,
+                route: engine.route(r),
+                same_node: node_ids[r as usize] == me,
+                rejected: std::mem::take(&mut rejected[r as usize]),
+                eager_bytes: engine.eager_limit(r),
+            })
+            .collect(),
+        cma: if cma {
+            Ok(())
+        } else {
+            Err("turned off by RANKWIRE_CMA=0".into())
+        },
+        gpu: gpu_state,
+        cuda_ipc: ipc_state,
+    };
     for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
         if cuda_ipc {
             engine.proto.allow_cuda_ipc(r);
@@ -395,13 +451,27 @@ fn init_world() -> Result<Universe> {
             engine: Mutex::new(engine),
             bootstrap: Mutex::new(Some(client)),
             finalized: AtomicBool::new(false),
+            paths,
         }),
     })
 }
 
 fn singleton() -> Universe {
     let mut engine = Engine::new(0, 1, None, None, vec![Route::SelfTp], Backoff::from_env(1));
-    enable_gpu(&mut engine);
+    let gpu = enable_gpu(&mut engine);
+    let paths = Paths {
+        rank: 0,
+        peers: vec![PeerPath {
+            peer: 0,
+            route: Route::SelfTp,
+            same_node: true,
+            rejected: Vec::new(),
+            eager_bytes: engine.eager_limit(0),
+        }],
+        cma: Err("no other rank".into()),
+        cuda_ipc: Err("no other rank".into()),
+        gpu,
+    };
     Universe {
         inner: Arc::new(Inner {
             rank: 0,
@@ -409,6 +479,7 @@ fn singleton() -> Universe {
             engine: Mutex::new(engine),
             bootstrap: Mutex::new(None),
             finalized: AtomicBool::new(false),
+            paths,
         }),
     }
 }
@@ -451,18 +522,23 @@ fn allowed_transports() -> Result<Vec<&'static str>> {
 }
 
 /// Give the protocol device-memory access when this build and process can use CUDA.
-/// Returns whether it did. Without it, device buffers fail with [`Error::Gpu`].
-fn enable_gpu(engine: &mut Engine) -> bool {
+/// Returns whether it did, or why not. Without it, device buffers fail with
+/// [`Error::Gpu`].
+fn enable_gpu(engine: &mut Engine) -> std::result::Result<(), String> {
     if !rankwire_gpu::available() {
         tracing::debug!("GPU paths off: CUDA support not built or libcuda not loadable");
-        return false;
+        return Err(if cfg!(feature = "cuda") {
+            "libcuda.so.1 could not be loaded (no NVIDIA driver)".into()
+        } else {
+            "GPU support not built (rebuild with the `cuda` feature)".into()
+        });
     }
     if let Err(e) = rankwire_gpu::init() {
         tracing::info!("GPU paths off: {e}");
-        return false;
+        return Err(e.to_string());
     }
     engine
         .proto
         .set_device_mem(Box::new(crate::gpu_path::GpuStaging));
-    true
+    Ok(())
 }

@@ -4,6 +4,7 @@
 //!   eager messages, 1 MiB rendezvous messages, or 256 KiB nonblocking allreduces);
 //!   after `iterations` the victim starts one more operation and SIGKILLs itself inside
 //!   it. Survivors print the error they got (`FAILED: ...`) and exit 1.
+//! - `explain`: print this rank's path table from `Universe::explain` (`api: ` lines).
 //! - `hang`: rank 0 waits for a message nobody sends, the others for one from rank 0
 //!   that never comes (for the progress watchdog).
 //! - `block`: every rank prints `rank R: blocked` and waits in a receive forever.
@@ -33,6 +34,16 @@ fn main() {
             arg(&args, 4, 20),
         ),
         "hang" => hang(&world),
+        "explain" => {
+            // The table from the API, for comparison with RANKWIRE_EXPLAIN's.
+            let table = rankwire::explain::render(&universe.explain());
+            let mut out = String::new();
+            for line in table.lines() {
+                out.push_str(&format!("api: {line}\n"));
+            }
+            print!("{out}");
+            world.barrier()
+        }
         "block" => {
             println!("rank {}: blocked", world.rank());
             let mut b = [0u8; 8];
