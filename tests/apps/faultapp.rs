@@ -18,22 +18,19 @@ use std::time::Instant;
 
 use rankwire::{ANY_SOURCE, ANY_TAG, Communicator, Op, Request, Result};
 
+#[path = "common.rs"]
+mod common;
+use common::{arg, fail};
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let scenario = args.get(1).map(String::as_str).unwrap_or("");
-    let universe = match rankwire::init() {
-        Ok(u) => u,
-        Err(e) => fail(&format!("init: {e}")),
-    };
-    let world = universe.world();
-    let r = match scenario {
+    common::run_scenario(|universe, world, scenario, args| match scenario {
         "kill" => kill(
-            &world,
+            world,
             args.get(2).map(String::as_str).unwrap_or("eager"),
-            arg(&args, 3, 1),
-            arg(&args, 4, 20),
+            arg(args, 3, 1),
+            arg(args, 4, 20),
         ),
-        "hang" => hang(&world),
+        "hang" => hang(world),
         "explain" => {
             // The table from the API, for comparison with RANKWIRE_EXPLAIN's.
             let table = rankwire::explain::render(&universe.explain());
@@ -50,29 +47,13 @@ fn main() {
             world.recv(&mut b, ANY_SOURCE, 77).map(|_| ())
         }
         "soak" => soak(
-            &world,
-            arg(&args, 2, 10_000),
-            arg(&args, 3, 160 * 1024),
-            arg(&args, 4, 1),
+            world,
+            arg(args, 2, 10_000),
+            arg(args, 3, 160 * 1024),
+            arg(args, 4, 1),
         ),
         other => fail(&format!("unknown scenario {other:?}")),
-    };
-    if let Err(e) = r {
-        fail(&format!("rank {}: {scenario}: {e}", world.rank()));
-    }
-    if let Err(e) = universe.finalize() {
-        fail(&format!("finalize: {e}"));
-    }
-    println!("rank {}: {scenario} OK", world.rank());
-}
-
-fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
-    args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
-}
-
-fn fail(msg: &str) -> ! {
-    eprintln!("rw-faultapp: FAILED: {msg}");
-    std::process::exit(1)
+    });
 }
 
 fn sigkill_self() -> ! {
