@@ -222,9 +222,9 @@ fn soak_random_sizes_tags_and_wildcards() {
             };
             total += num("received ");
             let (half, end) = (num("half-way "), num("end "));
-            // Flat memory: the second half of the run adds at most 32 MiB.
+            // Flat memory: the second half of the run adds at most 16 MiB.
             assert!(
-                end <= half + 32 * 1024,
+                end <= half + 16 * 1024,
                 "{name}: memory grew from {half} KiB to {end} KiB: {line}"
             );
         }
