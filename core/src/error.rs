@@ -332,25 +332,260 @@ mod tests {
                 Error::Usage(_) => 7,
             };
             seen[i] = true;
-            let s = e.to_string();
-            let layer_word = match e.layer() {
-                "connection" => "connection to rank",
-                l => l,
-            };
-            assert!(
-                s.starts_with(layer_word),
-                "{s:?} does not start with its layer"
-            );
-            for n in numbers {
-                assert!(s.contains(n), "{s:?} lacks {n:?}");
-            }
-            let fix = s.split_once("; fix: ").map(|x| x.1).unwrap_or("");
-            assert!(fix.len() > 20, "{s:?} has no remedy after `; fix: `");
+            assert_complete(&e, numbers);
             assert!(!e.remedy().is_empty());
-            // The remedy is stated once, not repeated.
-            assert_eq!(s.matches("fix:").count(), 1, "{s}");
         }
         assert!(seen.iter().all(|&x| x), "a variant has no sample: {seen:?}");
+    }
+
+    /// Every variant of the lower layers' public errors, wrapped as the runtime wraps it,
+    /// with the numbers its message must carry. Exhaustive matches make a new variant fail
+    /// to compile until it has a sample.
+    #[test]
+    fn every_lower_layer_variant_reaches_users_with_layer_numbers_and_fix() {
+        use crate::bootstrap::client::BootstrapError as B;
+        use crate::wire::WireError as W;
+        use rankwire_gpu::GpuError as G;
+        let io = || std::io::Error::from_raw_os_error(111);
+        let addr = || "127.0.0.1:4100".to_string();
+        let transport: Vec<(T, &[&str])> = vec![
+            (
+                T::Connect {
+                    transport: "tcp",
+                    peer: 4,
+                    reason: "10.0.0.2:4711: timed out after 5000 ms".into(),
+                },
+                &["rank 4", "5000 ms"],
+            ),
+            (
+                T::PeerLost {
+                    transport: "shm",
+                    peer: 2,
+                    reason: "process exited".into(),
+                },
+                &["rank 2"],
+            ),
+            (
+                T::Malformed {
+                    transport: "tcp",
+                    peer: 6,
+                    reason: "payload_len 4194305 exceeds 4194304".into(),
+                },
+                &["rank 6", "4194305"],
+            ),
+            (
+                T::Unsupported {
+                    transport: "self",
+                    what: "put",
+                },
+                &["self", "put"],
+            ),
+            (
+                T::Os {
+                    transport: "tcp",
+                    call: "epoll_wait",
+                    reason: "os error 4".into(),
+                },
+                &["epoll_wait", "os error 4"],
+            ),
+            (
+                T::NoSuchPeer {
+                    transport: "tcp",
+                    peer: 9,
+                },
+                &["rank 9"],
+            ),
+        ];
+        let mut seen = [false; 6];
+        for (e, numbers) in transport {
+            seen[match &e {
+                T::Connect { .. } => 0,
+                T::PeerLost { .. } => 1,
+                T::Malformed { .. } => 2,
+                T::Unsupported { .. } => 3,
+                T::Os { .. } => 4,
+                T::NoSuchPeer { .. } => 5,
+            }] = true;
+            assert_complete(&Error::from(e), numbers);
+        }
+        assert!(seen.iter().all(|&x| x));
+
+        let bootstrap: Vec<(B, &[&str])> = vec![
+            (
+                B::Connect {
+                    addr: addr(),
+                    waited_ms: 30000,
+                    source: io(),
+                },
+                &["127.0.0.1:4100", "30000 ms", "os error 111"],
+            ),
+            (
+                B::Refused {
+                    addr: addr(),
+                    what: "hello",
+                    message: "wrong job secret".into(),
+                },
+                &["127.0.0.1:4100", "hello"],
+            ),
+            (
+                B::Io {
+                    addr: addr(),
+                    what: "fence",
+                    source: io(),
+                },
+                &["127.0.0.1:4100", "os error 111"],
+            ),
+            (
+                B::Timeout {
+                    addr: addr(),
+                    what: "get",
+                    timeout_ms: 60000,
+                },
+                &["60000 ms"],
+            ),
+            (
+                B::Protocol {
+                    addr: addr(),
+                    what: "put",
+                    detail: "unexpected response Value".into(),
+                },
+                &["127.0.0.1:4100"],
+            ),
+            (B::Poisoned { addr: addr() }, &["127.0.0.1:4100"]),
+            (
+                B::Env {
+                    var: "RANKWIRE_RANK",
+                    detail: "\"x\" is not a number".into(),
+                },
+                &["RANKWIRE_RANK"],
+            ),
+        ];
+        let mut seen = [false; 7];
+        for (e, numbers) in bootstrap {
+            seen[match &e {
+                B::Connect { .. } => 0,
+                B::Refused { .. } => 1,
+                B::Io { .. } => 2,
+                B::Timeout { .. } => 3,
+                B::Protocol { .. } => 4,
+                B::Poisoned { .. } => 5,
+                B::Env { .. } => 6,
+            }] = true;
+            assert_complete(&Error::Bootstrap(e.to_string()), numbers);
+        }
+        assert!(seen.iter().all(|&x| x));
+
+        let wire: Vec<(W, &[&str])> = vec![
+            (W::BadMagic(0x4745), &["0x4745"]),
+            (W::BadVersion(9), &["version 9"]),
+            (W::BadKind(77), &["kind 77"]),
+            (
+                W::BadLength {
+                    kind: 1,
+                    declared: 3000,
+                    available: 40,
+                },
+                &["3000", "40 bytes"],
+            ),
+            (W::BadMem(5), &["tag 5"]),
+            (W::BadFlags(0x80), &["0x80"]),
+        ];
+        let mut seen = [false; 6];
+        for (e, numbers) in wire {
+            seen[match &e {
+                W::BadMagic(_) => 0,
+                W::BadVersion(_) => 1,
+                W::BadKind(_) => 2,
+                W::BadLength { .. } => 3,
+                W::BadMem(_) => 4,
+                W::BadFlags(_) => 5,
+            }] = true;
+            // As the protocol wraps it (Protocol::on_frame).
+            let e = Error::Transport {
+                transport: "wire",
+                peer: 3,
+                detail: format!("malformed frame: {e}"),
+            };
+            assert_complete(&e, numbers);
+            assert!(e.to_string().contains("rank 3"));
+        }
+        assert!(seen.iter().all(|&x| x));
+
+        let gpu: Vec<(G, &[&str])> = vec![
+            (G::NotBuilt, &["cuda"]),
+            (G::NoDriver, &["libcuda"]),
+            (
+                G::DriverTooOld {
+                    symbol: "cuMemGetHandleForAddressRange",
+                },
+                &["cuMemGetHandleForAddressRange", "580"],
+            ),
+            (
+                G::Driver {
+                    call: "cuIpcOpenMemHandle",
+                    code: "CUDA_ERROR_INVALID_VALUE".into(),
+                },
+                &["cuIpcOpenMemHandle", "CUDA_ERROR_INVALID_VALUE"],
+            ),
+            (
+                G::Nvrtc {
+                    call: "nvrtcCompileProgram",
+                    code: "NVRTC_ERROR_COMPILATION".into(),
+                    log: "line 3".into(),
+                },
+                &["nvrtcCompileProgram", "line 3"],
+            ),
+            (
+                G::Unsupported(rankwire_gpu::Unsupported::NoDmaBuf { ordinal: 1 }),
+                &["device 1"],
+            ),
+            (
+                G::OutsideAllocation {
+                    addr: 0x1000,
+                    len: 64,
+                    base: 0x1000,
+                    alloc_len: 32,
+                },
+                &["64 bytes", "32 bytes"],
+            ),
+        ];
+        let mut seen = [false; 7];
+        for (e, numbers) in gpu {
+            seen[match &e {
+                G::NotBuilt => 0,
+                G::NoDriver => 1,
+                G::DriverTooOld { .. } => 2,
+                G::Driver { .. } => 3,
+                G::Nvrtc { .. } => 4,
+                G::Unsupported(_) => 5,
+                G::OutsideAllocation { .. } => 6,
+            }] = true;
+            // As the protocol wraps it (device copies).
+            assert_complete(
+                &Error::Gpu(format!("copy into the cuda:0 receive buffer: {e}")),
+                numbers,
+            );
+        }
+        assert!(seen.iter().all(|&x| x));
+    }
+
+    /// The message starts with its layer, holds `numbers`, and ends in one remedy.
+    fn assert_complete(e: &Error, numbers: &[&str]) {
+        let s = e.to_string();
+        let layer_word = match e.layer() {
+            "connection" => "connection to rank",
+            l => l,
+        };
+        assert!(
+            s.starts_with(layer_word),
+            "{s:?} does not start with its layer"
+        );
+        for n in numbers {
+            assert!(s.contains(n), "{s:?} lacks {n:?}");
+        }
+        let fix = s.split_once("; fix: ").map(|x| x.1).unwrap_or("");
+        assert!(fix.len() > 20, "{s:?} has no remedy after `; fix: `");
+        assert_eq!(s.matches("fix:").count(), 1, "{s}");
     }
 
     #[test]
