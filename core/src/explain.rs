@@ -101,9 +101,9 @@ impl Paths {
         let mut rejected = p.rejected.clone();
         let remote = !p.same_node;
         let rdma = rdma_unavailable();
-        let protocol;
+        let mut protocol;
         match memory {
-            "host" => {
+            "host" | "managed" => {
                 protocol = match p.route {
                     Route::SelfTp => "copy within the process".to_string(),
                     Route::None => "none: no transport reaches the peer".to_string(),
@@ -116,6 +116,16 @@ impl Paths {
                         p.eager_bytes
                     ),
                 };
+                if memory == "managed" {
+                    // Managed pages are CPU-accessible: they take the host paths.
+                    protocol = format!("as host memory (CPU-accessible pages): {protocol}");
+                    if p.same_node && p.route != Route::SelfTp {
+                        rejected.push(
+                            "cuda_ipc: managed memory cannot be exported by legacy CUDA IPC"
+                                .to_string(),
+                        );
+                    }
+                }
                 if p.same_node
                     && p.route != Route::SelfTp
                     && let Err(why) = &self.cma
@@ -138,9 +148,7 @@ impl Paths {
                         rejected,
                     };
                 }
-                let ipc = if memory == "managed" {
-                    Err("managed memory cannot be exported by legacy CUDA IPC".to_string())
-                } else if p.route == Route::SelfTp {
+                let ipc = if p.route == Route::SelfTp {
                     Err("not needed within the process".to_string())
                 } else if remote {
                     Err("peer on another node".to_string())
@@ -151,7 +159,8 @@ impl Paths {
                     (_, Route::SelfTp) => "device copy within the process".to_string(),
                     (Ok(()), _) => format!(
                         "eager <= {} B staged through host memory over {transport}; above: \
-                         rendezvous, single device copy through CUDA IPC",
+                         rendezvous, single device copy through CUDA IPC (stream-ordered pool \
+                         memory: staged)",
                         p.eager_bytes
                     ),
                     (Err(_), _) => format!(
@@ -300,6 +309,22 @@ mod tests {
                 "shm: excluded by RANKWIRE_TRANSPORTS",
                 "cma: RANKWIRE_CMA=0"
             ]
+        );
+        let managed = &rows[5];
+        assert_eq!(
+            managed.transport, "tcp",
+            "managed memory takes the host paths"
+        );
+        assert!(
+            managed.protocol.starts_with("as host memory"),
+            "{managed:?}"
+        );
+        assert!(
+            managed
+                .rejected
+                .iter()
+                .any(|r| r.starts_with("cuda_ipc: managed")),
+            "{managed:?}"
         );
         let dev = &rows[4];
         assert_eq!(dev.transport, "none");
