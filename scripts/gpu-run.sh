@@ -20,6 +20,8 @@ step() { # step NAME TIMEOUT CMD...   (GPU_ONLY=REGEX runs only the steps it mat
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$OUT/summary.txt"
 step selftest 300 $B/gpu_selftest
+step doctor 120 $B/rwrun --doctor
+step explain 120 $B/rwrun -n 2 --explain $B/rw-gpuapp reuse
 step check 600 $B/rwrun -n 2 $B/rw-gpuapp check ${GPU_CHECK_MAX:-67108864}
 step reuse 300 $B/rwrun -n 2 $B/rw-gpuapp reuse
 step cudarc 300 $B/rwrun -n 2 --report-bindings $B/rw-gpuapp cudarc

@@ -109,6 +109,8 @@ pub(crate) struct Engine {
     events: Vec<Event>,
     pub(crate) backoff: Backoff,
     pub(crate) ipc: crate::gpu_path::IpcPuller,
+    /// Bound of the progress watchdog (`None`: off; see [`crate::watchdog`]).
+    pub(crate) watchdog: Option<Duration>,
 }
 
 impl Engine {
@@ -142,6 +144,7 @@ impl Engine {
             events: Vec::new(),
             backoff,
             ipc: crate::gpu_path::IpcPuller::new(),
+            watchdog: None,
         }
     }
 
@@ -292,6 +295,30 @@ impl Engine {
     }
 
     /// Whether every frame has been handed to the OS.
+    /// Pending requests with the transport to each peer, for the watchdog report.
+    pub(crate) fn describe_pending(&self) -> Vec<String> {
+        let mut v = self.proto.describe_pending();
+        let mut peers: Vec<String> = Vec::new();
+        for (r, route) in self.routes.iter().enumerate() {
+            if !self.backlog[r].is_empty() {
+                peers.push(format!(
+                    "{} frames queued for rank {r} ({})",
+                    self.backlog[r].len(),
+                    route.name()
+                ));
+            }
+        }
+        v.extend(peers);
+        let routes: Vec<String> = self
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(r, route)| format!("{r}={}", route.name()))
+            .collect();
+        v.push(format!("transports by rank: {}", routes.join(" ")));
+        v
+    }
+
     pub(crate) fn is_flushed(&self) -> bool {
         self.backlog.iter().all(|q| q.is_empty())
             && !self.proto.has_output()

@@ -12,16 +12,19 @@ use std::fmt;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The public error of rankwire. The variant says which layer failed.
+///
+/// Every message has the same three parts: the layer (`bootstrap:`, `connection to
+/// rank 3:`, ...), the numbers involved (ranks, tags, bytes, milliseconds), and after
+/// `fix:` what to do about it ([`Error::remedy`]). A test enumerates every variant and
+/// checks all three.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum Error {
     /// Bootstrap (launcher/key-value server) failed: the rank could not join the job.
     /// Likely cause: the program was started with a stale or foreign environment, or
     /// `rwrun` died. Fix: start the program with `rwrun -n N prog`.
-    #[error("bootstrap: {0}")]
     Bootstrap(String),
     /// The connection to a peer failed or was lost. Likely cause: the peer process died
     /// (see its output) or the network path is wrong (set `RANKWIRE_TCP_IF`).
-    #[error("connection to rank {peer} failed: {detail}")]
     Connection {
         /// World rank of the peer.
         peer: u32,
@@ -30,34 +33,61 @@ pub enum Error {
     },
     /// A receive could not be matched correctly. The request failed; the communicator
     /// remains usable.
-    #[error("matching: {0}")]
     Matching(#[from] MatchError),
     /// A transport reported a protocol violation by a peer (malformed frame,
-    /// out-of-range offsets): a bug or memory corruption in the peer.
-    #[error("transport {transport}: rank {peer}: {detail}")]
+    /// out-of-range offsets: a bug or memory corruption in the peer, or a foreign
+    /// process), or a local OS call of the transport failed (`peer` is then
+    /// [`NO_PEER`]).
     Transport {
-        /// Transport name (`tcp`, `shm`, `self`, ...).
+        /// Transport name (`tcp`, `shm`, `self`, `wire`, ...).
         transport: &'static str,
-        /// World rank of the peer.
+        /// World rank of the peer, or [`NO_PEER`] for a local failure.
         peer: u32,
         /// What was wrong.
         detail: String,
     },
     /// Memory registration failed (RDMA memory regions, host registration for CUDA).
-    #[error("registration: {0}")]
+    /// Likely cause: the locked-memory limit (`ulimit -l`).
     Registration(String),
     /// A GPU operation failed or GPU support is missing from this build.
-    #[error("gpu: {0}")]
     Gpu(String),
     /// Ranks called a collective inconsistently (different operation, count or root).
-    #[error("collective: {0}")]
     Collective(String),
     /// The caller passed invalid arguments (rank out of range, negative or too large
     /// tag, finalized universe). Fix the call.
-    #[error("usage: {0}")]
     Usage(String),
 }
 
+/// The `peer` of an [`Error::Transport`] that concerns no peer (a local OS failure).
+pub const NO_PEER: u32 = u32::MAX;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Bootstrap(d) => write!(f, "bootstrap: {d}")?,
+            Error::Connection { peer, detail } => {
+                write!(f, "connection to rank {peer} failed: {detail}")?
+            }
+            // The matching layer's own messages already end in their fix.
+            Error::Matching(m) => return write!(f, "matching: {m}"),
+            Error::Transport {
+                transport,
+                peer: NO_PEER,
+                detail,
+            } => write!(f, "transport {transport}: {detail}")?,
+            Error::Transport {
+                transport,
+                peer,
+                detail,
+            } => write!(f, "transport {transport}: rank {peer}: {detail}")?,
+            Error::Registration(d) => write!(f, "registration: {d}")?,
+            Error::Gpu(d) => write!(f, "gpu: {d}")?,
+            Error::Collective(d) => write!(f, "collective: {d}")?,
+            Error::Usage(d) => write!(f, "usage: {d}")?,
+        }
+        write!(f, "; fix: {}", self.remedy())
+    }
+}
 /// Errors of the matching layer (MPI 4.1 §3.2.4 and §3.5).
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum MatchError {
@@ -65,7 +95,7 @@ pub enum MatchError {
     /// were received, the rest was discarded, and the message is consumed. Fix: post a
     /// larger buffer (use `probe` to learn the size first).
     #[error(
-        "message from rank {source_rank} with tag {tag} truncated: {message_bytes} bytes sent but buffer holds {buffer_bytes} bytes; post a larger buffer (probe first to learn the size)"
+        "message from rank {source_rank} with tag {tag} truncated: {message_bytes} bytes sent but buffer holds {buffer_bytes} bytes; fix: post a larger buffer (probe first to learn the size)"
     )]
     Truncated {
         /// Rank that sent the message.
@@ -79,7 +109,7 @@ pub enum MatchError {
     },
     /// The received byte count is not a multiple of the element size of the buffer.
     #[error(
-        "message from rank {source_rank} with tag {tag} has {message_bytes} bytes, not a whole number of {elem_bytes}-byte elements; sender and receiver disagree on the element type"
+        "message from rank {source_rank} with tag {tag} has {message_bytes} bytes, not a whole number of {elem_bytes}-byte elements; fix: sender and receiver must use the same element type (or receive into a byte buffer)"
     )]
     ElementSize {
         /// Rank that sent the message.
@@ -94,6 +124,71 @@ pub enum MatchError {
 }
 
 impl Error {
+    /// The layer that failed: `bootstrap`, `connection`, `matching`, `transport`,
+    /// `registration`, `gpu`, `collective` or `usage` (the first word of the message).
+    pub fn layer(&self) -> &'static str {
+        match self {
+            Error::Bootstrap(_) => "bootstrap",
+            Error::Connection { .. } => "connection",
+            Error::Matching(_) => "matching",
+            Error::Transport { .. } => "transport",
+            Error::Registration(_) => "registration",
+            Error::Gpu(_) => "gpu",
+            Error::Collective(_) => "collective",
+            Error::Usage(_) => "usage",
+        }
+    }
+
+    /// What to do about this error (the part of the message after `fix:`).
+    pub fn remedy(&self) -> String {
+        match self {
+            Error::Bootstrap(_) => {
+                "start the program with `rwrun -n N prog` from the same build, and \
+                keep rwrun running until every rank has finalized; if ranks are only slow to \
+                start, raise RANKWIRE_BOOTSTRAP_TIMEOUT (seconds)"
+                    .into()
+            }
+            Error::Connection { peer, .. } => format!(
+                "rank {peer} has probably exited: read its output and rwrun's line about it; \
+                 if it is still running, check the network path to it (RANKWIRE_TCP_IF, \
+                 RANKWIRE_TCP_IF_EXCLUDE, RANKWIRE_CONNECT_TIMEOUT)"
+            ),
+            Error::Matching(MatchError::Truncated { .. }) => {
+                "post a larger buffer (probe first to learn the size)".into()
+            }
+            Error::Matching(MatchError::ElementSize { .. }) => {
+                "sender and receiver must use the same element type".into()
+            }
+            Error::Transport {
+                transport,
+                peer: NO_PEER,
+                ..
+            } => format!(
+                "a local {transport} call failed: check the OS limit it names (ulimit -n, \
+                 /dev/shm space, ulimit -l), or leave the transport out with RANKWIRE_TRANSPORTS"
+            ),
+            Error::Transport { peer, .. } => format!(
+                "rank {peer} sent bytes that are not a valid rankwire frame: run every rank \
+                 from the same rankwire build, keep foreign processes off the job's ports, \
+                 and check rank {peer} for memory corruption"
+            ),
+            Error::Registration(_) => "raise the locked-memory limit (`ulimit -l unlimited`, \
+                or memlock in /etc/security/limits.conf) or register less memory at once"
+                .into(),
+            Error::Gpu(_) => "build with the `cuda` feature for device buffers and check the \
+                driver and device named above (nvidia-smi); RANKWIRE_CUDA_IPC=0 stages device \
+                memory through the host instead of CUDA IPC"
+                .into(),
+            Error::Collective(_) => "call the same collectives in the same order on every rank \
+                of the communicator, with the same root, op, element type and matching counts \
+                (RANKWIRE_COLL_CHECK=1 names the ranks that differ)"
+                .into(),
+            Error::Usage(_) => "correct the call or setting the message names (it states the \
+                valid values)"
+                .into(),
+        }
+    }
+
     /// Whether this error concerns only one request (the communicator stays usable).
     pub fn is_local(&self) -> bool {
         matches!(self, Error::Matching(_) | Error::Usage(_))
@@ -123,7 +218,7 @@ impl From<rankwire_transports::TransportError> for Error {
             },
             T::Unsupported { transport, .. } | T::Os { transport, .. } => Error::Transport {
                 transport,
-                peer: u32::MAX,
+                peer: NO_PEER,
                 detail: e.to_string(),
             },
         }
@@ -133,6 +228,365 @@ impl From<rankwire_transports::TransportError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rankwire_transports::TransportError as T;
+
+    /// One sample of every variant, built the way the runtime builds them, with the
+    /// numbers its message must carry. The `match` in [`every_variant_states_layer_numbers_and_fix`]
+    /// is exhaustive, so a new variant does not compile until it has a sample here.
+    fn samples() -> Vec<(Error, &'static [&'static str])> {
+        vec![
+            (
+                Error::Bootstrap(
+                    crate::bootstrap::client::BootstrapError::Timeout {
+                        addr: "127.0.0.1:4100".into(),
+                        what: "fence",
+                        timeout_ms: 1500,
+                    }
+                    .to_string(),
+                ),
+                &["127.0.0.1:4100", "1500 ms"],
+            ),
+            (
+                Error::from(T::PeerLost {
+                    transport: "tcp",
+                    peer: 3,
+                    reason: "closed by peer".into(),
+                }),
+                &["rank 3"],
+            ),
+            (
+                Error::from(MatchError::Truncated {
+                    source_rank: 2,
+                    tag: 7,
+                    message_bytes: 400,
+                    buffer_bytes: 40,
+                }),
+                &["rank 2", "tag 7", "400 bytes", "40 bytes"],
+            ),
+            (
+                Error::from(MatchError::ElementSize {
+                    source_rank: 1,
+                    tag: 9,
+                    message_bytes: 10,
+                    elem_bytes: 4,
+                }),
+                &["rank 1", "tag 9", "10 bytes", "4-byte"],
+            ),
+            (
+                Error::from(T::Malformed {
+                    transport: "tcp",
+                    peer: 5,
+                    reason: "header_len 4294967280 exceeds MAX_HEADER_BYTES 4096".into(),
+                }),
+                &["rank 5", "4294967280", "4096"],
+            ),
+            (
+                Error::from(T::Os {
+                    transport: "shm",
+                    call: "ftruncate",
+                    reason: "No space left on device (os error 28)".into(),
+                }),
+                &["ftruncate", "os error 28"],
+            ),
+            (
+                Error::Registration("ibv_reg_mr of 8388608 bytes failed: ENOMEM".into()),
+                &["8388608 bytes"],
+            ),
+            (
+                Error::Gpu(
+                    rankwire_gpu::GpuError::Driver {
+                        call: "cuIpcOpenMemHandle",
+                        code: "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED".into(),
+                    }
+                    .to_string(),
+                ),
+                &["cuIpcOpenMemHandle", "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED"],
+            ),
+            (
+                Error::Collective(
+                    "allreduce: count mismatch: ranks 0, 1: 4 elements (32 bytes); rank 2: 5 \
+                     elements (40 bytes)"
+                        .into(),
+                ),
+                &["rank 2", "40 bytes"],
+            ),
+            (
+                Error::usage("rank 5 out of range for a communicator of size 2"),
+                &["rank 5", "size 2"],
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_variant_states_layer_numbers_and_fix() {
+        let mut seen = [false; 8];
+        for (e, numbers) in samples() {
+            let i = match &e {
+                Error::Bootstrap(_) => 0,
+                Error::Connection { .. } => 1,
+                Error::Matching(_) => 2,
+                Error::Transport { .. } => 3,
+                Error::Registration(_) => 4,
+                Error::Gpu(_) => 5,
+                Error::Collective(_) => 6,
+                Error::Usage(_) => 7,
+            };
+            seen[i] = true;
+            assert_complete(&e, numbers);
+            assert!(!e.remedy().is_empty());
+        }
+        assert!(seen.iter().all(|&x| x), "a variant has no sample: {seen:?}");
+    }
+
+    /// Every variant of the lower layers' public errors, wrapped as the runtime wraps it,
+    /// with the numbers its message must carry. Exhaustive matches make a new variant fail
+    /// to compile until it has a sample.
+    #[test]
+    fn every_lower_layer_variant_reaches_users_with_layer_numbers_and_fix() {
+        use crate::bootstrap::client::BootstrapError as B;
+        use crate::wire::WireError as W;
+        use rankwire_gpu::GpuError as G;
+        let io = || std::io::Error::from_raw_os_error(111);
+        let addr = || "127.0.0.1:4100".to_string();
+        let transport: Vec<(T, &[&str])> = vec![
+            (
+                T::Connect {
+                    transport: "tcp",
+                    peer: 4,
+                    reason: "10.0.0.2:4711: timed out after 5000 ms".into(),
+                },
+                &["rank 4", "5000 ms"],
+            ),
+            (
+                T::PeerLost {
+                    transport: "shm",
+                    peer: 2,
+                    reason: "process exited".into(),
+                },
+                &["rank 2"],
+            ),
+            (
+                T::Malformed {
+                    transport: "tcp",
+                    peer: 6,
+                    reason: "payload_len 4194305 exceeds 4194304".into(),
+                },
+                &["rank 6", "4194305"],
+            ),
+            (
+                T::Unsupported {
+                    transport: "self",
+                    what: "put",
+                },
+                &["self", "put"],
+            ),
+            (
+                T::Os {
+                    transport: "tcp",
+                    call: "epoll_wait",
+                    reason: "os error 4".into(),
+                },
+                &["epoll_wait", "os error 4"],
+            ),
+            (
+                T::NoSuchPeer {
+                    transport: "tcp",
+                    peer: 9,
+                },
+                &["rank 9"],
+            ),
+        ];
+        let mut seen = [false; 6];
+        for (e, numbers) in transport {
+            seen[match &e {
+                T::Connect { .. } => 0,
+                T::PeerLost { .. } => 1,
+                T::Malformed { .. } => 2,
+                T::Unsupported { .. } => 3,
+                T::Os { .. } => 4,
+                T::NoSuchPeer { .. } => 5,
+            }] = true;
+            assert_complete(&Error::from(e), numbers);
+        }
+        assert!(seen.iter().all(|&x| x));
+
+        let bootstrap: Vec<(B, &[&str])> = vec![
+            (
+                B::Connect {
+                    addr: addr(),
+                    waited_ms: 30000,
+                    source: io(),
+                },
+                &["127.0.0.1:4100", "30000 ms", "os error 111"],
+            ),
+            (
+                B::Refused {
+                    addr: addr(),
+                    what: "hello",
+                    message: "wrong job secret".into(),
+                },
+                &["127.0.0.1:4100", "hello"],
+            ),
+            (
+                B::Io {
+                    addr: addr(),
+                    what: "fence",
+                    source: io(),
+                },
+                &["127.0.0.1:4100", "os error 111"],
+            ),
+            (
+                B::Timeout {
+                    addr: addr(),
+                    what: "get",
+                    timeout_ms: 60000,
+                },
+                &["60000 ms"],
+            ),
+            (
+                B::Protocol {
+                    addr: addr(),
+                    what: "put",
+                    detail: "unexpected response Value".into(),
+                },
+                &["127.0.0.1:4100"],
+            ),
+            (B::Poisoned { addr: addr() }, &["127.0.0.1:4100"]),
+            (
+                B::Env {
+                    var: "RANKWIRE_RANK",
+                    detail: "\"x\" is not a number".into(),
+                },
+                &["RANKWIRE_RANK"],
+            ),
+        ];
+        let mut seen = [false; 7];
+        for (e, numbers) in bootstrap {
+            seen[match &e {
+                B::Connect { .. } => 0,
+                B::Refused { .. } => 1,
+                B::Io { .. } => 2,
+                B::Timeout { .. } => 3,
+                B::Protocol { .. } => 4,
+                B::Poisoned { .. } => 5,
+                B::Env { .. } => 6,
+            }] = true;
+            assert_complete(&Error::Bootstrap(e.to_string()), numbers);
+        }
+        assert!(seen.iter().all(|&x| x));
+
+        let wire: Vec<(W, &[&str])> = vec![
+            (W::BadMagic(0x4745), &["0x4745"]),
+            (W::BadVersion(9), &["version 9"]),
+            (W::BadKind(77), &["kind 77"]),
+            (
+                W::BadLength {
+                    kind: 1,
+                    declared: 3000,
+                    available: 40,
+                },
+                &["3000", "40 bytes"],
+            ),
+            (W::BadMem(5), &["tag 5"]),
+            (W::BadFlags(0x80), &["0x80"]),
+        ];
+        let mut seen = [false; 6];
+        for (e, numbers) in wire {
+            seen[match &e {
+                W::BadMagic(_) => 0,
+                W::BadVersion(_) => 1,
+                W::BadKind(_) => 2,
+                W::BadLength { .. } => 3,
+                W::BadMem(_) => 4,
+                W::BadFlags(_) => 5,
+            }] = true;
+            // As the protocol wraps it (Protocol::on_frame).
+            let e = Error::Transport {
+                transport: "wire",
+                peer: 3,
+                detail: format!("malformed frame: {e}"),
+            };
+            assert_complete(&e, numbers);
+            assert!(e.to_string().contains("rank 3"));
+        }
+        assert!(seen.iter().all(|&x| x));
+
+        let gpu: Vec<(G, &[&str])> = vec![
+            (G::NotBuilt, &["cuda"]),
+            (G::NoDriver, &["libcuda"]),
+            (
+                G::DriverTooOld {
+                    symbol: "cuMemGetHandleForAddressRange",
+                },
+                &["cuMemGetHandleForAddressRange", "580"],
+            ),
+            (
+                G::Driver {
+                    call: "cuIpcOpenMemHandle",
+                    code: "CUDA_ERROR_INVALID_VALUE".into(),
+                },
+                &["cuIpcOpenMemHandle", "CUDA_ERROR_INVALID_VALUE"],
+            ),
+            (
+                G::Nvrtc {
+                    call: "nvrtcCompileProgram",
+                    code: "NVRTC_ERROR_COMPILATION".into(),
+                    log: "line 3".into(),
+                },
+                &["nvrtcCompileProgram", "line 3"],
+            ),
+            (
+                G::Unsupported(rankwire_gpu::Unsupported::NoDmaBuf { ordinal: 1 }),
+                &["device 1"],
+            ),
+            (
+                G::OutsideAllocation {
+                    addr: 0x1000,
+                    len: 64,
+                    base: 0x1000,
+                    alloc_len: 32,
+                },
+                &["64 bytes", "32 bytes"],
+            ),
+        ];
+        let mut seen = [false; 7];
+        for (e, numbers) in gpu {
+            seen[match &e {
+                G::NotBuilt => 0,
+                G::NoDriver => 1,
+                G::DriverTooOld { .. } => 2,
+                G::Driver { .. } => 3,
+                G::Nvrtc { .. } => 4,
+                G::Unsupported(_) => 5,
+                G::OutsideAllocation { .. } => 6,
+            }] = true;
+            // As the protocol wraps it (device copies).
+            assert_complete(
+                &Error::Gpu(format!("copy into the cuda:0 receive buffer: {e}")),
+                numbers,
+            );
+        }
+        assert!(seen.iter().all(|&x| x));
+    }
+
+    /// The message starts with its layer, holds `numbers`, and ends in one remedy.
+    fn assert_complete(e: &Error, numbers: &[&str]) {
+        let s = e.to_string();
+        let layer_word = match e.layer() {
+            "connection" => "connection to rank",
+            l => l,
+        };
+        assert!(
+            s.starts_with(layer_word),
+            "{s:?} does not start with its layer"
+        );
+        for n in numbers {
+            assert!(s.contains(n), "{s:?} lacks {n:?}");
+        }
+        let fix = s.split_once("; fix: ").map(|x| x.1).unwrap_or("");
+        assert!(fix.len() > 20, "{s:?} has no remedy after `; fix: `");
+        assert_eq!(s.matches("fix:").count(), 1, "{s}");
+    }
 
     #[test]
     fn truncation_message_names_everything() {
@@ -147,5 +601,16 @@ mod tests {
             assert!(s.contains(needle), "{s} lacks {needle}");
         }
         assert!(e.is_local());
+    }
+
+    #[test]
+    fn local_transport_failure_names_no_fake_rank() {
+        let e = Error::from(T::Unsupported {
+            transport: "self",
+            what: "put",
+        });
+        let s = e.to_string();
+        assert!(!s.contains(&u32::MAX.to_string()), "{s}");
+        assert!(s.starts_with("transport self: "), "{s}");
     }
 }

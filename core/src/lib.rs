@@ -59,12 +59,16 @@ mod comm;
 mod device;
 mod engine;
 pub mod error;
+pub mod explain;
+#[doc(hidden)]
+pub mod fuzz_entry;
 mod gpu_path;
 pub mod group;
 pub mod matching;
 pub mod protocol;
 mod request;
 mod universe;
+pub mod watchdog;
 pub mod wire;
 
 pub use bytemuck;

@@ -869,12 +869,15 @@ impl Protocol {
             })
             .collect();
         v.extend(self.recvs.iter().map(|(id, r)| {
+            let state = match &r.state {
+                RecvState::Posted => "posted".to_string(),
+                other => format!("{other:?}"),
+            };
             format!(
-                "recv #{id} from {:?} tag {:?} ({} bytes) {:?}",
-                r.pat.src,
-                r.pat.tag,
+                "recv #{id} from {} tag {} ({} bytes) {state}",
+                r.pat.src.map_or("any rank".into(), |s| format!("rank {s}")),
+                r.pat.tag.map_or("any".into(), |t| t.to_string()),
                 r.buf.len(),
-                r.state
             )
         }));
         v.sort();

@@ -14,6 +14,8 @@ use crate::bootstrap::pmi::PmiClient;
 use crate::comm::Communicator;
 use crate::engine::{Backoff, Engine, IdleAction, Route, Waiter};
 use crate::error::{Error, Result};
+use crate::explain::{Paths, PeerPath};
+use crate::watchdog::Watch;
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
@@ -31,6 +33,8 @@ pub(crate) struct Inner {
     pub(crate) engine: Mutex<Engine>,
     bootstrap: Mutex<Option<Wireup>>,
     finalized: AtomicBool,
+    /// What transport selection decided, for [`Universe::explain`].
+    paths: Paths,
 }
 
 /// Start rankwire in this process (MPI_Init).
@@ -122,6 +126,14 @@ impl Universe {
         Ok(self.inner.lock().route(peer as u32).name())
     }
 
+    /// The path table of this rank (what `rwrun --explain` prints): for each peer
+    /// (itself included) and each memory kind (host, device, managed), the transport,
+    /// the eager limit in bytes, the protocol by size, and why faster paths were not
+    /// taken. Render it with [`crate::explain::render`].
+    pub fn explain(&self) -> Vec<crate::explain::Row> {
+        self.inner.paths.rows()
+    }
+
     /// Counters of this rank's cache of opened CUDA IPC mappings (opened, hits, stale
     /// evictions, open now); `None` before the first IPC transfer.
     pub fn cuda_ipc_stats(&self) -> Option<rankwire_gpu::IpcCacheStats> {
@@ -175,9 +187,12 @@ impl Inner {
         Ok(())
     }
 
-    /// Progress until `done` returns a value.
+    /// Progress until `done` returns a value. With the watchdog on
+    /// ([`crate::watchdog`]), a wait without any completion for its bound reports the
+    /// pending requests and aborts the job.
     pub(crate) fn wait_for<T>(&self, mut done: impl FnMut(&mut Engine) -> Option<T>) -> T {
         let mut waiter = Waiter::new();
+        let mut watch = None;
         loop {
             let (progressed, backoff) = {
                 let mut e = self.lock();
@@ -188,12 +203,45 @@ impl Inner {
                 if let Some(v) = done(&mut e) {
                     return v;
                 }
+                if let Some(limit) = e.watchdog {
+                    let pending = e.proto.pending();
+                    let w = watch.get_or_insert_with(|| Watch::new(limit, pending));
+                    if p {
+                        w.reset(pending);
+                    } else if w.expired(pending) {
+                        let lines = e.describe_pending();
+                        let limit = w.limit();
+                        drop(e);
+                        self.watchdog_abort(limit, pending, &lines);
+                    }
+                }
                 (p, e.backoff)
             };
             if let IdleAction::Block(d) = waiter.idle(progressed, backoff) {
                 self.lock().wait_activity(d);
             }
         }
+    }
+
+    /// Print the watchdog report, ask the launcher to end the job, and exit.
+    fn watchdog_abort(&self, limit: Duration, requests: usize, pending: &[String]) -> ! {
+        let report = crate::watchdog::report(self.rank, limit, requests, pending);
+        eprintln!("{report}");
+        tracing::error!("watchdog fired on rank {}", self.rank);
+        if let Ok(mut b) = self.bootstrap.lock()
+            && let Some(c) = b.as_mut()
+        {
+            let _ = c.abort(
+                crate::watchdog::EXIT_CODE,
+                &format!(
+                    "watchdog: rank {} waited {:.1} s with {} requests pending (listed above)",
+                    self.rank,
+                    limit.as_secs_f64(),
+                    requests
+                ),
+            );
+        }
+        std::process::exit(crate::watchdog::EXIT_CODE)
     }
 
     fn finalize(&self) -> Result<()> {
@@ -252,6 +300,30 @@ struct Joined {
 }
 
 fn init_inner() -> Result<Universe> {
+    let watchdog = crate::watchdog::from_env()?;
+    let u = init_world()?;
+    u.inner.lock().watchdog = watchdog;
+    let rows = u.inner.paths.rows();
+    if std::env::var(crate::explain::EXPLAIN_ENV).is_ok_and(|v| v != "0") {
+        let table = crate::explain::render(&rows);
+        let mut out = String::new();
+        for line in table.lines() {
+            out.push_str(&format!("rankwire explain: {line}\n"));
+        }
+        eprint!("{out}");
+    }
+    if tracing::enabled!(tracing::Level::INFO) {
+        for line in crate::explain::render(&rows).lines() {
+            tracing::info!("path: {line}");
+        }
+    }
+    if let Ok(list) = std::env::var(crate::explain::REQUIRE_ENV) {
+        u.inner.paths.check_required(&list)?;
+    }
+    Ok(u)
+}
+
+fn init_world() -> Result<Universe> {
     let joined = match launch::detect(|k| std::env::var(k).ok()).map_err(Error::Bootstrap)? {
         Launch::Singleton => return Ok(singleton()),
         Launch::Rwrun => join_rwrun()?,
@@ -375,6 +447,7 @@ fn build(joined: Joined) -> Result<Universe> {
         None
     };
     let mut routes = Vec::with_capacity(size as usize);
+    let mut rejected = Vec::with_capacity(size as usize);
     let mut tcp_peers = Vec::new();
     for r in 0..size {
         let info = PeerInfo {
@@ -423,6 +496,7 @@ fn build(joined: Joined) -> Result<Universe> {
             }
         );
         routes.push(route);
+        rejected.push(why_not);
     }
     let tcp = if size > 1 && allowed.contains(&"tcp") {
         let cfg = TcpConfig::from_env()
@@ -447,8 +521,34 @@ fn build(joined: Joined) -> Result<Universe> {
     // (process_vm_readv); a receiver that is refused falls back to copying through the
     // transport. RANKWIRE_CMA=0 turns it off.
     let cma = std::env::var("RANKWIRE_CMA").map_or(true, |v| v != "0");
-    let gpu = enable_gpu(&mut engine);
-    let cuda_ipc = gpu && std::env::var("RANKWIRE_CUDA_IPC").map_or(true, |v| v != "0");
+    let gpu_state = enable_gpu(&mut engine);
+    let ipc_state = match &gpu_state {
+        Err(e) => Err(e.clone()),
+        Ok(()) if std::env::var("RANKWIRE_CUDA_IPC").is_ok_and(|v| v == "0") => {
+            Err("turned off by RANKWIRE_CUDA_IPC=0".to_string())
+        }
+        Ok(()) => Ok(()),
+    };
+    let cuda_ipc = ipc_state.is_ok();
+    let paths = Paths {
+        rank,
+        peers: (0..size)
+            .map(|r| PeerPath {
+                peer: r,
+                route: engine.route(r),
+                same_node: node_ids[r as usize] == me,
+                rejected: std::mem::take(&mut rejected[r as usize]),
+                eager_bytes: engine.eager_limit(r),
+            })
+            .collect(),
+        cma: if cma {
+            Ok(())
+        } else {
+            Err("turned off by RANKWIRE_CMA=0".into())
+        },
+        gpu: gpu_state,
+        cuda_ipc: ipc_state,
+    };
     for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
         if cuda_ipc {
             engine.proto.allow_cuda_ipc(r);
@@ -472,13 +572,27 @@ fn build(joined: Joined) -> Result<Universe> {
             engine: Mutex::new(engine),
             bootstrap: Mutex::new(Some(client)),
             finalized: AtomicBool::new(false),
+            paths,
         }),
     })
 }
 
 fn singleton() -> Universe {
     let mut engine = Engine::new(0, 1, None, None, vec![Route::SelfTp], Backoff::from_env(1));
-    enable_gpu(&mut engine);
+    let gpu = enable_gpu(&mut engine);
+    let paths = Paths {
+        rank: 0,
+        peers: vec![PeerPath {
+            peer: 0,
+            route: Route::SelfTp,
+            same_node: true,
+            rejected: Vec::new(),
+            eager_bytes: engine.eager_limit(0),
+        }],
+        cma: Err("no other rank".into()),
+        cuda_ipc: Err("no other rank".into()),
+        gpu,
+    };
     Universe {
         inner: Arc::new(Inner {
             rank: 0,
@@ -487,6 +601,7 @@ fn singleton() -> Universe {
             engine: Mutex::new(engine),
             bootstrap: Mutex::new(None),
             finalized: AtomicBool::new(false),
+            paths,
         }),
     }
 }
@@ -576,20 +691,25 @@ fn allowed_transports() -> Result<Vec<&'static str>> {
 }
 
 /// Give the protocol device-memory access when this build and process can use CUDA.
-/// Returns whether it did. Without it, device buffers fail with [`Error::Gpu`].
-fn enable_gpu(engine: &mut Engine) -> bool {
+/// Returns whether it did, or why not. Without it, device buffers fail with
+/// [`Error::Gpu`].
+fn enable_gpu(engine: &mut Engine) -> std::result::Result<(), String> {
     if !rankwire_gpu::available() {
         tracing::debug!("GPU paths off: CUDA support not built or libcuda not loadable");
-        return false;
+        return Err(if cfg!(feature = "cuda") {
+            "libcuda.so.1 could not be loaded (no NVIDIA driver)".into()
+        } else {
+            "GPU support not built (rebuild with the `cuda` feature)".into()
+        });
     }
     if let Err(e) = rankwire_gpu::init() {
         tracing::info!("GPU paths off: {e}");
-        return false;
+        return Err(e.to_string());
     }
     engine
         .proto
         .set_device_mem(Box::new(crate::gpu_path::GpuStaging));
-    true
+    Ok(())
 }
 
 #[cfg(test)]

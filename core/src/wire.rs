@@ -434,7 +434,7 @@ impl Reader<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -447,7 +447,7 @@ mod tests {
         }
     }
 
-    fn all_frames() -> Vec<Frame> {
+    pub(crate) fn all_frames() -> Vec<Frame> {
         vec![
             Frame::Eager { env: env() },
             Frame::Rts {

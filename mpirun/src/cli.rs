@@ -131,9 +131,25 @@ pub(crate) struct Cli {
     #[arg(long)]
     pub(crate) oversubscribe: bool,
 
+    /// Every rank prints, at init, its path table: per peer and memory kind (host,
+    /// device, managed) the transport, eager/rendezvous thresholds, and why faster
+    /// paths were not taken (sets RANKWIRE_EXPLAIN=1).
+    #[arg(long)]
+    pub(crate) explain: bool,
+
+    /// Comma-separated paths that must be used where they apply (shm, cma, ipc, rdma,
+    /// gdr); a fallback then fails init (sets RANKWIRE_REQUIRE).
+    #[arg(long, value_name = "LIST")]
+    pub(crate) require: Option<String>,
+
+    /// Check this node for running GPU/RDMA jobs (GPUs, RDMA devices, limits, /dev/shm,
+    /// ptrace scope, ...) and print pass/warn/fail with a fix for each; runs no program.
+    #[arg(long)]
+    pub(crate) doctor: bool,
+
     /// The program to run as every rank, and its arguments.
     #[arg(
-        required = true,
+        required_unless_present = "doctor",
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "PROGRAM [ARGS]"
@@ -178,12 +194,15 @@ pub(crate) fn normalize_args(args: Vec<OsString>) -> Result<Vec<OsString>, Strin
         "--hostfile",
         "-x",
         "--timeout",
+        "--require",
     ];
     // Options without a value.
     const FLAGS: &[&str] = &[
         "--tag-output",
         "--report-bindings",
         "--oversubscribe",
+        "--explain",
+        "--doctor",
         "-h",
         "--help",
         "-V",
@@ -320,6 +339,12 @@ impl JobConfig {
             }
         };
         let mut env = Vec::new();
+        if cli.explain {
+            env.push(("RANKWIRE_EXPLAIN".into(), "1".into()));
+        }
+        if let Some(list) = &cli.require {
+            env.push(("RANKWIRE_REQUIRE".into(), list.into()));
+        }
         for x in &cli.export {
             if let Some(pair) = parse_export(x)? {
                 env.push(pair);

@@ -50,6 +50,7 @@ macro_rules! note {
 }
 
 mod cli;
+mod doctor;
 mod hosts;
 mod io;
 mod job;
@@ -71,7 +72,11 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let config = match cli::JobConfig::from_cli(cli::Cli::parse_from(argv)) {
+    let cli = cli::Cli::parse_from(argv);
+    if cli.doctor {
+        std::process::exit(doctor::run());
+    }
+    let config = match cli::JobConfig::from_cli(cli) {
         Ok(c) => c,
         Err(msg) => {
             note!("rwrun: {msg}");

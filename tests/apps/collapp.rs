@@ -17,38 +17,23 @@ use rankwire::{
     Communicator, Error, Loc, Op, ReduceOp, Result, Status, UserOp, bf16, f16, wait_all_coll,
 };
 
+#[path = "common.rs"]
+mod common;
+use common::fail;
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let scenario = args.get(1).map(String::as_str).unwrap_or("");
-    let universe = match rankwire::init() {
-        Ok(u) => u,
-        Err(e) => fail(&format!("init: {e}")),
-    };
-    let world = universe.world();
-    let r = match scenario {
+    common::run_scenario(|_universe, world, scenario, args| match scenario {
         "all" => {
             let counts: Vec<usize> = args[2..].iter().filter_map(|s| s.parse().ok()).collect();
-            counts.iter().try_for_each(|&c| all(&world, c))
+            counts.iter().try_for_each(|&c| all(world, c))
         }
-        "bits" => bits(&world, 1003),
-        "comms" => comms(&world),
-        "overlap" => overlap(&world),
-        "check" => check_mode(&world),
-        "nocheck" => nocheck(&world),
+        "bits" => bits(world, 1003),
+        "comms" => comms(world),
+        "overlap" => overlap(world),
+        "check" => check_mode(world),
+        "nocheck" => nocheck(world),
         other => fail(&format!("unknown scenario {other:?}")),
-    };
-    if let Err(e) = r {
-        fail(&format!("rank {}: {scenario}: {e}", world.rank()));
-    }
-    if let Err(e) = universe.finalize() {
-        fail(&format!("finalize: {e}"));
-    }
-    println!("rank {}: {scenario} OK", world.rank());
-}
-
-fn fail(msg: &str) -> ! {
-    eprintln!("rw-collapp: FAILED: {msg}");
-    std::process::exit(1)
+    });
 }
 
 fn expect<T: PartialEq + Debug>(what: &str, got: &T, want: &T) -> Result<()> {

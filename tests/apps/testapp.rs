@@ -8,29 +8,26 @@ use std::time::Duration;
 
 use rankwire::{ANY_SOURCE, ANY_TAG, Communicator, Error, MatchError, Request, Result};
 
+#[path = "common.rs"]
+mod common;
+use common::{arg, fail};
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let scenario = args.get(1).map(String::as_str).unwrap_or("");
-    let universe = match rankwire::init() {
-        Ok(u) => u,
-        Err(e) => fail(&format!("init: {e}")),
-    };
-    let world = universe.world();
-    let r = match scenario {
-        "ordering" => ordering(&world),
-        "window" => window_any_source(&world, arg(&args, 2, 200)),
-        "truncation" => truncation(&world),
-        "zero_self" => zero_self(&world),
-        "big" => big(&world, arg(&args, 2, (2usize << 30) + 1)),
-        "probe" => probe(&world),
-        "usage" => usage(&world),
-        "split_status" => split_status(&world),
-        "exit_at" => exit_at(&world, arg(&args, 2, 2), arg(&args, 3, 3)),
-        "panic_at" => panic_at(&world, arg(&args, 2, 1)),
-        "hold" => hold(&world, arg(&args, 2, 60)),
+    common::run_scenario(|universe, world, scenario, args| match scenario {
+        "ordering" => ordering(world),
+        "window" => window_any_source(world, arg(args, 2, 200)),
+        "truncation" => truncation(world),
+        "zero_self" => zero_self(world),
+        "big" => big(world, arg(args, 2, (2usize << 30) + 1)),
+        "probe" => probe(world),
+        "usage" => usage(world),
+        "split_status" => split_status(world),
+        "exit_at" => exit_at(world, arg(args, 2, 2), arg(args, 3, 3)),
+        "panic_at" => panic_at(world, arg(args, 2, 1)),
+        "hold" => hold(world, arg(args, 2, 60)),
         "abort_at" => {
             // Rank `who` aborts the job (MPI_Abort) while the others block in a receive.
-            let (who, code) = (arg(&args, 2, 1usize), arg(&args, 3, 7i32));
+            let (who, code) = (arg(args, 2, 1usize), arg(args, 3, 7i32));
             if world.rank() == who {
                 std::thread::sleep(Duration::from_millis(100));
                 universe.abort(code, "abort_at on purpose");
@@ -49,23 +46,7 @@ fn main() {
             Ok(())
         }
         other => fail(&format!("unknown scenario {other:?}")),
-    };
-    if let Err(e) = r {
-        fail(&format!("rank {}: {scenario}: {e}", world.rank()));
-    }
-    if let Err(e) = universe.finalize() {
-        fail(&format!("finalize: {e}"));
-    }
-    println!("rank {}: {scenario} OK", world.rank());
-}
-
-fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
-    args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
-}
-
-fn fail(msg: &str) -> ! {
-    eprintln!("rw-testapp: FAILED: {msg}");
-    std::process::exit(1)
+    });
 }
 
 fn check(cond: bool, msg: impl FnOnce() -> String) -> Result<()> {

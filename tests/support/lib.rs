@@ -151,10 +151,19 @@ impl Run {
 
     /// Run to completion (or timeout), then assert nothing of the job is left.
     pub fn run(self) -> RunOutput {
+        let timeout = self.timeout;
+        self.spawn().finish(timeout)
+    }
+
+    /// Start rwrun and return at once (for tests that signal it while it runs); end
+    /// with [`Running::finish`]. The progress watchdog is on (`RANKWIRE_WATCHDOG=30`)
+    /// unless the run sets it.
+    pub fn spawn(self) -> Running {
         let mark = marker();
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
             .env("RANKWIRE_TEST_MARKER", &mark)
+            .env("RANKWIRE_WATCHDOG", "30")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .stdin(if self.stdin.is_some() {
@@ -169,8 +178,9 @@ impl Run {
         cmd.process_group(0);
         let shm_before = shm_entries();
         let start = Instant::now();
-        let mut child = cmd.spawn().expect("spawn rwrun");
-        let pgid = child.id() as i32;
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.program.display()));
         let stdin_thread = self.stdin.map(|data| {
             let mut w = child.stdin.take().expect("stdin pipe");
             std::thread::spawn(move || {
@@ -180,32 +190,76 @@ impl Run {
         });
         let out_t = reader(child.stdout.take().expect("stdout pipe"));
         let err_t = reader(child.stderr.take().expect("stderr pipe"));
-        let status = wait_deadline(&mut child, self.timeout);
+        Running {
+            child,
+            program: self.program,
+            slurm_job: self.slurm_job,
+            args: self.args,
+            mark,
+            shm_before,
+            start,
+            stdin_thread,
+            out_t,
+            err_t,
+        }
+    }
+}
+
+/// A running `rwrun` (see [`Run::spawn`]).
+pub struct Running {
+    child: Child,
+    program: PathBuf,
+    slurm_job: Option<String>,
+    args: Vec<String>,
+    mark: String,
+    shm_before: std::collections::HashSet<String>,
+    start: Instant,
+    stdin_thread: Option<std::thread::JoinHandle<()>>,
+    out_t: std::thread::JoinHandle<String>,
+    err_t: std::thread::JoinHandle<String>,
+}
+
+impl Running {
+    /// Process id of rwrun.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Pids of the job's processes still running (rwrun, its reaper, the ranks).
+    pub fn processes(&self) -> Vec<u32> {
+        processes_with_marker(&self.mark)
+    }
+
+    /// Wait for rwrun to exit (killing its process group after `timeout`), then assert
+    /// that no process, /dev/shm entry of the job is left.
+    pub fn finish(mut self, timeout: Duration) -> RunOutput {
+        let pgid = self.child.id() as i32;
+        let status = wait_deadline(&mut self.child, timeout);
         if status.is_none() {
             // SAFETY: plain kill(2) on the group we created.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
-            let _ = child.wait();
+            let _ = self.child.wait();
             if let Some(name) = &self.slurm_job {
                 slurm::scancel_name(name);
             }
         }
-        let elapsed = start.elapsed();
-        if let Some(t) = stdin_thread {
+        let elapsed = self.start.elapsed();
+        if let Some(t) = self.stdin_thread {
             let _ = t.join();
         }
-        let stdout = out_t.join().unwrap_or_default();
-        let stderr = err_t.join().unwrap_or_default();
+        let stdout = self.out_t.join().unwrap_or_default();
+        let stderr = self.err_t.join().unwrap_or_default();
         if let Some(name) = &self.slurm_job
-            && !wait_no_leftovers_quiet(&mark, Duration::from_secs(5))
+            && !wait_no_leftovers_quiet(&self.mark, Duration::from_secs(5))
         {
             slurm::scancel_name(name);
         }
-        let shm_left = wait_no_new_shm(&shm_before, Duration::from_secs(3));
+        let shm_left = wait_no_new_shm(&self.shm_before, Duration::from_secs(3));
         assert!(
             shm_left.is_empty(),
             "/dev/shm entries left by the job: {shm_left:?}\n--- stderr\n{stderr}"
         );
-        let leftovers = wait_no_leftovers(&mark, Duration::from_secs(5));
+        let leftovers = wait_no_leftovers(&self.mark, Duration::from_secs(5));
         assert!(
             leftovers.is_empty(),
             "processes of the job left running: {leftovers:?}\n--- stderr\n{stderr}"
@@ -215,7 +269,7 @@ impl Run {
             "{} {:?} timed out after {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
             self.program.display(),
             self.args,
-            self.timeout
+            timeout
         );
         RunOutput {
             status,

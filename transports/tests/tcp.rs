@@ -1091,3 +1091,101 @@ fn many_frames_in_flight_keep_order() {
         },
     );
 }
+
+/// Rank 1 (raw) sends one valid frame, then `cut` (a frame cut short), then closes.
+/// Returns rank 0's events.
+fn rank0_vs_closing_rank1(job: &str, cut: Vec<u8>) -> Vec<Event> {
+    let kv = kv(2);
+    thread::scope(|s| {
+        let kv = &kv;
+        let raw = s.spawn(move || {
+            let mut ex = Ex::new(kv);
+            let mut sock = raw_rank1(&mut ex, job);
+            let mut frame = envelope(2, 0, 3);
+            frame.extend_from_slice(b"okabc");
+            sock.write_all(&frame).unwrap();
+            sock.write_all(&cut).unwrap();
+            drop(sock); // closes mid-frame
+        });
+        let mut ex = Ex::new(kv);
+        let mut t = TcpTransport::new(0, 2, job, lo_cfg(), &mut ex, &[1]).unwrap();
+        let mut sink = Vec::new();
+        let started = Instant::now();
+        pump_until(&mut t, &mut sink, Duration::from_secs(10), |_, s| {
+            s.iter().any(|e| matches!(e, Event::PeerFailed { .. }))
+        });
+        assert!(started.elapsed() < Duration::from_secs(5));
+        raw.join().unwrap();
+        sink
+    })
+}
+
+#[test]
+fn peer_closing_mid_frame_is_lost_with_the_byte_counts() {
+    // Payload cut: 10 of 1000 bytes arrive (a small frame is buffered whole; large ones
+    // report "in the middle of a frame (n of m payload bytes)").
+    let mut cut = envelope(2, 0, 1000);
+    cut.extend_from_slice(b"hd");
+    cut.extend_from_slice(&[7u8; 10]);
+    let ev = rank0_vs_closing_rank1("cut-payload", cut);
+    assert_eq!(
+        ev.len(),
+        2,
+        "{:?}",
+        ev.iter().map(short).collect::<Vec<_>>()
+    );
+    assert!(matches!(&ev[0], Event::Recv { peer: 1, header, .. } if header == b"ok"));
+    match &ev[1] {
+        Event::PeerFailed {
+            peer: 1,
+            error: TransportError::PeerLost {
+                peer: 1, reason, ..
+            },
+        } => assert!(
+            // 16-byte envelope + 2 header bytes + 10 payload bytes were buffered.
+            reason.contains("closed by peer with 28 bytes of an unfinished frame"),
+            "{reason}"
+        ),
+        other => panic!("{}", short(other)),
+    }
+    // Envelope cut: 7 of its 16 bytes arrive. The peer is named; nothing is delivered.
+    let ev = rank0_vs_closing_rank1("cut-envelope", envelope(2, 0, 1000)[..7].to_vec());
+    assert_eq!(
+        ev.len(),
+        2,
+        "{:?}",
+        ev.iter().map(short).collect::<Vec<_>>()
+    );
+    assert!(
+        matches!(
+            &ev[1],
+            Event::PeerFailed {
+                peer: 1,
+                error: TransportError::PeerLost { peer: 1, .. }
+                    | TransportError::Malformed { peer: 1, .. }
+            }
+        ),
+        "{}",
+        short(&ev[1])
+    );
+    eprintln!("envelope cut reported as: {}", short(&ev[1]));
+    // A large payload cut after 100,000 of 1,000,000 bytes: nothing beyond the frame's
+    // declared size is allocated, and the report gives both counts.
+    let mut cut = envelope(2, 0, 1_000_000);
+    cut.extend_from_slice(b"hd");
+    cut.extend_from_slice(&vec![7u8; 100_000]);
+    let ev = rank0_vs_closing_rank1("cut-large", cut);
+    match &ev[1] {
+        Event::PeerFailed {
+            peer: 1,
+            error: TransportError::PeerLost {
+                peer: 1, reason, ..
+            },
+        } => assert!(
+            reason.contains("of 1000000 payload bytes") || reason.contains("unfinished frame"),
+            "{reason}"
+        ),
+        other => panic!("{}", short(other)),
+    }
+    eprintln!("large cut reported as: {}", short(&ev[1]));
+}

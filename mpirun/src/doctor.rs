@@ -1,0 +1,651 @@
+//! `rwrun --doctor`: the checks of a GPU/RDMA troubleshooting checklist, on this node.
+//!
+//! Each check prints one line, `[pass]`, `[warn]`, `[fail]` or `[skip]` (could not be
+//! checked, and why), with a `fix:` for every warn and fail. Nothing needs a GPU, an RDMA
+//! device or root: what is missing is reported, never fatal. GPU checks go through
+//! `rankwire::gpu` (functional when rwrun is built with the `cuda` feature); RDMA
+//! devices, ports, link layers and GID tables are read from sysfs
+//! (`/sys/class/infiniband`), PCIe distances from `/sys/bus/pci`.
+//!
+//! Exit status: 1 if any check failed, else 0.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Level {
+    Pass,
+    Warn,
+    Fail,
+    Skip,
+}
+
+/// One line of the report.
+#[derive(Debug, Clone)]
+pub(crate) struct Check {
+    pub(crate) level: Level,
+    pub(crate) name: &'static str,
+    pub(crate) detail: String,
+    pub(crate) fix: Option<String>,
+}
+
+fn check(level: Level, name: &'static str, detail: impl Into<String>, fix: Option<&str>) -> Check {
+    Check {
+        level,
+        name,
+        detail: detail.into(),
+        fix: fix.map(str::to_string),
+    }
+}
+
+/// Run every check and print the report; returns the exit status.
+pub(crate) fn run() -> i32 {
+    let checks = all_checks(Path::new("/"));
+    print!("{}", render(&checks));
+    i32::from(checks.iter().any(|c| c.level == Level::Fail))
+}
+
+/// Every check, reading system files under `root` (`/` normally; a fake tree in tests).
+pub(crate) fn all_checks(root: &Path) -> Vec<Check> {
+    let mut v = Vec::new();
+    v.extend(gpus());
+    v.extend(rdma(root));
+    v.push(pcie_distance(root));
+    v.push(peermem(root));
+    v.push(memlock());
+    v.push(dev_shm());
+    v.push(ptrace_scope(root));
+    v.push(iommu(root));
+    v.push(hugepages(root));
+    v.push(slurm_env());
+    v
+}
+
+/// The report: one line per check, then a summary line.
+pub(crate) fn render(checks: &[Check]) -> String {
+    let mut s = String::new();
+    for c in checks {
+        let tag = match c.level {
+            Level::Pass => "pass",
+            Level::Warn => "warn",
+            Level::Fail => "fail",
+            Level::Skip => "skip",
+        };
+        let _ = write!(s, "[{tag}] {}: {}", c.name, c.detail);
+        if let Some(f) = &c.fix {
+            let _ = write!(s, "; fix: {f}");
+        }
+        s.push('\n');
+    }
+    let count = |l| checks.iter().filter(|c| c.level == l).count();
+    let _ = writeln!(
+        s,
+        "doctor: {} pass, {} warn, {} fail, {} not checked",
+        count(Level::Pass),
+        count(Level::Warn),
+        count(Level::Fail),
+        count(Level::Skip)
+    );
+    s
+}
+
+fn read(root: &Path, p: &str) -> Option<String> {
+    std::fs::read_to_string(root.join(p.trim_start_matches('/')))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+// ---------------------------------------------------------------------------------------
+// GPUs (through rankwire::gpu)
+
+fn gpus() -> Vec<Check> {
+    use rankwire::gpu;
+    if let Err(e) = gpu::init() {
+        return vec![check(
+            Level::Skip,
+            "gpu",
+            format!("could not check GPUs, their P2P matrix or DMA-BUF export: {e}"),
+            None,
+        )];
+    }
+    let n = match gpu::device_count() {
+        Ok(n) => n,
+        Err(e) => {
+            return vec![check(
+                Level::Fail,
+                "gpu",
+                format!("cuDeviceGetCount: {e}"),
+                Some("check nvidia-smi and CUDA_VISIBLE_DEVICES"),
+            )];
+        }
+    };
+    let mut v = Vec::new();
+    if n == 0 {
+        v.push(check(
+            Level::Warn,
+            "gpu",
+            "the driver sees no GPU",
+            Some("check CUDA_VISIBLE_DEVICES and nvidia-smi"),
+        ));
+        return v;
+    }
+    for d in 0..n as i32 {
+        match gpu::device_info(d) {
+            Ok(i) => v.push(check(
+                Level::Pass,
+                "gpu",
+                format!(
+                    "device {d}: {} (DMA-BUF {}, GPUDirect RDMA {})",
+                    i.name,
+                    if i.dma_buf { "yes" } else { "no" },
+                    if i.gpu_direct_rdma { "yes" } else { "no" }
+                ),
+                None,
+            )),
+            Err(e) => v.push(check(
+                Level::Fail,
+                "gpu",
+                format!("device {d}: {e}"),
+                Some("see nvidia-smi for this device"),
+            )),
+        }
+    }
+    // P2P matrix (cuDeviceCanAccessPeer).
+    if n > 1 {
+        let mut m = String::new();
+        let mut missing = 0;
+        for a in 0..n as i32 {
+            for b in 0..n as i32 {
+                let ok = a == b || gpu::can_access_peer(a, b).unwrap_or(false);
+                missing += usize::from(!ok);
+                m.push(if a == b {
+                    '-'
+                } else if ok {
+                    'Y'
+                } else {
+                    'N'
+                });
+            }
+            m.push(' ');
+        }
+        v.push(check(
+            if missing == 0 { Level::Pass } else { Level::Warn },
+            "gpu p2p",
+            format!("cuDeviceCanAccessPeer rows: {}", m.trim()),
+            (missing > 0).then_some("pairs marked N stage through host memory; check nvidia-smi topo -m and ACS/IOMMU settings"),
+        ));
+    } else {
+        v.push(check(
+            Level::Skip,
+            "gpu p2p",
+            "only one GPU: no peer pairs to check",
+            None,
+        ));
+    }
+    // DMA-BUF export of a test buffer.
+    match gpu::DeviceBuffer::alloc(0, 2 << 20) {
+        Ok(buf) => match gpu::export_dmabuf(buf.ptr(), buf.len()) {
+            Ok((_fd, off)) => v.push(check(Level::Pass, "dma-buf", format!("exported a 2 MiB test buffer of device 0 (offset {off})"), None)),
+            Err(e) => v.push(check(Level::Warn, "dma-buf", format!("export of a 2 MiB test buffer failed: {e}"), Some("GPUDirect RDMA then needs nvidia_peermem; DMA-BUF needs Linux 5.12+ and the open kernel modules"))),
+        },
+        Err(e) => v.push(check(Level::Fail, "dma-buf", format!("cannot allocate a test buffer: {e}"), Some("free device memory or check nvidia-smi"))),
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------
+// RDMA (sysfs only)
+
+fn rdma(root: &Path) -> Vec<Check> {
+    let dir = root.join("sys/class/infiniband");
+    let devs = entries(&dir);
+    if devs.is_empty() {
+        return vec![check(
+            Level::Warn,
+            "rdma",
+            "no RDMA devices in /sys/class/infiniband (inter-node traffic uses TCP; rdma: not built / no device)",
+            Some(
+                "install the NIC's driver and rdma-core (modprobe mlx5_ib / rdma_rxe), or ignore on a TCP-only cluster",
+            ),
+        )];
+    }
+    let mut v = Vec::new();
+    for d in devs {
+        let ports_dir = dir.join(&d).join("ports");
+        let ports = entries(&ports_dir);
+        if ports.is_empty() {
+            v.push(check(
+                Level::Warn,
+                "rdma",
+                format!("{d}: no ports"),
+                Some("check the driver (dmesg)"),
+            ));
+        }
+        for p in ports {
+            let pdir = ports_dir.join(&p);
+            let rel = |f: &str| {
+                std::fs::read_to_string(pdir.join(f))
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default()
+            };
+            let state = rel("state");
+            let link = rel("link_layer");
+            let (gids, chosen) = gid_table(&pdir);
+            let active = state.contains("ACTIVE");
+            v.push(check(
+                if active { Level::Pass } else { Level::Fail },
+                "rdma",
+                format!(
+                    "{d} port {p}: state {state:?}, link layer {link:?}, GIDs [{gids}], index used: {}",
+                    chosen.map_or("none".to_string(), |i| i.to_string())
+                ),
+                (!active).then_some("bring the port up (cable, switch, `ip link set <netdev> up`; for rxe `rdma link add`)"),
+            ));
+            if link == "Ethernet" && chosen.is_none() {
+                v.push(check(
+                    Level::Fail,
+                    "rdma gid",
+                    format!("{d} port {p}: no usable RoCE GID"),
+                    Some("give the port's netdev an IP address so a RoCE v2 GID appears"),
+                ));
+            }
+        }
+    }
+    v
+}
+
+/// The GID table of a port as "index:type:gid" entries (non-zero GIDs only), and the
+/// index rankwire would choose: the first RoCE v2 GID with an IPv4-mapped address, else
+/// the first RoCE v2, else the first non-zero one (InfiniBand).
+fn gid_table(port: &Path) -> (String, Option<usize>) {
+    let mut rows = Vec::new();
+    let (mut v2_v4, mut v2, mut any) = (None, None, None);
+    for i in 0..256usize {
+        let Ok(gid) = std::fs::read_to_string(port.join(format!("gids/{i}"))) else {
+            break;
+        };
+        let gid = gid.trim().to_string();
+        if gid.is_empty() || gid.chars().all(|c| c == '0' || c == ':') {
+            continue;
+        }
+        let ty = std::fs::read_to_string(port.join(format!("gid_attrs/types/{i}")))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        let is_v2 = ty.contains("v2");
+        if is_v2 && gid.starts_with("0000:0000:0000:0000:0000:ffff") && v2_v4.is_none() {
+            v2_v4 = Some(i);
+        }
+        if is_v2 && v2.is_none() {
+            v2 = Some(i);
+        }
+        if any.is_none() {
+            any = Some(i);
+        }
+        rows.push(format!(
+            "{i}:{}:{gid}",
+            if ty.is_empty() { "IB" } else { &ty }
+        ));
+    }
+    (rows.join(", "), v2_v4.or(v2).or(any))
+}
+
+/// PCIe distance between each RDMA device and each NVIDIA GPU, from sysfs paths.
+fn pcie_distance(root: &Path) -> Check {
+    let nics: Vec<(String, PathBuf)> = entries(&root.join("sys/class/infiniband"))
+        .into_iter()
+        .filter_map(|d| {
+            let p =
+                std::fs::canonicalize(root.join("sys/class/infiniband").join(&d).join("device"))
+                    .ok()?;
+            Some((d, p))
+        })
+        .collect();
+    let pci = root.join("sys/bus/pci/devices");
+    let gpus: Vec<(String, PathBuf)> = entries(&pci)
+        .into_iter()
+        .filter(|d| {
+            let f = |x: &str| std::fs::read_to_string(pci.join(d).join(x)).unwrap_or_default();
+            f("vendor").trim() == "0x10de"
+                && (f("class").starts_with("0x0302") || f("class").starts_with("0x0300"))
+        })
+        .filter_map(|d| Some((d.clone(), std::fs::canonicalize(pci.join(&d)).ok()?)))
+        .collect();
+    if nics.is_empty() || gpus.is_empty() {
+        return check(
+            Level::Skip,
+            "nic-gpu distance",
+            format!(
+                "could not check: {} RDMA devices and {} NVIDIA GPUs on the PCI bus",
+                nics.len(),
+                gpus.len()
+            ),
+            None,
+        );
+    }
+    let mut worst = Level::Pass;
+    let mut parts = Vec::new();
+    for (n, np) in &nics {
+        for (g, gp) in &gpus {
+            let common = np
+                .components()
+                .zip(gp.components())
+                .take_while(|(a, b)| a == b)
+                .count();
+            // /sys/devices/pci0000:00/<root port>/<switch>/...: 4 shared components =
+            // same root complex; more = behind a shared switch.
+            let (what, level) = match common {
+                c if c >= 6 => ("same PCIe switch", Level::Pass),
+                c if c >= 4 => ("same root complex (through the host bridge)", Level::Warn),
+                _ => ("different root complexes / CPU sockets", Level::Warn),
+            };
+            if level == Level::Warn {
+                worst = Level::Warn;
+            }
+            parts.push(format!("{n} <-> GPU {g}: {what}"));
+        }
+    }
+    check(
+        worst,
+        "nic-gpu distance",
+        parts.join("; "),
+        (worst == Level::Warn).then_some("GPUDirect RDMA is fastest with NIC and GPU behind one PCIe switch; pick the NIC nearest each GPU"),
+    )
+}
+
+fn peermem(root: &Path) -> Check {
+    let loaded = root.join("sys/module/nvidia_peermem").exists()
+        || read(root, "proc/modules")
+            .is_some_and(|m| m.lines().any(|l| l.starts_with("nvidia_peermem ")));
+    if loaded {
+        check(Level::Pass, "nvidia_peermem", "loaded", None)
+    } else {
+        check(
+            Level::Warn,
+            "nvidia_peermem",
+            "not loaded (GPUDirect RDMA then needs DMA-BUF registration)",
+            Some(
+                "`modprobe nvidia_peermem` on GPU+RDMA nodes, or use DMA-BUF (open kernel modules, Linux 5.12+)",
+            ),
+        )
+    }
+}
+
+fn memlock() -> Check {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return check(
+            Level::Skip,
+            "memlock",
+            format!("getrlimit failed: {}", std::io::Error::last_os_error()),
+            None,
+        );
+    }
+    if r.rlim_cur == libc::RLIM_INFINITY {
+        return check(Level::Pass, "memlock", "ulimit -l: unlimited", None);
+    }
+    let kib = r.rlim_cur / 1024;
+    check(
+        if r.rlim_cur < (64 << 20) { Level::Warn } else { Level::Pass },
+        "memlock",
+        format!("ulimit -l: {kib} KiB"),
+        (r.rlim_cur < (64 << 20)).then_some("RDMA registration and pinned buffers need more: `ulimit -l unlimited` (memlock in /etc/security/limits.conf, LimitMEMLOCK for systemd, --ulimit memlock=-1 for docker)"),
+    )
+}
+
+fn dev_shm() -> Check {
+    // SAFETY: statvfs(3) on a NUL-terminated path into a zeroed struct.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut s) } != 0 {
+        return check(
+            Level::Fail,
+            "/dev/shm",
+            format!("statvfs failed: {}", std::io::Error::last_os_error()),
+            Some("mount a tmpfs on /dev/shm (the shm transport needs it)"),
+        );
+    }
+    let total = s.f_blocks as u64 * s.f_frsize as u64;
+    let free = s.f_bavail as u64 * s.f_frsize as u64;
+    let mib = |b: u64| b >> 20;
+    let level = if free < (64 << 20) {
+        Level::Fail
+    } else if total < (1 << 30) {
+        Level::Warn
+    } else {
+        Level::Pass
+    };
+    check(
+        level,
+        "/dev/shm",
+        format!("{} MiB total, {} MiB free", mib(total), mib(free)),
+        (level != Level::Pass).then_some("each pair of ranks on a node needs 2 rings (RANKWIRE_SHM_RING_BYTES, default 1 MiB); enlarge it (docker --shm-size=8g) or remove stale rankwire-* files"),
+    )
+}
+
+fn ptrace_scope(root: &Path) -> Check {
+    match read(root, "proc/sys/kernel/yama/ptrace_scope").as_deref() {
+        None => check(
+            Level::Pass,
+            "cma (ptrace scope)",
+            "no Yama LSM: single-copy cross-memory attach allowed",
+            None,
+        ),
+        Some("0") => check(
+            Level::Pass,
+            "cma (ptrace scope)",
+            "kernel.yama.ptrace_scope = 0: single copy allowed",
+            None,
+        ),
+        Some(v) => check(
+            Level::Warn,
+            "cma (ptrace scope)",
+            format!(
+                "kernel.yama.ptrace_scope = {v}: process_vm_readv between ranks may be refused (they then copy through the rings)"
+            ),
+            Some("`sysctl kernel.yama.ptrace_scope=0` (or RANKWIRE_CMA=0 to not try)"),
+        ),
+    }
+}
+
+fn iommu(root: &Path) -> Check {
+    let groups = entries(&root.join("sys/kernel/iommu_groups")).len();
+    let cmdline = read(root, "proc/cmdline").unwrap_or_default();
+    let pt = cmdline
+        .split_whitespace()
+        .any(|w| w == "iommu=pt" || w == "iommu.passthrough=1");
+    if groups == 0 {
+        check(Level::Pass, "iommu", "off (no IOMMU groups)", None)
+    } else if pt {
+        check(
+            Level::Pass,
+            "iommu",
+            format!("on, passthrough ({groups} groups)"),
+            None,
+        )
+    } else {
+        check(
+            Level::Warn,
+            "iommu",
+            format!(
+                "on in translated mode ({groups} groups; no iommu=pt on the kernel command line)"
+            ),
+            Some(
+                "GPU peer-to-peer and GPUDirect RDMA need iommu=pt (or the IOMMU off) on the kernel command line",
+            ),
+        )
+    }
+}
+
+fn hugepages(root: &Path) -> Check {
+    let info = read(root, "proc/meminfo").unwrap_or_default();
+    let field = |k: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+    };
+    match (
+        field("HugePages_Total:"),
+        field("HugePages_Free:"),
+        field("Hugepagesize:"),
+    ) {
+        (Some(t), Some(f), Some(sz)) => check(
+            Level::Pass,
+            "hugepages",
+            format!("{t} pages of {sz} KiB, {f} free (not required by rankwire)"),
+            None,
+        ),
+        _ => check(
+            Level::Skip,
+            "hugepages",
+            "could not read /proc/meminfo",
+            None,
+        ),
+    }
+}
+
+fn slurm_env() -> Check {
+    let var = |k: &str| std::env::var(k).ok();
+    match (var("SLURM_JOB_ID"), var("SLURM_STEP_ID")) {
+        (None, _) => check(
+            Level::Pass,
+            "slurm/pmi",
+            "not in a Slurm job (start ranks with rwrun)",
+            None,
+        ),
+        (Some(job), step) => {
+            let pmi: Vec<String> = [
+                "PMI_RANK",
+                "PMI_SIZE",
+                "PMI_FD",
+                "PMIX_RANK",
+                "SLURM_MPI_TYPE",
+            ]
+            .iter()
+            .filter_map(|k| var(k).map(|v| format!("{k}={v}")))
+            .collect();
+            check(
+                Level::Pass,
+                "slurm/pmi",
+                format!(
+                    "Slurm job {job}{}, tasks {}; PMI: {}",
+                    step.map_or(String::new(), |s| format!(" step {s}")),
+                    var("SLURM_NTASKS").unwrap_or_else(|| "?".into()),
+                    if pmi.is_empty() {
+                        "none".into()
+                    } else {
+                        pmi.join(" ")
+                    }
+                ),
+                None,
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, p: &str, s: &str) {
+        let f = root.join(p);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, s).unwrap();
+    }
+
+    #[test]
+    fn fake_roce_port_gid_choice_and_missing_pieces() {
+        let dir = std::env::temp_dir().join(format!("rw-doctor-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let port = "sys/class/infiniband/rxe0/ports/1";
+        write(&dir, &format!("{port}/state"), "4: ACTIVE\n");
+        write(&dir, &format!("{port}/link_layer"), "Ethernet\n");
+        write(
+            &dir,
+            &format!("{port}/gids/0"),
+            "fe80:0000:0000:0000:0000:00ff:fe00:0001\n",
+        );
+        write(&dir, &format!("{port}/gid_attrs/types/0"), "IB/RoCE v1\n");
+        write(
+            &dir,
+            &format!("{port}/gids/1"),
+            "fe80:0000:0000:0000:0000:00ff:fe00:0001\n",
+        );
+        write(&dir, &format!("{port}/gid_attrs/types/1"), "RoCE v2\n");
+        write(
+            &dir,
+            &format!("{port}/gids/2"),
+            "0000:0000:0000:0000:0000:ffff:0a4d:0001\n",
+        );
+        write(&dir, &format!("{port}/gid_attrs/types/2"), "RoCE v2\n");
+        write(
+            &dir,
+            &format!("{port}/gids/3"),
+            "0000:0000:0000:0000:0000:0000:0000:0000\n",
+        );
+        write(&dir, "proc/sys/kernel/yama/ptrace_scope", "1\n");
+        let checks = all_checks(&dir);
+        let text = render(&checks);
+        assert!(
+            text.contains("[pass] rdma: rxe0 port 1: state \"4: ACTIVE\", link layer \"Ethernet\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("index used: 2"),
+            "RoCE v2 with IPv4 preferred: {text}"
+        );
+        assert!(text.contains("1:RoCE v2:fe80"), "{text}");
+        assert!(
+            text.contains("[warn] cma (ptrace scope): kernel.yama.ptrace_scope = 1"),
+            "{text}"
+        );
+        assert!(text.contains("[warn] nvidia_peermem: not loaded"), "{text}");
+        assert!(
+            text.contains(
+                "[skip] nic-gpu distance: could not check: 0 RDMA devices and 0 NVIDIA GPUs on the PCI bus"
+            ),
+            "{text}"
+        );
+        // Every warn and fail carries a fix.
+        for c in &checks {
+            if matches!(c.level, Level::Warn | Level::Fail) {
+                assert!(c.fix.is_some(), "{c:?}");
+            }
+        }
+        write(&dir, &format!("{port}/state"), "1: DOWN\n");
+        let text = render(&all_checks(&dir));
+        assert!(
+            text.contains("[fail] rdma: rxe0 port 1: state \"1: DOWN\""),
+            "{text}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn no_rdma_and_no_gpu_say_what_was_not_checked() {
+        let dir = std::env::temp_dir().join(format!("rw-doctor-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = render(&all_checks(&dir));
+        assert!(text.contains("[warn] rdma: no RDMA devices"), "{text}");
+        if !rankwire::gpu::available() {
+            assert!(text.contains("[skip] gpu: could not check GPUs"), "{text}");
+        }
+        assert!(text.contains("doctor: "), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,165 @@
+//! Diagnostics through rwrun (issue 10): `--explain` (and the same table from
+//! `Universe::explain` and `RANKWIRE_LOG=info`), `--require`, and `--doctor`.
+
+use std::time::Duration;
+
+use rankwire_tests::{binary, rwrun};
+
+fn app() -> String {
+    binary("rw-faultapp").to_string_lossy().into_owned()
+}
+
+/// Lines of rank `r`'s table in `text` after `prefix`, without the prefix.
+fn table_of(text: &str, prefix: &str, r: usize) -> Vec<String> {
+    let row = format!("{r:>4} -> ");
+    text.lines()
+        .filter_map(|l| l.split_once(prefix).map(|x| x.1))
+        .filter(|l| l.starts_with(&row))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn explain_prints_every_pair_and_memory_kind_same_as_the_api() {
+    let out = rwrun(["--explain", "-n", "3", &app(), "explain"])
+        .timeout(Duration::from_secs(60))
+        .run();
+    out.assert_ok();
+    for r in 0..3 {
+        let env_rows = table_of(&out.stderr, "rankwire explain: ", r);
+        let api_rows = table_of(&out.stdout, "api: ", r);
+        assert_eq!(
+            env_rows.len(),
+            9,
+            "3 peers x 3 kinds for rank {r}:\n{}",
+            out.stderr
+        );
+        assert_eq!(env_rows, api_rows, "RANKWIRE_EXPLAIN and the API disagree");
+    }
+    let e = &out.stderr;
+    // Same node, default: shm with single copy above the 32 KiB eager limit.
+    assert!(
+        e.contains("rankwire explain:    0 -> 1     host     shm        eager <= 32768 B; above: rendezvous, single copy (cma, process_vm_readv)  |  -"),
+        "{e}"
+    );
+    assert!(
+        e.contains("rankwire explain:    1 -> 1     host     self       copy within the process"),
+        "{e}"
+    );
+    if !rankwire::gpu::available() {
+        assert!(
+            e.contains("0 -> 2     device   none       not possible: GPU support not built"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn explain_names_the_reasons_faster_paths_were_rejected() {
+    let out = rwrun(["--explain", "-n", "2", &app(), "explain"])
+        .env("RANKWIRE_TRANSPORTS", "tcp")
+        .env("RANKWIRE_CMA", "0")
+        .run();
+    out.assert_ok();
+    assert!(
+        out.stderr.contains(
+            "0 -> 1     host     tcp        eager <= 65536 B; above: rendezvous (Rts/Cts/Data) through tcp  |  shm: excluded by RANKWIRE_TRANSPORTS; cma: turned off by RANKWIRE_CMA=0"
+        ),
+        "{}",
+        out.stderr
+    );
+    // The same table at RANKWIRE_LOG=info.
+    let out = rwrun(["-n", "2", &app(), "explain"])
+        .env("RANKWIRE_LOG", "info")
+        .env("RANKWIRE_TRANSPORTS", "tcp")
+        .run();
+    out.assert_ok();
+    let info = table_of(&out.stderr, "path: ", 1);
+    assert_eq!(info, table_of(&out.stdout, "api: ", 1), "{}", out.stderr);
+}
+
+#[test]
+fn require_turns_a_fallback_into_an_init_error() {
+    let out = rwrun(["--require=shm", "-n", "2", &app(), "explain"])
+        .env("RANKWIRE_TRANSPORTS", "tcp")
+        .run();
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "usage: RANKWIRE_REQUIRE includes shm, but rank 0 -> rank 1 cannot use it: host memory goes over tcp (shm: excluded by RANKWIRE_TRANSPORTS)"
+        ),
+        "{}",
+        out.stderr
+    );
+    // Through the environment variable, for CMA.
+    let out = rwrun(["-n", "2", &app(), "explain"])
+        .env("RANKWIRE_REQUIRE", "cma")
+        .env("RANKWIRE_CMA", "0")
+        .run();
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("cma: turned off by RANKWIRE_CMA=0"),
+        "{}",
+        out.stderr
+    );
+    if !rankwire::gpu::available() {
+        let out = rwrun(["--require", "ipc", "-n", "2", &app(), "explain"]).run();
+        assert_eq!(out.code(), 1, "{}", out.stderr);
+        assert!(
+            out.stderr.contains("cuda_ipc: GPU support not built"),
+            "{}",
+            out.stderr
+        );
+    }
+    // What is met passes; gdr and rdma apply only between nodes.
+    rwrun(["--require=shm,cma,gdr,rdma", "-n", "2", &app(), "explain"])
+        .run()
+        .assert_ok();
+    let out = rwrun(["--require=warp", "-n", "1", &app(), "explain"]).run();
+    assert_eq!(out.code(), 1);
+    assert!(
+        out.stderr
+            .contains("unknown path \"warp\" (known: shm, cma, ipc, rdma, gdr)"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn doctor_runs_without_gpu_or_rdma_and_says_what_it_could_not_check() {
+    let out = std::process::Command::new(binary("rwrun"))
+        .arg("--doctor")
+        .output()
+        .expect("run rwrun --doctor");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let code = out.status.code();
+    let fails = stdout.lines().filter(|l| l.starts_with("[fail]")).count();
+    assert_eq!(code, Some(i32::from(fails > 0)), "{stdout}");
+    for name in [
+        "gpu",
+        "rdma",
+        "nic-gpu distance",
+        "nvidia_peermem",
+        "memlock",
+        "/dev/shm",
+        "cma (ptrace scope)",
+        "iommu",
+        "hugepages",
+        "slurm/pmi",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.contains(&format!("] {name}"))),
+            "no {name} check:\n{stdout}"
+        );
+    }
+    for l in stdout
+        .lines()
+        .filter(|l| l.starts_with("[warn]") || l.starts_with("[fail]"))
+    {
+        assert!(l.contains("; fix: "), "{l}");
+    }
+    if !rankwire::gpu::available() {
+        assert!(stdout.contains("[skip] gpu: could not check"), "{stdout}");
+    }
+    assert!(stdout.contains("doctor: "), "{stdout}");
+}
