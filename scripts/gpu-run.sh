@@ -28,6 +28,9 @@ step cudarc 300 $B/rwrun -n 2 --report-bindings $B/rw-gpuapp cudarc
 step check_noipc 600 env RANKWIRE_CUDA_IPC=0 $B/rwrun -n 2 $B/rw-gpuapp check 4194304
 step check_tcp 600 env RANKWIRE_TRANSPORTS=tcp $B/rwrun -n 2 $B/rw-gpuapp check 4194304
 step bench 600 $B/rwrun -n 2 $B/rw-gpuapp bench ${GPU_BENCH_MAX:-1073741824}
+# Pool memory (cudarc's allocator): through an IPC-capable staging buffer, and without it.
+step bench_pool 300 env RW_GPU_BENCH_MEM=pool $B/rwrun -n 2 $B/rw-gpuapp bench 268435456
+step bench_pool_hoststaged 300 env RW_GPU_BENCH_MEM=pool RANKWIRE_GPU_IPC_STAGING=0 $B/rwrun -n 2 $B/rw-gpuapp bench 67108864
 # Collectives on device buffers (issue #6): 2, 3 and 4 ranks sharing the GPU.
 for n in 2 3 4; do
   step coll_check_$n 600 $B/rwrun -n $n $B/rw-gpucoll check ${GPU_COLL_MAX:-67108864}

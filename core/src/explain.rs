@@ -160,7 +160,7 @@ impl Paths {
                     (Ok(()), _) => format!(
                         "eager <= {} B staged through host memory over {transport}; above: \
                          rendezvous, single device copy through CUDA IPC (stream-ordered pool \
-                         memory: staged)",
+                         memory: first copied into an IPC-capable staging buffer)",
                         p.eager_bytes
                     ),
                     (Err(_), _) => format!(

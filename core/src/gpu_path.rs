@@ -13,7 +13,11 @@
 //!   maps it through a per-peer [`IpcCache`] (a changed buffer id at the same base means
 //!   the sender freed and re-allocated: the stale mapping is closed, B008), copies with
 //!   `cuMemcpyDtoDAsync`/`cuMemcpyDtoHAsync`, synchronizes and answers `Fin`. Memory that
-//!   legacy IPC cannot export (stream-ordered pool memory, VMM, managed) is never
+//!   legacy IPC cannot export (stream-ordered pool memory from `cuMemAllocAsync`, which
+//!   cudarc's allocator returns; VMM memory) is copied on the device into a
+//!   runtime-owned `cuMemAlloc` staging buffer (from the same cache as the collectives'
+//!   temporaries, so peers keep it mapped) and that buffer is offered instead; the
+//!   staging buffer returns to the cache when the send ends. Managed memory is never
 //!   offered: it is staged through host memory by the eager or `Cts`/`Data` path.
 
 use std::num::NonZeroUsize;
@@ -25,7 +29,54 @@ use crate::protocol::{DeviceMem, PullReq, RawBuf};
 use crate::wire::RemoteMem;
 
 /// Stages device buffers with synchronous copies on the runtime stream.
-pub(crate) struct GpuStaging;
+#[derive(Default)]
+pub(crate) struct GpuStaging {
+    /// (user buffer address, length, staging buffer address) of sends whose pool
+    /// memory was copied into an IPC-capable staging buffer.
+    staged: Vec<(u64, usize, u64)>,
+}
+
+impl GpuStaging {
+    /// Copy `buf` (device memory legacy IPC cannot export) into a cached `cuMemAlloc`
+    /// buffer and export that; `None` if any step fails (the caller stages via host).
+    fn offer_staged(&mut self, buf: RawBuf) -> Option<RemoteMem> {
+        let device = device_of(&buf).ok()?;
+        let stage = crate::coll::device::dev_tmp_take(device, buf.len()).ok()?;
+        let stream = Stream::runtime(device).ok();
+        let copied = stream.is_some_and(|stream| {
+            // SAFETY: the send is pending, so `buf` is live device memory of len bytes;
+            // `stage` is a cached allocation of at least len bytes, lent to this send.
+            unsafe {
+                rankwire_gpu::memcpy_dtod_async(stage, buf.as_mut_ptr() as u64, buf.len(), stream)
+            }
+            .and_then(|()| stream.synchronize())
+            .is_ok()
+        });
+        let export = if copied {
+            rankwire_gpu::ipc_export(stage, buf.len()).ok()
+        } else {
+            None
+        };
+        let Some(e) = export else {
+            crate::coll::device::dev_tmp_give(stage);
+            return None;
+        };
+        tracing::debug!(
+            "device buffer of {} bytes is not IPC-capable; offered through a staging buffer",
+            buf.len()
+        );
+        self.staged
+            .push((buf.as_mut_ptr() as u64, buf.len(), stage));
+        Some(RemoteMem::CudaIpc {
+            handle: e.handle.0,
+            offset: e.offset,
+            buffer_id: e.buffer_id,
+            device: e.device,
+            base: e.base,
+            alloc_len: e.alloc_len as u64,
+        })
+    }
+}
 
 fn device_of(buf: &RawBuf) -> Result<i32, String> {
     match buf.kind() {
@@ -80,10 +131,23 @@ impl DeviceMem for GpuStaging {
                 base: e.base,
                 alloc_len: e.alloc_len as u64,
             }),
+            Err(rankwire_gpu::GpuError::Unsupported(rankwire_gpu::Unsupported::NotIpcCapable))
+                if std::env::var("RANKWIRE_GPU_IPC_STAGING").as_deref() != Ok("0") =>
+            {
+                self.offer_staged(buf)
+            }
             Err(e) => {
                 tracing::debug!("device buffer not offered by CUDA IPC ({e}); staging it");
                 None
             }
+        }
+    }
+
+    fn done_with(&mut self, buf: RawBuf) {
+        let key = (buf.as_mut_ptr() as u64, buf.len());
+        if let Some(i) = self.staged.iter().position(|&(a, l, _)| (a, l) == key) {
+            let (_, _, stage) = self.staged.swap_remove(i);
+            crate::coll::device::dev_tmp_give(stage);
         }
     }
 }

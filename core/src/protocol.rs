@@ -150,6 +150,9 @@ pub trait DeviceMem: Send {
     /// A descriptor a same-node peer can use to pull `buf` directly (CUDA IPC), or
     /// `None` when the memory cannot be exported (pool/VMM memory: staged instead).
     fn offer(&mut self, buf: RawBuf) -> Option<RemoteMem>;
+    /// The send of `buf` has ended (completed or failed): resources [`DeviceMem::offer`]
+    /// took for it may be reused.
+    fn done_with(&mut self, _buf: RawBuf) {}
 }
 
 // SAFETY: RawBuf is only dereferenced while the owning request is pending, and the API
@@ -726,7 +729,9 @@ impl Protocol {
             .map(|(id, _)| *id)
             .collect();
         for id in sends {
-            self.sends.remove(&id);
+            if let Some(s) = self.sends.remove(&id) {
+                self.release_device(s.buf);
+            }
             self.done.insert(id, Err(err.clone()));
         }
         let posted = self
@@ -799,7 +804,9 @@ impl Protocol {
                 match self.read_device(chunk) {
                     Ok(v) => Payload::Owned(v),
                     Err(e) => {
-                        self.sends.remove(&sreq);
+                        if let Some(s) = self.sends.remove(&sreq) {
+                            self.release_device(s.buf);
+                        }
                         self.data_ready.retain(|&x| x != sreq);
                         self.done.insert(sreq, Err(e));
                         continue;
@@ -923,7 +930,17 @@ impl Protocol {
         id
     }
 
+    /// Let the device side release what it set up for a send of `buf`.
+    fn release_device(&mut self, buf: RawBuf) {
+        if !buf.is_host()
+            && let Some(d) = self.device.as_mut()
+        {
+            d.done_with(buf);
+        }
+    }
+
     fn complete_send(&mut self, id: ReqId, s: &SendReq) {
+        self.release_device(s.buf);
         self.done.insert(
             id,
             Ok(Status {

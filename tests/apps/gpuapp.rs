@@ -311,12 +311,20 @@ fn bench(w: &Communicator, max: usize) -> Result<()> {
             );
         }
     }
+    // RW_GPU_BENCH_MEM=pool: the bandwidth loop on stream-ordered pool memory (what
+    // cudarc allocates), which legacy CUDA IPC cannot export.
+    let mem = if std::env::var("RW_GPU_BENCH_MEM").as_deref() == Ok("pool") {
+        Mem::Pool
+    } else {
+        Mem::Device
+    };
     if me == 0 {
+        println!("# bandwidth on {mem:?} memory");
         println!("# Size  Bandwidth (GB/s)  DtoD copy in one process (GB/s)  ratio");
     }
     let mut len = 1 << 20;
     while len <= max {
-        let mut a = Buf::new(Mem::Device, len);
+        let mut a = Buf::new(mem, len);
         a.fill(2);
         let iters = (4usize << 30).div_ceil(len).clamp(5, 200);
         let mut ack = [0u8; 1];

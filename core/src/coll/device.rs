@@ -28,8 +28,8 @@
 //! # Buffers
 //! Both buffers must be device memory of the same device. Buffers from
 //! [`rankwire_gpu::DeviceBuffer::alloc`] (`cuMemAlloc`) are mapped by peers through CUDA
-//! IPC; stream-ordered pool memory (`cuMemAllocAsync`) works but is staged through host
-//! memory, far slower.
+//! IPC; stream-ordered pool memory (`cuMemAllocAsync`, cudarc's allocator) is first
+//! copied on the device into an IPC-capable staging buffer (one extra device copy).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -287,6 +287,21 @@ fn tmp_give<B: Cached>(cache: &Mutex<Option<TmpCache<B>>>, addr: u64) {
         c.free_bytes -= b.bytes();
         drop(b);
     }
+}
+
+/// A cached `cuMemAlloc` buffer of at least `len` bytes on `device` (IPC-capable), for
+/// the point-to-point staging of memory legacy IPC cannot export; give it back with
+/// [`dev_tmp_give`].
+pub(crate) fn dev_tmp_take(device: i32, len: usize) -> Result<u64> {
+    tmp_take(&DEV_CACHE, device, len, |n| {
+        DeviceBuffer::alloc(device, n)
+            .map_err(|e| gpu_err(&format!("staging buffer of {n} bytes"), e))
+    })
+}
+
+/// Return a buffer from [`dev_tmp_take`].
+pub(crate) fn dev_tmp_give(addr: u64) {
+    tmp_give(&DEV_CACHE, addr);
 }
 
 /// Free every idle cached temporary (finalize).
