@@ -280,7 +280,7 @@ fn scancel_case(tag: &str, script: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("{tag}: scancel -> nothing left after {:?}", t0.elapsed());
-    let new_shm: Vec<String> = shm_entries().difference(&shm_before).cloned().collect();
+    let new_shm = rankwire_tests::wait_no_new_shm(&shm_before, Duration::from_secs(5));
     assert!(new_shm.is_empty(), "/dev/shm entries left: {new_shm:?}");
     drop(guard);
     let _ = std::fs::remove_dir_all(&dir);

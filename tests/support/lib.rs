@@ -373,12 +373,46 @@ pub fn shm_entries() -> std::collections::HashSet<String> {
 pub fn wait_no_new_shm(before: &std::collections::HashSet<String>, grace: Duration) -> Vec<String> {
     let deadline = Instant::now() + grace;
     loop {
-        let new: Vec<String> = shm_entries().difference(before).cloned().collect();
+        // Segments of jobs still running belong to tests running at the same time
+        // (nextest runs two at once); only those of finished jobs are leftovers.
+        let new: Vec<String> = shm_entries()
+            .difference(before)
+            .filter(|name| !owner_alive(name))
+            .cloned()
+            .collect();
         if new.is_empty() || Instant::now() > deadline {
             return new;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Whether the job that owns /dev/shm entry `name` is still running: for
+/// `rankwire-rw<rwrun pid><8 hex>-…` (rwrun's job ids) whether that rwrun process
+/// exists; for `rankwire-slurm-<job>-…` (srun-launched jobs) whether Slurm still lists
+/// the job. Unknown names count as finished.
+pub fn owner_alive(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("rankwire-") else {
+        return false;
+    };
+    let job = rest.split('-').next().unwrap_or("");
+    if let Some(id) = job.strip_prefix("rw")
+        && id.len() > 8
+        && let Ok(pid) = id[..id.len() - 8].parse::<u32>()
+    {
+        return std::path::Path::new(&format!("/proc/{pid}")).exists();
+    }
+    if let Some(slurm) = rest.strip_prefix("slurm-") {
+        let job = slurm.split('-').next().unwrap_or("");
+        if job.parse::<u64>().is_err() {
+            return false;
+        }
+        return Command::new("timeout")
+            .args(["5", "squeue", "-h", "-j", job, "-o", "%T"])
+            .output()
+            .is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty());
+    }
+    false
 }
 
 /// Run scenario program `app` as `rwrun -n <n> <app> <args...>` with `env`, and assert
