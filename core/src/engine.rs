@@ -109,6 +109,8 @@ pub(crate) struct Engine {
     events: Vec<Event>,
     pub(crate) backoff: Backoff,
     pub(crate) ipc: crate::gpu_path::IpcPuller,
+    /// Scratch list of completed device pulls.
+    pull_results: Vec<(crate::protocol::ReqId, std::result::Result<(), String>)>,
     /// Bound of the progress watchdog (`None`: off; see [`crate::watchdog`]).
     pub(crate) watchdog: Option<Duration>,
 }
@@ -144,6 +146,7 @@ impl Engine {
             events: Vec::new(),
             backoff,
             ipc: crate::gpu_path::IpcPuller::new(),
+            pull_results: Vec::new(),
             watchdog: None,
         }
     }
@@ -254,11 +257,27 @@ impl Engine {
         // Single-copy pulls the protocol asked for.
         while let Some(p) = self.proto.pop_pull() {
             any = true;
-            let r = match p.mem {
-                RemoteMem::CudaIpc { .. } => self.ipc.pull(&p),
-                _ => execute_pull(&p),
-            };
-            self.proto.pull_done(p.rreq, r);
+            match p.mem {
+                // Queued on the device; completes through poll below.
+                RemoteMem::CudaIpc { .. } => {
+                    if let Err(e) = self.ipc.start(&p) {
+                        self.proto.pull_done(p.rreq, Err(e));
+                    }
+                }
+                _ => {
+                    let r = execute_pull(&p);
+                    self.proto.pull_done(p.rreq, r);
+                }
+            }
+        }
+        if self.ipc.busy() {
+            let mut done = std::mem::take(&mut self.pull_results);
+            self.ipc.poll(&mut done);
+            for (rreq, r) in done.drain(..) {
+                any = true;
+                self.proto.pull_done(rreq, r);
+            }
+            self.pull_results = done;
         }
         any
     }
