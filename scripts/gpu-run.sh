@@ -28,6 +28,9 @@ step cudarc 300 $B/rwrun -n 2 --report-bindings $B/rw-gpuapp cudarc
 step check_noipc 600 env RANKWIRE_CUDA_IPC=0 $B/rwrun -n 2 $B/rw-gpuapp check 4194304
 step check_tcp 600 env RANKWIRE_TRANSPORTS=tcp $B/rwrun -n 2 $B/rw-gpuapp check 4194304
 step bench 600 $B/rwrun -n 2 $B/rw-gpuapp bench ${GPU_BENCH_MAX:-1073741824}
+# OSU-style point-to-point on device buffers through rankwire-bench (-d cuda).
+step p2p_latency 300 $B/rwrun -n 2 $B/rankwire-bench latency -d cuda --max-size 4194304 -i 2000 --warmup 50
+step p2p_bw 300 $B/rwrun -n 2 $B/rankwire-bench bw -d cuda --max-size 67108864 --window 16 -i 100 --warmup 10
 # Pool memory (cudarc's allocator): through an IPC-capable staging buffer, and without it.
 step bench_pool 300 env RW_GPU_BENCH_MEM=pool $B/rwrun -n 2 $B/rw-gpuapp bench 268435456
 step bench_pool_hoststaged 300 env RW_GPU_BENCH_MEM=pool RANKWIRE_GPU_IPC_STAGING=0 $B/rwrun -n 2 $B/rw-gpuapp bench 67108864

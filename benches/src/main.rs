@@ -25,9 +25,11 @@
 //!
 //! The algorithm is the library's choice unless `RANKWIRE_<COLL>_ALGO` forces one.
 //!
-//! `-d cuda` (allreduce, bcast, allgather): the buffers are device memory on GPU 0
-//! (`cuMemAlloc`) and the device collectives run (`allreduce_device`, ...): reductions
-//! as GPU kernels, transfers over CUDA IPC. Needs a build with `--features cuda`.
+//! `-d cuda` (latency, bw, bibw, allreduce, bcast, allgather): the buffers are device
+//! memory on GPU 0 (`cuMemAlloc`, one receive buffer per window slot); point-to-point
+//! uses `send_device`/`isend_device`, collectives the device collectives
+//! (`allreduce_device`, ...): reductions as GPU kernels, transfers over CUDA IPC. Needs a
+//! build with `--features cuda`.
 //!
 //! Output: `# Size  Latency (us)`, `# Size  Bandwidth (MB/s)` or
 //! `# Size  Avg Latency (us) …`, one row per size from `--min-size` (default 0 for
@@ -133,7 +135,7 @@ fn main() -> Result<()> {
             args.warmup
         };
         let value = match args.mode {
-            Mode::Latency => latency(&world, size, iters, warmup)?,
+            Mode::Latency => latency(&world, size, iters, warmup, args.device)?,
             Mode::Bw => bandwidth(
                 &world,
                 size,
@@ -141,6 +143,7 @@ fn main() -> Result<()> {
                 warmup / 10 + 1,
                 args.window,
                 false,
+                args.device,
             )?,
             _ => bandwidth(
                 &world,
@@ -149,6 +152,7 @@ fn main() -> Result<()> {
                 warmup / 10 + 1,
                 args.window,
                 true,
+                args.device,
             )?,
         };
         if rank == 0 {
@@ -215,7 +219,9 @@ fn collectives(world: &rankwire::Communicator, args: &Args) -> Result<()> {
     if args.device == Device::Cuda
         && !matches!(args.mode, Mode::Allreduce | Mode::Bcast | Mode::Allgather)
     {
-        bail!("-d cuda supports allreduce, bcast and allgather");
+        bail!(
+            "-d cuda collectives: allreduce, bcast and allgather (alltoall and barrier run on host buffers)"
+        );
     }
     for size in sizes(args) {
         let (iters, warmup) = coll_iters(args, size);
@@ -332,14 +338,64 @@ fn over_ranks(world: &rankwire::Communicator, us: f64) -> Result<(f64, f64, f64)
     Ok((sum[0] / n, min[0], max[0]))
 }
 
+/// A benchmark buffer in host or device memory.
+enum Buf {
+    Host(Vec<u8>),
+    Dev(rankwire::gpu::DeviceBuffer),
+}
+
+impl Buf {
+    fn new(device: Device, size: usize, fill: u8) -> Result<Buf> {
+        Ok(match device {
+            Device::Host => Buf::Host(vec![fill; size]),
+            Device::Cuda => {
+                let mut d = rankwire::gpu::DeviceBuffer::alloc(0, size)?;
+                if size > 0 {
+                    d.fill(fill)?;
+                }
+                Buf::Dev(d)
+            }
+        })
+    }
+    fn isend<'a>(
+        &'a self,
+        w: &rankwire::Communicator,
+        dest: usize,
+        tag: i32,
+    ) -> rankwire::Result<rankwire::Request<'a>> {
+        match self {
+            Buf::Host(h) => w.isend(h.as_slice(), dest, tag),
+            Buf::Dev(d) => w.isend_device(d, dest, tag),
+        }
+    }
+    fn irecv<'a>(
+        &'a mut self,
+        w: &rankwire::Communicator,
+        src: usize,
+        tag: i32,
+    ) -> rankwire::Result<rankwire::Request<'a>> {
+        match self {
+            Buf::Host(h) => w.irecv(h.as_mut_slice(), src, tag),
+            Buf::Dev(d) => w.irecv_device(d, src, tag),
+        }
+    }
+    fn send(&self, w: &rankwire::Communicator, dest: usize, tag: i32) -> rankwire::Result<()> {
+        self.isend(w, dest, tag)?.wait().map(|_| ())
+    }
+    fn recv(&mut self, w: &rankwire::Communicator, src: usize, tag: i32) -> rankwire::Result<()> {
+        self.irecv(w, src, tag)?.wait().map(|_| ())
+    }
+}
+
 fn latency(
     world: &rankwire::Communicator,
     size: usize,
     iters: usize,
     warmup: usize,
+    device: Device,
 ) -> Result<f64> {
-    let sbuf = vec![1u8; size];
-    let mut rbuf = vec![0u8; size];
+    let sbuf = Buf::new(device, size, 1)?;
+    let mut rbuf = Buf::new(device, size, 0)?;
     let rank = world.rank();
     world.barrier()?;
     let mut t = Instant::now();
@@ -348,11 +404,11 @@ fn latency(
             t = Instant::now();
         }
         if rank == 0 {
-            world.send(&sbuf, 1, 1)?;
-            world.recv(&mut rbuf, 1, 1)?;
+            sbuf.send(world, 1, 1)?;
+            rbuf.recv(world, 1, 1)?;
         } else if rank == 1 {
-            world.recv(&mut rbuf, 0, 1)?;
-            world.send(&sbuf, 0, 1)?;
+            rbuf.recv(world, 0, 1)?;
+            sbuf.send(world, 0, 1)?;
         }
     }
     Ok(t.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64))
@@ -365,10 +421,13 @@ fn bandwidth(
     warmup: usize,
     window: usize,
     bidirectional: bool,
+    device: Device,
 ) -> Result<f64> {
     let rank = world.rank();
-    let sbuf = vec![1u8; size];
-    let mut slots: Vec<Vec<u8>> = (0..window).map(|_| vec![0u8; size]).collect();
+    let sbuf = Buf::new(device, size, 1)?;
+    let mut slots: Vec<Buf> = (0..window)
+        .map(|_| Buf::new(device, size, 0))
+        .collect::<Result<_>>()?;
     let mut ack = [0u8; 4];
     world.barrier()?;
     let mut t = Instant::now();
@@ -383,12 +442,12 @@ fn bandwidth(
             let mut reqs = Vec::with_capacity(2 * window);
             if receiving {
                 for s in slots.iter_mut() {
-                    reqs.push(world.irecv(s.as_mut_slice(), peer, 2)?);
+                    reqs.push(s.irecv(world, peer, 2)?);
                 }
             }
             if sending {
                 for _ in 0..window {
-                    reqs.push(world.isend(&sbuf, peer, 2)?);
+                    reqs.push(sbuf.isend(world, peer, 2)?);
                 }
             }
             rankwire::wait_all(reqs)?;
