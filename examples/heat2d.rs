@@ -21,7 +21,15 @@ const TAG_UP: i32 = 1;
 const TAG_DOWN: i32 = 2;
 const TAG_GATHER: i32 = 3;
 
-fn main() -> Result<()> {
+fn main() {
+    if let Err(e) = run() {
+        // Display, not Debug: the message names the layer and the fix.
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
     let nx: usize = rankwire_examples::arg(1, 512, USAGE);
     let ny: usize = rankwire_examples::arg(2, 512, USAGE);
     let iters: usize = rankwire_examples::arg(3, 200, USAGE);

@@ -8,7 +8,15 @@ use std::time::Instant;
 
 use rankwire::Result;
 
-fn main() -> Result<()> {
+fn main() {
+    if let Err(e) = run() {
+        // Display, not Debug: the message names the layer and the fix.
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
     let reps: usize = rankwire_examples::arg(1, 20, "usage: ping_pong [REPS]");
     let universe = rankwire::init()?;
     let world = universe.world();

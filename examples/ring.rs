@@ -5,7 +5,15 @@
 
 use rankwire::Result;
 
-fn main() -> Result<()> {
+fn main() {
+    if let Err(e) = run() {
+        // Display, not Debug: the message names the layer and the fix.
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
     let laps: u64 = rankwire_examples::arg(1, 10, "usage: ring [LAPS]");
     let universe = rankwire::init()?;
     let world = universe.world();

@@ -127,7 +127,9 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
     pub(crate) timeout: Option<f64>,
 
-    /// Accepted for compatibility; has no effect (ranks are never bound to cores).
+    /// Let ranks outnumber the slots of --host/--hostfile or of a Slurm allocation
+    /// (dealt round robin); on one machine ranks may always outnumber cores. Ranks are
+    /// never bound to cores.
     #[arg(long)]
     pub(crate) oversubscribe: bool,
 

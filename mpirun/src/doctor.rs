@@ -529,6 +529,25 @@ fn slurm_env() -> Check {
             None,
         ),
         (Some(job), step) => {
+            let ntasks: u32 = var("SLURM_NTASKS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            let in_step = step.is_some();
+            let has_pmi = var("PMI_FD").is_some() || var("PMI_PORT").is_some();
+            if in_step && ntasks > 1 && !has_pmi {
+                return check(
+                    Level::Warn,
+                    "slurm/pmi",
+                    format!(
+                        "Slurm job {job}: a {ntasks}-task step without a PMI-2/PMI-1 connection \
+                         (srun --mpi={}); rankwire ranks would refuse to start",
+                        var("SLURM_MPI_TYPE").unwrap_or_else(|| "none".into())
+                    ),
+                    Some(
+                        "start the step with `srun --mpi=pmi2`, or run `rwrun` inside the allocation",
+                    ),
+                );
+            }
             let pmi: Vec<String> = [
                 "PMI_RANK",
                 "PMI_SIZE",

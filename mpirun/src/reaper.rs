@@ -118,6 +118,8 @@ unsafe fn run_child(fd: i32) -> ! {
             0,
         );
 
+        // rwrun's pid, for its job id (`rw<pid><8 hex>`, see spawn.rs).
+        let parent = libc::getppid();
         let mut groups: Vec<i32> = Vec::new();
         let mut word = [0u8; 4];
         let mut have = 0usize;
@@ -147,8 +149,36 @@ unsafe fn run_child(fd: i32) -> ! {
         for &g in &groups {
             libc::killpg(g, libc::SIGKILL);
         }
+        // Ranks killed while setting up shared memory may leave segment names behind
+        // (rwrun's own cleanup never ran): remove this job's.
+        std::thread::sleep(Duration::from_millis(20));
+        remove_job_segments(parent);
         libc::_exit(0)
     }
+}
+
+/// Remove `/dev/shm/rankwire-rw<pid><8 hex>-*`: the segments of the job of the rwrun
+/// with process id `pid`.
+fn remove_job_segments(pid: i32) {
+    let prefix = format!("rankwire-rw{pid}");
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if is_job_segment(&name, &prefix) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Whether `name` is `<prefix><8 hex digits>-…`.
+fn is_job_segment(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix).is_some_and(|rest| {
+        rest.len() > 9
+            && rest.as_bytes()[..8].iter().all(u8::is_ascii_hexdigit)
+            && rest.as_bytes()[8] == b'-'
+    })
 }
 
 unsafe fn close_all_except(keep: i32) {
@@ -164,5 +194,31 @@ unsafe fn close_all_except(keep: i32) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_job_segment;
+
+    #[test]
+    fn job_segment_names_match_exactly_one_rwrun() {
+        assert!(is_job_segment(
+            "rankwire-rw1234abcdef01-0-shm",
+            "rankwire-rw1234"
+        ));
+        // Another rwrun whose pid starts with the same digits.
+        assert!(!is_job_segment(
+            "rankwire-rw12345bcdef012-0-shm",
+            "rankwire-rw1234"
+        ));
+        assert!(!is_job_segment(
+            "rankwire-rw1234abcdef0-0-shm",
+            "rankwire-rw1234"
+        ));
+        assert!(!is_job_segment(
+            "rankwire-slurm-1-0-5-0-shm",
+            "rankwire-rw1234"
+        ));
     }
 }

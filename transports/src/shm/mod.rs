@@ -236,7 +236,10 @@ impl ShmTransport {
             first_err.get_or_insert(os("bootstrap put", e));
         }
         if let Err(e) = ex.fence() {
-            // The others may be stuck already; no point in the second fence.
+            // The others may be stuck already; no point in the second fence. A peer that
+            // died before mapping its partners leaves its segment name behind, and no
+            // launcher may clean up (direct srun): remove the names of all of them.
+            unlink_peer_names(job_id, &peer_ranks);
             return Err(first_err.unwrap_or(os("bootstrap fence", e)));
         }
 
@@ -261,9 +264,13 @@ impl ShmTransport {
             debug!("shm: rank {my_rank}: shm_unlink {name}: {e}");
         }
         if let Some(e) = first_err {
+            unlink_peer_names(job_id, &peer_ranks);
             return Err(e);
         }
-        fence2.map_err(|e| os("bootstrap fence", e))?;
+        if let Err(e) = fence2 {
+            unlink_peer_names(job_id, &peer_ranks);
+            return Err(os("bootstrap fence", e));
+        }
 
         let mut max_payload = ring::max_payload(ring_bytes);
         let mut peers = Vec::with_capacity(attached.len());
@@ -560,6 +567,17 @@ impl fmt::Debug for ShmTransport {
 
 /// `/rankwire-<job>-<rank>-shm` (the name `shm_open` takes; the file is
 /// `/dev/shm/rankwire-<job>-<rank>-shm`).
+/// Remove the segment names of `peers` (a setup that failed: a peer may have died
+/// before everyone mapped its segment). Names already removed are ignored.
+fn unlink_peer_names(job_id: &str, peers: &[u32]) {
+    for &p in peers {
+        if let Ok(c) = std::ffi::CString::new(segment_name(job_id, p)) {
+            // SAFETY: shm_unlink only reads the NUL-terminated name.
+            unsafe { libc::shm_unlink(c.as_ptr()) };
+        }
+    }
+}
+
 fn segment_name(job_id: &str, rank: u32) -> String {
     format!("/rankwire-{job_id}-{rank}-shm")
 }
