@@ -304,7 +304,7 @@ fn init_inner() -> Result<Universe> {
     let u = init_world()?;
     u.inner.lock().watchdog = watchdog;
     let rows = u.inner.paths.rows();
-    if std::env::var(crate::explain::EXPLAIN_ENV).is_ok_and(|v| v != "0") {
+    if env_switch(crate::explain::EXPLAIN_ENV) == Some(true) {
         let table = crate::explain::render(&rows);
         let mut out = String::new();
         for line in table.lines() {
@@ -520,11 +520,11 @@ fn build(joined: Joined) -> Result<Universe> {
     // Same-node peers exchange large host messages in one copy by cross-memory attach
     // (process_vm_readv); a receiver that is refused falls back to copying through the
     // transport. RANKWIRE_CMA=0 turns it off.
-    let cma = std::env::var("RANKWIRE_CMA").map_or(true, |v| v != "0");
+    let cma = env_switch("RANKWIRE_CMA") != Some(false);
     let gpu_state = enable_gpu(&mut engine);
     let ipc_state = match &gpu_state {
         Err(e) => Err(e.clone()),
-        Ok(()) if std::env::var("RANKWIRE_CUDA_IPC").is_ok_and(|v| v == "0") => {
+        Ok(()) if env_switch("RANKWIRE_CUDA_IPC") == Some(false) => {
             Err("turned off by RANKWIRE_CUDA_IPC=0".to_string())
         }
         Ok(()) => Ok(()),
@@ -603,6 +603,23 @@ fn singleton() -> Universe {
             finalized: AtomicBool::new(false),
             paths,
         }),
+    }
+}
+
+/// An on/off environment switch: `1`/`on`/`true`/`yes` → on, `0`/`off`/`false`/`no` →
+/// off (any case), unset or empty → `None`; anything else is warned about and ignored.
+pub(crate) fn env_switch(name: &str) -> Option<bool> {
+    let v = std::env::var(name).ok()?;
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" => None,
+        "1" | "on" | "true" | "yes" => Some(true),
+        "0" | "off" | "false" | "no" => Some(false),
+        other => {
+            tracing::warn!(
+                "{name}={other:?} is not one of 1/on/true/yes or 0/off/false/no; ignored"
+            );
+            None
+        }
     }
 }
 
