@@ -25,10 +25,12 @@
 
 use std::fmt;
 
+pub mod regcache;
 pub mod self_tp;
 pub mod shm;
 pub mod tcp;
 
+pub use regcache::{RegCache, RegCacheConfig, RegCacheStats, Registrar};
 pub use self_tp::SelfTransport;
 pub use shm::{ShmConfig, ShmTransport};
 pub use tcp::{TcpConfig, TcpTransport};
