@@ -4,12 +4,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rankwire_transports::{PeerInfo, ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport};
+use rankwire_transports::{
+    PeerInfo, RdmaConfig, RdmaDevice, RdmaTransport, ShmConfig, ShmTransport, TcpConfig,
+    TcpTransport, Transport,
+};
 
 use crate::bootstrap::client::{BootstrapClient, spawn_launcher_watch};
 use crate::bootstrap::env;
 use crate::comm::Communicator;
-use crate::engine::{Backoff, Engine, IdleAction, Route, Waiter};
+use crate::engine::{Backoff, Engine, IdleAction, RdmaOffer, Route, Waiter};
 use crate::error::{Error, Result};
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -87,6 +90,19 @@ impl Universe {
     /// evictions, open now); `None` before the first IPC transfer.
     pub fn cuda_ipc_stats(&self) -> Option<rankwire_gpu::IpcCacheStats> {
         self.inner.lock().ipc.stats()
+    }
+
+    /// Counters of the RDMA transport (registration cache hits, misses, evictions and
+    /// invalidations; data-path sends, credit stalls, reads, writes); `None` when no
+    /// peer is reached over RDMA.
+    pub fn rdma_stats(
+        &self,
+    ) -> Option<(
+        rankwire_transports::RegCacheStats,
+        rankwire_transports::rdma::RdmaStats,
+    )> {
+        let e = self.inner.lock();
+        e.rdma().map(|t| (t.registry().stats(), t.stats()))
     }
 
     /// Ask the launcher to abort every rank of the job with exit status `code`
@@ -239,10 +255,12 @@ fn init_inner() -> Result<Universe> {
             .map_err(|e| Error::Bootstrap(e.to_string()))?;
         node_ids.push(String::from_utf8_lossy(&v).into_owned());
     }
-    // Transport selection, per peer, walks the table self -> shm -> tcp. Every rank
-    // takes the same decisions (same environment, symmetric node identity), and every
-    // rank constructs each transport, because their setup includes job-wide fences.
+    // Transport selection, per peer, walks the table self -> shm -> rdma -> tcp. Every
+    // rank takes the same decisions (same environment, symmetric node identity, the
+    // published RDMA availability), and every rank constructs each transport, because
+    // their setup includes job-wide fences.
     let allowed = allowed_transports()?;
+    let (rdma_cfg, rdma_dev, rdma_ok) = probe_rdma(rank, size, &allowed, &mut client)?;
     let local: Vec<u32> = (0..size)
         .filter(|&r| r != rank && node_ids[r as usize] == me)
         .collect();
@@ -263,7 +281,7 @@ fn init_inner() -> Result<Universe> {
             pid: 0,
         };
         let mut why_not = Vec::new();
-        let route = if r == rank {
+        let mut route = if r == rank {
             Route::SelfTp
         } else if let Some(t) = shm.as_ref().filter(|_| local.contains(&r)) {
             match t.can_reach(&info) {
@@ -282,11 +300,22 @@ fn init_inner() -> Result<Universe> {
             Route::Tcp
         };
         if route == Route::Tcp {
+            if !allowed.contains(&"rdma") {
+                why_not.push("rdma: excluded by RANKWIRE_TRANSPORTS".to_string());
+            } else if rdma_dev.is_none() {
+                why_not.push("rdma: no RDMA device in this process".to_string());
+            } else if !rdma_ok[r as usize] {
+                why_not.push(format!("rdma: rank {r} has no RDMA device"));
+            } else {
+                route = Route::Rdma;
+            }
+        }
+        if route == Route::Tcp {
             if !allowed.contains(&"tcp") {
                 return Err(Error::Connection {
                     peer: r,
                     detail: format!(
-                        "no allowed transport reaches rank {r} from rank {rank}: {}; tcp: excluded by RANKWIRE_TRANSPORTS",
+                        "no allowed transport reaches rank {r} from rank {rank}: {}; tcp: excluded by RANKWIRE_TRANSPORTS (RANKWIRE_LOG=debug shows why RDMA is off)",
                         why_not.join("; ")
                     ),
                 });
@@ -318,18 +347,53 @@ fn init_inner() -> Result<Universe> {
     } else {
         None
     };
+    let rdma_peers: Vec<u32> = (0..size)
+        .filter(|&r| routes[r as usize] == Route::Rdma)
+        .collect();
+    let rdma = match rdma_cfg {
+        Some(cfg) => RdmaTransport::new(
+            rank,
+            rdma_dev.filter(|_| !rdma_peers.is_empty()),
+            &cfg,
+            &mut client,
+            &rdma_peers,
+        )?,
+        None => None,
+    };
     // A transport that serves no peer is dropped after the setup fences, so progress
     // never polls it.
     let shm = shm.filter(|_| routes.contains(&Route::Shm));
     let tcp = tcp.filter(|_| !tcp_peers.is_empty());
-    let mut engine = Engine::new(rank, size, shm, tcp, routes, Backoff::from_env(local_size));
+    let registry = rdma.as_ref().map(|t| t.registry());
+    let mut engine = Engine::new(
+        rank,
+        size,
+        shm,
+        tcp,
+        rdma,
+        routes.clone(),
+        Backoff::from_env(local_size),
+    );
     // Same-node peers exchange large host messages in one copy by cross-memory attach
     // (process_vm_readv); a receiver that is refused falls back to copying through the
     // transport. RANKWIRE_CMA=0 turns it off.
     let cma = std::env::var("RANKWIRE_CMA").map_or(true, |v| v != "0");
     let gpu = enable_gpu(&mut engine);
     let cuda_ipc = gpu && std::env::var("RANKWIRE_CUDA_IPC").map_or(true, |v| v != "0");
-    for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
+    if let Some(reg) = registry {
+        // Rendezvous over RDMA: the Rts carries address, length and rkey of the
+        // registered send buffer, and the receiver RDMA-reads it.
+        engine
+            .proto
+            .set_net_offer(Box::new(RdmaOffer::new(reg)), &rdma_peers);
+        for &r in &rdma_peers {
+            engine.proto.allow_pull(r, true);
+            tracing::debug!("rank {rank} <- rank {r}: large host messages by RDMA READ");
+        }
+    }
+    for r in (0..size)
+        .filter(|&r| r != rank && node_ids[r as usize] == me && routes[r as usize] != Route::Rdma)
+    {
         if cuda_ipc {
             engine.proto.allow_cuda_ipc(r);
         }
@@ -356,7 +420,15 @@ fn init_inner() -> Result<Universe> {
 }
 
 fn singleton() -> Universe {
-    let mut engine = Engine::new(0, 1, None, None, vec![Route::SelfTp], Backoff::from_env(1));
+    let mut engine = Engine::new(
+        0,
+        1,
+        None,
+        None,
+        None,
+        vec![Route::SelfTp],
+        Backoff::from_env(1),
+    );
     enable_gpu(&mut engine);
     Universe {
         inner: Arc::new(Inner {
@@ -384,21 +456,66 @@ pub(crate) fn node_id() -> String {
     format!("{host}/{boot}/{netns}")
 }
 
-/// Transports allowed by `RANKWIRE_TRANSPORTS` (comma-separated subset of `shm,tcp`;
-/// default both). The self transport is always used for a rank's own messages.
+/// RDMA device of this process and which ranks have one (published through the
+/// bootstrap), when RDMA is allowed and the job has more than one rank. "No RDMA
+/// here" (no library, no device, `ENOSYS`) is not an error: it is said once in the
+/// debug log and TCP is used. A settings error (`RANKWIRE_IB_HCA`,
+/// `RANKWIRE_IB_GID_INDEX`) is [`Error::Usage`].
+#[allow(clippy::type_complexity)]
+fn probe_rdma(
+    rank: u32,
+    size: u32,
+    allowed: &[&str],
+    client: &mut BootstrapClient,
+) -> Result<(Option<RdmaConfig>, Option<RdmaDevice>, Vec<bool>)> {
+    if !allowed.contains(&"rdma") || size < 2 {
+        return Ok((None, None, vec![false; size as usize]));
+    }
+    let cfg = RdmaConfig::from_env()
+        .map_err(|e| Error::usage(format!("RDMA transport settings: {e}")))?;
+    let dev = match RdmaDevice::probe(&cfg) {
+        Ok(Ok(d)) => {
+            tracing::debug!("rdma: rank {rank} uses {}", d.why());
+            Some(d)
+        }
+        Ok(Err(why)) => {
+            tracing::debug!("rdma: no RDMA here ({why}); peers off this node use tcp");
+            None
+        }
+        Err(e) => return Err(Error::usage(format!("RDMA transport settings: {e}"))),
+    };
+    let boot = |e: crate::bootstrap::client::BootstrapError| Error::Bootstrap(e.to_string());
+    client
+        .put(
+            &format!("rdma-{rank}"),
+            if dev.is_some() { b"1" } else { b"0" },
+        )
+        .map_err(boot)?;
+    client.fence().map_err(boot)?;
+    let mut ok = Vec::with_capacity(size as usize);
+    for r in 0..size {
+        ok.push(client.get(&format!("rdma-{r}")).map_err(boot)? == b"1");
+    }
+    Ok((Some(cfg), dev, ok))
+}
+
+/// Transports allowed by `RANKWIRE_TRANSPORTS` (comma-separated subset of
+/// `shm,rdma,tcp`; default all). The self transport is always used for a rank's own
+/// messages.
 fn allowed_transports() -> Result<Vec<&'static str>> {
     let Ok(v) = std::env::var("RANKWIRE_TRANSPORTS") else {
-        return Ok(vec!["shm", "tcp"]);
+        return Ok(vec!["shm", "rdma", "tcp"]);
     };
     let mut out = Vec::new();
     for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
         match t {
             "shm" => out.push("shm"),
             "tcp" => out.push("tcp"),
+            "rdma" => out.push("rdma"),
             "self" => {}
             other => {
                 return Err(Error::usage(format!(
-                    "RANKWIRE_TRANSPORTS={v:?}: unknown transport {other:?} (known: shm, tcp)"
+                    "RANKWIRE_TRANSPORTS={v:?}: unknown transport {other:?} (known: self, shm, rdma, tcp)"
                 )));
             }
         }
