@@ -350,6 +350,7 @@ fn init_inner() -> Result<Universe> {
     let rdma_peers: Vec<u32> = (0..size)
         .filter(|&r| routes[r as usize] == Route::Rdma)
         .collect();
+    let rdma_cfg_kept = rdma_cfg.clone();
     let rdma = match rdma_cfg {
         Some(cfg) => RdmaTransport::new(
             rank,
@@ -379,6 +380,9 @@ fn init_inner() -> Result<Universe> {
     // transport. RANKWIRE_CMA=0 turns it off.
     let cma = std::env::var("RANKWIRE_CMA").map_or(true, |v| v != "0");
     let gpu = enable_gpu(&mut engine);
+    if let (true, Some(t), Some(cfg)) = (gpu, engine.rdma(), rdma_cfg_kept.as_ref()) {
+        gdr_choice(rank, t, cfg)?;
+    }
     let cuda_ipc = gpu && std::env::var("RANKWIRE_CUDA_IPC").map_or(true, |v| v != "0");
     if let Some(reg) = registry {
         // Rendezvous over RDMA: the Rts carries address, length and rkey of the
@@ -521,6 +525,36 @@ fn allowed_transports() -> Result<Vec<&'static str>> {
         }
     }
     Ok(out)
+}
+
+/// How GPU buffers would reach the NIC (GPUDirect RDMA): DMA-BUF first
+/// (`cuMemGetHandleForAddressRange` + `ibv_reg_dmabuf_mr`), else `ibv_reg_mr` on the
+/// device pointer through `nvidia_peermem`, else staging through host memory. The
+/// choice and its reason go to the debug log. Device buffers currently always take the
+/// staged path over RDMA (the rdma transport declares no CUDA caps); this establishes
+/// and reports what a direct path would use, and `RANKWIRE_RDMA_GDR=1` fails the job
+/// when no direct path exists.
+///
+/// # Errors
+/// [`Error::Usage`] when `RANKWIRE_RDMA_GDR=1` and neither direct path is available.
+fn gdr_choice(rank: u32, t: &RdmaTransport, cfg: &RdmaConfig) -> Result<()> {
+    use rankwire_transports::rdma::{GdrFacts, gdr_path};
+    let ordinal = 0;
+    let facts = GdrFacts {
+        cuda_dmabuf: rankwire_gpu::dmabuf_supported(ordinal).unwrap_or(false),
+        verbs_dmabuf: t.has_dmabuf_mr(),
+        peermem_loaded: GdrFacts::peermem_loaded_here(),
+    };
+    match gdr_path(facts, cfg.require_gdr) {
+        Ok((path, why)) => {
+            tracing::debug!(
+                "rdma: rank {rank}: GPU buffers on {}: {path:?} ({why}); transfers of device buffers are staged through host memory in this version",
+                t.device_name()
+            );
+            Ok(())
+        }
+        Err(e) => Err(Error::usage(format!("rank {rank}: {e}"))),
+    }
 }
 
 /// Give the protocol device-memory access when this build and process can use CUDA.
