@@ -166,6 +166,37 @@ fn leave_pinned_reuses_registrations() {
 }
 
 #[test]
+fn the_debug_log_explains_the_device_and_gid_choice() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    let out = run_scenario(
+        &app(),
+        2,
+        &[
+            ("RANKWIRE_TRANSPORTS", "rdma"),
+            ("RDMA_EXPECT", "rdma"),
+            ("RANKWIRE_LOG", "rankwire=debug"),
+        ],
+        &["repeat"],
+        T,
+    );
+    // Soft-RoCE has RoCE v2 GIDs only; the IPv4-mapped one is the default choice.
+    assert_eq!(
+        out.stderr.matches("RoCE v2, IPv4-mapped").count(),
+        2,
+        "one choice line per rank expected:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("host memory via rdma"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
 fn wrong_gid_index_is_a_clear_error() {
     if !have_rdma() {
         eprintln!("skipped: no RDMA device on this machine");

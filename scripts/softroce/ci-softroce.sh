@@ -29,6 +29,8 @@ fi
 t1=$(date +%s); echo "ci-softroce: TIMING host-packages=$((t1-t0))s"
 
 if [ ! -f "$WORK/initrd.img" ] || [ ! -f "$WORK/vmlinuz" ] || [ "${FRESH:-0}" = 1 ]; then
+  # build-rootfs.sh asks apt which kernel package is current: needs fresh package lists.
+  apt-get update -qq
   timeout 1500 "$HERE/build-rootfs.sh"
 fi
 t2=$(date +%s); echo "ci-softroce: TIMING guest-image=$((t2-t1))s"

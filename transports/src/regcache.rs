@@ -350,6 +350,17 @@ impl<R: Registrar> RegCache<R> {
         }
     }
 
+    /// Deregister every entry, including those with operations in flight (teardown,
+    /// once the NIC can no longer touch them: queue pairs destroyed). Later releases of
+    /// their leases do nothing.
+    pub fn clear(&mut self) {
+        self.idle.clear();
+        let ids: Vec<u64> = self.entries.keys().copied().collect();
+        for id in ids {
+            self.drop_entry(id);
+        }
+    }
+
     fn invalidate(&mut self, id: u64) {
         let Some(e) = self.entries.get_mut(&id) else {
             return;
@@ -403,10 +414,7 @@ impl<R: Registrar> RegCache<R> {
 
 impl<R: Registrar> Drop for RegCache<R> {
     fn drop(&mut self) {
-        let ids: Vec<u64> = self.entries.keys().copied().collect();
-        for id in ids {
-            self.drop_entry(id);
-        }
+        self.clear();
     }
 }
 
@@ -676,6 +684,20 @@ mod tests {
         drop(c);
         let l = f.0.borrow();
         assert!(l.live.is_empty());
+        assert_eq!(l.registers, l.deregisters);
+    }
+
+    #[test]
+    fn clear_deregisters_entries_in_use_and_their_late_release_is_harmless() {
+        let (mut c, f) = cache(8, 1 << 30);
+        let a = c.acquire(0x1000, 10, 1).unwrap();
+        let b = c.acquire(0x9000, 10, 2).unwrap();
+        c.release(b);
+        c.clear();
+        assert!(f.0.borrow().live.is_empty());
+        assert_eq!(c.stats().entries, 0);
+        c.release(a);
+        let l = f.0.borrow();
         assert_eq!(l.registers, l.deregisters);
     }
 

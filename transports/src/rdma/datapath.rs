@@ -76,11 +76,11 @@ impl RdmaTransport {
             });
         }
         let conn = &self.conns[c];
-        // Keep one send-queue entry for credit updates.
         if self.credits(c) == 0 {
             self.stats.credit_stalls += 1;
             return Ok(SendOutcome::Busy);
         }
+        // Keep one send-queue entry for credit updates.
         if conn.send_busy >= self.slots || conn.sq_outstanding + 2 > self.sq_depth {
             return Ok(SendOutcome::Busy);
         }

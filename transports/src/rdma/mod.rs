@@ -225,7 +225,6 @@ struct Chunk {
 /// The RDMA transport of one rank. See the module doc.
 pub struct RdmaTransport {
     caps: Caps,
-    dev: device::Device,
     verbs: Arc<Verbs>,
     pd: *mut IbvPd,
     cq: *mut IbvCq,
@@ -245,6 +244,8 @@ pub struct RdmaTransport {
     done: Vec<crate::Event>,
     quiesced: bool,
     stats: RdmaStats,
+    // Last: closing the device must come after every field that holds its objects.
+    dev: device::Device,
 }
 
 // SAFETY: all verbs objects are used by the one thread that holds the engine lock.
@@ -352,9 +353,11 @@ impl RdmaTransport {
         }
         fence(ex)?;
         tracing::debug!(
-            "rdma: rank {rank} connected to {} peer(s) on {}",
+            "rdma: rank {rank} connected to {} peer(s) on {} port {}, GID index {}",
             t.conns.len(),
-            t.dev.why
+            t.dev.name,
+            t.dev.port,
+            t.dev.gid_index
         );
         Ok(Some(t))
     }
@@ -566,14 +569,14 @@ impl Drop for RdmaTransport {
             for c in &self.conns {
                 (v.destroy_qp)(c.qp);
             }
-            self.registry.flush();
+            self.registry.clear();
             if !self.pool_mr.is_null() {
                 (v.dereg_mr)(self.pool_mr);
             }
             (v.destroy_cq)(self.cq);
             let rc = (v.dealloc_pd)(self.pd);
             if rc != 0 {
-                tracing::debug!("rdma: ibv_dealloc_pd: rc {rc} (registrations still held)");
+                tracing::debug!("rdma: ibv_dealloc_pd: rc {rc}");
             }
             std::alloc::dealloc(self.pool, self.pool_layout);
         }

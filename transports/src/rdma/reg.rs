@@ -178,9 +178,10 @@ impl Registry {
         self.lock().stats()
     }
 
-    /// Drop every idle registration (before the PD goes away).
-    pub(crate) fn flush(&self) {
-        self.lock().flush_idle();
+    /// Drop every registration, in use or not (teardown: the QPs are gone, and the PD
+    /// must be empty before it can be deallocated).
+    pub(crate) fn clear(&self) {
+        self.lock().clear();
     }
 }
 
