@@ -6,13 +6,28 @@
 # multi-process tests uses the same rxe device (loopback to its own address): two rxe
 # devices in one network namespace do not work on this kernel.
 # Prints "RDMA-SUITE <name> rc=<code>" per suite; the host decides pass/fail from those.
+# $1: "single" (default: one VM, every suite), or "server" / "client" (two VMs joined by
+# a QEMU socket link on eth0: only the two-node test, rdma_two_node).
 S=/mnt/host
+MODE=${1:-single}
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 modprobe crc32_generic; modprobe rdma_rxe; modprobe ib_uverbs; modprobe veth
-ip link add veth0 type veth peer name veth1
-ip addr add 10.77.0.1/24 dev veth0
-ip link set veth0 up; ip link set veth1 up
-if ! rdma link add rxe0 type rxe netdev veth0; then
+if [ "$MODE" = server ] || [ "$MODE" = client ]; then
+  modprobe virtio_net
+  sleep 1
+  if [ "$MODE" = server ]; then me=1; else me=2; fi
+  ip addr add 10.77.1.$me/24 dev eth0
+  ip link set eth0 up
+  NETDEV=eth0
+  export RANKWIRE_RDMA_TWO_NODE=$MODE RANKWIRE_RDMA_PEER=10.77.1.1:47800
+  sleep 2
+else
+  ip link add veth0 type veth peer name veth1
+  ip addr add 10.77.0.1/24 dev veth0
+  ip link set veth0 up; ip link set veth1 up
+  NETDEV=veth0
+fi
+if ! rdma link add rxe0 type rxe netdev $NETDEV; then
   echo "RDMA-SUITE setup rc=1 (rdma link add failed)"
   exit 1
 fi
@@ -26,6 +41,10 @@ cp -r "$S/bin" /tmp/bin
 export RANKWIRE_TEST_REQUIRE_RDMA=1 RUST_BACKTRACE=1
 for t in /tmp/bin/deps/*; do
   name=$(basename "$t")
+  case "$MODE:$name" in
+    single:*|server:rdma_two_node-*|client:rdma_two_node-*) ;;
+    *) continue ;;
+  esac
   echo "=== $name"
   start=$(cut -d' ' -f1 /proc/uptime)
   timeout 900 "$t" --test-threads=1 --nocapture
