@@ -395,11 +395,13 @@ fn init_inner() -> Result<Universe> {
             tracing::debug!("rank {rank} <- rank {r}: large host messages by RDMA READ");
         }
     }
-    for r in (0..size)
-        .filter(|&r| r != rank && node_ids[r as usize] == me && routes[r as usize] != Route::Rdma)
-    {
+    for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
         if cuda_ipc {
             engine.proto.allow_cuda_ipc(r);
+        }
+        if routes[r as usize] == Route::Rdma {
+            // Forced onto RDMA inside a node: host rendezvous goes by RDMA READ.
+            continue;
         }
         engine.proto.offer_host_cma(r);
         engine.proto.allow_pull(r, cma);
