@@ -20,12 +20,13 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use rankwire_transports::rdma::{Held, Registry};
 use rankwire_transports::{
-    Event, SelfTransport, SendOutcome, ShmTransport, TcpTransport, Transport,
+    Event, RdmaTransport, SelfTransport, SendOutcome, ShmTransport, TcpTransport, Transport,
 };
 
 use crate::error::Error;
-use crate::protocol::{OutFrame, Protocol, PullReq};
+use crate::protocol::{NetOffer, OutFrame, Protocol, PullReq, RawBuf, ReqId};
 use crate::wire::RemoteMem;
 
 /// Pause after learning that a peer died, before failing requests with it (once per
@@ -39,6 +40,8 @@ pub(crate) enum Route {
     SelfTp,
     /// Shared memory (same node).
     Shm,
+    /// RDMA (verbs RC queue pairs).
+    Rdma,
     /// TCP.
     Tcp,
     /// No transport could reach the peer (only possible in a broken setup).
@@ -50,6 +53,7 @@ impl Route {
         match self {
             Route::SelfTp => "self",
             Route::Shm => "shm",
+            Route::Rdma => "rdma",
             Route::Tcp => "tcp",
             Route::None => "none",
         }
@@ -104,6 +108,7 @@ pub(crate) struct Engine {
     self_tp: SelfTransport,
     shm: Option<ShmTransport>,
     tcp: Option<TcpTransport>,
+    rdma: Option<RdmaTransport>,
     routes: Vec<Route>,
     backlog: Vec<VecDeque<OutFrame>>,
     events: Vec<Event>,
@@ -121,6 +126,7 @@ impl Engine {
         size: u32,
         shm: Option<ShmTransport>,
         tcp: Option<TcpTransport>,
+        rdma: Option<RdmaTransport>,
         routes: Vec<Route>,
         backoff: Backoff,
     ) -> Engine {
@@ -141,6 +147,7 @@ impl Engine {
             self_tp: SelfTransport::new(rank),
             shm,
             tcp,
+            rdma,
             routes,
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
             events: Vec::new(),
@@ -168,8 +175,14 @@ impl Engine {
             Route::SelfTp => self.self_tp.caps().host,
             Route::Shm => self.shm.as_ref().and_then(|t| t.caps().host),
             Route::Tcp => self.tcp.as_ref().and_then(|t| t.caps().host),
+            Route::Rdma => self.rdma.as_ref().and_then(|t| t.caps().host),
             Route::None => None,
         }
+    }
+
+    /// The RDMA transport, if it serves any peer.
+    pub(crate) fn rdma(&self) -> Option<&RdmaTransport> {
+        self.rdma.as_ref()
     }
 
     fn transport(&mut self, peer: u32) -> Option<&mut dyn Transport> {
@@ -177,6 +190,7 @@ impl Engine {
             Route::SelfTp => Some(&mut self.self_tp),
             Route::Shm => self.shm.as_mut().map(|t| t as &mut dyn Transport),
             Route::Tcp => self.tcp.as_mut().map(|t| t as &mut dyn Transport),
+            Route::Rdma => self.rdma.as_mut().map(|t| t as &mut dyn Transport),
             Route::None => None,
         }
     }
@@ -199,6 +213,7 @@ impl Engine {
             let self_caps = self.self_tp.caps().host;
             let shm_caps = self.shm.as_ref().and_then(|t| t.caps().host);
             let tcp_caps = self.tcp.as_ref().and_then(|t| t.caps().host);
+            let rdma_caps = self.rdma.as_ref().and_then(|t| t.caps().host);
             let Some(f) = self.proto.next_data(|peer| {
                 if !backlog[peer as usize].is_empty() {
                     return None;
@@ -207,6 +222,7 @@ impl Engine {
                     Route::SelfTp => self_caps,
                     Route::Shm => shm_caps,
                     Route::Tcp => tcp_caps,
+                    Route::Rdma => rdma_caps,
                     Route::None => None,
                 }?;
                 Some(caps.max_frame_payload_bytes)
@@ -227,6 +243,9 @@ impl Engine {
         if let Some(t) = self.tcp.as_mut() {
             any |= t.poll(&mut events);
         }
+        if let Some(t) = self.rdma.as_mut() {
+            any |= t.poll(&mut events);
+        }
         for ev in events.drain(..) {
             any = true;
             match ev {
@@ -239,6 +258,10 @@ impl Engine {
                         tracing::error!("rank {peer} sent a bad frame: {e}");
                         self.backlog[peer as usize].clear();
                     }
+                }
+                Event::OpDone { op, result, .. } => {
+                    // An RDMA READ of a pull-mode rendezvous finished.
+                    self.proto.pull_done(op, result.map_err(|e| e.to_string()));
                 }
                 Event::PeerFailed { peer, error } => {
                     tracing::debug!("peer {peer} failed: {error}");
@@ -263,6 +286,21 @@ impl Engine {
                     if let Err(e) = self.ipc.start(&p) {
                         self.proto.pull_done(p.rreq, Err(e));
                     }
+                }
+                RemoteMem::Rdma { addr, rkey, .. } => {
+                    let r = match self.rdma.as_mut() {
+                        // SAFETY: `dst` is the accepted prefix of a pending receive's
+                        // buffer, borrowed by that request until pull_done, which happens
+                        // on the OpDone event of this read.
+                        Some(t) => match unsafe {
+                            t.get(p.peer, p.rreq, p.dst.as_mut_ptr(), p.dst.len(), addr, rkey)
+                        } {
+                            Ok(()) => continue,
+                            Err(e) => Err(e.to_string()),
+                        },
+                        None => Err("no RDMA transport in this process".to_string()),
+                    };
+                    self.proto.pull_done(p.rreq, r);
                 }
                 _ => {
                     let r = execute_pull(&p);
@@ -343,6 +381,7 @@ impl Engine {
             && !self.proto.has_output()
             && self.shm.as_ref().is_none_or(|t| t.is_flushed())
             && self.tcp.as_ref().is_none_or(|t| t.is_flushed())
+            && self.rdma.as_ref().is_none_or(|t| t.is_flushed())
     }
 
     /// Sleep until a transport sees activity, at most `timeout`.
@@ -351,6 +390,11 @@ impl Engine {
     /// sleep on the shm doorbell with a short timeout so TCP arrivals wait at most that.
     pub(crate) fn wait_activity(&mut self, timeout: Duration) {
         let uses = |r: Route| self.routes.contains(&r);
+        if uses(Route::Rdma) {
+            // Completions are polled (no completion channel): stay responsive.
+            std::thread::yield_now();
+            return;
+        }
         match (uses(Route::Shm), uses(Route::Tcp)) {
             (true, false) => {
                 if let Some(t) = self.shm.as_mut() {
@@ -380,6 +424,9 @@ impl Engine {
             t.set_quiesced();
         }
         if let Some(t) = self.tcp.as_mut() {
+            t.set_quiesced();
+        }
+        if let Some(t) = self.rdma.as_mut() {
             t.set_quiesced();
         }
     }
@@ -469,4 +516,48 @@ fn cma_read(pid: u32, addr: u64, p: &PullReq) -> Result<(), String> {
         done += n;
     }
     Ok(())
+}
+
+/// Registers host send buffers for RDMA pull-mode rendezvous through the RDMA
+/// transport's registration cache, holding each registration until its send finishes.
+pub(crate) struct RdmaOffer {
+    registry: Registry,
+    held: rustc_hash::FxHashMap<ReqId, Held>,
+}
+
+impl RdmaOffer {
+    pub(crate) fn new(registry: Registry) -> Self {
+        RdmaOffer {
+            registry,
+            held: Default::default(),
+        }
+    }
+}
+
+impl NetOffer for RdmaOffer {
+    fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
+        let addr = buf.as_mut_ptr() as u64;
+        match self.registry.acquire_host(addr, buf.len() as u64) {
+            Ok(h) => {
+                let rkey = h.rkey;
+                self.held.insert(sreq, h);
+                Some(RemoteMem::Rdma {
+                    addr,
+                    len: buf.len() as u64,
+                    rkey,
+                })
+            }
+            Err(e) => {
+                tracing::debug!(
+                    "rdma: cannot register a send buffer ({e}); sending it as Data frames"
+                );
+                None
+            }
+        }
+    }
+    fn release(&mut self, sreq: ReqId) {
+        if let Some(h) = self.held.remove(&sreq) {
+            self.registry.release(h);
+        }
+    }
 }

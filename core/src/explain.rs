@@ -34,11 +34,11 @@ pub const REQUIRE_ENV: &str = "RANKWIRE_REQUIRE";
 /// Paths `RANKWIRE_REQUIRE` knows.
 pub const REQUIRABLE: &[&str] = &["shm", "cma", "ipc", "rdma", "gdr"];
 
-/// Why the RDMA transport (and GPUDirect RDMA over it) is not used. This build has no
-/// RDMA transport; the RDMA work replaces this function with the device probe.
-pub fn rdma_unavailable() -> Option<String> {
-    Some("not built / no device (this build has no RDMA transport)".into())
-}
+/// Why device buffers do not go NIC-direct (GPUDirect RDMA) even where the RDMA
+/// transport is used: the DMA-BUF / peermem registration is chosen and logged at init
+/// but not wired into the data path yet.
+const GDR_NOT_WIRED: &str = "device buffers over RDMA are staged through host memory (GPUDirect \
+                             registration is chosen at init but not used by the data path yet)";
 
 /// What selection decided for one peer.
 #[derive(Debug, Clone)]
@@ -63,6 +63,9 @@ pub(crate) struct Paths {
     pub(crate) gpu: std::result::Result<(), String>,
     /// CUDA IPC for same-node device memory: `Err(reason)` when off.
     pub(crate) cuda_ipc: std::result::Result<(), String>,
+    /// The RDMA transport in this process: `Err(reason)` when not usable (no library,
+    /// no device, turned off).
+    pub(crate) rdma: std::result::Result<(), String>,
 }
 
 /// One row of the table.
@@ -100,13 +103,22 @@ impl Paths {
         let transport = p.route.name();
         let mut rejected = p.rejected.clone();
         let remote = !p.same_node;
-        let rdma = rdma_unavailable();
+        let rdma = match (&self.rdma, p.route) {
+            (_, Route::Rdma) => None,
+            (Err(why), _) => Some(why.clone()),
+            (Ok(()), _) => Some("the peer has no usable RDMA device".to_string()),
+        };
         let mut protocol;
         match memory {
             "host" | "managed" => {
                 protocol = match p.route {
                     Route::SelfTp => "copy within the process".to_string(),
                     Route::None => "none: no transport reaches the peer".to_string(),
+                    Route::Rdma => format!(
+                        "eager <= {} B into pre-posted registered slots; above: rendezvous by \
+                         RDMA READ of the registered send buffer",
+                        p.eager_bytes
+                    ),
                     _ if p.same_node && self.cma.is_ok() => format!(
                         "eager <= {} B; above: rendezvous, single copy (cma, process_vm_readv)",
                         p.eager_bytes
@@ -174,7 +186,8 @@ impl Paths {
                 {
                     rejected.push(format!("cuda_ipc: {why}"));
                 }
-                if remote && let Some(why) = &rdma {
+                if remote {
+                    let why = rdma.clone().unwrap_or_else(|| GDR_NOT_WIRED.to_string());
                     rejected.push(format!("gdr: {why}"));
                 }
             }
@@ -230,10 +243,20 @@ impl Paths {
                             return fail(format!("cuda_ipc: {why}"));
                         }
                     }
-                    "rdma" | "gdr" if !p.same_node => {
-                        if let Some(why) = rdma_unavailable() {
-                            return fail(format!("{want}: {why}"));
-                        }
+                    "rdma" if !p.same_node && p.route != Route::Rdma => {
+                        let why = match &self.rdma {
+                            Err(why) => why.clone(),
+                            Ok(()) => "the peer has no usable RDMA device".to_string(),
+                        };
+                        return fail(format!("rdma: {why}"));
+                    }
+                    "gdr" if !p.same_node => {
+                        let why = match (&self.rdma, p.route) {
+                            (_, Route::Rdma) => GDR_NOT_WIRED.to_string(),
+                            (Err(why), _) => why.clone(),
+                            (Ok(()), _) => "the peer has no usable RDMA device".to_string(),
+                        };
+                        return fail(format!("gdr: {why}"));
                     }
                     _ => {}
                 }
@@ -292,6 +315,7 @@ mod tests {
             cma: Err("RANKWIRE_CMA=0".into()),
             gpu: Err("GPU support not built".into()),
             cuda_ipc: Err("RANKWIRE_CUDA_IPC=0".into()),
+            rdma: Err("not built / no device".into()),
         }
     }
 

@@ -155,6 +155,17 @@ pub trait DeviceMem: Send {
     fn done_with(&mut self, _buf: RawBuf) {}
 }
 
+/// Registration of host send buffers for network pull-mode rendezvous (RDMA READ by
+/// the receiver). Provided by the engine when an RDMA transport serves some peers.
+pub trait NetOffer: Send {
+    /// Register `buf` for the rendezvous send `sreq` and describe it for the peer
+    /// ([`RemoteMem::Rdma`]), or `None` if it cannot be registered (the receiver is
+    /// then asked to take `Data` frames instead).
+    fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem>;
+    /// The send `sreq` finished (completed or failed): its registration may go.
+    fn release(&mut self, sreq: ReqId);
+}
+
 // SAFETY: RawBuf is only dereferenced while the owning request is pending, and the API
 // layer keeps the buffer borrowed (shared for sends, exclusive for receives) until then.
 unsafe impl Send for RawBuf {}
@@ -352,10 +363,19 @@ pub struct Protocol {
     offer_to: HashSet<u32>,
     pid: u32,
     device: Option<Box<dyn DeviceMem>>,
+    /// Registration for RDMA pull-mode rendezvous, and the peers it serves.
+    net: Option<Box<dyn NetOffer>>,
+    net_to: HashSet<u32>,
     /// Peers whose device buffers this rank may pull through CUDA IPC.
     ipc_from: HashSet<u32>,
     /// Peers to which device-buffer rendezvous sends offer a CUDA IPC handle.
     ipc_to: HashSet<u32>,
+}
+
+impl std::fmt::Debug for dyn NetOffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NetOffer")
+    }
 }
 
 impl std::fmt::Debug for dyn DeviceMem {
@@ -385,6 +405,8 @@ impl Protocol {
             offer_to: Default::default(),
             pid: std::process::id(),
             device: None,
+            net: None,
+            net_to: Default::default(),
             ipc_from: Default::default(),
             ipc_to: Default::default(),
         }
@@ -393,6 +415,13 @@ impl Protocol {
     /// Give the protocol access to device memory (see [`DeviceMem`]).
     pub fn set_device_mem(&mut self, d: Box<dyn DeviceMem>) {
         self.device = Some(d);
+    }
+
+    /// Let rendezvous sends of host buffers to each of `peers` offer the buffer for an
+    /// RDMA READ by the receiver, registered through `net`.
+    pub fn set_net_offer(&mut self, net: Box<dyn NetOffer>, peers: &[u32]) {
+        self.net = Some(net);
+        self.net_to = peers.iter().copied().collect();
     }
 
     /// Allow device buffers to be exchanged with `peer` by CUDA IPC in both
@@ -555,6 +584,11 @@ impl Protocol {
                 } else {
                     RemoteMem::None
                 }
+            } else if self.net_to.contains(&dst) {
+                self.net
+                    .as_mut()
+                    .and_then(|n| n.offer(id, buf))
+                    .unwrap_or(RemoteMem::None)
             } else if self.offer_to.contains(&dst) {
                 RemoteMem::HostCma {
                     pid: self.pid,
@@ -732,6 +766,7 @@ impl Protocol {
             if let Some(s) = self.sends.remove(&id) {
                 self.release_device(s.buf);
             }
+            self.release_net(id);
             self.done.insert(id, Err(err.clone()));
         }
         let posted = self
@@ -807,6 +842,7 @@ impl Protocol {
                         if let Some(s) = self.sends.remove(&sreq) {
                             self.release_device(s.buf);
                         }
+                        self.release_net(sreq);
                         self.data_ready.retain(|&x| x != sreq);
                         self.done.insert(sreq, Err(e));
                         continue;
@@ -939,8 +975,15 @@ impl Protocol {
         }
     }
 
+    fn release_net(&mut self, id: ReqId) {
+        if let Some(n) = self.net.as_mut() {
+            n.release(id);
+        }
+    }
+
     fn complete_send(&mut self, id: ReqId, s: &SendReq) {
         self.release_device(s.buf);
+        self.release_net(id);
         self.done.insert(
             id,
             Ok(Status {
@@ -1110,6 +1153,9 @@ impl Protocol {
                     }
                     RemoteMem::CudaIpc { .. } => {
                         self.device.is_some() && self.ipc_from.contains(&env.src)
+                    }
+                    RemoteMem::Rdma { len, .. } => {
+                        r.buf.is_host() && self.pull_from.contains(&env.src) && len >= msg_len
                     }
                     _ => false,
                 };

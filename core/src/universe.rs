@@ -4,7 +4,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rankwire_transports::{PeerInfo, ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport};
+use rankwire_transports::{
+    PeerInfo, RdmaConfig, RdmaDevice, RdmaTransport, ShmConfig, ShmTransport, TcpConfig,
+    TcpTransport, Transport,
+};
 
 use crate::bootstrap::Wireup;
 use crate::bootstrap::client::{BootstrapClient, default_timeout, spawn_launcher_watch};
@@ -12,7 +15,7 @@ use crate::bootstrap::env;
 use crate::bootstrap::launch::{self, Launch};
 use crate::bootstrap::pmi::PmiClient;
 use crate::comm::Communicator;
-use crate::engine::{Backoff, Engine, IdleAction, Route, Waiter};
+use crate::engine::{Backoff, Engine, IdleAction, RdmaOffer, Route, Waiter};
 use crate::error::{Error, Result};
 use crate::explain::{Paths, PeerPath};
 use crate::watchdog::Watch;
@@ -138,6 +141,19 @@ impl Universe {
     /// evictions, open now); `None` before the first IPC transfer.
     pub fn cuda_ipc_stats(&self) -> Option<rankwire_gpu::IpcCacheStats> {
         self.inner.lock().ipc.stats()
+    }
+
+    /// Counters of the RDMA transport (registration cache hits, misses, evictions and
+    /// invalidations; data-path sends, credit stalls, reads, writes); `None` when no
+    /// peer is reached over RDMA.
+    pub fn rdma_stats(
+        &self,
+    ) -> Option<(
+        rankwire_transports::RegCacheStats,
+        rankwire_transports::rdma::RdmaStats,
+    )> {
+        let e = self.inner.lock();
+        e.rdma().map(|t| (t.registry().stats(), t.stats()))
     }
 
     /// Ask the launcher to abort every rank of the job with exit status `code`
@@ -429,10 +445,19 @@ fn build(joined: Joined) -> Result<Universe> {
         node_ids.push(String::from_utf8_lossy(&v).into_owned());
     }
     let local_size = local_size.unwrap_or_else(|| node_ids.iter().filter(|n| **n == me).count());
-    // Transport selection, per peer, walks the table self -> shm -> tcp. Every rank
-    // takes the same decisions (same environment, symmetric node identity), and every
-    // rank constructs each transport, because their setup includes job-wide fences.
+    // Transport selection, per peer, walks the table self -> shm -> rdma -> tcp. Every
+    // rank takes the same decisions (same environment, symmetric node identity, the
+    // published RDMA availability), and every rank constructs each transport, because
+    // their setup includes job-wide fences.
     let allowed = allowed_transports()?;
+    let (rdma_cfg, rdma_dev, rdma_ok) = probe_rdma(rank, size, &allowed, &mut client)?;
+    let rdma_state = if rdma_dev.is_some() {
+        Ok(())
+    } else if !allowed.contains(&"rdma") {
+        Err("excluded by RANKWIRE_TRANSPORTS".to_string())
+    } else {
+        Err("no RDMA device or libibverbs here (RANKWIRE_LOG=debug says which)".to_string())
+    };
     let local: Vec<u32> = (0..size)
         .filter(|&r| r != rank && node_ids[r as usize] == me)
         .collect();
@@ -456,7 +481,7 @@ fn build(joined: Joined) -> Result<Universe> {
             pid: 0,
         };
         let mut why_not = Vec::new();
-        let route = if r == rank {
+        let mut route = if r == rank {
             Route::SelfTp
         } else if let Some(t) = shm.as_ref().filter(|_| local.contains(&r)) {
             match t.can_reach(&info) {
@@ -475,11 +500,22 @@ fn build(joined: Joined) -> Result<Universe> {
             Route::Tcp
         };
         if route == Route::Tcp {
+            if !allowed.contains(&"rdma") {
+                why_not.push("rdma: excluded by RANKWIRE_TRANSPORTS".to_string());
+            } else if rdma_dev.is_none() {
+                why_not.push("rdma: no RDMA device in this process".to_string());
+            } else if !rdma_ok[r as usize] {
+                why_not.push(format!("rdma: rank {r} has no RDMA device"));
+            } else {
+                route = Route::Rdma;
+            }
+        }
+        if route == Route::Tcp {
             if !allowed.contains(&"tcp") {
                 return Err(Error::Connection {
                     peer: r,
                     detail: format!(
-                        "no allowed transport reaches rank {r} from rank {rank}: {}; tcp: excluded by RANKWIRE_TRANSPORTS",
+                        "no allowed transport reaches rank {r} from rank {rank}: {}; tcp: excluded by RANKWIRE_TRANSPORTS (RANKWIRE_LOG=debug shows why RDMA is off)",
                         why_not.join("; ")
                     ),
                 });
@@ -512,16 +548,42 @@ fn build(joined: Joined) -> Result<Universe> {
     } else {
         None
     };
+    let rdma_peers: Vec<u32> = (0..size)
+        .filter(|&r| routes[r as usize] == Route::Rdma)
+        .collect();
+    let rdma_cfg_kept = rdma_cfg.clone();
+    let rdma = match rdma_cfg {
+        Some(cfg) => RdmaTransport::new(
+            rank,
+            rdma_dev.filter(|_| !rdma_peers.is_empty()),
+            &cfg,
+            &mut client,
+            &rdma_peers,
+        )?,
+        None => None,
+    };
     // A transport that serves no peer is dropped after the setup fences, so progress
     // never polls it.
     let shm = shm.filter(|_| routes.contains(&Route::Shm));
     let tcp = tcp.filter(|_| !tcp_peers.is_empty());
-    let mut engine = Engine::new(rank, size, shm, tcp, routes, Backoff::from_env(local_size));
+    let registry = rdma.as_ref().map(|t| t.registry());
+    let mut engine = Engine::new(
+        rank,
+        size,
+        shm,
+        tcp,
+        rdma,
+        routes.clone(),
+        Backoff::from_env(local_size),
+    );
     // Same-node peers exchange large host messages in one copy by cross-memory attach
     // (process_vm_readv); a receiver that is refused falls back to copying through the
     // transport. RANKWIRE_CMA=0 turns it off.
     let cma = env_switch("RANKWIRE_CMA") != Some(false);
     let gpu_state = enable_gpu(&mut engine);
+    if let (Ok(()), Some(t), Some(cfg)) = (&gpu_state, engine.rdma(), rdma_cfg_kept.as_ref()) {
+        gdr_choice(rank, t, cfg)?;
+    }
     let ipc_state = match &gpu_state {
         Err(e) => Err(e.clone()),
         Ok(()) if env_switch("RANKWIRE_CUDA_IPC") == Some(false) => {
@@ -530,6 +592,17 @@ fn build(joined: Joined) -> Result<Universe> {
         Ok(()) => Ok(()),
     };
     let cuda_ipc = ipc_state.is_ok();
+    if let Some(reg) = registry {
+        // Rendezvous over RDMA: the Rts carries address, length and rkey of the
+        // registered send buffer, and the receiver RDMA-reads it.
+        engine
+            .proto
+            .set_net_offer(Box::new(RdmaOffer::new(reg)), &rdma_peers);
+        for &r in &rdma_peers {
+            engine.proto.allow_pull(r, true);
+            tracing::debug!("rank {rank} <- rank {r}: large host messages by RDMA READ");
+        }
+    }
     let paths = Paths {
         rank,
         peers: (0..size)
@@ -548,10 +621,15 @@ fn build(joined: Joined) -> Result<Universe> {
         },
         gpu: gpu_state,
         cuda_ipc: ipc_state,
+        rdma: rdma_state,
     };
     for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
         if cuda_ipc {
             engine.proto.allow_cuda_ipc(r);
+        }
+        if routes[r as usize] == Route::Rdma {
+            // Forced onto RDMA inside a node: host rendezvous goes by RDMA READ.
+            continue;
         }
         engine.proto.offer_host_cma(r);
         engine.proto.allow_pull(r, cma);
@@ -578,7 +656,15 @@ fn build(joined: Joined) -> Result<Universe> {
 }
 
 fn singleton() -> Universe {
-    let mut engine = Engine::new(0, 1, None, None, vec![Route::SelfTp], Backoff::from_env(1));
+    let mut engine = Engine::new(
+        0,
+        1,
+        None,
+        None,
+        None,
+        vec![Route::SelfTp],
+        Backoff::from_env(1),
+    );
     let gpu = enable_gpu(&mut engine);
     let paths = Paths {
         rank: 0,
@@ -591,6 +677,7 @@ fn singleton() -> Universe {
         }],
         cma: Err("no other rank".into()),
         cuda_ipc: Err("no other rank".into()),
+        rdma: Err("no other rank".into()),
         gpu,
     };
     Universe {
@@ -685,26 +772,102 @@ pub(crate) fn node_id() -> String {
     format!("{host}/{boot}/{netns}")
 }
 
-/// Transports allowed by `RANKWIRE_TRANSPORTS` (comma-separated subset of `shm,tcp`;
-/// default both). The self transport is always used for a rank's own messages.
+/// RDMA device of this process and which ranks have one (published through the
+/// bootstrap), when RDMA is allowed and the job has more than one rank. "No RDMA
+/// here" (no library, no device, `ENOSYS`) is not an error: it is said once in the
+/// debug log and TCP is used. A settings error (`RANKWIRE_IB_HCA`,
+/// `RANKWIRE_IB_GID_INDEX`) is [`Error::Usage`].
+#[allow(clippy::type_complexity)]
+fn probe_rdma(
+    rank: u32,
+    size: u32,
+    allowed: &[&str],
+    client: &mut Wireup,
+) -> Result<(Option<RdmaConfig>, Option<RdmaDevice>, Vec<bool>)> {
+    use rankwire_transports::Exchange;
+    if !allowed.contains(&"rdma") || size < 2 {
+        return Ok((None, None, vec![false; size as usize]));
+    }
+    let cfg = RdmaConfig::from_env()
+        .map_err(|e| Error::usage(format!("RDMA transport settings: {e}")))?;
+    let dev = match RdmaDevice::probe(&cfg) {
+        Ok(Ok(d)) => {
+            tracing::debug!("rdma: rank {rank} uses {}", d.why());
+            Some(d)
+        }
+        Ok(Err(why)) => {
+            tracing::debug!("rdma: no RDMA here ({why}); peers off this node use tcp");
+            None
+        }
+        Err(e) => return Err(Error::usage(format!("RDMA transport settings: {e}"))),
+    };
+    let boot = Error::Bootstrap;
+    client
+        .put(
+            &format!("rdma-{rank}"),
+            if dev.is_some() { b"1" } else { b"0" },
+        )
+        .map_err(boot)?;
+    client.fence().map_err(boot)?;
+    let mut ok = Vec::with_capacity(size as usize);
+    for r in 0..size {
+        ok.push(client.get(&format!("rdma-{r}")).map_err(boot)? == b"1");
+    }
+    Ok((Some(cfg), dev, ok))
+}
+
+/// Transports allowed by `RANKWIRE_TRANSPORTS` (comma-separated subset of
+/// `shm,rdma,tcp`; default all). The self transport is always used for a rank's own
+/// messages.
 fn allowed_transports() -> Result<Vec<&'static str>> {
     let Ok(v) = std::env::var("RANKWIRE_TRANSPORTS") else {
-        return Ok(vec!["shm", "tcp"]);
+        return Ok(vec!["shm", "rdma", "tcp"]);
     };
     let mut out = Vec::new();
     for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
         match t {
             "shm" => out.push("shm"),
             "tcp" => out.push("tcp"),
+            "rdma" => out.push("rdma"),
             "self" => {}
             other => {
                 return Err(Error::usage(format!(
-                    "RANKWIRE_TRANSPORTS={v:?}: unknown transport {other:?} (known: shm, tcp)"
+                    "RANKWIRE_TRANSPORTS={v:?}: unknown transport {other:?} (known: self, shm, rdma, tcp)"
                 )));
             }
         }
     }
     Ok(out)
+}
+
+/// How GPU buffers would reach the NIC (GPUDirect RDMA): DMA-BUF first
+/// (`cuMemGetHandleForAddressRange` + `ibv_reg_dmabuf_mr`), else `ibv_reg_mr` on the
+/// device pointer through `nvidia_peermem`, else staging through host memory. The
+/// choice and its reason go to the debug log. Device buffers currently always take the
+/// staged path over RDMA (the rdma transport declares no CUDA caps); this establishes
+/// and reports what a direct path would use, and `RANKWIRE_RDMA_GDR=1` fails the job
+/// when no direct path exists.
+///
+/// # Errors
+/// [`Error::Usage`] when `RANKWIRE_RDMA_GDR=1` and neither direct path is available.
+fn gdr_choice(rank: u32, t: &RdmaTransport, cfg: &RdmaConfig) -> Result<()> {
+    use rankwire_transports::rdma::{GdrFacts, gdr_path};
+    let ordinal = 0;
+    let facts = GdrFacts {
+        cuda_dmabuf: rankwire_gpu::dmabuf_supported(ordinal).unwrap_or(false),
+        verbs_dmabuf: t.has_dmabuf_mr(),
+        peermem_loaded: GdrFacts::peermem_loaded_here(),
+    };
+    match gdr_path(facts, cfg.require_gdr) {
+        Ok((path, why)) => {
+            tracing::debug!(
+                "rdma: rank {rank}: GPU buffers on {}: {path:?} ({why}); transfers of device buffers are staged through host memory in this version",
+                t.device_name()
+            );
+            Ok(())
+        }
+        Err(e) => Err(Error::usage(format!("rank {rank}: {e}"))),
+    }
 }
 
 /// Give the protocol device-memory access when this build and process can use CUDA.

@@ -25,10 +25,14 @@
 
 use std::fmt;
 
+pub mod rdma;
+pub mod regcache;
 pub mod self_tp;
 pub mod shm;
 pub mod tcp;
 
+pub use rdma::{RdmaConfig, RdmaDevice, RdmaTransport};
+pub use regcache::{RegCache, RegCacheConfig, RegCacheStats, Registrar};
 pub use self_tp::SelfTransport;
 pub use shm::{ShmConfig, ShmTransport};
 pub use tcp::{TcpConfig, TcpTransport};
@@ -145,6 +149,16 @@ pub enum Event {
         header: Vec<u8>,
         /// Payload bytes.
         payload: Vec<u8>,
+    },
+    /// A one-sided operation ([`RdmaTransport::get`] / [`RdmaTransport::put`]) with
+    /// `peer` finished; its local buffer may be used again.
+    OpDone {
+        /// World rank of the peer.
+        peer: u32,
+        /// The caller's operation id.
+        op: u64,
+        /// Whether the data moved.
+        result: Result<(), TransportError>,
     },
     /// The connection to `peer` is gone or broken; every operation with it must fail.
     PeerFailed {

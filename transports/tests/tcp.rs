@@ -212,6 +212,7 @@ fn short(e: &Event) -> String {
             payload,
         } => format!("Recv(peer {peer}, h {}, p {})", header.len(), payload.len()),
         Event::PeerFailed { peer, error } => format!("PeerFailed({peer}: {error})"),
+        Event::OpDone { peer, op, result } => format!("OpDone({peer}, {op}: {result:?})"),
     }
 }
 

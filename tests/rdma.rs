@@ -1,0 +1,227 @@
+//! RDMA transport through rwrun.
+//!
+//! On a machine without RDMA (CI hosts, this development machine) the tests check the
+//! "no RDMA here" path: the job runs over TCP and each rank says so once in the debug
+//! log. On a machine with an RDMA device (the Soft-RoCE VM of
+//! `scripts/softroce/ci-softroce.sh`, which sets `RANKWIRE_TEST_REQUIRE_RDMA=1` so a
+//! missing device fails instead of skipping) they run every size class over RDMA
+//! (eager and rendezvous by RDMA READ), buffer reuse, the registration cache, and wrong
+//! GID indices. Every run has a timeout and checks that nothing is left behind.
+
+use std::time::Duration;
+
+use rankwire_tests::{binary, run_scenario, rwrun};
+
+fn app() -> String {
+    binary("rw-rdmaapp").to_string_lossy().into_owned()
+}
+
+/// Whether this machine has an RDMA device. With `RANKWIRE_TEST_REQUIRE_RDMA=1`, the
+/// absence of one is a failure.
+fn have_rdma() -> bool {
+    let present = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+    if !present && std::env::var("RANKWIRE_TEST_REQUIRE_RDMA").is_ok_and(|v| v == "1") {
+        panic!("RANKWIRE_TEST_REQUIRE_RDMA=1 but /sys/class/infiniband lists no device");
+    }
+    present
+}
+
+// Soft-RoCE under emulation is slow; be generous.
+const T: Duration = Duration::from_secs(300);
+
+#[test]
+fn without_rdma_the_job_uses_tcp_and_says_so_once_per_rank() {
+    if have_rdma() {
+        eprintln!("skipped: this machine has RDMA");
+        return;
+    }
+    let out = run_scenario(
+        &app(),
+        2,
+        &[
+            ("RANKWIRE_TRANSPORTS", "rdma,tcp"),
+            ("RANKWIRE_LOG", "rankwire=debug"),
+            ("RDMA_EXPECT", "tcp"),
+        ],
+        &["sizes"],
+        T,
+    );
+    let n = out.stderr.matches("no RDMA here").count();
+    assert_eq!(
+        n, 2,
+        "expected one 'no RDMA here' line per rank:\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn rdma_only_without_a_device_is_a_clear_connection_error() {
+    if have_rdma() {
+        eprintln!("skipped: this machine has RDMA");
+        return;
+    }
+    let out = rwrun(["-n", "2", &app(), "sizes"])
+        .env("RANKWIRE_TRANSPORTS", "rdma")
+        .timeout(T)
+        .run();
+    assert_ne!(out.code(), 0);
+    assert!(
+        out.stderr.contains("rdma: no RDMA device in this process"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn unparsable_gid_index_names_the_variable() {
+    let out = rwrun(["-n", "2", &app(), "sizes"])
+        .env("RANKWIRE_IB_GID_INDEX", "first")
+        .timeout(T)
+        .run();
+    assert_ne!(out.code(), 0);
+    assert!(
+        out.stderr.contains("RANKWIRE_IB_GID_INDEX=\"first\""),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn every_size_class_over_rdma_on_2_and_3_ranks() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    for n in [2, 3] {
+        let out = run_scenario(
+            &app(),
+            n,
+            &[("RANKWIRE_TRANSPORTS", "rdma"), ("RDMA_EXPECT", "rdma")],
+            &["sizes"],
+            T,
+        );
+        println!("{}", out.stdout);
+        assert!(out.stdout.contains("reads="), "{}", out.stdout);
+    }
+}
+
+#[test]
+fn eager_only_and_tiny_slots_still_deliver_every_size() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    // Few slots force credit stalls; eager limit 0 sends everything by rendezvous.
+    let out = run_scenario(
+        &app(),
+        2,
+        &[
+            ("RANKWIRE_TRANSPORTS", "rdma"),
+            ("RDMA_EXPECT", "rdma"),
+            ("RANKWIRE_RDMA_SLOTS", "2"),
+            ("RANKWIRE_RDMA_EAGER_LIMIT", "0"),
+        ],
+        &["sizes"],
+        T,
+    );
+    println!("{}", out.stdout);
+}
+
+#[test]
+fn freed_and_reallocated_send_buffer_never_sends_stale_data() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    let out = run_scenario(
+        &app(),
+        2,
+        &[("RANKWIRE_TRANSPORTS", "rdma"), ("RDMA_EXPECT", "rdma")],
+        &["reuse"],
+        T,
+    );
+    println!("{}", out.stdout);
+}
+
+#[test]
+fn leave_pinned_reuses_registrations() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    let out = run_scenario(
+        &app(),
+        2,
+        &[
+            ("RANKWIRE_TRANSPORTS", "rdma"),
+            ("RDMA_EXPECT", "rdma"),
+            ("RANKWIRE_RDMA_LEAVE_PINNED", "1"),
+        ],
+        &["repeat"],
+        T,
+    );
+    println!("{}", out.stdout);
+    // rw-rdmaapp fails itself on 0 hits; check the line is there.
+    assert!(out.stdout.contains("regcache hits="), "{}", out.stdout);
+}
+
+#[test]
+fn the_debug_log_explains_the_device_and_gid_choice() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    let out = run_scenario(
+        &app(),
+        2,
+        &[
+            ("RANKWIRE_TRANSPORTS", "rdma"),
+            ("RDMA_EXPECT", "rdma"),
+            ("RANKWIRE_LOG", "rankwire=debug"),
+        ],
+        &["repeat"],
+        T,
+    );
+    // Soft-RoCE has RoCE v2 GIDs only; the IPv4-mapped one is the default choice.
+    assert_eq!(
+        out.stderr.matches("RoCE v2, IPv4-mapped").count(),
+        2,
+        "one choice line per rank expected:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("host memory via rdma"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn wrong_gid_index_is_a_clear_error() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    // An empty entry and an index past the table: both name the variable and list the
+    // usable entries.
+    for (idx, what) in [("7", "is empty"), ("100000", "out of range")] {
+        let out = rwrun(["-n", "2", &app(), "sizes"])
+            .env("RANKWIRE_TRANSPORTS", "rdma")
+            .env("RANKWIRE_IB_GID_INDEX", idx)
+            .timeout(T)
+            .run();
+        assert_ne!(
+            out.code(),
+            0,
+            "GID index {idx} should fail:\n{}",
+            out.stdout
+        );
+        assert!(
+            out.stderr.contains(&format!("RANKWIRE_IB_GID_INDEX={idx}"))
+                && out.stderr.contains(what),
+            "GID index {idx}: {}",
+            out.stderr
+        );
+        assert!(out.stderr.contains("usable:"), "{}", out.stderr);
+    }
+}

@@ -1,0 +1,499 @@
+//! Data path: eager SENDs into pre-posted slots with credits, credit updates by RDMA
+//! WRITE, one-sided RDMA READ/WRITE in chunks, and CQ polling.
+//!
+//! A slot frame is `[header_len: u32 LE][payload_len: u32 LE][header][payload]`.
+//! Credits: the sender may post a frame while `sent - peer_consumed < slots`, where
+//! `peer_consumed` is the word the receiver RDMA-writes into the sender's pool once at
+//! least a quarter of the slots were consumed since its last report. A sender out of
+//! credits means every slot is consumed or in flight at the receiver, which then
+//! reports, so this cannot deadlock while the receiver makes progress.
+
+#![allow(unsafe_code)]
+
+use super::verbs::{self, IbvRecvWr, IbvSendWr, IbvSge, IbvWc};
+use super::{
+    Chunk, NAME, OneSided, RdmaTransport, WR_CREDIT, WR_ONESIDED, WR_RECV, WR_SEND, wr_id,
+};
+use crate::{Event, MAX_HEADER_BYTES, SendOutcome, TransportError};
+
+/// Largest RDMA READ/WRITE work request, in bytes (larger transfers are chunked).
+pub const ONESIDED_CHUNK_BYTES: usize = 1 << 20;
+
+impl RdmaTransport {
+    pub(super) fn post_recv(&mut self, c: usize, slot: u32) -> Result<(), String> {
+        let mut sge = IbvSge {
+            addr: self.slot_ptr(c, slot, false) as u64,
+            length: self.slot_bytes as u32,
+            lkey: self.pool_lkey,
+        };
+        let mut wr = IbvRecvWr {
+            wr_id: wr_id(WR_RECV, c, slot),
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        // SAFETY: the slot is registered pool memory owned by this transport.
+        let rc = unsafe { self.verbs.post_recv(self.conns[c].qp, &mut wr) };
+        if rc != 0 {
+            return Err(format!(
+                "ibv_post_recv: {}",
+                std::io::Error::from_raw_os_error(rc)
+            ));
+        }
+        Ok(())
+    }
+
+    fn credits(&self, c: usize) -> u64 {
+        // SAFETY: the credit word is in the pool; the NIC writes it, so read volatile.
+        let peer_consumed = unsafe { std::ptr::read_volatile(self.credit_word(c, 0)) };
+        let outstanding = self.conns[c].sent.saturating_sub(peer_consumed);
+        (self.slots as u64).saturating_sub(outstanding)
+    }
+
+    pub(super) fn send_frame(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<SendOutcome, TransportError> {
+        let Some(&c) = self.by_peer.get(&peer) else {
+            return Err(TransportError::NoSuchPeer {
+                transport: NAME,
+                peer,
+            });
+        };
+        if self.conns[c].failed {
+            return Err(TransportError::PeerLost {
+                transport: NAME,
+                peer,
+                reason: "the queue pair failed earlier".into(),
+            });
+        }
+        if header.len() > MAX_HEADER_BYTES || payload.len() > super::FRAME_PAYLOAD_BYTES {
+            return Err(TransportError::Unsupported {
+                transport: NAME,
+                what: "frames larger than an eager slot",
+            });
+        }
+        let conn = &self.conns[c];
+        if self.credits(c) == 0 {
+            self.stats.credit_stalls += 1;
+            return Ok(SendOutcome::Busy);
+        }
+        // Keep one send-queue entry for credit updates.
+        if conn.send_busy >= self.slots || conn.sq_outstanding + 2 > self.sq_depth {
+            return Ok(SendOutcome::Busy);
+        }
+        let slot = conn.send_next % self.slots;
+        let p = self.slot_ptr(c, slot, true);
+        let len = 8 + header.len() + payload.len();
+        // SAFETY: the slot is ours (its previous send completed: send_busy < slots and
+        // slots complete in order) and large enough for any frame checked above.
+        unsafe {
+            std::ptr::copy_nonoverlapping((header.len() as u32).to_le_bytes().as_ptr(), p, 4);
+            std::ptr::copy_nonoverlapping(
+                (payload.len() as u32).to_le_bytes().as_ptr(),
+                p.add(4),
+                4,
+            );
+            std::ptr::copy_nonoverlapping(header.as_ptr(), p.add(8), header.len());
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), p.add(8 + header.len()), payload.len());
+        }
+        let mut sge = IbvSge {
+            addr: p as u64,
+            length: len as u32,
+            lkey: self.pool_lkey,
+        };
+        let mut wr = IbvSendWr::new(wr_id(WR_SEND, c, slot), &mut sge, verbs::WR_SEND, true);
+        // SAFETY: registered slot memory, stays untouched until the completion.
+        let rc = unsafe { self.verbs.post_send(self.conns[c].qp, &mut wr) };
+        if rc != 0 {
+            return Err(self.fail(
+                c,
+                format!(
+                    "ibv_post_send(SEND): {}",
+                    std::io::Error::from_raw_os_error(rc)
+                ),
+            ));
+        }
+        let conn = &mut self.conns[c];
+        conn.sent += 1;
+        conn.send_busy += 1;
+        conn.send_next = conn.send_next.wrapping_add(1);
+        conn.sq_outstanding += 1;
+        self.stats.sends += 1;
+        Ok(SendOutcome::Sent)
+    }
+
+    /// Read `len` bytes at `remote_addr` (rkey `rkey`) in `peer`'s memory into `local`
+    /// with RDMA READ. Completion arrives later as [`Event::OpDone`] with `op`.
+    ///
+    /// # Safety
+    /// `local` must stay valid, and not be touched by anyone else, until the
+    /// [`Event::OpDone`] for `op` is returned by `poll`.
+    ///
+    /// # Errors
+    /// Unknown or failed peer, or registration of `local` failed.
+    pub unsafe fn get(
+        &mut self,
+        peer: u32,
+        op: u64,
+        local: *mut u8,
+        len: usize,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), TransportError> {
+        self.onesided(peer, op, local, len, remote_addr, rkey, true)
+    }
+
+    /// Write `len` bytes from `local` into `peer`'s memory at `remote_addr` (rkey
+    /// `rkey`) with RDMA WRITE. Completion arrives later as [`Event::OpDone`].
+    ///
+    /// # Safety
+    /// As [`RdmaTransport::get`].
+    ///
+    /// # Errors
+    /// As [`RdmaTransport::get`].
+    pub unsafe fn put(
+        &mut self,
+        peer: u32,
+        op: u64,
+        local: *const u8,
+        len: usize,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), TransportError> {
+        self.onesided(peer, op, local as *mut u8, len, remote_addr, rkey, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn onesided(
+        &mut self,
+        peer: u32,
+        op: u64,
+        local: *mut u8,
+        len: usize,
+        remote_addr: u64,
+        rkey: u32,
+        read: bool,
+    ) -> Result<(), TransportError> {
+        let Some(&c) = self.by_peer.get(&peer) else {
+            return Err(TransportError::NoSuchPeer {
+                transport: NAME,
+                peer,
+            });
+        };
+        if self.conns[c].failed {
+            return Err(TransportError::PeerLost {
+                transport: NAME,
+                peer,
+                reason: "the queue pair failed earlier".into(),
+            });
+        }
+        let key = self.next_key;
+        self.next_key = self.next_key.wrapping_add(1).max(1);
+        if len == 0 {
+            self.done.push(Event::OpDone {
+                peer,
+                op,
+                result: Ok(()),
+            });
+            return Ok(());
+        }
+        let held = self
+            .registry
+            .acquire_host(local as u64, len as u64)
+            .map_err(|e| TransportError::Os {
+                transport: NAME,
+                call: "memory registration",
+                reason: format!("device {}: {e}", self.dev.name),
+            })?;
+        let chunks = len.div_ceil(ONESIDED_CHUNK_BYTES);
+        for i in 0..chunks {
+            let off = i * ONESIDED_CHUNK_BYTES;
+            let n = ONESIDED_CHUNK_BYTES.min(len - off);
+            self.pending.push_back(Chunk {
+                key,
+                conn: c,
+                local: local as u64 + off as u64,
+                lkey: held.lkey,
+                len: n as u32,
+                remote: remote_addr + off as u64,
+                rkey,
+                read,
+            });
+        }
+        self.onesided.insert(
+            key,
+            OneSided {
+                peer,
+                conn: c,
+                op,
+                remaining: chunks as u32,
+                held: Some(held),
+                error: None,
+            },
+        );
+        self.post_pending();
+        Ok(())
+    }
+
+    // Post queued one-sided chunks while send queues have room (in order).
+    fn post_pending(&mut self) -> bool {
+        let mut any = false;
+        while let Some(ch) = self.pending.front() {
+            let c = ch.conn;
+            if self.conns[c].failed {
+                let ch = self.pending.pop_front().expect("front exists");
+                self.chunk_done(ch.key, Some("the queue pair failed".into()));
+                continue;
+            }
+            if self.conns[c].sq_outstanding + 2 > self.sq_depth {
+                break;
+            }
+            let ch = self.pending.pop_front().expect("front exists");
+            let mut sge = IbvSge {
+                addr: ch.local,
+                length: ch.len,
+                lkey: ch.lkey,
+            };
+            let opcode = if ch.read {
+                verbs::WR_RDMA_READ
+            } else {
+                verbs::WR_RDMA_WRITE
+            };
+            let mut wr = IbvSendWr::new(wr_id(WR_ONESIDED, c, ch.key), &mut sge, opcode, true);
+            wr.remote_addr = ch.remote;
+            wr.rkey = ch.rkey;
+            // SAFETY: the local range is registered and kept alive by the caller of
+            // get/put until OpDone.
+            let rc = unsafe { self.verbs.post_send(self.conns[c].qp, &mut wr) };
+            if rc != 0 {
+                let what = format!(
+                    "ibv_post_send({}): {}",
+                    if ch.read { "RDMA_READ" } else { "RDMA_WRITE" },
+                    std::io::Error::from_raw_os_error(rc)
+                );
+                self.chunk_done(ch.key, Some(what));
+                continue;
+            }
+            self.conns[c].sq_outstanding += 1;
+            any = true;
+        }
+        any
+    }
+
+    fn chunk_done(&mut self, key: u32, error: Option<String>) {
+        let Some(o) = self.onesided.get_mut(&key) else {
+            return;
+        };
+        o.remaining = o.remaining.saturating_sub(1);
+        if o.error.is_none() {
+            o.error = error;
+        }
+        if o.remaining > 0 {
+            return;
+        }
+        let mut o = self.onesided.remove(&key).expect("present above");
+        if let Some(h) = o.held.take() {
+            self.registry.release(h);
+        }
+        let _ = o.conn;
+        self.done.push(Event::OpDone {
+            peer: o.peer,
+            op: o.op,
+            result: match o.error {
+                None => Ok(()),
+                Some(reason) => Err(TransportError::PeerLost {
+                    transport: NAME,
+                    peer: o.peer,
+                    reason: format!("device {}: {reason}", self.dev.name),
+                }),
+            },
+        });
+    }
+
+    // Report consumed slots to the peer once a quarter of them were consumed.
+    fn report_credits(&mut self, c: usize) -> bool {
+        let conn = &self.conns[c];
+        let thresh = (self.slots as u64 / 4).max(1);
+        if conn.failed
+            || conn.consumed - conn.reported < thresh
+            || conn.sq_outstanding + 1 > self.sq_depth
+        {
+            return false;
+        }
+        let src = self.credit_word(c, 1);
+        // SAFETY: our own pool word; the NIC reads it after the post (a later overwrite
+        // only sends a newer, larger count).
+        unsafe { std::ptr::write_volatile(src, conn.consumed) };
+        let mut sge = IbvSge {
+            addr: src as u64,
+            length: 8,
+            lkey: self.pool_lkey,
+        };
+        let mut wr = IbvSendWr::new(wr_id(WR_CREDIT, c, 0), &mut sge, verbs::WR_RDMA_WRITE, true);
+        wr.remote_addr = conn.remote_credit_addr;
+        wr.rkey = conn.remote_credit_rkey;
+        // SAFETY: registered pool word.
+        let rc = unsafe { self.verbs.post_send(conn.qp, &mut wr) };
+        if rc != 0 {
+            let e = format!(
+                "ibv_post_send(credit RDMA_WRITE): {}",
+                std::io::Error::from_raw_os_error(rc)
+            );
+            let err = self.fail(c, e);
+            self.done.push(Event::PeerFailed {
+                peer: self.conns[c].peer,
+                error: err,
+            });
+            return true;
+        }
+        let conn = &mut self.conns[c];
+        conn.reported = conn.consumed;
+        conn.sq_outstanding += 1;
+        self.stats.credit_writes += 1;
+        true
+    }
+
+    // Mark a connection failed; the error to report.
+    fn fail(&mut self, c: usize, reason: String) -> TransportError {
+        let conn = &mut self.conns[c];
+        conn.failed = true;
+        TransportError::PeerLost {
+            transport: NAME,
+            peer: conn.peer,
+            reason: format!(
+                "device {}, GID index {}: {reason}",
+                self.dev.name, self.dev.gid_index
+            ),
+        }
+    }
+
+    pub(super) fn progress(&mut self, events: &mut Vec<Event>) -> bool {
+        let mut any = false;
+        let mut wcs = [IbvWc::default(); 32];
+        for _ in 0..64 {
+            // SAFETY: the CQ is live.
+            let n = unsafe { self.verbs.poll_cq(self.cq, &mut wcs) };
+            if n < 0 {
+                tracing::error!("rdma: ibv_poll_cq failed ({n})");
+                break;
+            }
+            if n == 0 {
+                break;
+            }
+            any = true;
+            for wc in &wcs[..n as usize] {
+                self.completion(wc, events);
+            }
+        }
+        any |= self.post_pending();
+        for c in 0..self.conns.len() {
+            any |= self.report_credits(c);
+        }
+        if !self.done.is_empty() {
+            any = true;
+            events.append(&mut self.done);
+        }
+        any
+    }
+
+    fn completion(&mut self, wc: &IbvWc, events: &mut Vec<Event>) {
+        let kind = wc.wr_id >> 56;
+        let c = ((wc.wr_id >> 32) & 0xff_ffff) as usize;
+        let low = wc.wr_id as u32;
+        if c >= self.conns.len() {
+            tracing::error!("rdma: completion with unknown wr_id {:#x}", wc.wr_id);
+            return;
+        }
+        if kind != WR_RECV {
+            self.conns[c].sq_outstanding = self.conns[c].sq_outstanding.saturating_sub(1);
+        }
+        if wc.status != verbs::WC_SUCCESS {
+            let what = match kind {
+                WR_RECV => "receive",
+                WR_SEND => "SEND",
+                WR_CREDIT => "credit RDMA_WRITE",
+                _ => "RDMA READ/WRITE",
+            };
+            let already = self.conns[c].failed;
+            let reason = format!(
+                "{what} completed with {} (vendor error {:#x})",
+                self.verbs.status_str(wc.status),
+                wc.vendor_err
+            );
+            if kind == WR_ONESIDED {
+                self.chunk_done(low, Some(reason.clone()));
+            }
+            if kind == WR_SEND {
+                self.conns[c].send_busy = self.conns[c].send_busy.saturating_sub(1);
+            }
+            let err = self.fail(c, reason);
+            if !already && !self.quiesced {
+                events.push(Event::PeerFailed {
+                    peer: self.conns[c].peer,
+                    error: err,
+                });
+            }
+            return;
+        }
+        match kind {
+            WR_SEND => {
+                self.conns[c].send_busy = self.conns[c].send_busy.saturating_sub(1);
+            }
+            WR_CREDIT => {}
+            WR_ONESIDED => {
+                if wc.opcode == verbs::WC_RDMA_READ {
+                    self.stats.reads += 1;
+                } else {
+                    self.stats.writes += 1;
+                }
+                self.chunk_done(low, None);
+            }
+            WR_RECV => {
+                let p = self.slot_ptr(c, low, false);
+                let peer = self.conns[c].peer;
+                let n = wc.byte_len as usize;
+                let mut lens = [0u8; 8];
+                if n >= 8 {
+                    // SAFETY: the NIC wrote n >= 8 bytes into this slot.
+                    unsafe { std::ptr::copy_nonoverlapping(p, lens.as_mut_ptr(), 8) };
+                }
+                let hl = u32::from_le_bytes([lens[0], lens[1], lens[2], lens[3]]) as usize;
+                let pl = u32::from_le_bytes([lens[4], lens[5], lens[6], lens[7]]) as usize;
+                if n < 8 || hl > MAX_HEADER_BYTES || 8 + hl + pl != n {
+                    let err = TransportError::Malformed {
+                        transport: NAME,
+                        peer,
+                        reason: format!(
+                            "eager slot of {n} bytes announces header {hl} + payload {pl}"
+                        ),
+                    };
+                    self.conns[c].failed = true;
+                    events.push(Event::PeerFailed { peer, error: err });
+                    return;
+                }
+                // SAFETY: bounds checked against byte_len above.
+                let (header, payload) = unsafe {
+                    (
+                        std::slice::from_raw_parts(p.add(8), hl).to_vec(),
+                        std::slice::from_raw_parts(p.add(8 + hl), pl).to_vec(),
+                    )
+                };
+                events.push(Event::Recv {
+                    peer,
+                    header,
+                    payload,
+                });
+                if let Err(e) = self.post_recv(c, low) {
+                    let err = self.fail(c, e);
+                    events.push(Event::PeerFailed { peer, error: err });
+                    return;
+                }
+                self.conns[c].consumed += 1;
+            }
+            _ => tracing::error!("rdma: completion of unknown kind {kind}"),
+        }
+    }
+}

@@ -1,0 +1,620 @@
+//! RDMA transport over verbs RC queue pairs (InfiniBand, RoCE, Soft-RoCE).
+//!
+//! libibverbs is loaded at run time ([`verbs`]), so the same binary runs on machines
+//! with and without RDMA: no library, no device or `ENOSYS` means "no RDMA here"
+//! ([`RdmaDevice::probe`] returns `Ok(None)`), and the runtime uses TCP.
+//!
+//! # Lifecycle
+//! 1. [`RdmaDevice::probe`] opens a device and picks port and GID ([`device`]:
+//!    `RANKWIRE_IB_HCA`, `RANKWIRE_IB_GID_INDEX`, RoCE v2 IPv4-mapped GID by default).
+//! 2. [`RdmaTransport::new`] creates a PD, one CQ, one RC QP per peer and a registered
+//!    pool of eager slots, exchanges [`connect::ConnInfo`] through the bootstrap
+//!    ([`crate::Exchange`]), pre-posts the receives and connects (INIT → RTR → RTS).
+//!    Every rank calls it (with or without a device) because setup has job-wide fences.
+//! 3. Data path ([`datapath`]): frames go as SENDs into the peer's pre-posted receive
+//!    slots under credit-based flow control: a sender may have at most as many
+//!    messages outstanding as the receiver posted slots; the receiver returns credits by
+//!    RDMA-writing its running count of consumed messages into a word of the sender's
+//!    pool, so returning credits never consumes a receive slot (no receiver-not-ready
+//!    storms, no credit deadlock). Large messages go by rendezvous: the sender's `Rts`
+//!    carries address, length and rkey, and the receiver reads the data with
+//!    [`RdmaTransport::get`] (RDMA READ); [`RdmaTransport::put`] (RDMA WRITE) exists
+//!    for one-sided use. Completions are polled from the CQ by [`Transport::poll`],
+//!    which the progress engine calls.
+//! 4. Registration ([`reg`]) goes through the generic [`crate::regcache`].
+//!
+//! Layout follows NCCL's `net_ib` split: device init, connection, registration,
+//! data path.
+
+#![allow(unsafe_code)]
+
+pub mod connect;
+pub mod datapath;
+pub mod device;
+pub mod reg;
+mod verbs;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::regcache::RegCacheConfig;
+use crate::{Caps, ConfigError, Exchange, KindCaps, MAX_HEADER_BYTES, Reach, TransportError};
+
+pub use reg::{GdrFacts, GdrPath, Held, MemoryRegion, Registry, gdr_path};
+
+use connect::ConnInfo;
+use verbs::{IbvCq, IbvMr, IbvPd, IbvQp, Verbs};
+
+const NAME: &str = "rdma";
+
+/// Payload bytes of one eager slot frame (rendezvous fallback chunks are this size).
+pub const FRAME_PAYLOAD_BYTES: usize = 16 * 1024;
+
+/// Settings of the RDMA transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaConfig {
+    /// `RANKWIRE_IB_HCA`: device name, optionally `:port` (e.g. `mlx5_0:1`, `rxe0`).
+    pub hca: Option<String>,
+    /// `RANKWIRE_IB_GID_INDEX`: GID table index to use instead of the automatic choice.
+    pub gid_index: Option<u32>,
+    /// `RANKWIRE_RDMA_SLOTS`: receive slots (= send credits) per peer (default 16).
+    pub slots: u32,
+    /// `RANKWIRE_RDMA_EAGER_LIMIT`: largest eager message in bytes (default 8192, at
+    /// most [`FRAME_PAYLOAD_BYTES`]).
+    pub eager_limit_bytes: usize,
+    /// `RANKWIRE_RDMA_LEAVE_PINNED=1`: keep host registrations across operations (the
+    /// application promises not to free communication buffers while the job runs).
+    pub leave_pinned: bool,
+    /// `RANKWIRE_RDMA_GDR=1`: fail instead of staging GPU buffers through host memory.
+    pub require_gdr: bool,
+    /// Registration cache bounds (`RANKWIRE_REGCACHE_MAX_ENTRIES`, `..._MAX_BYTES`).
+    pub regcache: RegCacheConfig,
+}
+
+impl RdmaConfig {
+    /// Read the settings from the environment (variables above).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the variable whose value is unusable.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let gid_index = match get("RANKWIRE_IB_GID_INDEX") {
+            None => None,
+            Some(v) => Some(v.trim().parse().map_err(|_| ConfigError {
+                var: "RANKWIRE_IB_GID_INDEX",
+                value: v.clone(),
+                expected: "a GID table index (0, 1, ...); see `ibv_devinfo -v`",
+            })?),
+        };
+        let slots = match get("RANKWIRE_RDMA_SLOTS") {
+            None => 16,
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(n) if (2..=1024).contains(&n) => n,
+                _ => {
+                    return Err(ConfigError {
+                        var: "RANKWIRE_RDMA_SLOTS",
+                        value: v,
+                        expected: "a slot count from 2 to 1024",
+                    });
+                }
+            },
+        };
+        let eager_limit_bytes = match get("RANKWIRE_RDMA_EAGER_LIMIT") {
+            None => 8192,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if n <= FRAME_PAYLOAD_BYTES => n,
+                _ => {
+                    return Err(ConfigError {
+                        var: "RANKWIRE_RDMA_EAGER_LIMIT",
+                        value: v,
+                        expected: "a byte count from 0 to 16384",
+                    });
+                }
+            },
+        };
+        let flag = |k: &str| get(k).is_some_and(|v| v.trim() != "0");
+        Ok(RdmaConfig {
+            hca: get("RANKWIRE_IB_HCA"),
+            gid_index,
+            slots,
+            eager_limit_bytes,
+            leave_pinned: flag("RANKWIRE_RDMA_LEAVE_PINNED"),
+            require_gdr: flag("RANKWIRE_RDMA_GDR"),
+            regcache: RegCacheConfig::from_env()?,
+        })
+    }
+}
+
+/// An opened RDMA device with its chosen port and GID.
+pub struct RdmaDevice {
+    dev: device::Device,
+}
+
+impl std::fmt::Debug for RdmaDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RdmaDevice({})", self.dev.why)
+    }
+}
+
+impl RdmaDevice {
+    /// Find a usable device (see [`device`]). `Ok(None)` means no RDMA on this machine,
+    /// with the reason.
+    ///
+    /// # Errors
+    /// A settings problem (`RANKWIRE_IB_HCA` names no device, `RANKWIRE_IB_GID_INDEX`
+    /// is out of range or empty): the text names the variable and the valid choices.
+    pub fn probe(cfg: &RdmaConfig) -> Result<Result<RdmaDevice, String>, String> {
+        match device::probe(cfg.hca.as_deref(), cfg.gid_index) {
+            device::Probe::Found(dev) => Ok(Ok(RdmaDevice { dev })),
+            device::Probe::Absent(why) => Ok(Err(why)),
+            device::Probe::Misconfigured(e) => Err(e),
+        }
+    }
+
+    /// Device name (e.g. `rxe0`).
+    pub fn name(&self) -> &str {
+        &self.dev.name
+    }
+    /// GID table index in use.
+    pub fn gid_index(&self) -> u8 {
+        self.dev.gid_index
+    }
+    /// Why this device, port and GID were chosen (for the debug log).
+    pub fn why(&self) -> &str {
+        &self.dev.why
+    }
+    /// Whether libibverbs has `ibv_reg_dmabuf_mr` (for [`gdr_path`]).
+    pub fn has_dmabuf_mr(&self) -> bool {
+        self.dev.verbs.reg_dmabuf_mr.is_some()
+    }
+}
+
+// Kinds of work requests, in the top byte of wr_id.
+const WR_RECV: u64 = 1;
+const WR_SEND: u64 = 2;
+const WR_CREDIT: u64 = 3;
+const WR_ONESIDED: u64 = 4;
+
+fn wr_id(kind: u64, conn: usize, low: u32) -> u64 {
+    (kind << 56) | ((conn as u64 & 0xff_ffff) << 32) | low as u64
+}
+
+// One peer's queue pair and its eager-slot accounting.
+struct Conn {
+    peer: u32,
+    qp: *mut IbvQp,
+    // Messages posted to the peer, and the peer's count of consumed ones (RDMA-written
+    // by the peer into our pool at `credit_in`).
+    sent: u64,
+    // Messages received from the peer and reposted, and the count last reported.
+    consumed: u64,
+    reported: u64,
+    // Send slots in use (freed in order at completion), next slot to use.
+    send_busy: u32,
+    send_next: u32,
+    // Work requests outstanding on the send queue.
+    sq_outstanding: u32,
+    remote_credit_addr: u64,
+    remote_credit_rkey: u32,
+    failed: bool,
+}
+
+// A one-sided operation in flight: chunks still to complete and the registration of
+// the local buffer.
+struct OneSided {
+    peer: u32,
+    conn: usize,
+    op: u64,
+    remaining: u32,
+    held: Option<Held>,
+    error: Option<String>,
+}
+
+// A chunk waiting for room on a send queue.
+struct Chunk {
+    key: u32,
+    conn: usize,
+    local: u64,
+    lkey: u32,
+    len: u32,
+    remote: u64,
+    rkey: u32,
+    read: bool,
+}
+
+/// The RDMA transport of one rank. See the module doc.
+pub struct RdmaTransport {
+    caps: Caps,
+    verbs: Arc<Verbs>,
+    pd: *mut IbvPd,
+    cq: *mut IbvCq,
+    pool: *mut u8,
+    pool_layout: std::alloc::Layout,
+    pool_mr: *mut IbvMr,
+    pool_lkey: u32,
+    slot_bytes: usize,
+    slots: u32,
+    sq_depth: u32,
+    conns: Vec<Conn>,
+    by_peer: HashMap<u32, usize>,
+    registry: Registry,
+    onesided: HashMap<u32, OneSided>,
+    next_key: u32,
+    pending: VecDeque<Chunk>,
+    done: Vec<crate::Event>,
+    quiesced: bool,
+    stats: RdmaStats,
+    // Last: closing the device must come after every field that holds its objects.
+    dev: device::Device,
+}
+
+// SAFETY: all verbs objects are used by the one thread that holds the engine lock.
+unsafe impl Send for RdmaTransport {}
+
+/// Counters of the data path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RdmaStats {
+    /// Eager frames sent.
+    pub sends: u64,
+    /// `send` calls answered Busy for lack of credits.
+    pub credit_stalls: u64,
+    /// Credit updates written to peers.
+    pub credit_writes: u64,
+    /// RDMA READ work requests completed.
+    pub reads: u64,
+    /// RDMA WRITE work requests completed (one-sided puts, not credit updates).
+    pub writes: u64,
+}
+
+impl RdmaTransport {
+    /// Set up queue pairs to `peers` (world ranks, not including `rank`) through the
+    /// bootstrap. Every rank of the job must call this, with `dev` `None` where there
+    /// is no RDMA (and then `peers` empty), because setup includes two job-wide fences.
+    /// Returns `None` when there is no device.
+    ///
+    /// # Errors
+    /// [`TransportError::Connect`] naming the peer, the device, the GID index and the
+    /// verbs call that failed; [`TransportError::Os`] for PD/CQ/pool setup.
+    pub fn new(
+        rank: u32,
+        dev: Option<RdmaDevice>,
+        cfg: &RdmaConfig,
+        ex: &mut dyn Exchange,
+        peers: &[u32],
+    ) -> Result<Option<RdmaTransport>, TransportError> {
+        let fence = |ex: &mut dyn Exchange| {
+            ex.fence().map_err(|e| TransportError::Os {
+                transport: NAME,
+                call: "bootstrap fence",
+                reason: e,
+            })
+        };
+        let Some(RdmaDevice { dev }) = dev else {
+            fence(ex)?;
+            fence(ex)?;
+            return Ok(None);
+        };
+        let mut t = RdmaTransport::create(dev, cfg, peers)?;
+        let where_ = format!("device {}, GID index {}", t.dev.name, t.dev.gid_index);
+        for (i, c) in t.conns.iter().enumerate() {
+            let info = ConnInfo {
+                // SAFETY: qp is live.
+                qpn: unsafe { (*c.qp).qp_num },
+                psn: psn(rank, c.peer),
+                gid: t.dev.gid,
+                lid: t.dev.lid,
+                mtu: t.dev.mtu,
+                credit_addr: t.credit_word(i, 0) as u64,
+                credit_rkey: t.pool_rkey(),
+            };
+            ex.put(&format!("rdma-qp-{rank}-{}", c.peer), &info.encode())
+                .map_err(|e| TransportError::Connect {
+                    transport: NAME,
+                    peer: c.peer,
+                    reason: format!("publishing connection data failed: {e}"),
+                })?;
+        }
+        fence(ex)?;
+        for i in 0..t.conns.len() {
+            let peer = t.conns[i].peer;
+            let raw =
+                ex.get(&format!("rdma-qp-{peer}-{rank}"))
+                    .map_err(|e| TransportError::Connect {
+                        transport: NAME,
+                        peer,
+                        reason: format!("no connection data from rank {peer}: {e}"),
+                    })?;
+            let remote = ConnInfo::decode(&raw).ok_or_else(|| TransportError::Connect {
+                transport: NAME,
+                peer,
+                reason: format!(
+                    "rank {peer} published {} bytes of connection data, not a ConnInfo",
+                    raw.len()
+                ),
+            })?;
+            connect::connect_qp(&t.dev, t.conns[i].qp, psn(rank, peer), &remote).map_err(|e| {
+                TransportError::Connect {
+                    transport: NAME,
+                    peer,
+                    reason: format!("{where_}: {e}"),
+                }
+            })?;
+            // Receives are posted once the QP left RESET (rxe refuses them before) and
+            // before the fence below, after which the peer may send.
+            for s in 0..t.slots {
+                t.post_recv(i, s).map_err(|e| TransportError::Connect {
+                    transport: NAME,
+                    peer,
+                    reason: format!("{where_}: {e}"),
+                })?;
+            }
+            t.conns[i].remote_credit_addr = remote.credit_addr;
+            t.conns[i].remote_credit_rkey = remote.credit_rkey;
+        }
+        fence(ex)?;
+        tracing::debug!(
+            "rdma: rank {rank} connected to {} peer(s) on {} port {}, GID index {}",
+            t.conns.len(),
+            t.dev.name,
+            t.dev.port,
+            t.dev.gid_index
+        );
+        Ok(Some(t))
+    }
+
+    fn create(
+        dev: device::Device,
+        cfg: &RdmaConfig,
+        peers: &[u32],
+    ) -> Result<RdmaTransport, TransportError> {
+        let verbs = dev.verbs.clone();
+        let os = |call: &'static str, dev: &device::Device| TransportError::Os {
+            transport: NAME,
+            call,
+            reason: format!("{} (device {}): {}", call, dev.name, verbs::errno_text()),
+        };
+        // SAFETY: dev.ctx is open.
+        let pd = unsafe { (verbs.alloc_pd)(dev.ctx) };
+        if pd.is_null() {
+            return Err(os("ibv_alloc_pd", &dev));
+        }
+        let slots = cfg.slots;
+        let n = peers.len().max(1) as u32;
+        // Send queue: eager slots, credit writes, one-sided chunks.
+        let sq_depth = slots + 64;
+        let cqe = (n * (slots + sq_depth) + 16) as i32;
+        // SAFETY: dev.ctx is open.
+        let cq = unsafe {
+            (verbs.create_cq)(dev.ctx, cqe, std::ptr::null_mut(), std::ptr::null_mut(), 0)
+        };
+        if cq.is_null() {
+            let e = os("ibv_create_cq", &dev);
+            // SAFETY: allocated above.
+            unsafe { (verbs.dealloc_pd)(pd) };
+            return Err(e);
+        }
+        let slot_bytes = (8 + MAX_HEADER_BYTES + FRAME_PAYLOAD_BYTES).next_multiple_of(64);
+        let per_conn = 2 * slots as usize * slot_bytes;
+        let total = (per_conn * peers.len() + 16 * peers.len().max(1)).next_multiple_of(4096);
+        let pool_layout =
+            std::alloc::Layout::from_size_align(total, 4096).map_err(|e| TransportError::Os {
+                transport: NAME,
+                call: "alloc",
+                reason: e.to_string(),
+            })?;
+        // SAFETY: non-zero size.
+        let pool = unsafe { std::alloc::alloc_zeroed(pool_layout) };
+        if pool.is_null() {
+            std::alloc::handle_alloc_error(pool_layout);
+        }
+        // SAFETY: pool is a live allocation of `total` bytes, kept until drop.
+        let pool_mr = unsafe {
+            (verbs.reg_mr)(
+                pd,
+                pool as *mut std::ffi::c_void,
+                total,
+                verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_WRITE | verbs::ACCESS_REMOTE_READ,
+            )
+        };
+        let mut regcache = cfg.regcache;
+        if !cfg.leave_pinned {
+            // Host buffers get a new identity per operation (see Registry::acquire_host):
+            // idle registrations could never be hit again, so do not keep them.
+            regcache.max_idle_entries = 0;
+        }
+        let registry = Registry::new(verbs.clone(), pd, regcache, cfg.leave_pinned);
+        let mut t = RdmaTransport {
+            caps: Caps {
+                name: NAME,
+                reach: Reach::Network,
+                host: Some(KindCaps {
+                    send: true,
+                    put: true,
+                    get: true,
+                    eager_limit_bytes: cfg.eager_limit_bytes,
+                    max_frame_payload_bytes: FRAME_PAYLOAD_BYTES,
+                    max_message_bytes: u64::MAX,
+                    needs_registration: true,
+                }),
+                cuda: None,
+                cuda_managed: None,
+            },
+            dev,
+            verbs,
+            pd,
+            cq,
+            pool,
+            pool_layout,
+            pool_mr,
+            pool_lkey: 0,
+            slot_bytes,
+            slots,
+            sq_depth,
+            conns: Vec::new(),
+            by_peer: HashMap::new(),
+            registry,
+            onesided: HashMap::new(),
+            next_key: 1,
+            pending: VecDeque::new(),
+            done: Vec::new(),
+            quiesced: false,
+            stats: RdmaStats::default(),
+        };
+        if pool_mr.is_null() {
+            return Err(os("ibv_reg_mr (eager pool)", &t.dev));
+        }
+        // SAFETY: non-null MR.
+        t.pool_lkey = unsafe { (*pool_mr).lkey };
+        for &peer in peers {
+            let qp = connect::create_qp(&t.dev, pd, cq, sq_depth, slots).map_err(|e| {
+                TransportError::Connect {
+                    transport: NAME,
+                    peer,
+                    reason: format!("device {}, GID index {}: {e}", t.dev.name, t.dev.gid_index),
+                }
+            })?;
+            t.by_peer.insert(peer, t.conns.len());
+            t.conns.push(Conn {
+                peer,
+                qp,
+                sent: 0,
+                consumed: 0,
+                reported: 0,
+                send_busy: 0,
+                send_next: 0,
+                sq_outstanding: 0,
+                remote_credit_addr: 0,
+                remote_credit_rkey: 0,
+                failed: false,
+            });
+        }
+        Ok(t)
+    }
+
+    /// The registration cache (shared with the core's rendezvous offer path).
+    pub fn registry(&self) -> Registry {
+        self.registry.clone()
+    }
+
+    /// Data-path counters.
+    pub fn stats(&self) -> RdmaStats {
+        self.stats
+    }
+
+    /// Device name and GID index, for messages.
+    pub fn device_name(&self) -> String {
+        format!("{} (GID index {})", self.dev.name, self.dev.gid_index)
+    }
+
+    /// Whether libibverbs has `ibv_reg_dmabuf_mr`.
+    pub fn has_dmabuf_mr(&self) -> bool {
+        self.verbs.reg_dmabuf_mr.is_some()
+    }
+
+    /// Register a DMA-BUF (`fd`, buffer `offset` inside it, `len_bytes`, device address
+    /// `iova`) in this transport's protection domain (`ibv_reg_dmabuf_mr`). The region
+    /// is deregistered when the returned value is given to [`RdmaTransport::dereg`].
+    ///
+    /// # Errors
+    /// The library lacks the call, or the call's errno text.
+    pub fn reg_dmabuf(
+        &self,
+        fd: i32,
+        offset: u64,
+        len_bytes: usize,
+        iova: u64,
+    ) -> Result<MemoryRegion, String> {
+        reg::reg_dmabuf(&self.verbs, self.pd, fd, offset, len_bytes, iova)
+    }
+
+    /// Deregister a region made by [`RdmaTransport::reg_dmabuf`].
+    pub fn dereg(&self, mr: MemoryRegion) {
+        use crate::regcache::Registrar as _;
+        let mut r = reg::MrRegistrar::for_pd(self.verbs.clone(), self.pd);
+        r.deregister(mr);
+    }
+
+    /// Stop reporting connection errors as failures (after the final fence).
+    pub fn set_quiesced(&mut self) {
+        self.quiesced = true;
+    }
+
+    fn pool_rkey(&self) -> u32 {
+        // SAFETY: pool_mr is non-null after create.
+        unsafe { (*self.pool_mr).rkey }
+    }
+
+    // Slot `s` of connection `c`: receive slots first, then send slots.
+    fn slot_ptr(&self, c: usize, s: u32, send: bool) -> *mut u8 {
+        let base = c * 2 * self.slots as usize * self.slot_bytes;
+        let idx = if send { self.slots + s } else { s } as usize;
+        // SAFETY: inside the pool (c < conns, s < slots).
+        unsafe { self.pool.add(base + idx * self.slot_bytes) }
+    }
+
+    // Credit words of connection `c`: word 0 is written by the peer (its consumed
+    // count), word 1 is the source of our writes to the peer.
+    fn credit_word(&self, c: usize, w: usize) -> *mut u64 {
+        let base = self.conns.len().max(1) * 2 * self.slots as usize * self.slot_bytes;
+        // SAFETY: inside the pool's credit area, 8-byte aligned.
+        unsafe { self.pool.add(base + c * 16 + w * 8) as *mut u64 }
+    }
+}
+
+impl Drop for RdmaTransport {
+    fn drop(&mut self) {
+        let v = &self.verbs;
+        // SAFETY: each object was created once here and nothing uses it after drop.
+        unsafe {
+            for c in &self.conns {
+                (v.destroy_qp)(c.qp);
+            }
+            self.registry.clear();
+            if !self.pool_mr.is_null() {
+                (v.dereg_mr)(self.pool_mr);
+            }
+            (v.destroy_cq)(self.cq);
+            let rc = (v.dealloc_pd)(self.pd);
+            if rc != 0 {
+                tracing::debug!("rdma: ibv_dealloc_pd: rc {rc}");
+            }
+            std::alloc::dealloc(self.pool, self.pool_layout);
+        }
+    }
+}
+
+// Initial packet sequence number of the QP from `a` to `b` (24 bits; any value works,
+// distinct values make traces readable).
+fn psn(a: u32, b: u32) -> u32 {
+    (a.wrapping_mul(7919) ^ b.wrapping_mul(104_729) ^ 0x5a5a) & 0xff_ffff
+}
+
+impl crate::Transport for RdmaTransport {
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+    fn can_reach(&self, peer: &crate::PeerInfo) -> Result<(), String> {
+        if self.by_peer.contains_key(&peer.rank) {
+            Ok(())
+        } else {
+            Err(format!("rdma: no queue pair to rank {}", peer.rank))
+        }
+    }
+    fn send(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<crate::SendOutcome, TransportError> {
+        self.send_frame(peer, header, payload)
+    }
+    fn poll(&mut self, events: &mut Vec<crate::Event>) -> bool {
+        self.progress(events)
+    }
+    fn is_flushed(&self) -> bool {
+        self.conns
+            .iter()
+            .all(|c| c.failed || (c.send_busy == 0 && c.sq_outstanding == 0))
+            && self.pending.is_empty()
+    }
+}

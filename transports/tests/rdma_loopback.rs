@@ -1,0 +1,319 @@
+//! The RDMA transport on its own: two transports in one process (two threads, one
+//! device, connected to each other through an in-memory bootstrap).
+//!
+//! Needs an RDMA device (the Soft-RoCE VM runs it with `RANKWIRE_TEST_REQUIRE_RDMA=1`,
+//! which turns a missing device into a failure). Without one, each test checks that
+//! the probe reports "no RDMA here" cleanly and stops.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use rankwire_transports::rdma::FRAME_PAYLOAD_BYTES;
+use rankwire_transports::{
+    Event, Exchange, RdmaConfig, RdmaDevice, RdmaTransport, SendOutcome, Transport,
+};
+
+// Job-wide key-value store shared by the threads; fence is a barrier.
+#[derive(Clone)]
+struct MemExchange {
+    kv: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+    barrier: Arc<Barrier>,
+}
+
+impl Exchange for MemExchange {
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        self.kv.lock().unwrap().insert(key.into(), value.to_vec());
+        Ok(())
+    }
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(v) = self.kv.lock().unwrap().get(key) {
+                return Ok(v.clone());
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                return Err(format!("{key} never put"));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    fn fence(&mut self) -> Result<(), String> {
+        self.barrier.wait();
+        Ok(())
+    }
+}
+
+fn required() -> bool {
+    std::env::var("RANKWIRE_TEST_REQUIRE_RDMA").is_ok_and(|v| v == "1")
+}
+
+/// Two connected transports (rank 0 and rank 1), or `None` (test skipped) without RDMA.
+fn pair(cfg: RdmaConfig) -> Option<(RdmaTransport, RdmaTransport)> {
+    match RdmaDevice::probe(&cfg).expect("settings") {
+        Ok(_) => {}
+        Err(why) => {
+            assert!(!required(), "RANKWIRE_TEST_REQUIRE_RDMA=1 but: {why}");
+            eprintln!("skipped: no RDMA here ({why})");
+            return None;
+        }
+    }
+    let ex = MemExchange {
+        kv: Default::default(),
+        barrier: Arc::new(Barrier::new(2)),
+    };
+    let mk = |rank: u32, mut ex: MemExchange, cfg: RdmaConfig| {
+        std::thread::spawn(move || {
+            let dev = RdmaDevice::probe(&cfg).unwrap().unwrap();
+            RdmaTransport::new(rank, Some(dev), &cfg, &mut ex, &[1 - rank])
+                .unwrap()
+                .unwrap()
+        })
+    };
+    let a = mk(0, ex.clone(), cfg.clone());
+    let b = mk(1, ex, cfg);
+    Some((a.join().unwrap(), b.join().unwrap()))
+}
+
+fn cfg() -> RdmaConfig {
+    RdmaConfig::from_env().unwrap()
+}
+
+/// Poll both until `done` or a 60 s deadline; returns the events of `b`.
+fn drive(
+    a: &mut RdmaTransport,
+    b: &mut RdmaTransport,
+    mut done: impl FnMut(&[Event], &[Event]) -> bool,
+) -> (Vec<Event>, Vec<Event>) {
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    let t0 = Instant::now();
+    while !done(&ea, &eb) {
+        a.poll(&mut ea);
+        b.poll(&mut eb);
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "timed out; a: {ea:?} b: {eb:?}"
+        );
+    }
+    (ea, eb)
+}
+
+#[test]
+fn eager_frames_of_every_slot_size_arrive_in_order_with_credits() {
+    let mut c = cfg();
+    c.slots = 4;
+    let Some((mut a, mut b)) = pair(c) else {
+        return;
+    };
+    // 200 frames with 4 slots: the sender must see Busy and recover through credits.
+    let sizes = [0usize, 1, 100, 4096, 8192, FRAME_PAYLOAD_BYTES];
+    let total = 200;
+    let mut sent = 0;
+    let mut busy = 0;
+    let mut got = Vec::new();
+    let t0 = Instant::now();
+    let mut ea = Vec::new();
+    let mut round = 0u64;
+    while got.len() < total {
+        round += 1;
+        if sent < total {
+            let len = sizes[sent % sizes.len()];
+            let payload = vec![(sent % 251) as u8; len];
+            let header = (sent as u32).to_le_bytes();
+            match a.send(1, &header, &payload).unwrap() {
+                SendOutcome::Sent => sent += 1,
+                SendOutcome::Busy => busy += 1,
+            }
+        }
+        a.poll(&mut ea);
+        // The receiver polls only every few rounds, so the sender runs out of credits.
+        if round.is_multiple_of(8) {
+            let mut eb = Vec::new();
+            b.poll(&mut eb);
+            for e in eb {
+                match e {
+                    Event::Recv {
+                        peer,
+                        header,
+                        payload,
+                    } => {
+                        assert_eq!(peer, 0);
+                        let i = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
+                        assert_eq!(i, got.len(), "out of order");
+                        assert_eq!(payload.len(), sizes[i % sizes.len()]);
+                        assert!(payload.iter().all(|&x| x == (i % 251) as u8));
+                        got.push(i);
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "stuck at {} of {total}",
+            got.len()
+        );
+    }
+    assert!(ea.is_empty(), "{ea:?}");
+    assert!(busy > 0, "the sender never saw back-pressure");
+    let s = a.stats();
+    assert_eq!(s.sends, total as u64);
+    assert!(
+        s.credit_stalls > 0,
+        "4 slots and 200 frames never ran out of credits"
+    );
+    assert!(b.stats().credit_writes > 0);
+    // Oversized frames are refused, not truncated.
+    assert!(
+        a.send(1, &[0; 8], &vec![0; FRAME_PAYLOAD_BYTES + 1])
+            .is_err()
+    );
+}
+
+#[test]
+fn rdma_read_and_write_move_exact_bytes() {
+    let Some((mut a, mut b)) = pair(cfg()) else {
+        return;
+    };
+    for (k, len) in [1usize, 4096, 65_537, (1 << 20) + 3, (3 << 20) + 5]
+        .into_iter()
+        .enumerate()
+    {
+        // b exposes `remote`; a reads it into `local`, then writes `src` over it.
+        let mut remote: Vec<u8> = (0..len).map(|i| (i * 7 + k) as u8).collect();
+        let held = b
+            .registry()
+            .acquire_host(remote.as_ptr() as u64, len as u64)
+            .unwrap();
+        let mut local = vec![0u8; len];
+        // SAFETY: `local` outlives the operation (we drive until OpDone).
+        unsafe {
+            a.get(
+                1,
+                10 + k as u64,
+                local.as_mut_ptr(),
+                len,
+                remote.as_ptr() as u64,
+                held.rkey,
+            )
+            .unwrap()
+        };
+        let (ea, _) = drive(&mut a, &mut b, |ea, _| !ea.is_empty());
+        match &ea[0] {
+            Event::OpDone {
+                peer: 1,
+                op,
+                result,
+            } => {
+                assert_eq!(*op, 10 + k as u64);
+                assert!(result.is_ok(), "{result:?}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(local == remote, "RDMA READ of {len} bytes differs");
+        let src: Vec<u8> = (0..len).map(|i| (i * 3 + 1 + k) as u8).collect();
+        // SAFETY: as above.
+        unsafe {
+            a.put(
+                1,
+                20 + k as u64,
+                src.as_ptr(),
+                len,
+                remote.as_mut_ptr() as u64,
+                held.rkey,
+            )
+            .unwrap()
+        };
+        let (ea, _) = drive(&mut a, &mut b, |ea, _| !ea.is_empty());
+        assert!(
+            matches!(&ea[0], Event::OpDone { result: Ok(()), .. }),
+            "{ea:?}"
+        );
+        // The write is complete at the initiator; RC ordering makes it visible.
+        assert!(remote == src, "RDMA WRITE of {len} bytes differs");
+        b.registry().release(held);
+    }
+    assert!(
+        a.stats().reads >= 5 && a.stats().writes >= 5,
+        "{:?}",
+        a.stats()
+    );
+}
+
+#[test]
+fn a_bad_rkey_fails_the_operation_and_the_peer_with_a_named_error() {
+    let Some((mut a, mut b)) = pair(cfg()) else {
+        return;
+    };
+    let mut local = vec![0u8; 4096];
+    // SAFETY: `local` outlives the operation.
+    unsafe {
+        a.get(1, 99, local.as_mut_ptr(), 4096, 0x1000, 0xdead_beef)
+            .unwrap()
+    };
+    let (ea, _) = drive(&mut a, &mut b, |ea, _| {
+        ea.iter().any(|e| matches!(e, Event::OpDone { .. }))
+    });
+    let done = ea
+        .iter()
+        .find_map(|e| match e {
+            Event::OpDone { op: 99, result, .. } => Some(result.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let err = done.unwrap_err().to_string();
+    assert!(err.contains("rdma") && err.contains("device"), "{err}");
+}
+
+#[test]
+fn registration_cache_counts_hits_and_misses_with_leave_pinned() {
+    let mut c = cfg();
+    c.leave_pinned = true;
+    let Some((a, _b)) = pair(c) else { return };
+    let buf = vec![1u8; 100_000];
+    let r = a.registry();
+    let h1 = r.acquire_host(buf.as_ptr() as u64, 100_000).unwrap();
+    let h2 = r.acquire_host(buf.as_ptr() as u64 + 8192, 4096).unwrap();
+    assert_eq!(h1.rkey, h2.rkey, "a sub-range must reuse the registration");
+    r.release(h1);
+    r.release(h2);
+    let s = r.stats();
+    assert_eq!((s.hits, s.misses, s.entries), (1, 1, 1));
+    // Without leave-pinned, each operation registers anew (no stale keys possible).
+    drop(a);
+}
+
+#[test]
+fn gid_index_settings_are_checked() {
+    let mut c = cfg();
+    match RdmaDevice::probe(&c).unwrap() {
+        Ok(_) => {}
+        Err(why) => {
+            assert!(!required(), "RANKWIRE_TEST_REQUIRE_RDMA=1 but: {why}");
+            eprintln!("skipped: no RDMA here ({why})");
+            return;
+        }
+    }
+    c.gid_index = Some(100_000);
+    let e = RdmaDevice::probe(&c).unwrap_err();
+    assert!(
+        e.contains("RANKWIRE_IB_GID_INDEX=100000") && e.contains("out of range"),
+        "{e}"
+    );
+    c.gid_index = Some(9);
+    let e = RdmaDevice::probe(&c).unwrap_err();
+    assert!(
+        e.contains("RANKWIRE_IB_GID_INDEX=9") && e.contains("empty"),
+        "{e}"
+    );
+    c.gid_index = None;
+    c.hca = Some("nosuchdev0".into());
+    let e = RdmaDevice::probe(&c).unwrap_err();
+    assert!(
+        e.contains("RANKWIRE_IB_HCA") && e.contains("no such device"),
+        "{e}"
+    );
+    c.hca = None;
+    let d = RdmaDevice::probe(&c).unwrap().unwrap();
+    println!("default choice: {}", d.why());
+}
