@@ -24,7 +24,12 @@ use rankwire_gpu::{DeviceBuffer, PtrKind};
 /// bytes are `len × size_of::<T>()`). For cudarc slices the slice's own stream is
 /// synchronized first, so work queued on it that writes the buffer has finished
 /// (cudarc users need no explicit synchronize before a send).
-pub trait DeviceMemory {
+///
+/// # Safety
+/// The safe send and collective calls trust the region: an implementation must return
+/// an address and length of memory (device, or host memory CUDA knows) that stays valid
+/// for reads, and is not written by anyone else, for as long as `&self` is borrowed.
+pub unsafe trait DeviceMemory {
     /// Device address and length in bytes, with pending writes finished.
     ///
     /// # Errors
@@ -33,7 +38,11 @@ pub trait DeviceMemory {
 }
 
 /// Device memory the runtime can receive into (see [`DeviceMemory`]).
-pub trait DeviceMemoryMut: DeviceMemory {
+///
+/// # Safety
+/// As [`DeviceMemory`], and the region must be valid for writes and not accessed by
+/// anyone else while `&mut self` is borrowed.
+pub unsafe trait DeviceMemoryMut: DeviceMemory {
     /// Device address and length in bytes, with pending work on it finished.
     ///
     /// # Errors
@@ -41,13 +50,15 @@ pub trait DeviceMemoryMut: DeviceMemory {
     fn device_region_mut(&mut self) -> Result<(u64, usize)>;
 }
 
-impl DeviceMemory for DeviceBuffer {
+// SAFETY: a DeviceBuffer owns its `len` bytes of device memory until dropped.
+unsafe impl DeviceMemory for DeviceBuffer {
     fn device_region(&self) -> Result<(u64, usize)> {
         Ok((self.ptr(), self.len()))
     }
 }
 
-impl DeviceMemoryMut for DeviceBuffer {
+// SAFETY: as above; `&mut self` gives exclusive access.
+unsafe impl DeviceMemoryMut for DeviceBuffer {
     fn device_region_mut(&mut self) -> Result<(u64, usize)> {
         Ok((self.ptr(), self.len()))
     }
@@ -68,7 +79,9 @@ mod cudarc_impls {
 
     macro_rules! readable {
         ($($t:ty),*) => {$(
-            impl<T> DeviceMemory for $t {
+            // SAFETY: cudarc slices and views own or borrow `num_bytes()` of device
+            // memory at `device_ptr` for as long as they live.
+            unsafe impl<T> DeviceMemory for $t {
                 fn device_region(&self) -> Result<(u64, usize)> {
                     sync(self)?;
                     // The guard records a read on the slice's stream when dropped here;
@@ -84,7 +97,8 @@ mod cudarc_impls {
 
     macro_rules! writable {
         ($($t:ty),*) => {$(
-            impl<T> DeviceMemoryMut for $t {
+            // SAFETY: as above, exclusively borrowed through `&mut self`.
+            unsafe impl<T> DeviceMemoryMut for $t {
                 fn device_region_mut(&mut self) -> Result<(u64, usize)> {
                     sync(self)?;
                     let stream = self.stream().clone();

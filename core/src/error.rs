@@ -225,6 +225,14 @@ impl From<rankwire_transports::TransportError> for Error {
     }
 }
 
+/// GPU leaf errors become [`Error::Gpu`] (so `DeviceBuffer::alloc(..)?` works in a
+/// function returning [`Result`]).
+impl From<rankwire_gpu::GpuError> for Error {
+    fn from(e: rankwire_gpu::GpuError) -> Error {
+        Error::Gpu(e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,15 +34,15 @@ use crate::wire::RemoteMem;
 /// Stages device buffers with synchronous copies on the runtime stream.
 #[derive(Default)]
 pub(crate) struct GpuStaging {
-    /// (user buffer address, length, staging buffer address) of sends whose pool
-    /// memory was copied into an IPC-capable staging buffer.
-    staged: Vec<(u64, usize, u64)>,
+    /// (send request, staging buffer address) of sends whose pool memory was copied
+    /// into an IPC-capable staging buffer.
+    staged: Vec<(ReqId, u64)>,
 }
 
 impl GpuStaging {
     /// Copy `buf` (device memory legacy IPC cannot export) into a cached `cuMemAlloc`
     /// buffer and export that; `None` if any step fails (the caller stages via host).
-    fn offer_staged(&mut self, buf: RawBuf) -> Option<RemoteMem> {
+    fn offer_staged(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
         let device = device_of(&buf).ok()?;
         let stage = crate::coll::device::dev_tmp_take(device, buf.len()).ok()?;
         let stream = Stream::runtime(device).ok();
@@ -68,8 +68,7 @@ impl GpuStaging {
             "device buffer of {} bytes is not IPC-capable; offered through a staging buffer",
             buf.len()
         );
-        self.staged
-            .push((buf.as_mut_ptr() as u64, buf.len(), stage));
+        self.staged.push((sreq, stage));
         Some(RemoteMem::CudaIpc {
             handle: e.handle.0,
             offset: e.offset,
@@ -124,7 +123,7 @@ impl DeviceMem for GpuStaging {
         Ok(v)
     }
 
-    fn offer(&mut self, buf: RawBuf) -> Option<RemoteMem> {
+    fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
         match rankwire_gpu::ipc_export(buf.as_mut_ptr() as u64, buf.len()) {
             Ok(e) => Some(RemoteMem::CudaIpc {
                 handle: e.handle.0,
@@ -137,7 +136,7 @@ impl DeviceMem for GpuStaging {
             Err(rankwire_gpu::GpuError::Unsupported(rankwire_gpu::Unsupported::NotIpcCapable))
                 if std::env::var("RANKWIRE_GPU_IPC_STAGING").as_deref() != Ok("0") =>
             {
-                self.offer_staged(buf)
+                self.offer_staged(sreq, buf)
             }
             Err(e) => {
                 tracing::debug!("device buffer not offered by CUDA IPC ({e}); staging it");
@@ -146,10 +145,9 @@ impl DeviceMem for GpuStaging {
         }
     }
 
-    fn done_with(&mut self, buf: RawBuf) {
-        let key = (buf.as_mut_ptr() as u64, buf.len());
-        if let Some(i) = self.staged.iter().position(|&(a, l, _)| (a, l) == key) {
-            let (_, _, stage) = self.staged.swap_remove(i);
+    fn done_with(&mut self, sreq: ReqId) {
+        if let Some(i) = self.staged.iter().position(|&(id, _)| id == sreq) {
+            let (_, stage) = self.staged.swap_remove(i);
             crate::coll::device::dev_tmp_give(stage);
         }
     }

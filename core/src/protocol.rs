@@ -147,12 +147,14 @@ pub trait DeviceMem: Send {
     fn copy_to_device(&mut self, dst: RawBuf, offset: usize, src: &[u8]) -> Result<(), String>;
     /// Copy the whole device buffer `src` into a new host vector (complete on return).
     fn copy_from_device(&mut self, src: RawBuf) -> Result<Vec<u8>, String>;
-    /// A descriptor a same-node peer can use to pull `buf` directly (CUDA IPC), or
-    /// `None` when the memory cannot be exported (pool/VMM memory: staged instead).
-    fn offer(&mut self, buf: RawBuf) -> Option<RemoteMem>;
-    /// The send of `buf` has ended (completed or failed): resources [`DeviceMem::offer`]
-    /// took for it may be reused.
-    fn done_with(&mut self, _buf: RawBuf) {}
+    /// A descriptor a same-node peer can use to pull `buf`, the buffer of send request
+    /// `sreq`, directly (CUDA IPC; memory legacy IPC cannot export may be offered through
+    /// a staging copy), or `None` when it cannot be offered (staged through host memory
+    /// instead).
+    fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem>;
+    /// Send request `sreq` has ended (completed or failed): resources
+    /// [`DeviceMem::offer`] took for it may be reused.
+    fn done_with(&mut self, _sreq: ReqId) {}
 }
 
 /// Registration of host send buffers for network pull-mode rendezvous (RDMA READ by
@@ -579,7 +581,7 @@ impl Protocol {
                 if self.ipc_to.contains(&dst) {
                     self.device
                         .as_mut()
-                        .and_then(|d| d.offer(buf))
+                        .and_then(|d| d.offer(id, buf))
                         .unwrap_or(RemoteMem::None)
                 } else {
                     RemoteMem::None
@@ -764,7 +766,7 @@ impl Protocol {
             .collect();
         for id in sends {
             if let Some(s) = self.sends.remove(&id) {
-                self.release_device(s.buf);
+                self.release_device(id, s.buf);
             }
             self.release_net(id);
             self.done.insert(id, Err(err.clone()));
@@ -840,7 +842,7 @@ impl Protocol {
                     Ok(v) => Payload::Owned(v),
                     Err(e) => {
                         if let Some(s) = self.sends.remove(&sreq) {
-                            self.release_device(s.buf);
+                            self.release_device(sreq, s.buf);
                         }
                         self.release_net(sreq);
                         self.data_ready.retain(|&x| x != sreq);
@@ -967,11 +969,11 @@ impl Protocol {
     }
 
     /// Let the device side release what it set up for a send of `buf`.
-    fn release_device(&mut self, buf: RawBuf) {
+    fn release_device(&mut self, sreq: ReqId, buf: RawBuf) {
         if !buf.is_host()
             && let Some(d) = self.device.as_mut()
         {
-            d.done_with(buf);
+            d.done_with(sreq);
         }
     }
 
@@ -982,7 +984,7 @@ impl Protocol {
     }
 
     fn complete_send(&mut self, id: ReqId, s: &SendReq) {
-        self.release_device(s.buf);
+        self.release_device(id, s.buf);
         self.release_net(id);
         self.done.insert(
             id,

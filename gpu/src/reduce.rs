@@ -1,7 +1,9 @@
 //! Element-wise reduction kernels on device memory, compiled at run time with NVRTC.
 //!
-//! One kernel form, `dst[i] = a[i] op b[i]` for `i < count`, where `dst` may be the same
-//! address as `a` or `b` (the in-place form `dst op= src` is `reduce(dst, dst, src)`).
+//! Two kernel forms. The two-operand form, `dst[i] = a[i] op b[i]` for `i < count`, where
+//! `dst` may be the same address as `a` or `b` (the in-place form `dst op= src` is
+//! `reduce(dst, dst, src)`), described below; and the rows form ([`reduce_rows_async`]),
+//! `dst[i] = src[0][i] op … op src[rows−1][i]` with a wider accumulator for halves.
 //! Every kernel is a grid-stride loop; when `dst`, `a` and `b` have the same offset
 //! modulo 16 bytes (always, for allocations and element-aligned slices of them at equal
 //! offsets) it peels the few leading elements, then moves 16 bytes per load and store

@@ -20,10 +20,11 @@
 //! # Numerics
 //! Results are bitwise identical on every rank (the host schedules' guarantee: each
 //! block is combined by one rank in a fixed order, or both partners evaluate the same
-//! expression, and kernels use no FMA contraction). `f16`/`bf16` are combined in `f32`
-//! and rounded to the storage type after each combine step (one rounding per step,
-//! `p − 1` per element for a ring at `p` ranks): the schedules move elements in their
-//! storage type between ranks, so a wider accumulator cannot survive a step.
+//! expression, and kernels use no FMA contraction). `f16`/`bf16` are combined in `f32`.
+//! On the schedules they are rounded to the storage type after each combine step (one
+//! rounding per step, `p − 1` per element for a ring at `p` ranks: the schedules move
+//! elements in their storage type between ranks); the staged small-message allreduce
+//! reduces all `p` inputs in one kernel and rounds once.
 //!
 //! # Buffers
 //! Both buffers must be device memory of the same device. Buffers from
@@ -485,9 +486,12 @@ impl Communicator {
     /// kernels (see [`crate::coll::device`](self) for paths and numerics).
     ///
     /// Shape: `send.len() == recv.len()` bytes, a multiple of the element size, equal on
-    /// every rank; both on one device. Algorithm as the host allreduce
-    /// (`RANKWIRE_ALLREDUCE_ALGO` overrides): recursive doubling for small vectors,
-    /// Rabenseifner or ring for large ones.
+    /// every rank; both on one device. Algorithm: up to
+    /// `RANKWIRE_GPU_ALLREDUCE_STAGED_MAX` bytes (default 512 KiB × ranks) the staged
+    /// small-message path (one copy to pinned memory, one exchange round, one kernel);
+    /// above it the host allreduce's schedules (recursive doubling, Rabenseifner or ring
+    /// by the cost model). `RANKWIRE_ALLREDUCE_ALGO` forces a schedule and turns the
+    /// staged path off.
     ///
     /// # Errors
     /// [`Error::Usage`] for lengths that differ, host buffers, buffers on two devices,

@@ -426,7 +426,7 @@ impl DeviceMem for FakeDevice {
         // SAFETY: test memory.
         Ok(unsafe { src.as_slice() }.to_vec())
     }
-    fn offer(&mut self, _buf: RawBuf) -> Option<RemoteMem> {
+    fn offer(&mut self, _sreq: ReqId, _buf: RawBuf) -> Option<RemoteMem> {
         None
     }
 }
