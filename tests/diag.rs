@@ -63,7 +63,7 @@ fn explain_names_the_reasons_faster_paths_were_rejected() {
     out.assert_ok();
     assert!(
         out.stderr.contains(
-            "0 -> 1     host     tcp        eager <= 65536 B; above: rendezvous (Rts/Cts/Data) through tcp  |  shm: excluded by RANKWIRE_TRANSPORTS; cma: turned off by RANKWIRE_CMA=0"
+            "0 -> 1     host     tcp        eager <= 65536 B; above: rendezvous (Rts/Cts/Data) through tcp  |  shm: excluded by RANKWIRE_TRANSPORTS; rdma: excluded by RANKWIRE_TRANSPORTS; cma: turned off by RANKWIRE_CMA=0"
         ),
         "{}",
         out.stderr
@@ -86,7 +86,7 @@ fn require_turns_a_fallback_into_an_init_error() {
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert!(
         out.stderr.contains(
-            "usage: RANKWIRE_REQUIRE includes shm, but rank 0 -> rank 1 cannot use it: host memory goes over tcp (shm: excluded by RANKWIRE_TRANSPORTS)"
+            "usage: RANKWIRE_REQUIRE includes shm, but rank 0 -> rank 1 cannot use it: host memory goes over tcp (shm: excluded by RANKWIRE_TRANSPORTS; rdma: excluded by RANKWIRE_TRANSPORTS)"
         ),
         "{}",
         out.stderr

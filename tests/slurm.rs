@@ -123,7 +123,7 @@ fn srun_mpi_none_is_a_clear_error_not_singletons() {
             out.stderr
         );
     }
-    for want in ["Bootstrap", "--mpi=none", "srun --mpi=pmi2", "rwrun -n 2"] {
+    for want in ["bootstrap:", "--mpi=none", "srun --mpi=pmi2", "rwrun -n 2"] {
         assert!(
             out.stderr.contains(want),
             "missing {want:?}\n{}",
