@@ -32,14 +32,36 @@ use crate::protocol::{DeviceMem, PullReq, RawBuf};
 use crate::wire::RemoteMem;
 
 /// Stages device buffers with synchronous copies on the runtime stream.
-#[derive(Default)]
 pub(crate) struct GpuStaging {
     /// (send request, staging buffer address) of sends whose pool memory was copied
     /// into an IPC-capable staging buffer.
     staged: Vec<(ReqId, u64)>,
+    /// Offer memory legacy IPC cannot export through a staging buffer
+    /// (`RANKWIRE_GPU_IPC_STAGING`, default on).
+    ipc_staging: bool,
+}
+
+/// The wire descriptor of a CUDA IPC export (the receiver rebuilds the export in
+/// [`IpcPuller`]).
+fn ipc_remote(e: &IpcExport) -> RemoteMem {
+    RemoteMem::CudaIpc {
+        handle: e.handle.0,
+        offset: e.offset,
+        buffer_id: e.buffer_id,
+        device: e.device,
+        base: e.base,
+        alloc_len: e.alloc_len as u64,
+    }
 }
 
 impl GpuStaging {
+    pub(crate) fn new() -> Self {
+        GpuStaging {
+            staged: Vec::new(),
+            ipc_staging: crate::universe::env_switch("RANKWIRE_GPU_IPC_STAGING") != Some(false),
+        }
+    }
+
     /// Copy `buf` (device memory legacy IPC cannot export) into a cached `cuMemAlloc`
     /// buffer and export that; `None` if any step fails (the caller stages via host).
     fn offer_staged(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
@@ -69,14 +91,7 @@ impl GpuStaging {
             buf.len()
         );
         self.staged.push((sreq, stage));
-        Some(RemoteMem::CudaIpc {
-            handle: e.handle.0,
-            offset: e.offset,
-            buffer_id: e.buffer_id,
-            device: e.device,
-            base: e.base,
-            alloc_len: e.alloc_len as u64,
-        })
+        Some(ipc_remote(&e))
     }
 }
 
@@ -125,16 +140,9 @@ impl DeviceMem for GpuStaging {
 
     fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
         match rankwire_gpu::ipc_export(buf.as_mut_ptr() as u64, buf.len()) {
-            Ok(e) => Some(RemoteMem::CudaIpc {
-                handle: e.handle.0,
-                offset: e.offset,
-                buffer_id: e.buffer_id,
-                device: e.device,
-                base: e.base,
-                alloc_len: e.alloc_len as u64,
-            }),
+            Ok(e) => Some(ipc_remote(&e)),
             Err(rankwire_gpu::GpuError::Unsupported(rankwire_gpu::Unsupported::NotIpcCapable))
-                if std::env::var("RANKWIRE_GPU_IPC_STAGING").as_deref() != Ok("0") =>
+                if self.ipc_staging =>
             {
                 self.offer_staged(sreq, buf)
             }

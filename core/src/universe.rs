@@ -888,7 +888,7 @@ fn enable_gpu(engine: &mut Engine) -> std::result::Result<(), String> {
     }
     engine
         .proto
-        .set_device_mem(Box::new(crate::gpu_path::GpuStaging::default()));
+        .set_device_mem(Box::new(crate::gpu_path::GpuStaging::new()));
     Ok(())
 }
 

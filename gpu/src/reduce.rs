@@ -532,25 +532,7 @@ pub fn reduce_rows_host(dt: DType, op: RedOp, src: &[u8], rows: usize) -> Vec<u8
             let mut acc = at(0, i);
             for r in 1..rows {
                 let y = at(r, i);
-                acc = match op {
-                    RedOp::Sum => acc + y,
-                    RedOp::Prod => acc * y,
-                    RedOp::Min => {
-                        if acc < y {
-                            acc
-                        } else {
-                            y
-                        }
-                    }
-                    RedOp::Max => {
-                        if acc > y {
-                            acc
-                        } else {
-                            y
-                        }
-                    }
-                    _ => unreachable!("bitwise ops on floats are rejected"),
-                };
+                acc = float_op(op, acc, y);
             }
             out.extend_from_slice(&st(acc).to_le_bytes());
         }
@@ -615,26 +597,7 @@ pub fn reduce_host(dt: DType, op: RedOp, a: &[u8], b: &[u8]) -> Vec<u8> {
             {
                 let x = $ld(<$t>::from_le_bytes(x.try_into().expect("chunk size")));
                 let y = $ld(<$t>::from_le_bytes(y.try_into().expect("chunk size")));
-                let z = match op {
-                    RedOp::Sum => x + y,
-                    RedOp::Prod => x * y,
-                    RedOp::Min => {
-                        if x < y {
-                            x
-                        } else {
-                            y
-                        }
-                    }
-                    RedOp::Max => {
-                        if x > y {
-                            x
-                        } else {
-                            y
-                        }
-                    }
-                    _ => unreachable!("checked by valid_for"),
-                };
-                out.extend_from_slice(&$st(z).to_le_bytes());
+                out.extend_from_slice(&$st(float_op(op, x, y)).to_le_bytes());
             }
         }};
     }
@@ -649,6 +612,33 @@ pub fn reduce_host(dt: DType, op: RedOp, a: &[u8], b: &[u8]) -> Vec<u8> {
         DType::BF16 => float!(u16, bf16_to_f32, f32_to_bf16),
     }
     out
+}
+
+/// `x op y` for a floating-point op, as the kernels compute it (min/max return `y`
+/// when the comparison is false).
+fn float_op<T>(op: RedOp, x: T, y: T) -> T
+where
+    T: Copy + PartialOrd + std::ops::Add<Output = T> + std::ops::Mul<Output = T>,
+{
+    match op {
+        RedOp::Sum => x + y,
+        RedOp::Prod => x * y,
+        RedOp::Min => {
+            if x < y {
+                x
+            } else {
+                y
+            }
+        }
+        RedOp::Max => {
+            if x > y {
+                x
+            } else {
+                y
+            }
+        }
+        _ => unreachable!("bitwise ops on floats are rejected by valid_for"),
+    }
 }
 
 /// bfloat16 bits to f32 (exact).

@@ -33,7 +33,7 @@
 //! copied on the device into an IPC-capable staging buffer (one extra device copy).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use rankwire_gpu::{DType, DeviceBuffer, PinnedBuffer, PtrKind, RedOp, Stream};
 use rankwire_transports::MemoryKind;
@@ -131,21 +131,35 @@ fn common_device(what: &str, send: (u64, usize), recv: (u64, usize)) -> Result<i
 /// algorithms' codes).
 const STAGED_CODE: u32 = 100;
 
+/// Process-wide settings of the device collectives, read from the environment once.
+struct Settings {
+    /// `RANKWIRE_GPU_ALLREDUCE_STAGED_MAX` (bytes), if set.
+    staged_max: Option<usize>,
+    /// `RANKWIRE_GPU_WAIT=sync`.
+    wait_sync: bool,
+    /// `RANKWIRE_GPU_TMP_CACHE` (bytes of idle temporaries kept, per cache).
+    tmp_cache_limit: usize,
+}
+
+fn settings() -> &'static Settings {
+    static S: OnceLock<Settings> = OnceLock::new();
+    S.get_or_init(|| {
+        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse().ok());
+        Settings {
+            staged_max: num("RANKWIRE_GPU_ALLREDUCE_STAGED_MAX"),
+            wait_sync: matches!(std::env::var("RANKWIRE_GPU_WAIT").as_deref(), Ok("sync")),
+            tmp_cache_limit: num("RANKWIRE_GPU_TMP_CACHE").unwrap_or(2 << 30),
+        }
+    })
+}
+
 /// Largest allreduce (bytes) that takes the staged small-message algorithm at `p`
 /// ranks: `RANKWIRE_GPU_ALLREDUCE_STAGED_MAX`, default 512 KiB × p (0 turns it off).
 /// The default is the measured crossover on one H200 shared by the ranks
 /// (2026-11-29): staged beat the schedules up to 1 MiB at 2 ranks and up to 2 MiB at
 /// 4 ranks, and lost from 2 MiB and 4 MiB on.
 fn staged_max(p: usize) -> usize {
-    std::env::var("RANKWIRE_GPU_ALLREDUCE_STAGED_MAX")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(p.saturating_mul(512 << 10))
-}
-
-/// Whether `RANKWIRE_ALLREDUCE_ALGO` forces a schedule (then the staged path is off).
-fn forced_algo() -> bool {
-    std::env::var("RANKWIRE_ALLREDUCE_ALGO").is_ok_and(|v| !v.trim().is_empty())
+    settings().staged_max.unwrap_or(p.saturating_mul(512 << 10))
 }
 
 /// Small-message allreduce on device buffers, built for the fewest device operations
@@ -223,13 +237,6 @@ struct TmpCache<B> {
 static DEV_CACHE: Mutex<Option<TmpCache<DeviceBuffer>>> = Mutex::new(None);
 static PINNED_CACHE: Mutex<Option<TmpCache<PinnedBuffer>>> = Mutex::new(None);
 
-fn tmp_cache_limit() -> usize {
-    std::env::var("RANKWIRE_GPU_TMP_CACHE")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(2 << 30)
-}
-
 /// A cached buffer of at least `len` bytes for `device` (at most twice `len`), or a
 /// new one from `alloc` (rounded up to 64 KiB so that close sizes share buffers).
 fn tmp_take<B: Cached>(
@@ -270,7 +277,7 @@ fn tmp_give<B: Cached>(cache: &Mutex<Option<TmpCache<B>>>, addr: u64) {
     let Some(buf) = c.lent.remove(&addr) else {
         return;
     };
-    let limit = tmp_cache_limit();
+    let limit = settings().tmp_cache_limit;
     c.free_bytes += buf.bytes();
     c.free.push(buf);
     // Free the largest idle buffers first until under the bound.
@@ -418,7 +425,7 @@ impl DevOps for CudaOps {
 /// nothing else to wait for. Measured on one H200 shared by 2 ranks (2026-11-29),
 /// polling gave 200–210 µs per small allreduce, blocking 240–330 µs.
 fn gpu_wait_blocks() -> bool {
-    matches!(std::env::var("RANKWIRE_GPU_WAIT").as_deref(), Ok("sync"))
+    settings().wait_sync
 }
 
 fn dev_bufs(
@@ -552,7 +559,7 @@ impl Communicator {
         let es = dt.size();
         let p = self.size();
         let algo = self.st.cfg.allreduce(p, send_bytes, true)?;
-        let staged = p > 1 && send_bytes <= staged_max(p) && !forced_algo();
+        let staged = p > 1 && send_bytes <= staged_max(p) && !self.st.cfg.allreduce_forced();
         let mut spec = Spec::uniform(CollKind::Allreduce, None, n, es);
         spec.algo = if staged { STAGED_CODE } else { algo.code() };
         (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());

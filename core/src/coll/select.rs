@@ -329,6 +329,12 @@ impl CollConfig {
             .pick(ok, || self.model.best_allreduce(p, bytes, commutative))
     }
 
+    /// Whether `RANKWIRE_ALLREDUCE_ALGO` names an algorithm (or a bad value): the
+    /// device allreduce then runs the schedules, not its staged path.
+    pub(crate) fn allreduce_forced(&self) -> bool {
+        !matches!(self.overrides.allreduce, Forced::None)
+    }
+
     /// Broadcast of `bytes` on `p` ranks.
     pub(crate) fn bcast(&self, p: usize, bytes: usize) -> Result<BcastAlgo> {
         self.overrides
