@@ -351,21 +351,18 @@ impl Engine {
         any
     }
 
-    /// Whether every frame has been handed to the OS.
     /// Pending requests with the transport to each peer, for the watchdog report.
     pub(crate) fn describe_pending(&self) -> Vec<String> {
         let mut v = self.proto.describe_pending();
-        let mut peers: Vec<String> = Vec::new();
         for (r, route) in self.routes.iter().enumerate() {
             if !self.backlog[r].is_empty() {
-                peers.push(format!(
+                v.push(format!(
                     "{} frames queued for rank {r} ({})",
                     self.backlog[r].len(),
                     route.name()
                 ));
             }
         }
-        v.extend(peers);
         let routes: Vec<String> = self
             .routes
             .iter()
@@ -376,6 +373,7 @@ impl Engine {
         v
     }
 
+    /// Whether every frame has been handed to the OS.
     pub(crate) fn is_flushed(&self) -> bool {
         self.backlog.iter().all(|q| q.is_empty())
             && !self.proto.has_output()
@@ -390,7 +388,8 @@ impl Engine {
     /// sleep on the shm doorbell with a short timeout so TCP arrivals wait at most that.
     pub(crate) fn wait_activity(&mut self, timeout: Duration) {
         let uses = |r: Route| self.routes.contains(&r);
-        if uses(Route::Rdma) {
+        // The RDMA transport exists only when some peer is reached through it.
+        if self.rdma.is_some() {
             // Completions are polled (no completion channel): stay responsive.
             std::thread::yield_now();
             return;

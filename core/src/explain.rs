@@ -103,11 +103,7 @@ impl Paths {
         let transport = p.route.name();
         let mut rejected = p.rejected.clone();
         let remote = !p.same_node;
-        let rdma = match (&self.rdma, p.route) {
-            (_, Route::Rdma) => None,
-            (Err(why), _) => Some(why.clone()),
-            (Ok(()), _) => Some("the peer has no usable RDMA device".to_string()),
-        };
+        let rdma = self.rdma_reason(p.route);
         let mut protocol;
         match memory {
             "host" | "managed" => {
@@ -203,6 +199,15 @@ impl Paths {
         }
     }
 
+    /// Why a peer reached by `route` is not reached over RDMA (`None` when it is).
+    fn rdma_reason(&self, route: Route) -> Option<String> {
+        match (&self.rdma, route) {
+            (_, Route::Rdma) => None,
+            (Err(why), _) => Some(why.clone()),
+            (Ok(()), _) => Some("the peer has no usable RDMA device".to_string()),
+        }
+    }
+
     /// Check `RANKWIRE_REQUIRE` (`list`) against the rows.
     ///
     /// # Errors
@@ -243,19 +248,15 @@ impl Paths {
                             return fail(format!("cuda_ipc: {why}"));
                         }
                     }
-                    "rdma" if !p.same_node && p.route != Route::Rdma => {
-                        let why = match &self.rdma {
-                            Err(why) => why.clone(),
-                            Ok(()) => "the peer has no usable RDMA device".to_string(),
-                        };
-                        return fail(format!("rdma: {why}"));
+                    "rdma" if !p.same_node => {
+                        if let Some(why) = self.rdma_reason(p.route) {
+                            return fail(format!("rdma: {why}"));
+                        }
                     }
                     "gdr" if !p.same_node => {
-                        let why = match (&self.rdma, p.route) {
-                            (_, Route::Rdma) => GDR_NOT_WIRED.to_string(),
-                            (Err(why), _) => why.clone(),
-                            (Ok(()), _) => "the peer has no usable RDMA device".to_string(),
-                        };
+                        let why = self
+                            .rdma_reason(p.route)
+                            .unwrap_or_else(|| GDR_NOT_WIRED.to_string());
                         return fail(format!("gdr: {why}"));
                     }
                     _ => {}

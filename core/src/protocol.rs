@@ -766,9 +766,8 @@ impl Protocol {
             .collect();
         for id in sends {
             if let Some(s) = self.sends.remove(&id) {
-                self.release_device(id, s.buf);
+                self.release_offer(id, s.buf);
             }
-            self.release_net(id);
             self.done.insert(id, Err(err.clone()));
         }
         let posted = self
@@ -842,9 +841,8 @@ impl Protocol {
                     Ok(v) => Payload::Owned(v),
                     Err(e) => {
                         if let Some(s) = self.sends.remove(&sreq) {
-                            self.release_device(sreq, s.buf);
+                            self.release_offer(sreq, s.buf);
                         }
-                        self.release_net(sreq);
                         self.data_ready.retain(|&x| x != sreq);
                         self.done.insert(sreq, Err(e));
                         continue;
@@ -968,24 +966,21 @@ impl Protocol {
         id
     }
 
-    /// Let the device side release what it set up for a send of `buf`.
-    fn release_device(&mut self, sreq: ReqId, buf: RawBuf) {
-        if !buf.is_host()
-            && let Some(d) = self.device.as_mut()
-        {
+    /// Let the side that offered `buf` (send request `sreq`) for a single copy release
+    /// what it set up: the device side for device memory (CUDA IPC staging), the
+    /// network side for host memory (RDMA registration).
+    fn release_offer(&mut self, sreq: ReqId, buf: RawBuf) {
+        if buf.is_host() {
+            if let Some(n) = self.net.as_mut() {
+                n.release(sreq);
+            }
+        } else if let Some(d) = self.device.as_mut() {
             d.done_with(sreq);
         }
     }
 
-    fn release_net(&mut self, id: ReqId) {
-        if let Some(n) = self.net.as_mut() {
-            n.release(id);
-        }
-    }
-
     fn complete_send(&mut self, id: ReqId, s: &SendReq) {
-        self.release_device(id, s.buf);
-        self.release_net(id);
+        self.release_offer(id, s.buf);
         self.done.insert(
             id,
             Ok(Status {

@@ -226,7 +226,6 @@ impl Inner {
                         w.reset(pending);
                     } else if w.expired(pending) {
                         let lines = e.describe_pending();
-                        let limit = w.limit();
                         drop(e);
                         self.watchdog_abort(limit, pending, &lines);
                     }
@@ -319,18 +318,22 @@ fn init_inner() -> Result<Universe> {
     let watchdog = crate::watchdog::from_env()?;
     let u = init_world()?;
     u.inner.lock().watchdog = watchdog;
-    let rows = u.inner.paths.rows();
-    if env_switch(crate::explain::EXPLAIN_ENV) == Some(true) {
-        let table = crate::explain::render(&rows);
-        let mut out = String::new();
-        for line in table.lines() {
-            out.push_str(&format!("rankwire explain: {line}\n"));
+    // The path table is built only when someone reads it.
+    let explain = env_switch(crate::explain::EXPLAIN_ENV) == Some(true);
+    let info = tracing::enabled!(tracing::Level::INFO);
+    if explain || info {
+        let table = crate::explain::render(&u.inner.paths.rows());
+        if explain {
+            let mut out = String::new();
+            for line in table.lines() {
+                out.push_str(&format!("rankwire explain: {line}\n"));
+            }
+            eprint!("{out}");
         }
-        eprint!("{out}");
-    }
-    if tracing::enabled!(tracing::Level::INFO) {
-        for line in crate::explain::render(&rows).lines() {
-            tracing::info!("path: {line}");
+        if info {
+            for line in table.lines() {
+                tracing::info!("path: {line}");
+            }
         }
     }
     if let Ok(list) = std::env::var(crate::explain::REQUIRE_ENV) {
@@ -393,27 +396,23 @@ fn join_pmi() -> Result<Joined> {
     // Names of /dev/shm segments and the TCP handshake need a job id that every task
     // computes alike and that differs between steps and between runs of a cluster whose
     // job ids restart: Slurm's job and step plus srun's own (ephemeral) port.
+    // At most 40 characters that are safe in a /dev/shm name.
+    let clean = |x: &str| -> String {
+        x.chars()
+            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_'))
+            .take(40)
+            .collect()
+    };
     let mut job_id = String::from("slurm");
     for v in ["SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_SRUN_COMM_PORT"] {
         if let Ok(x) = std::env::var(v) {
             job_id.push('-');
-            job_id.extend(
-                x.chars()
-                    .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_'))
-                    .take(40),
-            );
+            job_id.push_str(&clean(&x));
         }
     }
     if job_id == "slurm" {
-        job_id = format!(
-            "pmi-{}",
-            std::env::var(crate::bootstrap::pmi::env::PMI_JOBID)
-                .unwrap_or_default()
-                .chars()
-                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_'))
-                .take(40)
-                .collect::<String>()
-        );
+        let pmi_job = std::env::var(crate::bootstrap::pmi::env::PMI_JOBID).unwrap_or_default();
+        job_id = format!("pmi-{}", clean(&pmi_job));
     }
     Ok(Joined {
         rank,
@@ -551,16 +550,17 @@ fn build(joined: Joined) -> Result<Universe> {
     let rdma_peers: Vec<u32> = (0..size)
         .filter(|&r| routes[r as usize] == Route::Rdma)
         .collect();
-    let rdma_cfg_kept = rdma_cfg.clone();
-    let rdma = match rdma_cfg {
-        Some(cfg) => RdmaTransport::new(
+    // An RDMA route needs a device at both ends. Every rank holds the same `rdma_ok`,
+    // so with fewer than two such ranks all skip the transport's setup fences together.
+    let rdma = match &rdma_cfg {
+        Some(cfg) if rdma_ok.iter().filter(|&&ok| ok).count() >= 2 => RdmaTransport::new(
             rank,
             rdma_dev.filter(|_| !rdma_peers.is_empty()),
-            &cfg,
+            cfg,
             &mut client,
             &rdma_peers,
         )?,
-        None => None,
+        _ => None,
     };
     // A transport that serves no peer is dropped after the setup fences, so progress
     // never polls it.
@@ -581,7 +581,7 @@ fn build(joined: Joined) -> Result<Universe> {
     // transport. RANKWIRE_CMA=0 turns it off.
     let cma = env_switch("RANKWIRE_CMA") != Some(false);
     let gpu_state = enable_gpu(&mut engine);
-    if let (Ok(()), Some(t), Some(cfg)) = (&gpu_state, engine.rdma(), rdma_cfg_kept.as_ref()) {
+    if let (Ok(()), Some(t), Some(cfg)) = (&gpu_state, engine.rdma(), rdma_cfg.as_ref()) {
         gdr_choice(rank, t, cfg)?;
     }
     let ipc_state = match &gpu_state {
@@ -732,7 +732,7 @@ fn select_gpu(local_rank: usize, count: usize, forced: Option<&str>) -> Result<i
 /// With `RANKWIRE_REPORT_BINDINGS=1` (`rwrun --report-bindings`), print this rank's
 /// node, local rank and GPU to stderr, once, at init.
 fn report_binding(u: &Universe) {
-    if std::env::var("RANKWIRE_REPORT_BINDINGS").as_deref() != Ok("1") {
+    if env_switch("RANKWIRE_REPORT_BINDINGS") != Some(true) {
         return;
     }
     let host = nix::unistd::gethostname()

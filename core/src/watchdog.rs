@@ -41,7 +41,9 @@ pub(crate) fn from_env() -> Result<Option<Duration>> {
 pub(crate) struct Watch {
     limit: Duration,
     pending: usize,
-    since: Instant,
+    /// Start of the current run of idle rounds; the clock is read only in idle rounds,
+    /// never on the path where data moves.
+    idle_since: Option<Instant>,
 }
 
 impl Watch {
@@ -49,29 +51,23 @@ impl Watch {
         Watch {
             limit,
             pending,
-            since: Instant::now(),
+            idle_since: None,
         }
     }
 
     /// Record the pending count after an idle round; `true` when the bound is exceeded.
     pub(crate) fn expired(&mut self, pending: usize) -> bool {
         if pending != self.pending {
-            self.pending = pending;
-            self.since = Instant::now();
+            self.reset(pending);
             return false;
         }
-        self.since.elapsed() >= self.limit
+        self.idle_since.get_or_insert_with(Instant::now).elapsed() >= self.limit
     }
 
-    /// Data moved: start the clock again.
+    /// Data moved: the next idle round starts the clock again.
     pub(crate) fn reset(&mut self, pending: usize) {
         self.pending = pending;
-        self.since = Instant::now();
-    }
-
-    /// The bound.
-    pub(crate) fn limit(&self) -> Duration {
-        self.limit
+        self.idle_since = None;
     }
 }
 

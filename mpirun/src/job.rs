@@ -715,11 +715,16 @@ fn spawn_failure(cfg: &JobConfig, rank: u32, e: &std::io::Error) -> Ending {
 /// segments as soon as every peer has mapped them; this is the backstop.
 fn remove_shm_segments(job_id: &str) {
     let prefix = format!("rankwire-{job_id}-");
+    remove_shm_where(|name| name.starts_with(&prefix));
+}
+
+/// Remove every `/dev/shm` entry whose name `matches` (also used by the reaper).
+pub(crate) fn remove_shm_where(matches: impl Fn(&str) -> bool) {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
         return;
     };
     for e in dir.flatten() {
-        if e.file_name().to_string_lossy().starts_with(&prefix) {
+        if matches(&e.file_name().to_string_lossy()) {
             match std::fs::remove_file(e.path()) {
                 Ok(()) => tracing::debug!("removed leftover {}", e.path().display()),
                 Err(err) => tracing::warn!("cannot remove {}: {err}", e.path().display()),

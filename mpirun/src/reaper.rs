@@ -161,15 +161,7 @@ unsafe fn run_child(fd: i32) -> ! {
 /// with process id `pid`.
 fn remove_job_segments(pid: i32) {
     let prefix = format!("rankwire-rw{pid}");
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-        return;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if is_job_segment(&name, &prefix) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
+    crate::job::remove_shm_where(|name| is_job_segment(name, &prefix));
 }
 
 /// Whether `name` is `<prefix><8 hex digits>-…`.

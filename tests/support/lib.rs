@@ -328,18 +328,15 @@ pub fn processes_with_marker(mark: &str) -> Vec<u32> {
 /// Wait up to `grace` for every process with the marker to be gone; returns the ones
 /// still there (and kills them, so one failing test does not disturb others).
 pub fn wait_no_leftovers(mark: &str, grace: Duration) -> Vec<u32> {
-    let deadline = Instant::now() + grace;
-    loop {
-        let left = processes_with_marker(mark);
-        if left.is_empty() || Instant::now() > deadline {
-            for &p in &left {
-                // SAFETY: plain kill(2).
-                unsafe { libc::kill(p as i32, libc::SIGKILL) };
-            }
-            return left;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if wait_no_leftovers_quiet(mark, grace) {
+        return Vec::new();
     }
+    let left = processes_with_marker(mark);
+    for &p in &left {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(p as i32, libc::SIGKILL) };
+    }
+    left
 }
 
 // Wait up to `grace` for the run's processes to end, without killing any; whether

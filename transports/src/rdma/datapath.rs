@@ -227,10 +227,9 @@ impl RdmaTransport {
             key,
             OneSided {
                 peer,
-                conn: c,
                 op,
                 remaining: chunks as u32,
-                held: Some(held),
+                held,
                 error: None,
             },
         );
@@ -294,11 +293,8 @@ impl RdmaTransport {
         if o.remaining > 0 {
             return;
         }
-        let mut o = self.onesided.remove(&key).expect("present above");
-        if let Some(h) = o.held.take() {
-            self.registry.release(h);
-        }
-        let _ = o.conn;
+        let o = self.onesided.remove(&key).expect("present above");
+        self.registry.release(o.held);
         self.done.push(Event::OpDone {
             peer: o.peer,
             op: o.op,

@@ -203,10 +203,9 @@ struct Conn {
 // the local buffer.
 struct OneSided {
     peer: u32,
-    conn: usize,
     op: u64,
     remaining: u32,
-    held: Option<Held>,
+    held: Held,
     error: Option<String>,
 }
 

@@ -195,11 +195,6 @@ pub struct PmiClient {
     finalized: bool,
 }
 
-/// Whether this process looks like a task started by a PMI server (`PMI_FD` set).
-pub fn offered() -> bool {
-    std::env::var_os(env::PMI_FD).is_some()
-}
-
 impl PmiClient {
     /// Take over the descriptor in `PMI_FD` and run the handshake: PMI-2 unless
     /// `RANKWIRE_PMI=1`, falling back to PMI-1 if the server only offers that.
