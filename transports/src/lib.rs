@@ -129,6 +129,185 @@ pub struct PeerInfo {
     pub pid: u32,
 }
 
+/// A frame that arrived, lent by the transport that holds it ([`Transport::next_frame`]):
+/// the sending peer, the header bytes (a private copy) and the payload where it lies.
+/// Take what is needed and drop it, then call [`Transport::consume_frame`].
+#[derive(Debug)]
+pub struct InFrame<'a> {
+    /// World rank of the sender.
+    pub peer: u32,
+    /// Header bytes (at most [`MAX_HEADER_BYTES`]).
+    pub header: &'a [u8],
+    /// Payload bytes.
+    pub payload: InPayload<'a>,
+}
+
+/// The payload of an arrived frame, wherever the transport holds it: an owned vector
+/// (TCP, self, RDMA) or up to two pieces of a shared-memory ring (the second one is
+/// empty unless the record wraps). Copy it out with [`InPayload::copy_to`] or take it
+/// with [`InPayload::into_vec`]; nothing is copied before that.
+#[derive(Debug)]
+pub struct InPayload<'a> {
+    repr: PayloadRepr<'a>,
+}
+
+#[derive(Debug)]
+enum PayloadRepr<'a> {
+    Owned(Vec<u8>),
+    // Raw pointers, not slices: the bytes live in memory another process can write
+    // (a ring record it published and must leave alone until we consume it).
+    Shared {
+        pieces: [(*const u8, usize); 2],
+        _lent: std::marker::PhantomData<&'a [u8]>,
+    },
+}
+
+impl<'a> InPayload<'a> {
+    /// A payload held in `v`.
+    pub fn owned(v: Vec<u8>) -> InPayload<'static> {
+        InPayload {
+            repr: PayloadRepr::Owned(v),
+        }
+    }
+
+    /// A payload lent from shared memory in up to two pieces `(pointer, bytes)`.
+    ///
+    /// # Safety
+    /// Both pieces are valid for reads for `'a` (null pointers only with length 0) and
+    /// do not overlap memory the caller may write during `'a`.
+    pub(crate) unsafe fn shared(pieces: [(*const u8, usize); 2]) -> InPayload<'a> {
+        InPayload {
+            repr: PayloadRepr::Shared {
+                pieces,
+                _lent: std::marker::PhantomData,
+            },
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        match &self.repr {
+            PayloadRepr::Owned(v) => v.len(),
+            PayloadRepr::Shared { pieces, .. } => pieces[0].1 + pieces[1].1,
+        }
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copy the first `dst.len()` bytes into `dst`.
+    ///
+    /// # Panics
+    /// If `dst` is longer than the payload (a caller bug: callers size `dst` from
+    /// [`InPayload::len`]).
+    #[inline]
+    pub fn copy_to(&self, dst: &mut [u8]) {
+        assert!(
+            dst.len() <= self.len(),
+            "copy_to: destination longer than the payload"
+        );
+        match &self.repr {
+            PayloadRepr::Owned(v) => dst.copy_from_slice(&v[..dst.len()]),
+            PayloadRepr::Shared { pieces, .. } => {
+                let mut done = 0;
+                for &(p, n) in pieces {
+                    let k = n.min(dst.len() - done);
+                    if k == 0 {
+                        break;
+                    }
+                    // SAFETY: `shared`'s contract makes the piece readable; `dst` is a
+                    // distinct, writable buffer of at least `done + k` bytes.
+                    unsafe { copy_bytes(p, dst.as_mut_ptr().add(done), k) };
+                    done += k;
+                }
+            }
+        }
+    }
+
+    /// Call `f(offset, bytes)` for each contiguous piece, in order (for copies that
+    /// need slices, such as host-to-device copies).
+    pub fn for_each_piece(&self, mut f: impl FnMut(usize, &[u8])) {
+        match &self.repr {
+            PayloadRepr::Owned(v) => {
+                if !v.is_empty() {
+                    f(0, v)
+                }
+            }
+            PayloadRepr::Shared { pieces, .. } => {
+                let mut off = 0;
+                for &(p, n) in pieces {
+                    if n > 0 {
+                        // SAFETY: `shared`'s contract makes the piece readable for 'a.
+                        f(off, unsafe { std::slice::from_raw_parts(p, n) });
+                    }
+                    off += n;
+                }
+            }
+        }
+    }
+
+    /// The payload as an owned vector (moved, or copied out of shared memory).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self.repr {
+            PayloadRepr::Owned(v) => v,
+            PayloadRepr::Shared { .. } => {
+                let mut v = vec![0u8; self.len()];
+                self.copy_to(&mut v);
+                v
+            }
+        }
+    }
+}
+
+/// `ptr::copy_nonoverlapping` with the few bytes of a small message copied inline
+/// (a call to `memcpy` costs more than the copy at these sizes).
+///
+/// # Safety
+/// As for `ptr::copy_nonoverlapping(src, dst, n)`.
+#[inline]
+pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
+    // SAFETY: every access stays within the `n` bytes at `src` and at `dst`, which the
+    // caller guarantees valid and distinct; the 16-, 8- and 4-byte moves may overlap
+    // each other within those bounds, and are unaligned reads/writes.
+    unsafe {
+        if n > 64 {
+            std::ptr::copy_nonoverlapping(src, dst, n);
+        } else if n > 32 {
+            let a = src.cast::<[u8; 32]>().read_unaligned();
+            let b = src.add(n - 32).cast::<[u8; 32]>().read_unaligned();
+            dst.cast::<[u8; 32]>().write_unaligned(a);
+            dst.add(n - 32).cast::<[u8; 32]>().write_unaligned(b);
+        } else if n > 16 {
+            let a = src.cast::<u128>().read_unaligned();
+            let b = src.add(n - 16).cast::<u128>().read_unaligned();
+            dst.cast::<u128>().write_unaligned(a);
+            dst.add(n - 16).cast::<u128>().write_unaligned(b);
+        } else if n >= 8 {
+            let a = src.cast::<u64>().read_unaligned();
+            let b = src.add(n - 8).cast::<u64>().read_unaligned();
+            dst.cast::<u64>().write_unaligned(a);
+            dst.add(n - 8).cast::<u64>().write_unaligned(b);
+        } else if n >= 4 {
+            let a = src.cast::<u32>().read_unaligned();
+            let b = src.add(n - 4).cast::<u32>().read_unaligned();
+            dst.cast::<u32>().write_unaligned(a);
+            dst.add(n - 4).cast::<u32>().write_unaligned(b);
+        } else {
+            for i in 0..n {
+                *dst.add(i) = *src.add(i);
+            }
+        }
+    }
+}
+
+impl From<Vec<u8>> for InPayload<'static> {
+    fn from(v: Vec<u8>) -> Self {
+        InPayload::owned(v)
+    }
+}
+
 /// Result of a [`Transport::send`] that did not fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendOutcome {
@@ -281,6 +460,18 @@ pub trait Transport {
     /// to `events`. Never blocks. Returns whether anything happened (bytes moved or an
     /// event was produced), so the caller can decide between spinning and yielding.
     fn poll(&mut self, events: &mut Vec<Event>) -> bool;
+    /// The next arrived frame, lent in place (no copy, no allocation), for transports
+    /// that can ([`InFrame`]); `None` when there is none now (default: never; such
+    /// transports deliver frames as [`Event::Recv`] from `poll`). Frames from one peer
+    /// come in order. The same frame is returned again until
+    /// [`Transport::consume_frame`] is called, so take frames with this before calling
+    /// `poll`, which delivers the rest as events.
+    fn next_frame(&mut self) -> Option<InFrame<'_>> {
+        None
+    }
+    /// Release the frame [`Transport::next_frame`] last returned (its memory may be
+    /// reused). Does nothing if there is none.
+    fn consume_frame(&mut self) {}
     /// Whether every queued byte has been handed to the OS / peer.
     fn is_flushed(&self) -> bool;
     /// Block up to `timeout` for activity (readable data), where the transport can.
@@ -295,5 +486,41 @@ impl fmt::Display for MemoryKind {
             MemoryKind::Cuda { device } => write!(f, "cuda:{device}"),
             MemoryKind::CudaManaged => write!(f, "cuda-managed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_and_large_copies_are_exact() {
+        let src: Vec<u8> = (0..100u8).collect();
+        for n in 0..=80 {
+            let mut dst = vec![0xeeu8; 88];
+            // SAFETY: both buffers hold at least n bytes and do not overlap.
+            unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), n) };
+            assert_eq!(&dst[..n], &src[..n], "n = {n}");
+            assert!(
+                dst[n..].iter().all(|&b| b == 0xee),
+                "n = {n}: wrote past the end"
+            );
+        }
+    }
+
+    #[test]
+    fn a_shared_payload_in_two_pieces_copies_and_converts() {
+        let a = [1u8, 2, 3];
+        let b = [4u8, 5, 6, 7, 8, 9, 10, 11, 12, 13];
+        // SAFETY: both arrays outlive the payload and are not written.
+        let p = unsafe { InPayload::shared([(a.as_ptr(), 3), (b.as_ptr(), 10)]) };
+        assert_eq!(p.len(), 13);
+        let mut dst = [0u8; 5];
+        p.copy_to(&mut dst);
+        assert_eq!(dst, [1, 2, 3, 4, 5]);
+        let mut pieces = Vec::new();
+        p.for_each_piece(|off, s| pieces.push((off, s.to_vec())));
+        assert_eq!(pieces, vec![(0, a.to_vec()), (3, b.to_vec())]);
+        assert_eq!(p.into_vec(), (1..=13).collect::<Vec<u8>>());
     }
 }

@@ -810,10 +810,12 @@ fn shm_a_peer_process_that_exits_is_lost_once_unless_quiesced() {
 /// Malformed once, after the valid frame before it, and does not panic.
 #[test]
 fn shm_a_garbled_length_in_the_ring_is_malformed_not_a_panic() {
-    let cases: [(&str, [u8; 16]); 3] = [
-        ("payload", envelope(0, 0, u64::MAX)),
-        ("header", envelope(u32::MAX, 0, 0)),
-        ("flags", envelope(0, 7, 0)),
+    // The second record starts at ring index 64, whose stamp is 1 | 0x8000_0000.
+    let cases: [(&str, [u8; 16]); 4] = [
+        ("payload", envelope(STAMP_64, 0, 0, u64::MAX)),
+        ("header", envelope(STAMP_64, u16::MAX, 0, 0)),
+        ("flags", envelope(STAMP_64, 0, 7, 0)),
+        ("stamp", envelope(0x1234_5678, 0, 0, 0)),
     ];
     for (want, bad) in cases {
         let job = job("garble");
@@ -869,10 +871,17 @@ fn shm_a_garbled_length_in_the_ring_is_malformed_not_a_panic() {
     }
 }
 
-fn envelope(header_len: u32, flags: u32, payload_len: u64) -> [u8; 16] {
+/// Stamp of the record at ring index 0 and 64 (ring.rs: `(index / 64) | 0x8000_0000`).
+const STAMP_0: u32 = 0x8000_0000;
+const STAMP_64: u32 = 0x8000_0001;
+
+/// A record envelope by the documented format (ring.rs): stamp, header length, flags,
+/// payload length.
+fn envelope(stamp: u32, header_len: u16, flags: u16, payload_len: u64) -> [u8; 16] {
     let mut e = [0u8; 16];
-    e[0..4].copy_from_slice(&header_len.to_le_bytes());
-    e[4..8].copy_from_slice(&flags.to_le_bytes());
+    e[0..4].copy_from_slice(&stamp.to_le_bytes());
+    e[4..6].copy_from_slice(&header_len.to_le_bytes());
+    e[6..8].copy_from_slice(&flags.to_le_bytes());
     e[8..16].copy_from_slice(&payload_len.to_le_bytes());
     e
 }
@@ -912,7 +921,7 @@ fn raw_rank1(ex: &mut Ex, job: &str, garbage: &[u8; 16]) {
         // SAFETY (test): aligned offsets inside a live mapping.
         unsafe { AtomicU64::from_ptr(base.add(off).cast()) }
     };
-    u32_at(mine, 8).store(1, Ordering::Relaxed); // version
+    u32_at(mine, 8).store(2, Ordering::Relaxed); // version
     u32_at(mine, 12).store(1, Ordering::Relaxed); // owner rank
     u32_at(mine, 16).store(std::process::id(), Ordering::Relaxed);
     u32_at(mine, 20).store(1, Ordering::Relaxed); // one slot
@@ -923,7 +932,7 @@ fn raw_rank1(ex: &mut Ex, job: &str, garbage: &[u8; 16]) {
         Ordering::Relaxed,
     );
     u32_at(mine, 192).store(0, Ordering::Relaxed); // slot 0: rank 0
-    u64_at(mine, 0).store(u64::from_le_bytes(*b"RWSHMv01"), Ordering::Release);
+    u64_at(mine, 0).store(u64::from_le_bytes(*b"RWSHMv02"), Ordering::Release);
     ex.put("shm-pid-1", std::process::id().to_string().as_bytes())
         .unwrap();
     ex.put("shm-1", name.as_bytes()).unwrap();
@@ -962,17 +971,25 @@ fn raw_rank1(ex: &mut Ex, job: &str, garbage: &[u8; 16]) {
     );
     let ring = u64_at(theirs, 32).load(Ordering::Relaxed) as usize;
     let data = ring + 256;
+    // A good record at index 0, then the garbled one at 64: bodies first, stamps last
+    // (the second one first, so that rank 0 sees the first record whole before it).
     let mut rec = Vec::new();
-    rec.extend_from_slice(&envelope(4, 0, 4));
+    rec.extend_from_slice(&envelope(0, 4, 0, 4));
     rec.extend_from_slice(b"handmade");
     rec.resize(64, 0);
     rec.extend_from_slice(garbage);
     rec.resize(128, 0);
-    // SAFETY (test): the ring's data area is inside the mapping; rank 0 reads only what
-    // the tail publishes.
-    unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), theirs.add(data), rec.len()) };
-    u64_at(theirs, ring).store(64, Ordering::Release);
-    u64_at(theirs, ring).store(128, Ordering::Release);
+    // SAFETY (test): the ring's data area is inside the mapping; rank 0 reads a record
+    // only once its stamp word is set.
+    unsafe {
+        std::ptr::copy_nonoverlapping(rec.as_ptr().add(4), theirs.add(data + 4), 60);
+        std::ptr::copy_nonoverlapping(rec.as_ptr().add(68), theirs.add(data + 68), 60);
+    }
+    u32_at(theirs, data + 64).store(
+        u32::from_le_bytes(garbage[0..4].try_into().unwrap()),
+        Ordering::Release,
+    );
+    u32_at(theirs, data).store(STAMP_0, Ordering::Release);
     // SAFETY (test): both mappings are ours to drop.
     unsafe {
         libc::munmap(mine.cast(), total);

@@ -44,11 +44,14 @@
 //! [`Transport::is_flushed`] is always true.
 //!
 //! # Receiving
-//! `poll` looks at every ring (one load of the producer index, compared with our own
-//! consumer index), copies each published frame out into an [`Event::Recv`], and frees
-//! it at once. It reads only what was published when it looked, so a fast sender cannot
-//! keep it there. Every length and index read from shared memory is checked before use:
-//! a bad one is reported once as [`Event::PeerFailed`] with
+//! [`Transport::next_frame`] looks at the rings in turn (one load of the stamp word at
+//! our consumer index, ring.rs) and lends the first published frame in place: the
+//! header copied into a private buffer, the payload as pieces of the ring, so the core
+//! copies it once, straight into the receive buffer. [`Transport::consume_frame`] frees
+//! the record. `poll` copies whatever is still published into [`Event::Recv`]s (at most
+//! one ring's worth of bytes per ring and call, so a fast sender cannot keep it there)
+//! and frees each record at once. Every length and index read from shared memory is
+//! checked before use: a bad one is reported once as [`Event::PeerFailed`] with
 //! [`TransportError::Malformed`] naming the numbers, and that ring is not read again.
 //! Nothing on this path panics or allocates more than one bounded frame.
 //!
@@ -85,8 +88,9 @@
 //!
 //! # Peer death
 //! Shared memory has no end-of-stream. `poll` checks, at most once per
-//! [`ShmConfig::liveness_interval`] (default 100 ms) and only when a cheap poll counter
-//! or an idle poll says so, whether each peer's process (pid from `shm-pid-<rank>`) is
+//! [`ShmConfig::liveness_interval`] (default 100 ms; the clock is read every
+//! 256 polls and after every sleep, so the spinning poll loop stays free of clock
+//! reads), whether each peer's process (pid from `shm-pid-<rank>`) is
 //! still alive: one `poll(2)` over pidfds (`kill(pid, 0)` where `pidfd_open` is
 //! missing). A peer that exited is reported once as [`Event::PeerFailed`] with
 //! [`TransportError::PeerLost`] (`"process exited"`), after every frame it had
@@ -111,10 +115,10 @@ pub use config::{
 };
 
 use crate::{
-    Caps, Event, Exchange, KindCaps, MAX_HEADER_BYTES, PeerInfo, Reach, SendOutcome, Transport,
-    TransportError,
+    Caps, Event, Exchange, InFrame, InPayload, KindCaps, MAX_HEADER_BYTES, PeerInfo, Reach,
+    SendOutcome, Transport, TransportError,
 };
-use ring::{Consumer, Producer};
+use ring::{Consumer, HeaderCopy, Producer, Record};
 use segment::{Mapping, OwnSegment};
 use sys::Watch;
 
@@ -138,9 +142,9 @@ use sys::Watch;
 pub const SHM_EAGER_LIMIT_BYTES: usize = 32 * 1024;
 
 const NAME: &str = "shm";
-/// Polls between clock reads for the liveness check while traffic flows (idle polls
-/// always read the clock).
-const POLLS_PER_CLOCK_READ: u32 = 64;
+/// Polls between clock reads for the liveness check (a poll is tens of nanoseconds, so
+/// this reads the clock every few microseconds at most; a sleep forces the next read).
+const POLLS_PER_CLOCK_READ: u32 = 256;
 
 /// The shared-memory transport of one rank (module doc: lifecycle, rings, doorbell,
 /// failures).
@@ -159,6 +163,14 @@ pub struct ShmTransport {
     liveness_interval: Duration,
     last_liveness: Instant,
     polls_since_clock: u32,
+    /// Header of the frame lent by `next_frame` (a private copy).
+    scratch: HeaderCopy,
+    /// The frame `next_frame` lent: peer index and record.
+    lent: Option<(usize, Record)>,
+    /// Peer index where `next_frame` starts looking (round robin).
+    cursor: usize,
+    /// Frames are taken with `next_frame` only; `poll` leaves them in the rings.
+    lend_frames: bool,
 }
 
 // One local peer: the ring we write (in its segment), the ring we read (in ours), and
@@ -171,6 +183,10 @@ struct Peer {
     watch: Watch,
     state: PeerState,
     exited: bool,
+    /// Records were consumed in this poll round / in the one before, and the producer
+    /// has not been checked for being blocked since (see `wake_blocked_producer`).
+    freed: bool,
+    freed_prev: bool,
     /// The peer's segment (`tx` points into it; declared after it so it is unmapped last,
     /// though nothing dereferences the ring pointers on drop).
     map: Mapping,
@@ -286,6 +302,8 @@ impl ShmTransport {
                 watch,
                 state: PeerState::Open,
                 exited: false,
+                freed: false,
+                freed_prev: false,
                 map,
             });
         }
@@ -304,6 +322,10 @@ impl ShmTransport {
             liveness_interval: config.liveness_interval,
             last_liveness: Instant::now(),
             polls_since_clock: 0,
+            scratch: HeaderCopy::new(),
+            lent: None,
+            cursor: 0,
+            lend_frames: false,
         })
     }
 
@@ -327,6 +349,58 @@ impl ShmTransport {
         self.ring_bytes
     }
 
+    /// Take frames only through [`Transport::next_frame`] (`on`), or also deliver them
+    /// as [`Event::Recv`] from `poll` (the default). With `on`, `poll` reports only
+    /// failures, and a peer that exited is reported once its ring has been emptied by
+    /// `next_frame`, so its last frames still come first.
+    pub fn set_lend_frames(&mut self, on: bool) {
+        self.lend_frames = on;
+    }
+
+    /// Index of local peer `rank` for [`ShmTransport::frame_from`], if it is one.
+    #[inline]
+    pub fn peer_index(&self, rank: u32) -> Option<usize> {
+        self.find(rank)
+    }
+
+    /// Like [`Transport::next_frame`], but only a frame of local peer `idx` (from
+    /// [`ShmTransport::peer_index`]): one load when there is none. Release it with
+    /// [`Transport::consume_frame`]; a frame not consumed stays lent, and
+    /// `next_frame` returns it first.
+    #[inline]
+    pub fn frame_from(&mut self, idx: usize) -> Option<InFrame<'_>> {
+        let p = self.peers.get(idx)?;
+        if self.lent.is_some() || !matches!(p.state, PeerState::Open) || !p.rx.has_data() {
+            return None;
+        }
+        match p.rx.peek(&mut self.scratch) {
+            Ok(Some(rec)) => {
+                self.lent = Some((idx, rec));
+                // SAFETY: published and in place until consume_frame.
+                let payload = unsafe { InPayload::shared(p.rx.payload(&rec)) };
+                Some(InFrame {
+                    peer: p.rank,
+                    header: self.scratch.as_slice(),
+                    payload,
+                })
+            }
+            // A bad record: leave it to `next_frame`, which reports it.
+            _ => None,
+        }
+    }
+
+    /// Cheap check for the progress engine's spin: whether a frame (or something that
+    /// looks like one: `next_frame` tells), a pending event, or room in a ring a send
+    /// waits for may be there. One load per ring.
+    #[inline]
+    pub fn has_work(&self) -> bool {
+        self.lent.is_some()
+            || !self.pending.is_empty()
+            || self.peers.iter().any(|p| {
+                matches!(p.state, PeerState::Open) && (p.rx.has_data() || p.tx.room_freed())
+            })
+    }
+
     /// Mark the job as finalized (call after the core's finalize fence): from now on a
     /// peer process exiting is expected and produces no [`Event::PeerFailed`]. A
     /// malformed frame is still reported. Sends remain possible to peers still running.
@@ -339,9 +413,9 @@ impl ShmTransport {
     }
 
     /// Read the clock now and then; every `liveness_interval`, mark exited peers.
-    fn check_liveness(&mut self, idle: bool) {
+    fn check_liveness(&mut self) {
         self.polls_since_clock += 1;
-        if !idle && self.polls_since_clock < POLLS_PER_CLOCK_READ {
+        if self.polls_since_clock < POLLS_PER_CLOCK_READ {
             return;
         }
         self.polls_since_clock = 0;
@@ -375,24 +449,35 @@ impl ShmTransport {
 }
 
 impl Peer {
-    /// Move every frame published in our ring to `events`. Returns whether any moved.
-    fn drain(&mut self, quiesced: bool, events: &mut Vec<Event>) -> bool {
+    /// Move the frames published in our ring to `events` (at most a ring's worth of
+    /// bytes). Returns whether any moved.
+    fn drain(&mut self, ring_bytes: u64, quiesced: bool, events: &mut Vec<Event>) -> bool {
         let rank = self.rank;
-        match self.rx.read_available(|header, payload| {
-            events.push(Event::Recv {
-                peer: rank,
-                header,
-                payload,
-            })
-        }) {
-            Ok(0) => false,
-            Ok(_) => {
-                if self.rx.producer_waiting() {
-                    // The peer is blocked on this ring, which has room now.
-                    self.map.doorbell().ring();
-                }
-                true
+        let mut header = HeaderCopy::new();
+        let mut taken = 0u64;
+        let res = loop {
+            if taken >= ring_bytes {
+                break Ok(());
             }
+            match self.rx.peek(&mut header) {
+                Ok(Some(rec)) => {
+                    // SAFETY: the record is published and stays in place until consume.
+                    let payload = unsafe { InPayload::shared(self.rx.payload(&rec)) }.into_vec();
+                    events.push(Event::Recv {
+                        peer: rank,
+                        header: header.as_slice().to_vec(),
+                        payload,
+                    });
+                    self.rx.consume(&rec);
+                    taken += rec.rec_bytes;
+                    self.freed = true;
+                }
+                Ok(None) => break Ok(()),
+                Err(reason) => break Err(reason),
+            }
+        };
+        match res {
+            Ok(()) => taken > 0,
             Err(reason) => {
                 self.fail(
                     TransportError::Malformed {
@@ -405,6 +490,20 @@ impl Peer {
                 );
                 true
             }
+        }
+    }
+
+    /// After records were consumed: ring the peer's doorbell if it is blocked on this
+    /// ring, which has room now. The check costs a fence, so a poll round does it for
+    /// the records consumed in the round before (`now`: also for this round's), which
+    /// keeps it off the path from a message's arrival to the reply; a sender blocked
+    /// meanwhile sees the room itself when its sleep (at most 1 ms) ends.
+    fn wake_blocked_producer(&mut self, now: bool) {
+        let check = self.freed_prev || (now && self.freed);
+        self.freed_prev = self.freed && !now;
+        self.freed = false;
+        if check && self.rx.producer_waiting() {
+            self.map.doorbell().ring();
         }
     }
 
@@ -439,6 +538,7 @@ impl Transport for ShmTransport {
         }
     }
 
+    #[inline]
     fn send(
         &mut self,
         peer: u32,
@@ -506,16 +606,29 @@ impl Transport for ShmTransport {
             progress = true;
         }
         let quiesced = self.quiesced;
-        for p in self.peers.iter_mut() {
+        let ring_bytes = self.ring_bytes as u64;
+        // A frame lent by `next_frame` and not consumed stays where it is.
+        let lent = self.lent.map(|(i, _)| i);
+        let lend = self.lend_frames;
+        for (i, p) in self.peers.iter_mut().enumerate() {
             if matches!(p.state, PeerState::Open) {
-                progress |= p.drain(quiesced, events);
+                if !lend && lent != Some(i) {
+                    progress |= p.drain(ring_bytes, quiesced, events);
+                }
+                p.wake_blocked_producer(!lend);
             }
         }
-        self.check_liveness(!progress);
-        for p in self.peers.iter_mut() {
-            if p.exited && matches!(p.state, PeerState::Open) {
+        self.check_liveness();
+        for (i, p) in self.peers.iter_mut().enumerate() {
+            if p.exited && matches!(p.state, PeerState::Open) && lent != Some(i) {
                 // Deliver what it published before it went away, then report.
-                p.drain(quiesced, events);
+                if lend {
+                    if p.rx.has_data() {
+                        continue; // next_frame takes them first
+                    }
+                } else {
+                    p.drain(ring_bytes, quiesced, events);
+                }
                 if matches!(p.state, PeerState::Open) {
                     p.fail(lost(p.rank, "process exited".into()), quiesced, events);
                 }
@@ -523,6 +636,65 @@ impl Transport for ShmTransport {
             }
         }
         progress
+    }
+
+    #[inline]
+    fn next_frame(&mut self) -> Option<InFrame<'_>> {
+        let n = self.peers.len();
+        if let Some((i, rec)) = self.lent {
+            // Lent again until consumed (the header is still in `scratch`).
+            // SAFETY: the record stays published and in place until consume_frame.
+            let payload = unsafe { InPayload::shared(self.peers[i].rx.payload(&rec)) };
+            return Some(InFrame {
+                peer: self.peers[i].rank,
+                header: self.scratch.as_slice(),
+                payload,
+            });
+        }
+        for k in 0..n {
+            let i = (self.cursor + k) % n;
+            let p = &mut self.peers[i];
+            if !matches!(p.state, PeerState::Open) {
+                continue;
+            }
+            match p.rx.peek(&mut self.scratch) {
+                Ok(Some(rec)) => {
+                    self.lent = Some((i, rec));
+                    // SAFETY: the record is published and stays in place until
+                    // consume_frame (only the consumer, this transport, frees it).
+                    let payload = unsafe { InPayload::shared(p.rx.payload(&rec)) };
+                    return Some(InFrame {
+                        peer: p.rank,
+                        header: self.scratch.as_slice(),
+                        payload,
+                    });
+                }
+                Ok(None) => {}
+                Err(reason) => {
+                    let rank = p.rank;
+                    p.fail(
+                        TransportError::Malformed {
+                            transport: NAME,
+                            peer: rank,
+                            reason,
+                        },
+                        self.quiesced,
+                        &mut self.pending,
+                    );
+                }
+            }
+        }
+        None
+    }
+
+    #[inline]
+    fn consume_frame(&mut self) {
+        if let Some((i, rec)) = self.lent.take() {
+            let p = &mut self.peers[i];
+            p.rx.consume(&rec);
+            p.freed = true;
+            self.cursor = if i + 1 == self.peers.len() { 0 } else { i + 1 };
+        }
     }
 
     fn is_flushed(&self) -> bool {
@@ -537,6 +709,12 @@ impl Transport for ShmTransport {
         let Some(own) = self.own.as_ref() else {
             return;
         };
+        // About to sleep: wake producers blocked on rings we freed, first.
+        for p in self.peers.iter_mut() {
+            if matches!(p.state, PeerState::Open) {
+                p.wake_blocked_producer(true);
+            }
+        }
         let peers = &self.peers;
         let has_work = || {
             peers.iter().any(|p| {
@@ -550,6 +728,8 @@ impl Transport for ShmTransport {
         own.map
             .doorbell()
             .sleep(timeout.min(self.liveness_interval), has_work);
+        // Check liveness at the next poll: sleeps are few, and may be long.
+        self.polls_since_clock = POLLS_PER_CLOCK_READ;
     }
 }
 

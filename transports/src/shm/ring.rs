@@ -2,31 +2,46 @@
 //!
 //! # Layout of one ring (offsets from its base, which is 64-byte aligned)
 //! ```text
-//!   0  tail: u64     producer index (bytes ever written), written only by the sender
-//! 128  head: u64     consumer index (bytes ever consumed), written only by the receiver
-//! 192  waiting: u32  1 while the sender is blocked on a full ring, written only by it
+//!   0  head: u64     consumer index (bytes ever consumed), written only by the receiver
+//! 128  waiting: u32  1 while the sender is blocked on a full ring, written only by it
 //! 256  data: `size` bytes, `size` a power of two
 //! ```
-//! Tail and head sit on cache lines of their own (128 bytes apart, so the adjacent-line
-//! prefetcher does not pair them either). Both are free-running `u64` byte counters; a
-//! byte at index `i` lives at `data[i & (size - 1)]`. `tail - head` is the number of
-//! bytes written and not yet consumed, never more than `size`.
+//! `head` and `waiting` sit on cache lines of their own (128 bytes apart, so the
+//! adjacent-line prefetcher does not pair them either). Indices are free-running `u64`
+//! byte counters; a byte at index `i` lives at `data[i & (size - 1)]`.
 //!
 //! # Records
-//! A frame is one record: a 16-byte envelope `[u32 header_len LE][u32 flags = 0]
-//! [u64 payload_len LE]`, the header, the payload, then zero to 63 bytes of padding so
-//! that every record starts on a 64-byte boundary (the consumer of one frame and the
-//! producer of the next never share a cache line). Records wrap around the end of the
-//! data area by being copied in two pieces; no wrap marker is written. Because `size` is
-//! a multiple of 64 and records start 64-byte aligned, the envelope itself never wraps.
-//! A record is at most `16 + MAX_HEADER_BYTES + size / 4 + 63` bytes, which is below
-//! `size` for every ring of at least 16 KiB, so every valid frame fits in an empty ring.
+//! A frame is one record: a 16-byte envelope `[u32 stamp][u16 header_len][u16 flags = 0]
+//! [u64 payload_len]` (little-endian), the header, the payload, then zero to 63 bytes
+//! of padding so that every record starts on a 64-byte boundary. Records wrap around
+//! the end of the data area by being copied in two pieces; because `size` is a multiple
+//! of 64 and records start 64-byte aligned, the envelope itself never wraps. A record is
+//! at most `16 + MAX_HEADER_BYTES + size / 4 + 63` bytes, and the producer always keeps
+//! 64 bytes free (below), which together stay below `size` for every ring of at least
+//! 16 KiB, so every valid frame fits in an empty ring.
 //!
-//! # Ordering
-//! The producer copies the record into the data area, then publishes it with a
-//! `Release` store of `tail`; the consumer `Acquire`-loads `tail`, copies the record out
-//! and frees it with a `Release` store of `head`, which the producer `Acquire`-loads
-//! (only when its cached copy shows too little room). No locks.
+//! # Publishing: the stamp
+//! There is no producer index in shared memory. The consumer polls the first word of
+//! the record at its own `head`: the record is published once that word holds the
+//! stamp of its position, `(index / 64) as u32 | 0x8000_0000` (never 0, and different
+//! from the stamp of the same slot one lap earlier). A small frame (envelope, a
+//! 36-byte eager header and up to 12 payload bytes) is one cache line, so a message
+//! costs the consumer one cache-line transfer, not two (index, then data). Open MPI's
+//! shared-memory "fast boxes" publish small messages the same way, with a sequence
+//! number in the header (`opal/mca/btl/vader/btl_vader_fbox.h`).
+//!
+//! The producer writes envelope fields, header and payload, then **clears the stamp
+//! word of the next record's slot** (`index + record`), then stores the stamp with
+//! `Release`. The consumer `Acquire`-loads the stamp and only then reads the record.
+//! The clear is what makes stale bytes harmless: the slot at which the consumer looks
+//! next was zeroed before the record that precedes it was published, so it holds either
+//! 0 or the stamp of a new record, never leftover payload bytes of an earlier lap that
+//! could happen to look like a stamp. That word lies in free space, which is why the
+//! producer needs `record + 64` free bytes; a fresh ring is all zeros.
+//!
+//! # Freeing space
+//! The consumer frees a record by a `Release` store of `head`, which the producer
+//! `Acquire`-loads only when its cached copy shows too little room. No locks.
 //!
 //! # Waking a blocked sender
 //! A sender whose frame does not fit sets `waiting = 1`, then a SeqCst fence, then
@@ -40,8 +55,10 @@
 //! # Untrusted input
 //! The other side is another process. Every index and length read from shared memory is
 //! read once into a local, checked (indices within `size` of each other, lengths under
-//! the limits, the record within the published bytes) and only then used; a failed
-//! check is an error string, never a panic or an unbounded allocation.
+//! the limits, the stamp either 0 or the expected one) and only then used; a failed
+//! check is an error string, never a panic or an unbounded allocation. Payload bytes are
+//! copied out of the ring as they are: a peer that scribbles over a record it published
+//! garbles only that message's data.
 
 use std::ptr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
@@ -52,11 +69,12 @@ use crate::MAX_HEADER_BYTES;
 pub(super) const ENVELOPE_BYTES: usize = 16;
 /// Records start on multiples of this many bytes.
 pub(super) const RECORD_ALIGN: usize = 64;
-/// Bytes of the control block (tail and head lines) before the data area.
+/// Bytes of the control block (head and waiting lines) before the data area.
 pub(super) const CTRL_BYTES: usize = 256;
-const TAIL_OFFSET: usize = 0;
-const HEAD_OFFSET: usize = 128;
-const WAITING_OFFSET: usize = 192;
+const HEAD_OFFSET: usize = 0;
+const WAITING_OFFSET: usize = 128;
+/// Free bytes the producer keeps beyond a record (the next slot's stamp word).
+const RESERVE_BYTES: u64 = RECORD_ALIGN as u64;
 
 /// Bytes a frame of `header_len` + `payload_len` occupies in a ring (envelope and
 /// padding included).
@@ -70,6 +88,11 @@ pub(super) fn record_bytes(header_len: usize, payload_len: usize) -> u64 {
 /// Largest payload of one frame in a ring of `size` bytes.
 pub(super) fn max_payload(size: usize) -> usize {
     size / 4
+}
+
+/// The stamp that publishes a record starting at ring index `pos` (module doc).
+fn stamp(pos: u64) -> u32 {
+    ((pos / RECORD_ALIGN as u64) as u32) | 0x8000_0000
 }
 
 /// A ring somewhere in mapped memory: its base pointer and data size.
@@ -102,19 +125,14 @@ impl RingPtr {
         }
     }
 
-    fn tail(&self) -> &AtomicU64 {
+    fn head(&self) -> &AtomicU64 {
         // SAFETY: by `new`'s contract the control block is valid and 8-aligned at this
         // offset for as long as `self` is used; it is only ever accessed atomically.
-        unsafe { AtomicU64::from_ptr(self.base.add(TAIL_OFFSET).cast()) }
-    }
-
-    fn head(&self) -> &AtomicU64 {
-        // SAFETY: as for `tail`.
         unsafe { AtomicU64::from_ptr(self.base.add(HEAD_OFFSET).cast()) }
     }
 
     fn waiting(&self) -> &AtomicU32 {
-        // SAFETY: as for `tail` (4-aligned).
+        // SAFETY: as for `head` (4-aligned).
         unsafe { AtomicU32::from_ptr(self.base.add(WAITING_OFFSET).cast()) }
     }
 
@@ -123,50 +141,48 @@ impl RingPtr {
         unsafe { self.base.add(CTRL_BYTES) }
     }
 
+    /// The stamp word of the record slot at logical index `pos` (64-aligned).
+    fn stamp_at(&self, pos: u64) -> &AtomicU32 {
+        debug_assert!(pos.is_multiple_of(RECORD_ALIGN as u64));
+        let off = (pos & (self.size - 1)) as usize;
+        // SAFETY: `off` is a multiple of 64 below `size`, so the word lies in the data
+        // area and is 4-aligned; the stamp word is only accessed atomically.
+        unsafe { AtomicU32::from_ptr(self.data().add(off).cast()) }
+    }
+
+    /// Pointer to logical index `pos` and the bytes from there to the end of the data
+    /// area.
+    fn at(&self, pos: u64) -> (*mut u8, usize) {
+        let off = (pos & (self.size - 1)) as usize;
+        // SAFETY: `off < size`, inside the data area.
+        (unsafe { self.data().add(off) }, self.size as usize - off)
+    }
+
     /// Copy `src` into the data area at logical index `pos`, in two pieces if it wraps.
     ///
     /// # Safety
     /// `src.len() <= size`, and the bytes `[pos, pos + len)` are owned by the caller
-    /// (the producer, between `tail` and `head + size`).
+    /// (the producer, between its index and `head + size`).
+    #[inline]
     unsafe fn copy_in(&self, pos: u64, src: &[u8]) {
-        let off = (pos & (self.size - 1)) as usize;
-        let first = src.len().min(self.size as usize - off);
+        let (dst, room) = self.at(pos);
+        let first = src.len().min(room);
         // SAFETY: `off + first <= size` and `src.len() - first <= size`, so both
         // destinations lie in the data area; `src` is a separate (caller's) buffer.
         unsafe {
-            ptr::copy_nonoverlapping(src.as_ptr(), self.data().add(off), first);
-            ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data(), src.len() - first);
+            ptr::copy_nonoverlapping(src.as_ptr(), dst, first);
+            if first < src.len() {
+                ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data(), src.len() - first);
+            }
         }
     }
 
-    /// Copy `len` bytes at logical index `pos` out to `dst`, in two pieces if they wrap.
-    ///
-    /// # Safety
-    /// `len <= size`; `dst` is valid for `len` bytes and not in the ring; the bytes are
-    /// published (between `head` and `tail`) and owned by the caller (the consumer).
-    unsafe fn copy_out(&self, pos: u64, dst: *mut u8, len: usize) {
-        let off = (pos & (self.size - 1)) as usize;
-        let first = len.min(self.size as usize - off);
-        // SAFETY: as in `copy_in`, with the roles of the buffers swapped.
-        unsafe {
-            ptr::copy_nonoverlapping(self.data().add(off), dst, first);
-            ptr::copy_nonoverlapping(self.data(), dst.add(first), len - first);
-        }
-    }
-
-    /// Copy `len` published bytes at `pos` into a new vector.
-    ///
-    /// # Safety
-    /// As for `copy_out`.
-    unsafe fn read_vec(&self, pos: u64, len: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(len);
-        // SAFETY: the vector has capacity `len`; `copy_out` initializes all `len` bytes
-        // before `set_len`.
-        unsafe {
-            self.copy_out(pos, v.as_mut_ptr(), len);
-            v.set_len(len);
-        }
-        v
+    /// The published bytes `[pos, pos + len)` as at most two pieces (the second one
+    /// empty unless they wrap).
+    fn pieces(&self, pos: u64, len: usize) -> [(*const u8, usize); 2] {
+        let (p, room) = self.at(pos);
+        let first = len.min(room);
+        [(p, first), (self.data(), len - first)]
     }
 }
 
@@ -175,7 +191,7 @@ impl RingPtr {
 #[derive(Debug)]
 pub(super) struct Producer {
     ring: RingPtr,
-    /// Our copy of `tail` (we are its only writer).
+    /// Producer index (bytes ever written); ours alone, not in shared memory.
     tail: u64,
     /// Last `head` seen; refreshed only when it shows too little room.
     head_cache: u64,
@@ -184,9 +200,10 @@ pub(super) struct Producer {
 }
 
 impl Producer {
-    /// The producer of `ring`, starting from the indices found there (0 in a new ring).
+    /// The producer of `ring`, starting from the consumer's index (0 in a new ring, the
+    /// only kind the transport builds).
     pub(super) fn new(ring: RingPtr) -> Producer {
-        let tail = ring.tail().load(Ordering::Acquire);
+        let tail = ring.head().load(Ordering::Acquire);
         Producer {
             ring,
             tail,
@@ -200,6 +217,7 @@ impl Producer {
     /// # Errors
     /// The consumer's index is out of range (a corrupt or hostile receiver), or the
     /// frame is over the limits (the caller checks lengths first; this is a guard).
+    #[inline]
     pub(super) fn try_write(&mut self, header: &[u8], payload: &[u8]) -> Result<bool, String> {
         let rec = record_bytes(header.len(), payload.len());
         if header.len() > MAX_HEADER_BYTES || payload.len() > max_payload(self.ring.size as usize) {
@@ -210,40 +228,78 @@ impl Producer {
                 self.ring.size
             ));
         }
-        if self.free() < rec {
-            self.refresh_head()?;
-            if self.free() < rec {
-                if !self.blocked {
-                    // Announce, then look once more (module doc, "Waking a blocked sender").
-                    self.blocked = true;
-                    self.ring.waiting().store(1, Ordering::Relaxed);
-                    fence(Ordering::SeqCst);
-                    self.refresh_head()?;
-                }
-                if self.free() < rec {
-                    return Ok(false);
-                }
-            }
+        if self.free() < rec + RESERVE_BYTES && !self.make_room(rec + RESERVE_BYTES)? {
+            return Ok(false);
         }
-        let mut env = [0u8; ENVELOPE_BYTES];
-        env[0..4].copy_from_slice(&(header.len() as u32).to_le_bytes());
-        env[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         let pos = self.tail;
-        // SAFETY: `rec <= free`, so `[tail, tail + rec)` is unpublished space owned by the
-        // producer; each piece is shorter than `size`.
-        unsafe {
-            self.ring.copy_in(pos, &env);
-            self.ring.copy_in(pos + ENVELOPE_BYTES as u64, header);
-            self.ring
-                .copy_in(pos + (ENVELOPE_BYTES + header.len()) as u64, payload);
+        let (env, _) = self.ring.at(pos);
+        if rec == RECORD_ALIGN as u64 {
+            // One cache line (the common small message): build it here, store it with a
+            // few wide moves, stamp last.
+            let mut line = [0u8; RECORD_ALIGN];
+            line[4..6].copy_from_slice(&(header.len() as u16).to_le_bytes());
+            line[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+            let h = ENVELOPE_BYTES + header.len();
+            // SAFETY: the record is one line, so `h + payload.len() <= 64`: both copies
+            // stay inside `line`, from the caller's distinct buffers. Then
+            // `[pos, pos + 64)` is one 64-aligned line of unpublished space owned by
+            // the producer (it never wraps); the stamp word (bytes 0..4) is left alone.
+            unsafe {
+                crate::copy_bytes(
+                    header.as_ptr(),
+                    line.as_mut_ptr().add(ENVELOPE_BYTES),
+                    header.len(),
+                );
+                crate::copy_bytes(payload.as_ptr(), line.as_mut_ptr().add(h), payload.len());
+                ptr::copy_nonoverlapping(line.as_ptr().add(4), env.add(4), RECORD_ALIGN - 4)
+            };
+        } else {
+            self.write_record(pos, env, header, payload);
         }
+        // Clear the next slot's stamp, then publish this record (module doc).
+        self.ring.stamp_at(pos + rec).store(0, Ordering::Relaxed);
+        self.ring.stamp_at(pos).store(stamp(pos), Ordering::Release);
         self.tail = pos + rec;
-        self.ring.tail().store(self.tail, Ordering::Release);
         if self.blocked {
             self.blocked = false;
             self.ring.waiting().store(0, Ordering::Relaxed);
         }
         Ok(true)
+    }
+
+    /// Write the envelope (all but the stamp), header and payload of a record of more
+    /// than one line at `pos` (`env` points there).
+    fn write_record(&mut self, pos: u64, env: *mut u8, header: &[u8], payload: &[u8]) {
+        // SAFETY: the caller checked that `[tail, tail + rec + 64)` is unpublished space
+        // owned by the producer. The envelope never wraps (64-aligned record start,
+        // 16 bytes); header and payload are copied in at most two pieces each, shorter
+        // than `size`.
+        unsafe {
+            ptr::copy_nonoverlapping((header.len() as u16).to_le_bytes().as_ptr(), env.add(4), 2);
+            ptr::write_bytes(env.add(6), 0, 2);
+            ptr::copy_nonoverlapping((payload.len() as u64).to_le_bytes().as_ptr(), env.add(8), 8);
+            self.ring.copy_in(pos + ENVELOPE_BYTES as u64, header);
+            self.ring
+                .copy_in(pos + (ENVELOPE_BYTES + header.len()) as u64, payload);
+        }
+    }
+
+    /// Slow path of `try_write`: refresh the consumer index, and announce that we wait
+    /// when `need` bytes are still not free. Returns whether they are free now.
+    #[cold]
+    fn make_room(&mut self, need: u64) -> Result<bool, String> {
+        self.refresh_head()?;
+        if self.free() >= need {
+            return Ok(true);
+        }
+        if !self.blocked {
+            // Announce, then look once more (module doc, "Waking a blocked sender").
+            self.blocked = true;
+            self.ring.waiting().store(1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            self.refresh_head()?;
+        }
+        Ok(self.free() >= need)
     }
 
     /// Whether the last write did not fit and the consumer has freed space since (the
@@ -274,6 +330,45 @@ impl Producer {
     }
 }
 
+/// A private copy of a record's header, filled by [`Consumer::peek`].
+pub(super) struct HeaderCopy {
+    bytes: Box<[u8; MAX_HEADER_BYTES]>,
+    len: usize,
+}
+
+impl HeaderCopy {
+    pub(super) fn new() -> HeaderCopy {
+        HeaderCopy {
+            bytes: Box::new([0; MAX_HEADER_BYTES]),
+            len: 0,
+        }
+    }
+
+    /// The header bytes of the last record peeked.
+    #[inline]
+    pub(super) fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl std::fmt::Debug for HeaderCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeaderCopy({} bytes)", self.len)
+    }
+}
+
+/// A published record at the consumer's head, checked: where its header and payload
+/// lie in the ring, and how many bytes it occupies.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Record {
+    /// Ring index of the first payload byte.
+    payload_pos: u64,
+    /// Payload bytes.
+    payload_len: usize,
+    /// Bytes of the record, envelope and padding included.
+    pub(super) rec_bytes: u64,
+}
+
 /// The receiving end of one ring (in the receiver's own segment).
 #[derive(Debug)]
 pub(super) struct Consumer {
@@ -289,9 +384,11 @@ impl Consumer {
         Consumer { ring, head }
     }
 
-    /// Cheap check: has the producer published anything we have not read?
+    /// Cheap check: has the producer published a record we have not read (or written
+    /// something that is not a valid stamp, which [`Consumer::peek`] reports)?
+    #[inline]
     pub(super) fn has_data(&self) -> bool {
-        self.ring.tail().load(Ordering::Acquire) != self.head
+        self.ring.stamp_at(self.head).load(Ordering::Acquire) != 0
     }
 
     /// After freeing space: is the producer blocked on a full ring (so its doorbell
@@ -301,82 +398,94 @@ impl Consumer {
         self.ring.waiting().load(Ordering::Relaxed) != 0
     }
 
-    /// Read the frames published when this call starts (not more, so a fast producer
-    /// cannot keep the caller here), passing each `(header, payload)` to `sink`. Returns
-    /// the number of bytes consumed.
+    /// The record at our head, if one is published: its header is copied into
+    /// `header` (cleared first), its payload left in place. Call [`Consumer::consume`]
+    /// with it when done; until then the record stays where it is.
     ///
     /// # Errors
-    /// An invalid index or envelope (module doc, "Untrusted input"): the reason, naming
-    /// the numbers. Frames before it were delivered; the ring must not be read again.
-    pub(super) fn read_available(
-        &mut self,
-        mut sink: impl FnMut(Vec<u8>, Vec<u8>),
-    ) -> Result<u64, String> {
-        let tail = self.ring.tail().load(Ordering::Acquire);
-        let start = self.head;
-        let size = self.ring.size;
-        let used = tail.wrapping_sub(start);
-        if used > size || !used.is_multiple_of(RECORD_ALIGN as u64) {
+    /// An invalid stamp or envelope (module doc, "Untrusted input"): the reason, naming
+    /// the numbers. The ring must not be read again.
+    #[inline]
+    pub(super) fn peek(&self, header: &mut HeaderCopy) -> Result<Option<Record>, String> {
+        let pos = self.head;
+        let s = self.ring.stamp_at(pos).load(Ordering::Acquire);
+        if s == 0 {
+            return Ok(None);
+        }
+        if s != stamp(pos) {
             return Err(format!(
-                "producer index {tail} out of range (consumer at {start}, ring {size} bytes)"
+                "bad stamp {s:#010x} at ring index {pos} (expected {:#010x})",
+                stamp(pos)
+            ));
+        }
+        let size = self.ring.size;
+        let (env, _) = self.ring.at(pos);
+        let mut e = [0u8; ENVELOPE_BYTES];
+        // SAFETY: the stamp (Acquire) published the record at `pos`; its 16-byte
+        // envelope never wraps; `e` is a local buffer. Read once, then checked.
+        unsafe { ptr::copy_nonoverlapping(env, e.as_mut_ptr(), ENVELOPE_BYTES) };
+        let header_len = u16::from_le_bytes([e[4], e[5]]) as usize;
+        let flags = u16::from_le_bytes([e[6], e[7]]);
+        let payload_len =
+            u64::from_le_bytes([e[8], e[9], e[10], e[11], e[12], e[13], e[14], e[15]]);
+        if flags != 0 {
+            return Err(format!("unknown flags {flags:#x} at ring index {pos}"));
+        }
+        if header_len > MAX_HEADER_BYTES {
+            return Err(format!(
+                "header of {header_len} bytes exceeds the limit of {MAX_HEADER_BYTES}"
             ));
         }
         let max_payload = max_payload(size as usize) as u64;
-        while self.head != tail {
-            let avail = tail - self.head;
-            let mut env = [0u8; ENVELOPE_BYTES];
-            // SAFETY: `avail >= 64 > 16` bytes are published at `head` (checked above:
-            // a non-zero multiple of 64); `env` is a local buffer.
+        if payload_len > max_payload {
+            return Err(format!(
+                "payload of {payload_len} bytes exceeds the frame limit of {max_payload} (ring {size} bytes)"
+            ));
+        }
+        // Both lengths are bounded now, so this cannot overflow, and the record is
+        // shorter than the ring.
+        let rec_bytes = record_bytes(header_len, payload_len as usize);
+        header.len = header_len;
+        if header_len <= RECORD_ALIGN - ENVELOPE_BYTES {
+            // Within the first line, which lies wholly in the ring: copy the rest of the
+            // line at once (a fixed-size copy is a few moves).
+            // SAFETY: `env` is a published, 64-aligned line of the data area.
             unsafe {
-                self.ring
-                    .copy_out(self.head, env.as_mut_ptr(), ENVELOPE_BYTES)
-            };
-            let header_len = u64::from(u32::from_le_bytes([env[0], env[1], env[2], env[3]]));
-            let flags = u32::from_le_bytes([env[4], env[5], env[6], env[7]]);
-            let payload_len = u64::from_le_bytes([
-                env[8], env[9], env[10], env[11], env[12], env[13], env[14], env[15],
-            ]);
-            if flags != 0 {
-                return Err(format!(
-                    "unknown flags {flags:#x} at ring index {}",
-                    self.head
-                ));
-            }
-            if header_len > MAX_HEADER_BYTES as u64 {
-                return Err(format!(
-                    "header of {header_len} bytes exceeds the limit of {MAX_HEADER_BYTES}"
-                ));
-            }
-            if payload_len > max_payload {
-                return Err(format!(
-                    "payload of {payload_len} bytes exceeds the frame limit of {max_payload} (ring {size} bytes)"
-                ));
-            }
-            // Both lengths are bounded now, so this cannot overflow.
-            let rec = record_bytes(header_len as usize, payload_len as usize);
-            if rec > avail {
-                return Err(format!(
-                    "frame record of {rec} bytes (header {header_len}, payload {payload_len}) but only {avail} bytes published"
-                ));
-            }
-            // SAFETY: the record `[head, head + rec)` is published (`rec <= avail`) and
-            // both lengths are below `size`.
-            let (header, payload) = unsafe {
-                (
-                    self.ring
-                        .read_vec(self.head + ENVELOPE_BYTES as u64, header_len as usize),
-                    self.ring.read_vec(
-                        self.head + ENVELOPE_BYTES as u64 + header_len,
-                        payload_len as usize,
-                    ),
+                ptr::copy_nonoverlapping(
+                    env.add(ENVELOPE_BYTES),
+                    header.bytes.as_mut_ptr(),
+                    RECORD_ALIGN - ENVELOPE_BYTES,
                 )
             };
-            self.head += rec;
-            // Free the space at once: a producer waiting for room may go on.
-            self.ring.head().store(self.head, Ordering::Release);
-            sink(header, payload);
+        } else {
+            let [(a, al), (b, bl)] = self.ring.pieces(pos + ENVELOPE_BYTES as u64, header_len);
+            // SAFETY: the pieces lie in the data area and are published; `header` is ours
+            // and holds MAX_HEADER_BYTES >= al + bl bytes.
+            unsafe {
+                ptr::copy_nonoverlapping(a, header.bytes.as_mut_ptr(), al);
+                ptr::copy_nonoverlapping(b, header.bytes.as_mut_ptr().add(al), bl);
+            }
         }
-        Ok(tail - start)
+        Ok(Some(Record {
+            payload_pos: pos + (ENVELOPE_BYTES + header_len) as u64,
+            payload_len: payload_len as usize,
+            rec_bytes,
+        }))
+    }
+
+    /// Where the payload of `rec` (from [`Consumer::peek`], not consumed yet) lies: at
+    /// most two pieces `(pointer, bytes)` in the ring, the second empty unless it wraps.
+    #[inline]
+    pub(super) fn payload(&self, rec: &Record) -> [(*const u8, usize); 2] {
+        self.ring.pieces(rec.payload_pos, rec.payload_len)
+    }
+
+    /// Free the record `peek` returned (its bytes may be overwritten from now on).
+    #[inline]
+    pub(super) fn consume(&mut self, rec: &Record) {
+        self.head += rec.rec_bytes;
+        // Free the space at once: a producer waiting for room may go on.
+        self.ring.head().store(self.head, Ordering::Release);
     }
 }
 
@@ -402,7 +511,16 @@ mod tests {
 
     fn drain(c: &mut Consumer) -> Result<Frames, String> {
         let mut out = Vec::new();
-        c.read_available(|h, p| out.push((h, p)))?;
+        let mut h = HeaderCopy::new();
+        while let Some(r) = c.peek(&mut h)? {
+            let mut p = Vec::new();
+            for (ptr, len) in c.payload(&r) {
+                // SAFETY: published bytes of the record, before consume.
+                p.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr, len) });
+            }
+            out.push((h.as_slice().to_vec(), p));
+            c.consume(&r);
+        }
         Ok(out)
     }
 
@@ -417,9 +535,32 @@ mod tests {
         assert_eq!(record_bytes(0, 0), 64);
         assert_eq!(record_bytes(48, 0), 64);
         assert_eq!(record_bytes(48, 1), 128);
+        assert_eq!(
+            record_bytes(36, 12),
+            64,
+            "an 8-byte eager message is one line"
+        );
         assert_eq!(record_bytes(MAX_HEADER_BYTES, max_payload(16 << 10)), 8256);
-        assert!(record_bytes(MAX_HEADER_BYTES, max_payload(16 << 10)) < 16 << 10);
+        assert!(record_bytes(MAX_HEADER_BYTES, max_payload(16 << 10)) + RESERVE_BYTES < 16 << 10);
         assert_eq!(record_bytes(usize::MAX, usize::MAX) % 64, 0);
+    }
+
+    #[test]
+    fn stamps_are_never_zero_and_differ_between_laps() {
+        for size in [16u64 << 10, 1 << 20, 1 << 30] {
+            for pos in [
+                0u64,
+                64,
+                size - 64,
+                5 * size,
+                (1 << 38) - 64,
+                1 << 38,
+                u64::MAX - 63,
+            ] {
+                assert_ne!(stamp(pos), 0);
+                assert_ne!(stamp(pos), stamp(pos.wrapping_add(size)));
+            }
+        }
     }
 
     #[test]
@@ -452,16 +593,51 @@ mod tests {
         assert!(p.tail > 20 * (16 << 10) as u64, "wrapped many times");
     }
 
+    /// Payload bytes of an earlier lap that look exactly like the stamp the consumer
+    /// expects next must never be taken for a record: the producer cleared that slot.
+    #[test]
+    fn stale_payload_that_looks_like_a_stamp_is_not_a_record() {
+        let size = 16usize << 10;
+        let (_mem, ring) = heap_ring(size);
+        let mut p = Producer::new(ring);
+        let mut c = Consumer::new(ring);
+        // Lap 1: one big frame whose payload holds, at every 64-byte slot, the stamp that
+        // slot will have one lap later.
+        let mut pl = vec![0u8; 4000];
+        for k in 0..pl.len() / 64 {
+            let pos = size as u64 + (k as u64 + 1) * 64;
+            let at = 64 * k + 48; // envelope 16 + header 0: payload starts at byte 16
+            if at + 4 <= pl.len() {
+                pl[at..at + 4].copy_from_slice(&stamp(pos).to_le_bytes());
+            }
+        }
+        assert!(p.try_write(&[], &pl).unwrap());
+        assert_eq!(drain(&mut c).unwrap().len(), 1);
+        // Fill up to exactly one lap with small frames and drain them.
+        while p.tail < size as u64 {
+            assert!(p.try_write(&[], &[]).unwrap());
+            drain(&mut c).unwrap();
+        }
+        // Lap 2: one small frame at index `size`; the next slot lies where lap 1's payload
+        // put a stamp-lookalike, but it was cleared.
+        assert!(p.try_write(b"h", b"x").unwrap());
+        let got = drain(&mut c).unwrap();
+        assert_eq!(got, vec![(b"h".to_vec(), b"x".to_vec())]);
+        assert!(!c.has_data());
+    }
+
     #[test]
     fn full_ring_says_not_now_and_frees_on_read() {
         let (_mem, ring) = heap_ring(16 << 10);
         let mut p = Producer::new(ring);
         let mut c = Consumer::new(ring);
+        // Three 4 KiB records and one of 4 KiB - 64 leave exactly the reserve free.
         let pl = vec![5u8; 4096 - 16];
-        for _ in 0..4 {
+        for _ in 0..3 {
             assert!(p.try_write(&[], &pl).unwrap());
         }
-        assert!(!p.try_write(&[], &[]).unwrap(), "exactly full");
+        assert!(p.try_write(&[], &pl[..4096 - 64 - 16]).unwrap());
+        assert!(!p.try_write(&[], &[]).unwrap(), "full but for the reserve");
         assert!(c.producer_waiting() && !p.room_freed());
         assert_eq!(drain(&mut c).unwrap().len(), 4);
         assert!(p.room_freed() && c.producer_waiting());
@@ -470,14 +646,14 @@ mod tests {
         assert!(p.try_write(&[], &vec![1; 16 << 10]).is_err(), "never fits");
     }
 
-    fn write_raw(ring: &RingPtr, pos: u64, bytes: &[u8], new_tail: u64) {
+    fn write_raw(ring: &RingPtr, pos: u64, bytes: &[u8]) {
         // SAFETY: test-only; nobody else uses the ring.
         unsafe { ring.copy_in(pos, bytes) };
-        ring.tail().store(new_tail, Ordering::Release);
     }
 
-    fn envelope(h: u32, flags: u32, p: u64) -> Vec<u8> {
+    fn envelope(stamp: u32, h: u16, flags: u16, p: u64) -> Vec<u8> {
         let mut v = Vec::new();
+        v.extend_from_slice(&stamp.to_le_bytes());
         v.extend_from_slice(&h.to_le_bytes());
         v.extend_from_slice(&flags.to_le_bytes());
         v.extend_from_slice(&p.to_le_bytes());
@@ -486,26 +662,25 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        let cases: Vec<(Vec<u8>, u64, &str)> = vec![
-            (envelope(0, 0, u64::MAX), 64, "payload"),
-            (envelope(u32::MAX, 0, 0), 64, "header"),
-            (envelope(0, 1, 0), 64, "flags"),
-            (envelope(0, 0, 1000), 64, "published"),
-            (envelope(0, 0, 0), 1 << 40, "producer index"),
-            (envelope(0, 0, 0), 32, "producer index"),
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (envelope(stamp(64), 0, 0, u64::MAX), "payload"),
+            (envelope(stamp(64), u16::MAX, 0, 0), "header"),
+            (envelope(stamp(64), 0, 1, 0), "flags"),
+            (envelope(0x1234_5678, 0, 0, 0), "stamp"),
+            (envelope(stamp(64 + (16 << 10)), 0, 0, 0), "stamp"),
         ];
-        for (env, tail, want) in cases {
+        for (env, want) in cases {
             let (_mem, ring) = heap_ring(16 << 10);
             let mut p = Producer::new(ring);
             let mut c = Consumer::new(ring);
             assert!(p.try_write(b"ok", b"first").unwrap());
-            write_raw(&ring, 64, &env, 64 + tail);
-            let mut got = Vec::new();
-            let err = c.read_available(|h, p| got.push((h, p))).unwrap_err();
+            write_raw(&ring, 64, &env);
+            let mut h = HeaderCopy::new();
+            let first = c.peek(&mut h).unwrap().unwrap();
+            assert_eq!(h.as_slice(), b"ok");
+            c.consume(&first);
+            let err = c.peek(&mut h).unwrap_err();
             assert!(err.contains(want), "{err:?} should mention {want}");
-            if want != "producer index" {
-                assert_eq!(got, vec![(b"ok".to_vec(), b"first".to_vec())]);
-            }
         }
     }
 

@@ -3,8 +3,8 @@
 //! # Layout (byte offsets; all fields little-endian, accessed only through atomics)
 //! ```text
 //! Header (first `rings_offset` bytes, a multiple of 4096):
-//!     0  magic        u64  b"RWSHMv01", stored last (Release) once the header is complete
-//!     8  version      u32  1
+//!     0  magic        u64  b"RWSHMv02", stored last (Release) once the header is complete
+//!     8  version      u32  2 (ring records with stamps, ring.rs)
 //!    12  owner_rank   u32  world rank of the receiver that owns the segment
 //!    16  owner_pid    u32  its process id (informational; liveness uses `shm-pid-<rank>`)
 //!    20  slot_count   u32  number of inbound rings = number of the owner's local peers
@@ -29,9 +29,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::ring::{CTRL_BYTES, RingPtr};
 use super::sys;
 
-/// `b"RWSHMv01"` as a little-endian u64.
-const MAGIC: u64 = u64::from_le_bytes(*b"RWSHMv01");
-const VERSION: u32 = 1;
+/// `b"RWSHMv02"` as a little-endian u64.
+const MAGIC: u64 = u64::from_le_bytes(*b"RWSHMv02");
+const VERSION: u32 = 2;
 const PAGE: usize = 4096;
 /// Most inbound rings one segment may declare (bounds what a peer's header can claim).
 pub(super) const MAX_SLOTS: usize = 4096;
