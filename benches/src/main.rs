@@ -379,11 +379,19 @@ impl Buf {
             Buf::Dev(d) => w.irecv_device(d, src, tag),
         }
     }
+    /// Blocking send (MPI_Send, as the peers' ping-pong uses).
     fn send(&self, w: &rankwire::Communicator, dest: usize, tag: i32) -> rankwire::Result<()> {
-        self.isend(w, dest, tag)?.wait().map(|_| ())
+        match self {
+            Buf::Host(h) => w.send(h.as_slice(), dest, tag),
+            Buf::Dev(d) => w.send_device(d, dest, tag),
+        }
     }
+    /// Blocking receive (MPI_Recv).
     fn recv(&mut self, w: &rankwire::Communicator, src: usize, tag: i32) -> rankwire::Result<()> {
-        self.irecv(w, src, tag)?.wait().map(|_| ())
+        match self {
+            Buf::Host(h) => w.recv(h.as_mut_slice(), src, tag).map(|_| ()),
+            Buf::Dev(d) => w.recv_device(d, src, tag).map(|_| ()),
+        }
     }
 }
 

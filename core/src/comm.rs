@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use bytemuck::Pod;
 
 use crate::coll::select::CollConfig;
+use crate::engine::SendStart;
 use crate::error::{Error, MatchError, Result};
 use crate::group::{ContextId, Group};
 use crate::matching::Pattern;
@@ -125,6 +126,11 @@ impl CommState {
 
     /// Communicator rank of world rank `w` (unchanged if `w` is not a member, which
     /// matching on this context rules out).
+    /// Whether communicator ranks are world ranks (no translation needed).
+    pub(crate) fn is_identity(&self) -> bool {
+        self.to_local.is_none()
+    }
+
     pub(crate) fn local(&self, w: u32) -> u32 {
         match &self.to_local {
             None => w,
@@ -203,8 +209,10 @@ impl Communicator {
     /// [`Error::Usage`] for a rank out of range or a tag outside `0..=TAG_UB`;
     /// [`Error::Connection`] if the peer is gone.
     pub fn send<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
-        let id = self.post_send(bytemuck::cast_slice(buf), dest, tag, false)?;
-        wait_id(&self.inner, id).map(|_| ())
+        match self.post_send(bytemuck::cast_slice(buf), dest, tag, false)? {
+            SendStart::Done(_) => Ok(()),
+            SendStart::Queued(id) => wait_id(&self.inner, id).map(|_| ()),
+        }
     }
 
     /// Blocking synchronous send (MPI_Ssend): returns only after the matching receive
@@ -213,8 +221,10 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::send`].
     pub fn ssend<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
-        let id = self.post_send(bytemuck::cast_slice(buf), dest, tag, true)?;
-        wait_id(&self.inner, id).map(|_| ())
+        match self.post_send(bytemuck::cast_slice(buf), dest, tag, true)? {
+            SendStart::Done(_) => Ok(()),
+            SendStart::Queued(id) => wait_id(&self.inner, id).map(|_| ()),
+        }
     }
 
     /// Blocking receive into `buf` (MPI_Recv). `buf.len()` elements is the capacity;
@@ -231,8 +241,27 @@ impl Communicator {
         source: impl Into<Source>,
         tag: impl Into<Tag>,
     ) -> Result<Status> {
-        let id = self.post_recv(bytemuck::cast_slice_mut(buf), source.into(), tag.into())?;
-        wait_id(&self.inner, id)
+        self.inner.check_live()?;
+        let pat = self.pattern(source.into(), tag.into())?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let raw = RawBuf::new(bytes.as_mut_ptr(), bytes.len());
+        // Post and wait under one lock of the engine.
+        let mut e = self.inner.lock();
+        let spins = e
+            .backoff
+            .spin_polls
+            .saturating_mul(crate::universe::HINT_SPINS);
+        if let Some(r) = e.recv_direct(&pat, raw, spins) {
+            return r
+                .map(|st| self.local_status(st))
+                .map_err(|e| self.local_err(e));
+        }
+        let id = e.proto.irecv(pat, raw);
+        self.inner
+            .wait_with(e, |e| {
+                crate::coll::advance_active(e);
+                e.proto.take_done(id)
+            })
             .map(|st| self.local_status(st))
             .map_err(|e| self.local_err(e))
     }
@@ -267,7 +296,10 @@ impl Communicator {
             }
         };
         let st = wait_id(&self.inner, r);
-        let ss = wait_id(&self.inner, s);
+        let ss = match s {
+            SendStart::Done(st) => Ok(st),
+            SendStart::Queued(s) => wait_id(&self.inner, s),
+        };
         let st = st.map_err(|e| self.local_err(e))?;
         ss?;
         Ok(self.local_status(st))
@@ -304,7 +336,7 @@ impl Communicator {
         tag: impl Into<Tag>,
     ) -> Result<Request<'a>> {
         let id = self.post_recv(bytemuck::cast_slice_mut(buf), source.into(), tag.into())?;
-        Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(self.st.clone()))
+        Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(&self.st))
     }
 
     /// Wait for a message that a receive with `source` and `tag` would match and return
@@ -383,27 +415,31 @@ impl Communicator {
         tag: i32,
         sync: bool,
     ) -> Result<Request<'a>> {
-        let id = self.post_send(bytes, dest, tag, sync)?;
-        Ok(Request::new(self.inner.clone(), id, false, PhantomData).for_comm(self.st.clone()))
+        let start = self.post_send(bytes, dest, tag, sync)?;
+        Ok(self.send_request(start))
+    }
+
+    /// The request of a send that started as `start`.
+    fn send_request<'a>(&self, start: SendStart) -> Request<'a> {
+        match start {
+            SendStart::Done(st) => Request::completed(st, PhantomData),
+            SendStart::Queued(id) => Request::new(self.inner.clone(), id, false, PhantomData),
+        }
+        .for_comm(&self.st)
     }
 
     /// Start a send of `bytes`; the caller keeps them borrowed until it completes.
-    fn post_send(&self, bytes: &[u8], dest: usize, tag: i32, sync: bool) -> Result<ReqId> {
+    fn post_send(&self, bytes: &[u8], dest: usize, tag: i32, sync: bool) -> Result<SendStart> {
         self.post_send_raw(RawBuf::from_slice(bytes), dest, tag, sync)
     }
 
     /// Start a send of `raw` (host or device memory); the caller keeps it valid until
     /// the send completes.
-    fn post_send_raw(&self, raw: RawBuf, dest: usize, tag: i32, sync: bool) -> Result<ReqId> {
+    fn post_send_raw(&self, raw: RawBuf, dest: usize, tag: i32, sync: bool) -> Result<SendStart> {
         self.inner.check_live()?;
         let dest = self.check_rank(dest)?;
         check_tag(tag)?;
-        let mut e = self.inner.lock();
-        let lim = e.eager_limit(dest);
-        let id = e.proto.isend(dest, self.st.ctx, tag, raw, lim, sync);
-        // Push eager frames out right away: the common small send completes here.
-        e.progress();
-        Ok(id)
+        Ok(self.inner.lock().isend(dest, self.st.ctx, tag, raw, sync))
     }
 
     /// Post a receive into `bytes`; the caller keeps them borrowed until it completes.
@@ -420,17 +456,28 @@ impl Communicator {
     }
 
     /// World rank of communicator rank `r`.
+    #[inline]
     fn check_rank(&self, r: usize) -> Result<u32> {
-        self.st.group.get(r).copied().ok_or_else(|| {
-            Error::usage(format!(
-                "rank {r} is out of range for a communicator of size {}",
-                self.size()
-            ))
-        })
+        match self.st.group.get(r) {
+            Some(&w) => Ok(w),
+            None => Err(self.bad_rank(r)),
+        }
+    }
+
+    #[cold]
+    fn bad_rank(&self, r: usize) -> Error {
+        Error::usage(format!(
+            "rank {r} is out of range for a communicator of size {}",
+            self.size()
+        ))
     }
 
     /// `st` with the source translated from world to communicator rank.
+    #[inline]
     fn local_status(&self, st: Status) -> Status {
+        if self.st.is_identity() {
+            return st;
+        }
         Status {
             source: self.st.local(st.source),
             ..st
@@ -442,6 +489,7 @@ impl Communicator {
         local_err(&self.st, e)
     }
 
+    #[inline]
     fn pattern(&self, source: Source, tag: Tag) -> Result<Pattern> {
         let src = match source {
             Source::Any => None,
@@ -557,13 +605,17 @@ fn local_err(st: &CommState, e: Error) -> Error {
     }
 }
 
+#[inline]
 fn check_tag(tag: i32) -> Result<()> {
     if !(0..=TAG_UB).contains(&tag) {
-        return Err(Error::usage(format!(
-            "tag {tag} is outside the valid range 0..={TAG_UB}"
-        )));
+        return Err(bad_tag(tag));
     }
     Ok(())
+}
+
+#[cold]
+fn bad_tag(tag: i32) -> Error {
+    Error::usage(format!("tag {tag} is outside the valid range 0..={TAG_UB}"))
 }
 
 // Entry points for buffers given as raw memory (device memory, FFI): used by
@@ -576,8 +628,8 @@ impl Communicator {
         tag: i32,
         sync: bool,
     ) -> Result<Request<'a>> {
-        let id = self.post_send_raw(raw, dest, tag, sync)?;
-        Ok(Request::new(self.inner.clone(), id, false, PhantomData).for_comm(self.st.clone()))
+        let start = self.post_send_raw(raw, dest, tag, sync)?;
+        Ok(self.send_request(start))
     }
 
     pub(crate) fn start_recv_raw<'a>(
@@ -587,6 +639,6 @@ impl Communicator {
         tag: Tag,
     ) -> Result<Request<'a>> {
         let id = self.post_recv_raw(raw, source, tag)?;
-        Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(self.st.clone()))
+        Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(&self.st))
     }
 }

@@ -32,6 +32,18 @@ use crate::wire::RemoteMem;
 /// Pause after learning that a peer died, before failing requests with it (once per
 /// peer; only on this error path).
 const PEER_FAILURE_DELAY: Duration = Duration::from_millis(100);
+/// Frames taken from shared memory per progress round, at most (so that a fast sender
+/// cannot keep a rank from sending).
+const FRAMES_PER_PROGRESS: usize = 64;
+
+/// How a send started ([`Engine::isend`]).
+#[derive(Debug)]
+pub(crate) enum SendStart {
+    /// A transport took the whole message: the send is complete.
+    Done(crate::protocol::Status),
+    /// The protocol holds it as request `id`.
+    Queued(ReqId),
+}
 
 /// Which transport serves a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,10 +82,17 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
-    pub(crate) fn from_env(local_ranks: usize) -> Backoff {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+    /// The policy of `RANKWIRE_PROGRESS` for a rank that shares its node with
+    /// `local_ranks - 1` others, which together may run on `node_cpus` CPUs (the union
+    /// of their affinity masks; 0 if unknown: this process's CPU count is used).
+    pub(crate) fn from_env(local_ranks: usize, node_cpus: usize) -> Backoff {
+        let cores = if node_cpus > 0 {
+            node_cpus
+        } else {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        };
         let oversubscribed = local_ranks > cores;
         let policy = std::env::var("RANKWIRE_PROGRESS").unwrap_or_default();
         if !matches!(policy.as_str(), "" | "auto" | "spin" | "yield" | "block") {
@@ -110,6 +129,8 @@ pub(crate) struct Engine {
     tcp: Option<TcpTransport>,
     rdma: Option<RdmaTransport>,
     routes: Vec<Route>,
+    /// Eager limit in bytes of host messages to each peer (from its transport's caps).
+    eager: Vec<usize>,
     backlog: Vec<VecDeque<OutFrame>>,
     events: Vec<Event>,
     pub(crate) backoff: Backoff,
@@ -130,6 +151,11 @@ impl Engine {
         routes: Vec<Route>,
         backoff: Backoff,
     ) -> Engine {
+        let mut shm = shm;
+        if let Some(t) = shm.as_mut() {
+            // progress takes shared-memory frames in place (next_frame).
+            t.set_lend_frames(true);
+        }
         let mut proto = Protocol::new(rank, size);
         for (peer, r) in routes.iter().enumerate() {
             if *r == Route::None {
@@ -142,12 +168,13 @@ impl Engine {
                 );
             }
         }
-        Engine {
+        let mut e = Engine {
             proto,
             self_tp: SelfTransport::new(rank),
             shm,
             tcp,
             rdma,
+            eager: Vec::new(),
             routes,
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
             events: Vec::new(),
@@ -155,12 +182,70 @@ impl Engine {
             ipc: crate::gpu_path::IpcPuller::new(),
             pull_results: Vec::new(),
             watchdog: None,
-        }
+        };
+        e.eager = (0..size)
+            .map(|p| e.host_caps(p).map_or(0, |c| c.eager_limit_bytes))
+            .collect();
+        e
     }
 
     /// Eager limit for host messages to `peer`, in bytes.
+    #[inline]
     pub(crate) fn eager_limit(&self, peer: u32) -> usize {
-        self.host_caps(peer).map_or(0, |c| c.eager_limit_bytes)
+        self.eager.get(peer as usize).copied().unwrap_or(0)
+    }
+
+    /// Fast path of a blocking receive for `pat` into the host buffer `buf` (MPI_Recv
+    /// from a rank on this node, when nothing else is going on): watch that peer's ring
+    /// for up to `spins` looks and take its next message straight into `buf`, without
+    /// posting a request or running the general progress round. `None` when the
+    /// conditions do not hold ([`Protocol::quiet_for`], a specific source reached by
+    /// shm, no nonblocking collective running, nothing queued), when the next frame is
+    /// anything but the in-order eager message the receive accepts, or when the spins
+    /// run out: nothing was received then, and the caller posts the receive and waits
+    /// the general way (a frame looked at stays where it is).
+    #[inline]
+    pub(crate) fn recv_direct(
+        &mut self,
+        pat: &crate::matching::Pattern,
+        buf: RawBuf,
+        spins: u32,
+    ) -> Option<Result<crate::protocol::Status, Error>> {
+        let src = pat.src?;
+        if self.route(src) != Route::Shm
+            || !buf.is_host()
+            || crate::coll::any_active()
+            || self.any_backlog()
+            || !self.proto.quiet_for(pat)
+        {
+            return None;
+        }
+        let t = self.shm.as_mut()?;
+        let idx = t.peer_index(src)?;
+        for _ in 0..spins {
+            let Some(f) = t.frame_from(idx) else {
+                continue;
+            };
+            let r = self
+                .proto
+                .take_eager(f.peer, f.header, &f.payload, pat, buf)?;
+            t.consume_frame();
+            return Some(r);
+        }
+        None
+    }
+
+    /// Cheap look for work: whether a shared-memory frame or event may be waiting
+    /// (one load per ring). Waits spin on this between full progress rounds.
+    #[inline]
+    pub(crate) fn arrival_hint(&self) -> bool {
+        self.shm.as_ref().is_some_and(|t| t.has_work())
+    }
+
+    /// Whether transports other than shared memory serve some peer (then waits run
+    /// full progress rounds instead of spinning on [`Engine::arrival_hint`]).
+    pub(crate) fn shm_only(&self) -> bool {
+        self.tcp.is_none() && self.rdma.is_none() && !self.ipc.busy()
     }
 
     pub(crate) fn route(&self, peer: u32) -> Route {
@@ -195,8 +280,127 @@ impl Engine {
         }
     }
 
+    /// Start a send of `buf` to world rank `dst` on context `ctx` with `tag` (the
+    /// protocol's `isend`, with the eager fast path): a host message within the eager
+    /// limit, with nothing queued for `dst` before it, is handed to the transport at
+    /// once and, if taken, is complete on return ([`SendStart::Done`]) without a request
+    /// in the protocol's tables. Everything else is queued and driven by `progress`.
+    #[inline]
+    pub(crate) fn isend(
+        &mut self,
+        dst: u32,
+        ctx: u32,
+        tag: i32,
+        buf: RawBuf,
+        sync: bool,
+    ) -> SendStart {
+        let lim = self.eager_limit(dst);
+        if !sync
+            && buf.is_host()
+            && buf.len() <= lim
+            && self.backlog.get(dst as usize).is_some_and(|q| q.is_empty())
+            && !self.proto.has_frames_for(dst)
+            && let Some(header) = self.proto.eager_header(dst, ctx, tag, buf.len())
+        {
+            // SAFETY: the caller keeps `buf` borrowed until the send completes, which
+            // for a frame the transport takes is right here.
+            let payload = unsafe { buf.as_slice() };
+            let res = match (self.routes[dst as usize], self.shm.as_mut()) {
+                // Shared memory called directly (inlined), the others through the trait.
+                (Route::Shm, Some(t)) => t.send(dst, &header, payload),
+                _ => match self.transport(dst) {
+                    Some(t) => t.send(dst, &header, payload),
+                    None => Ok(SendOutcome::Busy),
+                },
+            };
+            if let Ok(SendOutcome::Sent) = res {
+                return SendStart::Done(crate::protocol::Status {
+                    source: dst,
+                    tag,
+                    len_bytes: buf.len(),
+                });
+            }
+            // Busy, or an error that flush_backlog reports the usual way.
+            let id = self.proto.queue_eager(dst, tag, buf, header);
+            self.progress();
+            return SendStart::Queued(id);
+        }
+        let id = self.proto.isend(dst, ctx, tag, buf, lim, sync);
+        // Push eager frames out right away: the common small send completes here.
+        self.progress();
+        SendStart::Queued(id)
+    }
+
     /// One round of progress. Returns whether anything happened.
     pub(crate) fn progress(&mut self) -> bool {
+        let mut any = false;
+        // Arrivals lent in place by shared memory first: the common small message is
+        // copied once, from the ring into the posted receive buffer.
+        if let Some(t) = self.shm.as_mut() {
+            let completions = self.proto.completions();
+            for _ in 0..FRAMES_PER_PROGRESS {
+                let Some(f) = t.next_frame() else {
+                    break;
+                };
+                any = true;
+                let peer = f.peer;
+                let r = self.proto.on_frame(peer, f.header, f.payload);
+                t.consume_frame();
+                if let Err(e) = r {
+                    tracing::error!("rank {peer} sent a bad frame: {e}");
+                    self.backlog[peer as usize].clear();
+                }
+                if self.proto.completions() != completions {
+                    // A waiting call may return now; more frames are for the next
+                    // round (looking at the next record would cost a cache miss now).
+                    break;
+                }
+            }
+        }
+        if self.proto.has_output() || self.any_backlog() {
+            any |= self.push_output();
+        }
+        // Arrivals.
+        let mut events = std::mem::take(&mut self.events);
+        any |= self.self_tp.poll(&mut events);
+        if let Some(t) = self.shm.as_mut() {
+            any |= t.poll(&mut events);
+        }
+        if let Some(t) = self.tcp.as_mut() {
+            any |= t.poll(&mut events);
+        }
+        if let Some(t) = self.rdma.as_mut() {
+            any |= t.poll(&mut events);
+        }
+        if !events.is_empty() {
+            any = true;
+            self.handle_events(&mut events);
+        }
+        self.events = events;
+        if self.proto.has_output() || self.any_backlog() {
+            any |= self.push_output();
+        }
+        if self.ipc.busy() {
+            let mut done = std::mem::take(&mut self.pull_results);
+            self.ipc.poll(&mut done);
+            for (rreq, r) in done.drain(..) {
+                any = true;
+                self.proto.pull_done(rreq, r);
+            }
+            self.pull_results = done;
+        }
+        any
+    }
+
+    /// Whether frames wait in some peer's backlog (its transport was busy).
+    #[inline]
+    fn any_backlog(&self) -> bool {
+        self.backlog.iter().any(|q| !q.is_empty())
+    }
+
+    /// Move the protocol's output to transports: frames, rendezvous data while
+    /// transports take it, and single-copy pulls. Returns whether anything moved.
+    fn push_output(&mut self) -> bool {
         let mut any = false;
         while let Some(f) = self.proto.pop_frame() {
             if let Some(q) = self.backlog.get_mut(f.peer as usize) {
@@ -234,49 +438,6 @@ impl Engine {
             self.backlog[peer as usize].push_back(f);
             self.flush_backlog(peer);
         }
-        // Arrivals.
-        let mut events = std::mem::take(&mut self.events);
-        any |= self.self_tp.poll(&mut events);
-        if let Some(t) = self.shm.as_mut() {
-            any |= t.poll(&mut events);
-        }
-        if let Some(t) = self.tcp.as_mut() {
-            any |= t.poll(&mut events);
-        }
-        if let Some(t) = self.rdma.as_mut() {
-            any |= t.poll(&mut events);
-        }
-        for ev in events.drain(..) {
-            any = true;
-            match ev {
-                Event::Recv {
-                    peer,
-                    header,
-                    payload,
-                } => {
-                    if let Err(e) = self.proto.on_frame(peer, &header, payload) {
-                        tracing::error!("rank {peer} sent a bad frame: {e}");
-                        self.backlog[peer as usize].clear();
-                    }
-                }
-                Event::OpDone { op, result, .. } => {
-                    // An RDMA READ of a pull-mode rendezvous finished.
-                    self.proto.pull_done(op, result.map_err(|e| e.to_string()));
-                }
-                Event::PeerFailed { peer, error } => {
-                    tracing::debug!("peer {peer} failed: {error}");
-                    // Give the launcher a head start: it sees the peer's own exit at the
-                    // moment its connections close, and should report that rank as the
-                    // first failure rather than this rank's consequent error.
-                    std::thread::sleep(PEER_FAILURE_DELAY);
-                    self.proto.fail_peer(peer, error.into());
-                    if let Some(q) = self.backlog.get_mut(peer as usize) {
-                        q.clear();
-                    }
-                }
-            }
-        }
-        self.events = events;
         // Single-copy pulls the protocol asked for.
         while let Some(p) = self.proto.pop_pull() {
             any = true;
@@ -308,16 +469,48 @@ impl Engine {
                 }
             }
         }
-        if self.ipc.busy() {
-            let mut done = std::mem::take(&mut self.pull_results);
-            self.ipc.poll(&mut done);
-            for (rreq, r) in done.drain(..) {
-                any = true;
-                self.proto.pull_done(rreq, r);
+        // A pull's Fin (or a fallback Cts) goes out in this same round.
+        while let Some(f) = self.proto.pop_frame() {
+            let peer = f.peer;
+            if let Some(q) = self.backlog.get_mut(peer as usize) {
+                q.push_back(f);
             }
-            self.pull_results = done;
+            any |= self.flush_backlog(peer);
         }
         any
+    }
+
+    /// Feed the transports' events to the protocol.
+    fn handle_events(&mut self, events: &mut Vec<Event>) {
+        for ev in events.drain(..) {
+            match ev {
+                Event::Recv {
+                    peer,
+                    header,
+                    payload,
+                } => {
+                    if let Err(e) = self.proto.on_frame(peer, &header, payload) {
+                        tracing::error!("rank {peer} sent a bad frame: {e}");
+                        self.backlog[peer as usize].clear();
+                    }
+                }
+                Event::OpDone { op, result, .. } => {
+                    // An RDMA READ of a pull-mode rendezvous finished.
+                    self.proto.pull_done(op, result.map_err(|e| e.to_string()));
+                }
+                Event::PeerFailed { peer, error } => {
+                    tracing::debug!("peer {peer} failed: {error}");
+                    // Give the launcher a head start: it sees the peer's own exit at the
+                    // moment its connections close, and should report that rank as the
+                    // first failure rather than this rank's consequent error.
+                    std::thread::sleep(PEER_FAILURE_DELAY);
+                    self.proto.fail_peer(peer, error.into());
+                    if let Some(q) = self.backlog.get_mut(peer as usize) {
+                        q.clear();
+                    }
+                }
+            }
+        }
     }
 
     fn flush_backlog(&mut self, peer: u32) -> bool {
@@ -431,6 +624,10 @@ impl Engine {
     }
 }
 
+/// Progress rounds a waiting call runs with the engine locked before letting other
+/// threads of the process take it.
+pub(crate) const SPINS_PER_LOCK: u32 = 64;
+
 /// Drives waiting: spin, then yield, then block (see module doc).
 pub(crate) struct Waiter {
     idle_polls: u32,
@@ -445,33 +642,36 @@ impl Waiter {
         }
     }
 
-    /// Record the outcome of one progress round and back off if idle. `engine` is used
-    /// only for blocking in the kernel.
-    pub(crate) fn idle(&mut self, progressed: bool, backoff: Backoff) -> IdleAction {
-        if progressed {
-            self.idle_polls = 0;
-            self.idle_since = None;
-            return IdleAction::Continue;
-        }
+    /// Something happened: start the back-off again.
+    #[inline]
+    pub(crate) fn reset(&mut self) {
+        self.idle_polls = 0;
+        self.idle_since = None;
+    }
+
+    /// After an idle progress round: what to do next. The clock is read only once the
+    /// spinning is over (a yield costs a system call anyway).
+    #[inline]
+    pub(crate) fn idle(&mut self, backoff: Backoff) -> IdleAction {
         self.idle_polls = self.idle_polls.saturating_add(1);
         if self.idle_polls < backoff.spin_polls {
-            std::hint::spin_loop();
-            return IdleAction::Continue;
+            return IdleAction::Spin;
         }
         let since = *self.idle_since.get_or_insert_with(Instant::now);
         match backoff.block_after {
             Some(d) if since.elapsed() >= d => IdleAction::Block(Duration::from_millis(1)),
-            _ => {
-                std::thread::yield_now();
-                IdleAction::Continue
-            }
+            _ => IdleAction::Yield,
         }
     }
 }
 
 /// What a waiter should do after an idle round.
 pub(crate) enum IdleAction {
-    Continue,
+    /// Poll again at once.
+    Spin,
+    /// Give the core away once, then poll again.
+    Yield,
+    /// Sleep in the kernel until a transport sees activity, at most this long.
     Block(Duration),
 }
 

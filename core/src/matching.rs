@@ -64,9 +64,32 @@ pub struct Matcher<R, M> {
     posted: VecDeque<(Pattern, R)>,
     unexpected: VecDeque<(Envelope, M)>,
     /// Next expected sequence number per (source, ctx).
-    expected: HashMap<(u32, u32), u64>,
+    expected: SeqMap,
     /// Messages that arrived ahead of their turn, per (source, ctx), keyed by seq.
     early: HashMap<(u32, u32), HashMap<u64, (Envelope, M)>>,
+}
+
+/// Sequence numbers per (rank, communicator context), with the pair used last kept in
+/// front of the hash map: a run of messages with one peer on one communicator (the
+/// common case) costs no hashing.
+#[derive(Debug, Default)]
+pub struct SeqMap {
+    hot: Option<((u32, u32), u64)>,
+    map: HashMap<(u32, u32), u64>,
+}
+
+impl SeqMap {
+    /// The number for `key` (0 if never set), to read or change.
+    #[inline]
+    pub fn entry(&mut self, key: (u32, u32)) -> &mut u64 {
+        if !matches!(self.hot, Some((k, _)) if k == key) {
+            let v = self.map.remove(&key).unwrap_or(0);
+            if let Some((k, old)) = self.hot.replace((key, v)) {
+                self.map.insert(k, old);
+            }
+        }
+        &mut self.hot.get_or_insert((key, 0)).1
+    }
 }
 
 impl<R: PartialEq + Copy, M> Default for Matcher<R, M> {
@@ -81,15 +104,18 @@ impl<R: PartialEq + Copy, M> Matcher<R, M> {
         Matcher {
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
-            expected: HashMap::default(),
+            expected: SeqMap::default(),
             early: HashMap::default(),
         }
     }
 
     /// Post a receive. Returns the message it matches at once, or `None` when it was
     /// queued in the posted receive queue.
+    #[inline]
     pub fn post(&mut self, pat: Pattern, recv: R) -> Option<Matched<R, M>> {
-        if let Some(i) = self.unexpected.iter().position(|(e, _)| pat.accepts(e)) {
+        if !self.unexpected.is_empty()
+            && let Some(i) = self.unexpected.iter().position(|(e, _)| pat.accepts(e))
+        {
             let (env, msg) = self.unexpected.remove(i)?;
             return Some(Matched { recv, env, msg });
         }
@@ -101,7 +127,7 @@ impl<R: PartialEq + Copy, M> Matcher<R, M> {
     /// when this arrival releases messages that came early).
     pub fn arrive(&mut self, env: Envelope, msg: M, out: &mut Vec<Matched<R, M>>) {
         let key = (env.src, env.ctx);
-        let next = self.expected.entry(key).or_insert(0);
+        let next = self.expected.entry(key);
         if env.seq != *next {
             // Ahead of its turn (a stale/duplicate seq below `next` is kept as early too
             // and never released; the transport guarantees it does not happen).
@@ -113,9 +139,69 @@ impl<R: PartialEq + Copy, M> Matcher<R, M> {
         }
         *next += 1;
         self.match_in_order(env, msg, out);
-        // Release held-back successors.
+        self.release_early(key, out);
+    }
+
+    /// Fast path of [`Matcher::arrive`] for a message whose body the caller would rather
+    /// not build yet: if `env` is next in order and a posted receive accepts it, that
+    /// receive is removed and returned (the message is matched to it), and messages that
+    /// came early and are in order now are matched into `out` (deliver the returned
+    /// receive first). Otherwise nothing changes and `None` is returned: call
+    /// [`Matcher::arrive`] with the body.
+    #[inline]
+    pub fn arrive_matched(&mut self, env: &Envelope, out: &mut Vec<Matched<R, M>>) -> Option<R> {
+        let key = (env.src, env.ctx);
+        let next = self.expected.entry(key);
+        if env.seq != *next {
+            return None;
+        }
+        let (_, recv) = match self.posted.front() {
+            // The receive posted first usually is the one (a blocking receive).
+            Some((p, _)) if p.accepts(env) => self.posted.pop_front()?,
+            _ => {
+                let i = self.posted.iter().position(|(p, _)| p.accepts(env))?;
+                self.posted.remove(i)?
+            }
+        };
+        *next += 1;
+        self.release_early(key, out);
+        Some(recv)
+    }
+
+    /// Whether no receive is posted and no message waits for its turn (then an in-order
+    /// message can only match a receive posted from now on).
+    #[inline]
+    pub fn quiet(&self) -> bool {
+        self.posted.is_empty() && self.early.is_empty()
+    }
+
+    /// Whether an unexpected message that `pat` accepts is waiting.
+    #[inline]
+    pub fn has_unexpected(&self, pat: &Pattern) -> bool {
+        !self.unexpected.is_empty() && self.unexpected.iter().any(|(e, _)| pat.accepts(e))
+    }
+
+    /// For a matcher that is [`Matcher::quiet`]: if `env` is the next message in order
+    /// from its source, count it as matched (by a receive the caller completes itself)
+    /// and return `true`; otherwise change nothing.
+    #[inline]
+    pub fn take_in_order(&mut self, env: &Envelope) -> bool {
+        let next = self.expected.entry((env.src, env.ctx));
+        if env.seq != *next {
+            return false;
+        }
+        *next += 1;
+        true
+    }
+
+    /// Match the messages of `key` that arrived ahead of their turn and are next now.
+    #[inline]
+    fn release_early(&mut self, key: (u32, u32), out: &mut Vec<Matched<R, M>>) {
+        if self.early.is_empty() {
+            return;
+        }
         loop {
-            let next = *self.expected.get(&key).unwrap_or(&0);
+            let next = *self.expected.entry(key);
             let Some(held) = self.early.get_mut(&key) else {
                 break;
             };
@@ -125,7 +211,7 @@ impl<R: PartialEq + Copy, M> Matcher<R, M> {
             if held.is_empty() {
                 self.early.remove(&key);
             }
-            self.expected.insert(key, next + 1);
+            *self.expected.entry(key) = next + 1;
             self.match_in_order(e, m, out);
         }
     }
@@ -206,6 +292,23 @@ mod tests {
     }
     fn pat(src: Option<u32>, tag: Option<i32>) -> Pattern {
         Pattern { ctx: 0, src, tag }
+    }
+
+    #[test]
+    fn seq_map_keeps_every_key_apart() {
+        let mut m = SeqMap::default();
+        for round in 1..=3u64 {
+            for src in 0..5u32 {
+                for ctx in 0..3u32 {
+                    *m.entry((src, ctx)) += src as u64 * 10 + ctx as u64 + 1;
+                    assert_eq!(
+                        *m.entry((src, ctx)),
+                        round * (src as u64 * 10 + ctx as u64 + 1)
+                    );
+                }
+            }
+        }
+        assert_eq!(*m.entry((9, 9)), 0);
     }
 
     #[test]

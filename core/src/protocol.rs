@@ -43,8 +43,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::error::{Error, MatchError};
 use crate::matching::{Matched, Matcher, Pattern};
-use crate::wire::{Envelope, Frame, RemoteMem};
-use rankwire_transports::MemoryKind;
+use crate::wire::{Envelope, Frame, HeaderBuf, RemoteMem};
+use rankwire_transports::{InPayload, MemoryKind};
 
 /// Request id, unique within one rank for the life of the process.
 pub type ReqId = u64;
@@ -80,7 +80,7 @@ pub struct OutFrame {
     /// Destination world rank.
     pub peer: u32,
     /// Encoded header.
-    pub header: Vec<u8>,
+    pub header: HeaderBuf,
     /// Payload.
     pub payload: Payload,
     /// What to report to [`Protocol::on_sent`] once a transport took the frame.
@@ -348,13 +348,11 @@ pub struct Protocol {
     rank: u32,
     size: u32,
     matcher: Matcher<ReqId, Unexpected>,
-    sends: HashMap<ReqId, SendReq>,
-    recvs: HashMap<ReqId, RecvReq>,
-    next_id: ReqId,
-    next_seq: HashMap<(u32, u32), u64>,
+    /// Every request, then its outcome (`reqs.rs`).
+    reqs: reqs::Reqs,
+    next_seq: crate::matching::SeqMap,
     out: VecDeque<OutFrame>,
     data_ready: VecDeque<ReqId>,
-    done: HashMap<ReqId, Result<Status, Error>>,
     dead: HashMap<u32, Error>,
     matched: Vec<Matched<ReqId, Unexpected>>,
     pulls: VecDeque<PullReq>,
@@ -393,13 +391,10 @@ impl Protocol {
             rank,
             size,
             matcher: Matcher::new(),
-            sends: HashMap::default(),
-            recvs: HashMap::default(),
-            next_id: 1,
-            next_seq: HashMap::default(),
+            reqs: reqs::Reqs::default(),
+            next_seq: crate::matching::SeqMap::default(),
             out: VecDeque::new(),
             data_ready: VecDeque::new(),
-            done: HashMap::default(),
             dead: HashMap::default(),
             matched: Vec::new(),
             pulls: VecDeque::new(),
@@ -457,7 +452,7 @@ impl Protocol {
     /// completes and `Fin` goes to the sender; on failure this rank stops pulling from
     /// that peer and falls back to `Cts` + `Data` for the message.
     pub fn pull_done(&mut self, rreq: ReqId, result: Result<(), String>) {
-        let Some(r) = self.recvs.get_mut(&rreq) else {
+        let Some(r) = self.reqs.recv_mut(rreq) else {
             return;
         };
         let RecvState::Pulling {
@@ -472,8 +467,7 @@ impl Protocol {
         };
         match result {
             Ok(()) => {
-                let mut header = Vec::with_capacity(32);
-                Frame::Fin { sreq }.encode(0, &mut header);
+                let header = Frame::Fin { sreq }.header(0);
                 self.out.push_back(OutFrame {
                     peer: src,
                     header,
@@ -481,8 +475,9 @@ impl Protocol {
                     on_sent: OnSent::Nothing,
                 });
                 let cap = r.buf.len();
-                self.recvs.remove(&rreq);
-                self.done.insert(rreq, recv_result(src, tag, msg_len, cap));
+                self.reqs.take_recv(rreq);
+                self.reqs
+                    .complete(rreq, recv_result(src, tag, msg_len, cap));
             }
             Err(why) => {
                 tracing::info!(
@@ -497,14 +492,13 @@ impl Protocol {
                     accept,
                     got: 0,
                 };
-                let mut header = Vec::with_capacity(64);
-                Frame::Cts {
+                let header = Frame::Cts {
                     sreq,
                     rreq,
                     accept_len: accept as u64,
                     mem: RemoteMem::None,
                 }
-                .encode(0, &mut header);
+                .header(0);
                 self.out.push_back(OutFrame {
                     peer: src,
                     header,
@@ -531,18 +525,10 @@ impl Protocol {
     ) -> ReqId {
         let id = self.alloc_id();
         if let Some(e) = self.dead.get(&dst) {
-            self.done.insert(id, Err(e.clone()));
+            self.reqs.complete(id, Err(e.clone()));
             return id;
         }
-        let seq = self.next_seq.entry((dst, ctx)).or_insert(0);
-        let env = Envelope {
-            ctx,
-            src: self.rank,
-            tag,
-            seq: *seq,
-        };
-        *seq += 1;
-        let mut header = Vec::with_capacity(64);
+        let env = self.next_env(dst, ctx, tag);
         if !sync && buf.len() <= eager_limit {
             let payload = if buf.is_empty() {
                 Payload::Empty
@@ -553,19 +539,18 @@ impl Protocol {
                 match self.read_device(buf) {
                     Ok(v) => Payload::Owned(v),
                     Err(e) => {
-                        self.done.insert(id, Err(e));
+                        self.reqs.complete(id, Err(e));
                         return id;
                     }
                 }
             };
-            Frame::Eager { env }.encode(buf.len() as u64, &mut header);
             self.out.push_back(OutFrame {
                 peer: dst,
-                header,
+                header: Frame::Eager { env }.header(buf.len() as u64),
                 payload,
                 on_sent: OnSent::CompleteSend(id),
             });
-            self.sends.insert(
+            self.reqs.set_send(
                 id,
                 SendReq {
                     dst,
@@ -599,20 +584,20 @@ impl Protocol {
             } else {
                 RemoteMem::None
             };
-            Frame::Rts {
+            let header = Frame::Rts {
                 env,
                 msg_len: buf.len() as u64,
                 sreq: id,
                 mem,
             }
-            .encode(0, &mut header);
+            .header(0);
             self.out.push_back(OutFrame {
                 peer: dst,
                 header,
                 payload: Payload::Empty,
                 on_sent: OnSent::Nothing,
             });
-            self.sends.insert(
+            self.reqs.set_send(
                 id,
                 SendReq {
                     dst,
@@ -625,16 +610,151 @@ impl Protocol {
         id
     }
 
+    /// Fast path of an eager send of host memory, for the engine: the header of an
+    /// `Eager` frame of `len_bytes` to `dst` on context `ctx` with `tag`, taking the
+    /// message's sequence number; `None` when `dst` has failed (use
+    /// [`Protocol::isend`], which reports that). The caller hands the frame to a
+    /// transport at once; if the transport does not take it, it queues the frame with
+    /// [`Protocol::queue_eager`] (the sequence number is spent either way). Frames
+    /// queued for `dst` earlier must have gone out first ([`Protocol::has_frames_for`]),
+    /// so that messages keep their order.
+    #[inline]
+    pub fn eager_header(
+        &mut self,
+        dst: u32,
+        ctx: u32,
+        tag: i32,
+        len_bytes: usize,
+    ) -> Option<HeaderBuf> {
+        if !self.dead.is_empty() && self.dead.contains_key(&dst) {
+            return None;
+        }
+        let env = self.next_env(dst, ctx, tag);
+        Some(Frame::Eager { env }.header(len_bytes as u64))
+    }
+
+    /// Queue the eager frame `header` (from [`Protocol::eager_header`]) carrying the
+    /// host buffer `buf` to `dst` as a send request, completed when a transport takes
+    /// it (as [`Protocol::isend`] does).
+    pub fn queue_eager(&mut self, dst: u32, tag: i32, buf: RawBuf, header: HeaderBuf) -> ReqId {
+        let id = self.alloc_id();
+        self.out.push_back(OutFrame {
+            peer: dst,
+            header,
+            payload: if buf.is_empty() {
+                Payload::Empty
+            } else {
+                Payload::User(buf)
+            },
+            on_sent: OnSent::CompleteSend(id),
+        });
+        self.reqs.set_send(
+            id,
+            SendReq {
+                dst,
+                tag,
+                buf,
+                state: SendState::Eager,
+            },
+        );
+        id
+    }
+
+    /// Record a send of `len_bytes` to `dst` with `tag` as completed now (a fast eager
+    /// send a transport took at once; see [`Protocol::eager_header`]), so that
+    /// [`Protocol::take_done`] reports it under the returned fresh request id.
+    pub fn complete_now(&mut self, dst: u32, tag: i32, len_bytes: usize) -> ReqId {
+        let id = self.alloc_id();
+        self.reqs.complete(
+            id,
+            Ok(Status {
+                source: dst,
+                tag,
+                len_bytes,
+            }),
+        );
+        id
+    }
+
+    /// Whether a frame for `dst` is waiting in [`Protocol::pop_frame`]'s queue.
+    #[inline]
+    pub fn has_frames_for(&self, dst: u32) -> bool {
+        !self.out.is_empty() && self.out.iter().any(|f| f.peer == dst)
+    }
+
+    /// The envelope of the next message to `dst` on `ctx` (takes its sequence number).
+    #[inline]
+    fn next_env(&mut self, dst: u32, ctx: u32, tag: i32) -> Envelope {
+        let seq = self.next_seq.entry((dst, ctx));
+        let env = Envelope {
+            ctx,
+            src: self.rank,
+            tag,
+            seq: *seq,
+        };
+        *seq += 1;
+        env
+    }
+
+    /// Whether a receive for `pat` may take its message straight from a transport with
+    /// [`Protocol::take_eager`] (the fast path of a blocking receive): no request is
+    /// pending, nothing is queued to send, no peer has failed, and no message is
+    /// waiting that `pat` accepts or that arrived ahead of its turn. Then the next
+    /// in-order message `pat` accepts is the receive's, as if it had been posted.
+    #[inline]
+    pub fn quiet_for(&self, pat: &Pattern) -> bool {
+        self.reqs.live() == 0
+            && self.out.is_empty()
+            && self.data_ready.is_empty()
+            && self.pulls.is_empty()
+            && self.dead.is_empty()
+            && self.matcher.quiet()
+            && !self.matcher.has_unexpected(pat)
+    }
+
+    /// With [`Protocol::quiet_for`]`(pat)` true: if the frame `header` + `payload` from
+    /// `peer` is the next in-order `Eager` message `pat` accepts, receive it into the
+    /// host buffer `buf` (truncation as in MPI: the first `buf.len()` bytes, and
+    /// [`MatchError::Truncated`]) and return the result. `None` for any other frame,
+    /// and nothing changes (process it with [`Protocol::on_frame`] after posting the
+    /// receive with [`Protocol::irecv`]).
+    #[inline]
+    pub fn take_eager(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        payload: &InPayload<'_>,
+        pat: &Pattern,
+        buf: RawBuf,
+    ) -> Option<Result<Status, Error>> {
+        let (env, plen) = Frame::decode_eager(header)?;
+        if plen != payload.len() as u64
+            || env.src != peer
+            || !buf.is_host()
+            || !pat.accepts(&env)
+            || !self.matcher.take_in_order(&env)
+        {
+            return None;
+        }
+        let cap = buf.len();
+        Some(
+            match self.write_payload(buf, 0, payload, payload.len().min(cap)) {
+                Ok(()) => recv_result(env.src, env.tag, plen, cap),
+                Err(e) => Err(e),
+            },
+        )
+    }
+
     /// Post a receive into `buf` for messages accepted by `pat`.
     pub fn irecv(&mut self, pat: Pattern, buf: RawBuf) -> ReqId {
         let id = self.alloc_id();
         if let Some(src) = pat.src
             && let Some(e) = self.dead.get(&src)
         {
-            self.done.insert(id, Err(e.clone()));
+            self.reqs.complete(id, Err(e.clone()));
             return id;
         }
-        self.recvs.insert(
+        self.reqs.set_recv(
             id,
             RecvReq {
                 pat,
@@ -651,8 +771,8 @@ impl Protocol {
             // gone: fail now rather than wait forever (compare MPI 4.1 fault tolerance
             // proposals, MPI_ERR_PROC_FAILED_PENDING).
             self.matcher.cancel(id);
-            self.recvs.remove(&id);
-            self.done.insert(id, Err(e));
+            self.reqs.take_recv(id);
+            self.reqs.complete(id, Err(e));
         }
         id
     }
@@ -668,10 +788,10 @@ impl Protocol {
         if !msg.peer_ok
             && let Some(e) = self.dead.get(&msg.env.src)
         {
-            self.done.insert(id, Err(e.clone()));
+            self.reqs.complete(id, Err(e.clone()));
             return id;
         }
-        self.recvs.insert(
+        self.reqs.set_recv(
             id,
             RecvReq {
                 pat,
@@ -711,13 +831,21 @@ impl Protocol {
         self.dead.get(&src)
     }
 
-    /// A frame arrived from `peer`.
+    /// A frame arrived from `peer`: its header bytes and its payload, owned
+    /// (`Vec<u8>`) or lent by the transport ([`InPayload`]; the payload is copied
+    /// straight into a matching receive buffer, or into the unexpected message queue).
     ///
     /// # Errors
     /// [`Error::Transport`] when the frame is malformed or inconsistent with the
     /// protocol state (the peer is then treated as failed).
-    pub fn on_frame(&mut self, peer: u32, header: &[u8], payload: Vec<u8>) -> Result<(), Error> {
-        let r = self.on_frame_inner(peer, header, payload);
+    #[inline]
+    pub fn on_frame<'a>(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        payload: impl Into<InPayload<'a>>,
+    ) -> Result<(), Error> {
+        let r = self.on_frame_inner(peer, header, payload.into());
         if let Err(e) = &r {
             self.fail_peer(peer, e.clone());
         }
@@ -729,12 +857,12 @@ impl Protocol {
         match what {
             OnSent::Nothing => {}
             OnSent::CompleteSend(id) => {
-                if let Some(s) = self.sends.remove(&id) {
+                if let Some(s) = self.reqs.take_send(id) {
                     self.complete_send(id, &s);
                 }
             }
             OnSent::DataSent { sreq, len } => {
-                let finished = match self.sends.get_mut(&sreq) {
+                let finished = match self.reqs.send_mut(sreq) {
                     Some(SendReq {
                         state: SendState::Data { sent, end, .. },
                         ..
@@ -744,7 +872,7 @@ impl Protocol {
                     }
                     _ => false,
                 };
-                if finished && let Some(s) = self.sends.remove(&sreq) {
+                if finished && let Some(s) = self.reqs.take_send(sreq) {
                     self.complete_send(sreq, &s);
                 }
             }
@@ -759,35 +887,35 @@ impl Protocol {
         }
         self.dead.insert(peer, err.clone());
         let sends: Vec<ReqId> = self
-            .sends
-            .iter()
+            .reqs
+            .sends()
             .filter(|(_, s)| s.dst == peer)
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         for id in sends {
-            if let Some(s) = self.sends.remove(&id) {
+            if let Some(s) = self.reqs.take_send(id) {
                 self.release_offer(id, s.buf);
             }
-            self.done.insert(id, Err(err.clone()));
+            self.reqs.complete(id, Err(err.clone()));
         }
         let posted = self
             .matcher
             .drain_posted(|p| p.src.is_none_or(|s| s == peer));
         for id in posted {
-            self.recvs.remove(&id);
-            self.done.insert(id, Err(err.clone()));
+            self.reqs.take_recv(id);
+            self.reqs.complete(id, Err(err.clone()));
         }
         let recvs: Vec<ReqId> = self
-            .recvs
-            .iter()
+            .reqs
+            .recvs()
             .filter(|(_, r)| {
                 matches!(r.state, RecvState::Data { src, .. } | RecvState::Pulling { src, .. } if src == peer)
             })
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         for id in recvs {
-            self.recvs.remove(&id);
-            self.done.insert(id, Err(err.clone()));
+            self.reqs.take_recv(id);
+            self.reqs.complete(id, Err(err.clone()));
         }
         self.out.retain(|f| f.peer != peer);
         self.pulls.retain(|p| p.peer != peer);
@@ -803,7 +931,7 @@ impl Protocol {
     pub fn next_data(&mut self, mut room: impl FnMut(u32) -> Option<usize>) -> Option<OutFrame> {
         for _ in 0..self.data_ready.len() {
             let sreq = self.data_ready.pop_front()?;
-            let Some(s) = self.sends.get_mut(&sreq) else {
+            let Some(s) = self.reqs.send_mut(sreq) else {
                 continue;
             };
             let SendState::Data {
@@ -817,12 +945,11 @@ impl Protocol {
                 continue;
             };
             let n = (*end - *queued).min(max.max(1));
-            let mut header = Vec::with_capacity(40);
-            Frame::Data {
+            let header = Frame::Data {
                 rreq: *rreq,
                 offset: *queued as u64,
             }
-            .encode(n as u64, &mut header);
+            .header(n as u64);
             // queued + n <= end <= buf.len(), checked when the Cts arrived.
             let chunk = RawBuf {
                 ptr: s.buf.ptr.wrapping_add(*queued),
@@ -840,11 +967,11 @@ impl Protocol {
                 match self.read_device(chunk) {
                     Ok(v) => Payload::Owned(v),
                     Err(e) => {
-                        if let Some(s) = self.sends.remove(&sreq) {
+                        if let Some(s) = self.reqs.take_send(sreq) {
                             self.release_offer(sreq, s.buf);
                         }
                         self.data_ready.retain(|&x| x != sreq);
-                        self.done.insert(sreq, Err(e));
+                        self.reqs.complete(sreq, Err(e));
                         continue;
                     }
                 }
@@ -870,21 +997,28 @@ impl Protocol {
         !self.out.is_empty() || !self.data_ready.is_empty() || !self.pulls.is_empty()
     }
 
+    /// How many requests have completed so far (a counter: compare two readings to
+    /// learn whether an input completed something).
+    #[inline]
+    pub fn completions(&self) -> u64 {
+        self.reqs.completions()
+    }
+
     /// Take the result of request `id` if it has completed.
     pub fn take_done(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
-        self.done.remove(&id)
+        self.reqs.take_done(id)
     }
 
     /// Whether request `id` has completed (without taking the result).
     pub fn is_done(&self, id: ReqId) -> bool {
-        self.done.contains_key(&id)
+        self.reqs.is_done(id)
     }
 
     /// Try to withdraw a receive that has not matched yet (used when a request is
     /// dropped unfinished). Returns whether it was withdrawn.
     pub fn cancel_recv(&mut self, id: ReqId) -> bool {
         if self.matcher.cancel(id) {
-            self.recvs.remove(&id);
+            self.reqs.free(id);
             true
         } else {
             false
@@ -893,17 +1027,18 @@ impl Protocol {
 
     /// Number of requests not yet completed (sends and receives).
     pub fn pending(&self) -> usize {
-        self.sends.len() + self.recvs.len()
+        self.reqs.live()
     }
 
     /// Human-readable list of pending requests, for hang diagnostics.
     pub fn describe_pending(&self) -> Vec<String> {
         let mut v: Vec<String> = self
-            .sends
-            .iter()
+            .reqs
+            .sends()
             .map(|(id, s)| {
                 format!(
-                    "send #{id} to rank {} tag {} ({} bytes) {:?}",
+                    "send #{} to rank {} tag {} ({} bytes) {:?}",
+                    reqs::number(id),
                     s.dst,
                     s.tag,
                     s.buf.len(),
@@ -911,13 +1046,14 @@ impl Protocol {
                 )
             })
             .collect();
-        v.extend(self.recvs.iter().map(|(id, r)| {
+        v.extend(self.reqs.recvs().map(|(id, r)| {
             let state = match &r.state {
                 RecvState::Posted => "posted".to_string(),
                 other => format!("{other:?}"),
             };
             format!(
-                "recv #{id} from {} tag {} ({} bytes) {state}",
+                "recv #{} from {} tag {} ({} bytes) {state}",
+                reqs::number(id),
                 r.pat.src.map_or("any rank".into(), |s| format!("rank {s}")),
                 r.pat.tag.map_or("any".into(), |t| t.to_string()),
                 r.buf.len(),
@@ -950,6 +1086,78 @@ impl Protocol {
         }
     }
 
+    /// Write the first `n` bytes of `payload` at `offset` of a pending receive's
+    /// buffer, host or device. Callers check `offset + n <= buf.len()` and
+    /// `n <= payload.len()`.
+    #[inline]
+    fn write_payload(
+        &mut self,
+        buf: RawBuf,
+        offset: usize,
+        payload: &InPayload<'_>,
+        n: usize,
+    ) -> Result<(), Error> {
+        if n == 0 {
+            return Ok(());
+        }
+        if buf.is_host() {
+            debug_assert!(offset + n <= buf.len);
+            // SAFETY: callers check the bounds; the receive is pending, so its buffer is
+            // borrowed exclusively by it.
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf.ptr.add(offset), n) };
+            payload.copy_to(dst);
+            return Ok(());
+        }
+        let mut res = Ok(());
+        payload.for_each_piece(|o, piece| {
+            if res.is_ok() && o < n {
+                let piece = &piece[..piece.len().min(n - o)];
+                res = self.write_buf(buf, offset + o, piece);
+            }
+        });
+        res
+    }
+
+    /// An eager message arrived: straight into a posted receive when one matches in
+    /// order (copied once, from wherever the transport holds it), else into the
+    /// unexpected message queue.
+    #[inline]
+    fn arrive_eager(&mut self, env: Envelope, payload: InPayload<'_>) {
+        if let Some(recv) = self.matcher.arrive_matched(&env, &mut self.matched) {
+            self.deliver_eager(recv, env, &payload);
+        } else {
+            self.matcher.arrive(
+                env,
+                Unexpected::Eager(payload.into_vec()),
+                &mut self.matched,
+            );
+        }
+        if !self.matched.is_empty() {
+            let mut matched = std::mem::take(&mut self.matched);
+            for m in matched.drain(..) {
+                self.deliver(m);
+            }
+            self.matched = matched;
+        }
+    }
+
+    /// Complete receive `recv` with the eager message `env` whose payload arrived
+    /// just now (matched at once, never queued).
+    #[inline]
+    fn deliver_eager(&mut self, recv: ReqId, env: Envelope, payload: &InPayload<'_>) {
+        let Some(r) = self.reqs.recv_mut(recv) else {
+            return;
+        };
+        let buf = r.buf;
+        let cap = buf.len();
+        let n = payload.len().min(cap);
+        let res = match self.write_payload(buf, 0, payload, n) {
+            Ok(()) => recv_result(env.src, env.tag, payload.len() as u64, cap),
+            Err(e) => Err(e),
+        };
+        self.reqs.complete(recv, res);
+    }
+
     /// Stage a device buffer into host memory.
     fn read_device(&mut self, buf: RawBuf) -> Result<Vec<u8>, Error> {
         match self.device.as_mut() {
@@ -960,10 +1168,9 @@ impl Protocol {
         }
     }
 
+    #[inline]
     fn alloc_id(&mut self) -> ReqId {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
+        self.reqs.reserve()
     }
 
     /// Let the side that offered `buf` (send request `sreq`) for a single copy release
@@ -981,7 +1188,7 @@ impl Protocol {
 
     fn complete_send(&mut self, id: ReqId, s: &SendReq) {
         self.release_offer(id, s.buf);
-        self.done.insert(
+        self.reqs.complete(
             id,
             Ok(Status {
                 source: s.dst,
@@ -991,7 +1198,20 @@ impl Protocol {
         );
     }
 
-    fn on_frame_inner(&mut self, peer: u32, header: &[u8], payload: Vec<u8>) -> Result<(), Error> {
+    fn on_frame_inner(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        payload: InPayload<'_>,
+    ) -> Result<(), Error> {
+        // The common frame first, without building a `Frame`.
+        if let Some((env, plen)) = Frame::decode_eager(header)
+            && plen == payload.len() as u64
+            && env.src == peer
+        {
+            self.arrive_eager(env, payload);
+            return Ok(());
+        }
         let bad = |detail: String| Error::Transport {
             transport: "wire",
             peer,
@@ -1020,7 +1240,7 @@ impl Protocol {
                 env.src
             ))),
             Frame::Eager { env } => {
-                self.arrive(env, Unexpected::Eager(payload));
+                self.arrive_eager(env, payload);
                 Ok(())
             }
             Frame::Rts {
@@ -1041,7 +1261,7 @@ impl Protocol {
                 accept_len,
                 ..
             } => {
-                let Some(s) = self.sends.get_mut(&sreq) else {
+                let Some(s) = self.reqs.send_mut(sreq) else {
                     return Err(bad(format!("Cts for unknown send request {sreq}")));
                 };
                 if s.dst != peer || !matches!(s.state, SendState::AwaitCts) {
@@ -1061,7 +1281,7 @@ impl Protocol {
                     end,
                 };
                 if end == 0 {
-                    if let Some(s) = self.sends.remove(&sreq) {
+                    if let Some(s) = self.reqs.take_send(sreq) {
                         self.complete_send(sreq, &s);
                     }
                 } else {
@@ -1070,7 +1290,7 @@ impl Protocol {
                 Ok(())
             }
             Frame::Data { rreq, offset } => {
-                let Some(r) = self.recvs.get_mut(&rreq) else {
+                let Some(r) = self.reqs.recv_mut(rreq) else {
                     return Err(bad(format!("Data for unknown receive request {rreq}")));
                 };
                 let RecvState::Data {
@@ -1092,9 +1312,9 @@ impl Protocol {
                 let buf = r.buf;
                 // offset + len <= accept <= buf.len(), checked above; the receive is
                 // pending so its buffer is still borrowed.
-                if let Err(e) = self.write_buf(buf, offset as usize, &payload) {
-                    self.recvs.remove(&rreq);
-                    self.done.insert(rreq, Err(e));
+                if let Err(e) = self.write_payload(buf, offset as usize, &payload, payload.len()) {
+                    self.reqs.take_recv(rreq);
+                    self.reqs.complete(rreq, Err(e));
                     return Ok(());
                 }
                 if finished {
@@ -1103,11 +1323,11 @@ impl Protocol {
                 Ok(())
             }
             Frame::Fin { sreq } => {
-                match self.sends.get(&sreq) {
+                match self.reqs.send(sreq) {
                     Some(s) if s.dst == peer && matches!(s.state, SendState::AwaitCts) => {}
                     _ => return Err(bad(format!("unexpected Fin for send request {sreq}"))),
                 }
-                if let Some(s) = self.sends.remove(&sreq) {
+                if let Some(s) = self.reqs.take_send(sreq) {
                     self.complete_send(sreq, &s);
                 }
                 Ok(())
@@ -1126,7 +1346,7 @@ impl Protocol {
 
     fn deliver(&mut self, m: Matched<ReqId, Unexpected>) {
         let Matched { recv, env, msg } = m;
-        let Some(r) = self.recvs.get_mut(&recv) else {
+        let Some(r) = self.reqs.recv_mut(recv) else {
             return;
         };
         let cap = r.buf.len();
@@ -1134,13 +1354,13 @@ impl Protocol {
             Unexpected::Eager(data) => {
                 let n = data.len().min(cap);
                 let buf = r.buf;
-                self.recvs.remove(&recv);
+                self.reqs.take_recv(recv);
                 // n <= cap; the receive was pending until now, its buffer borrowed.
                 let res = match self.write_buf(buf, 0, &data[..n]) {
                     Ok(()) => recv_result(env.src, env.tag, data.len() as u64, cap),
                     Err(e) => Err(e),
                 };
-                self.done.insert(recv, res);
+                self.reqs.complete(recv, res);
             }
             Unexpected::Rts { msg_len, sreq, mem } => {
                 let accept = (msg_len.min(cap as u64)) as usize;
@@ -1176,14 +1396,13 @@ impl Protocol {
                     });
                     return;
                 }
-                let mut header = Vec::with_capacity(64);
-                Frame::Cts {
+                let header = Frame::Cts {
                     sreq,
                     rreq: recv,
                     accept_len: accept as u64,
                     mem: RemoteMem::None,
                 }
-                .encode(0, &mut header);
+                .header(0);
                 self.out.push_back(OutFrame {
                     peer: env.src,
                     header,
@@ -1211,10 +1430,10 @@ impl Protocol {
                 src, tag, msg_len, ..
             },
             ..
-        }) = self.recvs.remove(&id)
+        }) = self.reqs.take_recv(id)
         {
-            self.done
-                .insert(id, recv_result(src, tag, msg_len, buf.len()));
+            self.reqs
+                .complete(id, recv_result(src, tag, msg_len, buf.len()));
         }
     }
 }
@@ -1242,6 +1461,8 @@ fn recv_result(src: u32, tag: i32, msg_len: u64, cap: usize) -> Result<Status, E
         })
     }
 }
+
+mod reqs;
 
 #[cfg(test)]
 mod tests;

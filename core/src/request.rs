@@ -17,12 +17,16 @@ use crate::universe::Inner;
 /// would stay in use by the runtime after the borrow ends.
 #[must_use = "a request must be waited for or tested to completion"]
 pub struct Request<'a> {
-    inner: Arc<Inner>,
+    /// The runtime, for waiting (`None` for an operation that completed as it started).
+    inner: Option<Arc<Inner>>,
     id: ReqId,
     is_recv: bool,
     done: bool,
+    /// The outcome of an operation that completed as it started (an eager send a
+    /// transport took at once); `id` means nothing then.
+    ready: Option<Status>,
     /// The communicator whose ranks statuses and errors are reported in (`None`: world
-    /// ranks).
+    /// ranks, also for communicators whose ranks are the world's).
     comm: Option<Arc<crate::comm::CommState>>,
     _buf: PhantomData<&'a mut [u8]>,
 }
@@ -35,19 +39,51 @@ impl<'a> Request<'a> {
         _buf: PhantomData<&'a mut [u8]>,
     ) -> Self {
         Request {
-            inner,
+            inner: Some(inner),
             id,
             is_recv,
             done: false,
+            ready: None,
             comm: None,
             _buf,
         }
     }
 
+    /// A request for an operation that has completed already, with `status`.
+    pub(crate) fn completed(status: Status, _buf: PhantomData<&'a mut [u8]>) -> Self {
+        Request {
+            inner: None,
+            id: 0,
+            is_recv: false,
+            done: false,
+            ready: Some(status),
+            comm: None,
+            _buf,
+        }
+    }
+
+    /// The result if the operation completed as it started.
+    fn take_ready(&mut self) -> Option<Result<Status>> {
+        let st = self.ready.take()?;
+        self.done = true;
+        Some(self.localize(Ok(st)))
+    }
+
     /// Report statuses and errors in the ranks of the communicator `st`.
-    pub(crate) fn for_comm(mut self, st: Arc<crate::comm::CommState>) -> Self {
-        self.comm = Some(st);
+    pub(crate) fn for_comm(mut self, st: &Arc<crate::comm::CommState>) -> Self {
+        if !st.is_identity() {
+            self.comm = Some(st.clone());
+        }
         self
+    }
+
+    /// The runtime this request waits in (every request that is not ready has one).
+    fn runtime(&self) -> &Arc<Inner> {
+        // Invariant: only `completed` builds a request without a runtime, and it is
+        // ready until taken (after which no method reaches here: `done` is set).
+        self.inner
+            .as_ref()
+            .expect("a pending request always has its runtime")
     }
 
     fn localize(&self, r: Result<Status>) -> Result<Status> {
@@ -63,8 +99,11 @@ impl<'a> Request<'a> {
     /// A receive fails with [`crate::Error::Matching`] on truncation; any request
     /// fails with [`crate::Error::Connection`] if its peer died.
     pub fn wait(mut self) -> Result<Status> {
+        if let Some(r) = self.take_ready() {
+            return r;
+        }
         let id = self.id;
-        let r = self.inner.wait_for(|e| e.proto.take_done(id));
+        let r = self.runtime().wait_for(|e| e.proto.take_done(id));
         self.done = true;
         self.localize(r)
     }
@@ -76,8 +115,11 @@ impl<'a> Request<'a> {
     /// The outer `Result` is always `Ok`; the inner result is the operation's outcome
     /// as for [`Request::wait`].
     pub fn test(mut self) -> std::result::Result<Result<Status>, Self> {
+        if let Some(r) = self.take_ready() {
+            return Ok(r);
+        }
         let r = {
-            let mut e = self.inner.lock();
+            let mut e = self.runtime().lock();
             e.progress();
             e.proto.take_done(self.id)
         };
@@ -92,7 +134,10 @@ impl<'a> Request<'a> {
 
     /// Whether the operation has completed (without consuming the request).
     pub fn is_complete(&self) -> bool {
-        let mut e = self.inner.lock();
+        if self.ready.is_some() {
+            return true;
+        }
+        let mut e = self.runtime().lock();
         e.progress();
         e.proto.is_done(self.id)
     }
@@ -100,14 +145,17 @@ impl<'a> Request<'a> {
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if self.done {
+        if self.done || self.ready.is_some() {
             return;
         }
-        if self.is_recv && self.inner.lock().proto.cancel_recv(self.id) {
+        let Some(inner) = self.inner.as_ref() else {
+            return;
+        };
+        if self.is_recv && inner.lock().proto.cancel_recv(self.id) {
             return;
         }
         let id = self.id;
-        let _ = self.inner.wait_for(|e| e.proto.take_done(id));
+        let _ = inner.wait_for(|e| e.proto.take_done(id));
     }
 }
 
@@ -130,7 +178,17 @@ pub fn wait_all_results(reqs: Vec<Request<'_>>) -> Vec<Result<Status>> {
 /// `None` (MPI_REQUEST_NULL). Returns the index and the result of the completed one, or
 /// `None` when every slot is already `None`.
 pub fn wait_any<'a>(reqs: &mut [Option<Request<'a>>]) -> Option<(usize, Result<Status>)> {
-    let inner = reqs.iter().flatten().next()?.inner.clone();
+    reqs.iter().flatten().next()?;
+    if let Some(i) = reqs
+        .iter()
+        .position(|r| r.as_ref().is_some_and(|r| r.ready.is_some()))
+        && let Some(mut req) = reqs[i].take()
+        && let Some(r) = req.take_ready()
+    {
+        return Some((i, r));
+    }
+    // None is ready, so every one left has its runtime.
+    let inner = reqs.iter().flatten().next()?.runtime().clone();
     let ids: Vec<(usize, ReqId)> = reqs
         .iter()
         .enumerate()
@@ -154,13 +212,14 @@ pub fn wait_any<'a>(reqs: &mut [Option<Request<'a>>]) -> Option<(usize, Result<S
 /// result in order and empties the vector; otherwise leaves it untouched and returns
 /// `None`.
 pub fn test_all(reqs: &mut Vec<Request<'_>>) -> Option<Vec<Result<Status>>> {
-    let Some(first) = reqs.first() else {
-        return Some(Vec::new());
+    let Some(first) = reqs.iter().find(|r| r.ready.is_none()) else {
+        return Some(reqs.drain(..).map(Request::wait).collect());
     };
     let all = {
-        let mut e = first.inner.lock();
+        let mut e = first.runtime().lock();
         e.progress();
-        reqs.iter().all(|r| e.proto.is_done(r.id))
+        reqs.iter()
+            .all(|r| r.ready.is_some() || e.proto.is_done(r.id))
     };
     if !all {
         return None;

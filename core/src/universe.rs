@@ -15,7 +15,7 @@ use crate::bootstrap::env;
 use crate::bootstrap::launch::{self, Launch};
 use crate::bootstrap::pmi::PmiClient;
 use crate::comm::Communicator;
-use crate::engine::{Backoff, Engine, IdleAction, RdmaOffer, Route, Waiter};
+use crate::engine::{Backoff, Engine, IdleAction, RdmaOffer, Route, SPINS_PER_LOCK, Waiter};
 use crate::error::{Error, Result};
 use crate::explain::{Paths, PeerPath};
 use crate::watchdog::Watch;
@@ -194,11 +194,10 @@ impl Inner {
         self.engine.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    #[inline]
     pub(crate) fn check_live(&self) -> Result<()> {
         if self.finalized.load(Ordering::Acquire) {
-            return Err(Error::usage(
-                "rankwire was finalized; no more communication",
-            ));
+            return Err(finalized());
         }
         Ok(())
     }
@@ -206,34 +205,84 @@ impl Inner {
     /// Progress until `done` returns a value. With the watchdog on
     /// ([`crate::watchdog`]), a wait without any completion for its bound reports the
     /// pending requests and aborts the job.
-    pub(crate) fn wait_for<T>(&self, mut done: impl FnMut(&mut Engine) -> Option<T>) -> T {
+    pub(crate) fn wait_for<T>(&self, done: impl FnMut(&mut Engine) -> Option<T>) -> T {
+        self.wait_with(self.lock(), done)
+    }
+
+    /// [`Inner::wait_for`] starting with the engine locked already (`e`), so that a
+    /// blocking call that posts and waits takes the lock once.
+    pub(crate) fn wait_with<T>(
+        &self,
+        first: MutexGuard<'_, Engine>,
+        mut done: impl FnMut(&mut Engine) -> Option<T>,
+    ) -> T {
         let mut waiter = Waiter::new();
         let mut watch = None;
+        let mut first = Some(first);
         loop {
-            let (progressed, backoff) = {
-                let mut e = self.lock();
-                if let Some(v) = done(&mut e) {
-                    return v;
-                }
-                let p = e.progress();
-                if let Some(v) = done(&mut e) {
-                    return v;
-                }
-                if let Some(limit) = e.watchdog {
-                    let pending = e.proto.pending();
-                    let w = watch.get_or_insert_with(|| Watch::new(limit, pending));
-                    if p {
-                        w.reset(pending);
-                    } else if w.expired(pending) {
-                        let lines = e.describe_pending();
-                        drop(e);
-                        self.watchdog_abort(limit, pending, &lines);
+            let mut e = match first.take() {
+                Some(g) => g,
+                None => self.lock(),
+            };
+            if let Some(v) = done(&mut e) {
+                return v;
+            }
+            let backoff = e.backoff;
+            // Spin with the engine locked, so that a short wait (the common case) takes
+            // the lock once; `done` is asked again only after something happened. The
+            // lock is let go now and then for other threads of this process.
+            let mut rounds = 0u32;
+            let action = loop {
+                if e.progress() {
+                    if let Some(v) = done(&mut e) {
+                        return v;
+                    }
+                    waiter.reset();
+                    if let Some(w) = watch.as_mut() {
+                        Watch::reset(w, e.proto.pending());
+                    }
+                } else {
+                    match waiter.idle(backoff) {
+                        IdleAction::Spin => {
+                            if e.shm_only() {
+                                // Watch the rings (a load each) until a frame lands,
+                                // for a while, instead of a full round per look.
+                                for _ in 0..HINT_SPINS {
+                                    if e.arrival_hint() {
+                                        break;
+                                    }
+                                }
+                            } else {
+                                std::hint::spin_loop();
+                            }
+                        }
+                        other => break other,
                     }
                 }
-                (p, e.backoff)
+                rounds += 1;
+                if rounds == SPINS_PER_LOCK {
+                    break IdleAction::Spin;
+                }
             };
-            if let IdleAction::Block(d) = waiter.idle(progressed, backoff) {
-                self.lock().wait_activity(d);
+            if matches!(action, IdleAction::Spin) {
+                continue;
+            }
+            // Yielding or sleeping: the watchdog's clock is read here only.
+            if let Some(limit) = e.watchdog {
+                let pending = e.proto.pending();
+                let w = watch.get_or_insert_with(|| Watch::new(limit, pending));
+                if w.expired(pending) {
+                    let lines = e.describe_pending();
+                    drop(e);
+                    self.watchdog_abort(limit, pending, &lines);
+                }
+            }
+            match action {
+                IdleAction::Block(d) => e.wait_activity(d),
+                _ => {
+                    drop(e);
+                    std::thread::yield_now();
+                }
             }
         }
     }
@@ -276,6 +325,14 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// Looks at the shared-memory rings between two idle progress rounds of a wait.
+pub(crate) const HINT_SPINS: u32 = 64;
+
+#[cold]
+fn finalized() -> Error {
+    Error::usage("rankwire was finalized; no more communication")
 }
 
 fn init_logging() {
@@ -434,15 +491,30 @@ fn build(joined: Joined) -> Result<Universe> {
     let boot = |e: String| Error::Bootstrap(e);
     use rankwire_transports::Exchange as _;
     let me = node_id();
+    // The node identity, then a tab and the CPUs this process may run on: ranks of one
+    // node learn how many CPUs they share (the union of their affinity masks), which
+    // decides whether they are oversubscribed.
+    let my_cpus = affinity_cpus();
     client
-        .put(&format!("node-{rank}"), me.as_bytes())
+        .put(
+            &format!("node-{rank}"),
+            format!("{me}\t{}", cpu_list(&my_cpus)).as_bytes(),
+        )
         .map_err(boot)?;
     client.fence().map_err(boot)?;
     let mut node_ids = Vec::with_capacity(size as usize);
+    let mut node_cpus: Vec<u32> = Vec::new();
     for r in 0..size {
         let v = client.get(&format!("node-{r}")).map_err(boot)?;
-        node_ids.push(String::from_utf8_lossy(&v).into_owned());
+        let v = String::from_utf8_lossy(&v);
+        let (id, cpus) = v.split_once('\t').unwrap_or((&v, ""));
+        if id == me {
+            node_cpus.extend(parse_cpu_list(cpus));
+        }
+        node_ids.push(id.to_string());
     }
+    node_cpus.sort_unstable();
+    node_cpus.dedup();
     let local_size = local_size.unwrap_or_else(|| node_ids.iter().filter(|n| **n == me).count());
     // Transport selection, per peer, walks the table self -> shm -> rdma -> tcp. Every
     // rank takes the same decisions (same environment, symmetric node identity, the
@@ -574,7 +646,7 @@ fn build(joined: Joined) -> Result<Universe> {
         tcp,
         rdma,
         routes.clone(),
-        Backoff::from_env(local_size),
+        Backoff::from_env(local_size, node_cpus.len()),
     );
     // Same-node peers exchange large host messages in one copy by cross-memory attach
     // (process_vm_readv); a receiver that is refused falls back to copying through the
@@ -663,7 +735,7 @@ fn singleton() -> Universe {
         None,
         None,
         vec![Route::SelfTp],
-        Backoff::from_env(1),
+        Backoff::from_env(1, affinity_cpus().len()),
     );
     let gpu = enable_gpu(&mut engine);
     let paths = Paths {
@@ -759,6 +831,56 @@ fn report_binding(u: &Universe) {
 
 /// Node identity: boot id + hostname + network namespace. Two ranks with the same
 /// string share a kernel and a network stack, hence shared memory and loopback.
+/// The CPUs this process may run on (`sched_getaffinity(2)`), ascending; empty if
+/// unknown.
+fn affinity_cpus() -> Vec<u32> {
+    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(set) => (0..nix::sched::CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .map(|c| c as u32)
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// `cpus` (ascending) as a list of ranges: `0-3,8,10-11`.
+fn cpu_list(cpus: &[u32]) -> String {
+    let mut out = String::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if i == j {
+            out.push_str(&cpus[i].to_string());
+        } else {
+            out.push_str(&format!("{}-{}", cpus[i], cpus[j]));
+        }
+        i = j + 1;
+    }
+    out
+}
+
+/// The CPUs of a list written by [`cpu_list`]; malformed parts are skipped (a peer's
+/// list only tunes the progress policy), and ranges are capped at 2^16 CPUs.
+fn parse_cpu_list(s: &str) -> Vec<u32> {
+    let mut v = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>())
+            && a <= b
+            && b < 1 << 16
+        {
+            v.extend(a..=b);
+        }
+    }
+    v
+}
+
 pub(crate) fn node_id() -> String {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
@@ -895,6 +1017,16 @@ fn enable_gpu(engine: &mut Engine) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_round_trip_and_bad_parts_are_skipped() {
+        for cpus in [vec![], vec![0], vec![0, 1], vec![0, 2, 3, 4, 7, 9, 10]] {
+            assert_eq!(parse_cpu_list(&cpu_list(&cpus)), cpus);
+        }
+        assert_eq!(cpu_list(&[0, 2, 3, 4, 7, 9, 10]), "0,2-4,7,9-10");
+        assert_eq!(parse_cpu_list("1,x,3-2,4-5,-,7-99999999"), vec![1, 4, 5]);
+        assert!(!affinity_cpus().is_empty(), "this process runs somewhere");
+    }
 
     #[test]
     fn gpu_selection_round_robin_or_forced() {

@@ -27,6 +27,95 @@ pub const MAGIC: u16 = 0x5752;
 pub const VERSION: u8 = 1;
 /// Size of the common header prefix in bytes.
 pub const PREFIX_BYTES: usize = 16;
+/// Capacity of a [`HeaderBuf`]: at least the largest header this version encodes (an
+/// `Rts` with a CUDA IPC descriptor, 157 bytes), in bytes.
+pub const MAX_FRAME_HEADER_BYTES: usize = 192;
+
+/// An encoded frame header held inline (no allocation): what [`Frame::header`]
+/// returns and what the protocol hands to transports. Dereferences to its bytes.
+#[derive(Clone, Copy)]
+pub struct HeaderBuf {
+    len: u8,
+    // Only the first `len` bytes are initialized (no need to clear the rest).
+    bytes: [std::mem::MaybeUninit<u8>; MAX_FRAME_HEADER_BYTES],
+}
+
+impl HeaderBuf {
+    #[inline]
+    const fn new() -> Self {
+        HeaderBuf {
+            len: 0,
+            bytes: [std::mem::MaybeUninit::uninit(); MAX_FRAME_HEADER_BYTES],
+        }
+    }
+
+    /// The encoded bytes.
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the first `len` bytes were written by `put` (`len <= capacity`).
+        unsafe { std::slice::from_raw_parts(self.bytes.as_ptr().cast(), self.len as usize) }
+    }
+}
+
+impl std::ops::Deref for HeaderBuf {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl fmt::Debug for HeaderBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HeaderBuf({:02x?})", self.as_slice())
+    }
+}
+
+/// Where `Frame::write` puts bytes: a growable vector or an inline [`HeaderBuf`].
+trait Sink {
+    fn put(&mut self, b: &[u8]);
+    fn at(&mut self, i: usize) -> &mut [u8];
+    fn pos(&self) -> usize;
+}
+
+impl Sink for Vec<u8> {
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        self.extend_from_slice(b)
+    }
+    fn at(&mut self, i: usize) -> &mut [u8] {
+        &mut self[i..]
+    }
+    fn pos(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Sink for HeaderBuf {
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        let at = self.len as usize;
+        // Every frame of this version fits (`encoded_headers_fit_a_header_buf`); the
+        // guard only keeps a future oversized kind from panicking.
+        let n = b.len().min(MAX_FRAME_HEADER_BYTES - at);
+        // SAFETY: `at + n <= capacity`; `b` is a distinct buffer of at least `n` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(b.as_ptr(), self.bytes.as_mut_ptr().add(at).cast(), n)
+        };
+        self.len = (at + n) as u8;
+    }
+    fn at(&mut self, i: usize) -> &mut [u8] {
+        let len = self.len as usize;
+        // SAFETY: the first `len` bytes are initialized; `i <= len` (callers patch bytes
+        // they wrote).
+        unsafe {
+            std::slice::from_raw_parts_mut(self.bytes.as_mut_ptr().add(i).cast(), len - i.min(len))
+        }
+    }
+    fn pos(&self) -> usize {
+        self.len as usize
+    }
+}
 
 /// Kind of a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,13 +276,24 @@ impl Frame {
     /// Append the encoded header to `out`; `payload_len` is the number of payload bytes
     /// that will follow it.
     pub fn encode(&self, payload_len: u64, out: &mut Vec<u8>) {
-        let start = out.len();
-        out.extend_from_slice(&MAGIC.to_le_bytes());
-        out.push(VERSION);
-        out.push(self.kind() as u8);
-        out.extend_from_slice(&[0, 0]); // header length, patched below
-        out.extend_from_slice(&0u16.to_le_bytes());
-        out.extend_from_slice(&payload_len.to_le_bytes());
+        self.write(payload_len, out)
+    }
+
+    /// The encoded header, inline; `payload_len` is the number of payload bytes that
+    /// will follow it.
+    #[inline]
+    pub fn header(&self, payload_len: u64) -> HeaderBuf {
+        let mut h = HeaderBuf::new();
+        self.write(payload_len, &mut h);
+        h
+    }
+
+    #[inline]
+    fn write(&self, payload_len: u64, out: &mut impl Sink) {
+        let start = out.pos();
+        let kind = self.kind() as u8;
+        out.put(&[MAGIC as u8, (MAGIC >> 8) as u8, VERSION, kind, 0, 0, 0, 0]); // length patched below
+        out.put(&payload_len.to_le_bytes());
         match self {
             Frame::Eager { env } => put_env(out, env),
             Frame::Rts {
@@ -203,8 +303,8 @@ impl Frame {
                 mem,
             } => {
                 put_env(out, env);
-                out.extend_from_slice(&msg_len.to_le_bytes());
-                out.extend_from_slice(&sreq.to_le_bytes());
+                out.put(&msg_len.to_le_bytes());
+                out.put(&sreq.to_le_bytes());
                 put_mem(out, mem);
             }
             Frame::Cts {
@@ -213,19 +313,48 @@ impl Frame {
                 accept_len,
                 mem,
             } => {
-                out.extend_from_slice(&sreq.to_le_bytes());
-                out.extend_from_slice(&rreq.to_le_bytes());
-                out.extend_from_slice(&accept_len.to_le_bytes());
+                out.put(&sreq.to_le_bytes());
+                out.put(&rreq.to_le_bytes());
+                out.put(&accept_len.to_le_bytes());
                 put_mem(out, mem);
             }
             Frame::Data { rreq, offset } => {
-                out.extend_from_slice(&rreq.to_le_bytes());
-                out.extend_from_slice(&offset.to_le_bytes());
+                out.put(&rreq.to_le_bytes());
+                out.put(&offset.to_le_bytes());
             }
-            Frame::Fin { sreq } => out.extend_from_slice(&sreq.to_le_bytes()),
+            Frame::Fin { sreq } => out.put(&sreq.to_le_bytes()),
         }
-        let len = (out.len() - start) as u16;
-        out[start + 4..start + 6].copy_from_slice(&len.to_le_bytes());
+        let len = (out.pos() - start) as u16;
+        out.at(start + 4)[..2].copy_from_slice(&len.to_le_bytes());
+    }
+
+    /// Fast path of [`Frame::decode`] for the most common frame: if `buf` is exactly one
+    /// valid `Eager` header, its envelope and payload length. `None` for anything else
+    /// (decode it with [`Frame::decode`], which says what is wrong).
+    #[inline]
+    pub fn decode_eager(buf: &[u8]) -> Option<(Envelope, u64)> {
+        const LEN: usize = PREFIX_BYTES + ENV_BYTES;
+        let b: &[u8; LEN] = buf.try_into().ok()?;
+        let head = [
+            MAGIC as u8,
+            (MAGIC >> 8) as u8,
+            VERSION,
+            FrameKind::Eager as u8,
+        ];
+        if b[0..4] != head || b[4..8] != [LEN as u8, 0, 0, 0] {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u64_at = |i: usize| u64::from_le_bytes(arr8(&b[i..i + 8]));
+        Some((
+            Envelope {
+                ctx: u32_at(16),
+                src: u32_at(20),
+                tag: u32_at(24) as i32,
+                seq: u64_at(32),
+            },
+            u64_at(8),
+        ))
     }
 
     /// Decode one header from the front of `buf`.
@@ -321,17 +450,19 @@ impl fmt::Display for FrameKind {
 
 const ENV_BYTES: usize = 4 + 4 + 4 + 4 + 8;
 
-fn put_env(out: &mut Vec<u8>, env: &Envelope) {
-    out.extend_from_slice(&env.ctx.to_le_bytes());
-    out.extend_from_slice(&env.src.to_le_bytes());
-    out.extend_from_slice(&env.tag.to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
-    out.extend_from_slice(&env.seq.to_le_bytes());
+#[inline]
+fn put_env(out: &mut impl Sink, env: &Envelope) {
+    let mut b = [0u8; ENV_BYTES];
+    b[0..4].copy_from_slice(&env.ctx.to_le_bytes());
+    b[4..8].copy_from_slice(&env.src.to_le_bytes());
+    b[8..12].copy_from_slice(&env.tag.to_le_bytes());
+    b[16..24].copy_from_slice(&env.seq.to_le_bytes());
+    out.put(&b);
 }
 
-fn put_mem(out: &mut Vec<u8>, mem: &RemoteMem) {
+fn put_mem(out: &mut impl Sink, mem: &RemoteMem) {
     match mem {
-        RemoteMem::None => out.push(0),
+        RemoteMem::None => out.put(&[0]),
         RemoteMem::CudaIpc {
             handle,
             offset,
@@ -340,24 +471,24 @@ fn put_mem(out: &mut Vec<u8>, mem: &RemoteMem) {
             base,
             alloc_len,
         } => {
-            out.push(1);
-            out.extend_from_slice(&device.to_le_bytes());
-            out.extend_from_slice(&offset.to_le_bytes());
-            out.extend_from_slice(&buffer_id.to_le_bytes());
-            out.extend_from_slice(&base.to_le_bytes());
-            out.extend_from_slice(&alloc_len.to_le_bytes());
-            out.extend_from_slice(handle);
+            out.put(&[1]);
+            out.put(&device.to_le_bytes());
+            out.put(&offset.to_le_bytes());
+            out.put(&buffer_id.to_le_bytes());
+            out.put(&base.to_le_bytes());
+            out.put(&alloc_len.to_le_bytes());
+            out.put(handle);
         }
         RemoteMem::HostCma { pid, addr } => {
-            out.push(3);
-            out.extend_from_slice(&pid.to_le_bytes());
-            out.extend_from_slice(&addr.to_le_bytes());
+            out.put(&[3]);
+            out.put(&pid.to_le_bytes());
+            out.put(&addr.to_le_bytes());
         }
         RemoteMem::Rdma { addr, len, rkey } => {
-            out.push(2);
-            out.extend_from_slice(&addr.to_le_bytes());
-            out.extend_from_slice(&len.to_le_bytes());
-            out.extend_from_slice(&rkey.to_le_bytes());
+            out.put(&[2]);
+            out.put(&addr.to_le_bytes());
+            out.put(&len.to_le_bytes());
+            out.put(&rkey.to_le_bytes());
         }
     }
 }
@@ -497,6 +628,54 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_eager_fast_path_agrees_with_decode() {
+        for f in all_frames() {
+            let mut v = Vec::new();
+            f.encode(77, &mut v);
+            match (Frame::decode_eager(&v), f) {
+                (Some((env, plen)), Frame::Eager { env: want }) => {
+                    assert_eq!((env, plen), (want, 77));
+                }
+                (None, Frame::Eager { .. }) => panic!("missed {f:?}"),
+                (Some(_), _) => panic!("took {f:?} for an Eager frame"),
+                (None, _) => {}
+            }
+            // Any one byte changed: either still the same answer as decode, or None.
+            for i in 0..v.len() {
+                let mut m = v.clone();
+                m[i] ^= 0x41;
+                if let Some((env, plen)) = Frame::decode_eager(&m) {
+                    assert_eq!(
+                        Frame::decode(&m),
+                        Ok(Some((Frame::Eager { env }, m.len(), plen))),
+                        "byte {i} of {f:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn encoded_headers_fit_a_header_buf() {
+        for f in all_frames() {
+            let mut v = Vec::new();
+            f.encode(9, &mut v);
+            assert!(
+                v.len() <= MAX_FRAME_HEADER_BYTES,
+                "{f:?}: {} bytes",
+                v.len()
+            );
+            assert_eq!(f.header(9).as_slice(), &v[..], "{f:?}");
+        }
+        let eager = Frame::Eager { env: env() }.header(8);
+        assert_eq!(
+            eager.len(),
+            40,
+            "an 8-byte eager frame is one 64-byte ring record"
+        );
+    }
+
+    #[test]
     fn every_kind_round_trips() {
         for f in all_frames() {
             let mut buf = Vec::new();
@@ -535,6 +714,16 @@ pub(crate) mod tests {
     }
 
     proptest! {
+        #[test]
+        fn decode_eager_agrees_with_decode(bytes in proptest::collection::vec(any::<u8>(), 40..41)) {
+            if let Some((env, plen)) = Frame::decode_eager(&bytes) {
+                prop_assert_eq!(
+                    Frame::decode(&bytes),
+                    Ok(Some((Frame::Eager { env }, 40, plen)))
+                );
+            }
+        }
+
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = Frame::decode(&bytes);

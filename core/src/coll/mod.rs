@@ -320,6 +320,12 @@ fn wait_exec(inner: &Inner, exec: &Mutex<Exec>) -> Result<()> {
     })
 }
 
+/// Whether some nonblocking collective is running in this process.
+#[inline]
+pub(crate) fn any_active() -> bool {
+    ACTIVE_LEN.load(Ordering::Acquire) != 0
+}
+
 /// Advance every active nonblocking collective, oldest first (cheap when there is
 /// none). Returns whether any changed. Blocking point-to-point waits call it too.
 pub(crate) fn advance_active(e: &mut Engine) -> bool {

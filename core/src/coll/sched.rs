@@ -718,8 +718,10 @@ pub(crate) trait Net {
 
 impl Net for Engine {
     fn send(&mut self, peer: u32, ctx: u32, tag: i32, buf: RawBuf) -> ReqId {
-        let lim = self.eager_limit(peer);
-        self.proto.isend(peer, ctx, tag, buf, lim, false)
+        match self.isend(peer, ctx, tag, buf, false) {
+            crate::engine::SendStart::Queued(id) => id,
+            crate::engine::SendStart::Done(st) => self.proto.complete_now(peer, tag, st.len_bytes),
+        }
     }
     fn recv(&mut self, peer: u32, ctx: u32, tag: i32, buf: RawBuf) -> ReqId {
         let pat = Pattern {

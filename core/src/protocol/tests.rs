@@ -517,3 +517,78 @@ fn any_source_receive_after_a_peer_failure_fails_instead_of_hanging() {
     let r = net.recv(0, None, None, &mut b);
     assert_eq!(net.done(0, r).unwrap_err(), err);
 }
+
+/// The blocking-receive fast path (`quiet_for` + `take_eager`) takes exactly the frames
+/// a posted receive would have matched, and leaves everything else alone.
+#[test]
+fn take_eager_takes_only_what_a_posted_receive_would_match() {
+    let pat = |src: Option<u32>, tag: Option<i32>| Pattern { ctx: 0, src, tag };
+    let eager = |p: &mut Protocol, dst: u32, tag: i32, data: &[u8]| {
+        let h = p.eager_header(dst, 0, tag, data.len()).unwrap();
+        h.as_slice().to_vec()
+    };
+    let mut tx = Protocol::new(0, 2);
+    let mut rx = Protocol::new(1, 2);
+    let mut buf = [0u8; 4];
+    let raw = RawBuf::new(buf.as_mut_ptr(), buf.len());
+    assert!(rx.quiet_for(&pat(Some(0), Some(5))));
+
+    // Wrong tag: not taken, nothing changed; the general path then queues it.
+    let h0 = eager(&mut tx, 1, 6, b"ab");
+    let p0 = InPayload::owned(b"ab".to_vec());
+    assert!(
+        rx.take_eager(0, &h0, &p0, &pat(Some(0), Some(5)), raw)
+            .is_none()
+    );
+    // From another peer than the one it claims: not taken.
+    assert!(rx.take_eager(1, &h0, &p0, &pat(None, None), raw).is_none());
+    // Right tag, but seq 1 while seq 0 (h0) has not been matched: not taken.
+    let h1 = eager(&mut tx, 1, 5, b"cdef");
+    let p1 = InPayload::owned(b"cdef".to_vec());
+    assert!(
+        rx.take_eager(0, &h1, &p1, &pat(Some(0), Some(5)), raw)
+            .is_none()
+    );
+    // The general path takes h0 into the unexpected queue; a receive for tag 6 is no
+    // longer "quiet", one for tag 5 still is.
+    rx.on_frame(0, &h0, b"ab".to_vec()).unwrap();
+    assert!(!rx.quiet_for(&pat(Some(0), Some(6))));
+    assert!(!rx.quiet_for(&pat(None, None)));
+    assert!(rx.quiet_for(&pat(Some(0), Some(5))));
+    // Now h1 is next in order and taken, truncated to the 4-byte buffer exactly.
+    let r = rx.take_eager(0, &h1, &p1, &pat(Some(0), Some(5)), raw);
+    assert_eq!(
+        r.unwrap().unwrap(),
+        Status {
+            source: 0,
+            tag: 5,
+            len_bytes: 4
+        }
+    );
+    assert_eq!(&buf, b"cdef");
+    // A message longer than the buffer: the first bytes, and a truncation error.
+    let mut small = [0u8; 2];
+    let h2 = eager(&mut tx, 1, 5, b"xyz");
+    let r = rx.take_eager(
+        0,
+        &h2,
+        &InPayload::owned(b"xyz".to_vec()),
+        &pat(Some(0), None),
+        RawBuf::new(small.as_mut_ptr(), 2),
+    );
+    assert!(matches!(
+        r,
+        Some(Err(Error::Matching(MatchError::Truncated {
+            message_bytes: 3,
+            buffer_bytes: 2,
+            ..
+        })))
+    ));
+    assert_eq!(&small, b"xy");
+    // A posted receive makes the fast path unavailable (it would be matched first).
+    let mut other = [0u8; 2];
+    let id = rx.irecv(pat(Some(0), Some(7)), RawBuf::new(other.as_mut_ptr(), 2));
+    assert!(!rx.quiet_for(&pat(Some(0), Some(5))));
+    assert!(rx.cancel_recv(id));
+    assert!(rx.quiet_for(&pat(Some(0), Some(5))));
+}
