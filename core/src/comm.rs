@@ -124,13 +124,13 @@ impl CommState {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Communicator rank of world rank `w` (unchanged if `w` is not a member, which
-    /// matching on this context rules out).
     /// Whether communicator ranks are world ranks (no translation needed).
     pub(crate) fn is_identity(&self) -> bool {
         self.to_local.is_none()
     }
 
+    /// Communicator rank of world rank `w` (unchanged if `w` is not a member, which
+    /// matching on this context rules out).
     pub(crate) fn local(&self, w: u32) -> u32 {
         match &self.to_local {
             None => w,
@@ -247,10 +247,7 @@ impl Communicator {
         let raw = RawBuf::new(bytes.as_mut_ptr(), bytes.len());
         // Post and wait under one lock of the engine.
         let mut e = self.inner.lock();
-        let spins = e
-            .backoff
-            .spin_polls
-            .saturating_mul(crate::universe::HINT_SPINS);
+        let spins = e.backoff.direct_looks();
         if let Some(r) = e.recv_direct(&pat, raw, spins) {
             return r
                 .map(|st| self.local_status(st))

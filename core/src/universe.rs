@@ -247,7 +247,7 @@ impl Inner {
                             if e.shm_only() {
                                 // Watch the rings (a load each) until a frame lands,
                                 // for a while, instead of a full round per look.
-                                for _ in 0..HINT_SPINS {
+                                for _ in 0..backoff.ring_looks {
                                     if e.arrival_hint() {
                                         break;
                                     }
@@ -326,9 +326,6 @@ impl Inner {
         Ok(())
     }
 }
-
-/// Looks at the shared-memory rings between two idle progress rounds of a wait.
-pub(crate) const HINT_SPINS: u32 = 64;
 
 #[cold]
 fn finalized() -> Error {

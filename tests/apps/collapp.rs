@@ -350,6 +350,19 @@ fn bits(w: &Communicator, count: usize) -> Result<()> {
     let mut r64 = vec![0f64; count];
     w.allreduce(&x32, &mut r32, Op::Sum)?;
     w.allreduce(&x64, &mut r64, Op::Sum)?;
+    // The blocking call of a small vector runs without a schedule (coll/direct.rs); the
+    // nonblocking one always runs the schedule: same algorithm, so the same bits.
+    let mut n32 = vec![0f32; count];
+    let mut n64 = vec![0f64; count];
+    w.iallreduce(&x32, &mut n32, Op::Sum)?.wait()?;
+    w.iallreduce(&x64, &mut n64, Op::Sum)?.wait()?;
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    let same64 = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    expect(
+        "blocking and nonblocking allreduce give the same bits",
+        &(same(&r32, &n32) && same64(&r64, &n64)),
+        &true,
+    )?;
     let b32: Vec<u32> = r32.iter().map(|f| f.to_bits()).collect();
     let b64: Vec<u64> = r64.iter().map(|f| f.to_bits()).collect();
     let mut g32 = vec![0u32; if me == 0 { p * count } else { 0 }];

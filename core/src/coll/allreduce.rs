@@ -32,6 +32,23 @@ impl Communicator {
         recv: &mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
+        let op = op.into();
+        let bytes = std::mem::size_of_val(send);
+        if let (Ok(algo), Ok(red)) = (
+            self.st
+                .cfg
+                .allreduce(self.size(), bytes, op.is_commutative()),
+            op.reducer(),
+        ) && recv.len() == send.len()
+            && let Some(r) = self.allreduce_direct(
+                algo,
+                bytemuck::cast_slice(send),
+                bytemuck::cast_slice_mut(recv),
+                &red,
+            )
+        {
+            return r;
+        }
         self.iallreduce(send, recv, op)?.wait()
     }
 

@@ -19,6 +19,9 @@ impl Communicator {
     /// [`crate::Error::Connection`] if a peer died; [`crate::Error::Collective`] on a
     /// mismatch found by `RANKWIRE_COLL_CHECK`.
     pub fn barrier(&self) -> Result<()> {
+        if let Some(r) = self.barrier_direct() {
+            return r;
+        }
         self.ibarrier()?.wait()
     }
 

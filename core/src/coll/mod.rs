@@ -84,6 +84,7 @@ mod barrier;
 mod bcast;
 mod check;
 pub mod device;
+mod direct;
 mod gather;
 mod reduce;
 mod reduce_scatter;

@@ -1,0 +1,250 @@
+//! Blocking small collectives run straight on the engine, without a schedule.
+//!
+//! A schedule (`sched.rs`) costs a few allocations, a shared lock and a registration in
+//! the list of active collectives per call: little next to a large message, most of
+//! the time of an 8-byte allreduce or a barrier. The blocking forms of those two take
+//! this path instead when it applies (host buffers, `RANKWIRE_COLL_CHECK` off, and for
+//! allreduce the recursive-doubling algorithm the cost model picks for small vectors).
+//!
+//! The path sends exactly the messages of the schedule it replaces (same peers, same
+//! order, same sizes, same collective context and tag `tag_base(seq)`), and combines in
+//! the same order, so a rank on this path and a rank running the schedule (a
+//! nonblocking call, or a rank that has nonblocking collectives in flight) still meet,
+//! and results stay bitwise identical on every rank. While it waits it advances the
+//! process's active nonblocking collectives, as every blocking call does.
+//!
+//! Each step is an exchange: the send is handed to the transport at once (an eager
+//! message completes there), the receive takes its message straight from the ring
+//! when nothing else is pending ([`crate::engine::Engine::recv_direct`]), else it is
+//! posted and waited for.
+
+use super::ops::Reducer;
+use super::select::{AllreduceAlgo, pof2_floor};
+use super::{advance_active, tag_base};
+use crate::comm::{COLL_CTX_BIT, Communicator};
+use crate::engine::SendStart;
+use crate::error::{Error, MatchError, Result};
+use crate::matching::Pattern;
+use crate::protocol::{RawBuf, Status};
+
+/// Largest vector (bytes) an allreduce takes this path for (above it the message costs
+/// dominate anyway, and the cost model moves to other algorithms).
+pub(crate) const MAX_DIRECT_ALLREDUCE_BYTES: usize = 64 << 10;
+/// Vectors up to this many bytes use a temporary on the stack.
+const STACK_TMP_BYTES: usize = 4096;
+
+impl Communicator {
+    /// The dissemination barrier (`barrier.rs`), run directly. `None`: not applicable,
+    /// use the schedule.
+    pub(crate) fn barrier_direct(&self) -> Option<Result<()>> {
+        if self.st.cfg.check {
+            return None;
+        }
+        if let Err(e) = self.inner.check_live() {
+            return Some(Err(e));
+        }
+        let tag = tag_base(self.st.next_seq());
+        let (me, n) = (self.rank(), self.size());
+        let mut dist = 1;
+        while dist < n {
+            let to = (me + dist) % n;
+            let from = (me + n - dist) % n;
+            if let Err(e) = self.exchange("barrier", tag, to, &[], from, &mut []) {
+                return Some(Err(e));
+            }
+            dist *= 2;
+        }
+        Some(Ok(()))
+    }
+
+    /// Recursive doubling (`allreduce.rs`), run directly on `send` → `recv` (bytes,
+    /// equal lengths, `es`-byte elements). `None`: not applicable, use the schedule.
+    pub(crate) fn allreduce_direct(
+        &self,
+        algo: AllreduceAlgo,
+        send: &[u8],
+        recv: &mut [u8],
+        red: &Reducer,
+    ) -> Option<Result<()>> {
+        let bytes = send.len();
+        if self.st.cfg.check
+            || algo != AllreduceAlgo::RecursiveDoubling
+            || bytes != recv.len()
+            || bytes > MAX_DIRECT_ALLREDUCE_BYTES
+            || red.elem_bytes == 0
+        {
+            return None;
+        }
+        if let Err(e) = self.inner.check_live() {
+            return Some(Err(e));
+        }
+        let tag = tag_base(self.st.next_seq());
+        if bytes == 0 || self.size() == 1 {
+            recv.copy_from_slice(send);
+            return Some(Ok(()));
+        }
+        Some(self.recursive_doubling(tag, send, recv, red))
+    }
+
+    /// Recursive doubling of `send` into `all`, as `allreduce.rs` schedules it (the
+    /// fold of non-power-of-two sizes included), except that this rank's own vector
+    /// is sent from `send` and combined from there, not copied into `all` first: the
+    /// first message this rank receives lands in `all` and is combined with `send` in
+    /// the same order (lower ranks' values on the left), so the bits are the same.
+    fn recursive_doubling(
+        &self,
+        tag: i32,
+        send: &[u8],
+        all: &mut [u8],
+        red: &Reducer,
+    ) -> Result<()> {
+        const WHAT: &str = "allreduce";
+        let (me, p) = (self.rank(), self.size());
+        let pof2 = pof2_floor(p);
+        let rem = p - pof2;
+        // Whether `all` holds this rank's partial result yet (else it is `send`).
+        let mut in_all = false;
+        // A temporary is needed from the second exchange on (more than 2 ranks).
+        let mut stack = [0u64; STACK_TMP_BYTES / 8];
+        let mut heap = Vec::new();
+        let tmp: &mut [u8] = if p <= 2 {
+            &mut []
+        } else if send.len() <= STACK_TMP_BYTES {
+            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut stack)[..send.len()]
+        } else {
+            heap.resize(send.len().div_ceil(8), 0u64);
+            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut heap)[..send.len()]
+        };
+        // Fold the first 2·rem ranks in pairs (allreduce.rs, `fold_in`).
+        let nr = if me < 2 * rem {
+            if me % 2 == 0 {
+                self.exchange(WHAT, tag, me + 1, send, usize::MAX, &mut [])?;
+                None
+            } else {
+                self.exchange(WHAT, tag, usize::MAX, &[], me - 1, all)?;
+                // all = a_{me-1} ∘ a_me
+                red.apply(send, all, false);
+                in_all = true;
+                Some(me / 2)
+            }
+        } else {
+            Some(me - rem)
+        };
+        if let Some(nr) = nr {
+            let real = |nr: usize| if nr < rem { 2 * nr + 1 } else { nr + rem };
+            let mut mask = 1;
+            while mask < pof2 {
+                let partner = real(nr ^ mask);
+                // The partner's partial result covers lower ranks iff its new rank is.
+                let partner_left = nr & mask != 0;
+                if in_all {
+                    self.exchange(WHAT, tag, partner, all, partner, tmp)?;
+                    red.apply(tmp, all, partner_left);
+                } else {
+                    self.exchange(WHAT, tag, partner, send, partner, all)?;
+                    // `all` holds the partner's; ours (`send`) goes on the other side.
+                    red.apply(send, all, !partner_left);
+                    in_all = true;
+                }
+                mask <<= 1;
+            }
+        }
+        // Back to the ranks that sat out (`fold_out`).
+        if me < 2 * rem {
+            if me % 2 == 0 {
+                self.exchange(WHAT, tag, usize::MAX, &[], me + 1, all)?;
+            } else {
+                self.exchange(WHAT, tag, me - 1, all, usize::MAX, &mut [])?;
+            }
+        }
+        if !in_all && !(me < 2 * rem && me % 2 == 0) {
+            all.copy_from_slice(send);
+        }
+        Ok(())
+    }
+
+    /// Send `out` to rank `to` and receive exactly `inb.len()` bytes from rank `from`
+    /// (communicator ranks; `usize::MAX` leaves that side out), on the collective
+    /// context with `tag`. The receive is posted before the send is waited for, so two
+    /// ranks exchanging with each other cannot deadlock.
+    fn exchange(
+        &self,
+        what: &'static str,
+        tag: i32,
+        to: usize,
+        out: &[u8],
+        from: usize,
+        inb: &mut [u8],
+    ) -> Result<()> {
+        let ctx = self.st.ctx | COLL_CTX_BIT;
+        let world = |r: usize| self.st.group.get(r).copied();
+        let to_w = if to == usize::MAX { None } else { world(to) };
+        let from_w = if from == usize::MAX {
+            None
+        } else {
+            world(from)
+        };
+        let inner = &self.inner;
+        let mut e = inner.lock();
+        let send = to_w.map(|w| e.isend(w, ctx, tag, RawBuf::from_slice(out), false));
+        let want = inb.len();
+        let raw = RawBuf::new(inb.as_mut_ptr(), want);
+        let mut got: Option<Result<Status>> = None;
+        let mut recv_id = None;
+        if let Some(w) = from_w {
+            let pat = Pattern {
+                ctx,
+                src: Some(w),
+                tag: Some(tag),
+            };
+            let spins = e.backoff.direct_looks();
+            match e.recv_direct(&pat, raw, spins) {
+                Some(r) => got = Some(r),
+                None => recv_id = Some(e.proto.irecv(pat, raw)),
+            }
+        }
+        let mut send_id = match send {
+            Some(SendStart::Queued(id)) => Some(id),
+            _ => None,
+        };
+        let mut send_res: Result<()> = Ok(());
+        if recv_id.is_some() || send_id.is_some() {
+            inner.wait_with(e, |e| {
+                advance_active(e);
+                if let Some(id) = recv_id
+                    && let Some(r) = e.proto.take_done(id)
+                {
+                    got = Some(r);
+                    recv_id = None;
+                }
+                if let Some(id) = send_id
+                    && let Some(r) = e.proto.take_done(id)
+                {
+                    send_res = r.map(|_| ());
+                    send_id = None;
+                }
+                (recv_id.is_none() && send_id.is_none()).then_some(())
+            });
+        } else {
+            drop(e);
+        }
+        if let Some(r) = got {
+            let mismatch = |got: u64| {
+                Error::Collective(format!(
+                    "{what}: rank {from} sent {got} bytes where {want} were expected; the \
+                     ranks disagree on counts, roots or datatypes (set RANKWIRE_COLL_CHECK=1 \
+                     to name the difference)"
+                ))
+            };
+            match r {
+                Ok(st) if st.len_bytes != want => return Err(mismatch(st.len_bytes as u64)),
+                Err(Error::Matching(MatchError::Truncated { message_bytes, .. })) => {
+                    return Err(mismatch(message_bytes));
+                }
+                Err(e) => return Err(e),
+                Ok(_) => {}
+            }
+        }
+        send_res
+    }
+}
