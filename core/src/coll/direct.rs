@@ -157,9 +157,9 @@ impl Communicator {
                 self.exchange(WHAT, tag, me - 1, all, usize::MAX, &mut [])?;
             }
         }
-        if !in_all && !(me < 2 * rem && me % 2 == 0) {
-            all.copy_from_slice(send);
-        }
+        // With p >= 2 every rank took part in an exchange (in_all) or got the result
+        // back from its fold partner.
+        debug_assert!(in_all || (me < 2 * rem && me % 2 == 0));
         Ok(())
     }
 
