@@ -93,6 +93,11 @@ struct Args {
     /// Window of outstanding messages for bw/bibw.
     #[arg(long, default_value_t = 64)]
     window: usize,
+    /// Host buffers start this many bytes past a page boundary (default 0: page-aligned,
+    /// as the OSU micro-benchmarks and the peers' program allocate them; 16 is where
+    /// `malloc` puts large blocks).
+    #[arg(long, default_value_t = 0)]
+    offset: usize,
     /// Memory of the collective buffers (`cuda`: device memory, device collectives).
     #[arg(long, short = 'd', value_enum, default_value_t = Device::Host)]
     device: Device,
@@ -100,6 +105,7 @@ struct Args {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    OFFSET.store(args.offset, std::sync::atomic::Ordering::Relaxed);
     let universe = rankwire::init()?;
     let world = universe.world();
     if args.mode.is_collective() {
@@ -231,10 +237,15 @@ fn collectives(world: &rankwire::Communicator, args: &Args) -> Result<()> {
             }
             Mode::Allreduce => {
                 let count = size / 4;
-                let send = vec![1.0f32; count];
-                let mut recv = vec![0.0f32; count];
+                let off = OFFSET.load(std::sync::atomic::Ordering::Relaxed) & !3;
+                let mut sbuf = HostBuf::new(count * 4, off, 0);
+                let mut rbuf = HostBuf::new(count * 4, off, 0);
+                let send: &mut [f32] = rankwire::bytemuck::cast_slice_mut(sbuf.as_mut_slice());
+                send.fill(1.0);
+                let send: &[f32] = send;
+                let recv: &mut [f32] = rankwire::bytemuck::cast_slice_mut(rbuf.as_mut_slice());
                 time_calls(world, iters, warmup, || {
-                    world.allreduce(&send, &mut recv, rankwire::Op::Sum)
+                    world.allreduce(send, recv, rankwire::Op::Sum)
                 })?
             }
             Mode::Bcast => {
@@ -338,16 +349,66 @@ fn over_ranks(world: &rankwire::Communicator, us: f64) -> Result<(f64, f64, f64)
     Ok((sum[0] / n, min[0], max[0]))
 }
 
+/// Host memory starting `offset` bytes past a page boundary (page-aligned for 0).
+struct HostBuf {
+    base: *mut u8,
+    layout: std::alloc::Layout,
+    offset: usize,
+    len: usize,
+}
+
+impl HostBuf {
+    fn new(len: usize, offset: usize, fill: u8) -> HostBuf {
+        let layout = std::alloc::Layout::from_size_align(len + offset + 1, 4096)
+            .expect("benchmark sizes are far below isize::MAX");
+        // SAFETY: the layout has a non-zero size.
+        let base = unsafe { std::alloc::alloc(layout) };
+        if base.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: `base` holds `len + offset + 1` bytes.
+        unsafe { std::ptr::write_bytes(base, fill, len + offset + 1) };
+        HostBuf {
+            base,
+            layout,
+            offset,
+            len,
+        }
+    }
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: initialized, in bounds, alive as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.base.add(self.offset), self.len) }
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes it exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(self.offset), self.len) }
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.base, self.layout) }
+    }
+}
+
+/// Host buffer offset for every `Buf::new` of this run (`--offset`).
+static OFFSET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// A benchmark buffer in host or device memory.
 enum Buf {
-    Host(Vec<u8>),
+    Host(HostBuf),
     Dev(rankwire::gpu::DeviceBuffer),
 }
 
 impl Buf {
     fn new(device: Device, size: usize, fill: u8) -> Result<Buf> {
         Ok(match device {
-            Device::Host => Buf::Host(vec![fill; size]),
+            Device::Host => Buf::Host(HostBuf::new(
+                size,
+                OFFSET.load(std::sync::atomic::Ordering::Relaxed),
+                fill,
+            )),
             Device::Cuda => {
                 let mut d = rankwire::gpu::DeviceBuffer::alloc(0, size)?;
                 if size > 0 {
