@@ -2,13 +2,16 @@
  * memcpybench: single-thread memcpy bandwidth for a few buffer sizes, the
  * ceiling for any one-copy shared-memory transport on this machine.
  *
- * Usage: memcpybench [-t SECS] [SIZE...]   sizes in bytes (suffix K, M, G)
+ * Usage: memcpybench [-t SECS] [-w N] [SIZE...]   sizes in bytes (suffix K, M, G)
  *        default: 4K 64K 1M 4M 64M
  * For each size the same source is copied into the same destination over
  * and over (so small sizes stay in cache: that is the point of showing
  * them), for about SECS (default 0.3) s per trial and 7 trials.  Reported: copied bytes per
  * second (GB/s, 1e9; each byte is read once and written once) for the best
  * and the median trial.  Pin it with taskset for a single-core figure.
+ * With -w N the destination rotates over N buffers of SIZE, as the receive
+ * slots of a bandwidth test with a window of N do (the destinations do not
+ * stay in cache); those rows are printed with the size as SIZExN.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -18,6 +21,7 @@
 #include <time.h>
 
 static double g_trial_secs = 0.3;
+static int g_window = 1;
 
 #define TRIALS 7
 
@@ -53,20 +57,28 @@ static int cmp_double(const void *a, const void *b)
 
 static void bench(size_t size)
 {
-    unsigned char *src, *dst;
-    if (posix_memalign((void **)&src, 4096, size) ||
-        posix_memalign((void **)&dst, 4096, size)) {
+    unsigned char *src, *dsts[1024], *dst;
+    if (posix_memalign((void **)&src, 4096, size)) {
         fprintf(stderr, "memcpybench: out of memory\n");
         exit(1);
     }
+    for (int i = 0; i < g_window; i++) {
+        if (posix_memalign((void **)&dsts[i], 4096, size)) {
+            fprintf(stderr, "memcpybench: out of memory\n");
+            exit(1);
+        }
+        memset(dsts[i], 0, size);
+    }
     memset(src, 0x5a, size);
-    memset(dst, 0, size);
+    dst = dsts[0];
+    long next = 0;
 
     /* calibrate: repetitions for ~g_trial_secs */
     long reps = 1;
     for (;;) {
         double t0 = now();
         for (long r = 0; r < reps; r++) {
+            dst = dsts[next++ % g_window];
             memcpy(dst, src, size);
             __asm__ __volatile__("" : : "r"(dst) : "memory");
         }
@@ -82,6 +94,7 @@ static void bench(size_t size)
     for (int t = 0; t < TRIALS; t++) {
         double t0 = now();
         for (long r = 0; r < reps; r++) {
+            dst = dsts[next++ % g_window];
             memcpy(dst, src, size);
             __asm__ __volatile__("" : : "r"(dst) : "memory");
         }
@@ -93,23 +106,42 @@ static void bench(size_t size)
         exit(1);
     }
     qsort(gbps, TRIALS, sizeof gbps[0], cmp_double);
-    printf("%-15zu %-15.2f %.2f\n", size, gbps[TRIALS - 1], gbps[TRIALS / 2]);
+    if (g_window > 1) {
+        char label[64];
+        snprintf(label, sizeof label, "%zux%d", size, g_window);
+        printf("%-15s %-15.2f %.2f\n", label, gbps[TRIALS - 1], gbps[TRIALS / 2]);
+    } else {
+        printf("%-15zu %-15.2f %.2f\n", size, gbps[TRIALS - 1], gbps[TRIALS / 2]);
+    }
     fflush(stdout);
     free(src);
-    free(dst);
+    for (int i = 0; i < g_window; i++)
+        free(dsts[i]);
 }
 
 int main(int argc, char **argv)
 {
     int first = 1;
-    if (argc > 2 && strcmp(argv[1], "-t") == 0) {
+    while (argc > first + 1 && argv[first][0] == '-') {
         char *end = NULL;
-        g_trial_secs = strtod(argv[2], &end);
-        if (*end || !(g_trial_secs > 0.0) || g_trial_secs > 60.0) {
-            fprintf(stderr, "memcpybench: bad -t '%s'\n", argv[2]);
+        if (strcmp(argv[first], "-t") == 0) {
+            g_trial_secs = strtod(argv[first + 1], &end);
+            if (*end || !(g_trial_secs > 0.0) || g_trial_secs > 60.0) {
+                fprintf(stderr, "memcpybench: bad -t '%s'\n", argv[first + 1]);
+                return 2;
+            }
+        } else if (strcmp(argv[first], "-w") == 0) {
+            long w = strtol(argv[first + 1], &end, 10);
+            if (*end || w < 1 || w > 1024) {
+                fprintf(stderr, "memcpybench: bad -w '%s' (1 to 1024)\n", argv[first + 1]);
+                return 2;
+            }
+            g_window = (int)w;
+        } else {
+            fprintf(stderr, "memcpybench: unknown option '%s'\n", argv[first]);
             return 2;
         }
-        first = 3;
+        first += 2;
     }
     printf("# memcpybench: single thread, %d trials of ~%.3g s\n", TRIALS,
            g_trial_secs);

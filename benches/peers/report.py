@@ -205,15 +205,32 @@ def main():
                 f"{fmt(cell('memcpy', 'memcpy', '1', s, 'median'))} |"
             )
         w("")
+        wsizes = sorted({k[3] for k in stats if k[1] == "memcpy-window"}, key=size_key)
+        if wsizes:
+            w("Into 64 destinations in turn (the receive slots of the bw test: the copies leave the caches, as the bw test's do):")
+            w("")
+            w("| size (B) | best trial | median trial |")
+            w("|---|---|---|")
+            for s in wsizes:
+                w(
+                    f"| {size_label(s, 'memcpy')} | {fmt(cell('memcpy', 'memcpy-window-best', '1', s, 'median'))} | "
+                    f"{fmt(cell('memcpy', 'memcpy-window', '1', s, 'median'))} |"
+                )
+            w("")
         big = "4194304"
         mc = cell("memcpy", "memcpy", "1", big, "median")
+        mw = cell("memcpy", "memcpy-window", "1", big, "median")
         if mc and "bw" in modes:
-            w(f"bw at 4 MiB against single-core memcpy at 4 MiB ({mc:.2f} GB/s, median trial):")
+            line = f"bw at 4 MiB against single-core memcpy at 4 MiB: {mc:.2f} GB/s with the buffers in cache"
+            if mw:
+                line += f", {mw:.2f} GB/s into the bw test's 64 destinations"
+            w(line + " (median trials):")
             w("")
             for c in configs:
                 v = cell(c, "bw", "2", big, "median")
                 if v is not None:
-                    w(f"- {c}: {v:.0f} MB/s = **{v / 1000 / mc:.2f}×** memcpy")
+                    extra = f", **{v / 1000 / mw:.2f}×** the window memcpy" if mw else ""
+                    w(f"- {c}: {v:.0f} MB/s = **{v / 1000 / mc:.2f}×** memcpy in cache{extra}")
             w("")
 
     # ---- notes

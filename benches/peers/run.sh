@@ -65,6 +65,8 @@ TIMEOUT=""
 STARTUP_RUNS=20
 MEMCPY_SECS=0.3
 MEMCPY_SIZES="4K 64K 1M 4M 64M"
+# sizes of the memcpy into a bw window of rotating destinations
+MEMCPY_WINDOW_SIZES="1M 4M"
 OUTDIR=""
 QUICK=0
 LIST_ONLY=0
@@ -475,6 +477,11 @@ run_memcpy() {
             print r, "memcpy", "memcpy", 1, $1, $3, l >> res
             print r, "memcpy", "memcpy-best", 1, $1, $2, l >> res }' "$out"
     printf '%s\tmemcpy\tmemcpy\t1\t%s\t-\t%s\t-\t\ttaskset -c %s %s/memcpybench -t %s %s\n' "$rep" "$rc" "$l1" "${CPUS[0]}" "$BUILD" "$MEMCPY_SECS" "$MEMCPY_SIZES" >>"$RUNS"
+    # The same into $WINDOW rotating destinations: the working set of the bw test.
+    env RWPB_RUN="$RUN_ID" timeout -k 5 120 taskset -c "${CPUS[0]}" $BUILD/memcpybench -t "$MEMCPY_SECS" -w "$WINDOW" $MEMCPY_WINDOW_SIZES >"$out.w" 2>&1
+    awk -v OFS='\t' -v r="$rep" -v l="$l1" -v res="$RES" '/^[0-9]/ { split($1, a, "x")
+            print r, "memcpy", "memcpy-window", 1, a[1], $3, l >> res
+            print r, "memcpy", "memcpy-window-best", 1, a[1], $2, l >> res }' "$out.w"
     printf '[rep %s/%s] memcpy (core %s) rc=%s load=%s\n' "$rep" "$REPEATS" "${CPUS[0]}" "$rc" "$l1" >&2
     sweep
 }

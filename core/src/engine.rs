@@ -173,6 +173,11 @@ impl Engine {
             // progress takes shared-memory frames in place (next_frame).
             t.set_lend_frames(true);
         }
+        let mut tcp = tcp;
+        if let Some(t) = tcp.as_mut() {
+            // Rendezvous data is read straight into receive buffers (place_payload).
+            t.set_place_payloads(true);
+        }
         let mut proto = Protocol::new(rank, size);
         for (peer, r) in routes.iter().enumerate() {
             if *r == Route::None {
@@ -385,6 +390,15 @@ impl Engine {
         }
         if let Some(t) = self.tcp.as_mut() {
             any |= t.poll(&mut events);
+            // Big payloads waiting for a place: Data of a receive goes straight into it.
+            while let Some((peer, header, len)) = t.awaiting_place() {
+                let dst = self.proto.data_target(peer, header, len);
+                // SAFETY: the target is the unfilled part of a pending receive's buffer,
+                // borrowed by that request until its Data frames have arrived (reported
+                // by RecvPlaced below) or the peer failed (then the socket is closed).
+                unsafe { t.place_payload(peer, dst.map(|b| b.as_mut_ptr())) };
+                any = true;
+            }
         }
         if let Some(t) = self.rdma.as_mut() {
             any |= t.poll(&mut events);
@@ -455,8 +469,13 @@ impl Engine {
             self.backlog[peer as usize].push_back(f);
             self.flush_backlog(peer);
         }
-        // Single-copy pulls the protocol asked for.
-        while let Some(p) = self.proto.pop_pull() {
+        // Single-copy pulls the protocol asked for. Cross-memory-attach pulls come in
+        // chunks, one per round, so that frames (a sender's `Help`) are looked at in
+        // between.
+        let mut cma_chunks = 0;
+        while cma_chunks == 0
+            && let Some(p) = self.proto.pop_pull()
+        {
             any = true;
             match p.mem {
                 // Queued on the device; completes through poll below.
@@ -481,10 +500,17 @@ impl Engine {
                     self.proto.pull_done(p.rreq, r);
                 }
                 _ => {
+                    cma_chunks += 1;
                     let r = execute_pull(&p);
                     self.proto.pull_done(p.rreq, r);
                 }
             }
+        }
+        // Shares of this rank's sends that receivers asked it to write.
+        while let Some(p) = self.proto.pop_push() {
+            any = true;
+            let r = cma_write(&p);
+            self.proto.push_done(&p, r);
         }
         // A pull's Fin (or a fallback Cts) goes out in this same round.
         while let Some(f) = self.proto.pop_frame() {
@@ -507,6 +533,12 @@ impl Engine {
                     payload,
                 } => {
                     if let Err(e) = self.proto.on_frame(peer, &header, payload) {
+                        tracing::error!("rank {peer} sent a bad frame: {e}");
+                        self.backlog[peer as usize].clear();
+                    }
+                }
+                Event::RecvPlaced { peer, header, len } => {
+                    if let Err(e) = self.proto.on_frame_placed(peer, &header, len) {
                         tracing::error!("rank {peer} sent a bad frame: {e}");
                         self.backlog[peer as usize].clear();
                     }
@@ -728,6 +760,40 @@ fn cma_read(pid: u32, addr: u64, p: &PullReq) -> Result<(), String> {
         .map_err(|e| format!("process_vm_readv from pid {pid}: {e}"))?;
         if n == 0 {
             return Err(format!("process_vm_readv from pid {pid} read 0 bytes"));
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Write the share `p` into the receiver's memory with cross-memory attach
+/// (`process_vm_writev(2)`), looping over partial writes.
+///
+/// # Errors
+/// As [`cma_read`], or a descriptor that is not [`RemoteMem::HostCma`].
+fn cma_write(p: &crate::protocol::PushReq) -> Result<(), String> {
+    use nix::sys::uio::{RemoteIoVec, process_vm_writev};
+    use std::io::IoSlice;
+    let RemoteMem::HostCma { pid, addr } = p.mem else {
+        return Err(format!("no way to write into {:?}", p.mem));
+    };
+    // SAFETY: `src` is part of a pending send's buffer, borrowed by that request until
+    // it completes, which needs this write's `Pushed` first.
+    let src = unsafe { p.src.as_slice() };
+    let mut done = 0usize;
+    while done < src.len() {
+        let remote = [RemoteIoVec {
+            base: addr as usize + done,
+            len: src.len() - done,
+        }];
+        let n = process_vm_writev(
+            nix::unistd::Pid::from_raw(pid as i32),
+            &[IoSlice::new(&src[done..])],
+            &remote,
+        )
+        .map_err(|e| format!("process_vm_writev to pid {pid}: {e}"))?;
+        if n == 0 {
+            return Err(format!("process_vm_writev to pid {pid} wrote 0 bytes"));
         }
         done += n;
     }

@@ -290,6 +290,8 @@ struct SendReq {
     tag: i32,
     buf: RawBuf,
     state: SendState,
+    /// `Help` was sent for it (`share.rs`).
+    helped: bool,
 }
 
 /// A copy the engine must do for a pull-mode rendezvous: `dst.len()` bytes from the
@@ -317,13 +319,14 @@ impl RawBuf {
 #[derive(Debug)]
 enum RecvState {
     Posted,
-    /// Waiting for the engine to pull `accept` bytes from the sender.
+    /// Pulling `accept` bytes from the sender (`share.rs`).
     Pulling {
         src: u32,
         tag: i32,
         msg_len: u64,
         sreq: u64,
         accept: usize,
+        copy: share::PullCopy,
     },
     /// Matched an Rts and sent Cts; `got` of `accept` bytes arrived.
     Data {
@@ -356,6 +359,15 @@ pub struct Protocol {
     dead: HashMap<u32, Error>,
     matched: Vec<Matched<ReqId, Unexpected>>,
     pulls: VecDeque<PullReq>,
+    /// Writes of shares of pulls this rank sends (`share.rs`).
+    pushes: VecDeque<share::PushReq>,
+    /// `Help` for messages not matched yet: (sender, its send request).
+    early_help: HashSet<(u32, u64)>,
+    /// Peers this rank may write shares into (those it offers its buffers to by cross-
+    /// memory attach, until a write fails).
+    push_to: HashSet<u32>,
+    /// Peers this rank may hand shares of its pulls to (until one fails).
+    share_with: HashSet<u32>,
     /// Peers whose host buffers this rank may read by cross-memory attach.
     pull_from: HashSet<u32>,
     /// Peers to which rendezvous sends offer the buffer for cross-memory attach, and
@@ -398,6 +410,10 @@ impl Protocol {
             dead: HashMap::default(),
             matched: Vec::new(),
             pulls: VecDeque::new(),
+            pushes: VecDeque::new(),
+            early_help: Default::default(),
+            push_to: Default::default(),
+            share_with: Default::default(),
             pull_from: Default::default(),
             offer_to: Default::default(),
             pid: std::process::id(),
@@ -432,81 +448,23 @@ impl Protocol {
     /// cross-memory attach (the `Rts` carries [`RemoteMem::HostCma`]).
     pub fn offer_host_cma(&mut self, peer: u32) {
         self.offer_to.insert(peer);
+        self.push_to.insert(peer);
     }
 
     /// Allow (or forbid) this rank to pull offered buffers of `peer` itself.
     pub fn allow_pull(&mut self, peer: u32, allowed: bool) {
         if allowed {
             self.pull_from.insert(peer);
+            self.share_with.insert(peer);
         } else {
             self.pull_from.remove(&peer);
+            self.share_with.remove(&peer);
         }
     }
 
     /// Next copy the engine must perform for a pull-mode rendezvous.
     pub fn pop_pull(&mut self) -> Option<PullReq> {
         self.pulls.pop_front()
-    }
-
-    /// The engine finished (or failed) the copy of pull `rreq`. On success the receive
-    /// completes and `Fin` goes to the sender; on failure this rank stops pulling from
-    /// that peer and falls back to `Cts` + `Data` for the message.
-    pub fn pull_done(&mut self, rreq: ReqId, result: Result<(), String>) {
-        let Some(r) = self.reqs.recv_mut(rreq) else {
-            return;
-        };
-        let RecvState::Pulling {
-            src,
-            tag,
-            msg_len,
-            sreq,
-            accept,
-        } = r.state
-        else {
-            return;
-        };
-        match result {
-            Ok(()) => {
-                let header = Frame::Fin { sreq }.header(0);
-                self.out.push_back(OutFrame {
-                    peer: src,
-                    header,
-                    payload: Payload::Empty,
-                    on_sent: OnSent::Nothing,
-                });
-                let cap = r.buf.len();
-                self.reqs.take_recv(rreq);
-                self.reqs
-                    .complete(rreq, recv_result(src, tag, msg_len, cap));
-            }
-            Err(why) => {
-                tracing::info!(
-                    "single-copy pull from rank {src} failed ({why}); using copy through the transport from now on"
-                );
-                self.pull_from.remove(&src);
-                self.ipc_from.remove(&src);
-                r.state = RecvState::Data {
-                    src,
-                    tag,
-                    msg_len,
-                    accept,
-                    got: 0,
-                };
-                let header = Frame::Cts {
-                    sreq,
-                    rreq,
-                    accept_len: accept as u64,
-                    mem: RemoteMem::None,
-                }
-                .header(0);
-                self.out.push_back(OutFrame {
-                    peer: src,
-                    header,
-                    payload: Payload::Empty,
-                    on_sent: OnSent::Nothing,
-                });
-            }
-        }
     }
 
     /// Start a send of `buf` to world rank `dst` on context `ctx` with `tag`. Messages
@@ -557,6 +515,7 @@ impl Protocol {
                     tag,
                     buf,
                     state: SendState::Eager,
+                    helped: false,
                 },
             );
         } else {
@@ -604,6 +563,7 @@ impl Protocol {
                     tag,
                     buf,
                     state: SendState::AwaitCts,
+                    helped: false,
                 },
             );
         }
@@ -655,6 +615,7 @@ impl Protocol {
                 tag,
                 buf,
                 state: SendState::Eager,
+                helped: false,
             },
         );
         id
@@ -707,6 +668,7 @@ impl Protocol {
             && self.out.is_empty()
             && self.data_ready.is_empty()
             && self.pulls.is_empty()
+            && self.pushes.is_empty()
             && self.dead.is_empty()
             && self.matcher.quiet()
             && !self.matcher.has_unexpected(pat)
@@ -852,6 +814,87 @@ impl Protocol {
         r
     }
 
+    /// Where the payload of the frame `header` (with `len_bytes` of payload) from
+    /// `peer` may be written directly by a transport: for a `Data` frame of a host
+    /// receive that expects it, that part of the receive buffer (valid until the frame
+    /// is reported with [`Protocol::on_frame_placed`] or the peer fails); `None`
+    /// otherwise (the frame then comes with its own payload to [`Protocol::on_frame`]).
+    pub fn data_target(&self, peer: u32, header: &[u8], len_bytes: usize) -> Option<RawBuf> {
+        let Ok(Some((Frame::Data { rreq, offset }, hlen, plen))) = Frame::decode(header) else {
+            return None;
+        };
+        if hlen != header.len() || plen != len_bytes as u64 {
+            return None;
+        }
+        let r = self.reqs.recv(rreq)?;
+        let RecvState::Data { src, accept, .. } = r.state else {
+            return None;
+        };
+        let end = offset.checked_add(len_bytes as u64)?;
+        if src != peer || end > accept as u64 || !r.buf.is_host() {
+            return None;
+        }
+        Some(RawBuf {
+            ptr: r.buf.ptr.wrapping_add(offset as usize),
+            len: len_bytes,
+            kind: r.buf.kind,
+        })
+    }
+
+    /// A frame arrived from `peer` whose payload (`len_bytes`) a transport wrote to the
+    /// place [`Protocol::data_target`] gave for it.
+    ///
+    /// # Errors
+    /// [`Error::Transport`] when the frame is not the `Data` frame that place was for
+    /// (the peer is then treated as failed).
+    pub fn on_frame_placed(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        len_bytes: usize,
+    ) -> Result<(), Error> {
+        let r = self.on_placed_inner(peer, header, len_bytes);
+        if let Err(e) = &r {
+            self.fail_peer(peer, e.clone());
+        }
+        r
+    }
+
+    fn on_placed_inner(&mut self, peer: u32, header: &[u8], len: usize) -> Result<(), Error> {
+        let bad = |detail: String| Error::Transport {
+            transport: "wire",
+            peer,
+            detail,
+        };
+        let Ok(Some((Frame::Data { rreq, offset }, _, plen))) = Frame::decode(header) else {
+            return Err(bad("a placed payload for a frame that is not Data".into()));
+        };
+        let Some(r) = self.reqs.recv_mut(rreq) else {
+            return Err(bad(format!(
+                "placed Data for unknown receive request {rreq}"
+            )));
+        };
+        let RecvState::Data {
+            src, accept, got, ..
+        } = &mut r.state
+        else {
+            return Err(bad(format!(
+                "placed Data before Cts for receive request {rreq}"
+            )));
+        };
+        let end = offset.checked_add(len as u64);
+        if *src != peer || plen != len as u64 || end.is_none_or(|e| e > *accept as u64) {
+            return Err(bad(format!(
+                "placed Data chunk at offset {offset} of {len} bytes outside the {accept} accepted bytes"
+            )));
+        }
+        *got += len;
+        if *got >= *accept {
+            self.finish_rndv_recv(rreq);
+        }
+        Ok(())
+    }
+
     /// A frame produced earlier was taken by a transport.
     pub fn on_sent(&mut self, what: OnSent) {
         match what {
@@ -919,6 +962,8 @@ impl Protocol {
         }
         self.out.retain(|f| f.peer != peer);
         self.pulls.retain(|p| p.peer != peer);
+        self.pushes.retain(|p| p.peer != peer);
+        self.early_help.retain(|&(p, _)| p != peer);
     }
 
     /// Next control or eager frame to send, in the order produced.
@@ -994,7 +1039,10 @@ impl Protocol {
     /// Whether any output is waiting: frames for [`Protocol::pop_frame`], data for
     /// [`Protocol::next_data`] or copies for [`Protocol::pop_pull`].
     pub fn has_output(&self) -> bool {
-        !self.out.is_empty() || !self.data_ready.is_empty() || !self.pulls.is_empty()
+        !self.out.is_empty()
+            || !self.data_ready.is_empty()
+            || !self.pulls.is_empty()
+            || !self.pushes.is_empty()
     }
 
     /// How many requests have completed so far (a counter: compare two readings to
@@ -1322,6 +1370,20 @@ impl Protocol {
                 }
                 Ok(())
             }
+            Frame::Help { sreq } => {
+                self.on_help(peer, sreq);
+                Ok(())
+            }
+            Frame::Push {
+                sreq,
+                rreq,
+                offset,
+                len,
+                mem,
+            } => self
+                .on_push(peer, sreq, rreq, offset, len, mem)
+                .map_err(bad),
+            Frame::Pushed { rreq, ok } => self.on_pushed(peer, rreq, ok).map_err(bad),
             Frame::Fin { sreq } => {
                 match self.reqs.send(sreq) {
                     Some(s) if s.dst == peer && matches!(s.state, SendState::AwaitCts) => {}
@@ -1383,17 +1445,16 @@ impl Protocol {
                         msg_len,
                         sreq,
                         accept,
-                    };
-                    self.pulls.push_back(PullReq {
-                        rreq: recv,
-                        peer: env.src,
-                        mem,
-                        dst: RawBuf {
-                            ptr: r.buf.ptr,
-                            len: accept,
-                            kind: r.buf.kind,
+                        copy: share::PullCopy {
+                            mem,
+                            pulled: 0,
+                            end: accept,
+                            inflight: 0,
+                            helped: false,
+                            pushing: false,
                         },
-                    });
+                    };
+                    self.start_pull(recv, env.src, sreq, mem);
                     return;
                 }
                 let header = Frame::Cts {
@@ -1463,6 +1524,9 @@ fn recv_result(src: u32, tag: i32, msg_len: u64, cap: usize) -> Result<Status, E
 }
 
 mod reqs;
+mod share;
+
+pub use share::{PULL_CHUNK_BYTES, PushReq, SHARE_MIN_BYTES};
 
 #[cfg(test)]
 mod tests;

@@ -103,7 +103,14 @@ impl<'a> Request<'a> {
             return r;
         }
         let id = self.id;
-        let r = self.runtime().wait_for(|e| e.proto.take_done(id));
+        let is_send = !self.is_recv;
+        let r = self.runtime().wait_for(|e| {
+            if is_send {
+                // Waiting for a large send: offer the receiver a share of the copy.
+                e.proto.help(id);
+            }
+            e.proto.take_done(id)
+        });
         self.done = true;
         self.localize(r)
     }
@@ -171,6 +178,13 @@ pub fn wait_all(reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
 /// Wait for every request and return each one's result, in order (MPI_Waitall with
 /// MPI_ERR_IN_STATUS).
 pub fn wait_all_results(reqs: Vec<Request<'_>>) -> Vec<Result<Status>> {
+    // Every send waited for may help its receiver copy, not only the first one's.
+    if let Some(inner) = reqs.iter().find_map(|r| r.inner.as_ref()) {
+        let mut e = inner.lock();
+        for r in reqs.iter().filter(|r| !r.is_recv && r.ready.is_none()) {
+            e.proto.help(r.id);
+        }
+    }
     reqs.into_iter().map(Request::wait).collect()
 }
 

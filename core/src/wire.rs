@@ -1,11 +1,11 @@
-//! Wire format of protocol frames (sans-IO: bytes in, bytes out), version 1.
+//! Wire format of protocol frames (sans-IO: bytes in, bytes out), version 2.
 //!
 //! Every frame header starts with a 16-byte common prefix, little-endian:
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 0..2 | magic `0x5752` ("RW") |
-//! | 2 | version (1) |
+//! | 2 | version (2) |
 //! | 3 | kind ([`FrameKind`]) |
 //! | 4..6 | header length in bytes, prefix included |
 //! | 6..8 | flags (0) |
@@ -18,13 +18,19 @@
 //! id and how many bytes it accepts; `Data` carries a chunk at an offset; `Fin` ends a
 //! pull-mode rendezvous. `Rts` and `Cts` carry a [`RemoteMem`] descriptor that has room
 //! for a CUDA IPC handle or an RDMA key, so GPU and RDMA paths can use the same frames.
+//! In a pull-mode rendezvous a waiting sender may take a share of the copy: `Help`
+//! (sender: "I am waiting"), `Push` (receiver: "write these bytes to this address"),
+//! `Pushed` (sender: "done", or "could not"); see `protocol/share.rs`.
+//!
+//! Version 2 added `Help`, `Push` and `Pushed`; a build speaking version 1 refuses
+//! their frames as an unsupported version instead of misreading them.
 
 use std::fmt;
 
 /// Magic number opening every frame header ("RW").
 pub const MAGIC: u16 = 0x5752;
 /// Wire protocol version.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Size of the common header prefix in bytes.
 pub const PREFIX_BYTES: usize = 16;
 /// Capacity of a [`HeaderBuf`]: at least the largest header this version encodes (an
@@ -131,6 +137,12 @@ pub enum FrameKind {
     Data = 4,
     /// Finish (pull-mode rendezvous done).
     Fin = 5,
+    /// The sender of a pull-mode rendezvous is waiting for it and can copy.
+    Help = 6,
+    /// The receiver asks the sender to write part of the message itself.
+    Push = 7,
+    /// The sender has written the part a `Push` asked for (or could not).
+    Pushed = 8,
 }
 
 /// Matching information of a message (MPI's envelope, MPI 4.1 §3.2.3) plus the
@@ -229,6 +241,36 @@ pub enum Frame {
         /// Sender's request id.
         sreq: u64,
     },
+    /// Sender → receiver: the sender of pull-mode rendezvous `sreq` is waiting for it to
+    /// complete, so it can take a share of the copy ([`Frame::Push`]).
+    Help {
+        /// Sender's request id.
+        sreq: u64,
+    },
+    /// Receiver → sender: write bytes `offset .. offset + len` of the message of send
+    /// request `sreq` to `mem` (the receiver's buffer at that offset, for receive
+    /// request `rreq`) yourself; the receiver copies the rest. Answered by
+    /// [`Frame::Pushed`].
+    Push {
+        /// Sender's request id.
+        sreq: u64,
+        /// Receiver's request id.
+        rreq: u64,
+        /// First byte of the share, in bytes from the start of the message.
+        offset: u64,
+        /// Bytes of the share.
+        len: u64,
+        /// Where to write it (the receiver's memory).
+        mem: RemoteMem,
+    },
+    /// Sender → receiver: the share a [`Frame::Push`] asked for is written (`ok`), or
+    /// could not be (the receiver copies it itself).
+    Pushed {
+        /// Receiver's request id.
+        rreq: u64,
+        /// Whether the bytes were written.
+        ok: bool,
+    },
 }
 
 /// A frame header that could not be decoded. The peer sent garbage.
@@ -270,6 +312,9 @@ impl Frame {
             Frame::Cts { .. } => FrameKind::Cts,
             Frame::Data { .. } => FrameKind::Data,
             Frame::Fin { .. } => FrameKind::Fin,
+            Frame::Help { .. } => FrameKind::Help,
+            Frame::Push { .. } => FrameKind::Push,
+            Frame::Pushed { .. } => FrameKind::Pushed,
         }
     }
 
@@ -322,7 +367,24 @@ impl Frame {
                 out.put(&rreq.to_le_bytes());
                 out.put(&offset.to_le_bytes());
             }
-            Frame::Fin { sreq } => out.put(&sreq.to_le_bytes()),
+            Frame::Fin { sreq } | Frame::Help { sreq } => out.put(&sreq.to_le_bytes()),
+            Frame::Push {
+                sreq,
+                rreq,
+                offset,
+                len,
+                mem,
+            } => {
+                out.put(&sreq.to_le_bytes());
+                out.put(&rreq.to_le_bytes());
+                out.put(&offset.to_le_bytes());
+                out.put(&len.to_le_bytes());
+                put_mem(out, mem);
+            }
+            Frame::Pushed { rreq, ok } => {
+                out.put(&rreq.to_le_bytes());
+                out.put(&u64::from(*ok).to_le_bytes());
+            }
         }
         let len = (out.pos() - start) as u16;
         out.at(start + 4)[..2].copy_from_slice(&len.to_le_bytes());
@@ -390,7 +452,9 @@ impl Frame {
             2 => PREFIX_BYTES + ENV_BYTES + 16 + 1,
             3 => PREFIX_BYTES + 24 + 1,
             4 => PREFIX_BYTES + 16,
-            5 => PREFIX_BYTES + 8,
+            5 | 6 => PREFIX_BYTES + 8,
+            7 => PREFIX_BYTES + 32 + 1,
+            8 => PREFIX_BYTES + 16,
             k => return Err(WireError::BadKind(k)),
         };
         if hlen < min || hlen > rankwire_transports::MAX_HEADER_BYTES {
@@ -431,8 +495,26 @@ impl Frame {
                 rreq: r.u64().ok_or_else(bad_len)?,
                 offset: r.u64().ok_or_else(bad_len)?,
             },
-            _ => Frame::Fin {
+            5 => Frame::Fin {
                 sreq: r.u64().ok_or_else(bad_len)?,
+            },
+            6 => Frame::Help {
+                sreq: r.u64().ok_or_else(bad_len)?,
+            },
+            7 => Frame::Push {
+                sreq: r.u64().ok_or_else(bad_len)?,
+                rreq: r.u64().ok_or_else(bad_len)?,
+                offset: r.u64().ok_or_else(bad_len)?,
+                len: r.u64().ok_or_else(bad_len)?,
+                mem: r.mem(bad_len)?,
+            },
+            _ => Frame::Pushed {
+                rreq: r.u64().ok_or_else(bad_len)?,
+                ok: match r.u64().ok_or_else(bad_len)? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(bad_len()),
+                },
             },
         };
         if !r.buf.is_empty() {
@@ -624,6 +706,22 @@ pub(crate) mod tests {
                 offset: 1 << 33,
             },
             Frame::Fin { sreq: 4 },
+            Frame::Help { sreq: 9 },
+            Frame::Push {
+                sreq: 9,
+                rreq: 10,
+                offset: 1 << 20,
+                len: (1 << 20) + 3,
+                mem: RemoteMem::HostCma {
+                    pid: 77,
+                    addr: 0x7ffe_0000_0000,
+                },
+            },
+            Frame::Pushed { rreq: 10, ok: true },
+            Frame::Pushed {
+                rreq: 11,
+                ok: false,
+            },
         ]
     }
 

@@ -329,6 +329,17 @@ pub enum Event {
         /// Payload bytes.
         payload: Vec<u8>,
     },
+    /// A whole frame arrived from `peer` whose payload the transport wrote straight into
+    /// the memory the caller named for it (`TcpTransport::place_payload`): `len` bytes
+    /// there, in order with all earlier frames from that peer.
+    RecvPlaced {
+        /// World rank of the sender.
+        peer: u32,
+        /// Header bytes (at most [`MAX_HEADER_BYTES`]).
+        header: Vec<u8>,
+        /// Payload bytes written to the named place.
+        len: usize,
+    },
     /// A one-sided operation ([`RdmaTransport::get`] / [`RdmaTransport::put`]) with
     /// `peer` finished; its local buffer may be used again.
     OpDone {

@@ -213,6 +213,9 @@ fn short(e: &Event) -> String {
         } => format!("Recv(peer {peer}, h {}, p {})", header.len(), payload.len()),
         Event::PeerFailed { peer, error } => format!("PeerFailed({peer}: {error})"),
         Event::OpDone { peer, op, result } => format!("OpDone({peer}, {op}: {result:?})"),
+        Event::RecvPlaced { peer, header, len } => {
+            format!("RecvPlaced(peer {peer}, h {}, p {len})", header.len())
+        }
     }
 }
 

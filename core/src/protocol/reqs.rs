@@ -118,6 +118,14 @@ impl Reqs {
     }
 
     #[inline]
+    pub(super) fn recv(&self, id: ReqId) -> Option<&RecvReq> {
+        match self.slot(id) {
+            Some(Slot::Recv(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    #[inline]
     pub(super) fn recv_mut(&mut self, id: ReqId) -> Option<&mut RecvReq> {
         match self.slot_mut(id) {
             Some(Slot::Recv(r)) => Some(r),

@@ -1,11 +1,19 @@
 //! In-memory N-rank harness: moves frames between sans-IO protocol engines.
 
 use super::*;
+use crate::wire::FrameKind;
 
 struct Net {
     ranks: Vec<Protocol>,
     eager_limit: usize,
     chunk: usize,
+    /// Writes of senders' shares fail (as `process_vm_writev` refused).
+    fail_pushes: bool,
+    /// Bytes moved by pulls and by senders' share writes.
+    pulled: usize,
+    pushed: usize,
+    /// Frames moved, by kind.
+    kinds: Vec<FrameKind>,
 }
 
 impl Net {
@@ -14,6 +22,10 @@ impl Net {
             ranks: (0..n).map(|r| Protocol::new(r, n)).collect(),
             eager_limit: 64,
             chunk: 100,
+            fail_pushes: false,
+            pulled: 0,
+            pushed: 0,
+            kinds: Vec::new(),
         }
     }
 
@@ -29,7 +41,9 @@ impl Net {
         loop {
             let mut any = false;
             for r in 0..self.ranks.len() {
-                while let Some(p) = self.ranks[r].pop_pull() {
+                // One pull per rank and round, as the engine does, so that frames (a
+                // sender's Help) come in between the chunks of a large pull.
+                if let Some(p) = self.ranks[r].pop_pull() {
                     any = true;
                     let res = if fail_pulls {
                         Err("EPERM".to_string())
@@ -45,9 +59,32 @@ impl Net {
                                 p.dst.len(),
                             )
                         };
+                        self.pulled += p.dst.len();
                         Ok(())
                     };
                     self.ranks[r].pull_done(p.rreq, res);
+                }
+                while let Some(p) = self.ranks[r].pop_push() {
+                    any = true;
+                    let res = if self.fail_pushes {
+                        Err("EPERM".to_string())
+                    } else {
+                        let RemoteMem::HostCma { addr, .. } = p.mem else {
+                            panic!("unexpected mem {:?}", p.mem)
+                        };
+                        // SAFETY: the receive is pending (it waits for Pushed), its buffer
+                        // alive; the send buffer too.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                p.src.as_slice().as_ptr(),
+                                addr as *mut u8,
+                                p.src.len(),
+                            )
+                        };
+                        self.pushed += p.src.len();
+                        Ok(())
+                    };
+                    self.ranks[r].push_done(&p, res);
                 }
                 loop {
                     let chunk = self.chunk;
@@ -60,6 +97,9 @@ impl Net {
                     };
                     // SAFETY: the owning request is pending until on_sent below.
                     let payload = unsafe { f.payload.as_slice() }.to_vec();
+                    if let Ok(Some((fr, _, _))) = Frame::decode(&f.header) {
+                        self.kinds.push(fr.kind());
+                    }
                     self.ranks[r].on_sent(f.on_sent);
                     self.ranks[f.peer as usize]
                         .on_frame(r as u32, &f.header, payload)
@@ -591,4 +631,113 @@ fn take_eager_takes_only_what_a_posted_receive_would_match() {
     assert!(!rx.quiet_for(&pat(Some(0), Some(5))));
     assert!(rx.cancel_recv(id));
     assert!(rx.quiet_for(&pat(Some(0), Some(5))));
+}
+
+/// A sender that waits for a large pull-mode send writes a share itself (Help, Push,
+/// Pushed); the bytes are exact either way, a failed write hands the share back and
+/// ends the sharing with that peer, and a forged Push is refused.
+#[test]
+fn senders_share_large_pulls_and_failures_fall_back() {
+    let len = SHARE_MIN_BYTES + 3 * PULL_CHUNK_BYTES + 123;
+    for (help_first, fail_pushes, fail_pulls) in [
+        (false, false, false),
+        (true, false, false),
+        (false, true, false),
+        (false, false, true),
+    ] {
+        let what = format!(
+            "help first {help_first}, failing writes {fail_pushes}, failing pulls {fail_pulls}"
+        );
+        let mut net = Net::new(2);
+        net.fail_pushes = fail_pushes;
+        net.ranks[0].offer_host_cma(1);
+        net.ranks[1].allow_pull(0, true);
+        let data = pattern(len, 3);
+        let mut out = vec![0u8; len];
+        let (s, r) = if help_first {
+            // Help arrives before the receive is posted (the Rts waits unexpected).
+            let s = net.send(0, 1, 4, &data);
+            net.ranks[0].help(s);
+            net.drive();
+            (s, net.recv(1, Some(0), Some(4), &mut out))
+        } else {
+            let r = net.recv(1, Some(0), Some(4), &mut out);
+            let s = net.send(0, 1, 4, &data);
+            net.ranks[0].help(s);
+            (s, r)
+        };
+        net.drive_with(fail_pulls);
+        assert_eq!(net.done(1, r).unwrap().len_bytes, len, "{what}");
+        assert!(out == data, "{what}: bytes");
+        assert!(net.done(0, s).is_ok(), "{what}");
+        let pushes = net.kinds.iter().filter(|k| **k == FrameKind::Push).count();
+        if fail_pulls {
+            assert!(
+                net.kinds.contains(&FrameKind::Data),
+                "{what}: fell back to Data"
+            );
+        } else {
+            assert_eq!(pushes, 1, "{what}");
+            assert_eq!(
+                net.pulled + net.pushed,
+                len,
+                "{what}: each byte copied once"
+            );
+            if fail_pushes {
+                assert_eq!(net.pushed, 0, "{what}");
+            } else {
+                assert!(
+                    net.pushed >= SHARE_MIN_BYTES / 2,
+                    "{what}: the sender's share"
+                );
+            }
+        }
+        // The next message: shared again unless a write (or a pull) failed before.
+        net.kinds.clear();
+        let mut out2 = vec![0u8; len];
+        let r2 = net.recv(1, Some(0), Some(4), &mut out2);
+        let s2 = net.send(0, 1, 4, &data);
+        net.ranks[0].help(s2);
+        net.drive_with(fail_pulls);
+        assert!(
+            net.done(1, r2).is_ok() && out2 == data,
+            "{what}: second message"
+        );
+        assert!(net.done(0, s2).is_ok());
+        let pushes = net.kinds.iter().filter(|k| **k == FrameKind::Push).count();
+        assert_eq!(
+            pushes,
+            usize::from(!fail_pushes && !fail_pulls),
+            "{what}: second Push"
+        );
+    }
+
+    // Without help (a send nobody waits for yet) the receiver pulls everything.
+    let mut net = Net::new(2);
+    net.ranks[0].offer_host_cma(1);
+    net.ranks[1].allow_pull(0, true);
+    let data = pattern(len, 9);
+    let mut out = vec![0u8; len];
+    let r = net.recv(1, Some(0), Some(4), &mut out);
+    let s = net.send(0, 1, 4, &data);
+    net.drive();
+    assert!(net.done(1, r).is_ok() && out == data && net.done(0, s).is_ok());
+    assert_eq!((net.pulled, net.pushed), (len, 0));
+
+    // A Push for bytes beyond the send buffer is a protocol error, not a write.
+    let mut net = Net::new(2);
+    net.ranks[0].offer_host_cma(1);
+    let s = net.send(0, 1, 4, &data);
+    net.ranks[0].help(s);
+    while net.ranks[0].pop_frame().is_some() {}
+    let forged = Frame::Push {
+        sreq: s,
+        rreq: 1,
+        offset: len as u64 - 10,
+        len: 11,
+        mem: RemoteMem::HostCma { pid: 1, addr: 4096 },
+    }
+    .header(0);
+    assert!(net.ranks[0].on_frame(1, &forged, vec![]).is_err());
+    assert!(net.ranks[0].pop_push().is_none());
 }

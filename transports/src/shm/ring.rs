@@ -83,7 +83,7 @@ const RESERVE_BYTES: u64 = RECORD_ALIGN as u64;
 
 /// Payloads of at least this many bytes are placed at their source's offset within a
 /// cache line (module doc, "Records").
-pub(super) const ALIGN_PAYLOAD_MIN: usize = 128;
+pub(super) const ALIGN_PAYLOAD_MIN: usize = 4096;
 
 /// Bytes a frame of `header_len` + `pad` + `payload_len` occupies in a ring (envelope
 /// and trailing padding included).

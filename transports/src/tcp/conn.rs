@@ -16,8 +16,11 @@
 //! # Input
 //! Reads go into a 256 KiB per-connection buffer (allocated on first use, reused), from
 //! which complete frames are cut. A frame whose payload is at least
-//! [`DIRECT_READ_MIN_BYTES`] and is not yet complete gets its final payload `Vec` at once;
-//! the rest of the payload is read straight into it (one copy less for big messages).
+//! [`DIRECT_READ_MIN_BYTES`] and is not yet complete is read into a place of its own:
+//! with placement on (`TcpTransport::set_place_payloads`) the connection stops after
+//! its header until the caller names the place (its final memory, e.g. the receive
+//! buffer of a rendezvous: no copy at all, and no allocation), otherwise a `Vec` of the
+//! payload's size; the rest of the payload is read straight into it.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -92,12 +95,25 @@ pub(crate) enum ConnError {
     Malformed(String),
 }
 
-// A big frame being read straight into its payload Vec.
+// A big frame being read straight into its place.
 struct Partial {
     header: Vec<u8>,
-    payload: Vec<u8>,
     len: usize,
+    dest: Dest,
 }
+
+// Where a big frame's payload goes: not decided yet (the bytes read so far), its own
+// Vec, or memory the caller named (`got` bytes written).
+enum Dest {
+    Undecided(Vec<u8>),
+    Owned(Vec<u8>),
+    Placed { ptr: *mut u8, got: usize },
+}
+
+// SAFETY: `Placed` memory is owned by a pending request of the caller, which keeps it
+// valid and untouched until the frame is delivered; the connection is driven by one
+// thread at a time.
+unsafe impl Send for Dest {}
 
 /// One established, nonblocking connection to one peer.
 pub(crate) struct Conn {
@@ -111,6 +127,8 @@ pub(crate) struct Conn {
     start: usize,
     end: usize,
     partial: Option<Partial>,
+    /// Big payloads wait for a place (module doc, "Input").
+    pub(crate) place: bool,
 }
 
 impl Conn {
@@ -124,7 +142,52 @@ impl Conn {
             start: 0,
             end: 0,
             partial: None,
+            place: false,
         }
+    }
+
+    /// The header and payload length of a big frame waiting for its place.
+    pub(crate) fn undecided(&self) -> Option<(&[u8], usize)> {
+        match &self.partial {
+            Some(Partial {
+                header,
+                len,
+                dest: Dest::Undecided(_),
+            }) => Some((header, *len)),
+            _ => None,
+        }
+    }
+
+    /// Name the place of the waiting frame's payload: `dst` (the frame is then delivered
+    /// as [`Event::RecvPlaced`]), or `None` for a `Vec` of its own ([`Event::Recv`]).
+    ///
+    /// # Safety
+    /// `dst` (if given) is valid for writes of the payload's length and nothing else
+    /// touches it until the frame is delivered or the connection fails.
+    pub(crate) unsafe fn decide(&mut self, dst: Option<*mut u8>) {
+        let Some(p) = self.partial.as_mut() else {
+            return;
+        };
+        let Dest::Undecided(prefix) = &mut p.dest else {
+            return;
+        };
+        let prefix = std::mem::take(prefix);
+        p.dest = match dst {
+            Some(ptr) => {
+                // SAFETY: `prefix.len() <= len` and the caller's contract covers `len`
+                // bytes at `ptr`.
+                unsafe { std::ptr::copy_nonoverlapping(prefix.as_ptr(), ptr, prefix.len()) };
+                Dest::Placed {
+                    ptr,
+                    got: prefix.len(),
+                }
+            }
+            None => {
+                let mut v = prefix;
+                v.reserve_exact(p.len - v.len());
+                Dest::Owned(v)
+            }
+        };
     }
 
     pub(crate) fn fd(&self) -> RawFd {
@@ -240,26 +303,57 @@ impl Conn {
         let mut total = 0;
         while total < READ_BUDGET_BYTES {
             if let Some(p) = &mut self.partial {
-                let want = p.len - p.payload.len();
-                let n = match sys::recv_append(self.stream.as_raw_fd(), &mut p.payload, want) {
-                    Ok(0) => {
+                let fd = self.stream.as_raw_fd();
+                let (have, res) = match &mut p.dest {
+                    // Wait until the caller names the place.
+                    Dest::Undecided(_) => return Ok(total),
+                    Dest::Owned(v) => {
+                        let want = p.len - v.len();
+                        (v.len(), (want > 0).then(|| sys::recv_append(fd, v, want)))
+                    }
+                    Dest::Placed { ptr, got } => {
+                        let want = p.len - *got;
+                        // SAFETY: `decide`'s contract: `len` bytes at `ptr` are ours.
+                        let r =
+                            (want > 0).then(|| unsafe { sys::recv_raw(fd, ptr.add(*got), want) });
+                        if let Some(Ok(n)) = r {
+                            *got += n;
+                        }
+                        (*got, r)
+                    }
+                };
+                let want = p.len - have;
+                let n = match res {
+                    None => 0,
+                    Some(Ok(0)) => {
                         return Err(ConnError::Closed(Some(format!(
-                            "in the middle of a frame ({} of {} payload bytes)",
-                            p.payload.len(),
+                            "in the middle of a frame ({have} of {} payload bytes)",
                             p.len
                         ))));
                     }
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(total),
-                    Err(e) => return Err(ConnError::Io(e)),
+                    Some(Ok(n)) => n,
+                    Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => return Ok(total),
+                    Some(Err(e)) => return Err(ConnError::Io(e)),
                 };
                 total += n;
-                if p.payload.len() == p.len {
+                let done = match &p.dest {
+                    Dest::Owned(v) => v.len() == p.len,
+                    Dest::Placed { got, .. } => *got == p.len,
+                    Dest::Undecided(_) => false,
+                };
+                if done {
                     if let Some(p) = self.partial.take() {
-                        events.push(Event::Recv {
-                            peer,
-                            header: p.header,
-                            payload: p.payload,
+                        events.push(match p.dest {
+                            Dest::Owned(payload) => Event::Recv {
+                                peer,
+                                header: p.header,
+                                payload,
+                            },
+                            _ => Event::RecvPlaced {
+                                peer,
+                                header: p.header,
+                                len: p.len,
+                            },
                         });
                     }
                 } else if n < want {
@@ -338,12 +432,18 @@ impl Conn {
                 });
                 self.start = p0 + pl;
             } else if pl >= DIRECT_READ_MIN_BYTES && avail >= ENVELOPE_LEN + hl {
-                let mut payload = Vec::with_capacity(pl);
-                payload.extend_from_slice(&self.inbuf[p0..self.end]);
+                let prefix = self.inbuf[p0..self.end].to_vec();
+                let dest = if self.place {
+                    Dest::Undecided(prefix)
+                } else {
+                    let mut payload = Vec::with_capacity(pl);
+                    payload.extend_from_slice(&prefix);
+                    Dest::Owned(payload)
+                };
                 self.partial = Some(Partial {
                     header: self.inbuf[h0..p0].to_vec(),
-                    payload,
                     len: pl,
+                    dest,
                 });
                 self.start = self.end;
                 break;

@@ -43,6 +43,14 @@
 //! early, both without losing wake-ups. The syscall surface is small and wrapped once in
 //! `sys.rs` (`epoll_*`, `recv` into a `Vec`'s spare capacity, and `sendmsg` through nix).
 //!
+//! # Placing big payloads
+//! With [`TcpTransport::set_place_payloads`] (the core's engine turns it on), a frame with
+//! a payload of at least 32 KiB stops its connection after the header until the caller
+//! says where the payload goes ([`TcpTransport::awaiting_place`],
+//! [`TcpTransport::place_payload`]): rendezvous `Data` is then read from the socket
+//! straight into the receive buffer and reported as [`Event::RecvPlaced`], with no copy
+//! and no allocation (a fresh 4 MiB `Vec` per frame also cost 1024 page faults).
+//!
 //! # Sending and back-pressure
 //! `send` writes the frame directly with one gather `sendmsg` when nothing is queued for
 //! that peer and copies only the unwritten rest; otherwise it copies the frame into the
@@ -131,6 +139,8 @@ pub struct TcpTransport {
     writers: usize,
     quiesced: bool,
     local_addrs: Vec<SocketAddr>,
+    /// Big payloads wait for a place (`set_place_payloads`).
+    place: bool,
 }
 
 // Per-rank state. `Failed` keeps the error for later `send`s; `Closed` is a peer that
@@ -287,6 +297,7 @@ impl TcpTransport {
             writers: 0,
             quiesced: false,
             local_addrs,
+            place: false,
         })
     }
 
@@ -426,6 +437,48 @@ impl TcpTransport {
             self.fail(peer, cause, events);
         }
         moved > 0 || events.len() > before
+    }
+}
+
+impl TcpTransport {
+    /// Let the caller name where big payloads go (`on`): a connection then stops after
+    /// the header of a frame with a payload of at least 32 KiB until
+    /// [`TcpTransport::place_payload`] says where it goes ([`TcpTransport::awaiting_place`]
+    /// lists them). Off (the default): such payloads get a `Vec` of their own.
+    pub fn set_place_payloads(&mut self, on: bool) {
+        for slot in self.peers.iter_mut() {
+            if let Slot::Open(c) = slot {
+                c.place = on;
+            }
+        }
+        self.place = on;
+    }
+
+    /// A frame waiting for the place of its payload: peer, header, payload length.
+    pub fn awaiting_place(&self) -> Option<(u32, &[u8], usize)> {
+        if !self.place {
+            return None;
+        }
+        self.open
+            .iter()
+            .find_map(|&p| match self.peers.get(p as usize) {
+                Some(Slot::Open(c)) => c.undecided().map(|(h, l)| (p, h, l)),
+                _ => None,
+            })
+    }
+
+    /// Name the place of the payload of `peer`'s waiting frame: `dst`, which then
+    /// receives the payload directly and the frame comes as [`Event::RecvPlaced`], or
+    /// `None` for an [`Event::Recv`] with a `Vec` of its own.
+    ///
+    /// # Safety
+    /// `dst` (if given) is valid for writes of the payload's length, and nothing else
+    /// reads or writes it until that frame is delivered or the peer has failed.
+    pub unsafe fn place_payload(&mut self, peer: u32, dst: Option<*mut u8>) {
+        if let Some(Slot::Open(c)) = self.peers.get_mut(peer as usize) {
+            // SAFETY: forwarded to the caller.
+            unsafe { c.decide(dst) };
+        }
     }
 }
 

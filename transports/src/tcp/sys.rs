@@ -135,6 +135,25 @@ pub(crate) fn recv_append(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Resul
     }
 }
 
+/// Nonblocking `recv` of up to `len` bytes into raw memory at `dst`.
+///
+/// # Safety
+/// `dst` is valid for writes of `len` bytes and nothing else accesses them meanwhile.
+pub(crate) unsafe fn recv_raw(fd: RawFd, dst: *mut u8, len: usize) -> io::Result<usize> {
+    loop {
+        // SAFETY: forwarded to the caller; recv writes at most `len` bytes at `dst`.
+        let n = unsafe { libc::recv(fd, dst.cast::<libc::c_void>(), len, libc::MSG_DONTWAIT) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(n as usize);
+    }
+}
+
 /// Nonblocking gather write (`sendmsg` with `MSG_NOSIGNAL | MSG_DONTWAIT`): like
 /// `writev`, but a peer that has gone away yields `EPIPE` instead of killing the process
 /// with SIGPIPE. Returns the bytes written; `EINTR` is retried.
