@@ -59,6 +59,8 @@ pub(crate) struct Paths {
     pub(crate) peers: Vec<PeerPath>,
     /// Single copy for large same-node host messages: `Err(reason)` when off.
     pub(crate) cma: std::result::Result<(), String>,
+    /// A waiting sender copies a share of large same-node host messages.
+    pub(crate) share: bool,
     /// Device memory usable at all: `Err(reason)` when not.
     pub(crate) gpu: std::result::Result<(), String>,
     /// CUDA IPC for same-node device memory: `Err(reason)` when off.
@@ -114,6 +116,13 @@ impl Paths {
                         "eager <= {} B into pre-posted registered slots; above: rendezvous by \
                          RDMA READ of the registered send buffer",
                         p.eager_bytes
+                    ),
+                    _ if p.same_node && self.cma.is_ok() && self.share => format!(
+                        "eager <= {} B; above: rendezvous, single copy (cma, process_vm_readv; \
+                         from {} KiB a waiting sender writes half)",
+                        p.eager_bytes,
+                        (crate::protocol::SHARE_MIN_BYTES + crate::protocol::PULL_CHUNK_BYTES)
+                            >> 10
                     ),
                     _ if p.same_node && self.cma.is_ok() => format!(
                         "eager <= {} B; above: rendezvous, single copy (cma, process_vm_readv)",
@@ -314,6 +323,7 @@ mod tests {
                 },
             ],
             cma: Err("RANKWIRE_CMA=0".into()),
+            share: false,
             gpu: Err("GPU support not built".into()),
             cuda_ipc: Err("RANKWIRE_CUDA_IPC=0".into()),
             rdma: Err("not built / no device".into()),

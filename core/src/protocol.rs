@@ -462,6 +462,20 @@ impl Protocol {
         }
     }
 
+    /// Allow (or forbid) shares of large cross-memory-attach copies with `peer` in both
+    /// directions: this rank writing a share of its sends into `peer`, and handing
+    /// `peer` a share of its pulls (`share.rs`). On by default where the buffers are
+    /// offered and pulled.
+    pub fn allow_sharing(&mut self, peer: u32, allowed: bool) {
+        if allowed {
+            self.push_to.insert(peer);
+            self.share_with.insert(peer);
+        } else {
+            self.push_to.remove(&peer);
+            self.share_with.remove(&peer);
+        }
+    }
+
     /// Next copy the engine must perform for a pull-mode rendezvous.
     pub fn pop_pull(&mut self) -> Option<PullReq> {
         self.pulls.pop_front()

@@ -649,6 +649,8 @@ fn build(joined: Joined) -> Result<Universe> {
     // (process_vm_readv); a receiver that is refused falls back to copying through the
     // transport. RANKWIRE_CMA=0 turns it off.
     let cma = env_switch("RANKWIRE_CMA") != Some(false);
+    // A sender waiting for a large single-copy send writes a share itself (share.rs).
+    let share = cma && env_switch("RANKWIRE_CMA_SHARE") != Some(false);
     let gpu_state = enable_gpu(&mut engine);
     if let (Ok(()), Some(t), Some(cfg)) = (&gpu_state, engine.rdma(), rdma_cfg.as_ref()) {
         gdr_choice(rank, t, cfg)?;
@@ -688,6 +690,7 @@ fn build(joined: Joined) -> Result<Universe> {
         } else {
             Err("turned off by RANKWIRE_CMA=0".into())
         },
+        share,
         gpu: gpu_state,
         cuda_ipc: ipc_state,
         rdma: rdma_state,
@@ -702,6 +705,7 @@ fn build(joined: Joined) -> Result<Universe> {
         }
         engine.proto.offer_host_cma(r);
         engine.proto.allow_pull(r, cma);
+        engine.proto.allow_sharing(r, share);
         tracing::debug!(
             "rank {rank} <- rank {r}: large host messages by {}",
             if cma {
@@ -745,6 +749,7 @@ fn singleton() -> Universe {
             eager_bytes: engine.eager_limit(0),
         }],
         cma: Err("no other rank".into()),
+        share: false,
         cuda_ipc: Err("no other rank".into()),
         rdma: Err("no other rank".into()),
         gpu,
