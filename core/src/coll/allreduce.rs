@@ -34,17 +34,18 @@ impl Communicator {
     ) -> Result<()> {
         let op = op.into();
         let bytes = std::mem::size_of_val(send);
-        if let (Ok(algo), Ok(red)) = (
-            self.st
+        if op.is_defined()
+            && recv.len() == send.len()
+            && let Ok(algo) = self
+                .st
                 .cfg
-                .allreduce(self.size(), bytes, op.is_commutative()),
-            op.reducer(),
-        ) && recv.len() == send.len()
+                .allreduce(self.size(), bytes, op.is_commutative())
             && let Some(r) = self.allreduce_direct(
                 algo,
                 bytemuck::cast_slice(send),
                 bytemuck::cast_slice_mut(recv),
-                &red,
+                std::mem::size_of::<T>(),
+                &|s: &[u8], d: &mut [u8], left: bool| op.apply_bytes(s, d, left),
             )
         {
             return r;

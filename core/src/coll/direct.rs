@@ -18,7 +18,6 @@
 //! when nothing else is pending ([`crate::engine::Engine::recv_direct`]), else it is
 //! posted and waited for.
 
-use super::ops::Reducer;
 use super::select::{AllreduceAlgo, pof2_floor};
 use super::{advance_active, tag_base};
 use crate::comm::{COLL_CTX_BIT, Communicator};
@@ -26,6 +25,10 @@ use crate::engine::SendStart;
 use crate::error::{Error, MatchError, Result};
 use crate::matching::Pattern;
 use crate::protocol::{RawBuf, Status};
+
+/// `dst = src ∘ dst` (`true`: `src` on the left) or `dst = dst ∘ src` on byte slices
+/// of whole elements ([`super::ops::ReduceOp::apply_bytes`]).
+pub(crate) type Combine<'a> = &'a dyn Fn(&[u8], &mut [u8], bool);
 
 /// Largest vector (bytes) an allreduce takes this path for (above it the message costs
 /// dominate anyway, and the cost model moves to other algorithms).
@@ -64,14 +67,15 @@ impl Communicator {
         algo: AllreduceAlgo,
         send: &[u8],
         recv: &mut [u8],
-        red: &Reducer,
+        elem_bytes: usize,
+        red: Combine<'_>,
     ) -> Option<Result<()>> {
         let bytes = send.len();
         if self.st.cfg.check
             || algo != AllreduceAlgo::RecursiveDoubling
             || bytes != recv.len()
             || bytes > MAX_DIRECT_ALLREDUCE_BYTES
-            || red.elem_bytes == 0
+            || elem_bytes == 0
         {
             return None;
         }
@@ -96,7 +100,7 @@ impl Communicator {
         tag: i32,
         send: &[u8],
         all: &mut [u8],
-        red: &Reducer,
+        red: Combine<'_>,
     ) -> Result<()> {
         const WHAT: &str = "allreduce";
         let (me, p) = (self.rank(), self.size());
@@ -105,11 +109,12 @@ impl Communicator {
         // Whether `all` holds this rank's partial result yet (else it is `send`).
         let mut in_all = false;
         // A temporary is needed from the second exchange on (more than 2 ranks).
-        let mut stack = [0u64; STACK_TMP_BYTES / 8];
+        let mut stack: [u64; STACK_TMP_BYTES / 8];
         let mut heap = Vec::new();
         let tmp: &mut [u8] = if p <= 2 {
             &mut []
         } else if send.len() <= STACK_TMP_BYTES {
+            stack = [0; STACK_TMP_BYTES / 8];
             &mut bytemuck::cast_slice_mut::<u64, u8>(&mut stack)[..send.len()]
         } else {
             heap.resize(send.len().div_ceil(8), 0u64);
@@ -123,7 +128,7 @@ impl Communicator {
             } else {
                 self.exchange(WHAT, tag, usize::MAX, &[], me - 1, all)?;
                 // all = a_{me-1} ∘ a_me
-                red.apply(send, all, false);
+                red(send, all, false);
                 in_all = true;
                 Some(me / 2)
             }
@@ -139,11 +144,11 @@ impl Communicator {
                 let partner_left = nr & mask != 0;
                 if in_all {
                     self.exchange(WHAT, tag, partner, all, partner, tmp)?;
-                    red.apply(tmp, all, partner_left);
+                    red(tmp, all, partner_left);
                 } else {
                     self.exchange(WHAT, tag, partner, send, partner, all)?;
                     // `all` holds the partner's; ours (`send`) goes on the other side.
-                    red.apply(send, all, !partner_left);
+                    red(send, all, !partner_left);
                     in_all = true;
                 }
                 mask <<= 1;

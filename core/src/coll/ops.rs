@@ -397,6 +397,25 @@ impl<T: Pod> ReduceOp<T> {
         }
     }
 
+    /// [`ReduceOp::apply`] on byte slices holding whole elements (no allocation: the
+    /// small collectives of `direct.rs` call it directly).
+    #[inline]
+    pub(crate) fn apply_bytes(&self, src: &[u8], dst: &mut [u8], src_left: bool) {
+        apply_bytes::<T>(src, dst, |s, d| self.apply(s, d, src_left))
+    }
+
+    /// Whether the operation is defined on `T` (false for a built-in one that is not).
+    #[inline]
+    pub(crate) fn is_defined(&self) -> bool {
+        !matches!(
+            self.kind,
+            Kind::Builtin {
+                supported: false,
+                ..
+            }
+        )
+    }
+
     /// Type-erased form used by collective schedules.
     ///
     /// # Errors
