@@ -1,0 +1,603 @@
+//! The receive side of the protocol: posting receives (and the blocking receive's fast
+//! path), probes, and every arriving frame: matching, eager delivery, rendezvous
+//! `Cts`/`Data` (copied or placed by the transport), and the shared-copy frames
+//! (`share.rs`).
+
+use super::*;
+
+impl Protocol {
+    /// Whether a receive for `pat` may take its message straight from a transport with
+    /// [`Protocol::take_eager`] (the fast path of a blocking receive): no request is
+    /// pending, nothing is queued to send, no peer has failed, and no message is
+    /// waiting that `pat` accepts or that arrived ahead of its turn. Then the next
+    /// in-order message `pat` accepts is the receive's, as if it had been posted.
+    #[inline]
+    pub fn quiet_for(&self, pat: &Pattern) -> bool {
+        self.reqs.live() == 0
+            && self.out.is_empty()
+            && self.data_ready.is_empty()
+            && self.pulls.is_empty()
+            && self.pushes.is_empty()
+            && self.dead.is_empty()
+            && self.matcher.quiet()
+            && !self.matcher.has_unexpected(pat)
+    }
+
+    /// With [`Protocol::quiet_for`]`(pat)` true: if the frame `header` + `payload` from
+    /// `peer` is the next in-order `Eager` message `pat` accepts, receive it into the
+    /// host buffer `buf` (truncation as in MPI: the first `buf.len()` bytes, and
+    /// [`MatchError::Truncated`]) and return the result. `None` for any other frame,
+    /// and nothing changes (process it with [`Protocol::on_frame`] after posting the
+    /// receive with [`Protocol::irecv`]).
+    #[inline]
+    pub fn take_eager(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        payload: &InPayload<'_>,
+        pat: &Pattern,
+        buf: RawBuf,
+    ) -> Option<Result<Status, Error>> {
+        let (env, plen) = Frame::decode_eager(header)?;
+        if plen != payload.len() as u64
+            || env.src != peer
+            || !buf.is_host()
+            || !pat.accepts(&env)
+            || !self.matcher.take_in_order(&env)
+        {
+            return None;
+        }
+        let cap = buf.len();
+        Some(
+            match self.write_payload(buf, 0, payload, payload.len().min(cap)) {
+                Ok(()) => recv_result(env.src, env.tag, plen, cap),
+                Err(e) => Err(e),
+            },
+        )
+    }
+
+    /// Post a receive into `buf` for messages accepted by `pat`.
+    pub fn irecv(&mut self, pat: Pattern, buf: RawBuf) -> ReqId {
+        let id = self.alloc_id();
+        if let Some(src) = pat.src
+            && let Some(e) = self.dead.get(&src)
+        {
+            self.reqs.complete(id, Err(e.clone()));
+            return id;
+        }
+        self.reqs.set_recv(
+            id,
+            RecvReq {
+                pat,
+                buf,
+                state: RecvState::Posted,
+            },
+        );
+        if let Some(m) = self.matcher.post(pat, id) {
+            self.deliver(m);
+        } else if pat.src.is_none()
+            && let Some(e) = self.dead.values().next().cloned()
+        {
+            // Nothing waiting matched, and a peer that might have been the sender is
+            // gone: fail now rather than wait forever (compare MPI 4.1 fault tolerance
+            // proposals, MPI_ERR_PROC_FAILED_PENDING).
+            self.matcher.cancel(id);
+            self.reqs.take_recv(id);
+            self.reqs.complete(id, Err(e));
+        }
+        id
+    }
+
+    /// Receive a message removed by [`Protocol::improbe`] into `buf`.
+    pub fn mrecv(&mut self, msg: ProbedMessage, buf: RawBuf) -> ReqId {
+        let id = self.alloc_id();
+        let pat = Pattern {
+            ctx: msg.env.ctx,
+            src: Some(msg.env.src),
+            tag: Some(msg.env.tag),
+        };
+        if !msg.peer_ok
+            && let Some(e) = self.dead.get(&msg.env.src)
+        {
+            self.reqs.complete(id, Err(e.clone()));
+            return id;
+        }
+        self.reqs.set_recv(
+            id,
+            RecvReq {
+                pat,
+                buf,
+                state: RecvState::Posted,
+            },
+        );
+        self.deliver(Matched {
+            recv: id,
+            env: msg.env,
+            msg: msg.body,
+        });
+        id
+    }
+
+    /// Status of the earliest unexpected message `pat` accepts (MPI_Iprobe).
+    pub fn iprobe(&self, pat: &Pattern) -> Option<Status> {
+        self.matcher.probe(pat).map(|(env, body)| Status {
+            source: env.src,
+            tag: env.tag,
+            len_bytes: body.len() as usize,
+        })
+    }
+
+    /// Remove the earliest unexpected message `pat` accepts (MPI_Improbe).
+    pub fn improbe(&mut self, pat: &Pattern) -> Option<ProbedMessage> {
+        self.matcher.take(pat).map(|(env, body)| ProbedMessage {
+            env,
+            body,
+            peer_ok: true,
+        })
+    }
+
+    /// A frame arrived from `peer`: its header bytes and its payload, owned
+    /// (`Vec<u8>`) or lent by the transport ([`InPayload`]; the payload is copied
+    /// straight into a matching receive buffer, or into the unexpected message queue).
+    ///
+    /// # Errors
+    /// [`Error::Transport`] when the frame is malformed or inconsistent with the
+    /// protocol state (the peer is then treated as failed).
+    #[inline]
+    pub fn on_frame<'a>(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        payload: impl Into<InPayload<'a>>,
+    ) -> Result<(), Error> {
+        let r = self.on_frame_inner(peer, header, payload.into());
+        if let Err(e) = &r {
+            self.fail_peer(peer, e.clone());
+        }
+        r
+    }
+
+    /// Where the payload of the frame `header` (with `len_bytes` of payload) from
+    /// `peer` may be written directly by a transport: for a `Data` frame of a host
+    /// receive that expects it, that part of the receive buffer (valid until the frame
+    /// is reported with [`Protocol::on_frame_placed`] or the peer fails); `None`
+    /// otherwise (the frame then comes with its own payload to [`Protocol::on_frame`]).
+    pub fn data_target(&self, peer: u32, header: &[u8], len_bytes: usize) -> Option<RawBuf> {
+        let Ok(Some((Frame::Data { rreq, offset }, hlen, plen))) = Frame::decode(header) else {
+            return None;
+        };
+        if hlen != header.len() || plen != len_bytes as u64 {
+            return None;
+        }
+        let r = self.reqs.recv(rreq)?;
+        let RecvState::Data { src, accept, .. } = r.state else {
+            return None;
+        };
+        let end = offset.checked_add(len_bytes as u64)?;
+        if src != peer || end > accept as u64 || !r.buf.is_host() {
+            return None;
+        }
+        Some(RawBuf {
+            ptr: r.buf.ptr.wrapping_add(offset as usize),
+            len: len_bytes,
+            kind: r.buf.kind,
+        })
+    }
+
+    /// A frame arrived from `peer` whose payload (`len_bytes`) a transport wrote to the
+    /// place [`Protocol::data_target`] gave for it.
+    ///
+    /// # Errors
+    /// [`Error::Transport`] when the frame is not the `Data` frame that place was for
+    /// (the peer is then treated as failed).
+    pub fn on_frame_placed(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        len_bytes: usize,
+    ) -> Result<(), Error> {
+        let r = self.on_placed_inner(peer, header, len_bytes);
+        if let Err(e) = &r {
+            self.fail_peer(peer, e.clone());
+        }
+        r
+    }
+
+    pub(super) fn on_placed_inner(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        len: usize,
+    ) -> Result<(), Error> {
+        let bad = |detail: String| Error::Transport {
+            transport: "wire",
+            peer,
+            detail,
+        };
+        let Ok(Some((Frame::Data { rreq, offset }, _, plen))) = Frame::decode(header) else {
+            return Err(bad("a placed payload for a frame that is not Data".into()));
+        };
+        let Some(r) = self.reqs.recv_mut(rreq) else {
+            return Err(bad(format!(
+                "placed Data for unknown receive request {rreq}"
+            )));
+        };
+        let RecvState::Data {
+            src, accept, got, ..
+        } = &mut r.state
+        else {
+            return Err(bad(format!(
+                "placed Data before Cts for receive request {rreq}"
+            )));
+        };
+        let end = offset.checked_add(len as u64);
+        if *src != peer || plen != len as u64 || end.is_none_or(|e| e > *accept as u64) {
+            return Err(bad(format!(
+                "placed Data chunk at offset {offset} of {len} bytes outside the {accept} accepted bytes"
+            )));
+        }
+        *got += len;
+        if *got >= *accept {
+            self.finish_rndv_recv(rreq);
+        }
+        Ok(())
+    }
+
+    /// Write `src` at `offset` of a pending receive's buffer, host or device.
+    pub(super) fn write_buf(
+        &mut self,
+        buf: RawBuf,
+        offset: usize,
+        src: &[u8],
+    ) -> Result<(), Error> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        if buf.is_host() {
+            // SAFETY: callers check offset + len <= buf.len(); the receive is pending.
+            unsafe { buf.write_at(offset, src) };
+            return Ok(());
+        }
+        match self.device.as_mut() {
+            Some(d) => d
+                .copy_to_device(buf, offset, src)
+                .map_err(|e| Error::Gpu(format!("copy into the {} receive buffer: {e}", buf.kind))),
+            None => Err(no_gpu(buf.kind)),
+        }
+    }
+
+    /// Write the first `n` bytes of `payload` at `offset` of a pending receive's
+    /// buffer, host or device. Callers check `offset + n <= buf.len()` and
+    /// `n <= payload.len()`.
+    #[inline]
+    pub(super) fn write_payload(
+        &mut self,
+        buf: RawBuf,
+        offset: usize,
+        payload: &InPayload<'_>,
+        n: usize,
+    ) -> Result<(), Error> {
+        if n == 0 {
+            return Ok(());
+        }
+        if buf.is_host() {
+            debug_assert!(offset + n <= buf.len);
+            // SAFETY: callers check the bounds; the receive is pending, so its buffer is
+            // borrowed exclusively by it.
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf.ptr.add(offset), n) };
+            payload.copy_to(dst);
+            return Ok(());
+        }
+        let mut res = Ok(());
+        payload.for_each_piece(|o, piece| {
+            if res.is_ok() && o < n {
+                let piece = &piece[..piece.len().min(n - o)];
+                res = self.write_buf(buf, offset + o, piece);
+            }
+        });
+        res
+    }
+
+    /// An eager message arrived: straight into a posted receive when one matches in
+    /// order (copied once, from wherever the transport holds it), else into the
+    /// unexpected message queue.
+    #[inline]
+    pub(super) fn arrive_eager(&mut self, env: Envelope, payload: InPayload<'_>) {
+        if let Some(recv) = self.matcher.arrive_matched(&env, &mut self.matched) {
+            self.deliver_eager(recv, env, &payload);
+        } else {
+            self.matcher.arrive(
+                env,
+                Unexpected::Eager(payload.into_vec()),
+                &mut self.matched,
+            );
+        }
+        if !self.matched.is_empty() {
+            let mut matched = std::mem::take(&mut self.matched);
+            for m in matched.drain(..) {
+                self.deliver(m);
+            }
+            self.matched = matched;
+        }
+    }
+
+    /// Complete receive `recv` with the eager message `env` whose payload arrived
+    /// just now (matched at once, never queued).
+    #[inline]
+    pub(super) fn deliver_eager(&mut self, recv: ReqId, env: Envelope, payload: &InPayload<'_>) {
+        let Some(r) = self.reqs.recv_mut(recv) else {
+            return;
+        };
+        let buf = r.buf;
+        let cap = buf.len();
+        let n = payload.len().min(cap);
+        let res = match self.write_payload(buf, 0, payload, n) {
+            Ok(()) => recv_result(env.src, env.tag, payload.len() as u64, cap),
+            Err(e) => Err(e),
+        };
+        self.reqs.complete(recv, res);
+    }
+
+    pub(super) fn on_frame_inner(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        payload: InPayload<'_>,
+    ) -> Result<(), Error> {
+        // The common frame first, without building a `Frame`.
+        if let Some((env, plen)) = Frame::decode_eager(header)
+            && plen == payload.len() as u64
+            && env.src == peer
+        {
+            self.arrive_eager(env, payload);
+            return Ok(());
+        }
+        let bad = |detail: String| Error::Transport {
+            transport: "wire",
+            peer,
+            detail,
+        };
+        let (frame, hlen, plen) = match Frame::decode(header) {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                return Err(bad(format!(
+                    "truncated frame header ({} bytes)",
+                    header.len()
+                )));
+            }
+            Err(e) => return Err(bad(format!("malformed frame: {e}"))),
+        };
+        if hlen != header.len() || plen != payload.len() as u64 {
+            return Err(bad(format!(
+                "frame lengths disagree: header {hlen} of {} bytes, payload {plen} of {} bytes",
+                header.len(),
+                payload.len()
+            )));
+        }
+        match frame {
+            Frame::Eager { env } | Frame::Rts { env, .. } if env.src != peer => Err(bad(format!(
+                "frame claims source rank {} but came from rank {peer}",
+                env.src
+            ))),
+            Frame::Eager { env } => {
+                self.arrive_eager(env, payload);
+                Ok(())
+            }
+            Frame::Rts {
+                env,
+                msg_len,
+                sreq,
+                mem,
+            } => {
+                if !payload.is_empty() {
+                    return Err(bad("Rts frame with a payload".into()));
+                }
+                self.arrive(env, Unexpected::Rts { msg_len, sreq, mem });
+                Ok(())
+            }
+            Frame::Cts {
+                sreq,
+                rreq,
+                accept_len,
+                ..
+            } => {
+                let Some(s) = self.reqs.send_mut(sreq) else {
+                    return Err(bad(format!("Cts for unknown send request {sreq}")));
+                };
+                if s.dst != peer || !matches!(s.state, SendState::AwaitCts) {
+                    return Err(bad(format!("unexpected Cts for send request {sreq}")));
+                }
+                if accept_len > s.buf.len() as u64 {
+                    return Err(bad(format!(
+                        "Cts accepts {accept_len} bytes of a {}-byte message",
+                        s.buf.len()
+                    )));
+                }
+                let end = accept_len as usize;
+                s.state = SendState::Data {
+                    rreq,
+                    queued: 0,
+                    sent: 0,
+                    end,
+                };
+                if end == 0 {
+                    if let Some(s) = self.reqs.take_send(sreq) {
+                        self.complete_send(sreq, &s);
+                    }
+                } else {
+                    self.data_ready.push_back(sreq);
+                }
+                Ok(())
+            }
+            Frame::Data { rreq, offset } => {
+                let Some(r) = self.reqs.recv_mut(rreq) else {
+                    return Err(bad(format!("Data for unknown receive request {rreq}")));
+                };
+                let RecvState::Data {
+                    src, accept, got, ..
+                } = &mut r.state
+                else {
+                    return Err(bad(format!("Data before Cts for receive request {rreq}")));
+                };
+                let end = offset.checked_add(payload.len() as u64);
+                if *src != peer || end.is_none_or(|e| e > *accept as u64) {
+                    return Err(bad(format!(
+                        "Data chunk at offset {offset} of {} bytes outside the {} accepted bytes",
+                        payload.len(),
+                        accept
+                    )));
+                }
+                *got += payload.len();
+                let finished = *got >= *accept;
+                let buf = r.buf;
+                // offset + len <= accept <= buf.len(), checked above; the receive is
+                // pending so its buffer is still borrowed.
+                if let Err(e) = self.write_payload(buf, offset as usize, &payload, payload.len()) {
+                    self.reqs.take_recv(rreq);
+                    self.reqs.complete(rreq, Err(e));
+                    return Ok(());
+                }
+                if finished {
+                    self.finish_rndv_recv(rreq);
+                }
+                Ok(())
+            }
+            Frame::Help { sreq } => {
+                self.on_help(peer, sreq);
+                Ok(())
+            }
+            Frame::Push {
+                sreq,
+                rreq,
+                offset,
+                len,
+                mem,
+            } => self
+                .on_push(peer, sreq, rreq, offset, len, mem)
+                .map_err(bad),
+            Frame::Pushed { rreq, ok } => self.on_pushed(peer, rreq, ok).map_err(bad),
+            Frame::Fin { sreq } => {
+                match self.reqs.send(sreq) {
+                    Some(s) if s.dst == peer && matches!(s.state, SendState::AwaitCts) => {}
+                    _ => return Err(bad(format!("unexpected Fin for send request {sreq}"))),
+                }
+                if let Some(s) = self.reqs.take_send(sreq) {
+                    self.complete_send(sreq, &s);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn arrive(&mut self, env: Envelope, body: Unexpected) {
+        let mut matched = std::mem::take(&mut self.matched);
+        self.matcher.arrive(env, body, &mut matched);
+        for m in matched.drain(..) {
+            self.deliver(m);
+        }
+        self.matched = matched;
+    }
+
+    pub(super) fn deliver(&mut self, m: Matched<ReqId, Unexpected>) {
+        let Matched { recv, env, msg } = m;
+        let Some(r) = self.reqs.recv_mut(recv) else {
+            return;
+        };
+        let cap = r.buf.len();
+        match msg {
+            Unexpected::Eager(data) => {
+                let n = data.len().min(cap);
+                let buf = r.buf;
+                self.reqs.take_recv(recv);
+                // n <= cap; the receive was pending until now, its buffer borrowed.
+                let res = match self.write_buf(buf, 0, &data[..n]) {
+                    Ok(()) => recv_result(env.src, env.tag, data.len() as u64, cap),
+                    Err(e) => Err(e),
+                };
+                self.reqs.complete(recv, res);
+            }
+            Unexpected::Rts { msg_len, sreq, mem } => {
+                let accept = (msg_len.min(cap as u64)) as usize;
+                let pull = match mem {
+                    RemoteMem::HostCma { .. } => {
+                        r.buf.is_host() && self.pull_from.contains(&env.src)
+                    }
+                    RemoteMem::CudaIpc { .. } => {
+                        self.device.is_some() && self.ipc_from.contains(&env.src)
+                    }
+                    RemoteMem::Rdma { len, .. } => {
+                        r.buf.is_host() && self.pull_from.contains(&env.src) && len >= msg_len
+                    }
+                    _ => false,
+                };
+                if accept > 0 && pull {
+                    r.state = RecvState::Pulling {
+                        src: env.src,
+                        tag: env.tag,
+                        msg_len,
+                        sreq,
+                        accept,
+                        copy: share::PullCopy {
+                            mem,
+                            pulled: 0,
+                            end: accept,
+                            inflight: 0,
+                            helped: false,
+                            pushing: false,
+                        },
+                    };
+                    self.start_pull(recv, env.src, sreq, mem);
+                    return;
+                }
+                let header = Frame::Cts {
+                    sreq,
+                    rreq: recv,
+                    accept_len: accept as u64,
+                    mem: RemoteMem::None,
+                }
+                .header(0);
+                self.out.push_back(OutFrame {
+                    peer: env.src,
+                    header,
+                    payload: Payload::Empty,
+                    on_sent: OnSent::Nothing,
+                });
+                r.state = RecvState::Data {
+                    src: env.src,
+                    tag: env.tag,
+                    msg_len,
+                    accept,
+                    got: 0,
+                };
+                if accept == 0 {
+                    self.finish_rndv_recv(recv);
+                }
+            }
+        }
+    }
+
+    pub(super) fn finish_rndv_recv(&mut self, id: ReqId) {
+        if let Some(RecvReq {
+            buf,
+            state: RecvState::Data {
+                src, tag, msg_len, ..
+            },
+            ..
+        }) = self.reqs.take_recv(id)
+        {
+            self.reqs
+                .complete(id, recv_result(src, tag, msg_len, buf.len()));
+        }
+    }
+
+    /// Try to withdraw a receive that has not matched yet (used when a request is
+    /// dropped unfinished). Returns whether it was withdrawn.
+    pub fn cancel_recv(&mut self, id: ReqId) -> bool {
+        if self.matcher.cancel(id) {
+            self.reqs.free(id);
+            true
+        } else {
+            false
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! The send side of the protocol: eager sends (the engine's fast path included), the
+//! start of a rendezvous (`Rts`), rendezvous data chunks, and what a transport taking a
+//! frame completes.
+
+use super::*;
+
+impl Protocol {
+    /// Start a send of `buf` to world rank `dst` on context `ctx` with `tag`. Messages
+    /// of at most `eager_limit` bytes go eagerly unless `sync` (MPI_Ssend semantics:
+    /// complete only once the receive has matched) is set.
+    ///
+    /// The caller has validated `dst` and `tag`.
+    pub fn isend(
+        &mut self,
+        dst: u32,
+        ctx: u32,
+        tag: i32,
+        buf: RawBuf,
+        eager_limit: usize,
+        sync: bool,
+    ) -> ReqId {
+        let id = self.alloc_id();
+        if let Some(e) = self.dead.get(&dst) {
+            self.reqs.complete(id, Err(e.clone()));
+            return id;
+        }
+        let env = self.next_env(dst, ctx, tag);
+        if !sync && buf.len() <= eager_limit {
+            let payload = if buf.is_empty() {
+                Payload::Empty
+            } else if buf.is_host() {
+                Payload::User(buf)
+            } else {
+                // Device memory: stage now (the send buffer must be ready at isend).
+                match self.read_device(buf) {
+                    Ok(v) => Payload::Owned(v),
+                    Err(e) => {
+                        self.reqs.complete(id, Err(e));
+                        return id;
+                    }
+                }
+            };
+            self.out.push_back(OutFrame {
+                peer: dst,
+                header: Frame::Eager { env }.header(buf.len() as u64),
+                payload,
+                on_sent: OnSent::CompleteSend(id),
+            });
+            self.reqs.set_send(
+                id,
+                SendReq {
+                    dst,
+                    tag,
+                    buf,
+                    state: SendState::Eager,
+                    helped: false,
+                },
+            );
+        } else {
+            let mem = if buf.is_empty() {
+                RemoteMem::None
+            } else if !buf.is_host() {
+                if self.ipc_to.contains(&dst) {
+                    self.device
+                        .as_mut()
+                        .and_then(|d| d.offer(id, buf))
+                        .unwrap_or(RemoteMem::None)
+                } else {
+                    RemoteMem::None
+                }
+            } else if self.net_to.contains(&dst) {
+                self.net
+                    .as_mut()
+                    .and_then(|n| n.offer(id, buf))
+                    .unwrap_or(RemoteMem::None)
+            } else if self.offer_to.contains(&dst) {
+                RemoteMem::HostCma {
+                    pid: self.pid,
+                    addr: buf.ptr as u64,
+                }
+            } else {
+                RemoteMem::None
+            };
+            let header = Frame::Rts {
+                env,
+                msg_len: buf.len() as u64,
+                sreq: id,
+                mem,
+            }
+            .header(0);
+            self.out.push_back(OutFrame {
+                peer: dst,
+                header,
+                payload: Payload::Empty,
+                on_sent: OnSent::Nothing,
+            });
+            self.reqs.set_send(
+                id,
+                SendReq {
+                    dst,
+                    tag,
+                    buf,
+                    state: SendState::AwaitCts,
+                    helped: false,
+                },
+            );
+        }
+        id
+    }
+
+    /// Fast path of an eager send of host memory, for the engine: the header of an
+    /// `Eager` frame of `len_bytes` to `dst` on context `ctx` with `tag`, taking the
+    /// message's sequence number; `None` when `dst` has failed (use
+    /// [`Protocol::isend`], which reports that). The caller hands the frame to a
+    /// transport at once; if the transport does not take it, it queues the frame with
+    /// [`Protocol::queue_eager`] (the sequence number is spent either way). Frames
+    /// queued for `dst` earlier must have gone out first ([`Protocol::has_frames_for`]),
+    /// so that messages keep their order.
+    #[inline]
+    pub fn eager_header(
+        &mut self,
+        dst: u32,
+        ctx: u32,
+        tag: i32,
+        len_bytes: usize,
+    ) -> Option<HeaderBuf> {
+        if !self.dead.is_empty() && self.dead.contains_key(&dst) {
+            return None;
+        }
+        let env = self.next_env(dst, ctx, tag);
+        Some(Frame::Eager { env }.header(len_bytes as u64))
+    }
+
+    /// Queue the eager frame `header` (from [`Protocol::eager_header`]) carrying the
+    /// host buffer `buf` to `dst` as a send request, completed when a transport takes
+    /// it (as [`Protocol::isend`] does).
+    pub fn queue_eager(&mut self, dst: u32, tag: i32, buf: RawBuf, header: HeaderBuf) -> ReqId {
+        let id = self.alloc_id();
+        self.out.push_back(OutFrame {
+            peer: dst,
+            header,
+            payload: if buf.is_empty() {
+                Payload::Empty
+            } else {
+                Payload::User(buf)
+            },
+            on_sent: OnSent::CompleteSend(id),
+        });
+        self.reqs.set_send(
+            id,
+            SendReq {
+                dst,
+                tag,
+                buf,
+                state: SendState::Eager,
+                helped: false,
+            },
+        );
+        id
+    }
+
+    /// Record a send of `len_bytes` to `dst` with `tag` as completed now (a fast eager
+    /// send a transport took at once; see [`Protocol::eager_header`]), so that
+    /// [`Protocol::take_done`] reports it under the returned fresh request id.
+    pub fn complete_now(&mut self, dst: u32, tag: i32, len_bytes: usize) -> ReqId {
+        let id = self.alloc_id();
+        self.reqs.complete(
+            id,
+            Ok(Status {
+                source: dst,
+                tag,
+                len_bytes,
+            }),
+        );
+        id
+    }
+
+    /// Whether a frame for `dst` is waiting in [`Protocol::pop_frame`]'s queue.
+    #[inline]
+    pub fn has_frames_for(&self, dst: u32) -> bool {
+        !self.out.is_empty() && self.out.iter().any(|f| f.peer == dst)
+    }
+
+    /// The envelope of the next message to `dst` on `ctx` (takes its sequence number).
+    #[inline]
+    pub(super) fn next_env(&mut self, dst: u32, ctx: u32, tag: i32) -> Envelope {
+        let seq = self.next_seq.entry((dst, ctx));
+        let env = Envelope {
+            ctx,
+            src: self.rank,
+            tag,
+            seq: *seq,
+        };
+        *seq += 1;
+        env
+    }
+
+    /// Next rendezvous data chunk. `room(peer)` gives the largest chunk the peer's
+    /// transport takes now (`None`: peer backed up, skip it for now).
+    pub fn next_data(&mut self, mut room: impl FnMut(u32) -> Option<usize>) -> Option<OutFrame> {
+        for _ in 0..self.data_ready.len() {
+            let sreq = self.data_ready.pop_front()?;
+            let Some(s) = self.reqs.send_mut(sreq) else {
+                continue;
+            };
+            let SendState::Data {
+                rreq, queued, end, ..
+            } = &mut s.state
+            else {
+                continue;
+            };
+            let Some(max) = room(s.dst) else {
+                self.data_ready.push_back(sreq);
+                continue;
+            };
+            let n = (*end - *queued).min(max.max(1));
+            let header = Frame::Data {
+                rreq: *rreq,
+                offset: *queued as u64,
+            }
+            .header(n as u64);
+            // queued + n <= end <= buf.len(), checked when the Cts arrived.
+            let chunk = RawBuf {
+                ptr: s.buf.ptr.wrapping_add(*queued),
+                len: n,
+                kind: s.buf.kind,
+            };
+            *queued += n;
+            if *queued < *end {
+                self.data_ready.push_back(sreq);
+            }
+            let peer = s.dst;
+            let payload = if chunk.is_host() {
+                Payload::User(chunk)
+            } else {
+                match self.read_device(chunk) {
+                    Ok(v) => Payload::Owned(v),
+                    Err(e) => {
+                        if let Some(s) = self.reqs.take_send(sreq) {
+                            self.release_offer(sreq, s.buf);
+                        }
+                        self.data_ready.retain(|&x| x != sreq);
+                        self.reqs.complete(sreq, Err(e));
+                        continue;
+                    }
+                }
+            };
+            return Some(OutFrame {
+                peer,
+                header,
+                payload,
+                on_sent: OnSent::DataSent { sreq, len: n },
+            });
+        }
+        None
+    }
+
+    /// Whether rendezvous data is waiting to be pulled with [`Protocol::next_data`].
+    pub fn has_data(&self) -> bool {
+        !self.data_ready.is_empty()
+    }
+
+    /// A frame produced earlier was taken by a transport.
+    pub fn on_sent(&mut self, what: OnSent) {
+        match what {
+            OnSent::Nothing => {}
+            OnSent::CompleteSend(id) => {
+                if let Some(s) = self.reqs.take_send(id) {
+                    self.complete_send(id, &s);
+                }
+            }
+            OnSent::DataSent { sreq, len } => {
+                let finished = match self.reqs.send_mut(sreq) {
+                    Some(SendReq {
+                        state: SendState::Data { sent, end, .. },
+                        ..
+                    }) => {
+                        *sent += len;
+                        *sent >= *end
+                    }
+                    _ => false,
+                };
+                if finished && let Some(s) = self.reqs.take_send(sreq) {
+                    self.complete_send(sreq, &s);
+                }
+            }
+        }
+    }
+
+    /// Stage a device buffer into host memory.
+    pub(super) fn read_device(&mut self, buf: RawBuf) -> Result<Vec<u8>, Error> {
+        match self.device.as_mut() {
+            Some(d) => d
+                .copy_from_device(buf)
+                .map_err(|e| Error::Gpu(format!("copy from the {} send buffer: {e}", buf.kind))),
+            None => Err(no_gpu(buf.kind)),
+        }
+    }
+
+    /// Let the side that offered `buf` (send request `sreq`) for a single copy release
+    /// what it set up: the device side for device memory (CUDA IPC staging), the
+    /// network side for host memory (RDMA registration).
+    pub(super) fn release_offer(&mut self, sreq: ReqId, buf: RawBuf) {
+        if buf.is_host() {
+            if let Some(n) = self.net.as_mut() {
+                n.release(sreq);
+            }
+        } else if let Some(d) = self.device.as_mut() {
+            d.done_with(sreq);
+        }
+    }
+
+    pub(super) fn complete_send(&mut self, id: ReqId, s: &SendReq) {
+        self.release_offer(id, s.buf);
+        self.reqs.complete(
+            id,
+            Ok(Status {
+                source: s.dst,
+                tag: s.tag,
+                len_bytes: s.buf.len(),
+            }),
+        );
+    }
+}
