@@ -1,12 +1,23 @@
 //! The progress engine: the only code that calls transports.
 //!
 //! # Lifecycle
-//! Built by [`crate::init`] with one route per world rank (self for the own rank, tcp
-//! for the others; later shm/cuda_ipc/rdma join the selection table). Every blocking or
-//! testing API call runs [`Engine::progress`]: it moves frames produced by the
-//! [`Protocol`] into per-peer backlogs and on to transports, pulls rendezvous data
-//! chunks while transports have room, and polls transports for arrived frames and
-//! failures, which it feeds back to the protocol.
+//! Built by [`crate::init`] with one route per world rank (self, shm, rdma or tcp, from
+//! the selection table). Every blocking or testing API call runs [`Engine::progress`]:
+//! it takes the frames shared memory lends in place and feeds them to the [`Protocol`]
+//! (the payload is copied once, into the receive buffer), moves frames the protocol
+//! produced into per-peer backlogs and on to transports, pulls rendezvous data chunks
+//! while transports have room, does the single-copy pulls and share writes the protocol
+//! asks for, names the receive buffer as the place of TCP rendezvous data, and polls
+//! transports for the rest of their frames and failures.
+//!
+//! # Fast paths
+//! - [`Engine::isend`]: an eager host message with nothing queued before it goes to the
+//!   transport at once and is complete on return (no request kept).
+//! - [`Engine::recv_direct`]: a blocking receive from a rank of the node, with nothing
+//!   else pending, watches that peer's ring and takes the in-order eager message
+//!   straight into its buffer.
+//! - A round that completed a request returns before the next ring record is looked at
+//!   (looking costs a cache miss while the sender may be writing it).
 //!
 //! # Progress policy
 //! Waiting calls spin on `progress` a bounded number of times, then yield the core,
@@ -15,7 +26,8 @@
 //! starves the rank that would send the awaited message. `RANKWIRE_PROGRESS` chooses:
 //! `spin` (never yield), `yield` (spin briefly, then yield), `block` (also sleep in
 //! epoll after a while idle), `auto` (default: like `block`, yielding sooner when
-//! ranks outnumber cores).
+//! ranks outnumber cores). Between idle rounds a wait looks at the rings
+//! ([`Engine::arrival_hint`], one load each) instead of running a whole round.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -13,8 +13,10 @@
 //!    picks the first transport whose [`Transport::can_reach`] says yes and whose
 //!    [`Caps`] fit the memory kind and message size.
 //! 3. The progress engine calls [`Transport::send`] (which may answer
-//!    [`SendOutcome::Busy`]: back-pressure is a value, never an error) and
-//!    [`Transport::poll`] in a loop: spin a bounded number of times, then yield.
+//!    [`SendOutcome::Busy`]: back-pressure is a value, never an error),
+//!    [`Transport::next_frame`] / [`Transport::consume_frame`] (frames lent in place, by
+//!    transports that can) and [`Transport::poll`] in a loop: spin a bounded number of
+//!    times, then yield.
 //! 4. Progress until [`Transport::is_flushed`] before finalize, then drop.
 //!
 //! # Frames on the wire
