@@ -235,3 +235,49 @@ fn report_bindings_prints_each_rank_and_local_rank() {
         assert!(line.contains("GPU"), "{line}");
     }
 }
+
+/// Ranks that may not read or write each other's memory (not root, non-dumpable, so
+/// `process_vm_readv`/`writev` fail with EPERM, as under Yama ptrace_scope 1 or in some
+/// containers) still exchange large messages: the receiver falls back to Cts + Data by
+/// itself, also after it asked a waiting sender for a share (found by a new-user run:
+/// the sender's late `Pushed` used to end the job). Needs root (to run rwrun as
+/// `nobody` through setpriv); skipped otherwise.
+#[test]
+fn large_messages_fall_back_when_cross_memory_attach_is_refused() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv to run the ranks as nobody");
+        return;
+    }
+    for share in ["1", "0"] {
+        let out = rankwire_tests::command(
+            "/usr/bin/setpriv",
+            [
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                binary("rwrun").to_str().unwrap(),
+                "-n",
+                "3",
+                &app(),
+                "cma_refused",
+            ],
+        )
+        .env("RANKWIRE_CMA_SHARE", share)
+        .env("RANKWIRE_LOG", "info")
+        .timeout(Duration::from_secs(120))
+        .run();
+        assert_eq!(out.code(), 0, "share={share}: {}", out.stderr);
+        assert_eq!(
+            out.stdout.matches("cma_refused OK").count(),
+            3,
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stderr.contains("single-copy pull from rank"),
+            "share={share}: the pulls really were refused: {}",
+            out.stderr
+        );
+    }
+}

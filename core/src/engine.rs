@@ -453,6 +453,14 @@ impl Engine {
         for peer in 0..self.backlog.len() {
             any |= self.flush_backlog(peer as u32);
         }
+        // Shares of this rank's sends that receivers asked it to write: before any
+        // rendezvous data, so that a send falling back to Data after a Push (its receiver
+        // could not pull) has written its share before its last Data frame completes it.
+        while let Some(p) = self.proto.pop_push() {
+            any = true;
+            let r = cma_write(&p);
+            self.proto.push_done(&p, r);
+        }
         // Rendezvous data, while transports take it.
         loop {
             let backlog = &self.backlog;
@@ -517,12 +525,6 @@ impl Engine {
                     self.proto.pull_done(p.rreq, r);
                 }
             }
-        }
-        // Shares of this rank's sends that receivers asked it to write.
-        while let Some(p) = self.proto.pop_push() {
-            any = true;
-            let r = cma_write(&p);
-            self.proto.push_done(&p, r);
         }
         // A pull's Fin (or a fallback Cts) goes out in this same round.
         while let Some(f) = self.proto.pop_frame() {

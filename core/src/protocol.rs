@@ -292,6 +292,9 @@ struct SendReq {
     state: SendState,
     /// `Help` was sent for it (`share.rs`).
     helped: bool,
+    /// Writes of shares of it queued or under way: it must not complete before they
+    /// are done (they read its buffer).
+    pushing: u32,
 }
 
 /// A copy the engine must do for a pull-mode rendezvous: `dst.len()` bytes from the
@@ -335,6 +338,10 @@ enum RecvState {
         msg_len: u64,
         accept: usize,
         got: usize,
+        /// A share this rank asked the sender to write, before a failed pull made it
+        /// fall back to `Cts`, is not answered yet: the sender may still write into the
+        /// buffer, so the receive completes only after `Pushed` (`share.rs`).
+        pushing: bool,
     },
 }
 

@@ -19,6 +19,7 @@ fn main() {
         "truncation" => truncation(world),
         "zero_self" => zero_self(world),
         "big" => big(world, arg(args, 2, (2usize << 30) + 1)),
+        "cma_refused" => cma_refused(world),
         "probe" => probe(world),
         "usage" => usage(world),
         "split_status" => split_status(world),
@@ -358,6 +359,50 @@ fn big(w: &Communicator, len: usize) -> Result<()> {
             check(v[i] == fill(i), || format!("byte {i}"))?;
         }
         println!("big: {len} bytes, checksum {:016x} OK", sum[0]);
+    }
+    Ok(())
+}
+
+/// Large messages between 3 ranks that refuse cross-memory attach to each other (each
+/// makes itself non-dumpable; run as a user without CAP_SYS_PTRACE): every pull and
+/// every share write fails with EPERM and each message falls back to Cts + Data,
+/// including one whose receiver asked its waiting sender for a share first.
+fn cma_refused(w: &Communicator) -> Result<()> {
+    // SAFETY: prctl with PR_SET_DUMPABLE only changes this process's flag.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    w.barrier()?;
+    let fill = |i: usize, k: u8| (i as u8).wrapping_mul(31).wrapping_add(k);
+    for (round, n) in [512usize << 10, 3 << 20, (1 << 20) + 4093]
+        .into_iter()
+        .enumerate()
+    {
+        let k = round as u8 * 3;
+        match w.rank() {
+            0 => {
+                let m: Vec<u8> = (0..n).map(|i| fill(i, k)).collect();
+                w.send(&m, 1, 1)?;
+            }
+            2 => {
+                let m: Vec<u8> = (0..n).map(|i| fill(i, k + 1)).collect();
+                let q = w.isend(&m, 1, 2)?;
+                q.wait()?;
+            }
+            1 => {
+                let mut a = vec![0u8; n];
+                w.recv(&mut a, 0, 1)?;
+                check(a.iter().enumerate().all(|(i, &b)| b == fill(i, k)), || {
+                    format!("round {round}: bytes from rank 0")
+                })?;
+                std::thread::sleep(Duration::from_millis(2));
+                w.recv(&mut a, 2, 2)?;
+                check(
+                    a.iter().enumerate().all(|(i, &b)| b == fill(i, k + 1)),
+                    || format!("round {round}: bytes from rank 2"),
+                )?;
+            }
+            _ => {}
+        }
+        w.barrier()?;
     }
     Ok(())
 }

@@ -568,6 +568,7 @@ impl Protocol {
                     msg_len,
                     accept,
                     got: 0,
+                    pushing: false,
                 };
                 if accept == 0 {
                     self.finish_rndv_recv(recv);
@@ -576,7 +577,16 @@ impl Protocol {
         }
     }
 
+    /// Complete rendezvous receive `id`, whose bytes are all here, unless a share the
+    /// sender may still be writing is unanswered (then `Pushed` completes it).
     pub(super) fn finish_rndv_recv(&mut self, id: ReqId) {
+        if let Some(RecvReq {
+            state: RecvState::Data { pushing: true, .. },
+            ..
+        }) = self.reqs.recv(id)
+        {
+            return;
+        }
         if let Some(RecvReq {
             buf,
             state: RecvState::Data {

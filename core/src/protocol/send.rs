@@ -54,6 +54,7 @@ impl Protocol {
                     buf,
                     state: SendState::Eager,
                     helped: false,
+                    pushing: 0,
                 },
             );
         } else {
@@ -102,6 +103,7 @@ impl Protocol {
                     buf,
                     state: SendState::AwaitCts,
                     helped: false,
+                    pushing: 0,
                 },
             );
         }
@@ -154,6 +156,7 @@ impl Protocol {
                 buf,
                 state: SendState::Eager,
                 helped: false,
+                pushing: 0,
             },
         );
         id
@@ -273,10 +276,12 @@ impl Protocol {
                 let finished = match self.reqs.send_mut(sreq) {
                     Some(SendReq {
                         state: SendState::Data { sent, end, .. },
+                        pushing,
                         ..
                     }) => {
                         *sent += len;
-                        *sent >= *end
+                        // A share still to be written completes it instead (push_done).
+                        *sent >= *end && *pushing == 0
                     }
                     _ => false,
                 };

@@ -95,6 +95,19 @@ impl Protocol {
     /// failure this rank offers no more help to that peer.
     pub fn push_done(&mut self, p: &PushReq, result: Result<(), String>) {
         let ok = result.is_ok();
+        // A send that fell back to Data (its receiver could not pull) and sent all of it
+        // meanwhile completes now that nothing reads its buffer any more.
+        let finished = match self.reqs.send_mut(p.sreq) {
+            Some(s) => {
+                s.pushing = s.pushing.saturating_sub(1);
+                s.pushing == 0
+                    && matches!(s.state, SendState::Data { sent, end, .. } if sent >= end)
+            }
+            None => false,
+        };
+        if finished && let Some(s) = self.reqs.take_send(p.sreq) {
+            self.complete_send(p.sreq, &s);
+        }
         if let Err(why) = result {
             tracing::info!(
                 "writing a share of a message into rank {} failed ({why}); it copies the rest itself, and no more shares go to it",
@@ -254,12 +267,14 @@ impl Protocol {
                 );
                 self.pull_from.remove(&src);
                 self.ipc_from.remove(&src);
+                let pushing = copy.pushing;
                 r.state = RecvState::Data {
                     src,
                     tag,
                     msg_len,
                     accept,
                     got: 0,
+                    pushing,
                 };
                 let header = Frame::Cts {
                     sreq,
@@ -313,7 +328,7 @@ impl Protocol {
         len: u64,
         mem: RemoteMem,
     ) -> Result<(), String> {
-        let Some(s) = self.reqs.send(sreq) else {
+        let Some(s) = self.reqs.send_mut(sreq) else {
             return Err(format!("Push for unknown send request {sreq}"));
         };
         let end = offset.checked_add(len);
@@ -333,6 +348,7 @@ impl Protocol {
             len: len as usize,
             kind: s.buf.kind,
         };
+        s.pushing += 1;
         self.pushes.push_back(PushReq {
             sreq,
             rreq,
@@ -360,8 +376,21 @@ impl Protocol {
                     self.share_with.remove(&peer);
                 }
             }
-            // Fell back to Cts + Data meanwhile: the Data frames bring every byte.
-            RecvState::Data { src, .. } if *src == peer => return Ok(()),
+            // Fell back to Cts + Data meanwhile: the Data frames bring every byte (the
+            // share, if written, holds the same ones); now nothing else writes here.
+            RecvState::Data {
+                src,
+                accept,
+                got,
+                pushing,
+                ..
+            } if *src == peer && *pushing => {
+                *pushing = false;
+                if *got >= *accept {
+                    self.finish_rndv_recv(rreq);
+                }
+                return Ok(());
+            }
             _ => return Err(format!("unexpected Pushed for receive request {rreq}")),
         }
         self.next_pull(rreq);

@@ -9,6 +9,12 @@ struct Net {
     chunk: usize,
     /// Writes of senders' shares fail (as `process_vm_writev` refused).
     fail_pushes: bool,
+    /// Pulls after this many have succeeded fail (as a refused `process_vm_readv`).
+    pull_budget: Option<usize>,
+    /// Shares are written only once nothing else is left to do (a slow sender).
+    pushes_last: bool,
+    /// With `pushes_last`: `drive` returns with the shares still unwritten.
+    hold_pushes: bool,
     /// Bytes moved by pulls and by senders' share writes.
     pulled: usize,
     pushed: usize,
@@ -23,6 +29,9 @@ impl Net {
             eager_limit: 64,
             chunk: 100,
             fail_pushes: false,
+            pull_budget: None,
+            pushes_last: false,
+            hold_pushes: false,
             pulled: 0,
             pushed: 0,
             kinds: Vec::new(),
@@ -45,7 +54,11 @@ impl Net {
                 // sender's Help) come in between the chunks of a large pull.
                 if let Some(p) = self.ranks[r].pop_pull() {
                     any = true;
-                    let res = if fail_pulls {
+                    let over = self.pull_budget.is_some_and(|b| {
+                        self.pull_budget = Some(b.saturating_sub(1));
+                        b == 0
+                    });
+                    let res = if fail_pulls || over {
                         Err("EPERM".to_string())
                     } else {
                         let RemoteMem::HostCma { addr, .. } = p.mem else {
@@ -64,7 +77,9 @@ impl Net {
                     };
                     self.ranks[r].pull_done(p.rreq, res);
                 }
-                while let Some(p) = self.ranks[r].pop_push() {
+                while !self.pushes_last
+                    && let Some(p) = self.ranks[r].pop_push()
+                {
                     any = true;
                     let res = if self.fail_pushes {
                         Err("EPERM".to_string())
@@ -109,9 +124,41 @@ impl Net {
                 }
             }
             if !any {
+                if self.pushes_last && !self.hold_pushes && self.run_one_push() {
+                    continue;
+                }
                 return moved;
             }
         }
+    }
+
+    /// Write one queued share (the `pushes_last` mode). Returns whether there was one.
+    fn run_one_push(&mut self) -> bool {
+        for r in 0..self.ranks.len() {
+            if let Some(p) = self.ranks[r].pop_push() {
+                let res = if self.fail_pushes {
+                    Err("EPERM".to_string())
+                } else {
+                    let RemoteMem::HostCma { addr, .. } = p.mem else {
+                        panic!("unexpected mem {:?}", p.mem)
+                    };
+                    // SAFETY: the send has not completed (it waits for this write), the
+                    // receive neither (it waits for Pushed): both buffers are alive.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            p.src.as_slice().as_ptr(),
+                            addr as *mut u8,
+                            p.src.len(),
+                        )
+                    };
+                    self.pushed += p.src.len();
+                    Ok(())
+                };
+                self.ranks[r].push_done(&p, res);
+                return true;
+            }
+        }
+        false
     }
 
     fn send(&mut self, from: u32, to: u32, tag: i32, buf: &[u8]) -> ReqId {
@@ -740,4 +787,61 @@ fn senders_share_large_pulls_and_failures_fall_back() {
     .header(0);
     assert!(net.ranks[0].on_frame(1, &forged, vec![]).is_err());
     assert!(net.ranks[0].pop_push().is_none());
+}
+
+/// A receiver whose pulls start failing after it handed the sender a share falls back
+/// to Cts + Data, and still completes only after the sender's Pushed (the sender may be
+/// writing into the buffer until then): exact bytes, no protocol error, whether the
+/// share's write works or fails.
+#[test]
+fn a_share_in_flight_when_pulls_fail_is_waited_for() {
+    let len = SHARE_MIN_BYTES + 3 * PULL_CHUNK_BYTES + 5;
+    for (fail_pushes, pushes_last) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut net = Net::new(2);
+        net.fail_pushes = fail_pushes;
+        // The first chunk succeeds (the share is asked for after it), the next fails;
+        // with `pushes_last` the sender writes its share only after everything else
+        // (its Data frames included) has moved.
+        net.pull_budget = Some(1);
+        net.pushes_last = pushes_last;
+        net.ranks[0].offer_host_cma(1);
+        net.ranks[1].allow_pull(0, true);
+        net.ranks[1].allow_sharing(0, true);
+        let data = pattern(len, 11);
+        let mut out = vec![0u8; len];
+        let r = net.recv(1, Some(0), Some(4), &mut out);
+        let s = net.send(0, 1, 4, &data);
+        net.ranks[0].help(s);
+        if pushes_last {
+            // Everything but the share's write has happened: neither side may be done,
+            // the sender's buffer and the receiver's are still in use by the write.
+            net.hold_pushes = true;
+            net.drive();
+            assert!(
+                !net.ranks[0].is_done(s),
+                "send completed before its share was written"
+            );
+            assert!(!net.ranks[1].is_done(r), "receive completed before Pushed");
+            net.hold_pushes = false;
+        }
+        net.drive();
+        assert!(
+            net.kinds.contains(&FrameKind::Push),
+            "a share was asked for"
+        );
+        assert!(
+            net.kinds.contains(&FrameKind::Data),
+            "then it fell back to Data"
+        );
+        let pushed_at = net.kinds.iter().position(|k| *k == FrameKind::Pushed);
+        assert!(pushed_at.is_some(), "the sender answered the Push");
+        let what = format!("pushes fail: {fail_pushes}, pushes last: {pushes_last}");
+        assert_eq!(net.done(1, r).unwrap().len_bytes, len, "{what}");
+        assert!(out == data, "{what}: bytes");
+        assert!(net.done(0, s).is_ok(), "{what}");
+        if pushes_last {
+            // Both completed only after the share's write (the last thing that ran).
+            assert_eq!(net.kinds.last(), Some(&FrameKind::Pushed), "{what}");
+        }
+    }
 }
