@@ -148,6 +148,14 @@ impl Paths {
                     && let Err(why) = &self.cma
                 {
                     rejected.push(format!("cma: {why}"));
+                } else if p.same_node
+                    && !matches!(p.route, Route::SelfTp | Route::Rdma | Route::None)
+                    && !self.share
+                {
+                    rejected.push(
+                        "share (a waiting sender writes half): turned off by RANKWIRE_CMA_SHARE=0"
+                            .to_string(),
+                    );
                 }
                 if remote && let Some(why) = &rdma {
                     rejected.push(format!("rdma: {why}"));

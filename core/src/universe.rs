@@ -317,8 +317,14 @@ impl Inner {
         self.wait_for(|e| (e.is_flushed() || std::time::Instant::now() > deadline).then_some(()));
         let mut b = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = b.as_mut() {
-            c.fence()
-                .map_err(|e| Error::Bootstrap(format!("final fence failed: {e}")))?;
+            c.fence().map_err(|e| {
+                Error::Bootstrap(format!(
+                    "final fence failed: {e} (the other ranks did not reach finalize: if they \
+                     wait for this rank, because it is ending after an error or left a receive \
+                     or collective unmatched, the job cannot end cleanly; end such a rank with \
+                     Universe::abort instead)"
+                ))
+            })?;
             self.lock().quiesce();
             c.finalize()
                 .map_err(|e| Error::Bootstrap(format!("finalize failed: {e}")))?;
