@@ -129,7 +129,14 @@ pub(crate) struct Conn {
     partial: Option<Partial>,
     /// Big payloads wait for a place (module doc, "Input").
     pub(crate) place: bool,
+    /// Written-out queue chunks kept for the next frame's unwritten rest: a fresh
+    /// multi-megabyte `Vec` per frame costs a page fault per 4 KiB.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Queue chunks kept for reuse, and the largest one kept.
+const SPARE_CHUNKS: usize = 2;
+const SPARE_MAX_BYTES: usize = 8 << 20;
 
 impl Conn {
     pub(crate) fn new(stream: std::net::TcpStream) -> Self {
@@ -143,6 +150,7 @@ impl Conn {
             end: 0,
             partial: None,
             place: false,
+            spare: Vec::new(),
         }
     }
 
@@ -234,7 +242,15 @@ impl Conn {
             0
         };
         if written < total {
-            let mut rest = Vec::with_capacity(total - written);
+            let mut rest = match self
+                .spare
+                .iter()
+                .position(|v| v.capacity() >= total - written)
+            {
+                Some(i) => self.spare.swap_remove(i),
+                None => Vec::with_capacity(total - written),
+            };
+            rest.clear();
             let mut skip = written;
             for p in parts {
                 if skip >= p.len() {
@@ -275,7 +291,12 @@ impl Conn {
                 let avail = front.len() - self.out_head;
                 if left >= avail {
                     left -= avail;
-                    self.out.pop_front();
+                    if let Some(done) = self.out.pop_front()
+                        && self.spare.len() < SPARE_CHUNKS
+                        && done.capacity() <= SPARE_MAX_BYTES
+                    {
+                        self.spare.push(done);
+                    }
                     self.out_head = 0;
                 } else {
                     self.out_head += left;
