@@ -578,7 +578,7 @@ fn overlap(w: &Communicator) -> Result<()> {
             .collect(),
     )?;
     // MPI's progress rule: rank 0 blocks in a receive from rank 2, which sends only
-    // once its ibarrier is complete; that needs rank 0's second dissemination round,
+    // once its ibarrier is complete; that needs rank 0's second barrier round,
     // which rank 0 can only start from inside the blocking receive.
     if p >= 3 {
         let b = w.ibarrier()?;

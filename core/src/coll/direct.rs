@@ -37,7 +37,7 @@ pub(crate) const MAX_DIRECT_ALLREDUCE_BYTES: usize = 64 << 10;
 const STACK_TMP_BYTES: usize = 4096;
 
 impl Communicator {
-    /// The dissemination barrier (`barrier.rs`), run directly. `None`: not applicable,
+    /// The barrier's rounds (`barrier.rs`, [`super::barrier::round_peers`]), run directly. `None`: not applicable,
     /// use the schedule.
     pub(crate) fn barrier_direct(&self) -> Option<Result<()>> {
         if self.st.cfg.check {
@@ -50,8 +50,7 @@ impl Communicator {
         let (me, n) = (self.rank(), self.size());
         let mut dist = 1;
         while dist < n {
-            let to = (me + dist) % n;
-            let from = (me + n - dist) % n;
+            let (to, from) = super::barrier::round_peers(me, n, dist);
             if let Err(e) = self.exchange("barrier", tag, to, &[], from, &mut []) {
                 return Some(Err(e));
             }

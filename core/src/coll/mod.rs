@@ -32,7 +32,7 @@
 //! # Algorithms
 //! | collective | algorithms (`RANKWIRE_*_ALGO` name) | source |
 //! |---|---|---|
-//! | barrier | dissemination | Hensgen, Finkel, Manber 1988 |
+//! | barrier | butterfly (power-of-two sizes), dissemination (others) | Brooks 1986; Hensgen, Finkel, Manber 1988 |
 //! | bcast | `binomial`, `scatter_allgather` | MPICH; Barnett et al. 1994 / van de Geijn |
 //! | reduce | `binomial` | MPICH |
 //! | allreduce | `recursive_doubling`, `rabenseifner`, `ring`, `reduce_bcast` | Thakur et al. 2005; Rabenseifner 2004; Patarasuk & Yuan 2009 |
