@@ -113,9 +113,15 @@ def main():
         + (" — **quick smoke run, not for comparison**" if meta.get("quick") == "1" else "")
     )
     w(
-        f"- iterations: `{meta.get('args', '')}` (above 8 KiB: -I/-W; allreduce: iterations × 8192/size, at least 10), "
-        f"bw window {meta.get('window', '64')}; "
+        f"- iterations (above 8 KiB: -I/-W; allreduce: iterations × 8192/size, at least 10): "
+        f"bw `{meta.get('args', '')}`, window {meta.get('window', '64')}; "
+        f"latency, allreduce and barrier `{meta.get('time_args', meta.get('args', ''))}`; "
         f"oversubscribed runs (ranks > {meta.get('ncores', '?')} cores, unbound): `{meta.get('oversub_args', '')}`"
+        + (
+            f", MPICH `{meta['oversub_args_slow']}` (its busy polling takes milliseconds per operation there)"
+            if meta.get("oversub_args_slow")
+            else ""
+        )
     )
     loads = [float(r["load1"]) for r in runs if r.get("load1") not in (None, "", "-")]
     if loads:

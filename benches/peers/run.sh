@@ -32,7 +32,10 @@
 #   -c LIST   configurations (default: all, see -l)
 #   -N LIST   ranks for allreduce and barrier (default 2,4)
 #   -m A:B    message sizes in bytes, powers of two (default 0:4194304)
-#   -a ARGS   benchmark iterations (default "-i 1000 -w 100 -I 100 -W 10")
+#   -a ARGS   bw iterations (default "-i 1000 -w 100 -I 100 -W 10")
+#   -A ARGS   latency, allreduce and barrier iterations on 2 ranks (default
+#             "-i 20000 -w 2000 -I 2000 -W 200": a sub-microsecond operation
+#             needs many iterations to rise above the timer and the noise)
 #   -t SECS   timeout of one benchmark run (default 180; -q: 60)
 #   -l        print the configurations' command lines and exit
 #   -h        this help
@@ -58,9 +61,13 @@ WINDOW=64
 # -I/-W follow rankwire-bench's own rule for messages above 8 KiB
 # (max(iters/10, 20), max(warmup/10, 2)) so that both sides do the same work
 BENCH_ARGS="-i 1000 -w 100 -I 100 -W 10"
+TIME_ARGS="-i 20000 -w 2000 -I 2000 -W 200"
 # ranks > cores: MPICH spins without yielding and needs a time slice per
-# step (6-36 ms per allreduce), so oversubscribed runs are kept short
-OVERSUB_ARGS="-i 50 -w 5 -I 20 -W 2"
+# step (6-36 ms per allreduce), so its oversubscribed runs are kept short;
+# the others take microseconds and get enough iterations to average the
+# scheduler's noise
+OVERSUB_ARGS="-i 2000 -w 100 -I 200 -W 10"
+OVERSUB_ARGS_SLOW="-i 50 -w 5 -I 20 -W 2"
 TIMEOUT=""
 STARTUP_RUNS=20
 MEMCPY_SECS=0.3
@@ -71,10 +78,11 @@ OUTDIR=""
 QUICK=0
 LIST_ONLY=0
 BENCH_ARGS_OPT=""
+TIME_ARGS_OPT=""
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-while getopts "qr:o:M:c:N:m:a:t:lh" opt; do
+while getopts "qr:o:M:c:N:m:a:A:t:lh" opt; do
     case $opt in
     q) QUICK=1 ;;
     r) REPEATS=$OPTARG ;;
@@ -84,6 +92,7 @@ while getopts "qr:o:M:c:N:m:a:t:lh" opt; do
     N) NP_COLL=$OPTARG ;;
     m) RANGE=$OPTARG ;;
     a) BENCH_ARGS_OPT=$OPTARG ;;
+    A) TIME_ARGS_OPT=$OPTARG ;;
     t) TIMEOUT=$OPTARG ;;
     l) LIST_ONLY=1 ;;
     h) usage; exit 0 ;;
@@ -96,12 +105,15 @@ shift $((OPTIND - 1))
 if [ "$QUICK" = 1 ]; then
     REPEATS=${REPEATS:-1}
     BENCH_ARGS="-i 200 -w 20 -I 20 -W 2"
+    TIME_ARGS="-i 200 -w 20 -I 20 -W 2"
     OVERSUB_ARGS="-i 20 -w 2 -I 20 -W 2"
+    OVERSUB_ARGS_SLOW=$OVERSUB_ARGS
     STARTUP_RUNS=5
     MEMCPY_SECS=0.05
     TIMEOUT=${TIMEOUT:-60}
 fi
 [ -n "$BENCH_ARGS_OPT" ] && BENCH_ARGS=$BENCH_ARGS_OPT
+[ -n "$TIME_ARGS_OPT" ] && TIME_ARGS=$TIME_ARGS_OPT
 REPEATS=${REPEATS:-3}
 TIMEOUT=${TIMEOUT:-180}
 case $REPEATS in '' | *[!0-9]* | 0) echo "run.sh: bad -r '$REPEATS'" >&2; exit 2 ;; esac
@@ -184,8 +196,16 @@ bench_cmd() { # CONFIG MODE NP -> full command line
         echo "$(launcher "$c" "$np") /bin/true"
         return
     fi
-    args="$(sizes_arg "$mode") $BENCH_ARGS"
-    [ "$np" -le "$NCORES" ] || args="$(sizes_arg "$mode") $OVERSUB_ARGS"
+    if [ "$np" -gt "$NCORES" ]; then
+        case $c in
+        mpich-*) args="$(sizes_arg "$mode") $OVERSUB_ARGS_SLOW" ;;
+        *) args="$(sizes_arg "$mode") $OVERSUB_ARGS" ;;
+        esac
+    elif [ "$mode" = bw ]; then
+        args="$(sizes_arg "$mode") $BENCH_ARGS"
+    else
+        args="$(sizes_arg "$mode") $TIME_ARGS"
+    fi
     [ "$mode" = bw ] && args="$args -n $WINDOW"
     # collectives: above 8 KiB, iterations scaled by 8192/size (at least 10),
     # the rule rankwire-bench uses (see peerbench.c -S)
@@ -337,7 +357,9 @@ rw_built=$( [ -e "$RW_BENCH" ] && date -u -r "$RW_BENCH" +%FT%TZ || echo -)
     printf 'repeats\t%s\n' "$REPEATS"
     printf 'quick\t%s\n' "$QUICK"
     printf 'args\t%s\n' "$BENCH_ARGS"
+    printf 'time_args\t%s\n' "$TIME_ARGS"
     printf 'oversub_args\t%s\n' "$OVERSUB_ARGS"
+    printf 'oversub_args_slow\t%s\n' "$OVERSUB_ARGS_SLOW"
     printf 'window\t%s\n' "$WINDOW"
     printf 'range\t%s\n' "$RANGE"
     printf 'ncores\t%s\n' "$NCORES"
@@ -488,7 +510,7 @@ run_memcpy() {
 
 # ---- 3./4. run, interleaved ----------------------------------------------------
 say "results in $OUTDIR; raw outputs in $RAW"
-say "configurations: $CONFIGS; modes: $MODES; repeats: $REPEATS; args: $BENCH_ARGS (oversubscribed: $OVERSUB_ARGS)"
+say "configurations: $CONFIGS; modes: $MODES; repeats: $REPEATS; bw args: $BENCH_ARGS; latency/collective args: $TIME_ARGS (oversubscribed: $OVERSUB_ARGS, MPICH $OVERSUB_ARGS_SLOW)"
 ncfg=${#CONFIG_LIST[@]}
 for rep in $(seq 1 "$REPEATS"); do
     run_memcpy "$rep"
