@@ -114,29 +114,37 @@ impl Backoff {
                 "RANKWIRE_PROGRESS={policy:?} is not one of spin, yield, block, auto; using auto"
             );
         }
-        match policy.as_str() {
+        Backoff::for_policy(&policy, oversubscribed)
+    }
+
+    /// The back-off of `policy` (a `RANKWIRE_PROGRESS` value; anything unknown is
+    /// `auto`) for a rank whose node has more ranks than cores (`oversubscribed`).
+    fn for_policy(policy: &str, oversubscribed: bool) -> Backoff {
+        // Oversubscribed, a waiting rank gives the core away after a few looks (~1 us),
+        // so that the rank being waited for gets it; measured with 4 ranks on 2 cores
+        // (allreduce and barrier near Open MPI, which yields after every idle poll;
+        // spins of 64 x 64 looks made an 8-rank ring 13x slower). `yield` and `block`
+        // spin that briefly too then; only `spin` ignores the core count.
+        let (spin_polls, ring_looks) = if oversubscribed { (4, 4) } else { (64, 64) };
+        match policy {
             "spin" => Backoff {
                 spin_polls: u32::MAX,
                 ring_looks: 64,
                 block_after: None,
             },
             "yield" => Backoff {
-                spin_polls: 64,
-                ring_looks: 64,
+                spin_polls,
+                ring_looks,
                 block_after: None,
             },
             "block" => Backoff {
-                spin_polls: 64,
-                ring_looks: 64,
+                spin_polls,
+                ring_looks,
                 block_after: Some(Duration::from_millis(2)),
             },
-            // Oversubscribed: give the core away after a few looks (~1 us), so that
-            // the rank being waited for gets it; measured with 4 ranks on 2 cores
-            // (allreduce and barrier on par with Open MPI, which yields after every
-            // idle poll; longer spins doubled their time).
             _ => Backoff {
-                spin_polls: if oversubscribed { 4 } else { 256 },
-                ring_looks: if oversubscribed { 4 } else { 64 },
+                spin_polls: if oversubscribed { spin_polls } else { 256 },
+                ring_looks,
                 block_after: Some(Duration::from_millis(if oversubscribed { 1 } else { 20 })),
             },
         }
@@ -855,5 +863,29 @@ impl NetOffer for RdmaOffer {
         if let Some(h) = self.held.remove(&sreq) {
             self.registry.release(h);
         }
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::Backoff;
+
+    /// With more ranks than cores, every policy but `spin` gives the core away as soon
+    /// as `auto` does (an 8-rank ring on 2 cores was 13x slower under `yield` when it
+    /// spun 64 x 64 looks first); `block` sleeps at some point, `yield` never does.
+    #[test]
+    fn policies_spin_briefly_when_oversubscribed() {
+        let auto = Backoff::for_policy("auto", true);
+        for p in ["yield", "block", ""] {
+            let b = Backoff::for_policy(p, true);
+            assert!(b.direct_looks() <= auto.direct_looks(), "{p}");
+            assert!(b.spin_polls <= auto.spin_polls, "{p}");
+        }
+        assert!(Backoff::for_policy("yield", true).block_after.is_none());
+        assert!(Backoff::for_policy("block", true).block_after.is_some());
+        assert_eq!(Backoff::for_policy("spin", true).spin_polls, u32::MAX);
+        assert_eq!(Backoff::for_policy("bogus", true).spin_polls, auto.spin_polls);
+        // With a core each, waits spin longer before yielding.
+        assert!(Backoff::for_policy("yield", false).direct_looks() > auto.direct_looks());
     }
 }
