@@ -236,6 +236,63 @@ fn report_bindings_prints_each_rank_and_local_rank() {
     }
 }
 
+/// Ranks the OS refuses cross-memory attach from the start (non-dumpable processes of
+/// an unprivileged user): init's probe finds it, `--explain` names the reason for each
+/// pair, no large message tries a single copy first, and `--require=cma` fails at init
+/// naming the pair. Needs root (to run rwrun as `nobody`); skipped otherwise.
+#[test]
+fn cross_memory_attach_refused_at_init_is_reported_and_required_fails() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv to run the ranks as nobody");
+        return;
+    }
+    let run = |extra: &[&str]| {
+        let rwrun = binary("rwrun");
+        let app = app();
+        let mut args = vec![
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            rwrun.to_str().unwrap(),
+            "-n",
+            "3",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[app.as_str(), "cma_refused"]);
+        rankwire_tests::command("/usr/bin/setpriv", args)
+            .env("RW_TESTAPP_NONDUMPABLE_AT_INIT", "1")
+            .env("RANKWIRE_LOG", "info")
+            .timeout(Duration::from_secs(120))
+            .run()
+    };
+    let out = run(&["--explain"]);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code(), 0, "{all}");
+    assert_eq!(out.stdout.matches("cma_refused OK").count(), 3, "{all}");
+    for (a, b) in [(0, 1), (1, 0), (0, 2), (2, 0), (1, 2), (2, 1)] {
+        assert!(
+            all.lines()
+                .any(|l| l.contains(&format!("{a} -> {b}     host"))
+                    && l.contains("through shm")
+                    && l.contains("cma: not permitted by the OS")),
+            "explain row {a} -> {b} names the refusal: {all}"
+        );
+    }
+    assert!(
+        !all.contains("single-copy pull from rank"),
+        "no large message tried cross-memory attach after the probe: {all}"
+    );
+    let out = run(&["--require=cma"]);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert_ne!(out.code(), 0, "{all}");
+    assert!(
+        all.contains("RANKWIRE_REQUIRE includes cma") && all.contains("not permitted by the OS"),
+        "{all}"
+    );
+    assert!(!out.stdout.contains("cma_refused OK"), "{all}");
+}
+
 /// Ranks that may not read or write each other's memory (not root, non-dumpable, so
 /// `process_vm_readv`/`writev` fail with EPERM, as under Yama ptrace_scope 1 or in some
 /// containers) still exchange large messages: the receiver falls back to Cts + Data by

@@ -50,6 +50,8 @@ pub(crate) struct PeerPath {
     pub(crate) rejected: Vec<String>,
     /// Eager limit of the route for host memory, in bytes.
     pub(crate) eager_bytes: usize,
+    /// Why the OS refused this rank cross-memory attach to the peer (probed at init).
+    pub(crate) cma_refused: Option<String>,
 }
 
 /// The inputs of the table for one rank.
@@ -90,6 +92,15 @@ pub struct Row {
 }
 
 impl Paths {
+    /// Single copy to peer `p`: off for the whole rank (`self.cma`), or refused by the OS
+    /// for that peer.
+    fn cma_for<'a>(&'a self, p: &'a PeerPath) -> std::result::Result<(), &'a str> {
+        match (&self.cma, &p.cma_refused) {
+            (Err(why), _) | (Ok(()), Some(why)) => Err(why),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+
     /// Every row of this rank: each peer (itself included) × host, device, managed.
     pub(crate) fn rows(&self) -> Vec<Row> {
         let mut rows = Vec::new();
@@ -117,14 +128,14 @@ impl Paths {
                          RDMA READ of the registered send buffer",
                         p.eager_bytes
                     ),
-                    _ if p.same_node && self.cma.is_ok() && self.share => format!(
+                    _ if p.same_node && self.cma_for(p).is_ok() && self.share => format!(
                         "eager <= {} B; above: rendezvous, single copy (cma, process_vm_readv; \
                          from {} KiB a waiting sender writes half)",
                         p.eager_bytes,
                         (crate::protocol::SHARE_MIN_BYTES + crate::protocol::PULL_CHUNK_BYTES)
                             >> 10
                     ),
-                    _ if p.same_node && self.cma.is_ok() => format!(
+                    _ if p.same_node && self.cma_for(p).is_ok() => format!(
                         "eager <= {} B; above: rendezvous, single copy (cma, process_vm_readv)",
                         p.eager_bytes
                     ),
@@ -145,7 +156,7 @@ impl Paths {
                 }
                 if p.same_node
                     && p.route != Route::SelfTp
-                    && let Err(why) = &self.cma
+                    && let Err(why) = self.cma_for(p)
                 {
                     rejected.push(format!("cma: {why}"));
                 } else if p.same_node
@@ -256,7 +267,7 @@ impl Paths {
                         ));
                     }
                     "cma" if p.same_node => {
-                        if let Err(why) = &self.cma {
+                        if let Err(why) = self.cma_for(p) {
                             return fail(format!("cma: {why}"));
                         }
                     }
@@ -321,6 +332,7 @@ mod tests {
                     same_node: true,
                     rejected: vec![],
                     eager_bytes: usize::MAX,
+                    cma_refused: None,
                 },
                 PeerPath {
                     peer: 1,
@@ -328,6 +340,7 @@ mod tests {
                     same_node,
                     rejected: rejected.iter().map(|s| s.to_string()).collect(),
                     eager_bytes: 65536,
+                    cma_refused: None,
                 },
             ],
             cma: Err("RANKWIRE_CMA=0".into()),

@@ -494,23 +494,38 @@ fn build(joined: Joined) -> Result<Universe> {
     let boot = |e: String| Error::Bootstrap(e);
     use rankwire_transports::Exchange as _;
     let me = node_id();
-    // The node identity, then a tab and the CPUs this process may run on: ranks of one
-    // node learn how many CPUs they share (the union of their affinity masks), which
-    // decides whether they are oversubscribed.
+    // The node identity, the CPUs this process may run on, and its pid and the
+    // address of its cross-memory-attach probe word, tab-separated: ranks of one node
+    // learn how many CPUs they share (the union of their affinity masks), which decides
+    // whether they are oversubscribed, and whether the OS lets them read each other.
     let my_cpus = affinity_cpus();
     client
         .put(
             &format!("node-{rank}"),
-            format!("{me}\t{}", cpu_list(&my_cpus)).as_bytes(),
+            format!(
+                "{me}\t{}\t{}:{:x}",
+                cpu_list(&my_cpus),
+                std::process::id(),
+                crate::engine::CMA_PROBE_WORD.as_ptr() as usize
+            )
+            .as_bytes(),
         )
         .map_err(boot)?;
     client.fence().map_err(boot)?;
     let mut node_ids = Vec::with_capacity(size as usize);
     let mut node_cpus: Vec<u32> = Vec::new();
+    // (pid, probe address) of each rank, where published.
+    let mut probe_at: Vec<Option<(u32, u64)>> = Vec::with_capacity(size as usize);
     for r in 0..size {
         let v = client.get(&format!("node-{r}")).map_err(boot)?;
         let v = String::from_utf8_lossy(&v);
-        let (id, cpus) = v.split_once('\t').unwrap_or((&v, ""));
+        let mut parts = v.split('\t');
+        let id = parts.next().unwrap_or_default();
+        let cpus = parts.next().unwrap_or_default();
+        probe_at.push(parts.next().and_then(|p| {
+            let (pid, addr) = p.split_once(':')?;
+            Some((pid.parse().ok()?, u64::from_str_radix(addr, 16).ok()?))
+        }));
         if id == me {
             node_cpus.extend(parse_cpu_list(cpus));
         }
@@ -586,13 +601,13 @@ fn build(joined: Joined) -> Result<Universe> {
         }
         if route == Route::Tcp {
             if !allowed.contains(&"tcp") {
-                return Err(Error::Connection {
-                    peer: r,
-                    detail: format!(
-                        "no allowed transport reaches rank {r} from rank {rank}: {}; tcp: excluded by RANKWIRE_TRANSPORTS (RANKWIRE_LOG=debug shows why RDMA is off)",
-                        why_not.join("; ")
-                    ),
-                });
+                // A setting, not a failed connection: say which one.
+                return Err(Error::usage(format!(
+                    "no allowed transport reaches rank {r} from rank {rank}: {}; tcp: excluded \
+                     by RANKWIRE_TRANSPORTS (RANKWIRE_LOG=debug shows why RDMA is off); add \
+                     tcp (or shm for ranks of one node) to RANKWIRE_TRANSPORTS",
+                    why_not.join("; ")
+                )));
             }
             tcp_peers.push(r);
         }
@@ -655,6 +670,24 @@ fn build(joined: Joined) -> Result<Universe> {
     // (process_vm_readv); a receiver that is refused falls back to copying through the
     // transport. RANKWIRE_CMA=0 turns it off.
     let cma = env_switch("RANKWIRE_CMA") != Some(false);
+    // Whether the OS lets this rank read each same-node peer (ptrace rules, containers):
+    // probed once here, so that `--explain` and `--require=cma` tell the truth and no
+    // large message tries first. A refused peer gets its large messages through the
+    // transport; a read refused later (rules changed at run time) falls back the same
+    // way, per message.
+    let mut cma_refused: Vec<(u32, String)> = Vec::new();
+    if cma {
+        for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
+            if let Some((pid, addr)) = probe_at[r as usize]
+                && let Err(e) = crate::engine::cma_probe(pid, addr)
+            {
+                tracing::info!(
+                    "rank {rank} <- rank {r}: cross-memory attach not permitted: {e}; large messages copy through the transport"
+                );
+                cma_refused.push((r, e));
+            }
+        }
+    }
     // A sender waiting for a large single-copy send writes a share itself (share.rs).
     let share = cma && env_switch("RANKWIRE_CMA_SHARE") != Some(false);
     let gpu_state = enable_gpu(&mut engine);
@@ -689,6 +722,12 @@ fn build(joined: Joined) -> Result<Universe> {
                 same_node: node_ids[r as usize] == me,
                 rejected: std::mem::take(&mut rejected[r as usize]),
                 eager_bytes: engine.eager_limit(r),
+                cma_refused: cma_refused.iter().find(|(p, _)| *p == r).map(|(_, e)| {
+                    format!(
+                        "not permitted by the OS: {e} (ptrace rules: same user, not \
+                         non-dumpable, kernel.yama.ptrace_scope; containers may forbid it)"
+                    )
+                }),
             })
             .collect(),
         cma: if cma {
@@ -709,12 +748,13 @@ fn build(joined: Joined) -> Result<Universe> {
             // Forced onto RDMA inside a node: host rendezvous goes by RDMA READ.
             continue;
         }
+        let cma_r = cma && !cma_refused.iter().any(|(p, _)| *p == r);
         engine.proto.offer_host_cma(r);
-        engine.proto.allow_pull(r, cma);
-        engine.proto.allow_sharing(r, share);
+        engine.proto.allow_pull(r, cma_r);
+        engine.proto.allow_sharing(r, share && cma_r);
         tracing::debug!(
             "rank {rank} <- rank {r}: large host messages by {}",
-            if cma {
+            if cma_r {
                 "single copy (cma)"
             } else {
                 "copy through the transport"
@@ -753,6 +793,7 @@ fn singleton() -> Universe {
             same_node: true,
             rejected: Vec::new(),
             eager_bytes: engine.eager_limit(0),
+            cma_refused: None,
         }],
         cma: Err("no other rank".into()),
         share: false,

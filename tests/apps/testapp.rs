@@ -13,6 +13,12 @@ mod common;
 use common::{arg, fail};
 
 fn main() {
+    if std::env::var_os("RW_TESTAPP_NONDUMPABLE_AT_INIT").is_some() {
+        // Cross-memory attach to this rank is refused from the start (ptrace rules):
+        // init's probe must see it.
+        // SAFETY: prctl with PR_SET_DUMPABLE only changes this process's flag.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    }
     common::run_scenario(|universe, world, scenario, args| match scenario {
         "ordering" => ordering(world),
         "window" => window_any_source(world, arg(args, 2, 200)),
@@ -368,6 +374,9 @@ fn big(w: &Communicator, len: usize) -> Result<()> {
 /// every share write fails with EPERM and each message falls back to Cts + Data,
 /// including one whose receiver asked its waiting sender for a share first.
 fn cma_refused(w: &Communicator) -> Result<()> {
+    // Every rank has finished init (and its probe of the others) before any turns
+    // non-dumpable: the refusal is met by the messages themselves, at run time.
+    w.barrier()?;
     // SAFETY: prctl with PR_SET_DUMPABLE only changes this process's flag.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     w.barrier()?;
