@@ -226,7 +226,7 @@ def main():
         big = "4194304"
         mc = cell("memcpy", "memcpy", "1", big, "median")
         mw = cell("memcpy", "memcpy-window", "1", big, "median")
-        if mc and "bw" in modes:
+        if mc and "bw" in modes and any(cell(c, "bw", "2", big, "median") is not None for c in configs):
             line = f"bw at 4 MiB against single-core memcpy at 4 MiB: {mc:.2f} GB/s with the buffers in cache"
             if mw:
                 line += f", {mw:.2f} GB/s into the bw test's 64 destinations"
