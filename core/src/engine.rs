@@ -835,8 +835,10 @@ const CMA_PROBE_MAGIC: u64 = 0x7277_636d_615f_6f6b; // "rwcma_ok"
 /// `kernel.yama.ptrace_scope`, a container's seccomp policy).
 ///
 /// # Errors
-/// The refusal (`EPERM` most often) or a wrong value read, as text.
-pub(crate) fn cma_probe(pid: u32, addr: u64) -> Result<(), String> {
+/// `Ok(false)` when the process is gone (`ESRCH`: a peer that already exited, which the
+/// transports report as such); `Err` with the refusal (`EPERM` most often) or a wrong
+/// value read, as text.
+pub(crate) fn cma_probe(pid: u32, addr: u64) -> Result<bool, String> {
     use nix::sys::uio::{RemoteIoVec, process_vm_readv};
     use std::io::IoSliceMut;
     let mut word = [0u8; 8];
@@ -844,18 +846,21 @@ pub(crate) fn cma_probe(pid: u32, addr: u64) -> Result<(), String> {
         base: addr as usize,
         len: word.len(),
     }];
-    let n = process_vm_readv(
+    let n = match process_vm_readv(
         nix::unistd::Pid::from_raw(pid as i32),
         &mut [IoSliceMut::new(&mut word)],
         &remote,
-    )
-    .map_err(|e| format!("process_vm_readv refused ({e})"))?;
+    ) {
+        Ok(n) => n,
+        Err(nix::errno::Errno::ESRCH) => return Ok(false),
+        Err(e) => return Err(format!("process_vm_readv refused ({e})")),
+    };
     if n != word.len() || u64::from_ne_bytes(word) != CMA_PROBE_MAGIC {
         return Err(format!(
             "process_vm_readv read {n} bytes, not the probe word"
         ));
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Registers host send buffers for RDMA pull-mode rendezvous through the RDMA

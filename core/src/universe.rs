@@ -396,8 +396,15 @@ fn init_inner() -> Result<Universe> {
             }
         }
     }
-    if let Ok(list) = std::env::var(crate::explain::REQUIRE_ENV) {
-        u.inner.paths.check_required(&list)?;
+    if let Ok(list) = std::env::var(crate::explain::REQUIRE_ENV)
+        && let Err(e) = u.inner.paths.check_required(&list)
+    {
+        // Each rank checks its own paths, so other ranks may have passed and wait for
+        // this one: finalizing would wait for them in the final fence (until the
+        // bootstrap timeout). Leave without it, as a panicking rank does; the launcher
+        // ends the job when this process exits with the error.
+        std::mem::forget(u);
+        return Err(e);
     }
     Ok(u)
 }
@@ -678,6 +685,7 @@ fn build(joined: Joined) -> Result<Universe> {
     let mut cma_refused: Vec<(u32, String)> = Vec::new();
     if cma {
         for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
+            // A peer already gone (Ok(false)) is not a refusal: its transport reports it.
             if let Some((pid, addr)) = probe_at[r as usize]
                 && let Err(e) = crate::engine::cma_probe(pid, addr)
             {

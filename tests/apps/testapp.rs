@@ -13,9 +13,11 @@ mod common;
 use common::{arg, fail};
 
 fn main() {
-    if std::env::var_os("RW_TESTAPP_NONDUMPABLE_AT_INIT").is_some() {
-        // Cross-memory attach to this rank is refused from the start (ptrace rules):
-        // init's probe must see it.
+    // `all`, or one rank's number: cross-memory attach to those ranks is refused from
+    // the start (ptrace rules); init's probe must see it.
+    if let Ok(who) = std::env::var("RW_TESTAPP_NONDUMPABLE_AT_INIT")
+        && (who == "all" || std::env::var("RANKWIRE_RANK").is_ok_and(|r| r == who))
+    {
         // SAFETY: prctl with PR_SET_DUMPABLE only changes this process's flag.
         unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     }
