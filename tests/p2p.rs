@@ -236,33 +236,46 @@ fn report_bindings_prints_each_rank_and_local_rank() {
     }
 }
 
+/// Whether the ranks can run as the unprivileged user `nobody` (root and setpriv), so
+/// that ranks made non-dumpable really are refused cross-memory attach; says so if not.
+fn can_run_as_nobody() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let ok = unsafe { libc::geteuid() } == 0 && std::path::Path::new("/usr/bin/setpriv").exists();
+    if !ok {
+        eprintln!("skipped: needs root and setpriv to run the ranks as nobody");
+    }
+    ok
+}
+
+/// `rwrun -n 3 [extra] rw-testapp cma_refused` as `nobody` ([`can_run_as_nobody`]).
+fn cma_refused_as_nobody(extra: &[&str]) -> rankwire_tests::Run {
+    let rwrun = binary("rwrun");
+    let app = app();
+    let mut args = vec![
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        rwrun.to_str().unwrap(),
+        "-n",
+        "3",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[app.as_str(), "cma_refused"]);
+    rankwire_tests::command("/usr/bin/setpriv", args).env("RANKWIRE_LOG", "info")
+}
+
 /// Ranks the OS refuses cross-memory attach from the start (non-dumpable processes of
 /// an unprivileged user): init's probe finds it, `--explain` names the reason for each
 /// pair, no large message tries a single copy first, and `--require=cma` fails at init
 /// naming the pair. Needs root (to run rwrun as `nobody`); skipped otherwise.
 #[test]
 fn cross_memory_attach_refused_at_init_is_reported_and_required_fails() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/usr/bin/setpriv").exists() {
-        eprintln!("skipped: needs root and setpriv to run the ranks as nobody");
+    if !can_run_as_nobody() {
         return;
     }
     let run = |who: &str, extra: &[&str]| {
-        let rwrun = binary("rwrun");
-        let app = app();
-        let mut args = vec![
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            rwrun.to_str().unwrap(),
-            "-n",
-            "3",
-        ];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&[app.as_str(), "cma_refused"]);
-        rankwire_tests::command("/usr/bin/setpriv", args)
+        cma_refused_as_nobody(extra)
             .env("RW_TESTAPP_NONDUMPABLE_AT_INIT", who)
-            .env("RANKWIRE_LOG", "info")
             .timeout(Duration::from_secs(60))
             .run()
     };
@@ -315,29 +328,14 @@ fn cross_memory_attach_refused_at_init_is_reported_and_required_fails() {
 /// `nobody` through setpriv); skipped otherwise.
 #[test]
 fn large_messages_fall_back_when_cross_memory_attach_is_refused() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/usr/bin/setpriv").exists() {
-        eprintln!("skipped: needs root and setpriv to run the ranks as nobody");
+    if !can_run_as_nobody() {
         return;
     }
     for share in ["1", "0"] {
-        let out = rankwire_tests::command(
-            "/usr/bin/setpriv",
-            [
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                binary("rwrun").to_str().unwrap(),
-                "-n",
-                "3",
-                &app(),
-                "cma_refused",
-            ],
-        )
-        .env("RANKWIRE_CMA_SHARE", share)
-        .env("RANKWIRE_LOG", "info")
-        .timeout(Duration::from_secs(120))
-        .run();
+        let out = cma_refused_as_nobody(&[])
+            .env("RANKWIRE_CMA_SHARE", share)
+            .timeout(Duration::from_secs(120))
+            .run();
         assert_eq!(out.code(), 0, "share={share}: {}", out.stderr);
         assert_eq!(
             out.stdout.matches("cma_refused OK").count(),

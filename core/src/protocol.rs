@@ -297,6 +297,20 @@ struct SendReq {
     pushing: u32,
 }
 
+impl SendReq {
+    /// A send of `buf` to `dst` with `tag`, starting in `state` (no share yet).
+    fn new(dst: u32, tag: i32, buf: RawBuf, state: SendState) -> Self {
+        SendReq {
+            dst,
+            tag,
+            buf,
+            state,
+            helped: false,
+            pushing: 0,
+        }
+    }
+}
+
 /// A copy the engine must do for a pull-mode rendezvous: `dst.len()` bytes from the
 /// sender's memory described by `mem` into the receive buffer `dst`, then report
 /// [`Protocol::pull_done`] with `rreq`.

@@ -682,7 +682,8 @@ fn build(joined: Joined) -> Result<Universe> {
     // large message tries first. A refused peer gets its large messages through the
     // transport; a read refused later (rules changed at run time) falls back the same
     // way, per message.
-    let mut cma_refused: Vec<(u32, String)> = Vec::new();
+    // Per rank: why the OS refused this rank cross-memory attach to it.
+    let mut cma_refused: Vec<Option<String>> = vec![None; size as usize];
     if cma {
         for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
             // A peer already gone (Ok(false)) is not a refusal: its transport reports it.
@@ -692,7 +693,10 @@ fn build(joined: Joined) -> Result<Universe> {
                 tracing::info!(
                     "rank {rank} <- rank {r}: cross-memory attach not permitted: {e}; large messages copy through the transport"
                 );
-                cma_refused.push((r, e));
+                cma_refused[r as usize] = Some(format!(
+                    "not permitted by the OS: {e} (ptrace rules: same user, not non-dumpable, \
+                     kernel.yama.ptrace_scope; containers may forbid it)"
+                ));
             }
         }
     }
@@ -730,12 +734,7 @@ fn build(joined: Joined) -> Result<Universe> {
                 same_node: node_ids[r as usize] == me,
                 rejected: std::mem::take(&mut rejected[r as usize]),
                 eager_bytes: engine.eager_limit(r),
-                cma_refused: cma_refused.iter().find(|(p, _)| *p == r).map(|(_, e)| {
-                    format!(
-                        "not permitted by the OS: {e} (ptrace rules: same user, not \
-                         non-dumpable, kernel.yama.ptrace_scope; containers may forbid it)"
-                    )
-                }),
+                cma_refused: cma_refused[r as usize].clone(),
             })
             .collect(),
         cma: if cma {
@@ -756,7 +755,7 @@ fn build(joined: Joined) -> Result<Universe> {
             // Forced onto RDMA inside a node: host rendezvous goes by RDMA READ.
             continue;
         }
-        let cma_r = cma && !cma_refused.iter().any(|(p, _)| *p == r);
+        let cma_r = cma && cma_refused[r as usize].is_none();
         engine.proto.offer_host_cma(r);
         engine.proto.allow_pull(r, cma_r);
         engine.proto.allow_sharing(r, share && cma_r);

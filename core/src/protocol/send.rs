@@ -46,17 +46,8 @@ impl Protocol {
                 payload,
                 on_sent: OnSent::CompleteSend(id),
             });
-            self.reqs.set_send(
-                id,
-                SendReq {
-                    dst,
-                    tag,
-                    buf,
-                    state: SendState::Eager,
-                    helped: false,
-                    pushing: 0,
-                },
-            );
+            self.reqs
+                .set_send(id, SendReq::new(dst, tag, buf, SendState::Eager));
         } else {
             let mem = if buf.is_empty() {
                 RemoteMem::None
@@ -95,17 +86,8 @@ impl Protocol {
                 payload: Payload::Empty,
                 on_sent: OnSent::Nothing,
             });
-            self.reqs.set_send(
-                id,
-                SendReq {
-                    dst,
-                    tag,
-                    buf,
-                    state: SendState::AwaitCts,
-                    helped: false,
-                    pushing: 0,
-                },
-            );
+            self.reqs
+                .set_send(id, SendReq::new(dst, tag, buf, SendState::AwaitCts));
         }
         id
     }
@@ -148,17 +130,8 @@ impl Protocol {
             },
             on_sent: OnSent::CompleteSend(id),
         });
-        self.reqs.set_send(
-            id,
-            SendReq {
-                dst,
-                tag,
-                buf,
-                state: SendState::Eager,
-                helped: false,
-                pushing: 0,
-            },
-        );
+        self.reqs
+            .set_send(id, SendReq::new(dst, tag, buf, SendState::Eager));
         id
     }
 
