@@ -21,7 +21,7 @@ use crate::group::{ContextId, Group};
 use crate::matching::Pattern;
 use crate::protocol::{ProbedMessage, RawBuf, ReqId, Status};
 use crate::request::Request;
-use crate::universe::Inner;
+use crate::runtime::Inner;
 
 /// Largest tag a user may pass (MPI_TAG_UB). Tags run from 0 to this value.
 pub const TAG_UB: i32 = (1 << 30) - 1;
@@ -248,17 +248,17 @@ impl Communicator {
         // Post and wait under one lock of the engine.
         let mut e = self.inner.lock();
         let spins = e.backoff.direct_looks();
-        if let Some(r) = e.recv_direct(&pat, raw, spins) {
+        // The fast path skips progress: only with no nonblocking collective running.
+        if !self.inner.schedules.any()
+            && let Some(r) = e.recv_direct(&pat, raw, spins)
+        {
             return r
                 .map(|st| self.local_status(st))
                 .map_err(|e| self.local_err(e));
         }
         let id = e.proto.irecv(pat, raw);
         self.inner
-            .wait_with(e, |e| {
-                crate::coll::advance_active(e);
-                e.proto.take_done(id)
-            })
+            .wait_with(e, |e| e.proto.take_done(id))
             .map(|st| self.local_status(st))
             .map_err(|e| self.local_err(e))
     }
@@ -347,7 +347,6 @@ impl Communicator {
         let pat = self.pattern(source.into(), tag.into())?;
         self.inner
             .wait_for(|e| {
-                crate::coll::advance_active(e);
                 if let Some(st) = e.proto.iprobe(&pat) {
                     return Some(Ok(st));
                 }
@@ -369,7 +368,7 @@ impl Communicator {
         if let Some(st) = e.proto.iprobe(&pat) {
             return Ok(Some(self.local_status(st)));
         }
-        e.progress();
+        self.inner.progress(&mut e);
         Ok(e.proto.iprobe(&pat).map(|st| self.local_status(st)))
     }
 
@@ -386,7 +385,6 @@ impl Communicator {
         self.inner.check_live()?;
         let pat = self.pattern(source.into(), tag.into())?;
         let m = self.inner.wait_for(|e| {
-            crate::coll::advance_active(e);
             if let Some(m) = e.proto.improbe(&pat) {
                 return Some(Ok(m));
             }
@@ -553,12 +551,10 @@ impl std::fmt::Debug for Communicator {
     }
 }
 
-/// Wait for protocol request `id`. Blocking point-to-point calls wait here rather than
-/// in [`Request::wait`] so that nonblocking collectives advance meanwhile (MPI's
-/// progress rule); see `crate::coll`.
+/// Wait for protocol request `id` (the wait loop advances nonblocking collectives
+/// meanwhile, MPI's progress rule; see `crate::runtime`).
 fn wait_id(inner: &Inner, id: ReqId) -> Result<Status> {
     inner.wait_for(|e| {
-        crate::coll::advance_active(e);
         // A large send waited for offers its receiver a share of the copy (a receive's
         // id is not a send: nothing happens).
         e.proto.help(id);

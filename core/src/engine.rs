@@ -30,7 +30,7 @@
 //! ([`Engine::arrival_hint`], one load each) instead of running a whole round.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rankwire_transports::rdma::{Held, Registry};
 use rankwire_transports::{
@@ -244,10 +244,12 @@ impl Engine {
     /// for up to `spins` looks and take its next message straight into `buf`, without
     /// posting a request or running the general progress round. `None` when the
     /// conditions do not hold ([`Protocol::quiet_for`], a specific source reached by
-    /// shm, no nonblocking collective running, nothing queued), when the next frame is
+    /// shm, nothing queued), when the next frame is
     /// anything but the in-order eager message the receive accepts, or when the spins
     /// run out: nothing was received then, and the caller posts the receive and waits
-    /// the general way (a frame looked at stays where it is).
+    /// the general way (a frame looked at stays where it is). The engine does not know
+    /// of nonblocking collectives: the caller takes this path only when none is
+    /// running (a receive that bypasses progress would not advance them).
     #[inline]
     pub(crate) fn recv_direct(
         &mut self,
@@ -258,7 +260,6 @@ impl Engine {
         let src = pat.src?;
         if self.route(src) != Route::Shm
             || !buf.is_host()
-            || crate::coll::any_active()
             || self.any_backlog()
             || !self.proto.quiet_for(pat)
         {
@@ -695,57 +696,6 @@ impl Engine {
             t.set_quiesced();
         }
     }
-}
-
-/// Progress rounds a waiting call runs with the engine locked before letting other
-/// threads of the process take it.
-pub(crate) const SPINS_PER_LOCK: u32 = 64;
-
-/// Drives waiting: spin, then yield, then block (see module doc).
-pub(crate) struct Waiter {
-    idle_polls: u32,
-    idle_since: Option<Instant>,
-}
-
-impl Waiter {
-    pub(crate) fn new() -> Self {
-        Waiter {
-            idle_polls: 0,
-            idle_since: None,
-        }
-    }
-
-    /// Something happened: start the back-off again.
-    #[inline]
-    pub(crate) fn reset(&mut self) {
-        self.idle_polls = 0;
-        self.idle_since = None;
-    }
-
-    /// After an idle progress round: what to do next. The clock is read only once the
-    /// spinning is over (a yield costs a system call anyway).
-    #[inline]
-    pub(crate) fn idle(&mut self, backoff: Backoff) -> IdleAction {
-        self.idle_polls = self.idle_polls.saturating_add(1);
-        if self.idle_polls < backoff.spin_polls {
-            return IdleAction::Spin;
-        }
-        let since = *self.idle_since.get_or_insert_with(Instant::now);
-        match backoff.block_after {
-            Some(d) if since.elapsed() >= d => IdleAction::Block(Duration::from_millis(1)),
-            _ => IdleAction::Yield,
-        }
-    }
-}
-
-/// What a waiter should do after an idle round.
-pub(crate) enum IdleAction {
-    /// Poll again at once.
-    Spin,
-    /// Give the core away once, then poll again.
-    Yield,
-    /// Sleep in the kernel until a transport sees activity, at most this long.
-    Block(Duration),
 }
 
 /// Perform the copy of a pull-mode rendezvous.

@@ -67,6 +67,7 @@ pub mod group;
 pub mod matching;
 pub mod protocol;
 mod request;
+mod runtime;
 mod universe;
 pub mod watchdog;
 pub mod wire;

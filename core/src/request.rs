@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::protocol::{ReqId, Status};
-use crate::universe::Inner;
+use crate::runtime::Inner;
 
 /// A pending nonblocking operation. Borrows its buffer for `'a`, so the buffer can be
 /// neither read (receive) nor written (send) until the request completes.
@@ -126,8 +126,9 @@ impl<'a> Request<'a> {
             return Ok(r);
         }
         let r = {
-            let mut e = self.runtime().lock();
-            e.progress();
+            let inner = self.runtime();
+            let mut e = inner.lock();
+            inner.progress(&mut e);
             e.proto.take_done(self.id)
         };
         match r {
@@ -144,8 +145,9 @@ impl<'a> Request<'a> {
         if self.ready.is_some() {
             return true;
         }
-        let mut e = self.runtime().lock();
-        e.progress();
+        let inner = self.runtime();
+        let mut e = inner.lock();
+        inner.progress(&mut e);
         e.proto.is_done(self.id)
     }
 }
@@ -230,8 +232,9 @@ pub fn test_all(reqs: &mut Vec<Request<'_>>) -> Option<Vec<Result<Status>>> {
         return Some(reqs.drain(..).map(Request::wait).collect());
     };
     let all = {
-        let mut e = first.runtime().lock();
-        e.progress();
+        let inner = first.runtime();
+        let mut e = inner.lock();
+        inner.progress(&mut e);
         reqs.iter()
             .all(|r| r.ready.is_some() || e.proto.is_done(r.id))
     };

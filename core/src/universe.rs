@@ -1,7 +1,7 @@
 //! Initialization and finalization (MPI 4.1 §11.2: `MPI_Init`, `MPI_Finalize`).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rankwire_transports::{
@@ -15,10 +15,10 @@ use crate::bootstrap::env;
 use crate::bootstrap::launch::{self, Launch};
 use crate::bootstrap::pmi::PmiClient;
 use crate::comm::Communicator;
-use crate::engine::{Backoff, Engine, IdleAction, RdmaOffer, Route, SPINS_PER_LOCK, Waiter};
+use crate::engine::{Backoff, Engine, RdmaOffer, Route};
 use crate::error::{Error, Result};
 use crate::explain::{Paths, PeerPath};
-use crate::watchdog::Watch;
+use crate::runtime::Inner;
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
@@ -26,18 +26,6 @@ static INITIALIZED: AtomicBool = AtomicBool::new(false);
 /// connection. Finalizes when dropped (or explicitly with [`Universe::finalize`]).
 pub struct Universe {
     inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) rank: u32,
-    pub(crate) size: u32,
-    /// Position of this rank among the ranks of its node, in rank order.
-    pub(crate) local_rank: u32,
-    pub(crate) engine: Mutex<Engine>,
-    bootstrap: Mutex<Option<Wireup>>,
-    finalized: AtomicBool,
-    /// What transport selection decided, for [`Universe::explain`].
-    paths: Paths,
 }
 
 /// Start rankwire in this process (MPI_Init).
@@ -188,127 +176,7 @@ impl Drop for Universe {
 }
 
 impl Inner {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
-        // A panic while holding the lock leaves the engine as consistent as the
-        // protocol's own invariants; keep going rather than cascade the panic.
-        self.engine.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    #[inline]
-    pub(crate) fn check_live(&self) -> Result<()> {
-        if self.finalized.load(Ordering::Acquire) {
-            return Err(finalized());
-        }
-        Ok(())
-    }
-
-    /// Progress until `done` returns a value. With the watchdog on
-    /// ([`crate::watchdog`]), a wait without any completion for its bound reports the
-    /// pending requests and aborts the job.
-    pub(crate) fn wait_for<T>(&self, done: impl FnMut(&mut Engine) -> Option<T>) -> T {
-        self.wait_with(self.lock(), done)
-    }
-
-    /// [`Inner::wait_for`] starting with the engine locked already (`e`), so that a
-    /// blocking call that posts and waits takes the lock once.
-    pub(crate) fn wait_with<T>(
-        &self,
-        first: MutexGuard<'_, Engine>,
-        mut done: impl FnMut(&mut Engine) -> Option<T>,
-    ) -> T {
-        let mut waiter = Waiter::new();
-        let mut watch = None;
-        let mut first = Some(first);
-        loop {
-            let mut e = match first.take() {
-                Some(g) => g,
-                None => self.lock(),
-            };
-            if let Some(v) = done(&mut e) {
-                return v;
-            }
-            let backoff = e.backoff;
-            // Spin with the engine locked, so that a short wait (the common case) takes
-            // the lock once; `done` is asked again only after something happened. The
-            // lock is let go now and then for other threads of this process.
-            let mut rounds = 0u32;
-            let action = loop {
-                if e.progress() {
-                    if let Some(v) = done(&mut e) {
-                        return v;
-                    }
-                    waiter.reset();
-                    if let Some(w) = watch.as_mut() {
-                        Watch::reset(w, e.proto.pending());
-                    }
-                } else {
-                    match waiter.idle(backoff) {
-                        IdleAction::Spin => {
-                            if e.shm_only() {
-                                // Watch the rings (a load each) until a frame lands,
-                                // for a while, instead of a full round per look.
-                                for _ in 0..backoff.ring_looks {
-                                    if e.arrival_hint() {
-                                        break;
-                                    }
-                                }
-                            } else {
-                                std::hint::spin_loop();
-                            }
-                        }
-                        other => break other,
-                    }
-                }
-                rounds += 1;
-                if rounds == SPINS_PER_LOCK {
-                    break IdleAction::Spin;
-                }
-            };
-            if matches!(action, IdleAction::Spin) {
-                continue;
-            }
-            // Yielding or sleeping: the watchdog's clock is read here only.
-            if let Some(limit) = e.watchdog {
-                let pending = e.proto.pending();
-                let w = watch.get_or_insert_with(|| Watch::new(limit, pending));
-                if w.expired(pending) {
-                    let lines = e.describe_pending();
-                    drop(e);
-                    self.watchdog_abort(limit, pending, &lines);
-                }
-            }
-            match action {
-                IdleAction::Block(d) => e.wait_activity(d),
-                _ => {
-                    drop(e);
-                    std::thread::yield_now();
-                }
-            }
-        }
-    }
-
-    /// Print the watchdog report, ask the launcher to end the job, and exit.
-    fn watchdog_abort(&self, limit: Duration, requests: usize, pending: &[String]) -> ! {
-        let report = crate::watchdog::report(self.rank, limit, requests, pending);
-        eprintln!("{report}");
-        tracing::error!("watchdog fired on rank {}", self.rank);
-        if let Ok(mut b) = self.bootstrap.lock()
-            && let Some(c) = b.as_mut()
-        {
-            let _ = c.abort(
-                crate::watchdog::EXIT_CODE,
-                &format!(
-                    "watchdog: rank {} waited {:.1} s with {} requests pending (listed above)",
-                    self.rank,
-                    limit.as_secs_f64(),
-                    requests
-                ),
-            );
-        }
-        std::process::exit(crate::watchdog::EXIT_CODE)
-    }
-
-    fn finalize(&self) -> Result<()> {
+    pub(crate) fn finalize(&self) -> Result<()> {
         if self.finalized.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -331,11 +199,6 @@ impl Inner {
         }
         Ok(())
     }
-}
-
-#[cold]
-fn finalized() -> Error {
-    Error::usage("rankwire was finalized; no more communication")
 }
 
 fn init_logging() {
@@ -769,15 +632,14 @@ fn build(joined: Joined) -> Result<Universe> {
         );
     }
     Ok(Universe {
-        inner: Arc::new(Inner {
+        inner: Arc::new(Inner::new(
             rank,
             size,
             local_rank,
-            engine: Mutex::new(engine),
-            bootstrap: Mutex::new(Some(client)),
-            finalized: AtomicBool::new(false),
+            engine,
+            Some(client),
             paths,
-        }),
+        )),
     })
 }
 
@@ -809,15 +671,7 @@ fn singleton() -> Universe {
         gpu,
     };
     Universe {
-        inner: Arc::new(Inner {
-            rank: 0,
-            size: 1,
-            local_rank: 0,
-            engine: Mutex::new(engine),
-            bootstrap: Mutex::new(None),
-            finalized: AtomicBool::new(false),
-            paths,
-        }),
+        inner: Arc::new(Inner::new(0, 1, 0, engine, None, paths)),
     }
 }
 

@@ -10,8 +10,9 @@
 //! order, same sizes, same collective context and tag `tag_base(seq)`), and combines in
 //! the same order, so a rank on this path and a rank running the schedule (a
 //! nonblocking call, or a rank that has nonblocking collectives in flight) still meet,
-//! and results stay bitwise identical on every rank. While it waits it advances the
-//! process's active nonblocking collectives, as every blocking call does.
+//! and results stay bitwise identical on every rank. It waits in the runtime's wait
+//! loop, which advances the active nonblocking collectives, as every blocking call
+//! does.
 //!
 //! Each step is an exchange: the send is handed to the transport at once (an eager
 //! message completes there), the receive takes its message straight from the ring
@@ -19,7 +20,7 @@
 //! posted and waited for.
 
 use super::select::{AllreduceAlgo, pof2_floor};
-use super::{advance_active, tag_base};
+use super::tag_base;
 use crate::comm::{COLL_CTX_BIT, Communicator};
 use crate::engine::SendStart;
 use crate::error::{Error, MatchError, Result};
@@ -202,7 +203,13 @@ impl Communicator {
                 tag: Some(tag),
             };
             let spins = e.backoff.direct_looks();
-            match e.recv_direct(&pat, raw, spins) {
+            // The fast path skips progress: only with no nonblocking collective running.
+            let direct = if inner.schedules.any() {
+                None
+            } else {
+                e.recv_direct(&pat, raw, spins)
+            };
+            match direct {
                 Some(r) => got = Some(r),
                 None => recv_id = Some(e.proto.irecv(pat, raw)),
             }
@@ -214,7 +221,6 @@ impl Communicator {
         let mut send_res: Result<()> = Ok(());
         if recv_id.is_some() || send_id.is_some() {
             inner.wait_with(e, |e| {
-                advance_active(e);
                 if let Some(id) = recv_id
                     && let Some(r) = e.proto.take_done(id)
                 {

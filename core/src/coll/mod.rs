@@ -12,14 +12,11 @@
 //!   blocking call and the nonblocking one. A call builds its schedule, posts the first
 //!   round at once, and later rounds start when the previous round's transfers have
 //!   completed.
-//! - **Progress.** A nonblocking collective advances inside `test`/`wait` on any
-//!   collective request, inside every blocking collective, and inside the blocking
-//!   point-to-point calls of [`Communicator`] (`send`, `recv`, `sendrecv`, `probe`,
-//!   …): all active schedules are advanced there, oldest first, so waiting in any
-//!   order cannot deadlock. [`crate::Request::wait`] and `wait_all`/`wait_any` on
-//!   nonblocking point-to-point requests drive transfers already posted but do not
-//!   start a collective's next round; hook for the engine owner: polling the active
-//!   schedules from `Engine::progress` would cover them too.
+//! - **Progress.** A running nonblocking collective's schedule sits in the runtime's
+//!   list of active schedules (`crate::runtime`), which every completion call
+//!   advances, oldest first: `wait`/`test` on any request, point-to-point or
+//!   collective, `wait_any`/`wait_all`/`test_all`, the drop of a pending request,
+//!   probes, and every blocking call. So waiting in any order cannot deadlock.
 //! - **Contexts and tags.** Collective traffic uses the communicator's collective
 //!   context (`ctx | 2^31`, see [`crate::group`]), so it never matches user receives.
 //!   Each call takes the communicator's next call number `seq`; its messages carry tag
@@ -92,13 +89,12 @@ mod scan;
 pub(crate) mod sched;
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::{COLL_CTX_BIT, Communicator};
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::universe::Inner;
+use crate::runtime::Inner;
 
 use check::Spec;
 use sched::{Builder, CommCtx, Exec, UserBufs};
@@ -190,35 +186,16 @@ pub struct CollRequest<'a> {
     _buf: PhantomData<&'a mut [u8]>,
 }
 
-/// Schedules of nonblocking collectives still running in this process, oldest first
-/// (see "Progress" in the module doc). Process-wide because a process has one engine;
-/// hook for the engine owner: this belongs in `Engine`.
-static ACTIVE: Mutex<Vec<Weak<Mutex<Exec>>>> = Mutex::new(Vec::new());
-/// `ACTIVE.len()`, readable without the lock: waits skip the list when it is empty
-/// (the common case of blocking collectives, which leave it before waiting).
-static ACTIVE_LEN: AtomicUsize = AtomicUsize::new(0);
-
-/// Add `x` to the active schedules (if `add`) after removing dead ones and `x` itself.
-fn set_active(x: &Arc<Mutex<Exec>>, add: bool) {
-    let mut a = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
-    let me = Arc::downgrade(x);
-    a.retain(|w| w.strong_count() > 0 && !w.ptr_eq(&me));
-    if add {
-        a.push(me);
-    }
-    ACTIVE_LEN.store(a.len(), Ordering::Release);
-}
-
 impl<'a> CollRequest<'a> {
     fn start(inner: Arc<Inner>, exec: Exec) -> CollRequest<'a> {
         let exec = Arc::new(Mutex::new(exec));
         {
             let mut e = inner.lock();
             lock(&exec).advance(&mut *e);
-            e.progress();
+            inner.progress(&mut e);
         }
         if !lock(&exec).is_finished() {
-            set_active(&exec, true);
+            inner.schedules.set(&exec, true);
         }
         CollRequest {
             inner,
@@ -237,7 +214,7 @@ impl<'a> CollRequest<'a> {
     pub fn wait(mut self) -> Result<()> {
         self.done = true;
         // Its own wait loop advances it; the list is for the others'.
-        set_active(&self.exec, false);
+        self.inner.schedules.set(&self.exec, false);
         wait_exec(&self.inner, &self.exec)
     }
 
@@ -250,12 +227,12 @@ impl<'a> CollRequest<'a> {
     pub fn test(mut self) -> std::result::Result<Result<()>, Self> {
         let r = {
             let mut e = self.inner.lock();
-            poll(&mut e, &self.exec)
+            poll(&self.inner, &mut e, &self.exec)
         };
         match r {
             Some(r) => {
                 self.done = true;
-                set_active(&self.exec, false);
+                self.inner.schedules.set(&self.exec, false);
                 Ok(r)
             }
             None => Err(self),
@@ -266,8 +243,7 @@ impl<'a> CollRequest<'a> {
     /// request).
     pub fn is_complete(&self) -> bool {
         let mut e = self.inner.lock();
-        e.progress();
-        advance_active(&mut e);
+        self.inner.progress(&mut e);
         lock(&self.exec).is_finished()
     }
 }
@@ -275,7 +251,7 @@ impl<'a> CollRequest<'a> {
 impl Drop for CollRequest<'_> {
     fn drop(&mut self) {
         if !self.done {
-            set_active(&self.exec, false);
+            self.inner.schedules.set(&self.exec, false);
             let _ = wait_exec(&self.inner, &self.exec);
         }
     }
@@ -302,57 +278,24 @@ fn lock(m: &Mutex<Exec>) -> MutexGuard<'_, Exec> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One progress round for `exec` and every active schedule; its outcome if done.
-fn poll(e: &mut Engine, exec: &Mutex<Exec>) -> Option<Result<()>> {
-    e.progress();
-    if advance_active(e) | lock(exec).advance(e) {
-        // Push out what the new rounds posted.
+/// One progress round of the runtime, then `exec` (taken out of the active list by
+/// its owner, so advanced here); its outcome if done.
+fn poll(inner: &Inner, e: &mut Engine, exec: &Mutex<Exec>) -> Option<Result<()>> {
+    inner.progress(e);
+    if lock(exec).advance(e) {
+        // Push out what the new round posted.
         e.progress();
     }
     lock(exec).take_result()
 }
 
 fn wait_exec(inner: &Inner, exec: &Mutex<Exec>) -> Result<()> {
+    // The wait loop advances the other schedules in each round.
     inner.wait_for(|e| {
-        advance_active(e);
         let mut x = lock(exec);
         x.advance(e);
         x.take_result()
     })
-}
-
-/// Whether some nonblocking collective is running in this process.
-#[inline]
-pub(crate) fn any_active() -> bool {
-    ACTIVE_LEN.load(Ordering::Acquire) != 0
-}
-
-/// Advance every active nonblocking collective, oldest first (cheap when there is
-/// none). Returns whether any changed. Blocking point-to-point waits call it too.
-pub(crate) fn advance_active(e: &mut Engine) -> bool {
-    if ACTIVE_LEN.load(Ordering::Acquire) == 0 {
-        return false;
-    }
-    let list: Vec<Arc<Mutex<Exec>>> = {
-        let mut a = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
-        a.retain(|w| w.strong_count() > 0);
-        ACTIVE_LEN.store(a.len(), Ordering::Release);
-        a.iter().filter_map(Weak::upgrade).collect()
-    };
-    let mut any = false;
-    for x in list {
-        // A schedule locked elsewhere is being advanced by its owner right now (the
-        // engine lock we hold serialises owners, so that is this very call stack).
-        let g = match x.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        };
-        if let Some(mut g) = g {
-            any |= g.advance(e);
-        }
-    }
-    any
 }
 
 impl Communicator {

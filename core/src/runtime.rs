@@ -1,0 +1,333 @@
+//! The runtime: the one owner of progress in a process.
+//!
+//! # Ownership
+//! [`Inner`] (one per [`crate::Universe`], shared by every communicator and request
+//! through an `Arc`) holds the engine behind its lock, the bootstrap connection, the
+//! path table and the [`Schedules`] of the nonblocking collectives still running. No
+//! list of pending work lives outside it.
+//!
+//! # Progress
+//! [`Inner::progress`] is the one progress round: it runs [`Engine::progress`]
+//! (transports, protocol, point-to-point requests) and then advances every active
+//! collective schedule, oldest first, pushing out what their new rounds posted. Every
+//! completion call of the API goes through it: point-to-point `wait`/`test`/
+//! `is_complete`/`wait_any`/`wait_all`/`test_all`, the drop of a pending request,
+//! collective `wait`/`test`/`is_complete`, probes, and the blocking calls, which all
+//! wait in [`Inner::wait_for`]. So a process waiting on any request keeps its
+//! nonblocking collectives moving (MPI 4.1 §2.9 and §6.12), whatever it waits on. The
+//! engine itself knows nothing of collectives; where it offers a fast path that skips
+//! progress (`Engine::recv_direct`), the caller takes it only when
+//! [`Schedules::any`] says no collective is running.
+//!
+//! # Locks
+//! Order: engine, then a schedule (`Mutex<Exec>`), then the schedule list (held only to
+//! copy or edit it, never while taking another lock). A schedule is advanced with the
+//! engine locked; a schedule already locked is being advanced by its owner on this call
+//! stack (the engine lock serialises owners), so the list skips it (`try_lock`).
+//!
+//! # Waiting
+//! [`Inner::wait_for`] spins on progress rounds a bounded number of times, then yields,
+//! then blocks in the transports (the policy of [`crate::engine`]), and runs the
+//! watchdog ([`crate::watchdog`]).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use crate::bootstrap::Wireup;
+use crate::coll::sched::Exec;
+use crate::engine::{Backoff, Engine};
+use crate::error::{Error, Result};
+use crate::explain::Paths;
+use crate::watchdog::Watch;
+
+/// The running job as seen by this process (behind [`crate::Universe`]).
+pub(crate) struct Inner {
+    pub(crate) rank: u32,
+    pub(crate) size: u32,
+    /// Position of this rank among the ranks of its node, in rank order.
+    pub(crate) local_rank: u32,
+    pub(crate) engine: Mutex<Engine>,
+    pub(crate) bootstrap: Mutex<Option<Wireup>>,
+    pub(crate) finalized: AtomicBool,
+    /// What transport selection decided, for [`crate::Universe::explain`].
+    pub(crate) paths: Paths,
+    /// Nonblocking collectives still running, advanced by every progress round.
+    pub(crate) schedules: Schedules,
+}
+
+impl Inner {
+    pub(crate) fn new(
+        rank: u32,
+        size: u32,
+        local_rank: u32,
+        engine: Engine,
+        bootstrap: Option<Wireup>,
+        paths: Paths,
+    ) -> Inner {
+        Inner {
+            rank,
+            size,
+            local_rank,
+            engine: Mutex::new(engine),
+            bootstrap: Mutex::new(bootstrap),
+            finalized: AtomicBool::new(false),
+            paths,
+            schedules: Schedules::default(),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        // A panic while holding the lock leaves the engine as consistent as the
+        // protocol's own invariants; keep going rather than cascade the panic.
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    #[inline]
+    pub(crate) fn check_live(&self) -> Result<()> {
+        if self.finalized.load(Ordering::Acquire) {
+            return Err(finalized());
+        }
+        Ok(())
+    }
+
+    /// One progress round of everything (see the module doc): the engine, then every
+    /// active collective schedule, oldest first. `e` is this runtime's engine, locked.
+    /// Returns whether anything happened.
+    #[inline]
+    pub(crate) fn progress(&self, e: &mut Engine) -> bool {
+        let moved = e.progress();
+        if self.schedules.advance(e) {
+            // Push out what the new rounds posted.
+            e.progress();
+            return true;
+        }
+        moved
+    }
+
+    /// Progress until `done` returns a value. With the watchdog on
+    /// ([`crate::watchdog`]), a wait without any completion for its bound reports the
+    /// pending requests and aborts the job.
+    pub(crate) fn wait_for<T>(&self, done: impl FnMut(&mut Engine) -> Option<T>) -> T {
+        self.wait_with(self.lock(), done)
+    }
+
+    /// [`Inner::wait_for`] starting with the engine locked already (`e`), so that a
+    /// blocking call that posts and waits takes the lock once.
+    pub(crate) fn wait_with<T>(
+        &self,
+        first: MutexGuard<'_, Engine>,
+        mut done: impl FnMut(&mut Engine) -> Option<T>,
+    ) -> T {
+        let mut waiter = Waiter::new();
+        let mut watch = None;
+        let mut first = Some(first);
+        loop {
+            let mut e = match first.take() {
+                Some(g) => g,
+                None => self.lock(),
+            };
+            if let Some(v) = done(&mut e) {
+                return v;
+            }
+            let backoff = e.backoff;
+            // Spin with the engine locked, so that a short wait (the common case) takes
+            // the lock once; `done` is asked again only after something happened. The
+            // lock is let go now and then for other threads of this process.
+            let mut rounds = 0u32;
+            let action = loop {
+                if self.progress(&mut e) {
+                    if let Some(v) = done(&mut e) {
+                        return v;
+                    }
+                    waiter.reset();
+                    if let Some(w) = watch.as_mut() {
+                        Watch::reset(w, e.proto.pending());
+                    }
+                } else {
+                    match waiter.idle(backoff) {
+                        IdleAction::Spin => {
+                            if e.shm_only() {
+                                // Watch the rings (a load each) until a frame lands,
+                                // for a while, instead of a full round per look.
+                                for _ in 0..backoff.ring_looks {
+                                    if e.arrival_hint() {
+                                        break;
+                                    }
+                                }
+                            } else {
+                                std::hint::spin_loop();
+                            }
+                        }
+                        other => break other,
+                    }
+                }
+                rounds += 1;
+                if rounds == SPINS_PER_LOCK {
+                    break IdleAction::Spin;
+                }
+            };
+            if matches!(action, IdleAction::Spin) {
+                continue;
+            }
+            // Yielding or sleeping: the watchdog's clock is read here only.
+            if let Some(limit) = e.watchdog {
+                let pending = e.proto.pending();
+                let w = watch.get_or_insert_with(|| Watch::new(limit, pending));
+                if w.expired(pending) {
+                    let lines = e.describe_pending();
+                    drop(e);
+                    self.watchdog_abort(limit, pending, &lines);
+                }
+            }
+            match action {
+                IdleAction::Block(d) => e.wait_activity(d),
+                _ => {
+                    drop(e);
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// Print the watchdog report, ask the launcher to end the job, and exit.
+    fn watchdog_abort(&self, limit: Duration, requests: usize, pending: &[String]) -> ! {
+        let report = crate::watchdog::report(self.rank, limit, requests, pending);
+        eprintln!("{report}");
+        tracing::error!("watchdog fired on rank {}", self.rank);
+        if let Ok(mut b) = self.bootstrap.lock()
+            && let Some(c) = b.as_mut()
+        {
+            let _ = c.abort(
+                crate::watchdog::EXIT_CODE,
+                &format!(
+                    "watchdog: rank {} waited {:.1} s with {} requests pending (listed above)",
+                    self.rank,
+                    limit.as_secs_f64(),
+                    requests
+                ),
+            );
+        }
+        std::process::exit(crate::watchdog::EXIT_CODE)
+    }
+}
+
+#[cold]
+fn finalized() -> Error {
+    Error::usage("rankwire was finalized; no more communication")
+}
+
+// The schedules of the nonblocking collectives still running in this runtime, oldest
+// first. A collective request adds its schedule when its first round did not finish it
+// and takes it out when it is completed (its own wait or test advances it from then
+// on); a schedule whose request is gone (`Weak` dead) is pruned. `len` mirrors the
+// list's length so that a round with no collective running costs one load.
+#[derive(Default)]
+pub(crate) struct Schedules {
+    list: Mutex<Vec<Weak<Mutex<Exec>>>>,
+    len: AtomicUsize,
+}
+
+impl Schedules {
+    /// Add `x` (if `add`) after removing dead schedules and `x` itself.
+    pub(crate) fn set(&self, x: &Arc<Mutex<Exec>>, add: bool) {
+        let mut a = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        let me = Arc::downgrade(x);
+        a.retain(|w| w.strong_count() > 0 && !w.ptr_eq(&me));
+        if add {
+            a.push(me);
+        }
+        self.len.store(a.len(), Ordering::Release);
+    }
+
+    /// Whether some nonblocking collective is running.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        self.len.load(Ordering::Acquire) != 0
+    }
+
+    /// Advance every schedule, oldest first, with the engine `e` locked. Returns
+    /// whether any changed.
+    #[inline]
+    fn advance(&self, e: &mut Engine) -> bool {
+        if !self.any() {
+            return false;
+        }
+        self.advance_all(e)
+    }
+
+    fn advance_all(&self, e: &mut Engine) -> bool {
+        let list: Vec<Arc<Mutex<Exec>>> = {
+            let mut a = self.list.lock().unwrap_or_else(|p| p.into_inner());
+            a.retain(|w| w.strong_count() > 0);
+            self.len.store(a.len(), Ordering::Release);
+            a.iter().filter_map(Weak::upgrade).collect()
+        };
+        let mut any = false;
+        for x in list {
+            // A schedule locked elsewhere is being advanced by its owner right now (the
+            // engine lock we hold serialises owners, so that is this very call stack).
+            let g = match x.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            if let Some(mut g) = g {
+                any |= g.advance(e);
+            }
+        }
+        any
+    }
+}
+
+/// Progress rounds a waiting call runs with the engine locked before letting other
+/// threads of the process take it.
+const SPINS_PER_LOCK: u32 = 64;
+
+/// Drives waiting: spin, then yield, then block (the progress policy of
+/// [`crate::engine`]).
+struct Waiter {
+    idle_polls: u32,
+    idle_since: Option<Instant>,
+}
+
+impl Waiter {
+    fn new() -> Self {
+        Waiter {
+            idle_polls: 0,
+            idle_since: None,
+        }
+    }
+
+    /// Something happened: start the back-off again.
+    #[inline]
+    fn reset(&mut self) {
+        self.idle_polls = 0;
+        self.idle_since = None;
+    }
+
+    /// After an idle progress round: what to do next. The clock is read only once the
+    /// spinning is over (a yield costs a system call anyway).
+    #[inline]
+    fn idle(&mut self, backoff: Backoff) -> IdleAction {
+        self.idle_polls = self.idle_polls.saturating_add(1);
+        if self.idle_polls < backoff.spin_polls {
+            return IdleAction::Spin;
+        }
+        let since = *self.idle_since.get_or_insert_with(Instant::now);
+        match backoff.block_after {
+            Some(d) if since.elapsed() >= d => IdleAction::Block(Duration::from_millis(1)),
+            _ => IdleAction::Yield,
+        }
+    }
+}
+
+/// What a waiter should do after an idle round.
+enum IdleAction {
+    /// Poll again at once.
+    Spin,
+    /// Give the core away once, then poll again.
+    Yield,
+    /// Sleep in the kernel until a transport sees activity, at most this long.
+    Block(Duration),
+}
