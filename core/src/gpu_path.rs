@@ -58,7 +58,8 @@ impl GpuStaging {
     pub(crate) fn new() -> Self {
         GpuStaging {
             staged: Vec::new(),
-            ipc_staging: crate::universe::env_switch("RANKWIRE_GPU_IPC_STAGING") != Some(false),
+            ipc_staging: crate::bootstrap::node::env_switch("RANKWIRE_GPU_IPC_STAGING")
+                != Some(false),
         }
     }
 

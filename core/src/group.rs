@@ -295,7 +295,7 @@ impl Communicator {
     /// # Errors
     /// [`Error::Connection`] if a peer died; [`Error::Usage`] if context ids ran out.
     pub fn split_shared(&self) -> Result<Communicator> {
-        let node = crate::universe::node_id().into_bytes();
+        let node = crate::bootstrap::node::node_id().into_bytes();
         let mut lens = vec![0u64; self.size()];
         self.allgather(&[node.len() as u64], &mut lens)?;
         let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();

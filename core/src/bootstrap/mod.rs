@@ -12,6 +12,7 @@
 
 pub mod client;
 pub mod launch;
+pub(crate) mod node;
 pub mod pmi;
 pub mod proto;
 
