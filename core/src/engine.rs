@@ -2,8 +2,9 @@
 //!
 //! # Lifecycle
 //! Built by [`crate::init`] with one route per world rank (self, shm, rdma or tcp, from
-//! the selection table). Every blocking or testing API call runs [`Engine::progress`]:
-//! it takes the frames shared memory lends in place and feeds them to the [`Protocol`]
+//! the selection table). Every blocking or testing API call runs [`Engine::progress`]
+//! from the runtime's progress round (`crate::runtime`, which also advances the
+//! nonblocking collectives; the engine knows nothing of them): it takes the frames shared memory lends in place and feeds them to the [`Protocol`]
 //! (the payload is copied once, into the receive buffer), moves frames the protocol
 //! produced into per-peer backlogs and on to transports, pulls rendezvous data chunks
 //! while transports have room, does the single-copy pulls and share writes the protocol
@@ -14,8 +15,9 @@
 //! - [`Engine::isend`]: an eager host message with nothing queued before it goes to the
 //!   transport at once and is complete on return (no request kept).
 //! - [`Engine::recv_direct`]: a blocking receive from a rank of the node, with nothing
-//!   else pending, watches that peer's ring and takes the in-order eager message
-//!   straight into its buffer.
+//!   else pending (no nonblocking collective running either: its caller checks),
+//!   watches that peer's ring and takes the in-order eager message straight into its
+//!   buffer.
 //! - A round that completed a request returns before the next ring record is looked at
 //!   (looking costs a cache miss while the sender may be writing it).
 //!
