@@ -271,8 +271,10 @@ impl JobConfig {
     ///
     /// # Errors
     /// A message for the user (without the `rwrun: ` prefix) for a remote or malformed
-    /// host list, an unreadable hostfile, a bad `-x` or a zero rank count.
+    /// host list, an unreadable hostfile, a bad `-x`, a zero rank count, or an invalid
+    /// `RANKWIRE_*` setting ([`check_settings`]).
     pub(crate) fn from_cli(cli: Cli) -> Result<JobConfig, String> {
+        check_settings(&cli)?;
         let mut hosts = Vec::new();
         for list in &cli.host {
             hosts.extend(hosts::parse_host_list(list)?);
@@ -329,8 +331,9 @@ impl JobConfig {
             // Only this machine (or no hosts): every rank forked here, any count.
             Placement::local(size)
         } else {
-            let template = std::env::var(placement::AGENT_ENV)
-                .unwrap_or_else(|_| placement::DEFAULT_AGENT.to_string());
+            let template = rankwire::settings::raw(placement::AGENT_ENV)
+                .filter(|t| !t.trim().is_empty())
+                .unwrap_or_else(|| placement::DEFAULT_AGENT.to_string());
             let (nodes, node_of_rank) = placement::fill(&classified, size, cli.oversubscribe)?;
             Placement {
                 nodes,
@@ -342,7 +345,7 @@ impl JobConfig {
         };
         let mut env = Vec::new();
         if cli.explain {
-            env.push(("RANKWIRE_EXPLAIN".into(), "1".into()));
+            env.push((rankwire::explain::EXPLAIN_ENV.into(), "1".into()));
         }
         if let Some(list) = &cli.require {
             env.push(("RANKWIRE_REQUIRE".into(), list.into()));
@@ -416,20 +419,65 @@ fn parse_timeout(s: &str) -> Result<f64, String> {
     Ok(v.min(MAX_TIMEOUT_SECS))
 }
 
+// Checked by `check_settings` before this is read.
 fn kill_grace_from_env() -> Duration {
-    match std::env::var(KILL_GRACE_ENV) {
-        Err(_) => DEFAULT_KILL_GRACE,
-        Ok(s) => match s.trim().parse::<u64>() {
-            Ok(ms) => Duration::from_millis(ms),
-            Err(_) => {
-                note!(
-                    "rwrun: warning: {KILL_GRACE_ENV}={s:?} is not a number of milliseconds; using {}",
-                    DEFAULT_KILL_GRACE.as_millis()
-                );
-                DEFAULT_KILL_GRACE
-            }
-        },
+    rankwire::settings::raw(KILL_GRACE_ENV)
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_KILL_GRACE, Duration::from_millis)
+}
+
+/// The `RANKWIRE_*` settings of the job, checked before any rank starts: rwrun's
+/// environment (which the ranks inherit or are given) with the variables of `--require`
+/// and `-x VAR=VALUE` on top, through the one table of `rankwire::settings`. Unknown
+/// `RANKWIRE_*` names are warned about (with the closest known name).
+///
+/// # Errors
+/// Every invalid value, naming the variable, the value and the valid values.
+fn check_settings(cli: &Cli) -> Result<(), String> {
+    use rankwire::explain::REQUIRE_ENV;
+    use rankwire::settings::{self, Reader};
+    let mut vars: std::collections::BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+        .collect();
+    if let Some(list) = &cli.require {
+        vars.insert(REQUIRE_ENV.into(), list.clone());
     }
+    for x in &cli.export {
+        if let Some((k, v)) = x.to_str().and_then(|x| x.split_once('=')) {
+            vars.insert(k.into(), v.into());
+        }
+    }
+    let report = settings::check_env(&vars, |r| r != Reader::Launcher);
+    for w in &report.warnings {
+        note!("rwrun: warning: {w}");
+    }
+    let mut errors: Vec<String> = report
+        .errors
+        .iter()
+        .map(|e| match &cli.require {
+            // The option's spelling, for the option's value.
+            Some(list) if e.var == REQUIRE_ENV && *list == e.value => format!(
+                "--require {:?} (RANKWIRE_REQUIRE) is not valid: expected {}",
+                e.value, e.expected
+            ),
+            _ => e.to_string(),
+        })
+        .collect();
+    if let Some(v) = vars.get("RANKWIRE_LOG").filter(|v| !v.trim().is_empty())
+        && tracing_subscriber::EnvFilter::try_new(v).is_err()
+    {
+        errors.push(format!(
+            "RANKWIRE_LOG={v:?} is not valid: expected {}",
+            settings::find("RANKWIRE_LOG").map_or("a tracing filter", |s| s.valid)
+        ));
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "usage: {} (no rank was started)",
+        errors.join("; ")
+    ))
 }
 
 #[cfg(test)]
