@@ -138,8 +138,13 @@ fn transport_choice_is_queryable_and_forced_by_env() {
     let out = rwrun(["-n", "2", &app(), "transport"])
         .env("RANKWIRE_TRANSPORTS", "carrier-pigeon")
         .run();
-    assert_ne!(out.code(), 0);
-    assert!(out.stderr.contains("unknown transport"), "{}", out.stderr);
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("RANKWIRE_TRANSPORTS=\"carrier-pigeon\" is not valid"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
