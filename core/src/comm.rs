@@ -476,7 +476,7 @@ impl Communicator {
             return st;
         }
         Status {
-            source: self.st.local(st.source),
+            source: self.st.local(st.source as u32) as usize,
             ..st
         }
     }
@@ -522,7 +522,7 @@ impl Message {
         let id = self.inner.lock().proto.mrecv(m, raw);
         let st = wait_id(&self.inner, id).map_err(|e| local_err(&self.st, e))?;
         Ok(Status {
-            source: self.st.local(st.source),
+            source: self.st.local(st.source as u32) as usize,
             ..st
         })
     }
@@ -570,7 +570,7 @@ fn wait_id(inner: &Inner, id: ReqId) -> Result<Status> {
 pub(crate) fn localize(st: &CommState, r: Result<Status>) -> Result<Status> {
     match r {
         Ok(s) => Ok(Status {
-            source: st.local(s.source),
+            source: st.local(s.source as u32) as usize,
             ..s
         }),
         Err(e) => Err(local_err(st, e)),

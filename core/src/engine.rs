@@ -358,7 +358,7 @@ impl Engine {
             };
             if let Ok(SendOutcome::Sent) = res {
                 return SendStart::Done(crate::protocol::Status {
-                    source: dst,
+                    source: dst as usize,
                     tag,
                     len_bytes: buf.len(),
                 });

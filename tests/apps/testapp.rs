@@ -158,7 +158,7 @@ fn window_any_source(w: &Communicator, n: usize) -> Result<()> {
         };
         let st = st?;
         let b = slot(s);
-        let src = b[0] as u32;
+        let src = b[0] as usize;
         let seq = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
         let tag = b[5] as i32;
         check(st.source == src && st.tag == tag, || {
@@ -168,7 +168,7 @@ fn window_any_source(w: &Communicator, n: usize) -> Result<()> {
         check(st.len_bytes == len && b[len - 1] == 0xA5, || {
             format!("status {st:?} length, expected {len}")
         })?;
-        results[slot_post[s]] = Some((src, seq));
+        results[slot_post[s]] = Some((src as u32, seq));
         done += 1;
         if posted < total {
             reqs[s] = Some(w.irecv(slot(s), ANY_SOURCE, ANY_TAG)?);
@@ -301,10 +301,9 @@ fn zero_self(w: &Communicator) -> Result<()> {
     let s = w.isend(&empty, me, 3)?;
     let st = w.recv(&mut sink, me, ANY_TAG)?;
     s.wait()?;
-    check(
-        st.source == me as u32 && st.tag == 3 && st.len_bytes == 0,
-        || format!("{st:?}"),
-    )?;
+    check(st.source == me && st.tag == 3 && st.len_bytes == 0, || {
+        format!("{st:?}")
+    })?;
     let r = w.irecv(&mut sink, me, ANY_TAG)?;
     w.send(&empty, me, 4)?;
     let st = r.wait()?;
@@ -474,7 +473,7 @@ fn probe(w: &Communicator) -> Result<()> {
             while n < 21 {
                 let st = w.probe(ANY_SOURCE, 5)?;
                 let mut b = vec![0u8; st.len_bytes];
-                let rs = w.recv(&mut b, st.source as usize, st.tag)?;
+                let rs = w.recv(&mut b, st.source, st.tag)?;
                 check(rs == st, || format!("probed {st:?} received {rs:?}"))?;
                 got_from_0 |= st.source == 0;
                 n += 1;

@@ -143,7 +143,7 @@ impl Protocol {
         self.reqs.complete(
             id,
             Ok(Status {
-                source: dst,
+                source: dst as usize,
                 tag,
                 len_bytes,
             }),
@@ -293,7 +293,7 @@ impl Protocol {
         self.reqs.complete(
             id,
             Ok(Status {
-                source: s.dst,
+                source: s.dst as usize,
                 tag: s.tag,
                 len_bytes: s.buf.len(),
             }),
