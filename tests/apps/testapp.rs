@@ -26,6 +26,7 @@ fn main() {
         "window" => window_any_source(world, arg(args, 2, 200)),
         "truncation" => truncation(world),
         "zero_self" => zero_self(world),
+        "self_big" => self_big(world),
         "big" => big(world, arg(args, 2, (2usize << 30) + 1)),
         "cma_refused" => cma_refused(world),
         "probe" => probe(world),
@@ -293,6 +294,34 @@ fn truncation(w: &Communicator) -> Result<()> {
 }
 
 /// B002: zero-byte messages and self-sends.
+/// Blocking 1 MiB sends to self (above the self transport's eager limit): with the
+/// receive posted first (no warning), then twice with no receive posted while another
+/// thread receives after a pause (completes; warned once).
+fn self_big(w: &Communicator) -> Result<()> {
+    let me = w.rank();
+    let data = vec![7u8; 1 << 20];
+    let mut got = vec![0u8; 1 << 20];
+    let r = w.irecv(&mut got, me, 1)?;
+    w.send(&data, me, 1)?;
+    r.wait()?;
+    eprintln!("rank {me}: posted first: done");
+    std::thread::scope(|s| {
+        let t = s.spawn(|| -> Result<()> {
+            let mut b = vec![0u8; 1 << 20];
+            for _ in 0..2 {
+                std::thread::sleep(Duration::from_millis(300));
+                w.recv(&mut b, me, 2)?;
+            }
+            Ok(())
+        });
+        w.send(&data, me, 2)?;
+        w.send(&data, me, 2)?;
+        t.join().expect("receiving thread")
+    })?;
+    eprintln!("rank {me}: received by another thread: done");
+    Ok(())
+}
+
 fn zero_self(w: &Communicator) -> Result<()> {
     let me = w.rank();
     // Self-send of an empty slice, receive with ANY_TAG, both orders.

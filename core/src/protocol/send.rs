@@ -151,6 +151,12 @@ impl Protocol {
         id
     }
 
+    /// Whether a posted receive of this rank accepts a message from `src` on `ctx`
+    /// with `tag` (for the warning about a blocking send to self).
+    pub fn has_posted_recv(&self, ctx: u32, src: u32, tag: i32) -> bool {
+        self.matcher.has_posted(ctx, src, tag)
+    }
+
     /// Whether a frame for `dst` is waiting in [`Protocol::pop_frame`]'s queue.
     #[inline]
     pub fn has_frames_for(&self, dst: u32) -> bool {
