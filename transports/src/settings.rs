@@ -515,9 +515,16 @@ pub static SETTINGS: &[Setting] = &[
     launcher("RANKWIRE_JOB_SECRET", "secret the bootstrap server checks"),
 ];
 
-/// Names used by test harnesses, never read by the library or rwrun (not warned about):
-/// every `RANKWIRE_TEST_*` and these.
-const HARNESS: &[&str] = &["RANKWIRE_REQUIRE_SLURM", "RANKWIRE_SOAK_MESSAGES"];
+/// Names used by the test and benchmark scripts, never read by the library or rwrun
+/// (not warned about): every `RANKWIRE_TEST_*` and these.
+const HARNESS: &[&str] = &[
+    "RANKWIRE_REQUIRE_SLURM",
+    "RANKWIRE_SOAK_MESSAGES",
+    "RANKWIRE_SLURM",
+    "RANKWIRE_RDMA_PEER",
+    "RANKWIRE_RDMA_TWO_NODE",
+    "RANKWIRE_BENCH",
+];
 
 /// The table entry of `name`.
 pub fn find(name: &str) -> Option<&'static Setting> {
@@ -891,13 +898,22 @@ mod tests {
         }));
     }
 
-    /// Every `RANKWIRE_*` name in the sources of the library, the transports and rwrun is
-    /// in the table (a new setting cannot bypass it), except the test harness names.
+    /// Every `RANKWIRE_*` name in the sources of the library, the transports, rwrun, the
+    /// examples, benchmarks and scripts is in the table (a new setting cannot bypass
+    /// it), except the harness names.
     #[test]
     fn every_name_in_the_sources_is_in_the_table() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let mut missing = Vec::new();
-        for dir in ["core/src", "transports/src", "gpu/src", "mpirun/src"] {
+        for dir in [
+            "core/src",
+            "transports/src",
+            "gpu/src",
+            "mpirun/src",
+            "examples",
+            "benches",
+            "scripts",
+        ] {
             scan(&root.join(dir), &mut missing);
         }
         missing.sort();
@@ -913,7 +929,9 @@ mod tests {
             let p = e.path();
             if p.is_dir() {
                 scan(&p, missing);
-            } else if p.extension().is_some_and(|x| x == "rs") && !p.ends_with("settings.rs") {
+            } else if p.extension().is_some_and(|x| x == "rs" || x == "sh")
+                && !p.ends_with("settings.rs")
+            {
                 let text = std::fs::read_to_string(&p).unwrap_or_default();
                 let mut rest = text.as_str();
                 while let Some(i) = rest.find("RANKWIRE_") {
