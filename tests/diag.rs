@@ -284,3 +284,20 @@ fn setting_rwrun_cannot_see_is_reported_by_every_rank_at_init() {
     // No path table: the check came before the wire-up.
     assert!(!out.stdout.contains("api: "), "{}", out.stdout);
 }
+
+#[test]
+fn rwrun_settings_lists_every_setting() {
+    let out = rwrun(["--settings"]).timeout(Duration::from_secs(10)).run();
+    out.assert_ok();
+    for s in rankwire::settings::SETTINGS {
+        let block = format!(
+            "{}\n    {}\n    default: {}\n    valid: {}\n",
+            s.name, s.doc, s.default, s.valid
+        );
+        assert!(
+            out.stdout.contains(&block),
+            "no {block:?} in: {}",
+            out.stdout
+        );
+    }
+}

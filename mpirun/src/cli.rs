@@ -73,7 +73,9 @@ and one /bin/sh command line is appended; default `ssh -x -o BatchMode=yes {host
 and reach rwrun at every address of this machine (or RANKWIRE_BOOTSTRAP_HOST).
 
 Environment: RANKWIRE_LOG=debug (rwrun and rank logging), RANKWIRE_KILL_GRACE_MS,
-RANKWIRE_BOOTSTRAP_TIMEOUT (seconds, rank side).
+RANKWIRE_BOOTSTRAP_TIMEOUT (seconds, rank side); `rwrun --settings` lists every
+RANKWIRE_* setting with its default and valid values. rwrun checks them all (and
+--require) before it starts any rank; an invalid value ends it with status 2.
 
 Examples:
   rwrun -n 4 ./my_app --size 1024
@@ -149,9 +151,14 @@ pub(crate) struct Cli {
     #[arg(long)]
     pub(crate) doctor: bool,
 
+    /// Print every RANKWIRE_* setting (name, default, valid values, who reads it, what
+    /// it does) and exit; runs no program.
+    #[arg(long)]
+    pub(crate) settings: bool,
+
     /// The program to run as every rank, and its arguments.
     #[arg(
-        required_unless_present = "doctor",
+        required_unless_present_any = ["doctor", "settings"],
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "PROGRAM [ARGS]"
@@ -205,6 +212,7 @@ pub(crate) fn normalize_args(args: Vec<OsString>) -> Result<Vec<OsString>, Strin
         "--oversubscribe",
         "--explain",
         "--doctor",
+        "--settings",
         "-h",
         "--help",
         "-V",
@@ -424,6 +432,25 @@ fn kill_grace_from_env() -> Duration {
     rankwire::settings::raw(KILL_GRACE_ENV)
         .and_then(|s| s.trim().parse::<u64>().ok())
         .map_or(DEFAULT_KILL_GRACE, Duration::from_millis)
+}
+
+/// The settings table for `rwrun --settings`: one block per setting.
+pub(crate) fn settings_table() -> String {
+    use rankwire::settings::{Reader, SETTINGS};
+    let mut out = String::new();
+    for s in SETTINGS {
+        let who = match s.reader {
+            Reader::Rank => "ranks (checked by rwrun and at init)",
+            Reader::Rwrun => "rwrun",
+            Reader::Both => "rwrun and ranks",
+            Reader::Launcher => "set by rwrun for every rank",
+        };
+        out.push_str(&format!(
+            "{}\n    {}\n    default: {}\n    valid: {}\n    read by: {who}\n",
+            s.name, s.doc, s.default, s.valid
+        ));
+    }
+    out
 }
 
 /// The `RANKWIRE_*` settings of the job, checked before any rank starts: rwrun's

@@ -73,6 +73,10 @@ fn main() {
         }
     };
     let cli = cli::Cli::parse_from(argv);
+    if cli.settings {
+        print!("{}", cli::settings_table());
+        std::process::exit(0);
+    }
     if cli.doctor {
         std::process::exit(doctor::run());
     }

@@ -191,7 +191,7 @@ pub static SETTINGS: &[Setting] = &[
         "auto",
         "spin, yield, block or auto",
         Check::OneOf(&["spin", "yield", "block", "auto"]),
-        "how a waiting call waits (auto: spin, then yield when ranks outnumber cores)",
+        "how a waiting call waits: spin (never yield), yield (spin briefly, then yield), block (also sleep in the kernel when idle), auto (like block, yielding sooner when ranks outnumber cores)",
     ),
     rank(
         "RANKWIRE_BOOTSTRAP_TIMEOUT",
