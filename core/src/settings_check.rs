@@ -21,8 +21,12 @@ pub(crate) fn at_init() -> Result<()> {
     if let Some(e) = log_filter_error(settings::raw("RANKWIRE_LOG").as_deref()) {
         errors.push(e.to_string());
     }
-    // Under rwrun (RANKWIRE_RANK set) rwrun has warned about unknown names once.
-    if std::env::var_os(crate::bootstrap::env::RANK).is_none() {
+    // Under rwrun (RANKWIRE_RANK set) rwrun has warned about unknown names once; under
+    // srun only the first task warns.
+    let first_task = ["PMI_RANK", "SLURM_PROCID"]
+        .iter()
+        .all(|k| std::env::var(k).map_or(true, |v| v.trim() == "0"));
+    if std::env::var_os(crate::bootstrap::env::RANK).is_none() && first_task {
         for w in &report.warnings {
             tracing::warn!("{w}");
         }

@@ -399,7 +399,7 @@ fn init_inner() -> Result<Universe> {
         }
     }
     if let Some(list) = crate::settings::raw(crate::explain::REQUIRE_ENV)
-        && let Err(e) = u.inner.paths.check_required(&list)
+        && let Err(e) = u.inner.paths.check_required(&list.to_ascii_lowercase())
     {
         // Each rank checks its own paths, so other ranks may have passed and wait for
         // this one: finalizing would wait for them in the final fence (until the
@@ -993,6 +993,7 @@ fn allowed_transports() -> Result<Vec<&'static str>> {
     let Some(v) = crate::settings::raw("RANKWIRE_TRANSPORTS") else {
         return Ok(vec!["shm", "rdma", "tcp"]);
     };
+    let v = v.to_ascii_lowercase();
     let mut out = Vec::new();
     for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
         match t {

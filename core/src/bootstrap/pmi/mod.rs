@@ -233,10 +233,8 @@ impl PmiClient {
         // SAFETY: the descriptor is open, and the PMI contract hands it to this process
         // alone: nothing else in the process uses PMI_FD (rankwire::init runs once).
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let want = match crate::settings::raw(env::RANKWIRE_PMI)
-            .as_deref()
-            .map(str::trim)
-        {
+        let want_s = crate::settings::raw(env::RANKWIRE_PMI).map(|v| v.trim().to_ascii_lowercase());
+        let want = match want_s.as_deref() {
             None | Some("2" | "pmi2" | "") => PmiVersion::V2,
             Some("1" | "pmi1") => PmiVersion::V1,
             Some(other) => {
