@@ -91,6 +91,18 @@ mod tests {
         }
     }
 
+    /// The defaults the table states are those of the library.
+    #[test]
+    fn defaults_match_the_library() {
+        let d = |n: &str| settings::find(n).unwrap().default;
+        let secs = crate::bootstrap::client::DEFAULT_TIMEOUT
+            .as_secs()
+            .to_string();
+        assert_eq!(d("RANKWIRE_BOOTSTRAP_TIMEOUT"), secs);
+        assert_eq!(d("RANKWIRE_PROGRESS"), "auto");
+        assert!(d("RANKWIRE_WATCHDOG").starts_with('0'));
+    }
+
     #[test]
     fn a_bad_log_filter_is_named() {
         assert!(log_filter_error(Some("debug")).is_none());

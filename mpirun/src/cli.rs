@@ -511,6 +511,17 @@ fn check_settings(cli: &Cli) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn settings_table_states_rwrun_defaults() {
+        let d = |n: &str| rankwire::settings::find(n).unwrap().default;
+        assert_eq!(
+            d(KILL_GRACE_ENV),
+            DEFAULT_KILL_GRACE.as_millis().to_string()
+        );
+        assert_eq!(d(placement::AGENT_ENV), placement::DEFAULT_AGENT);
+        assert!(rankwire::settings::find(hosts::BOOTSTRAP_HOST_ENV).is_some());
+    }
+
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
     }

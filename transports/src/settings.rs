@@ -277,7 +277,7 @@ pub static SETTINGS: &[Setting] = &[
     ),
     rank(
         "RANKWIRE_TCP_IF_EXCLUDE",
-        "docker0, virbr0, ...",
+        "container and VM bridges (docker*, virbr*, veth*, ...)",
         "a comma-separated list of interface names",
         Check::Any,
         "interfaces TCP must not use (when RANKWIRE_TCP_IF is unset)",
@@ -351,7 +351,7 @@ pub static SETTINGS: &[Setting] = &[
     ),
     rank(
         "RANKWIRE_REGCACHE_MAX_ENTRIES",
-        "(see RegCacheConfig)",
+        "256",
         "a count of idle registrations (0 turns caching off)",
         Check::Uint {
             min: 0,
@@ -361,7 +361,7 @@ pub static SETTINGS: &[Setting] = &[
     ),
     rank(
         "RANKWIRE_REGCACHE_MAX_BYTES",
-        "(see RegCacheConfig)",
+        "1073741824 (1 GiB)",
         "a number of bytes (a plain integer)",
         Check::Uint {
             min: 0,
@@ -882,6 +882,32 @@ mod tests {
         // rwrun also checks its own settings.
         let r = check_env(env, |r| r != Reader::Launcher);
         assert_eq!(r.errors.len(), 3);
+    }
+
+    /// The defaults the table states are those of the code (for the transports).
+    #[test]
+    fn defaults_match_the_transports() {
+        let d = |n: &str| find(n).unwrap().default;
+        let shm = crate::ShmConfig::default();
+        assert_eq!(
+            parse_bytes(d("RANKWIRE_SHM_RING_BYTES")),
+            Some(shm.ring_bytes as u64)
+        );
+        let tcp = crate::TcpConfig::default();
+        assert_eq!(
+            parse_duration(d("RANKWIRE_CONNECT_TIMEOUT")),
+            Some(tcp.connect_timeout)
+        );
+        assert_eq!(
+            parse_duration(d("RANKWIRE_TCP_ADDR_TIMEOUT")),
+            Some(tcp.addr_timeout)
+        );
+        let rc = crate::RegCacheConfig::default();
+        assert_eq!(
+            d("RANKWIRE_REGCACHE_MAX_ENTRIES"),
+            rc.max_idle_entries.to_string()
+        );
+        assert!(d("RANKWIRE_REGCACHE_MAX_BYTES").starts_with(&rc.max_bytes.to_string()));
     }
 
     #[test]
