@@ -6,7 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu-results}
 mkdir -p "$OUT"
-B=.device-bin
+B=${GPU_BIN:-.device-bin}  # GPU_BIN=DIR runs another build (e.g. a baseline for before/after)
 fails=0
 step() { # step NAME TIMEOUT CMD...   (GPU_ONLY=REGEX runs only the steps it matches)
   local name=$1 t=$2; shift 2

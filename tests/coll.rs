@@ -159,10 +159,11 @@ fn bad_algorithm_name_is_a_usage_error() {
         .env("RANKWIRE_ALLREDUCE_ALGO", "fastest")
         .timeout(Duration::from_secs(30))
         .run();
-    assert_ne!(out.code(), 0);
+    assert_eq!(out.code(), 2, "{}", out.stderr);
     assert!(
-        out.stderr
-            .contains("RANKWIRE_ALLREDUCE_ALGO=\"fastest\" is not an algorithm"),
+        out.stderr.contains(
+            "RANKWIRE_ALLREDUCE_ALGO=\"fastest\" is not valid: expected auto, recursive_doubling, rabenseifner, ring or reduce_bcast"
+        ),
         "{}",
         out.stderr
     );

@@ -115,11 +115,13 @@ fn require_turns_a_fallback_into_an_init_error() {
     rwrun(["--require=shm,cma,gdr,rdma", "-n", "2", &app(), "explain"])
         .run()
         .assert_ok();
+    // An unknown path is refused by rwrun, before any rank starts (issue 17).
     let out = rwrun(["--require=warp", "-n", "1", &app(), "explain"]).run();
-    assert_eq!(out.code(), 1);
+    assert_eq!(out.code(), 2);
     assert!(
-        out.stderr
-            .contains("unknown path \"warp\" (known: shm, cma, ipc, rdma, gdr)"),
+        out.stderr.contains(
+            "--require \"warp\" (RANKWIRE_REQUIRE) is not valid: expected a comma-separated list of shm, cma, ipc, rdma, gdr"
+        ),
         "{}",
         out.stderr
     );
@@ -162,4 +164,140 @@ fn doctor_runs_without_gpu_or_rdma_and_says_what_it_could_not_check() {
         assert!(stdout.contains("[skip] gpu: could not check"), "{stdout}");
     }
     assert!(stdout.contains("doctor: "), "{stdout}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Settings (issue 17, case 5): one check for every RANKWIRE_* variable and rwrun option.
+// ---------------------------------------------------------------------------------------
+
+/// Bound on a run refused before any rank starts.
+const REFUSED_BOUND: Duration = Duration::from_secs(5);
+
+/// `rwrun <opts> -n 2 sh -c 'touch <dir>/started-$RANKWIRE_RANK'` with `env`: must exit
+/// 2 within [`REFUSED_BOUND`], start no rank, and print `expect` (every piece).
+fn refused_before_start(tag: &str, opts: &[&str], env: &[(&str, &str)], expect: &[&str]) {
+    let dir = std::env::temp_dir().join(format!("rw-settings-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = format!("touch {}/started-$RANKWIRE_RANK", dir.display());
+    let mut args: Vec<&str> = opts.to_vec();
+    args.extend(["-n", "2", "sh", "-c", &script]);
+    let mut run = rwrun(args).timeout(Duration::from_secs(30));
+    for (k, v) in env {
+        run = run.env(k, v);
+    }
+    let out = run.run();
+    let started: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.code(), 2, "{tag}: {}", out.stderr);
+    assert!(started.is_empty(), "{tag}: a rank started: {started:?}");
+    assert!(out.elapsed < REFUSED_BOUND, "{tag}: took {:?}", out.elapsed);
+    for e in expect {
+        assert!(out.stderr.contains(e), "{tag}: no {e:?} in: {}", out.stderr);
+    }
+    assert!(out.stderr.contains("no rank was started"), "{}", out.stderr);
+}
+
+#[test]
+fn bad_progress_policy_is_refused_before_any_rank_starts() {
+    refused_before_start(
+        "progress",
+        &[],
+        &[("RANKWIRE_PROGRESS", "bogus")],
+        &[
+            "rwrun: usage: RANKWIRE_PROGRESS=\"bogus\" is not valid: expected spin, yield, block or auto",
+        ],
+    );
+}
+
+#[test]
+fn bad_bootstrap_timeout_is_refused_before_any_rank_starts() {
+    refused_before_start(
+        "timeout",
+        &[],
+        &[("RANKWIRE_BOOTSTRAP_TIMEOUT", "abc")],
+        &["RANKWIRE_BOOTSTRAP_TIMEOUT=\"abc\" is not valid: expected a number of seconds above 0"],
+    );
+}
+
+#[test]
+fn bad_require_option_is_refused_before_any_rank_starts() {
+    refused_before_start(
+        "require",
+        &["--require", "foo"],
+        &[],
+        &[
+            "--require \"foo\" (RANKWIRE_REQUIRE) is not valid: expected a comma-separated list of shm, cma, ipc, rdma, gdr",
+        ],
+    );
+    // Through -x, every invalid variable at once.
+    refused_before_start(
+        "export",
+        &[
+            "-x",
+            "RANKWIRE_CMA=maybe",
+            "-x",
+            "RANKWIRE_KILL_GRACE_MS=2s",
+        ],
+        &[("RANKWIRE_TRANSPORTS", "carrier-pigeon")],
+        &[
+            "RANKWIRE_CMA=\"maybe\" is not valid: expected 1, on, true, yes or 0, off, false, no",
+            "RANKWIRE_KILL_GRACE_MS=\"2s\" is not valid: expected a number of milliseconds",
+            "RANKWIRE_TRANSPORTS=\"carrier-pigeon\" is not valid: expected a comma-separated list of self, shm, rdma, tcp",
+        ],
+    );
+}
+
+#[test]
+fn mistyped_setting_name_is_warned_about_with_a_suggestion() {
+    let out = rwrun(["-n", "2", "true"])
+        .env("RANKWIRE_PROGRES", "spin")
+        .timeout(Duration::from_secs(30))
+        .run();
+    out.assert_ok();
+    assert_eq!(
+        out.stderr
+            .matches("rwrun: warning: RANKWIRE_PROGRES is not a rankwire setting (ignored); did you mean RANKWIRE_PROGRESS?")
+            .count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+/// A variable rwrun cannot see (set in the rank's own command line) is reported by
+/// every rank at init, before any communication.
+#[test]
+fn setting_rwrun_cannot_see_is_reported_by_every_rank_at_init() {
+    let script = format!("RANKWIRE_PROGRESS=bogus exec {} explain", app());
+    let out = rwrun(["--tag-output", "-n", "2", "sh", "-c", &script])
+        .timeout(Duration::from_secs(30))
+        .run();
+    assert_ne!(out.code(), 0, "{}", out.stderr);
+    assert!(out.elapsed < Duration::from_secs(15), "{:?}", out.elapsed);
+    for r in 0..2 {
+        let line = format!(
+            "[{r}] rw-faultapp: FAILED: init: usage: RANKWIRE_PROGRESS=\"bogus\" is not valid: expected spin, yield, block or auto (checked at init, before any communication)"
+        );
+        assert!(out.stderr.contains(&line), "no {line:?} in: {}", out.stderr);
+    }
+    // No path table: the check came before the wire-up.
+    assert!(!out.stdout.contains("api: "), "{}", out.stdout);
+}
+
+#[test]
+fn rwrun_settings_lists_every_setting() {
+    let out = rwrun(["--settings"]).timeout(Duration::from_secs(10)).run();
+    out.assert_ok();
+    for s in rankwire::settings::SETTINGS {
+        let block = format!(
+            "{}\n    {}\n    default: {}\n    valid: {}\n",
+            s.name, s.doc, s.default, s.valid
+        );
+        assert!(
+            out.stdout.contains(&block),
+            "no {block:?} in: {}",
+            out.stdout
+        );
+    }
 }

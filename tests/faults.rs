@@ -175,10 +175,12 @@ fn bad_watchdog_value_is_a_usage_error() {
         .env("RANKWIRE_WATCHDOG", "soon")
         .timeout(Duration::from_secs(30))
         .run();
-    assert_eq!(out.code(), 1);
+    // Refused by rwrun before any rank starts.
+    assert_eq!(out.code(), 2, "{}", out.stderr);
     assert!(
-        out.stderr
-            .contains("usage: RANKWIRE_WATCHDOG=\"soon\" is not a number of seconds"),
+        out.stderr.contains(
+            "usage: RANKWIRE_WATCHDOG=\"soon\" is not valid: expected a number of seconds, 0 for off"
+        ),
         "{}",
         out.stderr
     );

@@ -47,6 +47,24 @@ fn truncation_is_an_error_and_corrupts_nothing_b001() {
     run_ok(2, &["truncation"]);
 }
 
+/// A blocking send to self above the eager limit with no receive posted can only complete
+/// if another thread receives: it does, and rankwire says so once (issue 17, case 8).
+#[test]
+fn blocking_big_send_to_self_warns_once_and_completes_when_another_thread_receives() {
+    let out = rwrun(["-n", "1", &app(), "self_big"])
+        .timeout(Duration::from_secs(30))
+        .run();
+    out.assert_ok();
+    let warning = "blocking send from rank 0 to itself (tag 2; 1048576 bytes, above the eager limit of 65536 bytes) with no matching receive posted: it completes only if another thread of this process posts the receive";
+    assert_eq!(out.stderr.matches(warning).count(), 1, "{}", out.stderr);
+    assert_eq!(out.stderr.matches("to itself").count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("received by another thread: done"),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn zero_byte_and_self_sends_b002() {
     run_ok(1, &["zero_self"]);
@@ -138,8 +156,13 @@ fn transport_choice_is_queryable_and_forced_by_env() {
     let out = rwrun(["-n", "2", &app(), "transport"])
         .env("RANKWIRE_TRANSPORTS", "carrier-pigeon")
         .run();
-    assert_ne!(out.code(), 0);
-    assert!(out.stderr.contains("unknown transport"), "{}", out.stderr);
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("RANKWIRE_TRANSPORTS=\"carrier-pigeon\" is not valid"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]

@@ -14,6 +14,8 @@ from collections import defaultdict
 
 PEERS = ["ompi-shm", "ompi-tcp", "mpich-default", "mpich-netmod"]
 TCP_PEERS = ["ompi-tcp", "mpich-netmod"]
+# (this build, its baseline): "rankwire ÷ rankwire-base" columns, before/after in one run
+BASE_PAIRS = [("rankwire", "rankwire-base"), ("rankwire-tcp", "rankwire-base-tcp")]
 MODE_INFO = {
     # mode: (title, unit, higher_is_better)
     "latency": ("latency", "one-way latency, µs", False),
@@ -181,6 +183,9 @@ def main():
                     head.append("rankwire ÷ best peer")
                 if "rankwire-tcp" in rw and tcp_peers:
                     head.append("rankwire-tcp ÷ best TCP peer")
+                for ours, base in BASE_PAIRS:
+                    if ours in configs and base in configs:
+                        head.append(f"{ours} ÷ {base}")
                 w("| " + " | ".join(head) + " |")
                 w("|" + "---|" * len(head))
                 for s in sizes:
@@ -189,6 +194,9 @@ def main():
                         row.append(ratio(mode, np, s, which, "rankwire", peers))
                     if "rankwire-tcp" in rw and tcp_peers:
                         row.append(ratio(mode, np, s, which, "rankwire-tcp", tcp_peers))
+                    for ours, base in BASE_PAIRS:
+                        if ours in configs and base in configs:
+                            row.append(ratio(mode, np, s, which, ours, [base]).split(" (")[0])
                     w("| " + " | ".join(row) + " |")
                 w("")
 
@@ -319,6 +327,8 @@ def plot(out, stats, configs, modes):
         "mpich-netmod": ("tab:green", "--"),
         "rankwire": ("tab:red", "-"),
         "rankwire-tcp": ("tab:red", "--"),
+        "rankwire-base": ("tab:orange", "-"),
+        "rankwire-base-tcp": ("tab:orange", "--"),
     }
     for ax, (mode, title) in zip(axes[0], panels):
         for c in configs:

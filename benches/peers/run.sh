@@ -29,7 +29,10 @@
 #   -o DIR    output directory (default benches/results/<date>, copied to
 #             benches/results/latest/)
 #   -M LIST   modes, comma separated (default latency,bw,allreduce,barrier,startup)
-#   -c LIST   configurations (default: all, see -l)
+#   -c LIST   configurations (default: all, see -l; rankwire-base and
+#             rankwire-base-tcp run only when named here: a second rankwire
+#             build, rwrun + rankwire-bench in $RW_BASE_DIR, default
+#             benches/peers/build/rankwire-base/, for before/after ratios)
 #   -N LIST   ranks for allreduce and barrier (default 2,4)
 #   -m A:B    message sizes in bytes, powers of two (default 0:4194304)
 #   -a ARGS   bw iterations (default "-i 1000 -w 100 -I 100 -W 10")
@@ -50,8 +53,8 @@ cd "$ROOT" || exit 1
 P=benches/peers                   # paths below are relative to the repo root
 BUILD=$P/build
 
-ALL_CONFIGS="ompi-shm,ompi-tcp,mpich-default,mpich-netmod,rankwire,rankwire-tcp"
-CONFIGS=$ALL_CONFIGS
+ALL_CONFIGS="ompi-shm,ompi-tcp,mpich-default,mpich-netmod,rankwire,rankwire-tcp,rankwire-base,rankwire-base-tcp"
+CONFIGS="ompi-shm,ompi-tcp,mpich-default,mpich-netmod,rankwire,rankwire-tcp"
 MODES="latency,bw,allreduce,barrier,startup"
 REPEATS=""
 NP_P2P=2
@@ -144,6 +147,7 @@ fi
 
 RW_RUN=$BUILD/rankwire/rwrun
 RW_BENCH=$BUILD/rankwire/rankwire-bench
+RW_BASE_DIR=${RW_BASE_DIR:-$BUILD/rankwire-base}
 OMPI_RUN="mpirun.openmpi --oversubscribe --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo"
 MPICH_RUN="mpirun.mpich -iface lo"
 
@@ -159,6 +163,8 @@ launcher() {
     mpich-netmod) echo "env MPIR_CVAR_NOLOCAL=1 UCX_TLS=self,tcp UCX_NET_DEVICES=lo $MPICH_RUN -n $np $mb" ;;
     rankwire) echo "env RANKWIRE_BENCH=$RW_BENCH $RW_RUN -n $np" ;;
     rankwire-tcp) echo "env RANKWIRE_TRANSPORTS=tcp RANKWIRE_CMA=0 RANKWIRE_BENCH=$RW_BENCH $RW_RUN -n $np" ;;
+    rankwire-base) echo "env RANKWIRE_BENCH=$RW_BASE_DIR/rankwire-bench $RW_BASE_DIR/rwrun -n $np" ;;
+    rankwire-base-tcp) echo "env RANKWIRE_TRANSPORTS=tcp RANKWIRE_CMA=0 RANKWIRE_BENCH=$RW_BASE_DIR/rankwire-bench $RW_BASE_DIR/rwrun -n $np" ;;
     esac
 }
 # program CONFIG NP: the benchmark program (and rank wrapper) for CONFIG
@@ -178,6 +184,8 @@ describe() {
     mpich-netmod) echo "MPICH forced through its network module: UCX self,tcp on lo" ;;
     rankwire) echo "rankwire, default transport selection (shm on one node where built in, else tcp; CMA single copy for large messages); the transport it got is under Notes" ;;
     rankwire-tcp) echo "rankwire forced to TCP: RANKWIRE_TRANSPORTS=tcp RANKWIRE_CMA=0" ;;
+    rankwire-base) echo "the baseline rankwire build in $RW_BASE_DIR ($(cat "$RW_BASE_DIR/REV" 2>/dev/null || echo 'no REV file')), default selection" ;;
+    rankwire-base-tcp) echo "the baseline rankwire build in $RW_BASE_DIR, forced to TCP" ;;
     esac
 }
 # sizes MODE: the -m argument for MODE (peerbench's minimum per mode)
@@ -338,6 +346,14 @@ if [ $NEED_RW = 1 ]; then
         note "rankwire binaries missing: rankwire configurations skipped"
     fi
 fi
+for c in "${CONFIG_LIST[@]}"; do
+    case $c in rankwire-base*)
+        if [ ! -x "$RW_BASE_DIR/rwrun" ] || [ ! -x "$RW_BASE_DIR/rankwire-bench" ]; then
+            BROKEN[$c]="no baseline binaries in $RW_BASE_DIR"
+            note "$c skipped: put a baseline build's rwrun and rankwire-bench in $RW_BASE_DIR (RW_BASE_DIR)"
+        fi ;;
+    esac
+done
 if [ $NEED_RW = 1 ] && [ -z "${BROKEN[rankwire]:-}" ]; then
     for m in "${MODE_LIST[@]}"; do
         case $m in startup) continue ;; esac

@@ -205,10 +205,18 @@ impl Communicator {
     /// Blocking standard-mode send of `buf` to rank `dest` with `tag` (MPI_Send).
     /// Returns once `buf` may be reused.
     ///
+    /// A message above the eager limit (64 KiB on the self transport) waits for its
+    /// receive (rendezvous). So a blocking send **to this rank itself** above that
+    /// size, with no matching receive posted, completes only if another thread of this
+    /// process posts the receive; otherwise it waits forever (legal MPI, as with
+    /// `MPI_Send`). rankwire logs a one-time warning when it sees one; post the receive
+    /// first ([`Communicator::irecv`]) or use [`Communicator::isend`].
+    ///
     /// # Errors
     /// [`Error::Usage`] for a rank out of range or a tag outside `0..=TAG_UB`;
     /// [`Error::Connection`] if the peer is gone.
     pub fn send<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+        self.warn_blocking_self_send(std::mem::size_of_val(buf), dest, tag, false);
         match self.post_send(bytemuck::cast_slice(buf), dest, tag, false)? {
             SendStart::Done(_) => Ok(()),
             SendStart::Queued(id) => wait_id(&self.inner, id).map(|_| ()),
@@ -216,11 +224,14 @@ impl Communicator {
     }
 
     /// Blocking synchronous send (MPI_Ssend): returns only after the matching receive
-    /// has started.
+    /// has started. To this rank itself, of any size, it completes only if the receive
+    /// is posted already or by another thread (warned about once, as for
+    /// [`Communicator::send`]).
     ///
     /// # Errors
     /// As [`Communicator::send`].
     pub fn ssend<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+        self.warn_blocking_self_send(std::mem::size_of_val(buf), dest, tag, true);
         match self.post_send(bytemuck::cast_slice(buf), dest, tag, true)? {
             SendStart::Done(_) => Ok(()),
             SendStart::Queued(id) => wait_id(&self.inner, id).map(|_| ()),
@@ -428,6 +439,48 @@ impl Communicator {
         self.post_send_raw(RawBuf::from_slice(bytes), dest, tag, sync)
     }
 
+    /// The one-time warning about a blocking send to this rank that can only complete if
+    /// another thread receives it: above the eager limit (or synchronous) with no
+    /// matching receive posted. Costs one comparison for a send to another rank.
+    #[inline]
+    fn warn_blocking_self_send(&self, bytes: usize, dest: usize, tag: i32, sync: bool) {
+        if self.st.group.get(dest) == Some(&self.inner.rank) {
+            self.warn_self_send_cold(bytes, dest, tag, sync);
+        }
+    }
+
+    #[cold]
+    fn warn_self_send_cold(&self, bytes: usize, dest: usize, tag: i32, sync: bool) {
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if WARNED.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let me = self.inner.rank;
+        let (limit, posted) = {
+            let e = self.inner.lock();
+            (
+                e.eager_limit(me),
+                e.proto.has_posted_recv(self.st.ctx, me, tag),
+            )
+        };
+        if posted || (!sync && bytes <= limit) {
+            return;
+        }
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            let what = if sync {
+                "a synchronous send (ssend)".to_string()
+            } else {
+                format!("{bytes} bytes, above the eager limit of {limit} bytes")
+            };
+            tracing::warn!(
+                "blocking send from rank {dest} to itself (tag {tag}; {what}) with no matching \
+                 receive posted: it completes only if another thread of this process posts \
+                 the receive, else it waits forever; post the receive first (irecv) or use \
+                 isend (warned once)"
+            );
+        }
+    }
+
     /// Start a send of `raw` (host or device memory); the caller keeps it valid until
     /// the send completes.
     fn post_send_raw(&self, raw: RawBuf, dest: usize, tag: i32, sync: bool) -> Result<SendStart> {
@@ -474,7 +527,7 @@ impl Communicator {
             return st;
         }
         Status {
-            source: self.st.local(st.source),
+            source: self.st.local(st.source as u32) as usize,
             ..st
         }
     }
@@ -520,7 +573,7 @@ impl Message {
         let id = self.inner.lock().proto.mrecv(m, raw);
         let st = wait_id(&self.inner, id).map_err(|e| local_err(&self.st, e))?;
         Ok(Status {
-            source: self.st.local(st.source),
+            source: self.st.local(st.source as u32) as usize,
             ..st
         })
     }
@@ -566,7 +619,7 @@ fn wait_id(inner: &Inner, id: ReqId) -> Result<Status> {
 pub(crate) fn localize(st: &CommState, r: Result<Status>) -> Result<Status> {
     match r {
         Ok(s) => Ok(Status {
-            source: st.local(s.source),
+            source: st.local(s.source as u32) as usize,
             ..s
         }),
         Err(e) => Err(local_err(st, e)),

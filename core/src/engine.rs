@@ -110,12 +110,11 @@ impl Backoff {
                 .unwrap_or(1)
         };
         let oversubscribed = local_ranks > cores;
-        let policy = std::env::var("RANKWIRE_PROGRESS").unwrap_or_default();
-        if !matches!(policy.as_str(), "" | "auto" | "spin" | "yield" | "block") {
-            tracing::warn!(
-                "RANKWIRE_PROGRESS={policy:?} is not one of spin, yield, block, auto; using auto"
-            );
-        }
+        // Checked at init (`crate::settings`): an invalid value never gets here.
+        let policy = crate::settings::raw("RANKWIRE_PROGRESS")
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
         Backoff::for_policy(&policy, oversubscribed)
     }
 
@@ -362,7 +361,7 @@ impl Engine {
             };
             if let Ok(SendOutcome::Sent) = res {
                 return SendStart::Done(crate::protocol::Status {
-                    source: dst,
+                    source: dst as usize,
                     tag,
                     len_bytes: buf.len(),
                 });

@@ -68,6 +68,7 @@ pub mod matching;
 pub mod protocol;
 mod request;
 mod runtime;
+mod settings_check;
 mod universe;
 pub mod watchdog;
 pub mod wire;
@@ -89,5 +90,6 @@ pub use protocol::Status;
 /// The CUDA leaf crate (device buffers, pointer classification); functional with the
 /// `cuda` feature, otherwise every call reports that GPU support is not built.
 pub use rankwire_gpu as gpu;
+pub use rankwire_transports::settings;
 pub use request::{Request, test_all, wait_all, wait_all_results, wait_any};
 pub use universe::{Universe, init};

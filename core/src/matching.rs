@@ -256,6 +256,17 @@ impl<R: PartialEq + Copy, M> Matcher<R, M> {
         gone
     }
 
+    /// Whether a posted receive waits that accepts a message `(ctx, src, tag)`.
+    pub fn has_posted(&self, ctx: u32, src: u32, tag: i32) -> bool {
+        let env = Envelope {
+            ctx,
+            src,
+            tag,
+            seq: 0,
+        };
+        self.posted.iter().any(|(p, _)| p.accepts(&env))
+    }
+
     /// Number of posted receives waiting.
     pub fn posted_len(&self) -> usize {
         self.posted.len()

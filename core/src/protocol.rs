@@ -53,7 +53,7 @@ pub type ReqId = u64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Status {
     /// Rank of the sender (for a send: the destination).
-    pub source: u32,
+    pub source: usize,
     /// Tag of the message.
     pub tag: i32,
     /// Length of the received data in bytes (for a truncated receive: the bytes written).
@@ -242,7 +242,7 @@ impl ProbedMessage {
     /// The status a receive of this message would report (full message length).
     pub fn status(&self) -> Status {
         Status {
-            source: self.env.src,
+            source: self.env.src as usize,
             tag: self.env.tag,
             len_bytes: self.body.len() as usize,
         }
@@ -649,7 +649,7 @@ fn recv_result(src: u32, tag: i32, msg_len: u64, cap: usize) -> Result<Status, E
         .into())
     } else {
         Ok(Status {
-            source: src,
+            source: src as usize,
             tag,
             len_bytes: msg_len as usize,
         })

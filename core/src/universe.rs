@@ -81,7 +81,7 @@ impl Universe {
         let dev = select_gpu(
             self.inner.local_rank as usize,
             n,
-            std::env::var("RANKWIRE_GPU_DEVICE").ok().as_deref(),
+            crate::settings::raw("RANKWIRE_GPU_DEVICE").as_deref(),
         )?;
         rankwire_gpu::set_current_device(dev)
             .map_err(|e| Error::Gpu(format!("making GPU {dev} current: {e}")))?;
@@ -203,8 +203,9 @@ impl Inner {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RANKWIRE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = crate::settings::raw("RANKWIRE_LOG")
+        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn"));
     use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -239,6 +240,7 @@ struct Joined {
 }
 
 fn init_inner() -> Result<Universe> {
+    crate::settings_check::at_init()?;
     let watchdog = crate::watchdog::from_env()?;
     let u = init_world()?;
     u.inner.lock().watchdog = watchdog;
@@ -260,8 +262,8 @@ fn init_inner() -> Result<Universe> {
             }
         }
     }
-    if let Ok(list) = std::env::var(crate::explain::REQUIRE_ENV)
-        && let Err(e) = u.inner.paths.check_required(&list)
+    if let Some(list) = crate::settings::raw(crate::explain::REQUIRE_ENV)
+        && let Err(e) = u.inner.paths.check_required(&list.to_ascii_lowercase())
     {
         // Each rank checks its own paths, so other ranks may have passed and wait for
         // this one: finalizing would wait for them in the final fence (until the
@@ -771,9 +773,10 @@ fn probe_rdma(
 /// `shm,rdma,tcp`; default all). The self transport is always used for a rank's own
 /// messages.
 fn allowed_transports() -> Result<Vec<&'static str>> {
-    let Ok(v) = std::env::var("RANKWIRE_TRANSPORTS") else {
+    let Some(v) = crate::settings::raw("RANKWIRE_TRANSPORTS") else {
         return Ok(vec!["shm", "rdma", "tcp"]);
     };
+    let v = v.to_ascii_lowercase();
     let mut out = Vec::new();
     for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
         match t {

@@ -24,7 +24,7 @@ pub const EXIT_CODE: i32 = 124;
 /// # Errors
 /// [`Error::Usage`] when the value is not a non-negative number of seconds.
 pub(crate) fn from_env() -> Result<Option<Duration>> {
-    let Ok(v) = std::env::var(ENV) else {
+    let Some(v) = crate::settings::raw(ENV) else {
         return Ok(None);
     };
     match v.trim().parse::<f64>() {

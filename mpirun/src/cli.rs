@@ -73,7 +73,9 @@ and one /bin/sh command line is appended; default `ssh -x -o BatchMode=yes {host
 and reach rwrun at every address of this machine (or RANKWIRE_BOOTSTRAP_HOST).
 
 Environment: RANKWIRE_LOG=debug (rwrun and rank logging), RANKWIRE_KILL_GRACE_MS,
-RANKWIRE_BOOTSTRAP_TIMEOUT (seconds, rank side).
+RANKWIRE_BOOTSTRAP_TIMEOUT (seconds, rank side); `rwrun --settings` lists every
+RANKWIRE_* setting with its default and valid values. rwrun checks them all (and
+--require) before it starts any rank; an invalid value ends it with status 2.
 
 Examples:
   rwrun -n 4 ./my_app --size 1024
@@ -149,9 +151,14 @@ pub(crate) struct Cli {
     #[arg(long)]
     pub(crate) doctor: bool,
 
+    /// Print every RANKWIRE_* setting (name, default, valid values, who reads it, what
+    /// it does) and exit; runs no program.
+    #[arg(long)]
+    pub(crate) settings: bool,
+
     /// The program to run as every rank, and its arguments.
     #[arg(
-        required_unless_present = "doctor",
+        required_unless_present_any = ["doctor", "settings"],
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "PROGRAM [ARGS]"
@@ -205,6 +212,7 @@ pub(crate) fn normalize_args(args: Vec<OsString>) -> Result<Vec<OsString>, Strin
         "--oversubscribe",
         "--explain",
         "--doctor",
+        "--settings",
         "-h",
         "--help",
         "-V",
@@ -271,8 +279,10 @@ impl JobConfig {
     ///
     /// # Errors
     /// A message for the user (without the `rwrun: ` prefix) for a remote or malformed
-    /// host list, an unreadable hostfile, a bad `-x` or a zero rank count.
+    /// host list, an unreadable hostfile, a bad `-x`, a zero rank count, or an invalid
+    /// `RANKWIRE_*` setting ([`check_settings`]).
     pub(crate) fn from_cli(cli: Cli) -> Result<JobConfig, String> {
+        check_settings(&cli)?;
         let mut hosts = Vec::new();
         for list in &cli.host {
             hosts.extend(hosts::parse_host_list(list)?);
@@ -329,8 +339,9 @@ impl JobConfig {
             // Only this machine (or no hosts): every rank forked here, any count.
             Placement::local(size)
         } else {
-            let template = std::env::var(placement::AGENT_ENV)
-                .unwrap_or_else(|_| placement::DEFAULT_AGENT.to_string());
+            let template = rankwire::settings::raw(placement::AGENT_ENV)
+                .filter(|t| !t.trim().is_empty())
+                .unwrap_or_else(|| placement::DEFAULT_AGENT.to_string());
             let (nodes, node_of_rank) = placement::fill(&classified, size, cli.oversubscribe)?;
             Placement {
                 nodes,
@@ -342,7 +353,7 @@ impl JobConfig {
         };
         let mut env = Vec::new();
         if cli.explain {
-            env.push(("RANKWIRE_EXPLAIN".into(), "1".into()));
+            env.push((rankwire::explain::EXPLAIN_ENV.into(), "1".into()));
         }
         if let Some(list) = &cli.require {
             env.push(("RANKWIRE_REQUIRE".into(), list.into()));
@@ -416,25 +427,100 @@ fn parse_timeout(s: &str) -> Result<f64, String> {
     Ok(v.min(MAX_TIMEOUT_SECS))
 }
 
+// Checked by `check_settings` before this is read.
 fn kill_grace_from_env() -> Duration {
-    match std::env::var(KILL_GRACE_ENV) {
-        Err(_) => DEFAULT_KILL_GRACE,
-        Ok(s) => match s.trim().parse::<u64>() {
-            Ok(ms) => Duration::from_millis(ms),
-            Err(_) => {
-                note!(
-                    "rwrun: warning: {KILL_GRACE_ENV}={s:?} is not a number of milliseconds; using {}",
-                    DEFAULT_KILL_GRACE.as_millis()
-                );
-                DEFAULT_KILL_GRACE
-            }
-        },
+    rankwire::settings::raw(KILL_GRACE_ENV)
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_KILL_GRACE, Duration::from_millis)
+}
+
+/// The settings table for `rwrun --settings`: one block per setting.
+pub(crate) fn settings_table() -> String {
+    use rankwire::settings::{Reader, SETTINGS};
+    let mut out = String::new();
+    for s in SETTINGS {
+        let who = match s.reader {
+            Reader::Rank => "ranks (checked by rwrun and at init)",
+            Reader::Rwrun => "rwrun",
+            Reader::Both => "rwrun and ranks",
+            Reader::Launcher => "set by rwrun for every rank",
+        };
+        out.push_str(&format!(
+            "{}\n    {}\n    default: {}\n    valid: {}\n    read by: {who}\n",
+            s.name, s.doc, s.default, s.valid
+        ));
     }
+    out
+}
+
+/// The `RANKWIRE_*` settings of the job, checked before any rank starts: rwrun's
+/// environment (which the ranks inherit or are given) with the variables of `--require`
+/// and `-x VAR=VALUE` on top, through the one table of `rankwire::settings`. Unknown
+/// `RANKWIRE_*` names are warned about (with the closest known name).
+///
+/// # Errors
+/// Every invalid value, naming the variable, the value and the valid values.
+fn check_settings(cli: &Cli) -> Result<(), String> {
+    use rankwire::explain::REQUIRE_ENV;
+    use rankwire::settings::{self, Reader};
+    let mut vars: std::collections::BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+        .collect();
+    if let Some(list) = &cli.require {
+        vars.insert(REQUIRE_ENV.into(), list.clone());
+    }
+    for x in &cli.export {
+        if let Some((k, v)) = x.to_str().and_then(|x| x.split_once('=')) {
+            vars.insert(k.into(), v.into());
+        }
+    }
+    let report = settings::check_env(&vars, |r| r != Reader::Launcher);
+    for w in &report.warnings {
+        note!("rwrun: warning: {w}");
+    }
+    let mut errors: Vec<String> = report
+        .errors
+        .iter()
+        .map(|e| match &cli.require {
+            // The option's spelling, for the option's value.
+            Some(list) if e.var == REQUIRE_ENV && *list == e.value => format!(
+                "--require {:?} (RANKWIRE_REQUIRE) is not valid: expected {}",
+                e.value, e.expected
+            ),
+            _ => e.to_string(),
+        })
+        .collect();
+    if let Some(v) = vars.get("RANKWIRE_LOG").filter(|v| !v.trim().is_empty())
+        && tracing_subscriber::EnvFilter::try_new(v).is_err()
+    {
+        errors.push(format!(
+            "RANKWIRE_LOG={v:?} is not valid: expected {}",
+            settings::find("RANKWIRE_LOG").map_or("a tracing filter", |s| s.valid)
+        ));
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "usage: {} (no rank was started)",
+        errors.join("; ")
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_table_states_rwrun_defaults() {
+        let d = |n: &str| rankwire::settings::find(n).unwrap().default;
+        assert_eq!(
+            d(KILL_GRACE_ENV),
+            DEFAULT_KILL_GRACE.as_millis().to_string()
+        );
+        assert_eq!(d(placement::AGENT_ENV), placement::DEFAULT_AGENT);
+        assert!(rankwire::settings::find(hosts::BOOTSTRAP_HOST_ENV).is_some());
+    }
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()

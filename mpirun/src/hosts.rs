@@ -80,7 +80,7 @@ pub(crate) const BOOTSTRAP_HOST_ENV: &str = "RANKWIRE_BOOTSTRAP_HOST";
 /// node), comma-separated. Ranks try them in order; the job secret rejects a wrong
 /// server.
 pub(crate) fn advertised_addresses(port: u16) -> String {
-    if let Ok(list) = std::env::var(BOOTSTRAP_HOST_ENV)
+    if let Some(list) = rankwire::settings::raw(BOOTSTRAP_HOST_ENV)
         && !list.trim().is_empty()
     {
         return list

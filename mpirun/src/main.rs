@@ -73,6 +73,10 @@ fn main() {
         }
     };
     let cli = cli::Cli::parse_from(argv);
+    if cli.settings {
+        print!("{}", cli::settings_table());
+        std::process::exit(0);
+    }
     if cli.doctor {
         std::process::exit(doctor::run());
     }
@@ -96,8 +100,11 @@ fn main() {
         }
     };
 
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RANKWIRE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // An invalid filter has already been refused (`cli::JobConfig::from_cli`) unless
+    // rwrun runs --doctor.
+    let filter = rankwire::settings::raw("RANKWIRE_LOG")
+        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

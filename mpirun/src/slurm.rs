@@ -137,7 +137,8 @@ impl Allocation {
         };
         if var("SLURM_STEP_ID").is_some()
             || var("SLURM_STEPID").is_some()
-            || var("RANKWIRE_SLURM_LAUNCH").as_deref() == Some("0")
+            || var("RANKWIRE_SLURM_LAUNCH").and_then(|v| rankwire::settings::parse_switch(&v))
+                == Some(false)
         {
             return Ok(None);
         }

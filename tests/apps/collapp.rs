@@ -467,7 +467,7 @@ fn finish_comms(w: &Communicator, dup: &Communicator) -> Result<()> {
     let st: Status = sub.sendrecv(&[sub.rank() as u64 * 10], right, 9, &mut got, left, 9)?;
     expect(
         "split sendrecv",
-        &(got[0], st.source as usize),
+        &(got[0], st.source),
         &(left as u64 * 10, left),
     )?;
     let mut d = [0i64];

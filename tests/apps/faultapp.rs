@@ -227,7 +227,7 @@ fn soak(w: &Communicator, messages: usize, max: usize, seed: u64) -> Result<()> 
             }
         } else {
             let b = &slot(s)[..st.len_bytes];
-            got[received] = (post_of[s], st.source as usize, st.tag, st.len_bytes, fnv(b));
+            got[received] = (post_of[s], st.source, st.tag, st.len_bytes, fnv(b));
             received += 1;
             if posted < to_receive {
                 reqs[s] = Some(w.irecv(slot(s), ANY_SOURCE, ANY_TAG)?);

@@ -213,7 +213,7 @@ fn check(w: &Communicator, max: usize) -> Result<()> {
         let s = w.isend_device(ad, me, 8)?;
         let st = w.recv_device(bd, rankwire::ANY_SOURCE, 8)?;
         s.wait()?;
-        if st.source as usize != me || b.read() != pattern(len, len as u8) {
+        if st.source != me || b.read() != pattern(len, len as u8) {
             fail(&format!("self-send of {len} device bytes: {st:?}"));
         }
         n += 1;

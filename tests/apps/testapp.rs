@@ -26,6 +26,7 @@ fn main() {
         "window" => window_any_source(world, arg(args, 2, 200)),
         "truncation" => truncation(world),
         "zero_self" => zero_self(world),
+        "self_big" => self_big(world),
         "big" => big(world, arg(args, 2, (2usize << 30) + 1)),
         "cma_refused" => cma_refused(world),
         "probe" => probe(world),
@@ -158,7 +159,7 @@ fn window_any_source(w: &Communicator, n: usize) -> Result<()> {
         };
         let st = st?;
         let b = slot(s);
-        let src = b[0] as u32;
+        let src = b[0] as usize;
         let seq = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
         let tag = b[5] as i32;
         check(st.source == src && st.tag == tag, || {
@@ -168,7 +169,7 @@ fn window_any_source(w: &Communicator, n: usize) -> Result<()> {
         check(st.len_bytes == len && b[len - 1] == 0xA5, || {
             format!("status {st:?} length, expected {len}")
         })?;
-        results[slot_post[s]] = Some((src, seq));
+        results[slot_post[s]] = Some((src as u32, seq));
         done += 1;
         if posted < total {
             reqs[s] = Some(w.irecv(slot(s), ANY_SOURCE, ANY_TAG)?);
@@ -293,6 +294,34 @@ fn truncation(w: &Communicator) -> Result<()> {
 }
 
 /// B002: zero-byte messages and self-sends.
+/// Blocking 1 MiB sends to self (above the self transport's eager limit): with the
+/// receive posted first (no warning), then twice with no receive posted while another
+/// thread receives after a pause (completes; warned once).
+fn self_big(w: &Communicator) -> Result<()> {
+    let me = w.rank();
+    let data = vec![7u8; 1 << 20];
+    let mut got = vec![0u8; 1 << 20];
+    let r = w.irecv(&mut got, me, 1)?;
+    w.send(&data, me, 1)?;
+    r.wait()?;
+    eprintln!("rank {me}: posted first: done");
+    std::thread::scope(|s| {
+        let t = s.spawn(|| -> Result<()> {
+            let mut b = vec![0u8; 1 << 20];
+            for _ in 0..2 {
+                std::thread::sleep(Duration::from_millis(300));
+                w.recv(&mut b, me, 2)?;
+            }
+            Ok(())
+        });
+        w.send(&data, me, 2)?;
+        w.send(&data, me, 2)?;
+        t.join().expect("receiving thread")
+    })?;
+    eprintln!("rank {me}: received by another thread: done");
+    Ok(())
+}
+
 fn zero_self(w: &Communicator) -> Result<()> {
     let me = w.rank();
     // Self-send of an empty slice, receive with ANY_TAG, both orders.
@@ -301,10 +330,9 @@ fn zero_self(w: &Communicator) -> Result<()> {
     let s = w.isend(&empty, me, 3)?;
     let st = w.recv(&mut sink, me, ANY_TAG)?;
     s.wait()?;
-    check(
-        st.source == me as u32 && st.tag == 3 && st.len_bytes == 0,
-        || format!("{st:?}"),
-    )?;
+    check(st.source == me && st.tag == 3 && st.len_bytes == 0, || {
+        format!("{st:?}")
+    })?;
     let r = w.irecv(&mut sink, me, ANY_TAG)?;
     w.send(&empty, me, 4)?;
     let st = r.wait()?;
@@ -474,7 +502,7 @@ fn probe(w: &Communicator) -> Result<()> {
             while n < 21 {
                 let st = w.probe(ANY_SOURCE, 5)?;
                 let mut b = vec![0u8; st.len_bytes];
-                let rs = w.recv(&mut b, st.source as usize, st.tag)?;
+                let rs = w.recv(&mut b, st.source, st.tag)?;
                 check(rs == st, || format!("probed {st:?} received {rs:?}"))?;
                 got_from_0 |= st.source == 0;
                 n += 1;

@@ -30,6 +30,7 @@ use std::fmt;
 pub mod rdma;
 pub mod regcache;
 pub mod self_tp;
+pub mod settings;
 pub mod shm;
 pub mod tcp;
 

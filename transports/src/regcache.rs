@@ -75,15 +75,19 @@ impl RegCacheConfig {
     /// # Errors
     /// [`crate::ConfigError`] naming the variable when a value is not a number.
     pub fn from_env() -> Result<Self, crate::ConfigError> {
+        crate::settings::check_names(&[
+            "RANKWIRE_REGCACHE_MAX_ENTRIES",
+            "RANKWIRE_REGCACHE_MAX_BYTES",
+        ])?;
         let mut c = RegCacheConfig::default();
-        if let Ok(v) = std::env::var("RANKWIRE_REGCACHE_MAX_ENTRIES") {
+        if let Some(v) = crate::settings::raw("RANKWIRE_REGCACHE_MAX_ENTRIES") {
             c.max_idle_entries = v.trim().parse().map_err(|_| crate::ConfigError {
                 var: "RANKWIRE_REGCACHE_MAX_ENTRIES",
                 value: v.clone(),
                 expected: "a count of idle registrations (0 turns caching off)",
             })?;
         }
-        if let Ok(v) = std::env::var("RANKWIRE_REGCACHE_MAX_BYTES") {
+        if let Some(v) = crate::settings::raw("RANKWIRE_REGCACHE_MAX_BYTES") {
             c.max_bytes = v.trim().parse().map_err(|_| crate::ConfigError {
                 var: "RANKWIRE_REGCACHE_MAX_BYTES",
                 value: v.clone(),

@@ -375,21 +375,12 @@ impl rankwire_transports::Exchange for BootstrapClient {
 }
 
 /// The request timeout: [`TIMEOUT_ENV`] in seconds if set and valid (positive), else
-/// [`DEFAULT_TIMEOUT`]. An invalid value is logged at `warn!` and ignored.
+/// [`DEFAULT_TIMEOUT`]. An invalid value is refused by `rwrun` and at init
+/// ([`crate::settings`]) before this is read.
 pub fn default_timeout() -> Duration {
-    match std::env::var(TIMEOUT_ENV) {
-        Ok(s) => match parse_timeout(&s) {
-            Some(d) => d,
-            None => {
-                tracing::warn!(
-                    "{TIMEOUT_ENV}={s:?} is not a positive number of seconds; using {} s",
-                    DEFAULT_TIMEOUT.as_secs()
-                );
-                DEFAULT_TIMEOUT
-            }
-        },
-        Err(_) => DEFAULT_TIMEOUT,
-    }
+    crate::settings::raw(TIMEOUT_ENV)
+        .and_then(|s| parse_timeout(&s))
+        .unwrap_or(DEFAULT_TIMEOUT)
 }
 
 /// Watch the launcher: open a second connection to `addr`, authenticate as `rank`, send

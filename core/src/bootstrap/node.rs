@@ -2,20 +2,10 @@
 //! the CPUs it may run on, and on/off switches from the environment.
 
 /// An on/off environment switch: `1`/`on`/`true`/`yes` → on, `0`/`off`/`false`/`no` →
-/// off (any case), unset or empty → `None`; anything else is warned about and ignored.
+/// off (any case), unset or empty → `None`; anything else is refused at init.
 pub(crate) fn env_switch(name: &str) -> Option<bool> {
-    let v = std::env::var(name).ok()?;
-    match v.trim().to_ascii_lowercase().as_str() {
-        "" => None,
-        "1" | "on" | "true" | "yes" => Some(true),
-        "0" | "off" | "false" | "no" => Some(false),
-        other => {
-            tracing::warn!(
-                "{name}={other:?} is not one of 1/on/true/yes or 0/off/false/no; ignored"
-            );
-            None
-        }
-    }
+    // Checked at init (`crate::settings`).
+    crate::settings::switch_or_unset(name)
 }
 
 /// The CPUs this process may run on (`sched_getaffinity(2)`), ascending; empty if

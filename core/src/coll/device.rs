@@ -144,10 +144,16 @@ struct Settings {
 fn settings() -> &'static Settings {
     static S: OnceLock<Settings> = OnceLock::new();
     S.get_or_init(|| {
-        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse().ok());
+        // Checked at init (`crate::settings`).
+        let num = |k: &str| {
+            crate::settings::raw(k)
+                .and_then(|v| crate::settings::parse_bytes(&v))
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        };
         Settings {
             staged_max: num("RANKWIRE_GPU_ALLREDUCE_STAGED_MAX"),
-            wait_sync: matches!(std::env::var("RANKWIRE_GPU_WAIT").as_deref(), Ok("sync")),
+            wait_sync: crate::settings::raw("RANKWIRE_GPU_WAIT")
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("sync")),
             tmp_cache_limit: num("RANKWIRE_GPU_TMP_CACHE").unwrap_or(2 << 30),
         }
     })

@@ -1008,7 +1008,7 @@ pub(crate) mod sim {
                     return;
                 };
                 let st = Status {
-                    source: key.0,
+                    source: key.0 as usize,
                     tag: key.3,
                     len_bytes: data.len(),
                 };
@@ -1050,7 +1050,7 @@ pub(crate) mod sim {
             self.mail.done.insert(
                 id,
                 Ok(Status {
-                    source: peer,
+                    source: peer as usize,
                     tag,
                     len_bytes: buf.len(),
                 }),

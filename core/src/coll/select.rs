@@ -305,15 +305,17 @@ pub(crate) struct CollConfig {
 }
 
 impl CollConfig {
-    /// From the process environment.
+    /// From the process environment, read once per process (communicator creation is
+    /// no place for environment reads); the values were checked at init
+    /// ([`crate::settings`]).
     pub(crate) fn from_env() -> CollConfig {
-        let get = |k: &str| std::env::var(k).ok();
-        CollConfig {
-            check: get("RANKWIRE_COLL_CHECK")
-                .is_some_and(|v| !matches!(v.trim(), "" | "0" | "false" | "no" | "off")),
-            overrides: Overrides::from_lookup(get),
+        static CFG: std::sync::OnceLock<CollConfig> = std::sync::OnceLock::new();
+        CFG.get_or_init(|| CollConfig {
+            check: crate::settings::switch_or_unset("RANKWIRE_COLL_CHECK") == Some(true),
+            overrides: Overrides::from_lookup(crate::settings::raw),
             model: CostModel::DEFAULT,
-        }
+        })
+        .clone()
     }
 
     /// Allreduce of `bytes` per rank on `p` ranks.

@@ -121,7 +121,7 @@ impl Protocol {
     /// Status of the earliest unexpected message `pat` accepts (MPI_Iprobe).
     pub fn iprobe(&self, pat: &Pattern) -> Option<Status> {
         self.matcher.probe(pat).map(|(env, body)| Status {
-            source: env.src,
+            source: env.src as usize,
             tag: env.tag,
             len_bytes: body.len() as usize,
         })

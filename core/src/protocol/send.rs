@@ -143,12 +143,18 @@ impl Protocol {
         self.reqs.complete(
             id,
             Ok(Status {
-                source: dst,
+                source: dst as usize,
                 tag,
                 len_bytes,
             }),
         );
         id
+    }
+
+    /// Whether a posted receive of this rank accepts a message from `src` on `ctx`
+    /// with `tag` (for the warning about a blocking send to self).
+    pub fn has_posted_recv(&self, ctx: u32, src: u32, tag: i32) -> bool {
+        self.matcher.has_posted(ctx, src, tag)
     }
 
     /// Whether a frame for `dst` is waiting in [`Protocol::pop_frame`]'s queue.
@@ -293,7 +299,7 @@ impl Protocol {
         self.reqs.complete(
             id,
             Ok(Status {
-                source: s.dst,
+                source: s.dst as usize,
                 tag: s.tag,
                 len_bytes: s.buf.len(),
             }),

@@ -352,7 +352,7 @@ fn probe_reports_the_message_the_next_receive_gets() {
         })
         .unwrap();
     let mut buf = vec![0u8; st.len_bytes];
-    let r = net.recv(0, Some(st.source), Some(st.tag), &mut buf);
+    let r = net.recv(0, Some(st.source as u32), Some(st.tag), &mut buf);
     net.drive();
     assert_eq!(net.done(0, r).unwrap(), st);
 }

@@ -77,7 +77,15 @@ impl RdmaConfig {
     /// # Errors
     /// [`ConfigError`] naming the variable whose value is unusable.
     pub fn from_env() -> Result<Self, ConfigError> {
-        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        crate::settings::check_names(&[
+            "RANKWIRE_IB_HCA",
+            "RANKWIRE_IB_GID_INDEX",
+            "RANKWIRE_RDMA_SLOTS",
+            "RANKWIRE_RDMA_EAGER_LIMIT",
+            "RANKWIRE_RDMA_LEAVE_PINNED",
+            "RANKWIRE_RDMA_GDR",
+        ])?;
+        let get = |k: &str| crate::settings::raw(k).filter(|v| !v.trim().is_empty());
         let gid_index = match get("RANKWIRE_IB_GID_INDEX") {
             None => None,
             Some(v) => Some(v.trim().parse().map_err(|_| ConfigError {
@@ -112,7 +120,7 @@ impl RdmaConfig {
                 }
             },
         };
-        let flag = |k: &str| get(k).is_some_and(|v| v.trim() != "0");
+        let flag = |k: &str| crate::settings::switch_or_unset(k) == Some(true);
         Ok(RdmaConfig {
             hca: get("RANKWIRE_IB_HCA"),
             gid_index,

@@ -49,7 +49,8 @@ impl ShmConfig {
     /// [`ConfigError`] if the value is not a byte count or lies outside
     /// [`MIN_RING_BYTES`]..=[`MAX_RING_BYTES`].
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        crate::settings::check_names(&[ENV_RING_BYTES])?;
+        Self::from_lookup(crate::settings::raw)
     }
 
     /// Like [`ShmConfig::from_env`], reading variables through `lookup`.

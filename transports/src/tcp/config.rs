@@ -95,7 +95,14 @@ impl TcpConfig {
     /// # Errors
     /// [`ConfigError`] naming the variable whose value cannot be parsed.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        crate::settings::check_names(&[
+            ENV_IF,
+            ENV_IF_EXCLUDE,
+            ENV_FAMILY,
+            ENV_CONNECT_TIMEOUT,
+            ENV_ADDR_TIMEOUT,
+        ])?;
+        Self::from_lookup(crate::settings::raw)
     }
 
     /// Like [`TcpConfig::from_env`], reading variables through `lookup`.
@@ -277,22 +284,7 @@ fn split_list(v: &str) -> Vec<String> {
 }
 
 /// `60`, `2.5`, `60s`, `500ms` → a positive duration.
-fn parse_duration(v: &str) -> Option<Duration> {
-    let v = v.trim();
-    let (num, scale) = if let Some(n) = v.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = v.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (v, 1.0)
-    };
-    let secs = num.trim().parse::<f64>().ok()? * scale;
-    if secs.is_finite() && secs > 0.0 && secs < 1e9 {
-        Some(Duration::from_secs_f64(secs))
-    } else {
-        None
-    }
-}
+use crate::settings::parse_duration;
 
 #[cfg(test)]
 mod tests {

@@ -233,10 +233,11 @@ impl PmiClient {
         // SAFETY: the descriptor is open, and the PMI contract hands it to this process
         // alone: nothing else in the process uses PMI_FD (rankwire::init runs once).
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let want = match std::env::var(env::RANKWIRE_PMI).as_deref() {
-            Err(_) | Ok("2" | "pmi2" | "") => PmiVersion::V2,
-            Ok("1" | "pmi1") => PmiVersion::V1,
-            Ok(other) => {
+        let want_s = crate::settings::raw(env::RANKWIRE_PMI).map(|v| v.trim().to_ascii_lowercase());
+        let want = match want_s.as_deref() {
+            None | Some("2" | "pmi2" | "") => PmiVersion::V2,
+            Some("1" | "pmi1") => PmiVersion::V1,
+            Some(other) => {
                 return Err(PmiError::Env {
                     var: env::RANKWIRE_PMI,
                     detail: format!("{other:?}: expected 1 or 2"),

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One device session's GPU verification with before/after figures (run on the GPU machine):
+#   1. scripts/gpu-run.sh on the new build (.device-bin), every step;
+#   2. the timing steps (device p2p latency/bandwidth, IPC bandwidth, device allreduce at
+#      2 and 4 ranks) on a baseline build (BASE_BIN, default .device-bin/base), if present;
+#   3. the same timing steps for both builds again with MPS running (nvidia-cuda-mps-control
+#      -d, as root; stopped again at the end), since two ranks on one GPU time-slice without
+#      it;
+#   4. compare.txt: the figures side by side (after ÷ before).
+# Usage: scripts/gpu-compare.sh OUTDIR   (OUTDIR gets one tarball per run and compare.txt)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: gpu-compare.sh OUTDIR}
+mkdir -p "$OUT"
+W=$(mktemp -d)
+BASE=${BASE_BIN:-.device-bin/base}
+TIMING='^(bench|p2p_latency|p2p_bw|coll_bench_2|coll_bench_4)$'
+scripts/gpu-run.sh "$W/after" >"$W/after.out" 2>&1; echo "after: exit $?" >>"$OUT/status.txt"
+if [ -x "$BASE/rwrun" ]; then
+  GPU_BIN=$BASE GPU_ONLY=$TIMING scripts/gpu-run.sh "$W/before" >"$W/before.out" 2>&1
+  echo "before: exit $?" >>"$OUT/status.txt"
+fi
+if command -v nvidia-cuda-mps-control >/dev/null && [ "$(id -u)" = 0 ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=$W/mps-pipe CUDA_MPS_LOG_DIRECTORY=$W/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    GPU_ONLY=$TIMING scripts/gpu-run.sh "$W/after-mps" >"$W/after-mps.out" 2>&1; echo "after-mps: exit $?" >>"$OUT/status.txt"
+    if [ -x "$BASE/rwrun" ]; then
+      GPU_BIN=$BASE GPU_ONLY=$TIMING scripts/gpu-run.sh "$W/before-mps" >"$W/before-mps.out" 2>&1
+      echo "before-mps: exit $?" >>"$OUT/status.txt"
+    fi
+    echo quit | nvidia-cuda-mps-control
+  else
+    echo "mps: nvidia-cuda-mps-control -d failed" >>"$OUT/status.txt"
+  fi
+fi
+python3 scripts/gpu-compare.py "$W" >"$OUT/compare.txt" 2>&1
+for d in after before after-mps before-mps; do
+  [ -d "$W/$d" ] && cp "$W/$d.out" "$W/$d/run.out" && tar czf "$OUT/$d.tgz" -C "$W" "$d"
+done
+cat "$OUT/status.txt" "$OUT/compare.txt"
