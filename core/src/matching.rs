@@ -90,6 +90,24 @@ impl SeqMap {
         }
         &mut self.hot.get_or_insert((key, 0)).1
     }
+
+    /// Forget `key` (its number reads 0 again).
+    pub fn remove(&mut self, key: (u32, u32)) {
+        if matches!(self.hot, Some((k, _)) if k == key) {
+            self.hot = None;
+        }
+        self.map.remove(&key);
+    }
+
+    /// Number of keys with a number kept.
+    pub fn len(&self) -> usize {
+        self.map.len() + usize::from(self.hot.is_some())
+    }
+
+    /// Whether no key has a number kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl<R: PartialEq + Copy, M> Default for Matcher<R, M> {
@@ -265,6 +283,26 @@ impl<R: PartialEq + Copy, M> Matcher<R, M> {
             seq: 0,
         };
         self.posted.iter().any(|(p, _)| p.accepts(&env))
+    }
+
+    /// Whether any posted receive, unexpected message or message held for its turn
+    /// belongs to context `ctx` (a communicator being freed still has work).
+    pub fn holds(&self, ctx: u32) -> bool {
+        self.posted.iter().any(|(p, _)| p.ctx == ctx)
+            || self.unexpected.iter().any(|(e, _)| e.ctx == ctx)
+            || self.early.keys().any(|&(_, c)| c == ctx)
+    }
+
+    /// Forget the sequence number expected from `src` on context `ctx` (the context
+    /// was freed; a later communicator with the same id starts at 0). Call only when
+    /// [`Matcher::holds`] is false for `ctx`.
+    pub fn forget(&mut self, src: u32, ctx: u32) {
+        self.expected.remove((src, ctx));
+    }
+
+    /// Number of (source, context) pairs with sequence state.
+    pub fn seq_pairs(&self) -> usize {
+        self.expected.len()
     }
 
     /// Number of posted receives waiting.
