@@ -885,6 +885,33 @@ fn reuse(w: &Communicator) -> Result<()> {
     drop(x);
     drop(z);
     drop(half);
+    // A nonblocking collective outliving its communicator's handle keeps the id taken
+    // until it completes (its later rounds still use the context).
+    let s = w.split(Some(0), 0)?.expect("a color was given");
+    let s_id = id(&s);
+    let n = 3000;
+    let big = vals(me, n);
+    let mut sum = vec![0i64; n];
+    let req = s.iallreduce(&big, &mut sum, Op::Sum)?;
+    drop(s);
+    let t = w.dup()?;
+    if id(&t) == s_id {
+        fail("a communicator with a collective running gave its id away");
+    }
+    let mut tt = [0i64];
+    t.allreduce(&[1i64], &mut tt, Op::Sum)?;
+    expect("allreduce next to the running one", &tt[0], &4)?;
+    req.wait()?;
+    let want: Vec<i64> = (0..n).map(|i| (0..p).map(|r| val(r, i)).sum()).collect();
+    expect("iallreduce on a dropped communicator", &sum, &want)?;
+    drop(t);
+    let u = w.dup()?;
+    expect(
+        "the id comes back once the collective is done",
+        &id(&u),
+        &s_id,
+    )?;
+    drop(u);
     // A message nobody receives (erroneous) keeps its id taken on the receiver only.
     let q = w.dup()?;
     let q_id = id(&q);
