@@ -236,3 +236,12 @@ fn context_ids_are_reused_without_mixing_traffic() {
         run_ok(4, &[], &["reuse"]);
     }
 }
+
+/// 2047 communicators alive (every context id but the world's): the next creation is a
+/// `Usage` error on every rank, not a hang or a reused id; freeing one makes room.
+#[test]
+fn context_ids_run_out_with_a_clear_error_and_come_back() {
+    for n in [1, 3] {
+        run_ok(n, &[], &["exhaust"]);
+    }
+}

@@ -13,7 +13,8 @@
 //! collectives and drop, `cycles` times: prints VmRSS after warm-up and at the end and
 //! the largest context id seen), `reuse` (context ids reused after communicators are
 //! freed, at different times on different ranks, with traffic interleaved on old and
-//! new communicators; needs 4 ranks).
+//! new communicators; needs 4 ranks), `exhaust` (2047 communicators alive, the next
+//! creation is a clear error, a freed id is then reused).
 
 use std::fmt::Debug;
 
@@ -38,6 +39,7 @@ fn main() {
         "nocheck" => nocheck(world),
         "soak" => soak(world, common::arg(args, 2, 10_000)),
         "reuse" => reuse(world),
+        "exhaust" => exhaust(world),
         other => fail(&format!("unknown scenario {other:?}")),
     });
 }
@@ -934,5 +936,42 @@ fn reuse(w: &Communicator) -> Result<()> {
     let (taken, _) = w.context_stats();
     // The world, plus q's id held on rank 1.
     expect("ids taken at the end", &taken, &(1 + usize::from(me == 1)))?;
+    w.barrier()
+}
+
+/// As many communicators alive as there are context ids: the next creation fails with
+/// a `Usage` error on every rank, and one freed id makes creation work again.
+fn exhaust(w: &Communicator) -> Result<()> {
+    let mut live = Vec::new();
+    loop {
+        match w.dup() {
+            Ok(c) => live.push(c),
+            Err(Error::Usage(m)) => {
+                if !m.contains("context ids exhausted") {
+                    fail(&format!("unexpected usage error: {m}"));
+                }
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+        if live.len() > 5000 {
+            fail("context ids never ran out");
+        }
+    }
+    expect("communicators alive besides the world", &live.len(), &2047)?;
+    let ids: std::collections::BTreeSet<u32> = live.iter().map(|c| c.context_id().get()).collect();
+    expect("distinct ids", &ids.len(), &2047)?;
+    // Traffic on the last and the first still works.
+    let mut s = [0i64];
+    live[2046].allreduce(&[1i64], &mut s, Op::Sum)?;
+    expect("allreduce on id 2047", &s[0], &(w.size() as i64))?;
+    let freed = live.remove(700).context_id().get();
+    let again = w.dup()?;
+    expect("the freed id is reused", &again.context_id().get(), &freed)?;
+    again.allreduce(&[2i64], &mut s, Op::Sum)?;
+    expect("allreduce on the reused id", &s[0], &(2 * w.size() as i64))?;
+    drop(live);
+    drop(again);
+    expect("ids taken at the end", &w.context_stats().0, &1)?;
     w.barrier()
 }
