@@ -202,8 +202,9 @@ impl Communicator {
         Group::from_world_ranks(self.st.group.clone(), self.inner.rank)
     }
 
-    /// Context id of this communicator's point-to-point traffic (unique among the
-    /// communicators any of its ranks belongs to; see [`crate::group`]).
+    /// Context id of this communicator's point-to-point traffic (unique among the live
+    /// communicators any of its ranks belongs to; reused after a communicator is freed,
+    /// see [`crate::group`]).
     pub fn context_id(&self) -> ContextId {
         ContextId::new(self.st.ctx)
     }

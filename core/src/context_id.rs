@@ -30,13 +30,21 @@
 //! arrive: a peer that finished the agreement first sends on the new communicator
 //! before this rank has created it; it waits in the unexpected queue as for any
 //! context, and the sequence numbers of both sides start at 0. A message sent on a
-//! communicator after its receiver freed it is erroneous (MPI 4.1 §7.4.4: it can never
-//! be received); it waits unexpected and is not a crash.
+//! communicator after its receiver freed it is erroneous (it can never be received);
+//! it waits in matching and is not a crash. Limitation: if it arrives after the
+//! receiver released the id, and the id is later reused by a communicator that
+//! contains its sender, it may be matched there (there is no generation in the id).
+//! Such a message that arrives *before* the receiver frees the communicator keeps the
+//! id taken on the receiver for good instead (tested).
 //!
-//! Dropping happens anywhere, also inside the engine's lock (a nonblocking collective's
-//! schedule holding the last handle): the drop queues the release and performs it at
-//! once only when the engine's lock is free; queued releases are performed at the
-//! next creation, before the mask is read.
+//! A pending nonblocking collective keeps its communicator alive (`CollRequest` holds
+//! its state) until it completes, so the id is not released between two rounds of its
+//! schedule; a pending receive keeps it through the matching check above.
+//!
+//! A drop queues the release and performs it at once when the engine's lock is free;
+//! when it is held (by another thread, or by this one) the queued release is performed
+//! by the next drop that finds the lock free or by the next creation, before the mask
+//! is read.
 
 use std::sync::{Arc, Mutex, Weak};
 

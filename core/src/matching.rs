@@ -361,6 +361,39 @@ mod tests {
     }
 
     #[test]
+    fn seq_map_remove_forgets_hot_and_cold_keys() {
+        let mut m = SeqMap::default();
+        *m.entry((1, 7)) = 5;
+        *m.entry((2, 7)) = 6; // (1, 7) moves to the map, (2, 7) is hot
+        assert_eq!(m.len(), 2);
+        m.remove((2, 7));
+        m.remove((1, 7));
+        m.remove((3, 3));
+        assert!(m.is_empty());
+        assert_eq!(*m.entry((1, 7)), 0);
+        assert_eq!(*m.entry((2, 7)), 0);
+    }
+
+    #[test]
+    fn holds_sees_posted_unexpected_and_early_per_context() {
+        let mut m: Matcher<u32, ()> = Matcher::new();
+        assert!(!m.holds(0));
+        m.post(pat(Some(1), None), 1);
+        assert!(m.holds(0) && !m.holds(4));
+        assert!(m.cancel(1));
+        let mut out = Vec::new();
+        m.arrive(env(1, 0, 1), (), &mut out); // early: seq 0 missing
+        assert!(m.holds(0));
+        m.arrive(env(1, 0, 0), (), &mut out); // both unexpected now
+        assert!(m.holds(0));
+        assert!(m.take(&pat(None, None)).is_some() && m.take(&pat(None, None)).is_some());
+        assert!(!m.holds(0));
+        assert_eq!(m.seq_pairs(), 1);
+        m.forget(1, 0);
+        assert_eq!(m.seq_pairs(), 0);
+    }
+
+    #[test]
     fn wildcard_between_specific_receives_is_matched_in_post_order() {
         let mut m: Matcher<u32, &str> = Matcher::new();
         assert!(m.post(pat(Some(1), Some(5)), 10).is_none());
