@@ -94,6 +94,16 @@ pub(crate) struct CommState {
     seq: AtomicU64,
     /// Algorithm selection and checking, read from the environment at creation.
     pub(crate) cfg: CollConfig,
+    /// Releases the context id when the last handle drops (`None`: the world).
+    releaser: Option<crate::context_id::Releaser>,
+}
+
+impl Drop for CommState {
+    fn drop(&mut self) {
+        if let Some(r) = &self.releaser {
+            r.free(self.ctx, self.group.clone());
+        }
+    }
 }
 
 impl CommState {
@@ -116,7 +126,13 @@ impl CommState {
             to_local,
             seq: AtomicU64::new(0),
             cfg,
+            releaser: None,
         })
+    }
+
+    /// Release the context id through `r` when this state is dropped.
+    pub(crate) fn set_releaser(&mut self, r: crate::context_id::Releaser) {
+        self.releaser = Some(r);
     }
 
     /// Number of the next collective call.
@@ -186,8 +202,9 @@ impl Communicator {
         Group::from_world_ranks(self.st.group.clone(), self.inner.rank)
     }
 
-    /// Context id of this communicator's point-to-point traffic (unique among the
-    /// communicators any of its ranks belongs to; see [`crate::group`]).
+    /// Context id of this communicator's point-to-point traffic (unique among the live
+    /// communicators any of its ranks belongs to; reused after a communicator is freed,
+    /// see [`crate::group`]).
     pub fn context_id(&self) -> ContextId {
         ContextId::new(self.st.ctx)
     }

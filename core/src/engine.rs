@@ -179,6 +179,8 @@ pub(crate) struct Engine {
     pull_results: Vec<(crate::protocol::ReqId, std::result::Result<(), String>)>,
     /// Bound of the progress watchdog (`None`: off; see [`crate::watchdog`]).
     pub(crate) watchdog: Option<Duration>,
+    /// Context ids of this process's communicators (see [`crate::context_id`]).
+    pub(crate) ctx_ids: crate::context_id::ContextIds,
 }
 
 impl Engine {
@@ -227,6 +229,7 @@ impl Engine {
             ipc: crate::gpu_path::IpcPuller::new(),
             pull_results: Vec::new(),
             watchdog: None,
+            ctx_ids: crate::context_id::ContextIds::new(),
         };
         e.eager = (0..size)
             .map(|p| e.host_caps(p).map_or(0, |c| c.eager_limit_bytes))

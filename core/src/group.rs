@@ -9,39 +9,27 @@
 //! # Context ids
 //! Each communicator has two contexts: `ctx` for user point-to-point messages and
 //! `ctx | 2^31` for its collectives' internal traffic. The world communicator has
-//! `ctx = 0`. A new communicator's id must differ from the id of every communicator
-//! that shares a process with it (two disjoint communicators may share an id: no
-//! message can pass between them). The scheme, a simplification of MPICH's context-id
-//! mask (`MPIR_Get_contextid_sparse`):
-//!
-//! - every process keeps a counter `next`: one above the largest context id it has
-//!   ever been part of (1 at start);
-//! - creating communicators from a parent is collective over the parent: the parent's
-//!   ranks agree on `c = max(next)` over all of them (an allreduce-max, or a field in
-//!   the allgather that `split` needs anyway), every new communicator gets `c`, and
-//!   every parent rank sets `next = c + 1`.
-//!
-//! Why it is unique: every member of the new communicator took part and had all its
-//! existing ids below its `next ≤ c`. Communicators split off together share `c` but
-//! are disjoint. Ids are never reused (a freed communicator does not return its id),
-//! leaving 2^31 − 1 creations per job. Creating communicators from two threads of one
-//! process at the same time is not supported (both could read the same `next`).
+//! `ctx = 0`. A new communicator's id must differ from the id of every live
+//! communicator that shares a process with it (two disjoint communicators may share an
+//! id: no message can pass between them). Creating communicators is collective over
+//! the parent: its ranks agree on the lowest id free on all of them (an allreduce of
+//! free-id masks, as MPICH's `MPIR_Get_contextid_sparse`); ids and their matching
+//! state are released when a communicator's last handle drops and reused later. The
+//! scheme, and why reuse cannot mis-match, is in `core/src/context_id.rs`. At most
+//! 2048 communicators are alive at once in a process. Creating communicators from two
+//! threads of one process at the same time is not supported (both could be given the
+//! same id).
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytemuck::{Pod, Zeroable};
 
 use crate::coll::ops::Op;
 use crate::coll::select::CollConfig;
 use crate::comm::{COLL_CTX_BIT, CommState, Communicator};
+use crate::context_id::{ContextIds, MASK_WORDS, MAX_CONTEXTS, Releaser};
 use crate::error::{Error, Result};
-
-/// One above the largest context id this process has been part of (see the module
-/// doc). Process-wide: a process has at most one universe. Hook for the universe
-/// owner: this belongs in `universe::Inner`.
-static NEXT_CTX: AtomicU32 = AtomicU32::new(1);
 
 /// A communicator's context id (MPI 4.1 §7.1.2). Collectives of the communicator use
 /// [`ContextId::collective`].
@@ -240,7 +228,6 @@ struct SplitEntry {
     /// Color + 1, or 0 for "no communicator" (MPI_UNDEFINED).
     color: u64,
     key: i64,
-    next_ctx: u64,
 }
 
 impl Communicator {
@@ -266,12 +253,10 @@ impl Communicator {
         let mine = SplitEntry {
             color: color.map_or(0, |c| c as u64 + 1),
             key: key as i64,
-            next_ctx: NEXT_CTX.load(Ordering::Relaxed) as u64,
         };
         let mut all = vec![SplitEntry::zeroed(); self.size()];
         self.allgather(std::slice::from_ref(&mine), &mut all)?;
-        let c = all.iter().map(|e| e.next_ctx).max().unwrap_or(1);
-        let ctx = self.claim_ctx(c)?;
+        let ctx = self.agree_ctx()?;
         if mine.color == 0 {
             return Ok(None);
         }
@@ -335,27 +320,34 @@ impl Communicator {
         Ok(self.derive(ctx, group.world.clone()))
     }
 
-    /// Agree on a fresh context id with every rank of this communicator.
+    /// Agree on a context id free on every rank of this communicator (see
+    /// `crate::context_id`); nothing is claimed yet.
     fn agree_ctx(&self) -> Result<u32> {
-        let mine = [NEXT_CTX.load(Ordering::Relaxed)];
-        let mut max = [0u32];
-        self.allreduce(&mine, &mut max, Op::Max)?;
-        self.claim_ctx(max[0] as u64)
+        let mine = {
+            let mut e = self.inner.lock();
+            e.reap_contexts();
+            e.ctx_ids.mask()
+        };
+        let mut all = [0u64; MASK_WORDS];
+        self.allreduce(&mine, &mut all, Op::BitAnd)?;
+        ContextIds::lowest(&all).ok_or_else(|| {
+            Error::usage(format!(
+                "context ids exhausted: a rank of this communicator has {MAX_CONTEXTS} \
+                 communicators alive; drop communicators that are no longer used"
+            ))
+        })
     }
 
-    /// Record that context id `c` is taken.
-    fn claim_ctx(&self, c: u64) -> Result<u32> {
-        if c >= COLL_CTX_BIT as u64 - 1 {
-            return Err(Error::usage(
-                "context ids exhausted: this job created 2^31 communicators",
-            ));
-        }
-        NEXT_CTX.fetch_max(c as u32 + 1, Ordering::Relaxed);
-        Ok(c as u32)
-    }
-
+    /// The communicator of `group` (world ranks) with the agreed id `ctx`, claiming
+    /// `ctx`; `None` (and nothing claimed) if this rank is not in `group`.
     fn derive(&self, ctx: u32, group: Arc<[u32]>) -> Option<Communicator> {
-        let st = CommState::new(ctx, group, self.inner.rank, CollConfig::from_env())?;
+        let mut st = CommState::new(ctx, group, self.inner.rank, CollConfig::from_env())?;
+        let queue = {
+            let mut e = self.inner.lock();
+            e.ctx_ids.claim(ctx);
+            e.ctx_ids.queue()
+        };
+        st.set_releaser(Releaser::new(&self.inner, queue));
         Some(Communicator {
             inner: self.inner.clone(),
             st: Arc::new(st),

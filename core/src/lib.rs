@@ -56,6 +56,7 @@
 pub mod bootstrap;
 pub mod coll;
 mod comm;
+mod context_id;
 mod device;
 mod engine;
 pub mod error;

@@ -90,6 +90,24 @@ impl SeqMap {
         }
         &mut self.hot.get_or_insert((key, 0)).1
     }
+
+    /// Forget `key` (its number reads 0 again).
+    pub fn remove(&mut self, key: (u32, u32)) {
+        if matches!(self.hot, Some((k, _)) if k == key) {
+            self.hot = None;
+        }
+        self.map.remove(&key);
+    }
+
+    /// Number of keys with a number kept.
+    pub fn len(&self) -> usize {
+        self.map.len() + usize::from(self.hot.is_some())
+    }
+
+    /// Whether no key has a number kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl<R: PartialEq + Copy, M> Default for Matcher<R, M> {
@@ -267,6 +285,26 @@ impl<R: PartialEq + Copy, M> Matcher<R, M> {
         self.posted.iter().any(|(p, _)| p.accepts(&env))
     }
 
+    /// Whether any posted receive, unexpected message or message held for its turn
+    /// belongs to context `ctx` (a communicator being freed still has work).
+    pub fn holds(&self, ctx: u32) -> bool {
+        self.posted.iter().any(|(p, _)| p.ctx == ctx)
+            || self.unexpected.iter().any(|(e, _)| e.ctx == ctx)
+            || self.early.keys().any(|&(_, c)| c == ctx)
+    }
+
+    /// Forget the sequence number expected from `src` on context `ctx` (the context
+    /// was freed; a later communicator with the same id starts at 0). Call only when
+    /// [`Matcher::holds`] is false for `ctx`.
+    pub fn forget(&mut self, src: u32, ctx: u32) {
+        self.expected.remove((src, ctx));
+    }
+
+    /// Number of (source, context) pairs with sequence state.
+    pub fn seq_pairs(&self) -> usize {
+        self.expected.len()
+    }
+
     /// Number of posted receives waiting.
     pub fn posted_len(&self) -> usize {
         self.posted.len()
@@ -320,6 +358,39 @@ mod tests {
             }
         }
         assert_eq!(*m.entry((9, 9)), 0);
+    }
+
+    #[test]
+    fn seq_map_remove_forgets_hot_and_cold_keys() {
+        let mut m = SeqMap::default();
+        *m.entry((1, 7)) = 5;
+        *m.entry((2, 7)) = 6; // (1, 7) moves to the map, (2, 7) is hot
+        assert_eq!(m.len(), 2);
+        m.remove((2, 7));
+        m.remove((1, 7));
+        m.remove((3, 3));
+        assert!(m.is_empty());
+        assert_eq!(*m.entry((1, 7)), 0);
+        assert_eq!(*m.entry((2, 7)), 0);
+    }
+
+    #[test]
+    fn holds_sees_posted_unexpected_and_early_per_context() {
+        let mut m: Matcher<u32, ()> = Matcher::new();
+        assert!(!m.holds(0));
+        m.post(pat(Some(1), None), 1);
+        assert!(m.holds(0) && !m.holds(4));
+        assert!(m.cancel(1));
+        let mut out = Vec::new();
+        m.arrive(env(1, 0, 1), (), &mut out); // early: seq 0 missing
+        assert!(m.holds(0));
+        m.arrive(env(1, 0, 0), (), &mut out); // both unexpected now
+        assert!(m.holds(0));
+        assert!(m.take(&pat(None, None)).is_some() && m.take(&pat(None, None)).is_some());
+        assert!(!m.holds(0));
+        assert_eq!(m.seq_pairs(), 1);
+        m.forget(1, 0);
+        assert_eq!(m.seq_pairs(), 0);
     }
 
     #[test]

@@ -497,6 +497,32 @@ impl Protocol {
         }
     }
 
+    /// Free the per-peer state of a communicator whose last handle dropped: its
+    /// contexts `ctx` (point-to-point) and `ctx | 2^31` (collectives) with world ranks
+    /// `members`. Returns `false` and changes nothing while a receive is posted or a
+    /// message waits on either context (the id must not be reused then: see
+    /// [`crate::group`]); otherwise the sequence numbers to and from every member are
+    /// forgotten and `true` is returned. Costs O(members) when matching is idle.
+    pub fn release_ctx(&mut self, ctx: u32, members: &[u32]) -> bool {
+        let coll = ctx | crate::comm::COLL_CTX_BIT;
+        if self.matcher.holds(ctx) || self.matcher.holds(coll) {
+            return false;
+        }
+        for &w in members {
+            for c in [ctx, coll] {
+                self.matcher.forget(w, c);
+                self.next_seq.remove((w, c));
+            }
+        }
+        true
+    }
+
+    /// Number of (peer, context) pairs with sequence state, sending and receiving
+    /// (bounded by peers × live communicators; for leak tests).
+    pub fn seq_pairs(&self) -> usize {
+        self.matcher.seq_pairs() + self.next_seq.len()
+    }
+
     /// Next copy the engine must perform for a pull-mode rendezvous.
     pub fn pop_pull(&mut self) -> Option<PullReq> {
         self.pulls.pop_front()

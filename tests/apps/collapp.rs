@@ -9,7 +9,12 @@
 //! f32/f64 bitwise equal on every rank), `comms` (dup/split/create/split_shared and
 //! isolation), `overlap` (nonblocking collectives overlapped with point-to-point),
 //! `check` (mismatches caught by `RANKWIRE_COLL_CHECK=1`), `nocheck` (a length
-//! mismatch without the check fails instead of hanging).
+//! mismatch without the check fails instead of hanging), `soak <cycles>` (split, dup,
+//! collectives and drop, `cycles` times: prints VmRSS after warm-up and at the end and
+//! the largest context id seen), `reuse` (context ids reused after communicators are
+//! freed, at different times on different ranks, with traffic interleaved on old and
+//! new communicators; needs 4 ranks), `exhaust` (2047 communicators alive, the next
+//! creation is a clear error, a freed id is then reused).
 
 use std::fmt::Debug;
 
@@ -32,6 +37,9 @@ fn main() {
         "overlap" => overlap(world),
         "check" => check_mode(world),
         "nocheck" => nocheck(world),
+        "soak" => soak(world, common::arg(args, 2, 10_000)),
+        "reuse" => reuse(world),
+        "exhaust" => exhaust(world),
         other => fail(&format!("unknown scenario {other:?}")),
     });
 }
@@ -726,4 +734,244 @@ fn nocheck(w: &Communicator) -> Result<()> {
         }
         other => fail(&format!("expected a collective error, got {other:?}")),
     }
+}
+
+/// This process's resident set size in KiB (`VmRSS` of `/proc/self/status`).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `cycles` rounds of split + allreduce + dup + barrier + drop (issue 17 case 4), with
+/// point-to-point traffic on the new communicators. Prints
+/// `rank R: soak rss_warm_kib=A rss_end_kib=B max_ctx=C ids_taken=I seq_pairs=P
+/// cycles=N secs=S` (I, P: `Communicator::context_stats` at the end).
+fn soak(w: &Communicator, cycles: usize) -> Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let warm = (cycles / 10).max(1);
+    let start = std::time::Instant::now();
+    let (mut rss_warm, mut max_ctx) = (0, 0);
+    for i in 0..cycles {
+        if i == warm {
+            rss_warm = rss_kib();
+        }
+        let sub = w
+            .split(Some((me % 2) as u32), 0)?
+            .expect("a color was given");
+        let mut s = [0i64];
+        sub.allreduce(&[me as i64], &mut s, Op::Sum)?;
+        let want: usize = (0..p).filter(|r| r % 2 == me % 2).sum();
+        if s[0] != want as i64 {
+            fail(&format!(
+                "soak cycle {i}: allreduce on split {} want {want}",
+                s[0]
+            ));
+        }
+        let dup = sub.dup()?;
+        let n = dup.size();
+        let mut got = [0u64];
+        dup.sendrecv(
+            &[i as u64],
+            (dup.rank() + 1) % n,
+            3,
+            &mut got,
+            (dup.rank() + n - 1) % n,
+            3,
+        )?;
+        if got[0] != i as u64 {
+            fail(&format!(
+                "soak cycle {i}: sendrecv on dup got {} want {i}",
+                got[0]
+            ));
+        }
+        dup.barrier()?;
+        max_ctx = max_ctx
+            .max(sub.context_id().get())
+            .max(dup.context_id().get());
+    }
+    w.barrier()?;
+    let (ids, pairs) = w.context_stats();
+    println!(
+        "rank {me}: soak rss_warm_kib={rss_warm} rss_end_kib={} max_ctx={max_ctx} ids_taken={ids} seq_pairs={pairs} cycles={cycles} secs={:.1}",
+        rss_kib(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Context-id reuse (issue 17 case 4) at 4 ranks: freed ids come back, ids still held
+/// by some rank do not, and traffic on old and new communicators never mixes.
+fn reuse(w: &Communicator) -> Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    if p != 4 {
+        fail("reuse needs 4 ranks");
+    }
+    let id = |c: &Communicator| c.context_id().get();
+    let a = w.dup()?;
+    let b = w.dup()?;
+    let b_id = id(&b);
+    // Rank 0 sends on a and keeps it; rank 1 receives it after new communicators exist.
+    if me == 0 {
+        a.send(&[11u32], 1, 5)?;
+    }
+    drop(b);
+    // b was freed everywhere: its id is the lowest free one and comes back.
+    let d = w.dup()?;
+    expect("dup after a free reuses the id", &id(&d), &b_id)?;
+    if me == 0 {
+        // Same tag on the world, a and the reused id, in this order.
+        w.send(&[1u32], 1, 5)?;
+        a.send(&[12u32], 1, 5)?;
+        d.send(&[13u32], 1, 5)?;
+    } else if me == 1 {
+        let mut x = [0u32];
+        let st = d.recv(&mut x, rankwire::ANY_SOURCE, rankwire::ANY_TAG)?;
+        expect(
+            "reused id gets its own message",
+            &(x[0], st.source),
+            &(13, 0),
+        )?;
+        a.recv(&mut x, 0, 5)?;
+        expect("old communicator, first message", &x[0], &11)?;
+        a.recv(&mut x, 0, 5)?;
+        expect("old communicator, second message", &x[0], &12)?;
+        w.recv(&mut x, 0, 5)?;
+        expect("world message", &x[0], &1)?;
+    }
+    let mut s = [0i64];
+    d.allreduce(&[me as i64 + 1], &mut s, Op::Sum)?;
+    expect("allreduce on the reused id", &s[0], &10)?;
+    // Ranks free at different times: x is dropped by the even ranks only.
+    let x = w.dup()?;
+    let x_id = id(&x);
+    let x = (me % 2 == 1).then_some(x);
+    let half = w
+        .split(Some((me % 2) as u32), 0)?
+        .expect("a color was given");
+    if id(&half) == x_id {
+        fail("split over the world took an id the odd ranks still hold");
+    }
+    // Within the even ranks x's id is free on both: their dup may take it, while the
+    // odd ranks keep using x with the same tags.
+    let z = half.dup()?;
+    if me % 2 == 0 {
+        expect("even ranks reuse the id the odd ranks hold", &id(&z), &x_id)?;
+    }
+    let (peer, n) = ((half.rank() + 1) % 2, 2);
+    let mut got = [0u64; 2];
+    for i in 0..50u64 {
+        let v = me as u64 * 1000 + i;
+        match &x {
+            Some(x) => {
+                // Odd ranks 1 and 3: ranks 1 and 3 of x.
+                let other = if me == 1 { 3 } else { 1 };
+                x.sendrecv(&[v], other, 7, &mut got[..1], other, 7)?;
+                expect("odd ranks on x", &got[0], &(other as u64 * 1000 + i))?;
+            }
+            None => {
+                z.sendrecv(&[v], peer, 7, &mut got[1..], peer, 7)?;
+                let other = if me == 0 { 2 } else { 0 };
+                expect("even ranks on z", &got[1], &(other as u64 * 1000 + i))?;
+            }
+        }
+        let mut t = [0i64];
+        z.allreduce(&[i as i64], &mut t, Op::Sum)?;
+        expect("allreduce on z", &t[0], &(n * i as i64))?;
+    }
+    drop(x);
+    drop(z);
+    drop(half);
+    // A nonblocking collective outliving its communicator's handle keeps the id taken
+    // until it completes (its later rounds still use the context).
+    let s = w.split(Some(0), 0)?.expect("a color was given");
+    let s_id = id(&s);
+    let n = 3000;
+    let big = vals(me, n);
+    let mut sum = vec![0i64; n];
+    let req = s.iallreduce(&big, &mut sum, Op::Sum)?;
+    drop(s);
+    let t = w.dup()?;
+    if id(&t) == s_id {
+        fail("a communicator with a collective running gave its id away");
+    }
+    let mut tt = [0i64];
+    t.allreduce(&[1i64], &mut tt, Op::Sum)?;
+    expect("allreduce next to the running one", &tt[0], &4)?;
+    req.wait()?;
+    let want: Vec<i64> = (0..n).map(|i| (0..p).map(|r| val(r, i)).sum()).collect();
+    expect("iallreduce on a dropped communicator", &sum, &want)?;
+    drop(t);
+    let u = w.dup()?;
+    expect(
+        "the id comes back once the collective is done",
+        &id(&u),
+        &s_id,
+    )?;
+    drop(u);
+    // A message nobody receives (erroneous) keeps its id taken on the receiver only.
+    let q = w.dup()?;
+    let q_id = id(&q);
+    if me == 0 {
+        q.send(&[99u32], 1, 1)?;
+    } else if me == 1 {
+        // Wait until it is here, then free q without receiving it.
+        q.probe(0, 1)?;
+    }
+    drop(q);
+    let r = w.dup()?;
+    if id(&r) == q_id {
+        fail("an id with a message waiting on rank 1 was reused");
+    }
+    if r.iprobe(rankwire::ANY_SOURCE, rankwire::ANY_TAG)?.is_some() {
+        fail("a new communicator sees a message of a freed one");
+    }
+    r.barrier()?;
+    drop((a, d, r));
+    let (taken, _) = w.context_stats();
+    // The world, plus q's id held on rank 1.
+    expect("ids taken at the end", &taken, &(1 + usize::from(me == 1)))?;
+    w.barrier()
+}
+
+/// As many communicators alive as there are context ids: the next creation fails with
+/// a `Usage` error on every rank, and one freed id makes creation work again.
+fn exhaust(w: &Communicator) -> Result<()> {
+    let mut live = Vec::new();
+    loop {
+        match w.dup() {
+            Ok(c) => live.push(c),
+            Err(Error::Usage(m)) => {
+                if !m.contains("context ids exhausted") {
+                    fail(&format!("unexpected usage error: {m}"));
+                }
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+        if live.len() > 5000 {
+            fail("context ids never ran out");
+        }
+    }
+    expect("communicators alive besides the world", &live.len(), &2047)?;
+    let ids: std::collections::BTreeSet<u32> = live.iter().map(|c| c.context_id().get()).collect();
+    expect("distinct ids", &ids.len(), &2047)?;
+    // Traffic on the last and the first still works.
+    let mut s = [0i64];
+    live[2046].allreduce(&[1i64], &mut s, Op::Sum)?;
+    expect("allreduce on id 2047", &s[0], &(w.size() as i64))?;
+    let freed = live.remove(700).context_id().get();
+    let again = w.dup()?;
+    expect("the freed id is reused", &again.context_id().get(), &freed)?;
+    again.allreduce(&[2i64], &mut s, Op::Sum)?;
+    expect("allreduce on the reused id", &s[0], &(2 * w.size() as i64))?;
+    drop(live);
+    drop(again);
+    expect("ids taken at the end", &w.context_stats().0, &1)?;
+    w.barrier()
 }

@@ -91,7 +91,7 @@ pub(crate) mod sched;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::comm::{COLL_CTX_BIT, Communicator};
+use crate::comm::{COLL_CTX_BIT, CommState, Communicator};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::runtime::Inner;
@@ -182,12 +182,15 @@ pub(crate) fn tag_base(seq: u64) -> i32 {
 pub struct CollRequest<'a> {
     inner: Arc<Inner>,
     exec: Arc<Mutex<Exec>>,
+    /// The communicator, kept alive while its collective runs: its context id must not
+    /// be released and reused before the schedule has posted its last receive.
+    _comm: Arc<CommState>,
     done: bool,
     _buf: PhantomData<&'a mut [u8]>,
 }
 
 impl<'a> CollRequest<'a> {
-    fn start(inner: Arc<Inner>, exec: Exec) -> CollRequest<'a> {
+    fn start(inner: Arc<Inner>, comm: Arc<CommState>, exec: Exec) -> CollRequest<'a> {
         let exec = Arc::new(Mutex::new(exec));
         {
             let mut e = inner.lock();
@@ -200,6 +203,7 @@ impl<'a> CollRequest<'a> {
         CollRequest {
             inner,
             exec,
+            _comm: comm,
             done: false,
             _buf: PhantomData,
         }
@@ -356,6 +360,7 @@ impl Communicator {
         };
         Ok(CollRequest::start(
             self.inner.clone(),
+            self.st.clone(),
             b.finish(spec.kind.name(), user, ctx),
         ))
     }

@@ -845,3 +845,87 @@ fn a_share_in_flight_when_pulls_fail_is_waited_for() {
         }
     }
 }
+
+/// Issue 17 case 4: freeing a context forgets its sequence numbers on both sides, is
+/// refused while a message waits on it, and a later communicator with the same id
+/// starts matching from sequence 0 again.
+#[test]
+fn released_context_forgets_its_sequence_state_and_is_reused_cleanly() {
+    let ctx = 5u32;
+    let coll = ctx | crate::comm::COLL_CTX_BIT;
+    let mut net = Net::new(2);
+    let lim = net.eager_limit;
+    let round = |net: &mut Net, c: u32, v: u8| {
+        let data = [v; 8];
+        let mut got = [0u8; 8];
+        let s = net.ranks[0].isend(1, c, 3, RawBuf::from_slice(&data), lim, false);
+        let r = net.ranks[1].irecv(
+            Pattern {
+                ctx: c,
+                src: Some(0),
+                tag: Some(3),
+            },
+            RawBuf::new(got.as_mut_ptr(), got.len()),
+        );
+        net.drive();
+        assert!(net.ranks[0].take_done(s).unwrap().is_ok());
+        assert_eq!(net.done(1, r).unwrap().len_bytes, 8);
+        assert_eq!(got, data);
+    };
+    for v in 0..3 {
+        round(&mut net, ctx, v);
+        round(&mut net, coll, v);
+    }
+    assert_eq!(
+        net.ranks[0].seq_pairs(),
+        2,
+        "sender keeps (1, ctx), (1, coll)"
+    );
+    assert_eq!(
+        net.ranks[1].seq_pairs(),
+        2,
+        "receiver keeps (0, ctx), (0, coll)"
+    );
+    // A message left unreceived on the collective context: rank 1 must keep the id.
+    let data = [9u8; 4];
+    let s = net.ranks[0].isend(1, coll, 7, RawBuf::from_slice(&data), lim, false);
+    net.drive();
+    assert!(net.ranks[0].take_done(s).unwrap().is_ok());
+    assert!(!net.ranks[1].release_ctx(ctx, &[0, 1]));
+    assert_eq!(
+        net.ranks[1].seq_pairs(),
+        2,
+        "a refused release changes nothing"
+    );
+    let mut sink = [0u8; 4];
+    let r = net.ranks[1].irecv(
+        Pattern {
+            ctx: coll,
+            src: None,
+            tag: None,
+        },
+        RawBuf::new(sink.as_mut_ptr(), sink.len()),
+    );
+    assert!(net.done(1, r).is_ok());
+    // Now both sides are idle on the context: released, nothing kept.
+    assert!(net.ranks[0].release_ctx(ctx, &[0, 1]));
+    assert!(net.ranks[1].release_ctx(ctx, &[0, 1]));
+    assert_eq!(net.ranks[0].seq_pairs(), 0);
+    assert_eq!(net.ranks[1].seq_pairs(), 0);
+    // A receive posted on the context also holds it.
+    let mut buf = [0u8; 8];
+    let r = net.ranks[1].irecv(
+        Pattern {
+            ctx,
+            src: Some(0),
+            tag: Some(3),
+        },
+        RawBuf::new(buf.as_mut_ptr(), buf.len()),
+    );
+    assert!(!net.ranks[1].release_ctx(ctx, &[0, 1]));
+    assert!(net.ranks[1].cancel_recv(r));
+    // The id reused: sequence numbers start again at 0 on both sides and match.
+    for v in 10..13 {
+        round(&mut net, ctx, v);
+    }
+}
