@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use rankwire_tests::{RunOutput, binary, rwrun};
+use rankwire_tests::{RunOutput, binary, command, rwrun};
 
 fn app() -> String {
     binary("rw-lifeapp").display().to_string()
@@ -92,4 +92,22 @@ fn clean_finalize_still_exits_zero() {
     let out = run("clean", &[]);
     out.assert_ok();
     assert!(!out.stderr.contains("aborted"), "{}", out.stderr);
+}
+
+#[test]
+fn singleton_error_out_of_main_prints_display_and_exits_1() {
+    // Without rwrun there is no job to abort: Rust prints the error (its Debug, which is
+    // its Display: layer and fix) and the process exits 1 at once.
+    let out = command(binary("rw-lifeapp"), ["bad_dest"])
+        .timeout(Duration::from_secs(30))
+        .run();
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+    assert!(
+        out.stderr
+            .contains("Error: usage: rank 2 is out of range for a communicator of size 1; fix: "),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("Usage("), "{}", out.stderr);
 }
