@@ -316,10 +316,10 @@ impl Inner {
         let Some(c) = b.as_mut() else {
             return;
         };
+        // rwrun names the rank in its line; this rank's own line names it here.
         let (code, why) = crate::abort::reason(panicking);
-        let message = format!("rank {} {why}", self.rank);
-        eprintln!("rankwire: {message}; ending the job");
-        if let Err(e) = c.abort(code, &message) {
+        eprintln!("rankwire: rank {} {why}; ending the job", self.rank);
+        if let Err(e) = c.abort(code, &why) {
             eprintln!(
                 "rankwire: rank {}: telling the launcher failed: {e}",
                 self.rank
