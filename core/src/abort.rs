@@ -73,7 +73,7 @@ pub(crate) fn reason(panicking: bool) -> (i32, String) {
     match last {
         Some(e) => (
             ERROR_EXIT_CODE,
-            format!("dropped its Universe without finalize after the error: {e}"),
+            format!("dropped its Universe without finalize; its last rankwire error: {e}"),
         ),
         None => (
             ERROR_EXIT_CODE,
