@@ -644,7 +644,7 @@ pub(crate) fn localize(st: &CommState, r: Result<Status>) -> Result<Status> {
 }
 
 fn local_err(st: &CommState, e: Error) -> Error {
-    match e {
+    let e = match e {
         Error::Matching(MatchError::Truncated {
             source_rank,
             tag,
@@ -668,7 +668,8 @@ fn local_err(st: &CommState, e: Error) -> Error {
             elem_bytes,
         }),
         e => e,
-    }
+    };
+    e.noted()
 }
 
 #[inline]

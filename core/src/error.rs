@@ -17,7 +17,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// rank 3:`, ...), the numbers involved (ranks, tags, bytes, milliseconds), and after
 /// `fix:` what to do about it ([`Error::remedy`]). A test enumerates every variant and
 /// checks all three.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+///
+/// `Debug` prints the same as `Display` (as `anyhow` does), so that an error returned
+/// from `fn main() -> rankwire::Result<()>` shows the layer, the numbers and the fix.
+#[derive(Clone, thiserror::Error, PartialEq, Eq)]
 pub enum Error {
     /// Bootstrap (launcher/key-value server) failed: the rank could not join the job.
     /// Likely cause: the program was started with a stale or foreign environment, or
@@ -33,7 +36,7 @@ pub enum Error {
     },
     /// A receive could not be matched correctly. The request failed; the communicator
     /// remains usable.
-    Matching(#[from] MatchError),
+    Matching(#[source] MatchError),
     /// A transport reported a protocol violation by a peer (malformed frame,
     /// out-of-range offsets: a bug or memory corruption in the peer, or a foreign
     /// process), or a local OS call of the transport failed (`peer` is then
@@ -56,6 +59,12 @@ pub enum Error {
     /// The caller passed invalid arguments (rank out of range, negative or too large
     /// tag, finalized universe). Fix the call.
     Usage(String),
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 /// The `peer` of an [`Error::Transport`] that concerns no peer (a local OS failure).
@@ -183,8 +192,9 @@ impl Error {
                 of the communicator, with the same root, op, element type and matching counts \
                 (RANKWIRE_COLL_CHECK=1 names the ranks that differ)"
                 .into(),
-            Error::Usage(_) => "correct the call or setting the message names (it states the \
-                valid values)"
+            Error::Usage(_) => "pass a value the message allows: a rank in 0..size of the \
+                communicator, a tag in 0..=tag_ub(), a setting from the valid values listed; \
+                make no call after finalize"
                 .into(),
         }
     }
@@ -195,7 +205,20 @@ impl Error {
     }
 
     pub(crate) fn usage(msg: impl fmt::Display) -> Self {
-        Error::Usage(msg.to_string())
+        Error::Usage(msg.to_string()).noted()
+    }
+
+    /// Record this error as the last one handed out (see [`crate::abort`]: the reason a
+    /// universe dropped without finalize reports), and return it.
+    pub(crate) fn noted(self) -> Self {
+        crate::abort::note(&self);
+        self
+    }
+}
+
+impl From<MatchError> for Error {
+    fn from(e: MatchError) -> Self {
+        Error::Matching(e).noted()
     }
 }
 
@@ -222,6 +245,7 @@ impl From<rankwire_transports::TransportError> for Error {
                 detail: e.to_string(),
             },
         }
+        .noted()
     }
 }
 
@@ -229,7 +253,7 @@ impl From<rankwire_transports::TransportError> for Error {
 /// function returning [`Result`]).
 impl From<rankwire_gpu::GpuError> for Error {
     fn from(e: rankwire_gpu::GpuError) -> Error {
-        Error::Gpu(e.to_string())
+        Error::Gpu(e.to_string()).noted()
     }
 }
 
@@ -323,6 +347,20 @@ mod tests {
                 &["rank 5", "size 2"],
             ),
         ]
+    }
+
+    #[test]
+    fn debug_prints_what_display_prints() {
+        for (e, _) in samples() {
+            assert_eq!(format!("{e:?}"), format!("{e}"));
+            assert_eq!(format!("{e:#?}"), format!("{e}"));
+        }
+        // What `fn main() -> rankwire::Result<()>` prints: layer and fix, no variant names.
+        let e = Error::usage("rank 2 out of range for a communicator of size 2");
+        let shown = format!("Error: {e:?}");
+        assert!(shown.starts_with("Error: usage: rank 2"), "{shown}");
+        assert!(shown.contains("; fix: "), "{shown}");
+        assert!(!shown.contains("Usage("), "{shown}");
     }
 
     #[test]

@@ -53,6 +53,7 @@
 //! the progress engine is the only code that calls transports
 //! ([`rankwire_transports`]); [`bootstrap`] talks to the launcher or the PMI server.
 
+mod abort;
 pub mod bootstrap;
 pub mod coll;
 mod comm;

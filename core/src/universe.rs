@@ -24,7 +24,8 @@ use crate::runtime::Inner;
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
 /// The running job as seen by this process: owns transports and the bootstrap
-/// connection. Finalizes when dropped (or explicitly with [`Universe::finalize`]).
+/// connection. End it with [`Universe::finalize`]; dropped without it, it aborts the
+/// job with its last error (see `core/src/abort.rs`).
 pub struct Universe {
     inner: Arc<Inner>,
 }
@@ -50,6 +51,7 @@ pub fn init() -> Result<Universe> {
         ));
     }
     init_logging();
+    crate::abort::install_panic_hook();
     let r = init_inner();
     match &r {
         Ok(u) => report_binding(u),
@@ -94,8 +96,9 @@ impl Universe {
     }
 
     /// Finalize (MPI_Finalize): flushes outgoing data, waits until every rank has
-    /// finalized, and closes connections. Dropping the universe does the same and
-    /// ignores errors.
+    /// finalized, and closes connections. This is the only clean end: a universe
+    /// dropped without it (an error returned from `main` with `?`, a panic) aborts the
+    /// whole job at once, and `rwrun` prints this rank's last error or panic message.
     ///
     /// # Errors
     /// [`Error::Bootstrap`] if the launcher is unreachable during the final fence.
@@ -159,24 +162,42 @@ impl Universe {
 }
 
 impl Drop for Universe {
+    /// Dropped without [`Universe::finalize`] (an error returned from `main` with `?`,
+    /// a panic): abort the job at once with the reason (`crate::abort`) instead of
+    /// waiting in the final fence for ranks that may wait for this one. Without a
+    /// launcher (a singleton) there is nobody to tell: it just ends.
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            // A panicking rank must exit promptly: finalize would wait in the final
-            // fence for ranks that may be waiting for this one. The launcher sees the
-            // exit status and ends the job. Connections are deliberately left open
-            // (the Arc is leaked) so that peers see them close only when this process
-            // exits, and the launcher learns of the panic before peers report the
-            // lost connection as their own failure.
-            std::mem::forget(self.inner.clone());
+        if self.inner.finalized.load(Ordering::Acquire) {
             return;
         }
-        if let Err(e) = self.inner.finalize() {
-            eprintln!("rankwire: rank {}: finalize failed: {e}", self.inner.rank);
-        }
+        self.inner.leave_unfinalized(std::thread::panicking());
     }
 }
 
 impl Inner {
+    /// See `Drop for Universe`. Connections are deliberately left open (the `Arc` is
+    /// leaked) so that peers see them close only when this process exits, after the
+    /// launcher has the abort and its reason (peers then report the lost connection,
+    /// not a failure of their own, if they get to report at all).
+    fn leave_unfinalized(self: &Arc<Self>, panicking: bool) {
+        self.finalized.store(true, Ordering::Release);
+        let mut b = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(c) = b.as_mut() else {
+            return;
+        };
+        // rwrun names the rank in its line; this rank's own line names it here.
+        let (code, why) = crate::abort::reason(panicking);
+        eprintln!("rankwire: rank {} {why}; ending the job", self.rank);
+        if let Err(e) = c.abort(code, &why) {
+            eprintln!(
+                "rankwire: rank {}: telling the launcher failed: {e}",
+                self.rank
+            );
+        }
+        drop(b);
+        std::mem::forget(self.clone());
+    }
+
     pub(crate) fn finalize(&self) -> Result<()> {
         if self.finalized.swap(true, Ordering::AcqRel) {
             return Ok(());

@@ -277,7 +277,7 @@ fn pairs_verdict(kind: CollKind, f: &[Finding]) -> Result<()> {
         peer, mine, theirs, ..
     } = f[i];
     let name = kind.name();
-    Err(Error::Collective(match kind {
+    Err(collective(match kind {
         CollKind::Gatherv => format!(
             "{name}: rank {i} sends {mine} elements but root {peer} expects recvcounts[{i}] = {theirs}"
         ),
@@ -300,7 +300,7 @@ fn verdict(
     own_in_shared: bool,
 ) -> Result<()> {
     let name = CollKind::from_code(d[me].kind).map_or("collective", CollKind::name);
-    let fail = |msg: String| Err(Error::Collective(format!("{name}: {msg}")));
+    let fail = |msg: String| Err(collective(format!("{name}: {msg}")));
     // Invalid arguments somewhere: the offending ranks report their own error.
     let invalid: Vec<usize> = ranks_where(d, |x| x.flags & F_INVALID != 0);
     if !invalid.is_empty() {
@@ -324,7 +324,7 @@ fn verdict(
         |x| x.kind,
         |v| CollKind::from_code(v).map_or("an unknown collective".into(), |k| k.name().to_string()),
     ) {
-        return Err(Error::Collective(format!(
+        return Err(collective(format!(
             "ranks called different collectives on one communicator: {m}"
         )));
     }
@@ -426,6 +426,13 @@ fn list(rs: &[usize]) -> String {
     } else {
         format!("ranks {}{more}", shown.join(", "))
     }
+}
+
+/// A collective mismatch found by the check, recorded as the last error (the reason a
+/// rank that leaves with it reports, see `crate::abort`).
+#[cold]
+fn collective(msg: String) -> Error {
+    Error::Collective(msg).noted()
 }
 
 #[cfg(test)]

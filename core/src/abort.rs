@@ -1,0 +1,103 @@
+//! Ending without finalize: a [`crate::Universe`] dropped before
+//! [`crate::Universe::finalize`] (an error returned from `main` with `?`, a panic)
+//! aborts the job at once instead of waiting in the final fence for ranks that may be
+//! waiting for it.
+//!
+//! The reason sent to the launcher is, in order of preference:
+//! - the panic message and location, when the drop happens while panicking (recorded
+//!   by the panic hook [`install_panic_hook`] puts in front of the existing one);
+//! - the last [`Error`] the runtime handed out (recorded cheaply where errors are
+//!   built: [`Error::usage`] and the `From` conversions, see [`note`]), which is
+//!   normally the error `main` is returning;
+//! - else "dropped without finalize".
+//!
+//! Rust prints an error returned from `main` only after its locals (the universe) are
+//! dropped, so the drop cannot see it; the last error stands in for it.
+
+use std::sync::{Mutex, Once};
+
+use crate::error::Error;
+
+/// Exit status sent with the abort of a rank that dropped its universe after an error
+/// (what Rust's `main` returning `Err` exits with).
+pub(crate) const ERROR_EXIT_CODE: i32 = 1;
+/// Exit status sent with the abort of a panicking rank (what a Rust panic exits with).
+pub(crate) const PANIC_EXIT_CODE: i32 = 101;
+
+static LAST_ERROR: Mutex<Option<String>> = Mutex::new(None);
+static PANIC_MESSAGE: Mutex<Option<String>> = Mutex::new(None);
+static HOOK: Once = Once::new();
+
+/// Record `e` as the last error handed out (its `Display` form). Cheap enough for error
+/// paths; never on a success path.
+pub(crate) fn note(e: &Error) {
+    if let Ok(mut g) = LAST_ERROR.lock() {
+        *g = Some(e.to_string());
+    }
+}
+
+/// Put a hook in front of the current panic hook that records the panic's message
+/// and location, then runs the previous hook (which prints it as usual).
+pub(crate) fn install_panic_hook() {
+    HOOK.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into());
+            let at = info
+                .location()
+                .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            if let Ok(mut g) = PANIC_MESSAGE.lock() {
+                *g = Some(format!("panicked{at}: {msg}"));
+            }
+            prev(info);
+        }));
+    });
+}
+
+/// Why this rank is leaving without finalize, and the exit status to abort with.
+pub(crate) fn reason(panicking: bool) -> (i32, String) {
+    if panicking {
+        let m = PANIC_MESSAGE.lock().ok().and_then(|g| g.clone());
+        return (
+            PANIC_EXIT_CODE,
+            m.unwrap_or_else(|| "panicked (message not recorded)".into()),
+        );
+    }
+    let last = LAST_ERROR.lock().ok().and_then(|g| g.clone());
+    match last {
+        Some(e) => (
+            ERROR_EXIT_CODE,
+            format!("dropped its Universe without finalize; its last rankwire error: {e}"),
+        ),
+        None => (
+            ERROR_EXIT_CODE,
+            "dropped its Universe without finalize (no rankwire error was returned; call \
+             universe.finalize() for a clean end)"
+                .into(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_names_the_last_error_or_the_panic() {
+        note(&Error::usage(
+            "rank 2 out of range for a communicator of size 2",
+        ));
+        let (code, r) = reason(false);
+        assert_eq!(code, ERROR_EXIT_CODE);
+        assert!(r.contains("usage: rank 2 out of range"), "{r}");
+        assert!(r.contains("fix:"), "{r}");
+        let (code, _) = reason(true);
+        assert_eq!(code, PANIC_EXIT_CODE);
+    }
+}
