@@ -169,7 +169,63 @@ fn doctor_runs_without_gpu_or_rdma_and_says_what_it_could_not_check() {
         assert!(l.contains("; fix: "), "{l}");
     }
     if !rankwire::gpu::available() {
-        assert!(stdout.contains("[skip] gpu: could not check"), "{stdout}");
+        assert!(stdout.contains("could not check GPUs"), "{stdout}");
+        if cfg!(feature = "cuda") {
+            assert!(
+                stdout.contains("[skip] gpu: no GPU found: skipped"),
+                "{stdout}"
+            );
+        }
     }
     assert!(stdout.contains("doctor: "), "{stdout}");
+}
+
+// Whether this machine has an NVIDIA GPU on the PCI bus or an RDMA device (sysfs).
+fn gpu_or_rdma_hardware() -> bool {
+    let names = |d: &str| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(d)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let nvidia = names("/sys/bus/pci/devices")
+        .iter()
+        .any(|p| std::fs::read_to_string(p.join("vendor")).is_ok_and(|v| v.trim() == "0x10de"));
+    nvidia || !names("/sys/class/infiniband").is_empty() || rankwire::gpu::available()
+}
+
+#[test]
+fn doctor_without_gpu_and_rdma_skips_peermem_and_memlock() {
+    if gpu_or_rdma_hardware() {
+        eprintln!(
+            "skipped: doctor_without_gpu_and_rdma_skips_peermem_and_memlock: this machine has a GPU or an RDMA device"
+        );
+        return;
+    }
+    let out = std::process::Command::new(binary("rwrun"))
+        .arg("--doctor")
+        .env("RANKWIRE_LOG", "off")
+        .output()
+        .expect("run rwrun --doctor");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("[skip] nvidia_peermem: no GPU found: skipped"),
+        "{stdout}"
+    );
+    for l in stdout.lines() {
+        assert!(
+            !(l.starts_with("[warn]") || l.starts_with("[fail]"))
+                || !(l.contains("nvidia_peermem") || l.contains("memlock")),
+            "no GPU and no RDMA device here, yet: {l}\n{stdout}"
+        );
+    }
+    // The memlock line is a pass (large limit) or a skip that says why.
+    assert!(
+        stdout.contains("[pass] memlock: ")
+            || stdout.contains("[skip] memlock: no GPU found: skipped"),
+        "{stdout}"
+    );
+    // A default build has GPU support; only a --no-default-features rwrun names the rebuild.
+    if cfg!(feature = "cuda") {
+        assert!(!stdout.contains("GPU support not built"), "{stdout}");
+    }
 }
