@@ -5,9 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/gpu}
-cargo build --release --features cuda -p rankwire-tests --bins
-cargo build --release -p rankwire-mpirun --features cuda --bins
-cargo build --release -p rankwire-bench --features cuda
+cargo build --release -p rankwire-tests --bins
+cargo build --release -p rankwire-mpirun --bins
+cargo build --release -p rankwire-bench
 cargo build --release -p rankwire-gpu --features cuda --examples
 mkdir -p .device-bin
 for b in "$CARGO_TARGET_DIR/release/rw-gpuapp" "$CARGO_TARGET_DIR/release/rw-gpucoll" \

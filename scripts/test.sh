@@ -3,10 +3,14 @@
 # Installs cargo-nextest if it is missing, builds every binary and example the
 # multi-process tests start, then runs the doc tests and the whole suite with nextest.
 #
-# As root (CI), it also installs and starts a real single-node Slurm and a 2-node Slurm
-# in network namespaces (scripts/slurm/) for tests/slurm.rs, sets
-# RANKWIRE_REQUIRE_SLURM=1 so that those tests fail rather than skip if a cluster is
-# missing, and stops what it started (by recorded PIDs) when it exits.
+# As root (CI), it also starts a PRIVATE real single-node Slurm and a 2-node Slurm in
+# network namespaces (scripts/slurm/) for tests/slurm.rs: own slurm.conf (SLURM_CONF),
+# state, log and run directories in temporary directories, free ports, own munged; the
+# machine's /etc and any Slurm already running are left alone (Slurm is unpacked from
+# the Debian packages, not installed, if missing). It sets RANKWIRE_REQUIRE_SLURM=1 so
+# that those tests fail rather than skip if a cluster is missing, stops what it started
+# (by recorded PIDs) when it exits, even on failure, and fails if /etc/slurm, /etc/munge
+# or the machine's Slurm/munge daemons changed (scripts/slurm/system-state.sh).
 # RANKWIRE_SLURM=0 skips all of that (the Slurm tests then skip with a message).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,8 +22,8 @@ if [ "${RANKWIRE_SLURM:-1}" != 0 ] && [ "$(id -u)" = 0 ]; then
   export RANKWIRE_REQUIRE_SLURM=1
   # shellcheck source=slurm/ci-slurm.sh
   . scripts/slurm/ci-slurm.sh
+  trap 'ci_slurm_stop || exit $?' EXIT
   ci_slurm_start || echo "test.sh: Slurm could not be started; the Slurm tests will fail" >&2
-  trap ci_slurm_stop EXIT
 fi
 cargo build --workspace --bins --examples
 # Doc tests first (nextest does not run them), so nextest's summary closes the output.

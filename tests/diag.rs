@@ -47,8 +47,14 @@ fn explain_prints_every_pair_and_memory_kind_same_as_the_api() {
         "{e}"
     );
     if !rankwire::gpu::available() {
+        // Default build (cuda on) without a driver, or a --no-default-features build.
+        let why = if cfg!(feature = "cuda") {
+            "not possible: libcuda.so.1 could not be loaded"
+        } else {
+            "not possible: GPU support not built"
+        };
         assert!(
-            e.contains("0 -> 2     device   none       not possible: GPU support not built"),
+            e.contains(&format!("0 -> 2     device   none       {why}")),
             "{e}"
         );
     }
@@ -106,7 +112,11 @@ fn require_turns_a_fallback_into_an_init_error() {
         let out = rwrun(["--require", "ipc", "-n", "2", &app(), "explain"]).run();
         assert_eq!(out.code(), 1, "{}", out.stderr);
         assert!(
-            out.stderr.contains("cuda_ipc: GPU support not built"),
+            out.stderr.contains(if cfg!(feature = "cuda") {
+                "cuda_ipc: libcuda.so.1 could not be loaded"
+            } else {
+                "cuda_ipc: GPU support not built"
+            }),
             "{}",
             out.stderr
         );
@@ -161,7 +171,13 @@ fn doctor_runs_without_gpu_or_rdma_and_says_what_it_could_not_check() {
         assert!(l.contains("; fix: "), "{l}");
     }
     if !rankwire::gpu::available() {
-        assert!(stdout.contains("[skip] gpu: could not check"), "{stdout}");
+        assert!(stdout.contains("could not check GPUs"), "{stdout}");
+        if cfg!(feature = "cuda") {
+            assert!(
+                stdout.contains("[skip] gpu: no GPU found: skipped"),
+                "{stdout}"
+            );
+        }
     }
     assert!(stdout.contains("doctor: "), "{stdout}");
 }
@@ -299,5 +315,55 @@ fn rwrun_settings_lists_every_setting() {
             "no {block:?} in: {}",
             out.stdout
         );
+    }
+}
+
+// Whether this machine has an NVIDIA GPU on the PCI bus or an RDMA device (sysfs).
+fn gpu_or_rdma_hardware() -> bool {
+    let names = |d: &str| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(d)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let nvidia = names("/sys/bus/pci/devices")
+        .iter()
+        .any(|p| std::fs::read_to_string(p.join("vendor")).is_ok_and(|v| v.trim() == "0x10de"));
+    nvidia || !names("/sys/class/infiniband").is_empty() || rankwire::gpu::available()
+}
+
+#[test]
+fn doctor_without_gpu_and_rdma_skips_peermem_and_memlock() {
+    if gpu_or_rdma_hardware() {
+        eprintln!(
+            "skipped: doctor_without_gpu_and_rdma_skips_peermem_and_memlock: this machine has a GPU or an RDMA device"
+        );
+        return;
+    }
+    let out = std::process::Command::new(binary("rwrun"))
+        .arg("--doctor")
+        .env("RANKWIRE_LOG", "off")
+        .output()
+        .expect("run rwrun --doctor");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("[skip] nvidia_peermem: no GPU found: skipped"),
+        "{stdout}"
+    );
+    for l in stdout.lines() {
+        assert!(
+            !(l.starts_with("[warn]") || l.starts_with("[fail]"))
+                || !(l.contains("nvidia_peermem") || l.contains("memlock")),
+            "no GPU and no RDMA device here, yet: {l}\n{stdout}"
+        );
+    }
+    // The memlock line is a pass (large limit) or a skip that says why.
+    assert!(
+        stdout.contains("[pass] memlock: ")
+            || stdout.contains("[skip] memlock: no GPU found: skipped"),
+        "{stdout}"
+    );
+    // A default build has GPU support; only a --no-default-features rwrun names the rebuild.
+    if cfg!(feature = "cuda") {
+        assert!(!stdout.contains("GPU support not built"), "{stdout}");
     }
 }

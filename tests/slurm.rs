@@ -41,6 +41,7 @@ fn srun(tag: &str, args: &[&str]) -> rankwire_tests::Run {
     let mut v = vec!["-J".to_string(), name.clone(), "-t".into(), "2".into()];
     v.extend(args.iter().map(|s| s.to_string()));
     command("srun", v)
+        .env("SLURM_CONF", &slurm::local_conf())
         .slurm_job(&name)
         .timeout(Duration::from_secs(90))
 }
@@ -227,6 +228,7 @@ fn scancel_case(tag: &str, script: &str) {
         ],
     )
     .env("RANKWIRE_TEST_MARKER", &mark)
+    .env("SLURM_CONF", &slurm::local_conf())
     .slurm_job(&name)
     .timeout(Duration::from_secs(30))
     .run();
@@ -258,6 +260,7 @@ fn scancel_case(tag: &str, script: &str) {
     let t0 = Instant::now();
     let st = std::process::Command::new("timeout")
         .args(["10", "scancel", &job])
+        .env("SLURM_CONF", slurm::local_conf())
         .status()
         .unwrap();
     assert!(st.success(), "scancel {job}: {st}");
@@ -266,6 +269,7 @@ fn scancel_case(tag: &str, script: &str) {
     loop {
         let q = std::process::Command::new("timeout")
             .args(["10", "squeue", "-h", "-j", &job, "-o", "%T"])
+            .env("SLURM_CONF", slurm::local_conf())
             .output()
             .unwrap();
         let left = processes_with_marker(&mark);
@@ -300,7 +304,7 @@ impl Drop for CancelGuard {
 // The 2-node cluster of scripts/slurm/start-netns-slurm.sh: nodes nn1 and nn2 are
 // network namespaces with their own hostname and address (10.77.0.11/12).
 fn netns_srun(tag: &str, args: &[&str]) -> rankwire_tests::Run {
-    srun(tag, args).env("SLURM_CONF", slurm::NETNS_CONF)
+    srun(tag, args).env("SLURM_CONF", &slurm::netns_conf())
 }
 
 // Parse "rank A -> B: transport" lines into a map.
@@ -320,7 +324,7 @@ fn transports(stdout: &str) -> std::collections::BTreeMap<(usize, usize), String
 fn two_nodes_use_tcp_between_and_shm_within() {
     if !slurm::available_or_skip(
         "two_nodes_use_tcp_between_and_shm_within",
-        Some(slurm::NETNS_CONF),
+        Some(&slurm::netns_conf()),
         2,
     ) {
         return;
@@ -397,13 +401,12 @@ fn sbatch_wait(
     ];
     args.extend(opts.iter().map(|s| s.to_string()));
     args.push(file.to_string_lossy().into_owned());
-    let mut run = command("sbatch", args)
+    let local = slurm::local_conf();
+    let out = command("sbatch", args)
+        .env("SLURM_CONF", conf.unwrap_or(&local))
         .slurm_job(&name)
-        .timeout(Duration::from_secs(120));
-    if let Some(c) = conf {
-        run = run.env("SLURM_CONF", c);
-    }
-    let out = run.run();
+        .timeout(Duration::from_secs(120))
+        .run();
     let text = std::fs::read_to_string(&outfile).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
     (out, text)
@@ -475,7 +478,7 @@ fn sbatch_wait_with_rwrun_inside_the_allocation() {
 fn sbatch_wait_with_rwrun_on_two_nodes() {
     if !slurm::available_or_skip(
         "sbatch_wait_with_rwrun_on_two_nodes",
-        Some(slurm::NETNS_CONF),
+        Some(&slurm::netns_conf()),
         2,
     ) {
         return;
@@ -484,7 +487,7 @@ fn sbatch_wait_with_rwrun_on_two_nodes() {
     let script = format!("{rwrun} {app} transport\necho \"rwrun exit $?\"\n");
     let (out, text) = sbatch_wait(
         "rwrun-2nodes",
-        Some(slurm::NETNS_CONF),
+        Some(&slurm::netns_conf()),
         &["-N", "2", "--ntasks-per-node=2"],
         &script,
     );
@@ -509,7 +512,7 @@ fn rwrun_host_with_a_launch_agent_on_two_netns_nodes() {
     // Needs the namespaces of the netns cluster (not Slurm itself).
     if !slurm::available_or_skip(
         "rwrun_host_with_a_launch_agent_on_two_netns_nodes",
-        Some(slurm::NETNS_CONF),
+        Some(&slurm::netns_conf()),
         2,
     ) {
         return;

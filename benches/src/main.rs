@@ -28,8 +28,8 @@
 //! `-d cuda` (latency, bw, bibw, allreduce, bcast, allgather): the buffers are device
 //! memory on GPU 0 (`cuMemAlloc`, one receive buffer per window slot); point-to-point
 //! uses `send_device`/`isend_device`, collectives the device collectives
-//! (`allreduce_device`, ...): reductions as GPU kernels, transfers over CUDA IPC. Needs a
-//! build with `--features cuda`.
+//! (`allreduce_device`, ...): reductions as GPU kernels, transfers over CUDA IPC. Needs the
+//! `cuda` feature (on by default).
 //!
 //! Output: `# Size  Latency (us)`, `# Size  Bandwidth (MB/s)` or
 //! `# Size  Avg Latency (us) …`, one row per size from `--min-size` (default 0 for

@@ -184,7 +184,8 @@ impl Error {
             Error::Registration(_) => "raise the locked-memory limit (`ulimit -l unlimited`, \
                 or memlock in /etc/security/limits.conf) or register less memory at once"
                 .into(),
-            Error::Gpu(_) => "build with the `cuda` feature for device buffers and check the \
+            Error::Gpu(_) => "device buffers need the `cuda` feature (on by default, off with \
+                --no-default-features) and a driver: check the \
                 driver and device named above (nvidia-smi); RANKWIRE_CUDA_IPC=0 stages device \
                 memory through the host instead of CUDA IPC"
                 .into(),

@@ -660,7 +660,7 @@ impl Protocol {
 
 fn no_gpu(kind: MemoryKind) -> Error {
     Error::Gpu(format!(
-        "a {kind} buffer was passed, but GPU support is not available in this process (build rankwire with the `cuda` feature and run where libcuda is present)"
+        "a {kind} buffer was passed, but GPU support is not available in this process (run where libcuda is present; a --no-default-features build has no `cuda` feature)"
     ))
 }
 

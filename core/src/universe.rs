@@ -854,7 +854,7 @@ fn enable_gpu(engine: &mut Engine) -> std::result::Result<(), String> {
         return Err(if cfg!(feature = "cuda") {
             "libcuda.so.1 could not be loaded (no NVIDIA driver)".into()
         } else {
-            "GPU support not built (rebuild with the `cuda` feature)".into()
+            "GPU support not built (this build used --no-default-features; rebuild with the default features, or `--features cuda`)".into()
         });
     }
     if let Err(e) = rankwire_gpu::init() {

@@ -22,9 +22,12 @@ pub enum GpuError {
     /// This build of rankwire has no GPU support.
     ///
     /// Likely cause: the crate was built without the `cuda` cargo feature, yet a device
-    /// buffer or a GPU operation reached it. Fix: rebuild with `--features cuda`, or keep
-    /// device memory away from this build.
-    #[error("GPU support not built: rebuild rankwire with the `cuda` feature")]
+    /// buffer or a GPU operation reached it. Fix: rebuild rankwire and rwrun with their
+    /// default features (`cuda` is on by default; `--no-default-features` turns it off), or
+    /// keep device memory away from this build.
+    #[error(
+        "GPU support not built: rebuild rankwire with its default features (the `cuda` feature; this build used --no-default-features)"
+    )]
     NotBuilt,
 
     /// The CUDA driver library (`libcuda.so.1`) could not be loaded.

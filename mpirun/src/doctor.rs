@@ -3,7 +3,9 @@
 //! Each check prints one line, `[pass]`, `[warn]`, `[fail]` or `[skip]` (could not be
 //! checked, and why), with a `fix:` for every warn and fail. Nothing needs a GPU, an RDMA
 //! device or root: what is missing is reported, never fatal. GPU checks go through
-//! `rankwire::gpu` (functional when rwrun is built with the `cuda` feature); RDMA
+//! `rankwire::gpu` (functional when rwrun is built with the `cuda` feature, its default);
+//! checks that only matter with a GPU or an RDMA device (`nvidia_peermem`, memlock) are
+//! skipped, and say so, on a node that has neither. RDMA
 //! devices, ports, link layers and GID tables are read from sysfs
 //! (`/sys/class/infiniband`), PCIe distances from `/sys/bus/pci`.
 //!
@@ -49,11 +51,16 @@ pub(crate) fn run() -> i32 {
 /// Every check, reading system files under `root` (`/` normally; a fake tree in tests).
 pub(crate) fn all_checks(root: &Path) -> Vec<Check> {
     let mut v = Vec::new();
-    v.extend(gpus());
+    let (gpu_checks, driver_gpus) = gpus();
+    v.extend(gpu_checks);
+    let found = Found {
+        gpu: driver_gpus > 0 || !nvidia_pci_gpus(root).is_empty(),
+        rdma: !entries(&root.join("sys/class/infiniband")).is_empty(),
+    };
     v.extend(rdma(root));
     v.push(pcie_distance(root));
-    v.push(peermem(root));
-    v.push(memlock());
+    v.push(peermem(root, found));
+    v.push(memlock(found));
     v.push(dev_shm());
     v.push(ptrace_scope(root));
     v.push(iommu(root));
@@ -108,30 +115,70 @@ fn entries(dir: &Path) -> Vec<String> {
     v
 }
 
+/// What this node has, deciding whether the GPU- and RDMA-only checks apply.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    /// The CUDA driver sees a GPU, or an NVIDIA GPU is on the PCI bus.
+    gpu: bool,
+    /// `/sys/class/infiniband` lists a device.
+    rdma: bool,
+}
+
+/// How to get a GPU-enabled rwrun (the `cuda` feature of `rankwire-mpirun`, on by default).
+const REBUILD_RWRUN: &str = "this rwrun was built with --no-default-features; rebuild it with \
+    its default features (they include `cuda`): `cargo install --path mpirun` or `cargo build \
+    --release -p rankwire-mpirun`";
+
 // ---------------------------------------------------------------------------------------
 // GPUs (through rankwire::gpu)
 
-fn gpus() -> Vec<Check> {
+/// The GPU checks, and how many GPUs the driver sees (0 without a driver).
+fn gpus() -> (Vec<Check>, usize) {
     use rankwire::gpu;
+    if !cfg!(feature = "cuda") {
+        return (
+            vec![check(
+                Level::Skip,
+                "gpu",
+                "could not check GPUs, their P2P matrix or DMA-BUF export: GPU support not built",
+                Some(REBUILD_RWRUN),
+            )],
+            0,
+        );
+    }
     if let Err(e) = gpu::init() {
-        return vec![check(
-            Level::Skip,
-            "gpu",
-            format!("could not check GPUs, their P2P matrix or DMA-BUF export: {e}"),
-            None,
-        )];
+        return (
+            vec![check(
+                Level::Skip,
+                "gpu",
+                format!(
+                    "no GPU found: skipped (could not check GPUs, their P2P matrix or DMA-BUF export: {e})"
+                ),
+                None,
+            )],
+            0,
+        );
     }
     let n = match gpu::device_count() {
         Ok(n) => n,
         Err(e) => {
-            return vec![check(
-                Level::Fail,
-                "gpu",
-                format!("cuDeviceGetCount: {e}"),
-                Some("check nvidia-smi and CUDA_VISIBLE_DEVICES"),
-            )];
+            return (
+                vec![check(
+                    Level::Fail,
+                    "gpu",
+                    format!("cuDeviceGetCount: {e}"),
+                    Some("check nvidia-smi and CUDA_VISIBLE_DEVICES"),
+                )],
+                0,
+            );
         }
     };
+    (gpu_devices(n), n)
+}
+
+/// The checks of the `n` GPUs the driver sees.
+fn gpu_devices(n: usize) -> Vec<Check> {
+    use rankwire::gpu;
     let mut v = Vec::new();
     if n == 0 {
         v.push(check(
@@ -302,6 +349,21 @@ fn gid_table(port: &Path) -> (String, Option<usize>) {
     (rows.join(", "), v2_v4.or(v2).or(any))
 }
 
+/// The NVIDIA GPUs on the PCI bus (vendor 0x10de, class 3D or VGA controller): PCI
+/// address and canonical sysfs path.
+fn nvidia_pci_gpus(root: &Path) -> Vec<(String, PathBuf)> {
+    let pci = root.join("sys/bus/pci/devices");
+    entries(&pci)
+        .into_iter()
+        .filter(|d| {
+            let f = |x: &str| std::fs::read_to_string(pci.join(d).join(x)).unwrap_or_default();
+            f("vendor").trim() == "0x10de"
+                && (f("class").starts_with("0x0302") || f("class").starts_with("0x0300"))
+        })
+        .filter_map(|d| Some((d.clone(), std::fs::canonicalize(pci.join(&d)).ok()?)))
+        .collect()
+}
+
 /// PCIe distance between each RDMA device and each NVIDIA GPU, from sysfs paths.
 fn pcie_distance(root: &Path) -> Check {
     let nics: Vec<(String, PathBuf)> = entries(&root.join("sys/class/infiniband"))
@@ -313,16 +375,7 @@ fn pcie_distance(root: &Path) -> Check {
             Some((d, p))
         })
         .collect();
-    let pci = root.join("sys/bus/pci/devices");
-    let gpus: Vec<(String, PathBuf)> = entries(&pci)
-        .into_iter()
-        .filter(|d| {
-            let f = |x: &str| std::fs::read_to_string(pci.join(d).join(x)).unwrap_or_default();
-            f("vendor").trim() == "0x10de"
-                && (f("class").starts_with("0x0302") || f("class").starts_with("0x0300"))
-        })
-        .filter_map(|d| Some((d.clone(), std::fs::canonicalize(pci.join(&d)).ok()?)))
-        .collect();
+    let gpus = nvidia_pci_gpus(root);
     if nics.is_empty() || gpus.is_empty() {
         return check(
             Level::Skip,
@@ -365,7 +418,19 @@ fn pcie_distance(root: &Path) -> Check {
     )
 }
 
-fn peermem(root: &Path) -> Check {
+/// nvidia_peermem matters only for GPUDirect RDMA: a GPU and an RDMA device on the node.
+fn peermem(root: &Path, found: Found) -> Check {
+    if !found.gpu {
+        return check(Level::Skip, "nvidia_peermem", "no GPU found: skipped", None);
+    }
+    if !found.rdma {
+        return check(
+            Level::Skip,
+            "nvidia_peermem",
+            "no RDMA device found: skipped (only GPUDirect RDMA uses it)",
+            None,
+        );
+    }
     let loaded = root.join("sys/module/nvidia_peermem").exists()
         || read(root, "proc/modules")
             .is_some_and(|m| m.lines().any(|l| l.starts_with("nvidia_peermem ")));
@@ -383,7 +448,9 @@ fn peermem(root: &Path) -> Check {
     }
 }
 
-fn memlock() -> Check {
+/// The locked-memory limit matters for RDMA registration and pinned GPU staging buffers:
+/// only warned about where a GPU or an RDMA device is present.
+fn memlock(found: Found) -> Check {
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -401,6 +468,16 @@ fn memlock() -> Check {
         return check(Level::Pass, "memlock", "ulimit -l: unlimited", None);
     }
     let kib = r.rlim_cur / 1024;
+    if r.rlim_cur < (64 << 20) && !found.gpu && !found.rdma {
+        return check(
+            Level::Skip,
+            "memlock",
+            format!(
+                "no GPU found: skipped (and no RDMA device; ulimit -l: {kib} KiB is enough for host memory)"
+            ),
+            None,
+        );
+    }
     check(
         if r.rlim_cur < (64 << 20) { Level::Warn } else { Level::Pass },
         "memlock",
@@ -633,7 +710,13 @@ mod tests {
             text.contains("[warn] cma (ptrace scope): kernel.yama.ptrace_scope = 1"),
             "{text}"
         );
-        assert!(text.contains("[warn] nvidia_peermem: not loaded"), "{text}");
+        if !rankwire::gpu::available() {
+            // An RDMA device but no GPU: nvidia_peermem does not apply.
+            assert!(
+                text.contains("[skip] nvidia_peermem: no GPU found: skipped"),
+                "{text}"
+            );
+        }
         assert!(
             text.contains(
                 "[skip] nic-gpu distance: could not check: 0 RDMA devices and 0 NVIDIA GPUs on the PCI bus"
@@ -646,6 +729,11 @@ mod tests {
                 assert!(c.fix.is_some(), "{c:?}");
             }
         }
+        // With an NVIDIA GPU on the (fake) PCI bus as well, nvidia_peermem is checked.
+        write(&dir, "sys/bus/pci/devices/0000:41:00.0/vendor", "0x10de\n");
+        write(&dir, "sys/bus/pci/devices/0000:41:00.0/class", "0x030200\n");
+        let text = render(&all_checks(&dir));
+        assert!(text.contains("[warn] nvidia_peermem: not loaded"), "{text}");
         write(&dir, &format!("{port}/state"), "1: DOWN\n");
         let text = render(&all_checks(&dir));
         assert!(
@@ -662,7 +750,24 @@ mod tests {
         let text = render(&all_checks(&dir));
         assert!(text.contains("[warn] rdma: no RDMA devices"), "{text}");
         if !rankwire::gpu::available() {
-            assert!(text.contains("[skip] gpu: could not check GPUs"), "{text}");
+            assert!(text.contains("[skip] gpu: "), "{text}");
+            assert!(text.contains("could not check GPUs"), "{text}");
+            // Neither a GPU nor an RDMA device: nothing to warn about for either.
+            assert!(
+                text.contains("[skip] nvidia_peermem: no GPU found: skipped"),
+                "{text}"
+            );
+            assert!(!text.contains("[warn] nvidia_peermem"), "{text}");
+            assert!(!text.contains("[warn] memlock"), "{text}");
+        }
+        if cfg!(feature = "cuda") {
+            assert!(!text.contains("rebuild"), "{text}");
+        } else {
+            // The rebuild hint names rwrun's crate and its default features.
+            assert!(
+                text.contains("cargo install --path mpirun") && text.contains("-p rankwire-mpirun"),
+                "{text}"
+            );
         }
         assert!(text.contains("doctor: "), "{text}");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -404,10 +404,16 @@ pub fn owner_alive(name: &str) -> bool {
         if job.parse::<u64>().is_err() {
             return false;
         }
-        return Command::new("timeout")
-            .args(["5", "squeue", "-h", "-j", job, "-o", "%T"])
-            .output()
-            .is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty());
+        // The job may belong to either private test cluster.
+        return [slurm::local_conf(), slurm::netns_conf()]
+            .iter()
+            .any(|conf| {
+                Command::new("timeout")
+                    .args(["5", "squeue", "-h", "-j", job, "-o", "%T"])
+                    .env("SLURM_CONF", conf)
+                    .output()
+                    .is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty())
+            });
     }
     false
 }
@@ -446,9 +452,12 @@ pub fn run_scenario(
     out
 }
 
-/// A real Slurm cluster for the tests in `tests/slurm.rs`: started by
+/// A real, private Slurm cluster for the tests in `tests/slurm.rs`: started by
 /// `scripts/slurm/start-local-slurm.sh` (single node) and `start-netns-slurm.sh` (nodes
-/// in network namespaces), which `scripts/test.sh` runs as root.
+/// in network namespaces), which `scripts/test.sh` runs as root. The tests reach them only
+/// through their own configuration files ([`local_conf`], [`netns_conf`], passed as
+/// `SLURM_CONF` to every Slurm command), never through the machine's
+/// `/etc/slurm/slurm.conf`: a Slurm the machine runs itself is never used.
 pub mod slurm {
     use std::process::Command;
     use std::time::Duration;
@@ -457,19 +466,29 @@ pub mod slurm {
     /// finds no cluster then fails instead of skipping.
     pub const REQUIRE_ENV: &str = "RANKWIRE_REQUIRE_SLURM";
 
-    /// Configuration of the network-namespace cluster (`SLURM_CONF` for its clients),
-    /// as written by `scripts/slurm/start-netns-slurm.sh` with its default directory.
-    pub const NETNS_CONF: &str = "/tmp/rankwire-slurm-netns/slurm.conf";
+    /// Configuration of the single-node test cluster: `RANKWIRE_SLURM_CONF` (set by
+    /// `scripts/test.sh`), else that of `start-local-slurm.sh` with its default directory.
+    pub fn local_conf() -> String {
+        std::env::var("RANKWIRE_SLURM_CONF")
+            .unwrap_or_else(|_| "/tmp/rankwire-slurm/slurm.conf".into())
+    }
 
-    /// Whether the cluster of `conf` (`None`: the default `/etc/slurm/slurm.conf`)
+    /// Configuration of the network-namespace cluster: `RANKWIRE_SLURM_NETNS_CONF` (set
+    /// by `scripts/test.sh`), else that of `start-netns-slurm.sh` with its default directory.
+    pub fn netns_conf() -> String {
+        std::env::var("RANKWIRE_SLURM_NETNS_CONF")
+            .unwrap_or_else(|_| "/tmp/rankwire-slurm-netns/slurm.conf".into())
+    }
+
+    /// Whether the cluster of `conf` (`None`: the single-node test cluster, [`local_conf`])
     /// answers with at least `nodes` usable nodes. When it does not: panics if
     /// [`REQUIRE_ENV`] is `1`, else prints why `test` is skipped and returns false.
     pub fn available_or_skip(test: &str, conf: Option<&str>, nodes: usize) -> bool {
+        let local = local_conf();
+        let conf = conf.unwrap_or(&local);
         let mut c = Command::new("timeout");
         c.args(["10", "sinfo", "-h", "-N", "-o", "%N %T"]);
-        if let Some(conf) = conf {
-            c.env("SLURM_CONF", conf);
-        }
+        c.env("SLURM_CONF", conf);
         let (ok, detail) = match c.output() {
             Ok(o) => {
                 let text = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -496,10 +515,6 @@ pub mod slurm {
         if ok {
             return true;
         }
-        let env_conf = std::env::var("SLURM_CONF").ok();
-        let conf = conf
-            .or(env_conf.as_deref())
-            .unwrap_or("/etc/slurm/slurm.conf");
         if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
             panic!(
                 "{test}: no Slurm cluster with {nodes} usable node(s) ({conf}) although {REQUIRE_ENV}=1 \
@@ -517,15 +532,13 @@ pub mod slurm {
 
     /// `scancel --name=<name>` on both test clusters, ignoring errors.
     pub fn scancel_name(name: &str) {
-        for conf in [None, Some(NETNS_CONF)] {
+        for conf in [local_conf(), netns_conf()] {
+            if !std::path::Path::new(&conf).exists() {
+                continue;
+            }
             let mut c = Command::new("timeout");
             c.args(["10", "scancel", &format!("--name={name}")]);
-            if let Some(conf) = conf {
-                if !std::path::Path::new(conf).exists() {
-                    continue;
-                }
-                c.env("SLURM_CONF", conf);
-            }
+            c.env("SLURM_CONF", conf);
             let _ = c.output();
         }
         std::thread::sleep(Duration::from_millis(500));
