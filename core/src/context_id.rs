@@ -50,7 +50,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::comm::Communicator;
 use crate::engine::Engine;
-use crate::universe::Inner;
+use crate::runtime::Inner;
 
 /// Most communicators alive at once in one process, the world included (as MPICH's
 /// default of 2048). The agreement allreduces `MAX_CONTEXTS / 8` bytes.
