@@ -7,6 +7,8 @@
 #      -d, as root; stopped again at the end), since two ranks on one GPU time-slice without
 #      it;
 #   4. compare.txt: the figures side by side (after ÷ before).
+# A device command may run 10 minutes: run gpu-run.sh alone first, then this with
+# GPU_COMPARE_FULL=0.
 # Usage: scripts/gpu-compare.sh OUTDIR   (OUTDIR gets one tarball per run and compare.txt)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +17,9 @@ mkdir -p "$OUT"
 W=$(mktemp -d)
 BASE=${BASE_BIN:-.device-bin/base}
 TIMING='^(bench|p2p_latency|p2p_bw|coll_bench_2|coll_bench_4)$'
-scripts/gpu-run.sh "$W/after" >"$W/after.out" 2>&1; echo "after: exit $?" >>"$OUT/status.txt"
+# GPU_COMPARE_FULL=0: the new build runs the timing steps only (the full run was its own call)
+if [ "${GPU_COMPARE_FULL:-1}" = 0 ]; then ONLY=$TIMING; else ONLY=${GPU_ONLY:-}; fi
+GPU_ONLY=$ONLY scripts/gpu-run.sh "$W/after" >"$W/after.out" 2>&1; echo "after: exit $?" >>"$OUT/status.txt"
 if [ -x "$BASE/rwrun" ]; then
   GPU_BIN=$BASE GPU_ONLY=$TIMING scripts/gpu-run.sh "$W/before" >"$W/before.out" 2>&1
   echo "before: exit $?" >>"$OUT/status.txt"
