@@ -87,6 +87,26 @@ fn watchdog_job_names_the_rank_that_left_and_its_error() {
 }
 
 #[test]
+fn watchdog_in_a_dropped_isend_prints_the_ranks_own_error() {
+    // A large isend dropped by `?` waits in its drop; the watchdog ends the job and its
+    // output must carry rank 0's own error (the root cause), not only blame a peer.
+    let out = run("isend_dropped", &[("RANKWIRE_WATCHDOG", "3")]);
+    let all = format!("--- stdout\n{}\n--- stderr\n{}", out.stdout, out.stderr);
+    assert_eq!(out.code(), 124, "{all}");
+    assert!(
+        out.elapsed < Duration::from_secs(30),
+        "{:?}: {all}",
+        out.elapsed
+    );
+    assert!(
+        out.stderr.contains(
+            "rank 0: its last rankwire error, maybe why it is stuck: usage: rank 7 is out of range"
+        ),
+        "{all}"
+    );
+}
+
+#[test]
 fn clean_finalize_still_exits_zero() {
     // (g)
     let out = run("clean", &[]);

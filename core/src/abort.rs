@@ -36,6 +36,11 @@ pub(crate) fn note(e: &Error) {
     }
 }
 
+/// The last error recorded by [`note`], if any (its `Display` form).
+pub(crate) fn last_error() -> Option<String> {
+    LAST_ERROR.lock().ok().and_then(|g| g.clone())
+}
+
 /// Put a hook in front of the current panic hook that records the panic's message
 /// and location, then runs the previous hook (which prints it as usual).
 pub(crate) fn install_panic_hook() {
@@ -69,8 +74,7 @@ pub(crate) fn reason(panicking: bool) -> (i32, String) {
             m.unwrap_or_else(|| "panicked (message not recorded)".into()),
         );
     }
-    let last = LAST_ERROR.lock().ok().and_then(|g| g.clone());
-    match last {
+    match last_error() {
         Some(e) => (
             ERROR_EXIT_CODE,
             format!("dropped its Universe without finalize; its last rankwire error: {e}"),

@@ -194,6 +194,15 @@ impl Inner {
     fn watchdog_abort(&self, limit: Duration, requests: usize, pending: &[String]) -> ! {
         let report = crate::watchdog::report(self.rank, limit, requests, pending);
         eprintln!("{report}");
+        // A rank stuck in the drop of a pending request after its own error (`?` out of
+        // main with a large isend unreceived) must not hide that error behind the report.
+        let last = crate::abort::last_error();
+        if let Some(e) = &last {
+            eprintln!(
+                "rankwire: rank {}: its last rankwire error, maybe why it is stuck: {e}",
+                self.rank
+            );
+        }
         tracing::error!("watchdog fired on rank {}", self.rank);
         if let Ok(mut b) = self.bootstrap.lock()
             && let Some(c) = b.as_mut()
@@ -201,10 +210,12 @@ impl Inner {
             let _ = c.abort(
                 crate::watchdog::EXIT_CODE,
                 &format!(
-                    "watchdog: rank {} waited {:.1} s with {} requests pending (listed above)",
+                    "watchdog: rank {} waited {:.1} s with {} requests pending (listed above){}",
                     self.rank,
                     limit.as_secs_f64(),
-                    requests
+                    requests,
+                    last.map(|e| format!("; its last rankwire error: {e}"))
+                        .unwrap_or_default()
                 ),
             );
         }

@@ -56,6 +56,21 @@ fn main() -> rankwire::Result<()> {
             let mut b = [0u8; 1];
             world.recv(&mut b, 1, 0)?;
         }
+        // Rank 0 returns a Usage error with `?` while a large isend is pending: the
+        // request's drop waits (the receiver may still read the buffer), rank 1 waits in
+        // a receive nobody sends. Run with RANKWIRE_WATCHDOG: its report must carry rank
+        // 0's own error, not only blame a peer.
+        "isend_dropped" => {
+            if me == 0 {
+                let big = vec![7u8; 8 << 20];
+                let r = world.isend(&big, 1, 5)?;
+                world.send(&[1u8], 7, 0)?;
+                r.wait()?;
+            } else {
+                let mut b = [0u8; 1];
+                world.recv(&mut b, 0, 9)?;
+            }
+        }
         // Everything right: exchange, finalize, exit 0.
         "clean" => {
             let peer = 1 - me;
