@@ -67,6 +67,8 @@ fn main() -> rankwire::Result<()> {
                 world.send(&[1u8], 7, 0)?;
                 r.wait()?;
             } else {
+                // Start waiting well after rank 0, so that rank 0's watchdog fires first.
+                std::thread::sleep(Duration::from_millis(1500));
                 let mut b = [0u8; 1];
                 world.recv(&mut b, 0, 9)?;
             }
