@@ -736,18 +736,6 @@ fn nocheck(w: &Communicator) -> Result<()> {
     }
 }
 
-/// This process's resident set size in KiB (`VmRSS` of `/proc/self/status`).
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// `cycles` rounds of split + allreduce + dup + barrier + drop (issue 17 case 4), with
 /// point-to-point traffic on the new communicators. Prints
 /// `rank R: soak rss_warm_kib=A rss_end_kib=B max_ctx=C ids_taken=I seq_pairs=P
@@ -759,7 +747,7 @@ fn soak(w: &Communicator, cycles: usize) -> Result<()> {
     let (mut rss_warm, mut max_ctx) = (0, 0);
     for i in 0..cycles {
         if i == warm {
-            rss_warm = rss_kib();
+            rss_warm = common::rss_kib();
         }
         let sub = w
             .split(Some((me % 2) as u32), 0)?
@@ -799,7 +787,7 @@ fn soak(w: &Communicator, cycles: usize) -> Result<()> {
     let (ids, pairs) = w.context_stats();
     println!(
         "rank {me}: soak rss_warm_kib={rss_warm} rss_end_kib={} max_ctx={max_ctx} ids_taken={ids} seq_pairs={pairs} cycles={cycles} secs={:.1}",
-        rss_kib(),
+        common::rss_kib(),
         start.elapsed().as_secs_f64()
     );
     Ok(())

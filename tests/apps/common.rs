@@ -32,3 +32,16 @@ pub fn fail(msg: &str) -> ! {
     eprintln!("{}: FAILED: {msg}", env!("CARGO_BIN_NAME"));
     std::process::exit(1)
 }
+
+/// This process's resident set size in KiB (`VmRSS` of `/proc/self/status`; 0 if unreadable).
+#[allow(dead_code)]
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}

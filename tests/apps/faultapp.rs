@@ -150,17 +150,6 @@ fn fnv(b: &[u8]) -> u64 {
     })
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// What a wildcard receive got: (post index, source, tag, bytes, content hash).
 type Got = (usize, usize, i32, usize, u64);
 
@@ -236,10 +225,10 @@ fn soak(w: &Communicator, messages: usize, max: usize, seed: u64) -> Result<()> 
             }
         }
         if rss_half.is_none() && done * 2 >= total {
-            rss_half = Some(rss_kib());
+            rss_half = Some(common::rss_kib());
         }
     }
-    let rss_end = rss_kib();
+    let rss_end = common::rss_kib();
     drop(storage);
     if sent != per || received != to_receive {
         fail(&format!(

@@ -124,17 +124,21 @@ const fn rank(
     check: Check,
     doc: &'static str,
 ) -> Setting {
-    Setting {
-        name,
-        default,
-        valid,
-        check,
-        reader: Reader::Rank,
-        doc,
-    }
+    with_reader(Reader::Rank, name, default, valid, check, doc)
 }
 
 const fn rwrun(
+    name: &'static str,
+    default: &'static str,
+    valid: &'static str,
+    check: Check,
+    doc: &'static str,
+) -> Setting {
+    with_reader(Reader::Rwrun, name, default, valid, check, doc)
+}
+
+const fn with_reader(
+    reader: Reader,
     name: &'static str,
     default: &'static str,
     valid: &'static str,
@@ -146,7 +150,7 @@ const fn rwrun(
         default,
         valid,
         check,
-        reader: Reader::Rwrun,
+        reader,
         doc,
     }
 }

@@ -90,20 +90,9 @@ impl fmt::Display for ShmConfig {
     }
 }
 
-/// `123`, `64K`, `64KiB`, `1M`, `1 MiB`, `2g` → bytes.
+/// `123`, `64K`, `64KiB`, `1M`, `1 MiB`, `2g` → bytes (the settings table's parser).
 fn parse_bytes(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    let n: usize = digits.parse().ok()?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kib" | "kb" => 10,
-        "m" | "mib" | "mb" => 20,
-        "g" | "gib" | "gb" => 30,
-        _ => return None,
-    };
-    n.checked_mul(1usize << shift)
+    crate::settings::parse_bytes(s).and_then(|n| usize::try_from(n).ok())
 }
 
 #[cfg(test)]
