@@ -159,45 +159,9 @@ pub struct Envelope {
     pub seq: u64,
 }
 
-/// Where the sender's or receiver's buffer lives, for one-sided data movement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RemoteMem {
-    /// Nothing: data moves in `Data` frames.
-    None,
-    /// A CUDA IPC memory handle (`cuIpcGetMemHandle`), the offset of the buffer inside
-    /// the allocation, the allocation's buffer id and the device ordinal.
-    CudaIpc {
-        /// `CUipcMemHandle` bytes.
-        handle: [u8; 64],
-        /// Offset of the buffer from the allocation base, in bytes.
-        offset: u64,
-        /// `CU_POINTER_ATTRIBUTE_BUFFER_ID` of the allocation.
-        buffer_id: u64,
-        /// Device ordinal.
-        device: i32,
-        /// Allocation base in the owner's address space (the importer's cache key).
-        base: u64,
-        /// Allocation length in bytes.
-        alloc_len: u64,
-    },
-    /// Host memory of a process on the same node, readable with cross-memory attach
-    /// (`process_vm_readv(2)`): the process id and the buffer's virtual address.
-    HostCma {
-        /// Process id of the buffer's owner.
-        pid: u32,
-        /// Virtual address of the buffer in that process.
-        addr: u64,
-    },
-    /// An RDMA-registered region (verbs memory region): remote address, length and rkey.
-    Rdma {
-        /// Remote virtual address.
-        addr: u64,
-        /// Length in bytes.
-        len: u64,
-        /// Remote key of the memory region.
-        rkey: u32,
-    },
-}
+/// Where the sender's or receiver's buffer lives (defined by the transports, which move
+/// the bytes; encoded here).
+pub use rankwire_transports::RemoteMem;
 
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

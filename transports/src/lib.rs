@@ -120,6 +120,84 @@ impl Caps {
     }
 }
 
+/// Where the sender's or receiver's buffer lives, for one-sided data movement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteMem {
+    /// Nothing: data moves in `Data` frames.
+    None,
+    /// A CUDA IPC memory handle (`cuIpcGetMemHandle`), the offset of the buffer inside
+    /// the allocation, the allocation's buffer id and the device ordinal.
+    CudaIpc {
+        /// `CUipcMemHandle` bytes.
+        handle: [u8; 64],
+        /// Offset of the buffer from the allocation base, in bytes.
+        offset: u64,
+        /// `CU_POINTER_ATTRIBUTE_BUFFER_ID` of the allocation.
+        buffer_id: u64,
+        /// Device ordinal.
+        device: i32,
+        /// Allocation base in the owner's address space (the importer's cache key).
+        base: u64,
+        /// Allocation length in bytes.
+        alloc_len: u64,
+    },
+    /// Host memory of a process on the same node, readable with cross-memory attach
+    /// (`process_vm_readv(2)`): the process id and the buffer's virtual address.
+    HostCma {
+        /// Process id of the buffer's owner.
+        pid: u32,
+        /// Virtual address of the buffer in that process.
+        addr: u64,
+    },
+    /// An RDMA-registered region (verbs memory region): remote address, length and rkey.
+    Rdma {
+        /// Remote virtual address.
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+        /// Remote key of the memory region.
+        rkey: u32,
+    },
+}
+
+/// Id of a one-sided operation ([`Transport::get`] / [`Transport::put`]), chosen by the
+/// caller and reported back in [`Event::OpDone`].
+pub type OpId = u64;
+
+/// A local buffer named to a one-sided operation or to [`Transport::register`]: its
+/// address, its length in bytes and where it lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalBuf {
+    /// Address of the first byte (a host virtual address or a CUDA device pointer).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len_bytes: usize,
+    /// Where the memory lives.
+    pub kind: MemoryKind,
+}
+
+/// How a one-sided operation started ([`Transport::get`] / [`Transport::put`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpStart {
+    /// The bytes moved already; the local buffer may be used again. No
+    /// [`Event::OpDone`] follows.
+    Done,
+    /// In flight: [`Event::OpDone`] with the same [`OpId`] reports its end, and the
+    /// local buffer must stay untouched until then.
+    Pending,
+}
+
+/// Local memory made reachable to peers by [`Transport::register`]: the descriptor a
+/// peer names in its [`Transport::get`] / [`Transport::put`] (sent to it in an `Rts` or
+/// `Cts` frame) and the handle that releases it ([`Transport::deregister`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registration {
+    /// What a peer needs to reach the memory.
+    pub remote: RemoteMem,
+    /// The transport's handle for [`Transport::deregister`] (opaque to the caller).
+    pub handle: u64,
+}
+
 /// What the core knows about a peer when selecting a transport.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerInfo {
@@ -491,6 +569,68 @@ pub trait Transport {
     /// Block up to `timeout` for activity (readable data), where the transport can.
     /// Used by the progress engine's blocking phase. Default: return at once.
     fn wait_activity(&mut self, _timeout: std::time::Duration) {}
+    /// Make `buf` reachable by peers for one-sided operations (a verbs memory region
+    /// through the registration cache; a CUDA IPC export; the process id and address
+    /// for cross-memory attach). Held until [`Transport::deregister`].
+    ///
+    /// # Errors
+    /// [`TransportError::Unsupported`] where the caps of `buf.kind` declare neither `get`
+    /// nor `put` (the default); the failing call otherwise (`ibv_reg_mr`,
+    /// `cuIpcGetMemHandle`).
+    fn register(&mut self, _buf: LocalBuf) -> Result<Registration, TransportError> {
+        Err(TransportError::Unsupported {
+            transport: self.caps().name,
+            what: "register",
+        })
+    }
+    /// Release a registration [`Transport::register`] returned (it may stay cached).
+    fn deregister(&mut self, _reg: Registration) {}
+    /// Read `dst.len_bytes` bytes from `peer`'s memory `src` (a descriptor the peer
+    /// registered), starting `offset_bytes` into it, into the local `dst`: RDMA READ,
+    /// `process_vm_readv(2)`, a CUDA IPC copy.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of `dst.len_bytes` bytes and nobody else touches it
+    /// until the operation ends ([`OpStart::Done`] on return, or [`Event::OpDone`]).
+    ///
+    /// # Errors
+    /// [`TransportError::Unsupported`] where the caps of `dst.kind` say `get: false`
+    /// (the default); the failing call otherwise.
+    unsafe fn get(
+        &mut self,
+        _peer: u32,
+        _op: OpId,
+        _dst: LocalBuf,
+        _src: &RemoteMem,
+        _offset_bytes: u64,
+    ) -> Result<OpStart, TransportError> {
+        Err(TransportError::Unsupported {
+            transport: self.caps().name,
+            what: "get",
+        })
+    }
+    /// Write the local `src` into `peer`'s memory `dst`, starting `offset_bytes` into
+    /// it: RDMA WRITE, `process_vm_writev(2)`, a CUDA IPC copy.
+    ///
+    /// # Safety
+    /// `src` is valid for reads of `src.len_bytes` bytes and is not written until the
+    /// operation ends ([`OpStart::Done`] on return, or [`Event::OpDone`]).
+    ///
+    /// # Errors
+    /// As [`Transport::get`], for `put`.
+    unsafe fn put(
+        &mut self,
+        _peer: u32,
+        _op: OpId,
+        _src: LocalBuf,
+        _dst: &RemoteMem,
+        _offset_bytes: u64,
+    ) -> Result<OpStart, TransportError> {
+        Err(TransportError::Unsupported {
+            transport: self.caps().name,
+            what: "put",
+        })
+    }
 }
 
 impl fmt::Display for MemoryKind {
