@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README.md, second command; .ci/run calls it).
-# Installs cargo-nextest if it is missing, builds every binary and example the
-# multi-process tests start, then runs the doc tests and the whole suite with nextest.
+# Checks core/'s import graph first (scripts/import-graph.py: fails on a cycle between
+# files beyond its allowlist), installs cargo-nextest if it is missing, builds every
+# binary and example the multi-process tests start, then runs the doc tests and the
+# whole suite with nextest.
 #
 # As root (CI), it also starts a PRIVATE real single-node Slurm and a 2-node Slurm in
 # network namespaces (scripts/slurm/) for tests/slurm.rs: own slurm.conf (SLURM_CONF),
@@ -14,6 +16,9 @@
 # RANKWIRE_SLURM=0 skips all of that (the Slurm tests then skip with a message).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Layering of core/ (issue 16): no file-level import cycle beyond the allowlist. It
+# prints every cycle with the line of each edge, so a failure says what to move.
+python3 scripts/import-graph.py
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "test.sh: installing cargo-nextest"
   cargo install cargo-nextest --locked

@@ -6,17 +6,16 @@
 //! The reason sent to the launcher is, in order of preference:
 //! - the panic message and location, when the drop happens while panicking (recorded
 //!   by the panic hook [`install_panic_hook`] puts in front of the existing one);
-//! - the last [`Error`] the runtime handed out (recorded cheaply where errors are
-//!   built: [`Error::usage`] and the `From` conversions, see [`note`]), which is
+//! - the last [`crate::Error`] the runtime handed out (recorded cheaply where errors
+//!   are built: [`crate::Error::usage`] and the `From` conversions, see [`note`]), which is
 //!   normally the error `main` is returning;
 //! - else "dropped without finalize".
 //!
 //! Rust prints an error returned from `main` only after its locals (the universe) are
 //! dropped, so the drop cannot see it; the last error stands in for it.
 
+use std::fmt::Display;
 use std::sync::{Mutex, Once};
-
-use crate::error::Error;
 
 /// Exit status sent with the abort of a rank that dropped its universe after an error
 /// (what Rust's `main` returning `Err` exits with).
@@ -24,13 +23,24 @@ pub(crate) const ERROR_EXIT_CODE: i32 = 1;
 /// Exit status sent with the abort of a panicking rank (what a Rust panic exits with).
 pub(crate) const PANIC_EXIT_CODE: i32 = 101;
 
+// The three statics below are process-wide on purpose; they are the only mutable
+// statics of core outside the runtime (`crate::runtime`, "State it owns"), besides the
+// init-once flag (`crate::universe`) and the cross-memory-attach probe word:
+// - PANIC_MESSAGE and HOOK: a panic hook is a plain `fn` of the process that gets only
+//   the `PanicHookInfo`; it can reach no runtime, only statics. Installed once per
+//   process (HOOK), whatever the number of `init` calls.
+// - LAST_ERROR: an error is recorded where it is built (`Error::usage`, the `From`
+//   conversions, `Error::noted`), in every layer, often with no runtime at hand (the
+//   bootstrap, settings checks, errors of `init` itself before a runtime exists). A
+//   process has at most one universe at a time (`crate::universe`'s init-once flag),
+//   so one slot per process is one slot per runtime.
 static LAST_ERROR: Mutex<Option<String>> = Mutex::new(None);
 static PANIC_MESSAGE: Mutex<Option<String>> = Mutex::new(None);
 static HOOK: Once = Once::new();
 
-/// Record `e` as the last error handed out (its `Display` form). Cheap enough for error
-/// paths; never on a success path.
-pub(crate) fn note(e: &Error) {
+/// Record `e` (an [`crate::Error`]) as the last error handed out (its `Display`
+/// form). Cheap enough for error paths; never on a success path.
+pub(crate) fn note(e: &dyn Display) {
     if let Ok(mut g) = LAST_ERROR.lock() {
         *g = Some(e.to_string());
     }
@@ -94,9 +104,9 @@ mod tests {
 
     #[test]
     fn reason_names_the_last_error_or_the_panic() {
-        note(&Error::usage(
-            "rank 2 out of range for a communicator of size 2",
-        ));
+        // `crate::Error` records itself through `note` (`Error::noted`); any
+        // `Display` value stands in for it here, so that this file names no error type.
+        note(&"usage: rank 2 out of range for a communicator of size 2; fix: ...");
         let (code, r) = reason(false);
         assert_eq!(code, ERROR_EXIT_CODE);
         assert!(r.contains("usage: rank 2 out of range"), "{r}");

@@ -7,17 +7,17 @@
 //! ids are allocated, and how communicators are created, is in [`crate::group`];
 //! collectives are in [`crate::coll`].
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use bytemuck::Pod;
 
-use crate::coll::select::CollConfig;
+pub(crate) use crate::comm_state::CommState;
+use crate::comm_state::local_err;
+pub(crate) use crate::context_id::COLL_CTX_BIT;
 use crate::engine::SendStart;
-use crate::error::{Error, MatchError, Result};
-use crate::group::{ContextId, Group};
+use crate::error::{Error, Result};
 use crate::matching::Pattern;
 use crate::protocol::{ProbedMessage, RawBuf, ReqId, Status};
 use crate::request::Request;
@@ -25,12 +25,6 @@ use crate::runtime::Inner;
 
 /// Largest tag a user may pass (MPI_TAG_UB). Tags run from 0 to this value.
 pub const TAG_UB: i32 = (1 << 30) - 1;
-
-/// Context id of the world communicator's point-to-point traffic.
-pub(crate) const WORLD_CTX: u32 = 0;
-/// Bit set in a context id for a communicator's internal collective traffic, so that
-/// user point-to-point messages never match it.
-pub(crate) const COLL_CTX_BIT: u32 = 1 << 31;
 
 /// Where a receive accepts messages from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,88 +72,6 @@ pub struct Communicator {
     pub(crate) st: Arc<CommState>,
 }
 
-/// What every clone of a communicator shares.
-pub(crate) struct CommState {
-    /// Context id of point-to-point traffic; collectives use `ctx | COLL_CTX_BIT`.
-    pub(crate) ctx: u32,
-    /// World rank of each communicator rank.
-    pub(crate) group: Arc<[u32]>,
-    /// The calling process's rank in `group`.
-    pub(crate) rank: usize,
-    /// World rank → communicator rank; `None` when they coincide for every member.
-    to_local: Option<HashMap<u32, u32>>,
-    /// Collective calls started so far (identical on every rank: MPI requires all ranks
-    /// to call collectives on a communicator in the same order). Part of every
-    /// collective's tag.
-    seq: AtomicU64,
-    /// Algorithm selection and checking, read from the environment at creation.
-    pub(crate) cfg: CollConfig,
-    /// Releases the context id when the last handle drops (`None`: the world).
-    releaser: Option<crate::context_id::Releaser>,
-}
-
-impl Drop for CommState {
-    fn drop(&mut self) {
-        if let Some(r) = &self.releaser {
-            r.free(self.ctx, self.group.clone());
-        }
-    }
-}
-
-impl CommState {
-    /// State for a communicator of `group` (world ranks) with context `ctx`, or `None`
-    /// if world rank `me` is not in the group.
-    pub(crate) fn new(ctx: u32, group: Arc<[u32]>, me: u32, cfg: CollConfig) -> Option<CommState> {
-        let rank = group.iter().position(|&w| w == me)?;
-        let identity = group.iter().enumerate().all(|(i, &w)| i as u32 == w);
-        let to_local = (!identity).then(|| {
-            group
-                .iter()
-                .enumerate()
-                .map(|(i, &w)| (w, i as u32))
-                .collect()
-        });
-        Some(CommState {
-            ctx,
-            group,
-            rank,
-            to_local,
-            seq: AtomicU64::new(0),
-            cfg,
-            releaser: None,
-        })
-    }
-
-    /// Release the context id through `r` when this state is dropped.
-    pub(crate) fn set_releaser(&mut self, r: crate::context_id::Releaser) {
-        self.releaser = Some(r);
-    }
-
-    /// Number of the next collective call.
-    pub(crate) fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Whether communicator ranks are world ranks (no translation needed).
-    pub(crate) fn is_identity(&self) -> bool {
-        self.to_local.is_none()
-    }
-
-    /// Communicator rank of world rank `w` (unchanged if `w` is not a member, which
-    /// matching on this context rules out).
-    pub(crate) fn local(&self, w: u32) -> u32 {
-        match &self.to_local {
-            None => w,
-            Some(m) => m.get(&w).copied().unwrap_or(w),
-        }
-    }
-}
-
-/// The world communicator's shared state, one per process (a process has at most one
-/// universe), so that every `Universe::world()` handle counts collective calls
-/// together. Hook for the universe owner: this belongs in `universe::Inner`.
-static WORLD_STATE: Mutex<Option<Arc<CommState>>> = Mutex::new(None);
-
 /// A message removed from the unexpected queue by [`Communicator::mprobe`]; only
 /// [`Message::recv`] can receive it (MPI_Mprobe / MPI_Mrecv, MPI 4.1 §3.8.2).
 pub struct Message {
@@ -169,21 +81,9 @@ pub struct Message {
 }
 
 impl Communicator {
+    /// The world communicator of `inner` (its shared state is the runtime's).
     pub(crate) fn world(inner: Arc<Inner>) -> Self {
-        let mut w = WORLD_STATE.lock().unwrap_or_else(|p| p.into_inner());
-        let st = match w.as_ref() {
-            Some(st) if st.group.len() == inner.size as usize && st.rank == inner.rank as usize => {
-                st.clone()
-            }
-            _ => {
-                let group: Arc<[u32]> = (0..inner.size).collect();
-                let st = CommState::new(WORLD_CTX, group, inner.rank, CollConfig::from_env());
-                // The world group holds every rank, so `inner.rank` is in it.
-                let st = Arc::new(st.unwrap_or_else(|| unreachable!("rank outside the world")));
-                *w = Some(st.clone());
-                st
-            }
-        };
+        let st = inner.world_state();
         Communicator { inner, st }
     }
 
@@ -195,18 +95,6 @@ impl Communicator {
     /// Number of ranks in this communicator (MPI_Comm_size).
     pub fn size(&self) -> usize {
         self.st.group.len()
-    }
-
-    /// The ranks of this communicator (MPI_Comm_group, MPI 4.1 §7.3.2).
-    pub fn group(&self) -> Group {
-        Group::from_world_ranks(self.st.group.clone(), self.inner.rank)
-    }
-
-    /// Context id of this communicator's point-to-point traffic (unique among the live
-    /// communicators any of its ranks belongs to; reused after a communicator is freed,
-    /// see [`crate::group`]).
-    pub fn context_id(&self) -> ContextId {
-        ContextId::new(self.st.ctx)
     }
 
     /// World rank of communicator rank `rank`, or `None` if out of range.
@@ -468,8 +356,8 @@ impl Communicator {
 
     #[cold]
     fn warn_self_send_cold(&self, bytes: usize, dest: usize, tag: i32, sync: bool) {
-        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if WARNED.load(std::sync::atomic::Ordering::Relaxed) {
+        let warned = &self.inner.warned_self_send;
+        if warned.load(Ordering::Relaxed) {
             return;
         }
         let me = self.inner.rank;
@@ -483,7 +371,7 @@ impl Communicator {
         if posted || (!sync && bytes <= limit) {
             return;
         }
-        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        if !warned.swap(true, Ordering::Relaxed) {
             let what = if sync {
                 "a synchronous send (ssend)".to_string()
             } else {
@@ -630,46 +518,6 @@ fn wait_id(inner: &Inner, id: ReqId) -> Result<Status> {
         e.proto.help(id);
         e.proto.take_done(id)
     })
-}
-
-/// `r` with ranks translated from world to `st`'s communicator ranks.
-pub(crate) fn localize(st: &CommState, r: Result<Status>) -> Result<Status> {
-    match r {
-        Ok(s) => Ok(Status {
-            source: st.local(s.source as u32) as usize,
-            ..s
-        }),
-        Err(e) => Err(local_err(st, e)),
-    }
-}
-
-fn local_err(st: &CommState, e: Error) -> Error {
-    let e = match e {
-        Error::Matching(MatchError::Truncated {
-            source_rank,
-            tag,
-            message_bytes,
-            buffer_bytes,
-        }) => Error::Matching(MatchError::Truncated {
-            source_rank: st.local(source_rank),
-            tag,
-            message_bytes,
-            buffer_bytes,
-        }),
-        Error::Matching(MatchError::ElementSize {
-            source_rank,
-            tag,
-            message_bytes,
-            elem_bytes,
-        }) => Error::Matching(MatchError::ElementSize {
-            source_rank: st.local(source_rank),
-            tag,
-            message_bytes,
-            elem_bytes,
-        }),
-        e => e,
-    };
-    e.noted()
 }
 
 #[inline]

@@ -45,12 +45,21 @@
 //! when it is held (by another thread, or by this one) the queued release is performed
 //! by the next drop that finds the lock free or by the next creation, before the mask
 //! is read.
+//!
+//! # Ownership
+//! The allocator ([`ContextIds`]) is per runtime, not per process: the engine of each
+//! `crate::runtime::Inner` holds one (`Engine::ctx_ids`), behind the engine's lock, and
+//! `crate::runtime::reap_contexts` / `crate::runtime::Releaser` are the runtime's side
+//! of a release. This file is plain data (no engine, no communicator) so that every
+//! layer may name its constants ([`COLL_CTX_BIT`]).
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
-use crate::comm::Communicator;
-use crate::engine::Engine;
-use crate::runtime::Inner;
+/// Context id of the world communicator's point-to-point traffic.
+pub(crate) const WORLD_CTX: u32 = 0;
+/// Bit set in a context id for a communicator's internal collective traffic, so that
+/// user point-to-point messages never match it.
+pub(crate) const COLL_CTX_BIT: u32 = 1 << 31;
 
 /// Most communicators alive at once in one process, the world included (as MPICH's
 /// default of 2048). The agreement allreduces `MAX_CONTEXTS / 8` bytes.
@@ -63,6 +72,13 @@ pub(crate) const MASK_WORDS: usize = MAX_CONTEXTS / 64;
 pub(crate) struct Freed {
     ctx: u32,
     group: Arc<[u32]>,
+}
+
+impl Freed {
+    /// The release of `ctx`, a communicator of `group` (world ranks).
+    pub(crate) fn new(ctx: u32, group: Arc<[u32]>) -> Freed {
+        Freed { ctx, group }
+    }
 }
 
 /// Releases queued by drops, shared by the allocator and every communicator's state.
@@ -159,64 +175,6 @@ impl ContextIds {
             } else {
                 self.held.push(f);
             }
-        }
-    }
-}
-
-impl Engine {
-    /// Release the communicators dropped so far (see the module doc).
-    pub(crate) fn reap_contexts(&mut self) {
-        let proto = &mut self.proto;
-        self.ctx_ids
-            .reap(|ctx, group| proto.release_ctx(ctx, group));
-    }
-}
-
-impl Communicator {
-    /// For leak tests: (context ids taken in this process, the world's included;
-    /// (peer, context) pairs with sequence state, sending and receiving), after
-    /// releasing what was dropped. Not a stable API.
-    #[doc(hidden)]
-    pub fn context_stats(&self) -> (usize, usize) {
-        let mut e = self.inner.lock();
-        e.reap_contexts();
-        (e.ctx_ids.taken(), e.proto.seq_pairs())
-    }
-}
-
-/// What a communicator's state needs to release its id when dropped.
-pub(crate) struct Releaser {
-    inner: Weak<Inner>,
-    queue: FreedQueue,
-}
-
-impl Releaser {
-    /// For a communicator of `inner`'s engine, whose allocator gave `queue`.
-    pub(crate) fn new(inner: &Arc<Inner>, queue: FreedQueue) -> Releaser {
-        Releaser {
-            inner: Arc::downgrade(inner),
-            queue,
-        }
-    }
-
-    /// The last handle of the communicator with context `ctx` and world ranks `group`
-    /// dropped: queue its release and perform it now if the engine is not busy.
-    pub(crate) fn free(&self, ctx: u32, group: Arc<[u32]>) {
-        self.queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Freed { ctx, group });
-        let Some(inner) = self.inner.upgrade() else {
-            return;
-        };
-        let engine = match inner.engine.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            // Held (perhaps by this very thread): the next creation releases it.
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        };
-        if let Some(mut e) = engine {
-            e.reap_contexts();
         }
     }
 }

@@ -177,8 +177,6 @@ pub(crate) struct Engine {
     pub(crate) ipc: crate::gpu_path::IpcPuller,
     /// Scratch list of completed device pulls.
     pull_results: Vec<(crate::protocol::ReqId, std::result::Result<(), String>)>,
-    /// Bound of the progress watchdog (`None`: off; see [`crate::watchdog`]).
-    pub(crate) watchdog: Option<Duration>,
     /// Context ids of this process's communicators (see [`crate::context_id`]).
     pub(crate) ctx_ids: crate::context_id::ContextIds,
 }
@@ -228,7 +226,6 @@ impl Engine {
             backoff,
             ipc: crate::gpu_path::IpcPuller::new(),
             pull_results: Vec::new(),
-            watchdog: None,
             ctx_ids: crate::context_id::ContextIds::new(),
         };
         e.eager = (0..size)

@@ -26,9 +26,10 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use crate::coll::ops::Op;
-use crate::coll::select::CollConfig;
-use crate::comm::{COLL_CTX_BIT, CommState, Communicator};
-use crate::context_id::{ContextIds, MASK_WORDS, MAX_CONTEXTS, Releaser};
+use crate::comm::Communicator;
+use crate::comm_state::CommState;
+use crate::context_id::{COLL_CTX_BIT, ContextIds, MASK_WORDS, MAX_CONTEXTS};
+use crate::runtime::{Releaser, reap_contexts};
 use crate::error::{Error, Result};
 
 /// A communicator's context id (MPI 4.1 §7.1.2). Collectives of the communicator use
@@ -231,6 +232,28 @@ struct SplitEntry {
 }
 
 impl Communicator {
+    /// The ranks of this communicator (MPI_Comm_group, MPI 4.1 §7.3.2).
+    pub fn group(&self) -> Group {
+        Group::from_world_ranks(self.st.group.clone(), self.inner.rank)
+    }
+
+    /// Context id of this communicator's point-to-point traffic (unique among the live
+    /// communicators any of its ranks belongs to; reused after a communicator is freed,
+    /// see [`crate::group`]).
+    pub fn context_id(&self) -> ContextId {
+        ContextId::new(self.st.ctx)
+    }
+
+    /// For leak tests: (context ids taken in this process, the world's included;
+    /// (peer, context) pairs with sequence state, sending and receiving), after
+    /// releasing what was dropped. Not a stable API.
+    #[doc(hidden)]
+    pub fn context_stats(&self) -> (usize, usize) {
+        let mut e = self.inner.lock();
+        reap_contexts(&mut e);
+        (e.ctx_ids.taken(), e.proto.seq_pairs())
+    }
+
     /// A new communicator with the same group and a new context (MPI_Comm_dup,
     /// MPI 4.1 §7.4.2). Collective over this communicator.
     ///
@@ -325,7 +348,7 @@ impl Communicator {
     fn agree_ctx(&self) -> Result<u32> {
         let mine = {
             let mut e = self.inner.lock();
-            e.reap_contexts();
+            reap_contexts(&mut e);
             e.ctx_ids.mask()
         };
         let mut all = [0u64; MASK_WORDS];
@@ -341,13 +364,14 @@ impl Communicator {
     /// The communicator of `group` (world ranks) with the agreed id `ctx`, claiming
     /// `ctx`; `None` (and nothing claimed) if this rank is not in `group`.
     fn derive(&self, ctx: u32, group: Arc<[u32]>) -> Option<Communicator> {
-        let mut st = CommState::new(ctx, group, self.inner.rank, CollConfig::from_env())?;
+        let mut st = CommState::new(ctx, group, self.inner.rank, self.inner.coll_config())?;
         let queue = {
             let mut e = self.inner.lock();
             e.ctx_ids.claim(ctx);
             e.ctx_ids.queue()
         };
-        st.set_releaser(Releaser::new(&self.inner, queue));
+        let releaser = Releaser::new(&self.inner, queue);
+        st.set_releaser(Box::new(move |ctx, group| releaser.free(ctx, group)));
         Some(Communicator {
             inner: self.inner.clone(),
             st: Arc::new(st),

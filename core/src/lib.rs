@@ -57,6 +57,7 @@ mod abort;
 pub mod bootstrap;
 pub mod coll;
 mod comm;
+mod comm_state;
 mod context_id;
 mod device;
 mod engine;

@@ -504,7 +504,7 @@ impl Protocol {
     /// [`crate::group`]); otherwise the sequence numbers to and from every member are
     /// forgotten and `true` is returned. Costs O(members) when matching is idle.
     pub fn release_ctx(&mut self, ctx: u32, members: &[u32]) -> bool {
-        let coll = ctx | crate::comm::COLL_CTX_BIT;
+        let coll = ctx | crate::context_id::COLL_CTX_BIT;
         if self.matcher.holds(ctx) || self.matcher.holds(coll) {
             return false;
         }

@@ -27,7 +27,7 @@ pub struct Request<'a> {
     ready: Option<Status>,
     /// The communicator whose ranks statuses and errors are reported in (`None`: world
     /// ranks, also for communicators whose ranks are the world's).
-    comm: Option<Arc<crate::comm::CommState>>,
+    comm: Option<Arc<crate::comm_state::CommState>>,
     _buf: PhantomData<&'a mut [u8]>,
 }
 
@@ -70,7 +70,7 @@ impl<'a> Request<'a> {
     }
 
     /// Report statuses and errors in the ranks of the communicator `st`.
-    pub(crate) fn for_comm(mut self, st: &Arc<crate::comm::CommState>) -> Self {
+    pub(crate) fn for_comm(mut self, st: &Arc<crate::comm_state::CommState>) -> Self {
         if !st.is_identity() {
             self.comm = Some(st.clone());
         }
@@ -88,7 +88,7 @@ impl<'a> Request<'a> {
 
     fn localize(&self, r: Result<Status>) -> Result<Status> {
         match &self.comm {
-            Some(st) => crate::comm::localize(st, r),
+            Some(st) => crate::comm_state::localize(st, r),
             None => r,
         }
     }

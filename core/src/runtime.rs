@@ -25,17 +25,34 @@
 //! engine locked; a schedule already locked is being advanced by its owner on this call
 //! stack (the engine lock serialises owners), so the list skips it (`try_lock`).
 //!
+//! # State it owns
+//! Besides progress, the runtime holds what would otherwise be process-global: the
+//! world communicator's shared state ([`Inner::world_state`], so every
+//! `Universe::world()` handle counts collective calls together), the collective
+//! settings read once ([`Inner::coll_config`]), the watchdog's bound
+//! ([`Inner::set_watchdog`]), one-time warnings, and, through its engine, context-id
+//! allocation (`Engine::ctx_ids`, released by [`Releaser`] and [`reap_contexts`]).
+//! What stays process-wide, and why, is listed where it is declared: the init-once
+//! flag (`crate::universe`), the panic message and last error (`crate::abort`: a
+//! panic hook can only reach statics, and errors are recorded where they are built,
+//! with no runtime at hand), the cross-memory-attach probe word (`crate::engine`: a
+//! peer reads it at a fixed address of this process) and the GPU temporary pool
+//! (`crate::coll::device`, moving to `rankwire_gpu`).
+//!
 //! # Waiting
 //! [`Inner::wait_for`] spins on progress rounds a bounded number of times, then yields,
 //! then blocks in the transports (the policy of [`crate::engine`]), and runs the
 //! watchdog ([`crate::watchdog`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::Wireup;
 use crate::coll::sched::Exec;
+use crate::coll::select::CollConfig;
+use crate::comm_state::CommState;
+use crate::context_id::{Freed, FreedQueue, WORLD_CTX};
 use crate::engine::{Backoff, Engine};
 use crate::error::{Error, Result};
 use crate::explain::Paths;
@@ -54,6 +71,15 @@ pub(crate) struct Inner {
     pub(crate) paths: Paths,
     /// Nonblocking collectives still running, advanced by every progress round.
     pub(crate) schedules: Schedules,
+    /// The world communicator's shared state, made by the first `Universe::world()`.
+    world: OnceLock<Arc<CommState>>,
+    /// Collective settings from the environment, read once (communicator creation is
+    /// no place for environment reads; the values were checked at init).
+    coll_cfg: OnceLock<CollConfig>,
+    /// Bound of the progress watchdog (unset: off; see [`crate::watchdog`]).
+    watchdog: OnceLock<Duration>,
+    /// Whether the blocking-send-to-self warning was logged (once per runtime).
+    pub(crate) warned_self_send: AtomicBool,
 }
 
 impl Inner {
@@ -74,7 +100,34 @@ impl Inner {
             finalized: AtomicBool::new(false),
             paths,
             schedules: Schedules::default(),
+            world: OnceLock::new(),
+            coll_cfg: OnceLock::new(),
+            watchdog: OnceLock::new(),
+            warned_self_send: AtomicBool::new(false),
         }
+    }
+
+    /// The world communicator's shared state (context [`WORLD_CTX`], every rank),
+    /// made on first use and shared by every world handle of this runtime.
+    pub(crate) fn world_state(&self) -> Arc<CommState> {
+        self.world
+            .get_or_init(|| {
+                let group: Arc<[u32]> = (0..self.size).collect();
+                let st = CommState::new(WORLD_CTX, group, self.rank, self.coll_config());
+                // The world group holds every rank, so `self.rank` is in it.
+                Arc::new(st.unwrap_or_else(|| unreachable!("rank outside the world")))
+            })
+            .clone()
+    }
+
+    /// The collective settings of this runtime (`RANKWIRE_COLL_*`, read once).
+    pub(crate) fn coll_config(&self) -> CollConfig {
+        self.coll_cfg.get_or_init(CollConfig::from_env).clone()
+    }
+
+    /// Turn the progress watchdog on with bound `limit` (once, at init).
+    pub(crate) fn set_watchdog(&self, limit: Duration) {
+        let _ = self.watchdog.set(limit);
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
@@ -171,7 +224,7 @@ impl Inner {
                 continue;
             }
             // Yielding or sleeping: the watchdog's clock is read here only.
-            if let Some(limit) = e.watchdog {
+            if let Some(&limit) = self.watchdog.get() {
                 let pending = e.proto.pending();
                 let w = watch.get_or_insert_with(|| Watch::new(limit, pending));
                 if w.expired(pending) {
@@ -220,6 +273,51 @@ impl Inner {
             );
         }
         std::process::exit(crate::watchdog::EXIT_CODE)
+    }
+}
+
+/// Release the communicators dropped so far in `e`'s runtime: each context id whose
+/// matching state the protocol lets go becomes free (see [`crate::context_id`]).
+pub(crate) fn reap_contexts(e: &mut Engine) {
+    let proto = &mut e.proto;
+    e.ctx_ids.reap(|ctx, group| proto.release_ctx(ctx, group));
+}
+
+/// What a communicator's state needs to release its context id when dropped: the
+/// runtime (weakly: a communicator outliving its universe releases nothing) and the
+/// allocator's queue.
+pub(crate) struct Releaser {
+    inner: Weak<Inner>,
+    queue: FreedQueue,
+}
+
+impl Releaser {
+    /// For a communicator of `inner`, whose allocator gave `queue`.
+    pub(crate) fn new(inner: &Arc<Inner>, queue: FreedQueue) -> Releaser {
+        Releaser {
+            inner: Arc::downgrade(inner),
+            queue,
+        }
+    }
+
+    /// Queue the release of `ctx` (members `group`, world ranks) and perform it now if
+    /// the engine's lock is free; otherwise the next drop or creation performs it.
+    pub(crate) fn free(&self, ctx: u32, group: Arc<[u32]>) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Freed::new(ctx, group));
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        let engine = match inner.engine.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(mut e) = engine {
+            reap_contexts(&mut e);
+        }
     }
 }
 

@@ -21,6 +21,9 @@ use crate::error::{Error, Result};
 use crate::explain::{Paths, PeerPath};
 use crate::runtime::Inner;
 
+// Process-wide on purpose (MPI's init-once rule, MPI 4.1 §11.2.1): it guards the
+// creation of a runtime, so it cannot live inside one. Set by `init`, cleared when
+// init fails so that a later call may try again.
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
 /// The running job as seen by this process: owns transports and the bootstrap
@@ -264,7 +267,9 @@ fn init_inner() -> Result<Universe> {
     crate::settings_check::at_init()?;
     let watchdog = crate::watchdog::from_env()?;
     let u = init_world()?;
-    u.inner.lock().watchdog = watchdog;
+    if let Some(limit) = watchdog {
+        u.inner.set_watchdog(limit);
+    }
     // The path table is built only when someone reads it.
     let explain = env_switch(crate::explain::EXPLAIN_ENV) == Some(true);
     let info = tracing::enabled!(tracing::Level::INFO);

@@ -24,10 +24,77 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::coll::CollKind;
 use crate::coll::ops::{dtype_name, op_name};
 use crate::coll::sched::{Builder, Phase, Slice};
 use crate::error::{Error, Result};
+
+/// Which collective a call is (carried in check descriptors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CollKind {
+    Barrier = 1,
+    Bcast,
+    Reduce,
+    Allreduce,
+    Gather,
+    Gatherv,
+    Scatter,
+    Scatterv,
+    Allgather,
+    Allgatherv,
+    Alltoall,
+    Alltoallv,
+    ReduceScatter,
+    ReduceScatterBlock,
+    Scan,
+    Exscan,
+}
+
+impl CollKind {
+    const ALL: [CollKind; 16] = [
+        CollKind::Barrier,
+        CollKind::Bcast,
+        CollKind::Reduce,
+        CollKind::Allreduce,
+        CollKind::Gather,
+        CollKind::Gatherv,
+        CollKind::Scatter,
+        CollKind::Scatterv,
+        CollKind::Allgather,
+        CollKind::Allgatherv,
+        CollKind::Alltoall,
+        CollKind::Alltoallv,
+        CollKind::ReduceScatter,
+        CollKind::ReduceScatterBlock,
+        CollKind::Scan,
+        CollKind::Exscan,
+    ];
+
+    /// Lower-case name, as in the API.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CollKind::Barrier => "barrier",
+            CollKind::Bcast => "bcast",
+            CollKind::Reduce => "reduce",
+            CollKind::Allreduce => "allreduce",
+            CollKind::Gather => "gather",
+            CollKind::Gatherv => "gatherv",
+            CollKind::Scatter => "scatter",
+            CollKind::Scatterv => "scatterv",
+            CollKind::Allgather => "allgather",
+            CollKind::Allgatherv => "allgatherv",
+            CollKind::Alltoall => "alltoall",
+            CollKind::Alltoallv => "alltoallv",
+            CollKind::ReduceScatter => "reduce_scatter",
+            CollKind::ReduceScatterBlock => "reduce_scatter_block",
+            CollKind::Scan => "scan",
+            CollKind::Exscan => "exscan",
+        }
+    }
+
+    pub(crate) fn from_code(c: u64) -> Option<CollKind> {
+        CollKind::ALL.iter().copied().find(|k| *k as u64 == c)
+    }
+}
 
 /// What one rank passed to a collective, as far as the ranks must agree on it.
 #[derive(Debug, Clone)]

@@ -305,17 +305,16 @@ pub(crate) struct CollConfig {
 }
 
 impl CollConfig {
-    /// From the process environment, read once per process (communicator creation is
-    /// no place for environment reads); the values were checked at init
-    /// ([`crate::settings`]).
+    /// From the process environment; the values were checked at init
+    /// ([`crate::settings`]). The runtime reads it once and keeps it
+    /// (`crate::runtime::Inner::coll_config`): communicator creation is no place for
+    /// environment reads.
     pub(crate) fn from_env() -> CollConfig {
-        static CFG: std::sync::OnceLock<CollConfig> = std::sync::OnceLock::new();
-        CFG.get_or_init(|| CollConfig {
+        CollConfig {
             check: crate::settings::switch_or_unset("RANKWIRE_COLL_CHECK") == Some(true),
             overrides: Overrides::from_lookup(crate::settings::raw),
             model: CostModel::DEFAULT,
-        })
-        .clone()
+        }
     }
 
     /// Allreduce of `bytes` per rank on `p` ranks.

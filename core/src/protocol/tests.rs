@@ -852,7 +852,7 @@ fn a_share_in_flight_when_pulls_fail_is_waited_for() {
 #[test]
 fn released_context_forgets_its_sequence_state_and_is_reused_cleanly() {
     let ctx = 5u32;
-    let coll = ctx | crate::comm::COLL_CTX_BIT;
+    let coll = ctx | crate::context_id::COLL_CTX_BIT;
     let mut net = Net::new(2);
     let lim = net.eager_limit;
     let round = |net: &mut Net, c: u32, v: u8| {

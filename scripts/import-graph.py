@@ -1,0 +1,417 @@
+#!/usr/bin/env python3
+"""Import graph of core/: which file of core/src names which other, and its cycles.
+
+Parses every core/src/**/*.rs (comments, strings and char literals stripped) for
+module paths:
+  - `crate::a::b::Item` anywhere (a `use`, a type, a call), `use crate::{a, b::{c, d}}`
+    groups included;
+  - `super::` (any depth) and `self::` paths;
+  - paths that start with a child module of the current file (`sched::Exec` in
+    coll/mod.rs) or with a module bound by an earlier `use` (`use crate::coll;` then
+    `coll::sched::Exec`);
+  - names re-exported at the crate root (`crate::Error`) are followed to the module
+    that defines them (lib.rs's `pub use`), so they do not all point at lib.rs.
+Each path is mapped to the file of the longest module prefix that exists (an inline
+module such as `coll::args` maps to its file). `mod x;` declarations are not edges. The
+file-level graph gets Tarjan's strongly connected components; every component of
+more than one file is a cycle.
+
+A cycle is allowed only when every one of its edges is in ALLOWED_PAIRS (below) or
+is part of a two-file pair listed there: sibling `impl Communicator` blocks. A
+collective's file adds methods to `Communicator` (`impl Communicator { pub fn
+allreduce.. }`) and names comm.rs for the type; comm.rs does not name them back
+except through those methods, which Rust resolves by type, not by path, so the pair
+can only close a cycle if comm.rs names the file by path. The pairs are listed
+explicitly so that a new one is a reviewed decision.
+
+Usage: scripts/import-graph.py [--dot] [--edges] [--without FROM:TO].. [--root core/src]
+  exit 0: no cycle beyond the allowlist; exit 1: a cycle remains (printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+# Two-file cycles that are allowed, each with why. Paths relative to core/src.
+ALLOWED_PAIRS: dict[frozenset[str], str] = {
+    # (none needed so far: comm.rs does not name any collective file by path; a pair
+    # goes here only when a sibling `impl Communicator` file and comm.rs must name
+    # each other, e.g. comm.rs calling a collective's helper by path.)
+}
+
+KEYWORDS_NOT_MODULES = {"crate", "super", "self", "Self"}
+
+
+def strip_code(src: str) -> str:
+    """Source with comments, string and char literals blanked (newlines kept)."""
+    out = []
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            j = n if j < 0 else j
+            i = j
+            continue
+        if src.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if src.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif src.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            out.append("\n" * src.count("\n", i, j))
+            i = j
+            continue
+        m = re.match(r'b?r(#*)"', src[i : i + 10])
+        if m and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")):
+            end = '"' + m.group(1)
+            j = src.find(end, i + m.end())
+            j = n if j < 0 else j + len(end)
+            out.append('""' + "\n" * src.count("\n", i, j))
+            i = j
+            continue
+        if c == '"':
+            j = i + 1
+            while j < n and src[j] != '"':
+                j += 2 if src[j] == "\\" else 1
+            out.append('""' + "\n" * src.count("\n", i, j))
+            i = j + 1
+            continue
+        if c == "'":
+            # A char literal ('a', '\n', '\u{1F600}'), not a lifetime ('a).
+            m = re.match(r"'(\\.[^']*|[^\\'])'", src[i : i + 12])
+            if m:
+                out.append("' '")
+                i += m.end()
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+class Crate:
+    """The module tree of one crate: module path (tuple) -> file, and back."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.mod_file: dict[tuple[str, ...], str] = {}
+        for dirpath, _, files in os.walk(root):
+            for f in files:
+                if not f.endswith(".rs"):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, f), root)
+                self.mod_file[self.module_of(rel)] = rel
+        self.file_mod = {f: m for m, f in self.mod_file.items()}
+        self.reexports: dict[str, tuple[str, ...]] = {}
+
+    @staticmethod
+    def module_of(rel: str) -> tuple[str, ...]:
+        parts = rel[:-3].split(os.sep)
+        if parts[-1] in ("lib", "mod"):
+            parts = parts[:-1]
+        return tuple(parts)
+
+    def resolve(self, segs: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+        """File of the longest existing module prefix of `segs` (absolute), and the
+        module it names."""
+        if segs and segs[0] in self.reexports and tuple(segs[:1]) not in self.mod_file:
+            segs = self.reexports[segs[0]] + tuple(segs[1:])
+        for k in range(len(segs), -1, -1):
+            f = self.mod_file.get(tuple(segs[:k]))
+            if f is not None:
+                return f, tuple(segs[:k])
+        return None, ()
+
+    def children(self, module: tuple[str, ...]) -> set[str]:
+        k = len(module)
+        return {m[k] for m in self.mod_file if len(m) == k + 1 and m[:k] == module}
+
+
+TOKEN = re.compile(r"::|[A-Za-z_][A-Za-z0-9_]*|\{|\}|,|\*|;|[^\sA-Za-z0-9_]")
+
+
+def tokens(code: str) -> list[str]:
+    return TOKEN.findall(code)
+
+
+def parse_tree(toks: list[str], i: int, prefix: tuple[str, ...], out: list):
+    """Parse a use-tree / path starting at toks[i] (after a `::`); append each full
+    path (tuple of segments, with its bound alias) to `out`. Returns the next index."""
+    segs = list(prefix)
+    while i < len(toks):
+        t = toks[i]
+        if t == "{":
+            i += 1
+            while i < len(toks) and toks[i] != "}":
+                if toks[i] == ",":
+                    i += 1
+                    continue
+                i = parse_tree(toks, i, tuple(segs), out)
+            return i + 1
+        if t == "*":
+            out.append((tuple(segs), None))
+            return i + 1
+        if re.match(r"[A-Za-z_]", t):
+            if t == "self" and len(segs) > len(prefix) - 0 and segs:
+                # `a::{self, b}`: `self` names `a` itself.
+                out.append((tuple(segs), segs[-1]))
+                return i + 1
+            segs.append(t)
+            i += 1
+            if i < len(toks) and toks[i] == "::":
+                i += 1
+                continue
+            alias = t
+            if i + 1 < len(toks) and toks[i] == "as":
+                alias = toks[i + 1]
+                i += 2
+            out.append((tuple(segs), alias))
+            return i
+        # Anything else (`<`, `(`) ends the path.
+        out.append((tuple(segs), None))
+        return i
+    out.append((tuple(segs), None))
+    return i
+
+
+def file_edges(crate: Crate, rel: str) -> dict[str, int]:
+    """Files `rel` names, with the line of the first mention."""
+    with open(os.path.join(crate.root, rel), encoding="utf-8") as fh:
+        code = strip_code(fh.read())
+    here = crate.file_mod[rel]
+    # `foo.rs` beside a `foo/` directory is the module `foo` too: children of `here`.
+    kids = crate.children(here)
+    aliases: dict[str, tuple[str, ...]] = {}
+    edges: dict[str, int] = {}
+    # Line number of each token, for the report.
+    toks, lines = [], []
+    for ln, line in enumerate(code.split("\n"), 1):
+        for t in tokens(line):
+            toks.append(t)
+            lines.append(ln)
+    # Inline modules (`mod tests { .. }`) open at a brace depth: `super` inside one
+    # names the file's own module.
+    inline: list[tuple[str, int]] = []
+    depth = 0
+    i = 0
+    while i < len(toks):
+        t = toks[i]
+        prev = toks[i - 1] if i else ""
+        nxt = toks[i + 1] if i + 1 < len(toks) else ""
+        if t == "{":
+            depth += 1
+            if i >= 2 and toks[i - 2] == "mod":
+                inline.append((toks[i - 1], depth))
+            i += 1
+            continue
+        if t == "}":
+            if inline and inline[-1][1] == depth:
+                inline.pop()
+            depth -= 1
+            i += 1
+            continue
+        if prev == "::" or nxt != "::" or not re.match(r"[A-Za-z_]", t):
+            i += 1
+            continue
+        cur = here + tuple(name for name, _ in inline)
+        in_use = prev == "use" or (prev in ("{", ",") and _inside_use(toks, i))
+        if t == "crate":
+            base: tuple[str, ...] = ()
+            j = i + 2
+        elif t == "super":
+            base = cur
+            j = i
+            while j + 1 < len(toks) and toks[j] == "super" and toks[j + 1] == "::":
+                base = base[:-1]
+                j += 2
+        elif t == "self":
+            base = cur
+            j = i + 2
+        elif t in kids:
+            base = here
+            j = i
+        elif t in aliases:
+            base = aliases[t][:-1]
+            j = i
+        else:
+            i += 1
+            continue
+        paths: list = []
+        j = parse_tree(toks, j, base, paths)
+        for segs, alias in paths:
+            f, mod = crate.resolve(segs)
+            if f is None or f == rel:
+                continue
+            edges.setdefault(f, lines[i])
+            if in_use and alias and alias != "_" and mod == segs:
+                aliases[alias] = segs
+        i = max(j, i + 1)
+    return edges
+
+
+def _inside_use(toks: list[str], i: int) -> bool:
+    """Whether toks[i] sits inside the braces of a `use` statement."""
+    depth = 0
+    for k in range(i - 1, -1, -1):
+        t = toks[k]
+        if t == "}":
+            depth += 1
+        elif t == "{":
+            if depth == 0:
+                # Walk back to the statement start.
+                for m in range(k - 1, -1, -1):
+                    if toks[m] in (";", "{", "}"):
+                        return False
+                    if toks[m] == "use":
+                        return True
+                return False
+            depth -= 1
+        elif t == ";":
+            return False
+    return False
+
+
+def read_reexports(crate: Crate):
+    """Root names re-exported by lib.rs (`pub use a::b::{C, D}`) -> their module."""
+    with open(os.path.join(crate.root, "lib.rs"), encoding="utf-8") as fh:
+        code = strip_code(fh.read())
+    toks = tokens(code)
+    for i, t in enumerate(toks):
+        if t == "use" and i and toks[i - 1] in ("pub", ")"):
+            paths: list = []
+            parse_tree(toks, i + 1, (), paths)
+            for segs, alias in paths:
+                if alias and segs and tuple(segs[:1]) in crate.mod_file:
+                    crate.reexports[alias] = tuple(segs[:-1]) or tuple(segs)
+
+
+def tarjan(nodes: list[str], graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on: set[str] = set()
+    stack: list[str] = []
+    comps: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(10000)
+
+    def visit(v: str):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, {})):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            comps.append(sorted(comp))
+
+    for v in nodes:
+        if v not in index:
+            visit(v)
+    return comps
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default=None, help="crate source root (default core/src)")
+    ap.add_argument("--dot", action="store_true", help="print the graph as Graphviz")
+    ap.add_argument("--edges", action="store_true", help="print every edge with its line")
+    ap.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="FROM:TO",
+        help="what-if: leave out the edge FROM -> TO (files relative to the root; "
+        "TO may be '*' for every edge out of FROM); repeatable",
+    )
+    args = ap.parse_args()
+    root = args.root or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core", "src")
+    crate = Crate(os.path.normpath(root))
+    read_reexports(crate)
+    files = sorted(crate.file_mod)
+    graph = {f: file_edges(crate, f) for f in files}
+    # lib.rs declares every module; its `pub use` lines are the API surface, not a
+    # dependency of the modules, so it is left out of the cycle search.
+    graph.pop("lib.rs", None)
+    for f in graph:
+        graph[f].pop("lib.rs", None)
+    for w in args.without:
+        a, _, b = w.partition(":")
+        if a not in graph:
+            ap.error(f"--without {w}: no file {a}")
+        if b == "*":
+            graph[a].clear()
+        else:
+            graph[a].pop(b, None)
+    nodes = [f for f in files if f != "lib.rs"]
+    comps = [c for c in tarjan(nodes, graph) if len(c) > 1]
+
+    if args.dot:
+        in_cycle = {f for c in comps for f in c}
+        print("digraph core {\n  rankdir=LR; node [shape=box, fontsize=10];")
+        for f in nodes:
+            style = ' color=red' if f in in_cycle else ""
+            print(f'  "{f}" [{style.strip()}];' if style else f'  "{f}";')
+        for f in nodes:
+            for g in sorted(graph[f]):
+                red = f in in_cycle and g in in_cycle and _same_comp(comps, f, g)
+                print(f'  "{f}" -> "{g}"{" [color=red]" if red else ""};')
+        print("}")
+        return 1 if _bad(comps) else 0
+
+    if args.edges:
+        for f in nodes:
+            for g, ln in sorted(graph[f].items()):
+                print(f"{f}:{ln} -> {g}")
+
+    print(f"import-graph: {len(nodes)} files of {crate.root}")
+    if ALLOWED_PAIRS:
+        print("import-graph: allowed pairs (sibling impl Communicator blocks):")
+        for p, why in ALLOWED_PAIRS.items():
+            a, b = sorted(p)
+            print(f"  {a} <-> {b}: {why}")
+    else:
+        print("import-graph: allowlist: empty")
+    bad = _bad(comps)
+    for c in comps:
+        allowed = c not in bad
+        print(
+            f"import-graph: {'allowed ' if allowed else ''}cycle of {len(c)} files: "
+            + " ".join(c)
+        )
+        for f in c:
+            inside = [f"{g}:{graph[f][g]}" for g in sorted(graph[f]) if g in c]
+            print(f"    {f} (line of first use) -> " + ", ".join(inside))
+    if bad:
+        print(f"import-graph: FAIL: {len(bad)} cycle(s) beyond the allowlist")
+        return 1
+    print("import-graph: ok, no cycle beyond the allowlist")
+    return 0
+
+
+def _same_comp(comps, f, g) -> bool:
+    return any(f in c and g in c for c in comps)
+
+
+def _bad(comps: list[list[str]]) -> list[list[str]]:
+    return [c for c in comps if not (len(c) == 2 and frozenset(c) in ALLOWED_PAIRS)]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
