@@ -158,7 +158,7 @@ def parse_tree(toks: list[str], i: int, prefix: tuple[str, ...], out: list):
             out.append((tuple(segs), None))
             return i + 1
         if re.match(r"[A-Za-z_]", t):
-            if t == "self" and len(segs) > len(prefix) - 0 and segs:
+            if t == "self" and segs:
                 # `a::{self, b}`: `self` names `a` itself.
                 out.append((tuple(segs), segs[-1]))
                 return i + 1
@@ -333,6 +333,11 @@ def main() -> int:
     ap.add_argument("--dot", action="store_true", help="print the graph as Graphviz")
     ap.add_argument("--edges", action="store_true", help="print every edge with its line")
     ap.add_argument(
+        "--self-test",
+        action="store_true",
+        help="check the parser on a small made-up crate and exit",
+    )
+    ap.add_argument(
         "--without",
         action="append",
         default=[],
@@ -341,6 +346,8 @@ def main() -> int:
         "TO may be '*' for every edge out of FROM); repeatable",
     )
     args = ap.parse_args()
+    if args.self_test:
+        return self_test()
     root = args.root or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core", "src")
     crate = Crate(os.path.normpath(root))
     read_reexports(crate)
@@ -403,6 +410,49 @@ def main() -> int:
         return 1
     print("import-graph: ok, no cycle beyond the allowlist")
     return 0
+
+
+def self_test() -> int:
+    """The parser and the cycle search on a made-up crate, with exact expectations."""
+    import tempfile
+
+    files = {
+        "lib.rs": "mod a; mod b; mod c; mod d; pub use d::Thing;\n",
+        # A use group with nesting and `self`, a comment and a string that name
+        # modules (must be ignored), an inline test module whose `super` is a.rs.
+        "a.rs": (
+            "use crate::{b::{self, B}, c};\n"
+            "// crate::d::Thing in a comment\n"
+            'const S: &str = "crate::d::Thing";\n'
+            "#[cfg(test)] mod tests { use super::*; }\n"
+        ),
+        # A plain path in an expression closes the cycle a.rs <-> b.rs.
+        "b.rs": "pub struct B; fn f() { crate::a::g(); }\n",
+        # A path through a module bound by `use`: `c` -> d via `use crate::d;`.
+        "c.rs": "use crate::d; fn f() -> d::Thing { todo!() }\n",
+        # A root re-export (`crate::Thing`) resolves to d.rs itself, not to lib.rs.
+        "d.rs": "pub struct Thing; fn f(_: crate::Thing) {}\n",
+    }
+    with tempfile.TemporaryDirectory() as root:
+        for name, text in files.items():
+            with open(os.path.join(root, name), "w", encoding="utf-8") as fh:
+                fh.write(text)
+        crate = Crate(root)
+        read_reexports(crate)
+        got = {f: sorted(file_edges(crate, f)) for f in sorted(crate.file_mod)}
+    want = {
+        "a.rs": ["b.rs", "c.rs"],
+        "b.rs": ["a.rs"],
+        "c.rs": ["d.rs"],
+        "d.rs": [],
+        "lib.rs": ["d.rs"],
+    }
+    ok = got == want
+    graph = {f: dict.fromkeys(v, 1) for f, v in got.items() if f != "lib.rs"}
+    comps = [c for c in tarjan(sorted(graph), graph) if len(c) > 1]
+    ok &= comps == [["a.rs", "b.rs"]]
+    print(f"import-graph self-test: edges {got}; cycles {comps}: {'ok' if ok else 'FAIL'}")
+    return 0 if ok else 1
 
 
 def _same_comp(comps, f, g) -> bool:

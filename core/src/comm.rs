@@ -161,20 +161,8 @@ impl Communicator {
         let pat = self.pattern(source.into(), tag.into())?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         let raw = RawBuf::new(bytes.as_mut_ptr(), bytes.len());
-        // Post and wait under one lock of the engine.
-        let mut e = self.inner.lock();
-        let spins = e.backoff.direct_looks();
-        // The fast path skips progress: only with no nonblocking collective running.
-        if !self.inner.schedules.any()
-            && let Some(r) = e.recv_direct(&pat, raw, spins)
-        {
-            return r
-                .map(|st| self.local_status(st))
-                .map_err(|e| self.local_err(e));
-        }
-        let id = e.proto.irecv(pat, raw);
         self.inner
-            .wait_with(e, |e| e.proto.take_done(id))
+            .recv(pat, raw)
             .map(|st| self.local_status(st))
             .map_err(|e| self.local_err(e))
     }
@@ -202,7 +190,7 @@ impl Communicator {
             Err(e) => {
                 // Withdraw the receive (or, if it already matched, let it finish) so
                 // the runtime no longer holds `recvbuf`.
-                if !self.inner.lock().proto.cancel_recv(r) {
+                if !self.inner.cancel_recv(r) {
                     let _ = wait_id(&self.inner, r);
                 }
                 return Err(e);
@@ -261,16 +249,7 @@ impl Communicator {
     pub fn probe(&self, source: impl Into<Source>, tag: impl Into<Tag>) -> Result<Status> {
         self.inner.check_live()?;
         let pat = self.pattern(source.into(), tag.into())?;
-        self.inner
-            .wait_for(|e| {
-                if let Some(st) = e.proto.iprobe(&pat) {
-                    return Some(Ok(st));
-                }
-                pat.src
-                    .and_then(|s| e.proto.peer_failure(s).cloned())
-                    .map(Err)
-            })
-            .map(|st| self.local_status(st))
+        self.inner.probe(&pat).map(|st| self.local_status(st))
     }
 
     /// Check without blocking for a matching message (MPI_Iprobe).
@@ -280,12 +259,7 @@ impl Communicator {
     pub fn iprobe(&self, source: impl Into<Source>, tag: impl Into<Tag>) -> Result<Option<Status>> {
         self.inner.check_live()?;
         let pat = self.pattern(source.into(), tag.into())?;
-        let mut e = self.inner.lock();
-        if let Some(st) = e.proto.iprobe(&pat) {
-            return Ok(Some(self.local_status(st)));
-        }
-        self.inner.progress(&mut e);
-        Ok(e.proto.iprobe(&pat).map(|st| self.local_status(st)))
+        Ok(self.inner.iprobe(&pat).map(|st| self.local_status(st)))
     }
 
     /// Matched probe (MPI_Mprobe): wait for a matching message and remove it from
@@ -300,14 +274,7 @@ impl Communicator {
     ) -> Result<(Message, Status)> {
         self.inner.check_live()?;
         let pat = self.pattern(source.into(), tag.into())?;
-        let m = self.inner.wait_for(|e| {
-            if let Some(m) = e.proto.improbe(&pat) {
-                return Some(Ok(m));
-            }
-            pat.src
-                .and_then(|s| e.proto.peer_failure(s).cloned())
-                .map(Err)
-        })?;
+        let m = self.inner.mprobe(&pat)?;
         let st = self.local_status(m.status());
         Ok((
             Message {
@@ -361,13 +328,7 @@ impl Communicator {
             return;
         }
         let me = self.inner.rank;
-        let (limit, posted) = {
-            let e = self.inner.lock();
-            (
-                e.eager_limit(me),
-                e.proto.has_posted_recv(self.st.ctx, me, tag),
-            )
-        };
+        let (posted, limit) = self.inner.posted_and_eager(self.st.ctx, me, tag);
         if posted || (!sync && bytes <= limit) {
             return;
         }
@@ -405,7 +366,7 @@ impl Communicator {
     fn post_recv_raw(&self, raw: RawBuf, source: Source, tag: Tag) -> Result<ReqId> {
         self.inner.check_live()?;
         let pat = self.pattern(source, tag)?;
-        Ok(self.inner.lock().proto.irecv(pat, raw))
+        Ok(self.inner.irecv(pat, raw))
     }
 
     /// World rank of communicator rank `r`.
@@ -475,7 +436,7 @@ impl Message {
         };
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         let raw = RawBuf::new(bytes.as_mut_ptr(), bytes.len());
-        let id = self.inner.lock().proto.mrecv(m, raw);
+        let id = self.inner.mrecv(m, raw);
         let st = wait_id(&self.inner, id).map_err(|e| local_err(&self.st, e))?;
         Ok(Status {
             source: self.st.local(st.source as u32) as usize,
@@ -489,11 +450,7 @@ impl Drop for Message {
         // An unreceived matched message is consumed with an empty buffer so that a
         // rendezvous sender is released instead of waiting forever.
         if let Some(m) = self.msg.take() {
-            let id = self
-                .inner
-                .lock()
-                .proto
-                .mrecv(m, RawBuf::new(std::ptr::null_mut(), 0));
+            let id = self.inner.mrecv(m, RawBuf::new(std::ptr::null_mut(), 0));
             let _ = Request::new(self.inner.clone(), id, true, PhantomData).wait();
         }
     }
@@ -512,12 +469,9 @@ impl std::fmt::Debug for Communicator {
 /// Wait for protocol request `id` (the wait loop advances nonblocking collectives
 /// meanwhile, MPI's progress rule; see `crate::runtime`).
 fn wait_id(inner: &Inner, id: ReqId) -> Result<Status> {
-    inner.wait_for(|e| {
-        // A large send waited for offers its receiver a share of the copy (a receive's
-        // id is not a send: nothing happens).
-        e.proto.help(id);
-        e.proto.take_done(id)
-    })
+    // A large send waited for offers its receiver a share of the copy (a receive's id
+    // is not a send: nothing happens).
+    inner.wait_request(id)
 }
 
 #[inline]

@@ -102,15 +102,12 @@ impl<'a> Request<'a> {
         if let Some(r) = self.take_ready() {
             return r;
         }
-        let id = self.id;
-        let is_send = !self.is_recv;
-        let r = self.runtime().wait_for(|e| {
-            if is_send {
-                // Waiting for a large send: offer the receiver a share of the copy.
-                e.proto.help(id);
-            }
-            e.proto.take_done(id)
-        });
+        // Waiting for a large send: offer the receiver a share of the copy.
+        let r = if self.is_recv {
+            self.runtime().wait_request_quietly(self.id)
+        } else {
+            self.runtime().wait_request(self.id)
+        };
         self.done = true;
         self.localize(r)
     }
@@ -125,12 +122,7 @@ impl<'a> Request<'a> {
         if let Some(r) = self.take_ready() {
             return Ok(r);
         }
-        let r = {
-            let inner = self.runtime();
-            let mut e = inner.lock();
-            inner.progress(&mut e);
-            e.proto.take_done(self.id)
-        };
+        let r = self.runtime().test_request(self.id);
         match r {
             Some(r) => {
                 self.done = true;
@@ -145,10 +137,7 @@ impl<'a> Request<'a> {
         if self.ready.is_some() {
             return true;
         }
-        let inner = self.runtime();
-        let mut e = inner.lock();
-        inner.progress(&mut e);
-        e.proto.is_done(self.id)
+        self.runtime().requests_done(std::iter::once(self.id))
     }
 }
 
@@ -160,11 +149,10 @@ impl Drop for Request<'_> {
         let Some(inner) = self.inner.as_ref() else {
             return;
         };
-        if self.is_recv && inner.lock().proto.cancel_recv(self.id) {
+        if self.is_recv && inner.cancel_recv(self.id) {
             return;
         }
-        let id = self.id;
-        let _ = inner.wait_for(|e| e.proto.take_done(id));
+        let _ = inner.wait_request_quietly(self.id);
     }
 }
 
@@ -182,10 +170,11 @@ pub fn wait_all(reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
 pub fn wait_all_results(reqs: Vec<Request<'_>>) -> Vec<Result<Status>> {
     // Every send waited for may help its receiver copy, not only the first one's.
     if let Some(inner) = reqs.iter().find_map(|r| r.inner.as_ref()) {
-        let mut e = inner.lock();
-        for r in reqs.iter().filter(|r| !r.is_recv && r.ready.is_none()) {
-            e.proto.help(r.id);
-        }
+        inner.help_sends(
+            reqs.iter()
+                .filter(|r| !r.is_recv && r.ready.is_none())
+                .map(|r| r.id),
+        );
     }
     reqs.into_iter().map(Request::wait).collect()
 }
@@ -210,10 +199,7 @@ pub fn wait_any<'a>(reqs: &mut [Option<Request<'a>>]) -> Option<(usize, Result<S
         .enumerate()
         .filter_map(|(i, r)| r.as_ref().map(|r| (i, r.id)))
         .collect();
-    let (i, r) = inner.wait_for(|e| {
-        ids.iter()
-            .find_map(|&(i, id)| e.proto.take_done(id).map(|r| (i, r)))
-    });
+    let (i, r) = inner.wait_any_request(&ids);
     let r = match reqs[i].take() {
         Some(mut req) => {
             req.done = true;
@@ -231,13 +217,11 @@ pub fn test_all(reqs: &mut Vec<Request<'_>>) -> Option<Vec<Result<Status>>> {
     let Some(first) = reqs.iter().find(|r| r.ready.is_none()) else {
         return Some(reqs.drain(..).map(Request::wait).collect());
     };
-    let all = {
-        let inner = first.runtime();
-        let mut e = inner.lock();
-        inner.progress(&mut e);
+    let all = first.runtime().requests_done(
         reqs.iter()
-            .all(|r| r.ready.is_some() || e.proto.is_done(r.id))
-    };
+            .filter(|r| r.ready.is_none())
+            .map(|r| r.id),
+    );
     if !all {
         return None;
     }

@@ -58,6 +58,8 @@ use crate::error::{Error, Result};
 use crate::explain::Paths;
 use crate::watchdog::Watch;
 
+mod p2p;
+
 /// The running job as seen by this process (behind [`crate::Universe`]).
 pub(crate) struct Inner {
     pub(crate) rank: u32,

@@ -1,0 +1,155 @@
+//! The runtime's point-to-point entry points: posting, probing, cancelling, waiting
+//! for and testing requests of the protocol.
+//!
+//! The API types (`crate::comm`, `crate::request`) call these instead of reaching into
+//! the engine's protocol, so that every completion call goes through the runtime's
+//! progress ([`Inner::progress`], [`Inner::wait_for`]) and the decision to take the
+//! progress-free fast path of a blocking receive is made in one place, beside the
+//! schedules it depends on. Ranks here are world ranks; translating them to a
+//! communicator's is the caller's (`crate::comm_state`).
+
+use crate::error::Result;
+use crate::matching::Pattern;
+use crate::protocol::{ProbedMessage, RawBuf, ReqId, Status};
+
+use super::Inner;
+
+impl Inner {
+    /// Post a receive of `pat` into `raw`; the caller keeps `raw` valid until the
+    /// request completes.
+    pub(crate) fn irecv(&self, pat: Pattern, raw: RawBuf) -> ReqId {
+        self.lock().proto.irecv(pat, raw)
+    }
+
+    /// Receive the matched message `m` into `raw` (MPI_Mrecv); the caller keeps `raw`
+    /// valid until the request completes.
+    pub(crate) fn mrecv(&self, m: ProbedMessage, raw: RawBuf) -> ReqId {
+        self.lock().proto.mrecv(m, raw)
+    }
+
+    /// Blocking receive of `pat` into `raw`: post and wait under one lock of the
+    /// engine. With no nonblocking collective running, the engine's fast path may
+    /// complete it without a full progress round (`Engine::recv_direct`).
+    ///
+    /// # Errors
+    /// As the request's outcome: truncation, a dead source.
+    pub(crate) fn recv(&self, pat: Pattern, raw: RawBuf) -> Result<Status> {
+        let mut e = self.lock();
+        let spins = e.backoff.direct_looks();
+        // The fast path skips progress: only with no nonblocking collective running.
+        if !self.schedules.any()
+            && let Some(r) = e.recv_direct(&pat, raw, spins)
+        {
+            return r;
+        }
+        let id = e.proto.irecv(pat, raw);
+        self.wait_with(e, |e| e.proto.take_done(id))
+    }
+
+    /// Withdraw receive `id` if it has not matched yet; `false` when it has (it must
+    /// then be completed).
+    pub(crate) fn cancel_recv(&self, id: ReqId) -> bool {
+        self.lock().proto.cancel_recv(id)
+    }
+
+    /// Wait for request `id` and take its outcome. A send waited for offers its
+    /// receiver a share of the copy (for a receive's id that does nothing).
+    ///
+    /// # Errors
+    /// As the request's outcome.
+    pub(crate) fn wait_request(&self, id: ReqId) -> Result<Status> {
+        self.wait_for(|e| {
+            e.proto.help(id);
+            e.proto.take_done(id)
+        })
+    }
+
+    /// Wait for request `id` without offering help (the drop of a pending request).
+    ///
+    /// # Errors
+    /// As the request's outcome.
+    pub(crate) fn wait_request_quietly(&self, id: ReqId) -> Result<Status> {
+        self.wait_for(|e| e.proto.take_done(id))
+    }
+
+    /// One progress round, then the outcome of request `id` if it is done (taken).
+    pub(crate) fn test_request(&self, id: ReqId) -> Option<Result<Status>> {
+        let mut e = self.lock();
+        self.progress(&mut e);
+        e.proto.take_done(id)
+    }
+
+    /// One progress round, then whether every request of `ids` is done (none taken).
+    pub(crate) fn requests_done(&self, mut ids: impl Iterator<Item = ReqId>) -> bool {
+        let mut e = self.lock();
+        self.progress(&mut e);
+        ids.all(|id| e.proto.is_done(id))
+    }
+
+    /// Let every send of `ids` offer its receiver a share of the copy now (before
+    /// waiting for them one by one).
+    pub(crate) fn help_sends(&self, ids: impl Iterator<Item = ReqId>) {
+        let mut e = self.lock();
+        for id in ids {
+            e.proto.help(id);
+        }
+    }
+
+    /// Wait until one of `ids` (tagged with the caller's index) completes; returns its
+    /// index and outcome.
+    pub(crate) fn wait_any_request(&self, ids: &[(usize, ReqId)]) -> (usize, Result<Status>) {
+        self.wait_for(|e| {
+            ids.iter()
+                .find_map(|&(i, id)| e.proto.take_done(id).map(|r| (i, r)))
+        })
+    }
+
+    /// Wait for a message matching `pat` and return its status, leaving it queued
+    /// (MPI_Probe).
+    ///
+    /// # Errors
+    /// The failure of `pat`'s specific source, if it died.
+    pub(crate) fn probe(&self, pat: &Pattern) -> Result<Status> {
+        self.wait_for(|e| {
+            if let Some(st) = e.proto.iprobe(pat) {
+                return Some(Ok(st));
+            }
+            pat.src
+                .and_then(|s| e.proto.peer_failure(s).cloned())
+                .map(Err)
+        })
+    }
+
+    /// The status of a queued message matching `pat`, after one progress round if none
+    /// was queued yet (MPI_Iprobe).
+    pub(crate) fn iprobe(&self, pat: &Pattern) -> Option<Status> {
+        let mut e = self.lock();
+        if let Some(st) = e.proto.iprobe(pat) {
+            return Some(st);
+        }
+        self.progress(&mut e);
+        e.proto.iprobe(pat)
+    }
+
+    /// Wait for a message matching `pat` and take it out of matching (MPI_Mprobe).
+    ///
+    /// # Errors
+    /// The failure of `pat`'s specific source, if it died.
+    pub(crate) fn mprobe(&self, pat: &Pattern) -> Result<ProbedMessage> {
+        self.wait_for(|e| {
+            if let Some(m) = e.proto.improbe(pat) {
+                return Some(Ok(m));
+            }
+            pat.src
+                .and_then(|s| e.proto.peer_failure(s).cloned())
+                .map(Err)
+        })
+    }
+
+    /// Whether a receive from world rank `src` with `tag` on context `ctx` is posted,
+    /// and the eager limit in bytes towards `src` (for the blocking self-send warning).
+    pub(crate) fn posted_and_eager(&self, ctx: u32, src: u32, tag: i32) -> (bool, usize) {
+        let e = self.lock();
+        (e.proto.has_posted_recv(ctx, src, tag), e.eager_limit(src))
+    }
+}
