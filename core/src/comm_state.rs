@@ -35,7 +35,7 @@ pub(crate) struct CommState {
     /// to call collectives on a communicator in the same order). Part of every
     /// collective's tag.
     seq: AtomicU64,
-    /// Algorithm selection and checking, read from the environment at creation.
+    /// Algorithm selection and checking (the runtime's settings, read once per runtime).
     pub(crate) cfg: CollConfig,
     /// Releases the context id when the last handle drops (`None`: the world).
     releaser: Option<Release>,

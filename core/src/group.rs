@@ -29,8 +29,8 @@ use crate::coll::ops::Op;
 use crate::comm::Communicator;
 use crate::comm_state::CommState;
 use crate::context_id::{COLL_CTX_BIT, ContextIds, MASK_WORDS, MAX_CONTEXTS};
-use crate::runtime::{Releaser, reap_contexts};
 use crate::error::{Error, Result};
+use crate::runtime::{Releaser, reap_contexts};
 
 /// A communicator's context id (MPI 4.1 §7.1.2). Collectives of the communicator use
 /// [`ContextId::collective`].

@@ -217,11 +217,9 @@ pub fn test_all(reqs: &mut Vec<Request<'_>>) -> Option<Vec<Result<Status>>> {
     let Some(first) = reqs.iter().find(|r| r.ready.is_none()) else {
         return Some(reqs.drain(..).map(Request::wait).collect());
     };
-    let all = first.runtime().requests_done(
-        reqs.iter()
-            .filter(|r| r.ready.is_none())
-            .map(|r| r.id),
-    );
+    let all = first
+        .runtime()
+        .requests_done(reqs.iter().filter(|r| r.ready.is_none()).map(|r| r.id));
     if !all {
         return None;
     }

@@ -85,4 +85,3 @@ impl rankwire_transports::Exchange for Wireup {
         Wireup::fence(self)
     }
 }
-
