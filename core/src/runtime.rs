@@ -15,9 +15,11 @@
 //! collective `wait`/`test`/`is_complete`, probes, and the blocking calls, which all
 //! wait in [`Inner::wait_for`]. So a process waiting on any request keeps its
 //! nonblocking collectives moving (MPI 4.1 §2.9 and §6.12), whatever it waits on. The
-//! engine itself knows nothing of collectives; where it offers a fast path that skips
-//! progress (`Engine::recv_direct`), the caller takes it only when
-//! [`Schedules::any`] says no collective is running.
+//! engine itself knows nothing of collectives; its fast path that skips progress
+//! (`Engine::recv_direct`) is taken only through [`Inner::recv_direct`], which checks
+//! first that no collective is running ([`Schedules::any`]). The API types post, probe,
+//! cancel, wait and test point-to-point requests through the runtime
+//! (`runtime/p2p.rs`), not through the engine's protocol.
 //!
 //! # Locks
 //! Order: engine, then a schedule (`Mutex<Exec>`), then the schedule list (held only to

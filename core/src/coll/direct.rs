@@ -202,14 +202,9 @@ impl Communicator {
                 src: Some(w),
                 tag: Some(tag),
             };
-            let spins = e.backoff.direct_looks();
-            // The fast path skips progress: only with no nonblocking collective running.
-            let direct = if inner.schedules.any() {
-                None
-            } else {
-                e.recv_direct(&pat, raw, spins)
-            };
-            match direct {
+            // The fast path skips progress: the runtime takes it only with no
+            // nonblocking collective running.
+            match inner.recv_direct(&mut e, &pat, raw) {
                 Some(r) => got = Some(r),
                 None => recv_id = Some(e.proto.irecv(pat, raw)),
             }

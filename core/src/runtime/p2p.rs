@@ -8,6 +8,7 @@
 //! schedules it depends on. Ranks here are world ranks; translating them to a
 //! communicator's is the caller's (`crate::comm_state`).
 
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::matching::Pattern;
 use crate::protocol::{ProbedMessage, RawBuf, ReqId, Status};
@@ -35,15 +36,28 @@ impl Inner {
     /// As the request's outcome: truncation, a dead source.
     pub(crate) fn recv(&self, pat: Pattern, raw: RawBuf) -> Result<Status> {
         let mut e = self.lock();
-        let spins = e.backoff.direct_looks();
-        // The fast path skips progress: only with no nonblocking collective running.
-        if !self.schedules.any()
-            && let Some(r) = e.recv_direct(&pat, raw, spins)
-        {
+        if let Some(r) = self.recv_direct(&mut e, &pat, raw) {
             return r;
         }
         let id = e.proto.irecv(pat, raw);
         self.wait_with(e, |e| e.proto.take_done(id))
+    }
+
+    /// The fast path of a blocking receive, with `e` (this runtime's engine) locked:
+    /// the outcome if the message is already there or arrives within a few looks.
+    /// It skips progress, so it is taken only with no nonblocking collective running
+    /// (else `None`, and the caller posts and waits).
+    pub(crate) fn recv_direct(
+        &self,
+        e: &mut Engine,
+        pat: &Pattern,
+        raw: RawBuf,
+    ) -> Option<Result<Status>> {
+        if self.schedules.any() {
+            return None;
+        }
+        let spins = e.backoff.direct_looks();
+        e.recv_direct(pat, raw, spins)
     }
 
     /// Withdraw receive `id` if it has not matched yet; `false` when it has (it must
