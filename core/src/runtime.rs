@@ -129,9 +129,15 @@ impl Inner {
         self.coll_cfg.get_or_init(CollConfig::from_env).clone()
     }
 
-    /// Turn the progress watchdog on with bound `limit` (once, at init).
+    /// Turn the progress watchdog on with bound `limit` (once, at init; a later call
+    /// changes nothing).
     pub(crate) fn set_watchdog(&self, limit: Duration) {
         let _ = self.watchdog.set(limit);
+    }
+
+    /// The watchdog's bound, `None` when it is off.
+    pub(crate) fn watchdog_bound(&self) -> Option<Duration> {
+        self.watchdog.get().copied()
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
@@ -228,7 +234,7 @@ impl Inner {
                 continue;
             }
             // Yielding or sleeping: the watchdog's clock is read here only.
-            if let Some(&limit) = self.watchdog.get() {
+            if let Some(limit) = self.watchdog_bound() {
                 let pending = e.proto.pending();
                 let w = watch.get_or_insert_with(|| Watch::new(limit, pending));
                 if w.expired(pending) {

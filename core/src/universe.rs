@@ -877,6 +877,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn world_state_is_per_runtime_and_shared_by_its_handles() {
+        let (a, b) = (singleton(), singleton());
+        let (w1, w2) = (a.world(), a.world());
+        assert!(Arc::ptr_eq(&w1.st, &w2.st), "one world state per runtime");
+        assert_eq!(w1.st.next_seq(), 0);
+        assert_eq!(
+            w2.st.next_seq(),
+            1,
+            "world handles count collective calls together"
+        );
+        let other = b.world();
+        assert!(
+            !Arc::ptr_eq(&w1.st, &other.st),
+            "a second runtime has its own"
+        );
+        assert_eq!(other.st.next_seq(), 0);
+    }
+
+    #[test]
+    fn context_ids_are_released_through_the_runtime() {
+        let u = singleton();
+        let w = u.world();
+        assert_eq!(w.context_stats().0, 1, "the world's id only");
+        let d = w.dup().unwrap();
+        let dd = d.dup().unwrap();
+        assert_eq!(w.context_stats().0, 3);
+        assert_ne!(d.context_id(), dd.context_id());
+        drop(dd);
+        assert_eq!(
+            w.context_stats().0,
+            2,
+            "a dropped communicator frees its id"
+        );
+        let again = d.dup().unwrap();
+        assert_eq!(again.context_id().get(), 2, "the lowest free id is reused");
+        drop((again, d));
+        assert_eq!(w.context_stats().0, 1);
+    }
+
+    #[test]
+    fn watchdog_bound_is_set_once() {
+        let u = singleton();
+        assert_eq!(u.inner.watchdog_bound(), None);
+        u.inner.set_watchdog(Duration::from_secs(3));
+        u.inner.set_watchdog(Duration::from_secs(9));
+        assert_eq!(u.inner.watchdog_bound(), Some(Duration::from_secs(3)));
+    }
+
+    #[test]
     fn gpu_selection_round_robin_or_forced() {
         assert_eq!(select_gpu(0, 1, None).unwrap(), 0);
         assert_eq!(select_gpu(5, 2, None).unwrap(), 1);
