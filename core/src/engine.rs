@@ -34,13 +34,12 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use rankwire_transports::rdma::{Held, Registry};
 use rankwire_transports::{
     Event, RdmaTransport, SelfTransport, SendOutcome, ShmTransport, TcpTransport, Transport,
 };
 
 use crate::error::Error;
-use crate::protocol::{NetOffer, OutFrame, Protocol, PullReq, RawBuf, ReqId};
+use crate::protocol::{OutFrame, Protocol, PullReq, RawBuf, ReqId};
 use crate::wire::RemoteMem;
 
 /// Pause after learning that a peer died, before failing requests with it (once per
@@ -175,6 +174,8 @@ pub(crate) struct Engine {
     events: Vec<Event>,
     pub(crate) backoff: Backoff,
     pub(crate) ipc: crate::gpu_path::IpcPuller,
+    /// Executes the protocol's memory actions (device staging, buffer offers).
+    pub(crate) mem: crate::device_path::MemActions,
     /// Scratch list of completed device pulls.
     pull_results: Vec<(crate::protocol::ReqId, std::result::Result<(), String>)>,
     /// Bound of the progress watchdog (`None`: off; see [`crate::watchdog`]).
@@ -227,6 +228,7 @@ impl Engine {
             events: Vec::new(),
             backoff,
             ipc: crate::gpu_path::IpcPuller::new(),
+            mem: Default::default(),
             pull_results: Vec::new(),
             watchdog: None,
             ctx_ids: crate::context_id::ContextIds::new(),
@@ -459,7 +461,9 @@ impl Engine {
     /// Move the protocol's output to transports: frames, rendezvous data while
     /// transports take it, and single-copy pulls. Returns whether anything moved.
     fn push_output(&mut self) -> bool {
-        let mut any = false;
+        // Memory actions first: their answers queue frames (staged eager messages,
+        // offered Rts) and complete receives into device buffers.
+        let mut any = self.mem.run(&mut self.proto);
         while let Some(f) = self.proto.pop_frame() {
             if let Some(q) = self.backlog.get_mut(f.peer as usize) {
                 q.push_back(f);
@@ -497,7 +501,19 @@ impl Engine {
                 }?;
                 Some(caps.max_frame_payload_bytes)
             }) else {
-                break;
+                // Device chunks became staging actions: run them, and send their frames.
+                if !self.mem.run(&mut self.proto) {
+                    break;
+                }
+                any = true;
+                while let Some(f) = self.proto.pop_frame() {
+                    let peer = f.peer;
+                    if let Some(q) = self.backlog.get_mut(peer as usize) {
+                        q.push_back(f);
+                    }
+                    self.flush_backlog(peer);
+                }
+                continue;
             };
             any = true;
             let peer = f.peer;
@@ -815,50 +831,6 @@ pub(crate) fn cma_probe(pid: u32, addr: u64) -> Result<bool, String> {
         ));
     }
     Ok(true)
-}
-
-/// Registers host send buffers for RDMA pull-mode rendezvous through the RDMA
-/// transport's registration cache, holding each registration until its send finishes.
-pub(crate) struct RdmaOffer {
-    registry: Registry,
-    held: rustc_hash::FxHashMap<ReqId, Held>,
-}
-
-impl RdmaOffer {
-    pub(crate) fn new(registry: Registry) -> Self {
-        RdmaOffer {
-            registry,
-            held: Default::default(),
-        }
-    }
-}
-
-impl NetOffer for RdmaOffer {
-    fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
-        let addr = buf.as_mut_ptr() as u64;
-        match self.registry.acquire_host(addr, buf.len() as u64) {
-            Ok(h) => {
-                let rkey = h.rkey;
-                self.held.insert(sreq, h);
-                Some(RemoteMem::Rdma {
-                    addr,
-                    len: buf.len() as u64,
-                    rkey,
-                })
-            }
-            Err(e) => {
-                tracing::debug!(
-                    "rdma: cannot register a send buffer ({e}); sending it as Data frames"
-                );
-                None
-            }
-        }
-    }
-    fn release(&mut self, sreq: ReqId) {
-        if let Some(h) = self.held.remove(&sreq) {
-            self.registry.release(h);
-        }
-    }
 }
 
 #[cfg(test)]

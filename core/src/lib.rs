@@ -59,6 +59,7 @@ pub mod coll;
 mod comm;
 mod context_id;
 mod device;
+mod device_path;
 mod engine;
 pub mod error;
 pub mod explain;
