@@ -6,7 +6,8 @@
 //! from the runtime's progress round (`crate::runtime`, which also advances the
 //! nonblocking collectives; the engine knows nothing of them): it takes the frames shared memory lends in place and feeds them to the [`Protocol`]
 //! (the payload is copied once, into the receive buffer), moves frames the protocol
-//! produced into per-peer backlogs and on to transports, pulls rendezvous data chunks
+//! produced into per-peer backlogs and on to transports, executes the protocol's memory
+//! actions (device staging, buffer offers: `crate::device_path`), pulls rendezvous data chunks
 //! while transports have room, does the single-copy pulls and share writes the protocol
 //! asks for, names the receive buffer as the place of TCP rendezvous data, and polls
 //! transports for the rest of their frames and failures.
@@ -703,6 +704,8 @@ impl Engine {
 
     /// Mark the end of communication: later connection closes are not failures.
     pub(crate) fn quiesce(&mut self) {
+        // Releases of offers still queued give their staging buffers back first.
+        self.mem.run(&mut self.proto);
         self.ipc.close_all();
         // After the final fence no peer maps our collective temporaries any more.
         crate::coll::device::release_tmp_cache();

@@ -595,7 +595,8 @@ impl Protocol {
         self.drop_dead_actions();
     }
 
-    /// Next control or eager frame to send, in the order produced.
+    /// Next control or eager frame (or `Data` frame of a staged device chunk) to send,
+    /// in the order produced.
     pub fn pop_frame(&mut self) -> Option<OutFrame> {
         self.out.pop_front()
     }

@@ -1263,3 +1263,41 @@ fn released_context_forgets_its_sequence_state_and_is_reused_cleanly() {
         round(&mut net, ctx, v);
     }
 }
+
+/// A staged device message leaves after a host message sent later (its frame waits for
+/// the stage-out), yet the receiver matches them in send order (sequence numbers).
+#[test]
+fn staged_device_message_is_not_overtaken_by_a_later_host_message() {
+    let dev = MemoryKind::Cuda { device: 0 };
+    let mut net = Net::new(2);
+    net.ranks[0].enable_device();
+    let first = pattern(40, 1);
+    let second = pattern(30, 2);
+    let s1 = net.ranks[0].isend(
+        1,
+        0,
+        1,
+        RawBuf::with_kind(first.as_ptr() as *mut u8, 40, dev),
+        64,
+        false,
+    );
+    let s2 = net.send(0, 1, 2, &second);
+    let mut a = vec![0u8; 64];
+    let mut b = vec![0u8; 64];
+    let r1 = net.recv(1, Some(0), None, &mut a);
+    let r2 = net.recv(1, Some(0), None, &mut b);
+    net.drive();
+    let (st1, st2) = (net.done(1, r1).unwrap(), net.done(1, r2).unwrap());
+    assert_eq!(
+        (st1.tag, st1.len_bytes, st2.tag, st2.len_bytes),
+        (1, 40, 2, 30)
+    );
+    assert_eq!((&a[..40], &b[..30]), (&first[..], &second[..]));
+    assert!(net.done(0, s1).is_ok() && net.done(0, s2).is_ok());
+    let order: Vec<_> = net
+        .kinds
+        .iter()
+        .filter(|k| **k == FrameKind::Eager)
+        .collect();
+    assert_eq!(order.len(), 2);
+}
