@@ -6,7 +6,8 @@
 //! from the runtime's progress round (`crate::runtime`, which also advances the
 //! nonblocking collectives; the engine knows nothing of them): it takes the frames shared memory lends in place and feeds them to the [`Protocol`]
 //! (the payload is copied once, into the receive buffer), moves frames the protocol
-//! produced into per-peer backlogs and on to transports, pulls rendezvous data chunks
+//! produced into per-peer backlogs and on to transports, executes the protocol's memory
+//! actions (device staging, buffer offers: `crate::device_path`), pulls rendezvous data chunks
 //! while transports have room, does the single-copy pulls and share writes the protocol
 //! asks for, names the receive buffer as the place of TCP rendezvous data, and polls
 //! transports for the rest of their frames and failures.
@@ -34,13 +35,12 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use rankwire_transports::rdma::{Held, Registry};
 use rankwire_transports::{
     Event, RdmaTransport, SelfTransport, SendOutcome, ShmTransport, TcpTransport, Transport,
 };
 
 use crate::error::Error;
-use crate::protocol::{NetOffer, OutFrame, Protocol, PullReq, RawBuf, ReqId};
+use crate::protocol::{OutFrame, Protocol, PullReq, RawBuf, ReqId};
 use crate::wire::RemoteMem;
 
 /// Pause after learning that a peer died, before failing requests with it (once per
@@ -175,6 +175,8 @@ pub(crate) struct Engine {
     events: Vec<Event>,
     pub(crate) backoff: Backoff,
     pub(crate) ipc: crate::gpu_path::IpcPuller,
+    /// Executes the protocol's memory actions (device staging, buffer offers).
+    pub(crate) mem: crate::device_path::MemActions,
     /// Scratch list of completed device pulls.
     pull_results: Vec<(crate::protocol::ReqId, std::result::Result<(), String>)>,
     /// Context ids of this process's communicators (see [`crate::context_id`]).
@@ -225,6 +227,7 @@ impl Engine {
             events: Vec::new(),
             backoff,
             ipc: crate::gpu_path::IpcPuller::new(),
+            mem: Default::default(),
             pull_results: Vec::new(),
             ctx_ids: crate::context_id::ContextIds::new(),
         };
@@ -456,7 +459,9 @@ impl Engine {
     /// Move the protocol's output to transports: frames, rendezvous data while
     /// transports take it, and single-copy pulls. Returns whether anything moved.
     fn push_output(&mut self) -> bool {
-        let mut any = false;
+        // Memory actions first: their answers queue frames (staged eager messages,
+        // offered Rts) and complete receives into device buffers.
+        let mut any = self.mem.run(&mut self.proto);
         while let Some(f) = self.proto.pop_frame() {
             if let Some(q) = self.backlog.get_mut(f.peer as usize) {
                 q.push_back(f);
@@ -494,7 +499,19 @@ impl Engine {
                 }?;
                 Some(caps.max_frame_payload_bytes)
             }) else {
-                break;
+                // Device chunks became staging actions: run them, and send their frames.
+                if !self.mem.run(&mut self.proto) {
+                    break;
+                }
+                any = true;
+                while let Some(f) = self.proto.pop_frame() {
+                    let peer = f.peer;
+                    if let Some(q) = self.backlog.get_mut(peer as usize) {
+                        q.push_back(f);
+                    }
+                    self.flush_backlog(peer);
+                }
+                continue;
             };
             any = true;
             let peer = f.peer;
@@ -684,6 +701,8 @@ impl Engine {
 
     /// Mark the end of communication: later connection closes are not failures.
     pub(crate) fn quiesce(&mut self) {
+        // Releases of offers still queued give their staging buffers back first.
+        self.mem.run(&mut self.proto);
         self.ipc.close_all();
         // After the final fence no peer maps our collective temporaries any more.
         crate::coll::device::release_tmp_cache();
@@ -812,50 +831,6 @@ pub(crate) fn cma_probe(pid: u32, addr: u64) -> Result<bool, String> {
         ));
     }
     Ok(true)
-}
-
-/// Registers host send buffers for RDMA pull-mode rendezvous through the RDMA
-/// transport's registration cache, holding each registration until its send finishes.
-pub(crate) struct RdmaOffer {
-    registry: Registry,
-    held: rustc_hash::FxHashMap<ReqId, Held>,
-}
-
-impl RdmaOffer {
-    pub(crate) fn new(registry: Registry) -> Self {
-        RdmaOffer {
-            registry,
-            held: Default::default(),
-        }
-    }
-}
-
-impl NetOffer for RdmaOffer {
-    fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
-        let addr = buf.as_mut_ptr() as u64;
-        match self.registry.acquire_host(addr, buf.len() as u64) {
-            Ok(h) => {
-                let rkey = h.rkey;
-                self.held.insert(sreq, h);
-                Some(RemoteMem::Rdma {
-                    addr,
-                    len: buf.len() as u64,
-                    rkey,
-                })
-            }
-            Err(e) => {
-                tracing::debug!(
-                    "rdma: cannot register a send buffer ({e}); sending it as Data frames"
-                );
-                None
-            }
-        }
-    }
-    fn release(&mut self, sreq: ReqId) {
-        if let Some(h) = self.held.remove(&sreq) {
-            self.registry.release(h);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! Device-memory paths: the [`DeviceMem`] the protocol uses to stage device buffers,
-//! and the CUDA IPC pulls the engine performs (CUDA driver API through `rankwire-gpu`).
+//! Device-memory paths: the CUDA IPC pulls the engine performs (CUDA driver API through
+//! `rankwire-gpu`). Staging and offers of device buffers are in `crate::device_path`.
 //!
 //! # Semantics
 //! - A device send buffer must hold its data when `send`/`isend` is called (work that
@@ -28,22 +28,12 @@ use crate::protocol::ReqId;
 use rankwire_gpu::{Event, IpcCache, IpcExport, IpcHandle, IpcMapping, Stream};
 use rankwire_transports::MemoryKind;
 
-use crate::protocol::{DeviceMem, PullReq, RawBuf};
+use crate::protocol::PullReq;
 use crate::wire::RemoteMem;
-
-/// Stages device buffers with synchronous copies on the runtime stream.
-pub(crate) struct GpuStaging {
-    /// (send request, staging buffer address) of sends whose pool memory was copied
-    /// into an IPC-capable staging buffer.
-    staged: Vec<(ReqId, u64)>,
-    /// Offer memory legacy IPC cannot export through a staging buffer
-    /// (`RANKWIRE_GPU_IPC_STAGING`, default on).
-    ipc_staging: bool,
-}
 
 /// The wire descriptor of a CUDA IPC export (the receiver rebuilds the export in
 /// [`IpcPuller`]).
-fn ipc_remote(e: &IpcExport) -> RemoteMem {
+pub(crate) fn ipc_remote(e: &IpcExport) -> RemoteMem {
     RemoteMem::CudaIpc {
         handle: e.handle.0,
         offset: e.offset,
@@ -51,114 +41,6 @@ fn ipc_remote(e: &IpcExport) -> RemoteMem {
         device: e.device,
         base: e.base,
         alloc_len: e.alloc_len as u64,
-    }
-}
-
-impl GpuStaging {
-    pub(crate) fn new() -> Self {
-        GpuStaging {
-            staged: Vec::new(),
-            ipc_staging: crate::bootstrap::node::env_switch("RANKWIRE_GPU_IPC_STAGING")
-                != Some(false),
-        }
-    }
-
-    /// Copy `buf` (device memory legacy IPC cannot export) into a cached `cuMemAlloc`
-    /// buffer and export that; `None` if any step fails (the caller stages via host).
-    fn offer_staged(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
-        let device = device_of(&buf).ok()?;
-        let stage = crate::coll::device::dev_tmp_take(device, buf.len()).ok()?;
-        let stream = Stream::runtime(device).ok();
-        let copied = stream.is_some_and(|stream| {
-            // SAFETY: the send is pending, so `buf` is live device memory of len bytes;
-            // `stage` is a cached allocation of at least len bytes, lent to this send.
-            unsafe {
-                rankwire_gpu::memcpy_dtod_async(stage, buf.as_mut_ptr() as u64, buf.len(), stream)
-            }
-            .and_then(|()| stream.synchronize())
-            .is_ok()
-        });
-        let export = if copied {
-            rankwire_gpu::ipc_export(stage, buf.len()).ok()
-        } else {
-            None
-        };
-        let Some(e) = export else {
-            crate::coll::device::dev_tmp_give(stage);
-            return None;
-        };
-        tracing::debug!(
-            "device buffer of {} bytes is not IPC-capable; offered through a staging buffer",
-            buf.len()
-        );
-        self.staged.push((sreq, stage));
-        Some(ipc_remote(&e))
-    }
-}
-
-fn device_of(buf: &RawBuf) -> Result<i32, String> {
-    match buf.kind() {
-        MemoryKind::Cuda { device } => Ok(device),
-        other => Err(format!("not device memory: {other}")),
-    }
-}
-
-impl DeviceMem for GpuStaging {
-    fn copy_to_device(&mut self, dst: RawBuf, offset: usize, src: &[u8]) -> Result<(), String> {
-        let stream = Stream::runtime(device_of(&dst)?).map_err(|e| e.to_string())?;
-        // SAFETY: the receive is pending, so `dst` is live device memory with
-        // offset + src.len() <= dst.len() (checked by the protocol); `src` outlives the
-        // synchronize below.
-        unsafe {
-            rankwire_gpu::memcpy_htod_async(
-                dst.as_mut_ptr() as u64 + offset as u64,
-                src.as_ptr(),
-                src.len(),
-                stream,
-            )
-        }
-        .map_err(|e| e.to_string())?;
-        stream.synchronize().map_err(|e| e.to_string())
-    }
-
-    fn copy_from_device(&mut self, src: RawBuf) -> Result<Vec<u8>, String> {
-        let stream = Stream::runtime(device_of(&src)?).map_err(|e| e.to_string())?;
-        let mut v = vec![0u8; src.len()];
-        // SAFETY: the send is pending, so `src` is live device memory; `v` outlives the
-        // synchronize below.
-        unsafe {
-            rankwire_gpu::memcpy_dtoh_async(
-                v.as_mut_ptr(),
-                src.as_mut_ptr() as u64,
-                v.len(),
-                stream,
-            )
-        }
-        .map_err(|e| e.to_string())?;
-        stream.synchronize().map_err(|e| e.to_string())?;
-        Ok(v)
-    }
-
-    fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
-        match rankwire_gpu::ipc_export(buf.as_mut_ptr() as u64, buf.len()) {
-            Ok(e) => Some(ipc_remote(&e)),
-            Err(rankwire_gpu::GpuError::Unsupported(rankwire_gpu::Unsupported::NotIpcCapable))
-                if self.ipc_staging =>
-            {
-                self.offer_staged(sreq, buf)
-            }
-            Err(e) => {
-                tracing::debug!("device buffer not offered by CUDA IPC ({e}); staging it");
-                None
-            }
-        }
-    }
-
-    fn done_with(&mut self, sreq: ReqId) {
-        if let Some(i) = self.staged.iter().position(|&(id, _)| id == sreq) {
-            let (_, stage) = self.staged.swap_remove(i);
-            crate::coll::device::dev_tmp_give(stage);
-        }
     }
 }
 

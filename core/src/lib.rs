@@ -60,6 +60,7 @@ mod comm;
 mod comm_state;
 mod context_id;
 mod device;
+mod device_path;
 mod engine;
 pub mod error;
 pub mod explain;

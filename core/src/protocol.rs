@@ -8,10 +8,40 @@
 //! # Contract
 //! Inputs: [`Protocol::isend`], [`Protocol::irecv`], [`Protocol::mrecv`] (API calls),
 //! [`Protocol::on_frame`] (a frame arrived), [`Protocol::on_sent`] (a frame produced
-//! earlier was taken by a transport), [`Protocol::fail_peer`] (a connection died).
-//! Outputs, in this order after every input: [`Protocol::pop_frame`] (control and eager
-//! frames, to be sent to each peer in order), [`Protocol::next_data`] (rendezvous data
-//! chunks, pulled when a transport has room), [`Protocol::take_done`] (completions).
+//! earlier was taken by a transport), [`Protocol::fail_peer`] (a connection died), and
+//! the answers to memory actions: [`Protocol::staged_out`], [`Protocol::staged_in`],
+//! [`Protocol::offered`] (and [`Protocol::pull_done`], [`Protocol::push_done`] for
+//! pulls and shares).
+//! Outputs, in this order after every input: [`Protocol::pop_action`] (memory work on
+//! device buffers and buffer offers, see below: execute each and answer it before the
+//! next input, since the answer may queue frames), [`Protocol::pop_frame`] (control
+//! and eager frames, and `Data` frames of staged device chunks, to be sent to each
+//! peer in order), [`Protocol::next_data`] (rendezvous data chunks, pulled when a
+//! transport has room; a device chunk is not returned but becomes a
+//! [`MemAction::StageOut`], so after `next_data` returns `None` run the actions again
+//! and look at `pop_frame`), [`Protocol::pop_pull`] / [`Protocol::pop_push`] (copies),
+//! [`Protocol::take_done`] (completions).
+//!
+//! # Memory actions (sans-IO device and network memory)
+//! The protocol never touches device memory and never registers memory: where a
+//! message needs that, it queues a [`MemAction`] and waits for the answer.
+//! - [`MemAction::StageOut`]: copy a device send buffer (the whole eager message, or
+//!   one rendezvous chunk) to host; answer [`Protocol::staged_out`] with the bytes.
+//!   The frame goes out after the answer (its sequence number was taken at `isend`, so
+//!   a later message that overtakes it is held back by the receiver's matching).
+//! - [`MemAction::StageIn`]: copy arrived bytes into a device receive buffer; answer
+//!   [`Protocol::staged_in`]. The receive completes once every copy is answered.
+//! - [`MemAction::Offer`]: export (CUDA IPC) or register (RDMA) a rendezvous send
+//!   buffer for a single-copy pull; answer [`Protocol::offered`] with the descriptor,
+//!   or `None` to refuse (the receiver then asks for `Data` frames). The `Rts` goes out
+//!   after the answer.
+//! - [`MemAction::Release`]: a send whose offer was accepted has ended; free what the
+//!   offer set up. No answer.
+//!
+//! A failed copy fails its request with [`Error::Gpu`]; requests failed by
+//! [`Protocol::fail_peer`] drop their queued actions. Host buffers never produce
+//! actions (the eager host send and receive paths do no extra work), except an RDMA
+//! offer for peers named by [`Protocol::offer_rdma`].
 //!
 //! # Protocols
 //! - **Eager** (`len <= eager_limit` and not synchronous): one `Eager` frame carries the
@@ -34,8 +64,10 @@
 //!   this message and stops pulling from that peer.
 //!
 //! # Memory
-//! Buffers are raw `(pointer, length)` pairs of host memory that the API layer keeps
-//! borrowed until the request completes. Zero-length buffers are never dereferenced.
+//! Buffers are raw `(pointer, length, memory kind)` triples that the API layer keeps
+//! borrowed until the request completes. Host buffers are read and written here;
+//! device buffers only by whoever executes the [`MemAction`]s. Zero-length buffers are
+//! never dereferenced.
 
 use std::collections::VecDeque;
 
@@ -131,41 +163,13 @@ pub enum OnSent {
 
 /// A raw buffer: pointer, length in bytes, and where the memory lives. Host memory
 /// (including managed and pinned memory, which the host may touch) has kind
-/// [`MemoryKind::Host`]; device memory is only ever touched through [`DeviceMem`].
+/// [`MemoryKind::Host`]; device memory is only ever touched by the executor of
+/// [`MemAction`]s.
 #[derive(Debug, Clone, Copy)]
 pub struct RawBuf {
     ptr: *mut u8,
     len: usize,
     kind: MemoryKind,
-}
-
-/// Access to device memory for the protocol (provided by the engine when a GPU is
-/// usable). Without it, device buffers fail their requests with [`Error::Gpu`].
-pub trait DeviceMem: Send {
-    /// Copy host bytes `src` to byte `offset` of device buffer `dst` (complete on
-    /// return).
-    fn copy_to_device(&mut self, dst: RawBuf, offset: usize, src: &[u8]) -> Result<(), String>;
-    /// Copy the whole device buffer `src` into a new host vector (complete on return).
-    fn copy_from_device(&mut self, src: RawBuf) -> Result<Vec<u8>, String>;
-    /// A descriptor a same-node peer can use to pull `buf`, the buffer of send request
-    /// `sreq`, directly (CUDA IPC; memory legacy IPC cannot export may be offered through
-    /// a staging copy), or `None` when it cannot be offered (staged through host memory
-    /// instead).
-    fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem>;
-    /// Send request `sreq` has ended (completed or failed): resources
-    /// [`DeviceMem::offer`] took for it may be reused.
-    fn done_with(&mut self, _sreq: ReqId) {}
-}
-
-/// Registration of host send buffers for network pull-mode rendezvous (RDMA READ by
-/// the receiver). Provided by the engine when an RDMA transport serves some peers.
-pub trait NetOffer: Send {
-    /// Register `buf` for the rendezvous send `sreq` and describe it for the peer
-    /// ([`RemoteMem::Rdma`]), or `None` if it cannot be registered (the receiver is
-    /// then asked to take `Data` frames instead).
-    fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem>;
-    /// The send `sreq` finished (completed or failed): its registration may go.
-    fn release(&mut self, sreq: ReqId);
 }
 
 // SAFETY: RawBuf is only dereferenced while the owning request is pending, and the API
@@ -273,14 +277,21 @@ impl Unexpected {
 enum SendState {
     /// Eager frame queued; completes on `on_sent`.
     Eager,
+    /// Eager device message waiting for [`MemAction::StageOut`]; `env` goes in its frame.
+    Staging { env: Envelope },
+    /// Rendezvous waiting for [`MemAction::Offer`]; `env` goes in its `Rts`.
+    Offering { env: Envelope },
     /// Rts sent; waiting for Cts.
     AwaitCts,
     /// Pushing data: `queued` bytes handed out as frames, `sent` taken by the transport.
+    /// A device chunk of `staging` bytes (the last handed out: it ends at `queued`) is
+    /// being copied to host ([`MemAction::StageOut`]; 0: none).
     Data {
         rreq: u64,
         queued: usize,
         sent: usize,
         end: usize,
+        staging: usize,
     },
 }
 
@@ -295,6 +306,8 @@ struct SendReq {
     /// Writes of shares of it queued or under way: it must not complete before they
     /// are done (they read its buffer).
     pushing: u32,
+    /// An offer of its buffer was accepted: [`MemAction::Release`] when it ends.
+    offered: bool,
 }
 
 impl SendReq {
@@ -307,6 +320,7 @@ impl SendReq {
             state,
             helped: false,
             pushing: 0,
+            offered: false,
         }
     }
 }
@@ -356,6 +370,16 @@ enum RecvState {
         /// fall back to `Cts`, is not answered yet: the sender may still write into the
         /// buffer, so the receive completes only after `Pushed` (`share.rs`).
         pushing: bool,
+        /// Chunks being copied into the device buffer ([`MemAction::StageIn`]).
+        staging: u32,
+        /// A copy into the device buffer failed: the rest is received but not written,
+        /// and the receive fails with this once all has arrived.
+        failed: Option<Error>,
+    },
+    /// An eager message for a device buffer is being copied in
+    /// ([`MemAction::StageIn`]); the receive completes with `result` once it is.
+    Staging {
+        result: Result<Status, Error>,
     },
 }
 
@@ -395,26 +419,16 @@ pub struct Protocol {
     /// this process's id for the descriptor.
     offer_to: HashSet<u32>,
     pid: u32,
-    device: Option<Box<dyn DeviceMem>>,
-    /// Registration for RDMA pull-mode rendezvous, and the peers it serves.
-    net: Option<Box<dyn NetOffer>>,
+    /// Device buffers may be used: someone executes the device [`MemAction`]s.
+    gpu: bool,
+    /// Memory actions waiting for [`Protocol::pop_action`] (`actions.rs`).
+    actions: VecDeque<MemAction>,
+    /// Peers to which rendezvous sends of host buffers offer an RDMA registration.
     net_to: HashSet<u32>,
     /// Peers whose device buffers this rank may pull through CUDA IPC.
     ipc_from: HashSet<u32>,
     /// Peers to which device-buffer rendezvous sends offer a CUDA IPC handle.
     ipc_to: HashSet<u32>,
-}
-
-impl std::fmt::Debug for dyn NetOffer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("NetOffer")
-    }
-}
-
-impl std::fmt::Debug for dyn DeviceMem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DeviceMem")
-    }
 }
 
 impl Protocol {
@@ -438,23 +452,25 @@ impl Protocol {
             pull_from: Default::default(),
             offer_to: Default::default(),
             pid: std::process::id(),
-            device: None,
-            net: None,
+            gpu: false,
+            actions: VecDeque::new(),
             net_to: Default::default(),
             ipc_from: Default::default(),
             ipc_to: Default::default(),
         }
     }
 
-    /// Give the protocol access to device memory (see [`DeviceMem`]).
-    pub fn set_device_mem(&mut self, d: Box<dyn DeviceMem>) {
-        self.device = Some(d);
+    /// Accept device buffers: the caller executes [`MemAction::StageOut`],
+    /// [`MemAction::StageIn`] and CUDA IPC [`MemAction::Offer`]s. Without it, device
+    /// buffers fail their requests with [`Error::Gpu`].
+    pub fn enable_device(&mut self) {
+        self.gpu = true;
     }
 
     /// Let rendezvous sends of host buffers to each of `peers` offer the buffer for an
-    /// RDMA READ by the receiver, registered through `net`.
-    pub fn set_net_offer(&mut self, net: Box<dyn NetOffer>, peers: &[u32]) {
-        self.net = Some(net);
+    /// RDMA READ by the receiver: each such send asks for an RDMA registration with
+    /// [`MemAction::Offer`] (`to:` [`OfferKind::Rdma`]).
+    pub fn offer_rdma(&mut self, peers: &[u32]) {
         self.net_to = peers.iter().copied().collect();
     }
 
@@ -549,7 +565,7 @@ impl Protocol {
             .collect();
         for id in sends {
             if let Some(s) = self.reqs.take_send(id) {
-                self.release_offer(id, s.buf);
+                self.release_offer(id, &s);
             }
             self.reqs.complete(id, Err(err.clone()));
         }
@@ -576,17 +592,21 @@ impl Protocol {
         self.pulls.retain(|p| p.peer != peer);
         self.pushes.retain(|p| p.peer != peer);
         self.early_help.retain(|&(p, _)| p != peer);
+        self.drop_dead_actions();
     }
 
-    /// Next control or eager frame to send, in the order produced.
+    /// Next control or eager frame (or `Data` frame of a staged device chunk) to send,
+    /// in the order produced.
     pub fn pop_frame(&mut self) -> Option<OutFrame> {
         self.out.pop_front()
     }
 
-    /// Whether any output is waiting: frames for [`Protocol::pop_frame`], data for
-    /// [`Protocol::next_data`] or copies for [`Protocol::pop_pull`].
+    /// Whether any output is waiting: actions for [`Protocol::pop_action`], frames for
+    /// [`Protocol::pop_frame`], data for [`Protocol::next_data`] or copies for
+    /// [`Protocol::pop_pull`] and [`Protocol::pop_push`].
     pub fn has_output(&self) -> bool {
         !self.out.is_empty()
+            || !self.actions.is_empty()
             || !self.data_ready.is_empty()
             || !self.pulls.is_empty()
             || !self.pushes.is_empty()
@@ -682,11 +702,13 @@ fn recv_result(src: u32, tag: i32, msg_len: u64, cap: usize) -> Result<Status, E
     }
 }
 
+mod actions;
 mod recv;
 mod reqs;
 mod send;
 mod share;
 
+pub use actions::{MemAction, OfferKind};
 pub use share::{PULL_CHUNK_BYTES, PushReq, SHARE_MIN_BYTES};
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ use crate::bootstrap::launch::{self, Launch};
 use crate::bootstrap::node::{affinity_cpus, cpu_list, env_switch, node_id, parse_cpu_list};
 use crate::bootstrap::pmi::PmiClient;
 use crate::comm::Communicator;
-use crate::engine::{Backoff, Engine, RdmaOffer, Route};
+use crate::device_path::RdmaOffer;
+use crate::engine::{Backoff, Engine, Route};
 use crate::error::{Error, Result};
 use crate::explain::{Paths, PeerPath};
 use crate::runtime::Inner;
@@ -610,8 +611,8 @@ fn build(joined: Joined) -> Result<Universe> {
         // Rendezvous over RDMA: the Rts carries address, length and rkey of the
         // registered send buffer, and the receiver RDMA-reads it.
         engine
-            .proto
-            .set_net_offer(Box::new(RdmaOffer::new(reg)), &rdma_peers);
+            .mem
+            .set_rdma(RdmaOffer::new(reg), &rdma_peers, &mut engine.proto);
         for &r in &rdma_peers {
             engine.proto.allow_pull(r, true);
             tracing::debug!("rank {rank} <- rank {r}: large host messages by RDMA READ");
@@ -867,8 +868,8 @@ fn enable_gpu(engine: &mut Engine) -> std::result::Result<(), String> {
         return Err(e.to_string());
     }
     engine
-        .proto
-        .set_device_mem(Box::new(crate::gpu_path::GpuStaging::new()));
+        .mem
+        .set_gpu(crate::device_path::GpuStaging::new(), &mut engine.proto);
     Ok(())
 }
 

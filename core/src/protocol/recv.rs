@@ -15,6 +15,7 @@ impl Protocol {
     pub fn quiet_for(&self, pat: &Pattern) -> bool {
         self.reqs.live() == 0
             && self.out.is_empty()
+            && self.actions.is_empty()
             && self.data_ready.is_empty()
             && self.pulls.is_empty()
             && self.pushes.is_empty()
@@ -48,12 +49,8 @@ impl Protocol {
             return None;
         }
         let cap = buf.len();
-        Some(
-            match self.write_payload(buf, 0, payload, payload.len().min(cap)) {
-                Ok(()) => recv_result(env.src, env.tag, plen, cap),
-                Err(e) => Err(e),
-            },
-        )
+        self.write_payload(buf, 0, payload, payload.len().min(cap));
+        Some(recv_result(env.src, env.tag, plen, cap))
     }
 
     /// Post a receive into `buf` for messages accepted by `pat`.
@@ -243,32 +240,9 @@ impl Protocol {
         Ok(())
     }
 
-    /// Write `src` at `offset` of a pending receive's buffer, host or device.
-    pub(super) fn write_buf(
-        &mut self,
-        buf: RawBuf,
-        offset: usize,
-        src: &[u8],
-    ) -> Result<(), Error> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        if buf.is_host() {
-            // SAFETY: callers check offset + len <= buf.len(); the receive is pending.
-            unsafe { buf.write_at(offset, src) };
-            return Ok(());
-        }
-        match self.device.as_mut() {
-            Some(d) => d
-                .copy_to_device(buf, offset, src)
-                .map_err(|e| Error::Gpu(format!("copy into the {} receive buffer: {e}", buf.kind))),
-            None => Err(no_gpu(buf.kind)),
-        }
-    }
-
-    /// Write the first `n` bytes of `payload` at `offset` of a pending receive's
-    /// buffer, host or device. Callers check `offset + n <= buf.len()` and
-    /// `n <= payload.len()`.
+    /// Write the first `n` bytes of `payload` at `offset` of a pending receive's host
+    /// buffer. Callers check `offset + n <= buf.len()`, `n <= payload.len()` and that
+    /// `buf` is host memory (device buffers go through [`Protocol::stage_in`]).
     #[inline]
     pub(super) fn write_payload(
         &mut self,
@@ -276,26 +250,15 @@ impl Protocol {
         offset: usize,
         payload: &InPayload<'_>,
         n: usize,
-    ) -> Result<(), Error> {
+    ) {
         if n == 0 {
-            return Ok(());
+            return;
         }
-        if buf.is_host() {
-            debug_assert!(offset + n <= buf.len);
-            // SAFETY: callers check the bounds; the receive is pending, so its buffer is
-            // borrowed exclusively by it.
-            let dst = unsafe { std::slice::from_raw_parts_mut(buf.ptr.add(offset), n) };
-            payload.copy_to(dst);
-            return Ok(());
-        }
-        let mut res = Ok(());
-        payload.for_each_piece(|o, piece| {
-            if res.is_ok() && o < n {
-                let piece = &piece[..piece.len().min(n - o)];
-                res = self.write_buf(buf, offset + o, piece);
-            }
-        });
-        res
+        debug_assert!(buf.is_host() && offset + n <= buf.len);
+        // SAFETY: callers check the bounds; the receive is pending, so its buffer is
+        // borrowed exclusively by it.
+        let dst = unsafe { std::slice::from_raw_parts_mut(buf.ptr.add(offset), n) };
+        payload.copy_to(dst);
     }
 
     /// An eager message arrived: straight into a posted receive when one matches in
@@ -331,10 +294,14 @@ impl Protocol {
         let buf = r.buf;
         let cap = buf.len();
         let n = payload.len().min(cap);
-        let res = match self.write_payload(buf, 0, payload, n) {
-            Ok(()) => recv_result(env.src, env.tag, payload.len() as u64, cap),
-            Err(e) => Err(e),
-        };
+        let res = recv_result(env.src, env.tag, payload.len() as u64, cap);
+        if !buf.is_host() {
+            let mut data = vec![0u8; n];
+            payload.copy_to(&mut data);
+            self.stage_in_eager(recv, buf, data, res);
+            return;
+        }
+        self.write_payload(buf, 0, payload, n);
         self.reqs.complete(recv, res);
     }
 
@@ -419,6 +386,7 @@ impl Protocol {
                     queued: 0,
                     sent: 0,
                     end,
+                    staging: 0,
                 };
                 if end == 0 {
                     if let Some(s) = self.reqs.take_send(sreq) {
@@ -434,7 +402,11 @@ impl Protocol {
                     return Err(bad(format!("Data for unknown receive request {rreq}")));
                 };
                 let RecvState::Data {
-                    src, accept, got, ..
+                    src,
+                    accept,
+                    got,
+                    failed,
+                    ..
                 } = &mut r.state
                 else {
                     return Err(bad(format!("Data before Cts for receive request {rreq}")));
@@ -452,10 +424,28 @@ impl Protocol {
                 let buf = r.buf;
                 // offset + len <= accept <= buf.len(), checked above; the receive is
                 // pending so its buffer is still borrowed.
-                if let Err(e) = self.write_payload(buf, offset as usize, &payload, payload.len()) {
-                    self.reqs.take_recv(rreq);
-                    self.reqs.complete(rreq, Err(e));
-                    return Ok(());
+                if buf.is_host() {
+                    self.write_payload(buf, offset as usize, &payload, payload.len());
+                } else if failed.is_none() && !payload.is_empty() {
+                    let dst = RawBuf {
+                        ptr: buf.ptr.wrapping_add(offset as usize),
+                        len: payload.len(),
+                        kind: buf.kind,
+                    };
+                    let r = self.stage_in(rreq, dst, payload.into_vec());
+                    if let Some(RecvReq {
+                        state:
+                            RecvState::Data {
+                                staging, failed, ..
+                            },
+                        ..
+                    }) = self.reqs.recv_mut(rreq)
+                    {
+                        match r {
+                            Ok(()) => *staging += 1,
+                            Err(e) => *failed = Some(e),
+                        }
+                    }
                 }
                 if finished {
                     self.finish_rndv_recv(rreq);
@@ -508,12 +498,19 @@ impl Protocol {
             Unexpected::Eager(data) => {
                 let n = data.len().min(cap);
                 let buf = r.buf;
+                let res = recv_result(env.src, env.tag, data.len() as u64, cap);
+                if !buf.is_host() {
+                    let mut data = data;
+                    data.truncate(n);
+                    self.stage_in_eager(recv, buf, data, res);
+                    return;
+                }
                 self.reqs.take_recv(recv);
-                // n <= cap; the receive was pending until now, its buffer borrowed.
-                let res = match self.write_buf(buf, 0, &data[..n]) {
-                    Ok(()) => recv_result(env.src, env.tag, data.len() as u64, cap),
-                    Err(e) => Err(e),
-                };
+                if n > 0 {
+                    // SAFETY: n <= cap; the receive was pending until now, its buffer
+                    // borrowed.
+                    unsafe { buf.write_at(0, &data[..n]) };
+                }
                 self.reqs.complete(recv, res);
             }
             Unexpected::Rts { msg_len, sreq, mem } => {
@@ -522,9 +519,7 @@ impl Protocol {
                     RemoteMem::HostCma { .. } => {
                         r.buf.is_host() && self.pull_from.contains(&env.src)
                     }
-                    RemoteMem::CudaIpc { .. } => {
-                        self.device.is_some() && self.ipc_from.contains(&env.src)
-                    }
+                    RemoteMem::CudaIpc { .. } => self.gpu && self.ipc_from.contains(&env.src),
                     RemoteMem::Rdma { len, .. } => {
                         r.buf.is_host() && self.pull_from.contains(&env.src) && len >= msg_len
                     }
@@ -569,6 +564,8 @@ impl Protocol {
                     accept,
                     got: 0,
                     pushing: false,
+                    staging: 0,
+                    failed: None,
                 };
                 if accept == 0 {
                     self.finish_rndv_recv(recv);
@@ -578,25 +575,37 @@ impl Protocol {
     }
 
     /// Complete rendezvous receive `id`, whose bytes are all here, unless a share the
-    /// sender may still be writing is unanswered (then `Pushed` completes it).
+    /// sender may still be writing is unanswered (then `Pushed` completes it) or copies
+    /// into its device buffer are not answered yet (then `staged_in` completes it).
     pub(super) fn finish_rndv_recv(&mut self, id: ReqId) {
         if let Some(RecvReq {
-            state: RecvState::Data { pushing: true, .. },
+            state: RecvState::Data {
+                pushing, staging, ..
+            },
             ..
         }) = self.reqs.recv(id)
+            && (*pushing || *staging > 0)
         {
             return;
         }
         if let Some(RecvReq {
             buf,
-            state: RecvState::Data {
-                src, tag, msg_len, ..
-            },
+            state:
+                RecvState::Data {
+                    src,
+                    tag,
+                    msg_len,
+                    failed,
+                    ..
+                },
             ..
         }) = self.reqs.take_recv(id)
         {
-            self.reqs
-                .complete(id, recv_result(src, tag, msg_len, buf.len()));
+            let res = match failed {
+                Some(e) => Err(e),
+                None => recv_result(src, tag, msg_len, buf.len()),
+            };
+            self.reqs.complete(id, res);
         }
     }
 

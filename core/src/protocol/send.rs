@@ -31,14 +31,17 @@ impl Protocol {
             } else if buf.is_host() {
                 Payload::User(buf)
             } else {
-                // Device memory: stage now (the send buffer must be ready at isend).
-                match self.read_device(buf) {
-                    Ok(v) => Payload::Owned(v),
-                    Err(e) => {
-                        self.reqs.complete(id, Err(e));
-                        return id;
-                    }
+                // Device memory: staged to host first (the send buffer is ready at
+                // isend); the frame goes out with the answer (staged_out).
+                if !self.gpu {
+                    self.reqs.complete(id, Err(no_gpu(buf.kind)));
+                    return id;
                 }
+                self.reqs
+                    .set_send(id, SendReq::new(dst, tag, buf, SendState::Staging { env }));
+                self.actions
+                    .push_back(MemAction::StageOut { sreq: id, src: buf });
+                return id;
             };
             self.out.push_back(OutFrame {
                 peer: dst,
@@ -49,23 +52,24 @@ impl Protocol {
             self.reqs
                 .set_send(id, SendReq::new(dst, tag, buf, SendState::Eager));
         } else {
-            let mem = if buf.is_empty() {
-                RemoteMem::None
+            let offer = if buf.is_empty() {
+                None
             } else if !buf.is_host() {
-                if self.ipc_to.contains(&dst) {
-                    self.device
-                        .as_mut()
-                        .and_then(|d| d.offer(id, buf))
-                        .unwrap_or(RemoteMem::None)
-                } else {
-                    RemoteMem::None
-                }
-            } else if self.net_to.contains(&dst) {
-                self.net
-                    .as_mut()
-                    .and_then(|n| n.offer(id, buf))
-                    .unwrap_or(RemoteMem::None)
-            } else if self.offer_to.contains(&dst) {
+                (self.gpu && self.ipc_to.contains(&dst)).then_some(OfferKind::CudaIpc)
+            } else if !self.net_to.is_empty() && self.net_to.contains(&dst) {
+                Some(OfferKind::Rdma)
+            } else {
+                None
+            };
+            if let Some(to) = offer {
+                // The Rts goes out with the answer (offered).
+                self.reqs
+                    .set_send(id, SendReq::new(dst, tag, buf, SendState::Offering { env }));
+                self.actions
+                    .push_back(MemAction::Offer { sreq: id, buf, to });
+                return id;
+            }
+            let mem = if !buf.is_empty() && buf.is_host() && self.offer_to.contains(&dst) {
                 RemoteMem::HostCma {
                     pid: self.pid,
                     addr: buf.ptr as u64,
@@ -178,7 +182,9 @@ impl Protocol {
     }
 
     /// Next rendezvous data chunk. `room(peer)` gives the largest chunk the peer's
-    /// transport takes now (`None`: peer backed up, skip it for now).
+    /// transport takes now (`None`: peer backed up, skip it for now). A chunk of a
+    /// device buffer is not returned: it is queued as [`MemAction::StageOut`] and its
+    /// frame comes from [`Protocol::pop_frame`] once [`Protocol::staged_out`] answers.
     pub fn next_data(&mut self, mut room: impl FnMut(u32) -> Option<usize>) -> Option<OutFrame> {
         for _ in 0..self.data_ready.len() {
             let sreq = self.data_ready.pop_front()?;
@@ -186,7 +192,11 @@ impl Protocol {
                 continue;
             };
             let SendState::Data {
-                rreq, queued, end, ..
+                rreq,
+                queued,
+                end,
+                staging,
+                ..
             } = &mut s.state
             else {
                 continue;
@@ -196,41 +206,37 @@ impl Protocol {
                 continue;
             };
             let n = (*end - *queued).min(max.max(1));
-            let header = Frame::Data {
-                rreq: *rreq,
-                offset: *queued as u64,
-            }
-            .header(n as u64);
             // queued + n <= end <= buf.len(), checked when the Cts arrived.
             let chunk = RawBuf {
                 ptr: s.buf.ptr.wrapping_add(*queued),
                 len: n,
                 kind: s.buf.kind,
             };
+            if !chunk.is_host() {
+                if !self.gpu {
+                    self.fail_send(sreq, no_gpu(chunk.kind));
+                    continue;
+                }
+                // One chunk at a time: staged_out queues its frame and the next one.
+                *queued += n;
+                *staging = n;
+                self.actions
+                    .push_back(MemAction::StageOut { sreq, src: chunk });
+                continue;
+            }
+            let header = Frame::Data {
+                rreq: *rreq,
+                offset: *queued as u64,
+            }
+            .header(n as u64);
             *queued += n;
             if *queued < *end {
                 self.data_ready.push_back(sreq);
             }
-            let peer = s.dst;
-            let payload = if chunk.is_host() {
-                Payload::User(chunk)
-            } else {
-                match self.read_device(chunk) {
-                    Ok(v) => Payload::Owned(v),
-                    Err(e) => {
-                        if let Some(s) = self.reqs.take_send(sreq) {
-                            self.release_offer(sreq, s.buf);
-                        }
-                        self.data_ready.retain(|&x| x != sreq);
-                        self.reqs.complete(sreq, Err(e));
-                        continue;
-                    }
-                }
-            };
             return Some(OutFrame {
-                peer,
+                peer: s.dst,
                 header,
-                payload,
+                payload: Payload::User(chunk),
                 on_sent: OnSent::DataSent { sreq, len: n },
             });
         }
@@ -271,31 +277,23 @@ impl Protocol {
         }
     }
 
-    /// Stage a device buffer into host memory.
-    pub(super) fn read_device(&mut self, buf: RawBuf) -> Result<Vec<u8>, Error> {
-        match self.device.as_mut() {
-            Some(d) => d
-                .copy_from_device(buf)
-                .map_err(|e| Error::Gpu(format!("copy from the {} send buffer: {e}", buf.kind))),
-            None => Err(no_gpu(buf.kind)),
-        }
-    }
-
-    /// Let the side that offered `buf` (send request `sreq`) for a single copy release
-    /// what it set up: the device side for device memory (CUDA IPC staging), the
-    /// network side for host memory (RDMA registration).
-    pub(super) fn release_offer(&mut self, sreq: ReqId, buf: RawBuf) {
-        if buf.is_host() {
-            if let Some(n) = self.net.as_mut() {
-                n.release(sreq);
-            }
-        } else if let Some(d) = self.device.as_mut() {
-            d.done_with(sreq);
+    /// Let the side that offered the buffer of send `s` (request `sreq`) for a single
+    /// copy release what it set up ([`MemAction::Release`]): the device side for device
+    /// memory (CUDA IPC staging), the network side for host memory (RDMA registration).
+    #[inline]
+    pub(super) fn release_offer(&mut self, sreq: ReqId, s: &SendReq) {
+        if s.offered {
+            let to = if s.buf.is_host() {
+                OfferKind::Rdma
+            } else {
+                OfferKind::CudaIpc
+            };
+            self.actions.push_back(MemAction::Release { sreq, to });
         }
     }
 
     pub(super) fn complete_send(&mut self, id: ReqId, s: &SendReq) {
-        self.release_offer(id, s.buf);
+        self.release_offer(id, s);
         self.reqs.complete(
             id,
             Ok(Status {

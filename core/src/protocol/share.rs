@@ -275,6 +275,8 @@ impl Protocol {
                     accept,
                     got: 0,
                     pushing,
+                    staging: 0,
+                    failed: None,
                 };
                 let header = Frame::Cts {
                     sreq,

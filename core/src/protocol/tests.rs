@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::wire::FrameKind;
+use rankwire_transports::MemoryKind;
 
 struct Net {
     ranks: Vec<Protocol>,
@@ -20,6 +21,111 @@ struct Net {
     pushed: usize,
     /// Frames moved, by kind.
     kinds: Vec<FrameKind>,
+    /// Executes the ranks' memory actions.
+    dev: FakeDevice,
+}
+
+/// The harness's executor of [`MemAction`]s: "device" memory is ordinary memory
+/// tagged as CUDA ([`RawBuf::with_kind`]), copied here when an action asks; offers
+/// describe the buffer by its address (a CUDA IPC handle, an RDMA rkey), and pulls of
+/// them are memcpy. Counts every action and can fail copies or refuse offers.
+#[derive(Default)]
+struct FakeDevice {
+    stage_out: usize,
+    stage_in: usize,
+    /// Bytes staged each way.
+    out_bytes: usize,
+    in_bytes: usize,
+    offers: Vec<OfferKind>,
+    /// Sends whose accepted offer was not released yet.
+    held: HashSet<ReqId>,
+    releases: usize,
+    accept_ipc: bool,
+    accept_rdma: bool,
+    /// Stage-outs fail (as a failed `cuMemcpyDtoH`).
+    fail_out: bool,
+    /// The stage-in with this index (0 = first) fails.
+    fail_in_at: Option<usize>,
+}
+
+impl FakeDevice {
+    fn run(&mut self, p: &mut Protocol) -> bool {
+        let mut any = false;
+        while let Some(a) = p.pop_action() {
+            any = true;
+            match a {
+                MemAction::StageOut { sreq, src } => {
+                    assert!(!src.is_host(), "host memory is never staged");
+                    self.stage_out += 1;
+                    let r = if self.fail_out {
+                        Err("CUDA_ERROR_ILLEGAL_ADDRESS".to_string())
+                    } else {
+                        self.out_bytes += src.len();
+                        // SAFETY: the send is pending: its buffer is alive.
+                        Ok(unsafe { src.as_slice() }.to_vec())
+                    };
+                    p.staged_out(sreq, r);
+                }
+                MemAction::StageIn { rreq, dst, data } => {
+                    assert!(!dst.is_host(), "host memory is never staged");
+                    assert_eq!(dst.len(), data.len());
+                    let k = self.stage_in;
+                    self.stage_in += 1;
+                    let r = if self.fail_in_at == Some(k) {
+                        Err("CUDA_ERROR_ILLEGAL_ADDRESS".to_string())
+                    } else {
+                        self.in_bytes += data.len();
+                        // SAFETY: the receive is pending: its buffer is alive, and the
+                        // protocol checked the bounds.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                data.as_ptr(),
+                                dst.as_mut_ptr(),
+                                data.len(),
+                            )
+                        };
+                        Ok(())
+                    };
+                    p.staged_in(rreq, r);
+                }
+                MemAction::Offer { sreq, buf, to } => {
+                    self.offers.push(to);
+                    let addr = buf.as_mut_ptr() as u64;
+                    let mem = match to {
+                        OfferKind::CudaIpc if self.accept_ipc => {
+                            assert!(!buf.is_host());
+                            Some(RemoteMem::CudaIpc {
+                                handle: [7; 64],
+                                offset: 0,
+                                buffer_id: 1,
+                                device: 0,
+                                base: addr,
+                                alloc_len: buf.len() as u64,
+                            })
+                        }
+                        OfferKind::Rdma if self.accept_rdma => {
+                            assert!(buf.is_host());
+                            Some(RemoteMem::Rdma {
+                                addr,
+                                len: buf.len() as u64,
+                                rkey: 42,
+                            })
+                        }
+                        _ => None,
+                    };
+                    if mem.is_some() {
+                        self.held.insert(sreq);
+                    }
+                    p.offered(sreq, mem);
+                }
+                MemAction::Release { sreq, .. } => {
+                    assert!(self.held.remove(&sreq), "release of an offer not held");
+                    self.releases += 1;
+                }
+            }
+        }
+        any
+    }
 }
 
 impl Net {
@@ -35,6 +141,7 @@ impl Net {
             pulled: 0,
             pushed: 0,
             kinds: Vec::new(),
+            dev: FakeDevice::default(),
         }
     }
 
@@ -50,6 +157,7 @@ impl Net {
         loop {
             let mut any = false;
             for r in 0..self.ranks.len() {
+                any |= self.dev.run(&mut self.ranks[r]);
                 // One pull per rank and round, as the engine does, so that frames (a
                 // sender's Help) come in between the chunks of a large pull.
                 if let Some(p) = self.ranks[r].pop_pull() {
@@ -61,8 +169,10 @@ impl Net {
                     let res = if fail_pulls || over {
                         Err("EPERM".to_string())
                     } else {
-                        let RemoteMem::HostCma { addr, .. } = p.mem else {
-                            panic!("unexpected mem {:?}", p.mem)
+                        let addr = match p.mem {
+                            RemoteMem::HostCma { addr, .. } | RemoteMem::Rdma { addr, .. } => addr,
+                            RemoteMem::CudaIpc { base, offset, .. } => base + offset,
+                            _ => panic!("unexpected mem {:?}", p.mem),
                         };
                         // SAFETY: the sender's request is pending, its buffer alive.
                         unsafe {
@@ -107,6 +217,8 @@ impl Net {
                         Some(f) => f,
                         None => match self.ranks[r].next_data(|_| Some(chunk)) {
                             Some(f) => f,
+                            // Device chunks became stage-outs: their frames follow.
+                            None if self.dev.run(&mut self.ranks[r]) => continue,
                             None => break,
                         },
                     };
@@ -489,88 +601,310 @@ fn pull_mode_rendezvous_single_copy_and_fallback() {
     }
 }
 
-/// "Device" memory for the harness: ordinary memory tagged as CUDA, touched only
-/// through this implementation, which counts the copies.
-struct FakeDevice {
-    to: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    from: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl DeviceMem for FakeDevice {
-    fn copy_to_device(&mut self, dst: RawBuf, offset: usize, src: &[u8]) -> Result<(), String> {
-        assert!(!dst.is_host());
-        assert!(offset + src.len() <= dst.len());
-        self.to.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: test memory, bounds asserted.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().add(offset), src.len())
-        };
-        Ok(())
-    }
-    fn copy_from_device(&mut self, src: RawBuf) -> Result<Vec<u8>, String> {
-        assert!(!src.is_host());
-        self.from.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: test memory.
-        Ok(unsafe { src.as_slice() }.to_vec())
-    }
-    fn offer(&mut self, _sreq: ReqId, _buf: RawBuf) -> Option<RemoteMem> {
-        None
-    }
-}
-
 #[test]
-fn device_buffers_go_through_device_mem_every_combination() {
-    use rankwire_transports::MemoryKind;
+fn device_buffers_are_staged_by_actions_every_combination() {
     let dev = MemoryKind::Cuda { device: 0 };
-    for len in [0usize, 1, 64, 65, 1000] {
+    for len in [0usize, 1, 64, 65, 250, 1000] {
         for (send_dev, recv_dev) in [(true, true), (true, false), (false, true)] {
-            let mut net = Net::new(2);
-            let to = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let from = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            for r in 0..2 {
-                net.ranks[r].set_device_mem(Box::new(FakeDevice {
-                    to: to.clone(),
-                    from: from.clone(),
-                }));
-            }
-            let data = pattern(len, 3);
-            let mut out = vec![0u8; len];
-            let skind = if send_dev { dev } else { MemoryKind::Host };
-            let rkind = if recv_dev { dev } else { MemoryKind::Host };
-            let s = net.ranks[0].isend(
-                1,
-                0,
-                4,
-                RawBuf::with_kind(data.as_ptr() as *mut u8, len, skind),
-                64,
-                false,
-            );
-            let r = net.ranks[1].irecv(
-                Pattern {
+            for recv_first in [false, true] {
+                let mut net = Net::new(2);
+                for r in 0..2 {
+                    net.ranks[r].enable_device();
+                }
+                let data = pattern(len, 3);
+                let mut out = vec![0u8; len];
+                let skind = if send_dev { dev } else { MemoryKind::Host };
+                let rkind = if recv_dev { dev } else { MemoryKind::Host };
+                let rbuf = RawBuf::with_kind(out.as_mut_ptr(), len, rkind);
+                let pat = Pattern {
                     ctx: 0,
                     src: Some(0),
                     tag: Some(4),
-                },
-                RawBuf::with_kind(out.as_mut_ptr(), len, rkind),
-            );
-            net.drive();
-            assert_eq!(net.done(1, r).unwrap().len_bytes, len);
-            assert!(net.done(0, s).is_ok());
-            assert_eq!(
-                out, data,
-                "len {len} send_dev {send_dev} recv_dev {recv_dev}"
-            );
-            let staged_out = from.load(std::sync::atomic::Ordering::Relaxed);
-            let staged_in = to.load(std::sync::atomic::Ordering::Relaxed);
-            assert_eq!(staged_out > 0, send_dev && len > 0, "len {len}");
-            assert_eq!(staged_in > 0, recv_dev && len > 0, "len {len}");
+                };
+                let mut r = None;
+                if recv_first {
+                    r = Some(net.ranks[1].irecv(pat, rbuf));
+                }
+                let s = net.ranks[0].isend(
+                    1,
+                    0,
+                    4,
+                    RawBuf::with_kind(data.as_ptr() as *mut u8, len, skind),
+                    64,
+                    false,
+                );
+                if !recv_first {
+                    net.drive();
+                    r = Some(net.ranks[1].irecv(pat, rbuf));
+                }
+                net.drive();
+                let what = format!(
+                    "len {len} send_dev {send_dev} recv_dev {recv_dev} recv_first {recv_first}"
+                );
+                assert_eq!(net.done(1, r.unwrap()).unwrap().len_bytes, len, "{what}");
+                assert!(net.done(0, s).is_ok(), "{what}");
+                assert_eq!(out, data, "{what}");
+                let d = &net.dev;
+                // Eager: one stage each way; rendezvous: one per chunk of 100 bytes.
+                let chunks = if len <= 64 { 1 } else { len.div_ceil(100) };
+                let staged = if len == 0 { 0 } else { chunks };
+                assert_eq!(d.stage_out, if send_dev { staged } else { 0 }, "{what}");
+                assert_eq!(d.stage_in, if recv_dev { staged } else { 0 }, "{what}");
+                assert_eq!(d.out_bytes, if send_dev { len } else { 0 }, "{what}");
+                assert_eq!(d.in_bytes, if recv_dev { len } else { 0 }, "{what}");
+                assert!(d.offers.is_empty(), "no IPC allowed: nothing offered");
+                assert_eq!(net.ranks[0].pending() + net.ranks[1].pending(), 0);
+            }
         }
     }
 }
 
 #[test]
+fn host_messages_produce_no_memory_actions() {
+    let mut net = Net::new(2);
+    net.ranks[0].enable_device();
+    net.ranks[1].enable_device();
+    net.ranks[0].offer_host_cma(1);
+    net.ranks[1].allow_pull(0, true);
+    for len in [0usize, 10, 64, 1000] {
+        let data = pattern(len, 1);
+        let mut out = vec![0u8; len];
+        let s = net.send(0, 1, 1, &data);
+        let r = net.recv(1, Some(0), Some(1), &mut out);
+        net.drive();
+        assert_eq!(net.done(1, r).unwrap().len_bytes, len);
+        assert!(net.done(0, s).is_ok());
+        assert_eq!(out, data);
+    }
+    let d = &net.dev;
+    assert_eq!((d.stage_out, d.stage_in, d.offers.len()), (0, 0, 0));
+}
+
+/// Rendezvous device send to a peer allowed CUDA IPC: the offer is asked for; when the
+/// executor accepts it the receiver pulls (no Data frames, no staging) and the offer is
+/// released when the send ends; when it refuses, the Rts carries nothing and the data
+/// goes as staged Data frames.
+#[test]
+fn cuda_ipc_offer_accepted_pulls_and_refused_falls_back_to_data() {
+    let dev = MemoryKind::Cuda { device: 0 };
+    for accept in [true, false] {
+        let mut net = Net::new(2);
+        net.dev.accept_ipc = accept;
+        for r in 0..2 {
+            net.ranks[r].enable_device();
+            net.ranks[r].allow_cuda_ipc(1 - r as u32);
+        }
+        let data = pattern(1000, 9);
+        let mut out = vec![0u8; 1000];
+        let r = net.ranks[1].irecv(
+            Pattern {
+                ctx: 0,
+                src: Some(0),
+                tag: Some(2),
+            },
+            RawBuf::with_kind(out.as_mut_ptr(), 1000, dev),
+        );
+        let s = net.ranks[0].isend(
+            1,
+            0,
+            2,
+            RawBuf::with_kind(data.as_ptr() as *mut u8, 1000, dev),
+            64,
+            false,
+        );
+        assert_eq!(
+            net.ranks[0].pop_frame().map(|f| f.peer),
+            None,
+            "the Rts waits for the offer's answer"
+        );
+        net.drive();
+        assert_eq!(net.done(1, r).unwrap().len_bytes, 1000);
+        assert!(net.done(0, s).is_ok());
+        assert_eq!(out, data);
+        let d = &net.dev;
+        assert_eq!(d.offers, vec![OfferKind::CudaIpc]);
+        let data_frames = net.kinds.iter().filter(|k| **k == FrameKind::Data).count();
+        if accept {
+            assert_eq!(net.pulled, 1000);
+            assert_eq!((d.stage_out, d.stage_in, data_frames), (0, 0, 0));
+            assert_eq!(d.releases, 1, "the accepted offer is released");
+            assert!(net.kinds.contains(&FrameKind::Fin));
+        } else {
+            assert_eq!(net.pulled, 0);
+            assert_eq!((d.stage_out, d.stage_in, data_frames), (10, 10, 10));
+            assert_eq!(d.releases, 0, "nothing held, nothing released");
+        }
+        assert!(d.held.is_empty());
+        assert_eq!(net.ranks[0].pending() + net.ranks[1].pending(), 0);
+    }
+}
+
+/// Host rendezvous to a peer served by RDMA: refused registrations fall back to Data
+/// frames; accepted ones are pulled by the receiver and released when the send ends.
+#[test]
+fn rdma_offer_refused_falls_back_to_data_and_accepted_is_released() {
+    for accept in [false, true] {
+        let mut net = Net::new(2);
+        net.dev.accept_rdma = accept;
+        net.ranks[0].offer_rdma(&[1]);
+        net.ranks[1].allow_pull(0, true);
+        let data = pattern(700, 4);
+        let mut out = vec![0u8; 700];
+        let s = net.send(0, 1, 3, &data);
+        let r = net.recv(1, Some(0), Some(3), &mut out);
+        net.drive();
+        assert_eq!(net.done(1, r).unwrap().len_bytes, 700);
+        assert!(net.done(0, s).is_ok());
+        assert_eq!(out, data);
+        let d = &net.dev;
+        assert_eq!(d.offers, vec![OfferKind::Rdma]);
+        let data_frames = net.kinds.iter().filter(|k| **k == FrameKind::Data).count();
+        if accept {
+            assert_eq!((net.pulled, data_frames, d.releases), (700, 0, 1));
+        } else {
+            assert_eq!((net.pulled, data_frames, d.releases), (0, 7, 0));
+        }
+        assert!(d.held.is_empty());
+        // Eager messages to that peer ask for nothing.
+        let small = [5u8; 8];
+        let mut out = [0u8; 8];
+        let s = net.send(0, 1, 3, &small);
+        let r = net.recv(1, Some(0), Some(3), &mut out);
+        net.drive();
+        assert!(net.done(1, r).is_ok() && net.done(0, s).is_ok());
+        assert_eq!(net.dev.offers.len(), 1);
+        assert_eq!(net.ranks[0].pending() + net.ranks[1].pending(), 0);
+    }
+}
+
+/// A failed copy fails its request with Error::Gpu and leaves nothing behind: an eager
+/// or rendezvous device send whose stage-out fails, and a device receive whose first
+/// stage-in fails (the rest of the message is still taken, so the sender completes).
+#[test]
+fn failed_device_copies_fail_the_request_and_nothing_leaks() {
+    let dev = MemoryKind::Cuda { device: 0 };
+    for len in [10usize, 1000] {
+        // Stage-out fails.
+        let mut net = Net::new(2);
+        net.ranks[0].enable_device();
+        net.dev.fail_out = true;
+        let data = pattern(len, 2);
+        let mut out = vec![0u8; len];
+        let r = net.recv(1, Some(0), Some(6), &mut out);
+        let s = net.ranks[0].isend(
+            1,
+            0,
+            6,
+            RawBuf::with_kind(data.as_ptr() as *mut u8, len, dev),
+            64,
+            false,
+        );
+        net.drive();
+        let e = net.done(0, s).unwrap_err();
+        assert!(
+            matches!(e, Error::Gpu(ref m) if m.contains("CUDA_ERROR_ILLEGAL_ADDRESS")),
+            "{e}"
+        );
+        assert_eq!(net.ranks[0].pending(), 0, "len {len}");
+        assert!(net.ranks[0].pop_action().is_none());
+        assert!(!net.ranks[1].is_done(r), "nothing was sent");
+
+        // Stage-in fails.
+        for fail_at in [0usize, 3] {
+            if len <= 64 && fail_at > 0 {
+                continue;
+            }
+            let mut net = Net::new(2);
+            net.ranks[1].enable_device();
+            net.dev.fail_in_at = Some(fail_at);
+            let mut out = vec![0u8; len];
+            let r = net.ranks[1].irecv(
+                Pattern {
+                    ctx: 0,
+                    src: Some(0),
+                    tag: Some(6),
+                },
+                RawBuf::with_kind(out.as_mut_ptr(), len, dev),
+            );
+            let s = net.send(0, 1, 6, &data);
+            net.drive();
+            let e = net.done(1, r).unwrap_err();
+            assert!(
+                matches!(e, Error::Gpu(ref m) if m.contains("receive buffer")),
+                "{e}"
+            );
+            assert!(net.done(0, s).is_ok(), "the sender is not left waiting");
+            let chunks = if len <= 64 { 1 } else { len.div_ceil(100) };
+            assert_eq!(
+                net.dev.stage_in, chunks,
+                "no stage after the failure but the queued"
+            );
+            assert_eq!(net.ranks[0].pending() + net.ranks[1].pending(), 0);
+            // The pair still works afterwards.
+            let mut again = vec![0u8; len];
+            let r = net.ranks[1].irecv(
+                Pattern {
+                    ctx: 0,
+                    src: Some(0),
+                    tag: Some(7),
+                },
+                RawBuf::with_kind(again.as_mut_ptr(), len, dev),
+            );
+            let s = net.send(0, 1, 7, &data);
+            net.drive();
+            assert!(net.done(1, r).is_ok() && net.done(0, s).is_ok());
+            assert_eq!(again, data);
+        }
+    }
+}
+
+/// A peer failing while a device send waits for its offer's answer drops the queued
+/// action: nothing is executed for it and nothing is held.
+#[test]
+fn peer_failure_drops_queued_actions() {
+    let dev = MemoryKind::Cuda { device: 0 };
+    let mut net = Net::new(2);
+    net.dev.accept_ipc = true;
+    net.ranks[0].enable_device();
+    net.ranks[0].allow_cuda_ipc(1);
+    let data = pattern(1000, 1);
+    let small = pattern(10, 1);
+    let s = net.ranks[0].isend(
+        1,
+        0,
+        1,
+        RawBuf::with_kind(data.as_ptr() as *mut u8, 1000, dev),
+        64,
+        false,
+    );
+    let e = net.ranks[0].isend(
+        1,
+        0,
+        1,
+        RawBuf::with_kind(small.as_ptr() as *mut u8, 10, dev),
+        64,
+        false,
+    );
+    net.ranks[0].fail_peer(
+        1,
+        Error::Connection {
+            peer: 1,
+            detail: "gone".into(),
+        },
+    );
+    assert!(net.ranks[0].pop_action().is_none());
+    assert!(net.done(0, s).is_err() && net.done(0, e).is_err());
+    assert_eq!(net.ranks[0].pending(), 0);
+    // A late answer for a failed send releases what it accepted.
+    net.ranks[0].offered(s, Some(RemoteMem::None));
+    assert!(matches!(
+        net.ranks[0].pop_action(),
+        Some(MemAction::Release { sreq, .. }) if sreq == s
+    ));
+}
+
+#[test]
 fn device_buffer_without_gpu_support_is_a_clear_error_b009() {
-    use rankwire_transports::MemoryKind;
     let mut net = Net::new(1);
     let data = [1u8; 8];
     let s = net.ranks[0].isend(
@@ -928,4 +1262,42 @@ fn released_context_forgets_its_sequence_state_and_is_reused_cleanly() {
     for v in 10..13 {
         round(&mut net, ctx, v);
     }
+}
+
+/// A staged device message leaves after a host message sent later (its frame waits for
+/// the stage-out), yet the receiver matches them in send order (sequence numbers).
+#[test]
+fn staged_device_message_is_not_overtaken_by_a_later_host_message() {
+    let dev = MemoryKind::Cuda { device: 0 };
+    let mut net = Net::new(2);
+    net.ranks[0].enable_device();
+    let first = pattern(40, 1);
+    let second = pattern(30, 2);
+    let s1 = net.ranks[0].isend(
+        1,
+        0,
+        1,
+        RawBuf::with_kind(first.as_ptr() as *mut u8, 40, dev),
+        64,
+        false,
+    );
+    let s2 = net.send(0, 1, 2, &second);
+    let mut a = vec![0u8; 64];
+    let mut b = vec![0u8; 64];
+    let r1 = net.recv(1, Some(0), None, &mut a);
+    let r2 = net.recv(1, Some(0), None, &mut b);
+    net.drive();
+    let (st1, st2) = (net.done(1, r1).unwrap(), net.done(1, r2).unwrap());
+    assert_eq!(
+        (st1.tag, st1.len_bytes, st2.tag, st2.len_bytes),
+        (1, 40, 2, 30)
+    );
+    assert_eq!((&a[..40], &b[..30]), (&first[..], &second[..]));
+    assert!(net.done(0, s1).is_ok() && net.done(0, s2).is_ok());
+    let order: Vec<_> = net
+        .kinds
+        .iter()
+        .filter(|k| **k == FrameKind::Eager)
+        .collect();
+    assert_eq!(order.len(), 2);
 }
