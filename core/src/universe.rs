@@ -132,7 +132,7 @@ impl Universe {
     /// Counters of this rank's cache of opened CUDA IPC mappings (opened, hits, stale
     /// evictions, open now); `None` before the first IPC transfer.
     pub fn cuda_ipc_stats(&self) -> Option<rankwire_gpu::IpcCacheStats> {
-        self.inner.lock().ipc.stats()
+        self.inner.lock().ipc_stats()
     }
 
     /// Counters of the RDMA transport (registration cache hits, misses, evictions and
@@ -863,7 +863,9 @@ fn enable_gpu(engine: &mut Engine) -> std::result::Result<(), String> {
     }
     engine
         .proto
-        .set_device_mem(Box::new(crate::gpu_path::GpuStaging::new()));
+        .set_device_mem(Box::new(crate::gpu_path::GpuStaging::new(
+            engine.gpu_pool.clone(),
+        )));
     Ok(())
 }
 
