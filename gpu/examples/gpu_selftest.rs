@@ -275,7 +275,11 @@ fn section_tmp_pool(r: &mut Report) -> Result<(), GpuError> {
     );
     pool.give_device(a);
     let b = pool.take_device(0, 70_000)?;
-    r.check("pool reuses a given buffer", a == b, format!("{a:#x} then {b:#x}"));
+    r.check(
+        "pool reuses a given buffer",
+        a == b,
+        format!("{a:#x} then {b:#x}"),
+    );
     pool.give_device(b);
     let big = pool.take_device(0, 8 * MIB)?;
     pool.give_device(big);

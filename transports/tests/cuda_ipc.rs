@@ -90,7 +90,12 @@ fn get_wait(
     let mut ev = Vec::new();
     loop {
         t.poll(&mut ev);
-        if let Some(Event::OpDone { peer, op: got, result }) = ev.pop() {
+        if let Some(Event::OpDone {
+            peer,
+            op: got,
+            result,
+        }) = ev.pop()
+        {
             assert_eq!((peer, got), (0, op));
             return result;
         }
@@ -165,9 +170,13 @@ fn a_peer_process_gets_device_memory_into_device_and_host_buffers() {
         .env(ENV, desc)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "reader failed:\n{text}");
-    assert!(text.contains("cuda_ipc reader: ok"), "reader output:\n{text}");
+    assert!(
+        text.contains("cuda_ipc reader: ok"),
+        "reader output:\n{text}"
+    );
     for r in regs {
         t.deregister(r);
     }
@@ -202,11 +211,17 @@ fn reader_child() {
             kind: MemoryKind::Host,
         };
         get_wait(&mut t, 20 + i as u64, local, src, (LEN / 4) as u64).unwrap();
-        assert!(host[..] == want[LEN / 4..LEN / 4 + LEN / 2], "host get {i}: wrong bytes");
+        assert!(
+            host[..] == want[LEN / 4..LEN / 4 + LEN / 2],
+            "host get {i}: wrong bytes"
+        );
         // Past the end: refused before any copy.
         // SAFETY: refused without touching `host`.
         let past = unsafe { t.get(0, 30, local, src, LEN as u64) };
-        assert!(matches!(past, Err(TransportError::Malformed { .. })), "{past:?}");
+        assert!(
+            matches!(past, Err(TransportError::Malformed { .. })),
+            "{past:?}"
+        );
     }
     let s = t.stats().unwrap();
     println!("cuda_ipc reader: ok ({s:?})");

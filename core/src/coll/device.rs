@@ -610,7 +610,13 @@ impl Communicator {
         spec.algo = algo.code();
         spec.invalid = args::len(W, "the receive buffer (bytes)", recv.len(), p * k);
         let device = common_device(W, (send.ptr(), k), (recv.ptr(), recv.len()))?;
-        let user = dev_bufs(self.gpu_pool(), (send.ptr(), k), (recv.ptr(), recv.len()), device, None)?;
+        let user = dev_bufs(
+            self.gpu_pool(),
+            (send.ptr(), k),
+            (recv.ptr(), recv.len()),
+            device,
+            None,
+        )?;
         self.start_coll_device(spec, user, |b| allgather::build(b, algo, k, 1))
     }
 

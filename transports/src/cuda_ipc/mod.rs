@@ -241,8 +241,7 @@ impl CudaIpcTransport {
             Some(e) if e.device() == device => e,
             _ => CuEvent::new(device).map_err(|e| gpu_err("cuEventCreate", e))?,
         };
-        ev.record(stream)
-            .map_err(|e| gpu_err("cuEventRecord", e))?;
+        ev.record(stream).map_err(|e| gpu_err("cuEventRecord", e))?;
         Ok(ev)
     }
 }
@@ -369,8 +368,8 @@ impl Transport for CudaIpcTransport {
                 what: "get into managed memory",
             });
         }
-        let export = export_of(src, offset_bytes, dst.len_bytes).map_err(|e| {
-            TransportError::Malformed {
+        let export =
+            export_of(src, offset_bytes, dst.len_bytes).map_err(|e| TransportError::Malformed {
                 transport: NAME,
                 peer,
                 reason: match e {
@@ -380,8 +379,7 @@ impl Transport for CudaIpcTransport {
                         dst.len_bytes
                     ),
                 },
-            }
-        })?;
+            })?;
         if dst.len_bytes == 0 {
             return Ok(OpStart::Done);
         }
@@ -536,7 +534,10 @@ mod tests {
                 t.get(1, 7, managed, &remote(), 0),
                 Err(TransportError::Unsupported { .. })
             ));
-            let empty = LocalBuf { len_bytes: 0, ..dst };
+            let empty = LocalBuf {
+                len_bytes: 0,
+                ..dst
+            };
             assert_eq!(t.get(1, 7, empty, &remote(), 0), Ok(OpStart::Done));
         }
         assert!(t.is_flushed());
