@@ -27,16 +27,16 @@ use crate::protocol::ReqId;
 use rankwire_gpu::{Stream, TmpPool};
 use rankwire_transports::MemoryKind;
 #[cfg(feature = "cuda")]
-use rankwire_transports::cuda_ipc::remote_of;
+use rankwire_transports::cuda_ipc::register_device;
 
 use crate::protocol::{DeviceMem, RawBuf};
 use crate::wire::RemoteMem;
 
 /// Stages device buffers with synchronous copies on the runtime stream.
 ///
-/// Its `offer` duplicates `CudaIpcTransport::register` (export, or a pooled staging
-/// buffer for memory legacy IPC cannot export) until the protocol asks the engine to
-/// register through the transport instead.
+/// Its `offer` is the `cuda_ipc` transport's registration (export, or a pooled staging
+/// buffer for memory legacy IPC cannot export), called here until the protocol asks the
+/// engine to register through the transport instead.
 pub(crate) struct GpuStaging {
     /// (send request, staging buffer address) of sends whose pool memory was copied
     /// into an IPC-capable staging buffer.
@@ -59,49 +59,23 @@ impl GpuStaging {
         }
     }
 
-    /// Copy `buf` (device memory legacy IPC cannot export) into a cached `cuMemAlloc`
-    /// buffer and export that; `None` if any step fails (the caller stages via host).
-    #[cfg(feature = "cuda")]
-    fn offer_staged(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
-        let device = device_of(&buf).ok()?;
-        let stage = self.pool.take_device(device, buf.len()).ok()?;
-        let stream = Stream::runtime(device).ok();
-        let copied = stream.is_some_and(|stream| {
-            // SAFETY: the send is pending, so `buf` is live device memory of len bytes;
-            // `stage` is a cached allocation of at least len bytes, lent to this send.
-            unsafe {
-                rankwire_gpu::memcpy_dtod_async(stage, buf.as_mut_ptr() as u64, buf.len(), stream)
-            }
-            .and_then(|()| stream.synchronize())
-            .is_ok()
-        });
-        let export = if copied {
-            rankwire_gpu::ipc_export(stage, buf.len()).ok()
-        } else {
-            None
-        };
-        let Some(e) = export else {
-            self.pool.give_device(stage);
-            return None;
-        };
-        tracing::debug!(
-            "device buffer of {} bytes is not IPC-capable; offered through a staging buffer",
-            buf.len()
-        );
-        self.staged.push((sreq, stage));
-        Some(remote_of(&e))
-    }
-
     /// [`DeviceMem::offer`]: export `buf` through CUDA IPC, or through a staging
-    /// buffer where legacy IPC cannot export it.
+    /// buffer from the pool where legacy IPC cannot export it (the `cuda_ipc`
+    /// transport's registration, `rankwire_transports::cuda_ipc::register_device`); the
+    /// staging buffer is kept until [`DeviceMem::done_with`].
     #[cfg(feature = "cuda")]
     fn offer_ipc(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
-        match rankwire_gpu::ipc_export(buf.as_mut_ptr() as u64, buf.len()) {
-            Ok(e) => Some(remote_of(&e)),
-            Err(rankwire_gpu::GpuError::Unsupported(rankwire_gpu::Unsupported::NotIpcCapable))
-                if self.ipc_staging =>
-            {
-                self.offer_staged(sreq, buf)
+        let local = rankwire_transports::LocalBuf {
+            addr: buf.as_mut_ptr() as u64,
+            len_bytes: buf.len(),
+            kind: buf.kind(),
+        };
+        match register_device(&self.pool, local, self.ipc_staging) {
+            Ok(reg) => {
+                if reg.handle != 0 {
+                    self.staged.push((sreq, reg.handle));
+                }
+                Some(reg.remote)
             }
             Err(e) => {
                 tracing::debug!("device buffer not offered by CUDA IPC ({e}); staging it");

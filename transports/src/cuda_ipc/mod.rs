@@ -182,37 +182,6 @@ impl CudaIpcTransport {
         }
     }
 
-    /// Copy `buf` (device memory legacy IPC cannot export) into a pooled `cuMemAlloc`
-    /// buffer and export that: the registration's handle is the staging buffer.
-    fn register_staged(&mut self, device: i32, buf: LocalBuf) -> Result<Registration, GpuError> {
-        let stage = self.pool.take_device(device, buf.len_bytes)?;
-        let exported = Stream::runtime(device).and_then(|stream| {
-            // SAFETY: the caller of register keeps `buf` live device memory of
-            // len_bytes; `stage` is a pooled allocation of at least that many bytes,
-            // lent to this registration.
-            unsafe { rankwire_gpu::memcpy_dtod_async(stage, buf.addr, buf.len_bytes, stream) }?;
-            stream.synchronize()?;
-            rankwire_gpu::ipc_export(stage, buf.len_bytes)
-        });
-        match exported {
-            Ok(e) => {
-                tracing::debug!(
-                    "device buffer of {} bytes is not IPC-capable; registered through a \
-                     staging buffer",
-                    buf.len_bytes
-                );
-                Ok(Registration {
-                    remote: remote_of(&e),
-                    handle: stage,
-                })
-            }
-            Err(e) => {
-                self.pool.give_device(stage);
-                Err(e)
-            }
-        }
-    }
-
     /// Queue the copy of `dst.len_bytes` bytes from the peer's mapped buffer into `dst`.
     fn queue_copy(
         &mut self,
@@ -315,25 +284,7 @@ impl Transport for CudaIpcTransport {
     /// [`TransportError::Unsupported`] for host and managed memory; `Os` with the
     /// failing call (`cuIpcGetMemHandle`, a zero-length buffer, staging allocation).
     fn register(&mut self, buf: LocalBuf) -> Result<Registration, TransportError> {
-        let MemoryKind::Cuda { device } = buf.kind else {
-            return Err(TransportError::Unsupported {
-                transport: NAME,
-                what: "register of host or managed memory",
-            });
-        };
-        match rankwire_gpu::ipc_export(buf.addr, buf.len_bytes) {
-            Ok(e) => Ok(Registration {
-                remote: remote_of(&e),
-                handle: 0,
-            }),
-            Err(GpuError::Unsupported(rankwire_gpu::Unsupported::NotIpcCapable))
-                if self.cfg.staging =>
-            {
-                self.register_staged(device, buf)
-                    .map_err(|e| gpu_err("staging for cuIpcGetMemHandle", e))
-            }
-            Err(e) => Err(gpu_err("cuIpcGetMemHandle", e)),
-        }
+        register_device(&self.pool, buf, self.cfg.staging)
     }
 
     fn deregister(&mut self, reg: Registration) {
@@ -413,6 +364,71 @@ impl Transport for CudaIpcTransport {
                 }
                 Err(e)
             }
+        }
+    }
+}
+
+/// [`Transport::register`] of [`CudaIpcTransport`], for callers that hold the pool but
+/// not the transport: export device memory ([`RemoteMem::CudaIpc`], handle 0), or,
+/// with `staging`, copy memory legacy IPC cannot export into a staging buffer from
+/// `pool` and export that (handle = the staging buffer's address; a snapshot of `buf`
+/// taken now). Give a nonzero handle back with [`TmpPool::give_device`] (what
+/// [`Transport::deregister`] does) once no peer reads it.
+///
+/// # Errors
+/// [`TransportError::Unsupported`] for host and managed memory; `Os` with the failing
+/// call (`cuIpcGetMemHandle`, a zero-length buffer, the staging allocation or copy).
+pub fn register_device(
+    pool: &TmpPool,
+    buf: LocalBuf,
+    staging: bool,
+) -> Result<Registration, TransportError> {
+    let MemoryKind::Cuda { device } = buf.kind else {
+        return Err(TransportError::Unsupported {
+            transport: NAME,
+            what: "register of host or managed memory",
+        });
+    };
+    match rankwire_gpu::ipc_export(buf.addr, buf.len_bytes) {
+        Ok(e) => Ok(Registration {
+            remote: remote_of(&e),
+            handle: 0,
+        }),
+        Err(GpuError::Unsupported(rankwire_gpu::Unsupported::NotIpcCapable)) if staging => {
+            register_staged(pool, device, buf)
+                .map_err(|e| gpu_err("staging for cuIpcGetMemHandle", e))
+        }
+        Err(e) => Err(gpu_err("cuIpcGetMemHandle", e)),
+    }
+}
+
+/// Copy `buf` (device memory legacy IPC cannot export) into a pooled `cuMemAlloc`
+/// buffer and export that: the registration's handle is the staging buffer.
+fn register_staged(pool: &TmpPool, device: i32, buf: LocalBuf) -> Result<Registration, GpuError> {
+    let stage = pool.take_device(device, buf.len_bytes)?;
+    let exported = Stream::runtime(device).and_then(|stream| {
+        // SAFETY: the caller of register keeps `buf` live device memory of
+        // len_bytes; `stage` is a pooled allocation of at least that many bytes,
+        // lent to this registration.
+        unsafe { rankwire_gpu::memcpy_dtod_async(stage, buf.addr, buf.len_bytes, stream) }?;
+        stream.synchronize()?;
+        rankwire_gpu::ipc_export(stage, buf.len_bytes)
+    });
+    match exported {
+        Ok(e) => {
+            tracing::debug!(
+                "device buffer of {} bytes is not IPC-capable; registered through a \
+                 staging buffer",
+                buf.len_bytes
+            );
+            Ok(Registration {
+                remote: remote_of(&e),
+                handle: stage,
+            })
+        }
+        Err(e) => {
+            pool.give_device(stage);
+            Err(e)
         }
     }
 }
