@@ -15,7 +15,7 @@
 //! - An offer of host memory registers it through the RDMA transport's registration
 //!   cache ([`rankwire_transports::rdma::Registry`]), held until the release.
 
-use rankwire_transports::MemoryKind;
+use rankwire_transports::{LocalBuf, MemoryKind, Registration, Transport};
 use rankwire_transports::rdma::{Held, Registry};
 use rustc_hash::FxHashMap as HashMap;
 
@@ -29,6 +29,9 @@ use rankwire_gpu::Stream;
 pub(crate) struct MemActions {
     gpu: Option<GpuStaging>,
     rdma: Option<RdmaOffer>,
+    /// CUDA IPC registrations (exports, or pooled staging buffers) of pending sends,
+    /// made through the `cuda_ipc` transport and released with it.
+    ipc_regs: HashMap<ReqId, Registration>,
 }
 
 impl MemActions {
@@ -44,9 +47,11 @@ impl MemActions {
         proto.offer_rdma(peers);
     }
 
-    /// Execute every action `proto` has queued and feed each answer back. Returns
-    /// whether any ran (answers may have queued frames or completed requests).
-    pub(crate) fn run(&mut self, proto: &mut Protocol) -> bool {
+    /// Execute every action `proto` has queued and feed each answer back; device
+    /// offers register through `ipc`, the engine's `cuda_ipc` transport (`None`
+    /// without one: nothing is offered, the data is staged). Returns whether any ran
+    /// (answers may have queued frames or completed requests).
+    pub(crate) fn run(&mut self, proto: &mut Protocol, mut ipc: Option<&mut dyn Transport>) -> bool {
         let mut any = false;
         while let Some(a) = proto.pop_action() {
             any = true;
@@ -67,7 +72,21 @@ impl MemActions {
                 }
                 MemAction::Offer { sreq, buf, to } => {
                     let mem = match to {
-                        OfferKind::CudaIpc => self.gpu.as_mut().and_then(|g| g.offer(sreq, buf)),
+                        OfferKind::CudaIpc => match (self.gpu.as_ref(), ipc.as_deref_mut()) {
+                            (Some(_), Some(t)) => match t.register(local_buf(buf)) {
+                                Ok(reg) => {
+                                    self.ipc_regs.insert(sreq, reg);
+                                    Some(reg.remote)
+                                }
+                                Err(e) => {
+                                    tracing::debug!(
+                                        "device buffer not offered by CUDA IPC ({e}); staging it"
+                                    );
+                                    None
+                                }
+                            },
+                            _ => None,
+                        },
                         // The one registration call: with the Transport trait's
                         // `register(LocalBuf)` this becomes `rdma.register(..)`.
                         OfferKind::Rdma => self.rdma.as_mut().and_then(|n| n.offer(sreq, buf)),
@@ -76,8 +95,10 @@ impl MemActions {
                 }
                 MemAction::Release { sreq, to } => match to {
                     OfferKind::CudaIpc => {
-                        if let Some(g) = self.gpu.as_mut() {
-                            g.done_with(sreq);
+                        if let (Some(reg), Some(t)) =
+                            (self.ipc_regs.remove(&sreq), ipc.as_deref_mut())
+                        {
+                            t.deregister(reg);
                         }
                     }
                     OfferKind::Rdma => {
@@ -94,55 +115,21 @@ impl MemActions {
 
 const NO_GPU: &str = "no GPU support in this process";
 
-/// Stages device buffers with synchronous copies on the runtime stream.
-pub(crate) struct GpuStaging {
-    /// (send request, staging buffer address) of sends whose pool memory was copied
-    /// into an IPC-capable staging buffer.
-    staged: Vec<(ReqId, u64)>,
-    /// Offer memory legacy IPC cannot export through a staging buffer
-    /// (`RANKWIRE_GPU_IPC_STAGING`, default on).
-    ipc_staging: bool,
+/// The transport-level view of a protocol buffer.
+fn local_buf(buf: RawBuf) -> LocalBuf {
+    LocalBuf {
+        addr: buf.as_mut_ptr() as u64,
+        len_bytes: buf.len(),
+        kind: buf.kind(),
+    }
 }
+
+/// Stages device buffers with synchronous copies on the runtime stream.
+pub(crate) struct GpuStaging;
 
 impl GpuStaging {
     pub(crate) fn new() -> Self {
-        GpuStaging {
-            staged: Vec::new(),
-            ipc_staging: crate::bootstrap::node::env_switch("RANKWIRE_GPU_IPC_STAGING")
-                != Some(false),
-        }
-    }
-
-    /// Copy `buf` (device memory legacy IPC cannot export) into a cached `cuMemAlloc`
-    /// buffer and export that; `None` if any step fails (the caller stages via host).
-    fn offer_staged(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
-        let device = device_of(&buf).ok()?;
-        let stage = crate::coll::device::dev_tmp_take(device, buf.len()).ok()?;
-        let stream = Stream::runtime(device).ok();
-        let copied = stream.is_some_and(|stream| {
-            // SAFETY: the send is pending, so `buf` is live device memory of len bytes;
-            // `stage` is a cached allocation of at least len bytes, lent to this send.
-            unsafe {
-                rankwire_gpu::memcpy_dtod_async(stage, buf.as_mut_ptr() as u64, buf.len(), stream)
-            }
-            .and_then(|()| stream.synchronize())
-            .is_ok()
-        });
-        let export = if copied {
-            rankwire_gpu::ipc_export(stage, buf.len()).ok()
-        } else {
-            None
-        };
-        let Some(e) = export else {
-            crate::coll::device::dev_tmp_give(stage);
-            return None;
-        };
-        tracing::debug!(
-            "device buffer of {} bytes is not IPC-capable; offered through a staging buffer",
-            buf.len()
-        );
-        self.staged.push((sreq, stage));
-        Some(crate::gpu_path::ipc_remote(&e))
+        GpuStaging
     }
 }
 
@@ -202,32 +189,6 @@ impl GpuStaging {
         .map_err(|e| e.to_string())?;
         stream.synchronize().map_err(|e| e.to_string())?;
         Ok(v)
-    }
-
-    /// A descriptor a same-node peer can use to pull `buf`, the buffer of send request
-    /// `sreq`, directly (CUDA IPC, `cuIpcGetMemHandle`; memory legacy IPC cannot export
-    /// is offered through a staging copy), or `None` when it cannot be offered.
-    pub(crate) fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
-        match rankwire_gpu::ipc_export(buf.as_mut_ptr() as u64, buf.len()) {
-            Ok(e) => Some(crate::gpu_path::ipc_remote(&e)),
-            Err(rankwire_gpu::GpuError::Unsupported(rankwire_gpu::Unsupported::NotIpcCapable))
-                if self.ipc_staging =>
-            {
-                self.offer_staged(sreq, buf)
-            }
-            Err(e) => {
-                tracing::debug!("device buffer not offered by CUDA IPC ({e}); staging it");
-                None
-            }
-        }
-    }
-
-    /// Send request `sreq` has ended: its staging buffer (if any) goes back to the cache.
-    pub(crate) fn done_with(&mut self, sreq: ReqId) {
-        if let Some(i) = self.staged.iter().position(|&(id, _)| id == sreq) {
-            let (_, stage) = self.staged.swap_remove(i);
-            crate::coll::device::dev_tmp_give(stage);
-        }
     }
 }
 

@@ -174,11 +174,17 @@ pub(crate) struct Engine {
     backlog: Vec<VecDeque<OutFrame>>,
     events: Vec<Event>,
     pub(crate) backoff: Backoff,
-    pub(crate) ipc: crate::gpu_path::IpcPuller,
     /// Executes the protocol's memory actions (device staging, buffer offers).
     pub(crate) mem: crate::device_path::MemActions,
-    /// Scratch list of completed device pulls.
-    pull_results: Vec<(crate::protocol::ReqId, std::result::Result<(), String>)>,
+    /// GPU temporaries (device collectives, CUDA IPC staging), lent by `Arc`.
+    pub(crate) gpu_pool: std::sync::Arc<rankwire_gpu::TmpPool>,
+    /// CUDA IPC gets of same-node device rendezvous (always built with `cuda`; it
+    /// touches no driver until the first get).
+    #[cfg(feature = "cuda")]
+    pub(crate) ipc: Option<rankwire_transports::CudaIpcTransport>,
+    /// Scratch list of the CUDA IPC transport's events.
+    #[cfg(feature = "cuda")]
+    ipc_events: Vec<Event>,
     /// Context ids of this process's communicators (see [`crate::context_id`]).
     pub(crate) ctx_ids: crate::context_id::ContextIds,
 }
@@ -215,6 +221,9 @@ impl Engine {
                 );
             }
         }
+        let gpu_pool = std::sync::Arc::new(rankwire_gpu::TmpPool::new(
+            crate::coll::device::tmp_cache_limit(),
+        ));
         let mut e = Engine {
             proto,
             self_tp: SelfTransport::new(rank),
@@ -226,9 +235,19 @@ impl Engine {
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
             events: Vec::new(),
             backoff,
-            ipc: crate::gpu_path::IpcPuller::new(),
             mem: Default::default(),
-            pull_results: Vec::new(),
+            #[cfg(feature = "cuda")]
+            ipc: Some(rankwire_transports::CudaIpcTransport::new(
+                gpu_pool.clone(),
+                rankwire_transports::CudaIpcConfig {
+                    staging: crate::bootstrap::node::env_switch("RANKWIRE_GPU_IPC_STAGING")
+                        != Some(false),
+                    ..Default::default()
+                },
+            )),
+            #[cfg(feature = "cuda")]
+            ipc_events: Vec::new(),
+            gpu_pool,
             ctx_ids: crate::context_id::ContextIds::new(),
         };
         e.eager = (0..size)
@@ -294,7 +313,7 @@ impl Engine {
     /// Whether transports other than shared memory serve some peer (then waits run
     /// full progress rounds instead of spinning on [`Engine::arrival_hint`]).
     pub(crate) fn shm_only(&self) -> bool {
-        self.tcp.is_none() && self.rdma.is_none() && !self.ipc.busy()
+        self.tcp.is_none() && self.rdma.is_none() && !self.ipc_busy()
     }
 
     pub(crate) fn route(&self, peer: u32) -> Route {
@@ -438,16 +457,78 @@ impl Engine {
         if self.proto.has_output() || self.any_backlog() {
             any |= self.push_output();
         }
-        if self.ipc.busy() {
-            let mut done = std::mem::take(&mut self.pull_results);
-            self.ipc.poll(&mut done);
-            for (rreq, r) in done.drain(..) {
-                any = true;
-                self.proto.pull_done(rreq, r);
-            }
-            self.pull_results = done;
+        if self.ipc_busy() {
+            any |= self.poll_ipc();
         }
         any
+    }
+
+    /// Whether CUDA IPC copies are still running.
+    #[inline]
+    fn ipc_busy(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        return self.ipc.as_ref().is_some_and(|t| t.busy());
+        #[cfg(not(feature = "cuda"))]
+        false
+    }
+
+    /// Counters of the CUDA IPC cache; `None` before the first IPC pull.
+    pub(crate) fn ipc_stats(&self) -> Option<rankwire_gpu::IpcCacheStats> {
+        #[cfg(feature = "cuda")]
+        return self.ipc.as_ref().and_then(|t| t.stats());
+        #[cfg(not(feature = "cuda"))]
+        None
+    }
+
+    /// Hand the pulls whose CUDA IPC copies finished to the protocol (the op id of a
+    /// get is its receive request). Returns whether any finished.
+    #[cfg(feature = "cuda")]
+    fn poll_ipc(&mut self) -> bool {
+        let Some(t) = self.ipc.as_mut() else {
+            return false;
+        };
+        let mut events = std::mem::take(&mut self.ipc_events);
+        let any = t.poll(&mut events);
+        for ev in events.drain(..) {
+            if let Event::OpDone { op, result, .. } = ev {
+                self.proto.pull_done(op, result.map_err(|e| e.to_string()));
+            }
+        }
+        self.ipc_events = events;
+        any
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn poll_ipc(&mut self) -> bool {
+        false
+    }
+
+    /// Start the CUDA IPC copy of a pull (a get of the `cuda_ipc` transport, op id =
+    /// the receive request); it completes through [`Engine::poll_ipc`], or at once with
+    /// the error if it could not be queued.
+    fn start_ipc_pull(&mut self, p: &PullReq) {
+        #[cfg(feature = "cuda")]
+        let r = match self.ipc.as_mut() {
+            Some(t) => {
+                let dst = rankwire_transports::LocalBuf {
+                    addr: p.dst.as_mut_ptr() as u64,
+                    len_bytes: p.dst.len(),
+                    kind: p.dst.kind(),
+                };
+                // SAFETY: `dst` is the accepted prefix of a pending receive's buffer,
+                // borrowed by that request until pull_done, which happens on the OpDone
+                // of this get (or below, if it did not start).
+                match unsafe { t.get(p.peer, p.rreq, dst, &p.mem, 0) } {
+                    Ok(rankwire_transports::OpStart::Pending) => return,
+                    Ok(rankwire_transports::OpStart::Done) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            None => Err("no CUDA IPC transport in this process".to_string()),
+        };
+        #[cfg(not(feature = "cuda"))]
+        let r = Err(rankwire_gpu::GpuError::NotBuilt.to_string());
+        self.proto.pull_done(p.rreq, r);
     }
 
     /// Whether frames wait in some peer's backlog (its transport was busy).
@@ -461,7 +542,7 @@ impl Engine {
     fn push_output(&mut self) -> bool {
         // Memory actions first: their answers queue frames (staged eager messages,
         // offered Rts) and complete receives into device buffers.
-        let mut any = self.mem.run(&mut self.proto);
+        let mut any = self.run_mem_actions();
         while let Some(f) = self.proto.pop_frame() {
             if let Some(q) = self.backlog.get_mut(f.peer as usize) {
                 q.push_back(f);
@@ -500,7 +581,7 @@ impl Engine {
                 Some(caps.max_frame_payload_bytes)
             }) else {
                 // Device chunks became staging actions: run them, and send their frames.
-                if !self.mem.run(&mut self.proto) {
+                if !self.run_mem_actions() {
                     break;
                 }
                 any = true;
@@ -528,11 +609,7 @@ impl Engine {
             any = true;
             match p.mem {
                 // Queued on the device; completes through poll below.
-                RemoteMem::CudaIpc { .. } => {
-                    if let Err(e) = self.ipc.start(&p) {
-                        self.proto.pull_done(p.rreq, Err(e));
-                    }
-                }
+                RemoteMem::CudaIpc { .. } => self.start_ipc_pull(&p),
                 RemoteMem::Rdma { addr, rkey, .. } => {
                     let r = match self.rdma.as_mut() {
                         // SAFETY: `dst` is the accepted prefix of a pending receive's
@@ -658,6 +735,19 @@ impl Engine {
         v
     }
 
+    /// Execute the protocol's memory actions (device staging, buffer offers through
+    /// the `cuda_ipc` and rdma paths); whether any ran.
+    fn run_mem_actions(&mut self) -> bool {
+        #[cfg(feature = "cuda")]
+        let ipc = self
+            .ipc
+            .as_mut()
+            .map(|t| t as &mut dyn rankwire_transports::Transport);
+        #[cfg(not(feature = "cuda"))]
+        let ipc = None;
+        self.mem.run(&mut self.proto, ipc)
+    }
+
     /// Whether every frame has been handed to the OS.
     pub(crate) fn is_flushed(&self) -> bool {
         self.backlog.iter().all(|q| q.is_empty())
@@ -702,10 +792,13 @@ impl Engine {
     /// Mark the end of communication: later connection closes are not failures.
     pub(crate) fn quiesce(&mut self) {
         // Releases of offers still queued give their staging buffers back first.
-        self.mem.run(&mut self.proto);
-        self.ipc.close_all();
+        self.run_mem_actions();
+        #[cfg(feature = "cuda")]
+        if let Some(t) = self.ipc.as_mut() {
+            t.close_all();
+        }
         // After the final fence no peer maps our collective temporaries any more.
-        crate::coll::device::release_tmp_cache();
+        self.gpu_pool.release_idle();
         if let Some(t) = self.shm.as_mut() {
             t.set_quiesced();
         }

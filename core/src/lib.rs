@@ -66,7 +66,6 @@ pub mod error;
 pub mod explain;
 #[doc(hidden)]
 pub mod fuzz_entry;
-mod gpu_path;
 pub mod group;
 pub mod matching;
 pub mod protocol;

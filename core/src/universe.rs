@@ -136,7 +136,7 @@ impl Universe {
     /// Counters of this rank's cache of opened CUDA IPC mappings (opened, hits, stale
     /// evictions, open now); `None` before the first IPC transfer.
     pub fn cuda_ipc_stats(&self) -> Option<rankwire_gpu::IpcCacheStats> {
-        self.inner.lock().ipc.stats()
+        self.inner.lock().ipc_stats()
     }
 
     /// Counters of the RDMA transport (registration cache hits, misses, evictions and

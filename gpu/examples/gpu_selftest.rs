@@ -16,7 +16,8 @@
 //! memory; IPC open in a child process (a copy of this binary) with the IpcCache hit,
 //! stale-entry (B008) and deferred-close scenarios and close_all; DtoD/HtoD/DtoH copies
 //! of 0 B to 64 MiB with byte checks, staged copies, events; DMA-BUF export; a DtoD
-//! bandwidth table and pointer-classification latency.
+//! bandwidth table and pointer-classification latency; the temporary pool (`TmpPool`:
+//! reuse, IPC-exportable device buffers, pinned buffers, release).
 
 use std::fmt::Display;
 use std::io::{BufRead, BufReader, Write};
@@ -69,6 +70,7 @@ fn main() -> ExitCode {
     r.section("zero-length", section_zero_length);
     r.section("ipc export", section_ipc_export);
     r.section("ipc child", section_ipc_child);
+    r.section("tmp pool", section_tmp_pool);
     r.section("copies", section_copies);
     r.section("dma-buf", section_dmabuf);
     r.section("bandwidth", section_bandwidth);
@@ -258,6 +260,49 @@ fn section_pointer_cache(r: &mut Report) -> Result<(), GpuError> {
             again.buffer_id,
             cache.stats()
         ),
+    );
+    Ok(())
+}
+
+fn section_tmp_pool(r: &mut Report) -> Result<(), GpuError> {
+    let pool = rankwire_gpu::TmpPool::new(4 * MIB);
+    let a = pool.take_device(0, 100_000)?;
+    let exported = ipc_export(a, 100_000);
+    r.check(
+        "pool device buffer is IPC-exportable",
+        exported.is_ok(),
+        format!("{exported:?}"),
+    );
+    pool.give_device(a);
+    let b = pool.take_device(0, 70_000)?;
+    r.check(
+        "pool reuses a given buffer",
+        a == b,
+        format!("{a:#x} then {b:#x}"),
+    );
+    pool.give_device(b);
+    let big = pool.take_device(0, 8 * MIB)?;
+    pool.give_device(big);
+    let (d, _) = pool.stats();
+    r.check(
+        "pool frees idle buffers over its bound",
+        d.idle == 1 && d.evictions == 1 && d.lent == 0,
+        format!("{d:?}"),
+    );
+    let p = pool.take_pinned(MIB)?;
+    let kind = classify(p as *const u8, MIB)?;
+    r.check(
+        "pool pinned buffer is registered host memory",
+        kind.kind == PtrKind::HostRegistered,
+        format!("{:?}", kind.kind),
+    );
+    pool.give_pinned(p);
+    pool.release_idle();
+    let (d, h) = pool.stats();
+    r.check(
+        "pool release_idle frees every idle buffer",
+        d.idle == 0 && h.idle == 0,
+        format!("device {d:?}, pinned {h:?}"),
     );
     Ok(())
 }

@@ -60,6 +60,7 @@ pub mod dmabuf;
 pub mod error;
 pub mod ipc;
 pub mod pointer;
+pub mod pool;
 pub mod reduce;
 mod result;
 
@@ -78,6 +79,7 @@ pub use pointer::{
     CudaPointerQuery, MemoryInfo, PointerCache, PointerCacheStats, PointerQuery, PtrKind,
     buffer_id, classify, classify_addr, pointer_queries,
 };
+pub use pool::{TmpCache, TmpCacheStats, TmpPool};
 pub use reduce::{
     DType, KernelCacheStats, RedOp, kernel_cache_stats, reduce_async, reduce_rows_async,
 };

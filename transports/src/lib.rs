@@ -27,6 +27,8 @@
 
 use std::fmt;
 
+#[cfg(feature = "cuda")]
+pub mod cuda_ipc;
 pub mod rdma;
 pub mod regcache;
 pub mod self_tp;
@@ -34,6 +36,8 @@ pub mod settings;
 pub mod shm;
 pub mod tcp;
 
+#[cfg(feature = "cuda")]
+pub use cuda_ipc::{CudaIpcConfig, CudaIpcTransport};
 pub use rdma::{RdmaConfig, RdmaDevice, RdmaTransport};
 pub use regcache::{RegCache, RegCacheConfig, RegCacheStats, Registrar};
 pub use self_tp::SelfTransport;

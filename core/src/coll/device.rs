@@ -13,9 +13,11 @@
 //! same stream, after the kernels. The call completes when its last kernel has
 //! finished.
 //!
-//! Temporaries come from a per-process cache of `cuMemAlloc` buffers (IPC-exportable,
-//! so peers map them once and hit their IPC cache on later calls), bounded by
-//! `RANKWIRE_GPU_TMP_CACHE` bytes (default 2 GiB; buffers over the bound are freed).
+//! Temporaries come from the engine's pool ([`rankwire_gpu::TmpPool`], shared with CUDA
+//! IPC staging) of `cuMemAlloc` buffers (IPC-exportable, so peers map them once and hit
+//! their IPC cache on later calls) and pinned host buffers, bounded by
+//! `RANKWIRE_GPU_TMP_CACHE` bytes of idle buffers of each kind (default 2 GiB; buffers
+//! over the bound are freed).
 //!
 //! # Numerics
 //! Results are bitwise identical on every rank (the host schedules' guarantee: each
@@ -32,10 +34,9 @@
 //! IPC; stream-ordered pool memory (`cuMemAllocAsync`, cudarc's allocator) is first
 //! copied on the device into an IPC-capable staging buffer (one extra device copy).
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-use rankwire_gpu::{DType, DeviceBuffer, PinnedBuffer, PtrKind, RedOp, Stream};
+use rankwire_gpu::{DType, PtrKind, RedOp, Stream, TmpPool};
 use rankwire_transports::MemoryKind;
 
 use crate::coll::check::Spec;
@@ -199,141 +200,18 @@ fn staged_allreduce(b: &mut Builder, bytes: usize, _es: usize) {
     );
 }
 
-/// A buffer the temporary caches can hold.
-trait Cached: Send {
-    fn addr(&self) -> u64;
-    fn bytes(&self) -> usize;
-    fn device(&self) -> i32;
-}
-
-impl Cached for DeviceBuffer {
-    fn addr(&self) -> u64 {
-        self.ptr()
-    }
-    fn bytes(&self) -> usize {
-        self.len()
-    }
-    fn device(&self) -> i32 {
-        DeviceBuffer::device(self)
-    }
-}
-
-impl Cached for PinnedBuffer {
-    fn addr(&self) -> u64 {
-        self.as_ptr() as u64
-    }
-    fn bytes(&self) -> usize {
-        self.len()
-    }
-    fn device(&self) -> i32 {
-        // Pinned memory is portable: usable from every device.
-        -1
-    }
-}
-
-/// Cache of temporaries (device: `cuMemAlloc`; pinned host: `cuMemHostAlloc`), shared
-/// by all collectives of the process, bounded by `RANKWIRE_GPU_TMP_CACHE` bytes of
-/// idle buffers.
-struct TmpCache<B> {
-    free: Vec<B>,
-    lent: HashMap<u64, B>,
-    free_bytes: usize,
-}
-
-static DEV_CACHE: Mutex<Option<TmpCache<DeviceBuffer>>> = Mutex::new(None);
-static PINNED_CACHE: Mutex<Option<TmpCache<PinnedBuffer>>> = Mutex::new(None);
-
-/// A cached buffer of at least `len` bytes for `device` (at most twice `len`), or a
-/// new one from `alloc` (rounded up to 64 KiB so that close sizes share buffers).
-fn tmp_take<B: Cached>(
-    cache: &Mutex<Option<TmpCache<B>>>,
-    device: i32,
-    len: usize,
-    alloc: impl FnOnce(usize) -> Result<B>,
-) -> Result<u64> {
-    let mut g = cache.lock().unwrap_or_else(|p| p.into_inner());
-    let c = g.get_or_insert_with(|| TmpCache {
-        free: Vec::new(),
-        lent: HashMap::new(),
-        free_bytes: 0,
-    });
-    let best = c
-        .free
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.device() == device && b.bytes() >= len && b.bytes() / 2 <= len)
-        .min_by_key(|(_, b)| b.bytes())
-        .map(|(i, _)| i);
-    let buf = match best {
-        Some(i) => {
-            let b = c.free.swap_remove(i);
-            c.free_bytes -= b.bytes();
-            b
-        }
-        None => alloc(len.div_ceil(1 << 16) << 16)?,
-    };
-    let addr = buf.addr();
-    c.lent.insert(addr, buf);
-    Ok(addr)
-}
-
-fn tmp_give<B: Cached>(cache: &Mutex<Option<TmpCache<B>>>, addr: u64) {
-    let mut g = cache.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(c) = g.as_mut() else { return };
-    let Some(buf) = c.lent.remove(&addr) else {
-        return;
-    };
-    let limit = settings().tmp_cache_limit;
-    c.free_bytes += buf.bytes();
-    c.free.push(buf);
-    // Free the largest idle buffers first until under the bound.
-    while c.free_bytes > limit {
-        let Some(i) = c
-            .free
-            .iter()
-            .enumerate()
-            .max_by_key(|(_, b)| b.bytes())
-            .map(|(i, _)| i)
-        else {
-            break;
-        };
-        let b = c.free.swap_remove(i);
-        c.free_bytes -= b.bytes();
-        drop(b);
-    }
-}
-
-/// A cached `cuMemAlloc` buffer of at least `len` bytes on `device` (IPC-capable), for
-/// the point-to-point staging of memory legacy IPC cannot export; give it back with
-/// [`dev_tmp_give`].
-pub(crate) fn dev_tmp_take(device: i32, len: usize) -> Result<u64> {
-    tmp_take(&DEV_CACHE, device, len, |n| {
-        DeviceBuffer::alloc(device, n)
-            .map_err(|e| gpu_err(&format!("staging buffer of {n} bytes"), e))
-    })
-}
-
-/// Return a buffer from [`dev_tmp_take`].
-pub(crate) fn dev_tmp_give(addr: u64) {
-    tmp_give(&DEV_CACHE, addr);
-}
-
-/// Free every idle cached temporary (finalize).
-pub(crate) fn release_tmp_cache() {
-    fn clear<B>(cache: &Mutex<Option<TmpCache<B>>>) {
-        let mut g = cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = g.as_mut() {
-            c.free.clear();
-            c.free_bytes = 0;
-        }
-    }
-    clear(&DEV_CACHE);
-    clear(&PINNED_CACHE);
+/// Bound of idle bytes of each kind kept by the GPU temporary pool
+/// (`RANKWIRE_GPU_TMP_CACHE`, default 2 GiB); the engine builds its
+/// [`rankwire_gpu::TmpPool`] with it.
+pub(crate) fn tmp_cache_limit() -> usize {
+    settings().tmp_cache_limit
 }
 
 /// [`DevOps`] on one CUDA device, in the runtime's stream of that device.
 struct CudaOps {
     device: i32,
+    /// Temporaries come from the engine's pool.
+    pool: Arc<TmpPool>,
     stream: &'static Stream,
     red: Option<(DType, RedOp)>,
     block: bool,
@@ -346,27 +224,23 @@ impl DevOps for CudaOps {
         }
     }
     fn alloc(&mut self, len: usize) -> Result<u64> {
-        let device = self.device;
-        tmp_take(&DEV_CACHE, device, len, |n| {
-            DeviceBuffer::alloc(device, n)
-                .map_err(|e| gpu_err(&format!("collective temporary of {n} bytes"), e))
-        })
+        self.pool
+            .take_device(self.device, len)
+            .map_err(|e| gpu_err(&format!("collective temporary of {len} bytes"), e))
     }
     fn release(&mut self, addr: u64, _len: usize) {
-        tmp_give(&DEV_CACHE, addr);
+        self.pool.give_device(addr);
     }
     fn alloc_pinned(&mut self, len: usize) -> Result<u64> {
-        tmp_take(&PINNED_CACHE, -1, len, |n| {
-            PinnedBuffer::new(n).map_err(|e| {
-                gpu_err(
-                    &format!("pinned host temporary of {n} bytes (check ulimit -l)"),
-                    e,
-                )
-            })
+        self.pool.take_pinned(len).map_err(|e| {
+            gpu_err(
+                &format!("pinned host temporary of {len} bytes (check ulimit -l)"),
+                e,
+            )
         })
     }
     fn release_pinned(&mut self, addr: u64, _len: usize) {
-        tmp_give(&PINNED_CACHE, addr);
+        self.pool.give_pinned(addr);
     }
     fn reduce_rows(&mut self, dst: u64, src: u64, len: usize, rows: usize) -> Result<()> {
         let Some((dt, op)) = self.red else {
@@ -435,6 +309,7 @@ fn gpu_wait_blocks() -> bool {
 }
 
 fn dev_bufs(
+    pool: Arc<TmpPool>,
     send: (u64, usize),
     recv: (u64, usize),
     device: i32,
@@ -451,6 +326,7 @@ fn dev_bufs(
         reducer: None,
         dev: Some(Box::new(CudaOps {
             device,
+            pool,
             stream,
             red,
             block: gpu_wait_blocks(),
@@ -494,6 +370,11 @@ fn elems(what: &str, name: &str, bytes: usize, dt: DType) -> Result<usize> {
 }
 
 impl Communicator {
+    /// The engine's GPU temporary pool (lent to this collective's schedule).
+    fn gpu_pool(&self) -> Arc<TmpPool> {
+        self.inner.lock().gpu_pool.clone()
+    }
+
     /// Allreduce on device buffers (MPI_Allreduce, MPI 4.1 §6.9.6): every rank's
     /// `send` (elements of `dtype`) reduced with `op` into every rank's `recv`, by GPU
     /// kernels (see [`crate::coll::device`](self) for paths and numerics).
@@ -577,6 +458,7 @@ impl Communicator {
         });
         let device = common_device(W, (send, send_bytes), (recv, recv_bytes))?;
         let user = dev_bufs(
+            self.gpu_pool(),
             (send, send_bytes),
             (recv, recv_bytes),
             device,
@@ -639,6 +521,7 @@ impl Communicator {
         let rl = if at_root { recv.len() } else { 0 };
         let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), rl))?;
         let user = dev_bufs(
+            self.gpu_pool(),
             (send.ptr(), send.len()),
             (recv.ptr(), recv.len()),
             device,
@@ -690,7 +573,7 @@ impl Communicator {
         spec.algo = algo.code();
         spec.invalid = args::root(W, root, p);
         let device = common_device(W, (0, 0), (buf.ptr(), n))?;
-        let user = dev_bufs((0, 0), (buf.ptr(), n), device, None)?;
+        let user = dev_bufs(self.gpu_pool(), (0, 0), (buf.ptr(), n), device, None)?;
         self.start_coll_device(spec, user, |b| bcast::build(b, algo, Buf::Recv, n, 1, root))
     }
 
@@ -727,7 +610,13 @@ impl Communicator {
         spec.algo = algo.code();
         spec.invalid = args::len(W, "the receive buffer (bytes)", recv.len(), p * k);
         let device = common_device(W, (send.ptr(), k), (recv.ptr(), recv.len()))?;
-        let user = dev_bufs((send.ptr(), k), (recv.ptr(), recv.len()), device, None)?;
+        let user = dev_bufs(
+            self.gpu_pool(),
+            (send.ptr(), k),
+            (recv.ptr(), recv.len()),
+            device,
+            None,
+        )?;
         self.start_coll_device(spec, user, |b| allgather::build(b, algo, k, 1))
     }
 
@@ -779,6 +668,7 @@ impl Communicator {
         spec.invalid = args::len(W, "the send buffer", send.len() / es, p * k);
         let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), recv.len()))?;
         let user = dev_bufs(
+            self.gpu_pool(),
             (send.ptr(), send.len()),
             (recv.ptr(), recv.len()),
             device,
@@ -791,6 +681,7 @@ impl Communicator {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
