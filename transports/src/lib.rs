@@ -27,6 +27,7 @@
 
 use std::fmt;
 
+pub mod any;
 pub mod rdma;
 pub mod regcache;
 pub mod self_tp;
@@ -34,6 +35,7 @@ pub mod settings;
 pub mod shm;
 pub mod tcp;
 
+pub use any::{AnyTransport, TransportKind, Transports};
 pub use rdma::{RdmaConfig, RdmaDevice, RdmaTransport};
 pub use regcache::{RegCache, RegCacheConfig, RegCacheStats, Registrar};
 pub use self_tp::SelfTransport;
@@ -411,7 +413,7 @@ pub enum Event {
         payload: Vec<u8>,
     },
     /// A whole frame arrived from `peer` whose payload the transport wrote straight into
-    /// the memory the caller named for it (`TcpTransport::place_payload`): `len` bytes
+    /// the memory the caller named for it ([`Transport::place_payload`]): `len` bytes
     /// there, in order with all earlier frames from that peer.
     RecvPlaced {
         /// World rank of the sender.
@@ -421,7 +423,8 @@ pub enum Event {
         /// Payload bytes written to the named place.
         len: usize,
     },
-    /// A one-sided operation ([`RdmaTransport::get`] / [`RdmaTransport::put`]) with
+    /// A one-sided operation ([`Transport::get`] / [`Transport::put`] that returned
+    /// [`OpStart::Pending`]) with
     /// `peer` finished; its local buffer may be used again.
     OpDone {
         /// World rank of the peer.
@@ -569,6 +572,24 @@ pub trait Transport {
     /// Block up to `timeout` for activity (readable data), where the transport can.
     /// Used by the progress engine's blocking phase. Default: return at once.
     fn wait_activity(&mut self, _timeout: std::time::Duration) {}
+    /// A frame that arrived up to its header and waits for the caller to name where its
+    /// payload goes ([`Transport::place_payload`]): peer, header bytes, payload length
+    /// in bytes. Transports that read payloads from a byte stream offer this (TCP, when
+    /// its placement is turned on), so that rendezvous data lands in the receive buffer
+    /// without an intermediate copy. Default: `None` (no placement; payloads come in
+    /// [`Event::Recv`] or lent by [`Transport::next_frame`]).
+    fn awaiting_place(&self) -> Option<(u32, &[u8], usize)> {
+        None
+    }
+    /// Name the place of the payload of `peer`'s frame that [`Transport::awaiting_place`]
+    /// returned: `Some(dst)`, which then receives the payload directly and the frame
+    /// comes as [`Event::RecvPlaced`], or `None` for an [`Event::Recv`] with a `Vec` of
+    /// its own. Default: nothing (no frame ever waits).
+    ///
+    /// # Safety
+    /// `dst` (if given) is valid for writes of the payload's length, and nothing else
+    /// reads or writes it until that frame is delivered or the peer has failed.
+    unsafe fn place_payload(&mut self, _peer: u32, _dst: Option<*mut u8>) {}
     /// Make `buf` reachable by peers for one-sided operations (a verbs memory region
     /// through the registration cache; a CUDA IPC export; the process id and address
     /// for cross-memory attach). Held until [`Transport::deregister`].

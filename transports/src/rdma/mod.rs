@@ -251,6 +251,9 @@ pub struct RdmaTransport {
     done: Vec<crate::Event>,
     quiesced: bool,
     stats: RdmaStats,
+    /// Registrations handed out by `Transport::register`, by handle.
+    registered: HashMap<u64, Held>,
+    next_reg: u64,
     // Last: closing the device must come after every field that holds its objects.
     dev: device::Device,
 }
@@ -466,6 +469,8 @@ impl RdmaTransport {
             done: Vec::new(),
             quiesced: false,
             stats: RdmaStats::default(),
+            registered: HashMap::new(),
+            next_reg: 1,
         };
         if pool_mr.is_null() {
             return Err(os("ibv_reg_mr (eager pool)", &t.dev));
@@ -568,6 +573,17 @@ impl RdmaTransport {
     }
 }
 
+impl std::fmt::Debug for RdmaTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaTransport")
+            .field("device", &self.dev.name)
+            .field("gid_index", &self.dev.gid_index)
+            .field("peers", &self.conns.iter().map(|c| c.peer).collect::<Vec<_>>())
+            .field("quiesced", &self.quiesced)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for RdmaTransport {
     fn drop(&mut self) {
         let v = &self.verbs;
@@ -623,5 +639,119 @@ impl crate::Transport for RdmaTransport {
             .iter()
             .all(|c| c.failed || (c.send_busy == 0 && c.sq_outstanding == 0))
             && self.pending.is_empty()
+    }
+
+    /// Host memory through the registration cache ([`Registry::acquire_host`]): the
+    /// descriptor is [`crate::RemoteMem::Rdma`] (address, length, rkey), held until
+    /// [`crate::Transport::deregister`].
+    fn register(&mut self, buf: crate::LocalBuf) -> Result<crate::Registration, TransportError> {
+        if buf.kind != crate::MemoryKind::Host {
+            return Err(TransportError::Unsupported {
+                transport: NAME,
+                what: "register of device memory",
+            });
+        }
+        let held = self
+            .registry
+            .acquire_host(buf.addr, buf.len_bytes as u64)
+            .map_err(|e| TransportError::Os {
+                transport: NAME,
+                call: "memory registration",
+                reason: format!("device {}: {e}", self.dev.name),
+            })?;
+        let remote = crate::RemoteMem::Rdma {
+            addr: buf.addr,
+            len: buf.len_bytes as u64,
+            rkey: held.rkey,
+        };
+        let handle = self.next_reg;
+        self.next_reg += 1;
+        self.registered.insert(handle, held);
+        Ok(crate::Registration { remote, handle })
+    }
+
+    fn deregister(&mut self, reg: crate::Registration) {
+        if let Some(h) = self.registered.remove(&reg.handle) {
+            self.registry.release(h);
+        }
+    }
+
+    /// RDMA READ of `dst.len_bytes` bytes at `offset_bytes` into a
+    /// [`crate::RemoteMem::Rdma`] region; [`crate::OpStart::Pending`], then
+    /// [`crate::Event::OpDone`].
+    unsafe fn get(
+        &mut self,
+        peer: u32,
+        op: crate::OpId,
+        dst: crate::LocalBuf,
+        src: &crate::RemoteMem,
+        offset_bytes: u64,
+    ) -> Result<crate::OpStart, TransportError> {
+        let (addr, rkey) = remote_range(peer, "get", dst, src, offset_bytes)?;
+        // SAFETY: the trait's contract on `dst` is the one of the inherent `get`.
+        unsafe {
+            RdmaTransport::get(self, peer, op, dst.addr as *mut u8, dst.len_bytes, addr, rkey)
+        }?;
+        Ok(crate::OpStart::Pending)
+    }
+
+    /// RDMA WRITE of `src` at `offset_bytes` into a [`crate::RemoteMem::Rdma`] region;
+    /// [`crate::OpStart::Pending`], then [`crate::Event::OpDone`].
+    unsafe fn put(
+        &mut self,
+        peer: u32,
+        op: crate::OpId,
+        src: crate::LocalBuf,
+        dst: &crate::RemoteMem,
+        offset_bytes: u64,
+    ) -> Result<crate::OpStart, TransportError> {
+        let (addr, rkey) = remote_range(peer, "put", src, dst, offset_bytes)?;
+        // SAFETY: the trait's contract on `src` is the one of the inherent `put`.
+        unsafe {
+            RdmaTransport::put(self, peer, op, src.addr as *const u8, src.len_bytes, addr, rkey)
+        }?;
+        Ok(crate::OpStart::Pending)
+    }
+}
+
+/// The remote address and rkey of a one-sided operation on `local.len_bytes` bytes at
+/// `offset_bytes` into `remote`, checked against the region's length.
+fn remote_range(
+    peer: u32,
+    what: &'static str,
+    local: crate::LocalBuf,
+    remote: &crate::RemoteMem,
+    offset_bytes: u64,
+) -> Result<(u64, u32), TransportError> {
+    if local.kind != crate::MemoryKind::Host {
+        return Err(TransportError::Unsupported {
+            transport: NAME,
+            what: if what == "get" {
+                "get into device memory"
+            } else {
+                "put from device memory"
+            },
+        });
+    }
+    let crate::RemoteMem::Rdma { addr, len, rkey } = *remote else {
+        return Err(TransportError::Unsupported {
+            transport: NAME,
+            what: if what == "get" {
+                "get from a descriptor other than Rdma"
+            } else {
+                "put into a descriptor other than Rdma"
+            },
+        });
+    };
+    match offset_bytes.checked_add(local.len_bytes as u64) {
+        Some(end) if end <= len => Ok((addr + offset_bytes, rkey)),
+        _ => Err(TransportError::Malformed {
+            transport: NAME,
+            peer,
+            reason: format!(
+                "{what} of {} bytes at offset {offset_bytes} outside a region of {len} bytes",
+                local.len_bytes
+            ),
+        }),
     }
 }
