@@ -19,8 +19,7 @@ use std::time::Duration;
 use crate::shm::cma::Cma;
 use crate::{
     Caps, Event, InFrame, LocalBuf, OpId, OpStart, PeerInfo, RdmaTransport, Registration,
-    RemoteMem, SelfTransport, SendOutcome, ShmTransport, TcpTransport, Transport,
-    TransportError,
+    RemoteMem, SelfTransport, SendOutcome, ShmTransport, TcpTransport, Transport, TransportError,
 };
 
 /// The kinds of transport, in the order of the selection table (self → shm → cuda_ipc
@@ -425,7 +424,10 @@ mod tests {
             addr: src.as_ptr() as u64,
         };
         // SAFETY: dst is live and exclusive.
-        assert_eq!(unsafe { ts.get_remote(0, 1, local, &mem, 8) }, Ok(OpStart::Done));
+        assert_eq!(
+            unsafe { ts.get_remote(0, 1, local, &mem, 8) },
+            Ok(OpStart::Done)
+        );
         assert_eq!(dst, (8..24u8).collect::<Vec<_>>());
         ts.set_cma_allowed(false);
         // SAFETY: as above.

@@ -578,7 +578,10 @@ impl std::fmt::Debug for RdmaTransport {
         f.debug_struct("RdmaTransport")
             .field("device", &self.dev.name)
             .field("gid_index", &self.dev.gid_index)
-            .field("peers", &self.conns.iter().map(|c| c.peer).collect::<Vec<_>>())
+            .field(
+                "peers",
+                &self.conns.iter().map(|c| c.peer).collect::<Vec<_>>(),
+            )
             .field("quiesced", &self.quiesced)
             .finish_non_exhaustive()
     }
@@ -690,7 +693,15 @@ impl crate::Transport for RdmaTransport {
         let (addr, rkey) = remote_range(peer, "get", dst, src, offset_bytes)?;
         // SAFETY: the trait's contract on `dst` is the one of the inherent `get`.
         unsafe {
-            RdmaTransport::get(self, peer, op, dst.addr as *mut u8, dst.len_bytes, addr, rkey)
+            RdmaTransport::get(
+                self,
+                peer,
+                op,
+                dst.addr as *mut u8,
+                dst.len_bytes,
+                addr,
+                rkey,
+            )
         }?;
         Ok(crate::OpStart::Pending)
     }
@@ -708,7 +719,15 @@ impl crate::Transport for RdmaTransport {
         let (addr, rkey) = remote_range(peer, "put", src, dst, offset_bytes)?;
         // SAFETY: the trait's contract on `src` is the one of the inherent `put`.
         unsafe {
-            RdmaTransport::put(self, peer, op, src.addr as *const u8, src.len_bytes, addr, rkey)
+            RdmaTransport::put(
+                self,
+                peer,
+                op,
+                src.addr as *const u8,
+                src.len_bytes,
+                addr,
+                rkey,
+            )
         }?;
         Ok(crate::OpStart::Pending)
     }

@@ -147,7 +147,9 @@ impl Cma {
     ) -> Result<OpStart, TransportError> {
         self.check("get", dst.kind)?;
         let RemoteMem::HostCma { pid, addr } = *src else {
-            return Err(Self::unsupported("get from a descriptor other than HostCma"));
+            return Err(Self::unsupported(
+                "get from a descriptor other than HostCma",
+            ));
         };
         let len = dst.len_bytes;
         let base = addr.wrapping_add(offset_bytes) as usize;
@@ -168,7 +170,10 @@ impl Cma {
             )
             .map_err(|e| os("process_vm_readv", format!("from pid {pid}: {e}")))?;
             if n == 0 {
-                return Err(os("process_vm_readv", format!("from pid {pid} read 0 bytes")));
+                return Err(os(
+                    "process_vm_readv",
+                    format!("from pid {pid} read 0 bytes"),
+                ));
             }
             done += n;
         }
@@ -192,7 +197,9 @@ impl Cma {
     ) -> Result<OpStart, TransportError> {
         self.check("put", src.kind)?;
         let RemoteMem::HostCma { pid, addr } = *dst else {
-            return Err(Self::unsupported("put into a descriptor other than HostCma"));
+            return Err(Self::unsupported(
+                "put into a descriptor other than HostCma",
+            ));
         };
         // SAFETY: the caller makes `src` valid for reads of its length.
         let s = unsafe { std::slice::from_raw_parts(src.addr as *const u8, src.len_bytes) };
@@ -210,7 +217,10 @@ impl Cma {
             )
             .map_err(|e| os("process_vm_writev", format!("to pid {pid}: {e}")))?;
             if n == 0 {
-                return Err(os("process_vm_writev", format!("to pid {pid} wrote 0 bytes")));
+                return Err(os(
+                    "process_vm_writev",
+                    format!("to pid {pid} wrote 0 bytes"),
+                ));
             }
             done += n;
         }

@@ -453,7 +453,6 @@ impl TcpTransport {
         }
         self.place = on;
     }
-
 }
 
 impl Transport for TcpTransport {
@@ -488,7 +487,6 @@ impl Transport for TcpTransport {
             unsafe { c.decide(dst) };
         }
     }
-
 
     fn can_reach(&self, peer: &PeerInfo) -> Result<(), String> {
         match self.peers.get(peer.rank as usize) {
