@@ -68,6 +68,9 @@ impl TransportKind {
 const KINDS: usize = 4; // CUDA IPC: 5 with feature `cuda`.
 
 /// One transport of any kind. Implements [`Transport`] by `match`.
+// A process holds one of each kind at most, so the size of the largest variant costs a
+// few hundred bytes once; boxing it would put a pointer chase on the hot path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum AnyTransport {
     /// The self transport.
