@@ -218,7 +218,7 @@ impl Mem {
                 dev: None,
             }),
             #[cfg(feature = "cuda")]
-            MemoryKind::Cuda { device } | MemoryKind::CudaManaged => {
+            MemoryKind::Cuda { .. } | MemoryKind::CudaManaged => {
                 let device = if let MemoryKind::Cuda { device } = kind {
                     device
                 } else {
@@ -881,4 +881,23 @@ fn wrong_caps_fail_the_body_either_way() {
     // The honest transports pass.
     let mut p = self_pair().unwrap();
     conformance(&mut p, MemoryKind::Host).unwrap();
+}
+
+#[test]
+fn the_memory_helper_round_trips_every_kind() {
+    for &kind in KINDS {
+        let mut m = match Mem::alloc(kind, 4099) {
+            Ok(m) => m,
+            Err(why) => {
+                eprintln!("{kind}: {why}");
+                continue;
+            }
+        };
+        let p = pattern(4099, 3);
+        m.fill(&p).unwrap();
+        assert_eq!(m.read().unwrap(), p, "{kind}");
+        let b = m.part(5, 10);
+        assert_eq!((b.len_bytes, b.kind), (10, kind));
+        assert_eq!(b.addr, m.buf().addr + 5);
+    }
 }
