@@ -901,3 +901,50 @@ fn the_memory_helper_round_trips_every_kind() {
         assert_eq!(b.addr, m.buf().addr + 5);
     }
 }
+
+/// Payload placement through the trait: with placement on, a TCP frame of 4 MiB waits
+/// after its header ([`Transport::awaiting_place`] on the enum), is read straight into
+/// the named buffer ([`Transport::place_payload`]) and arrives as `RecvPlaced`; the
+/// transports without placement never offer a frame.
+#[test]
+fn tcp_payload_placement_goes_through_the_trait() {
+    let mut p = tcp_pair().unwrap();
+    for t in p.ends.iter_mut() {
+        if let AnyTransport::Tcp(t) = t {
+            t.set_place_payloads(true);
+        }
+    }
+    // Larger than one socket read, so the frame is incomplete when its header is seen.
+    let payload = pattern(4 << 20, 5);
+    assert_eq!(p.end(0).send(1, b"placed", &payload), Ok(SendOutcome::Sent));
+    let mut dst = vec![0u8; payload.len()];
+    let t0 = Instant::now();
+    let mut placed = None;
+    while placed.is_none() {
+        assert!(t0.elapsed() < TIMEOUT, "nothing arrived");
+        let mut ev = Vec::new();
+        p.end(0).poll(&mut ev);
+        let b = p.end(1);
+        b.poll(&mut ev);
+        if let Some((peer, header, len)) = b.awaiting_place() {
+            assert_eq!((peer, header, len), (0, &b"placed"[..], payload.len()));
+            // SAFETY: `dst` holds `len` bytes and is untouched until RecvPlaced.
+            unsafe { b.place_payload(peer, Some(dst.as_mut_ptr())) };
+        }
+        for e in ev {
+            match e {
+                Event::RecvPlaced { peer, header, len } => placed = Some((peer, header, len)),
+                Event::Recv { payload, .. } => {
+                    panic!("a Recv of {} bytes, not placed", payload.len())
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    assert_eq!(placed, Some((0, b"placed".to_vec(), payload.len())));
+    assert!(dst == payload, "placed payload differs");
+    // Self and shm offer no placement.
+    let mut s = self_pair().unwrap();
+    s.end(0).send(0, b"h", &payload).unwrap();
+    assert!(s.end(0).awaiting_place().is_none());
+}
