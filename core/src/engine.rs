@@ -11,6 +11,16 @@
 //! asks for, names the receive buffer as the place of TCP rendezvous data, and polls
 //! transports for the rest of their frames and failures.
 //!
+//! # Calling transports
+//! The transports live in one [`Transports`] set and are called through the
+//! [`AnyTransport`] enum (a `match` over the closed set, no `dyn`); shared memory is
+//! also reached as itself for its fast paths below. One-sided operations go by the
+//! kind of the remote descriptor ([`Transports::get_remote`] / `put_remote`):
+//! `HostCma` to shm's cross-memory attach (also without shm rings, for TCP between
+//! ranks of one node), `Rdma` to RDMA READ, `CudaIpc` to [`crate::gpu_path::IpcPuller`].
+//! TCP payload placement goes through [`Transport::awaiting_place`] /
+//! [`Transport::place_payload`] after each transport's poll.
+//!
 //! # Fast paths
 //! - [`Engine::isend`]: an eager host message with nothing queued before it goes to the
 //!   transport at once and is complete on return (no request kept).

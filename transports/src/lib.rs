@@ -19,6 +19,13 @@
 //!    times, then yield.
 //! 4. Progress until [`Transport::is_flushed`] before finalize, then drop.
 //!
+//! # Dispatch
+//! The core holds its transports in a [`Transports`] set and calls them through
+//! [`AnyTransport`], an enum over the closed set with `match`-based dispatch
+//! ([`any`]); one-sided operations are routed by the kind of the remote descriptor
+//! ([`Transports::get_remote`]). `tests/conformance.rs` runs one body over every
+//! transport and memory kind against the declared [`Caps`].
+//!
 //! # Frames on the wire
 //! Every transport delivers each `(header, payload)` pair whole and in order per peer.
 //! Header bytes are at most [`MAX_HEADER_BYTES`]; payload bytes at most the transport's

@@ -19,8 +19,12 @@
 //!    storms, no credit deadlock). Large messages go by rendezvous: the sender's `Rts`
 //!    carries address, length and rkey, and the receiver reads the data with
 //!    [`RdmaTransport::get`] (RDMA READ); [`RdmaTransport::put`] (RDMA WRITE) exists
-//!    for one-sided use. Completions are polled from the CQ by [`Transport::poll`],
-//!    which the progress engine calls.
+//!    for one-sided use. Through the trait, [`crate::Transport::register`] registers
+//!    host memory in the cache and returns [`crate::RemoteMem::Rdma`], and
+//!    [`crate::Transport::get`] / [`crate::Transport::put`] take such a descriptor and
+//!    an offset (checked against its length) and answer [`crate::OpStart::Pending`].
+//!    Completions are polled from the CQ by [`crate::Transport::poll`], which the
+//!    progress engine calls, and end each operation with [`crate::Event::OpDone`].
 //! 4. Registration ([`reg`]) goes through the generic [`crate::regcache`].
 //!
 //! Layout follows NCCL's `net_ib` split: device init, connection, registration,

@@ -55,6 +55,14 @@
 //! [`TransportError::Malformed`] naming the numbers, and that ring is not read again.
 //! Nothing on this path panics or allocates more than one bounded frame.
 //!
+//! # Single copy
+//! [`Transport::get`] / [`Transport::put`] / [`Transport::register`] move host memory
+//! between processes of the node in one copy by cross-memory attach
+//! (`process_vm_readv(2)` / `process_vm_writev(2)`, [`cma`]): the descriptor is
+//! [`RemoteMem::HostCma`] (pid and address, nothing pinned) and every operation is
+//! done on return. The host caps say `get`/`put` while single copy is allowed
+//! ([`ShmTransport::set_cma_allowed`]; the core turns it off with `RANKWIRE_CMA=0`).
+//!
 //! # Sleeping: the futex doorbell
 //! Each segment header holds a `bell` word and a `sleeping` flag, both written by
 //! several processes, so the futex is not `FUTEX_PRIVATE`. The owner, in
