@@ -766,8 +766,11 @@ fn remote_range(
             },
         });
     };
-    match offset_bytes.checked_add(local.len_bytes as u64) {
-        Some(end) if end <= len => Ok((addr + offset_bytes, rkey)),
+    match (
+        offset_bytes.checked_add(local.len_bytes as u64),
+        addr.checked_add(offset_bytes),
+    ) {
+        (Some(end), Some(at)) if end <= len => Ok((at, rkey)),
         _ => Err(TransportError::Malformed {
             transport: NAME,
             peer,
@@ -776,5 +779,65 @@ fn remote_range(
                 local.len_bytes
             ),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LocalBuf, MemoryKind, RemoteMem};
+
+    fn local(len_bytes: usize, kind: MemoryKind) -> LocalBuf {
+        LocalBuf {
+            addr: 0x10_0000,
+            len_bytes,
+            kind,
+        }
+    }
+
+    #[test]
+    fn one_sided_ranges_are_checked_against_the_region() {
+        let r = RemoteMem::Rdma {
+            addr: 0x2000,
+            len: 100,
+            rkey: 7,
+        };
+        let host = MemoryKind::Host;
+        assert_eq!(
+            remote_range(1, "get", local(100, host), &r, 0),
+            Ok((0x2000, 7))
+        );
+        assert_eq!(
+            remote_range(1, "put", local(10, host), &r, 90),
+            Ok((0x2000 + 90, 7))
+        );
+        for (len, off) in [(11, 90), (1, 100), (1, u64::MAX)] {
+            assert!(
+                matches!(
+                    remote_range(1, "get", local(len, host), &r, off),
+                    Err(TransportError::Malformed { peer: 1, .. })
+                ),
+                "{len} at {off}"
+            );
+        }
+        let huge = RemoteMem::Rdma {
+            addr: u64::MAX - 1,
+            len: 100,
+            rkey: 7,
+        };
+        assert!(remote_range(1, "get", local(1, host), &huge, 10).is_err());
+        for (mem, kind) in [
+            (RemoteMem::None, host),
+            (RemoteMem::HostCma { pid: 1, addr: 0 }, host),
+            (r, MemoryKind::Cuda { device: 0 }),
+        ] {
+            assert!(
+                matches!(
+                    remote_range(1, "get", local(1, kind), &mem, 0),
+                    Err(TransportError::Unsupported { .. })
+                ),
+                "{mem:?} {kind}"
+            );
+        }
     }
 }
