@@ -12,6 +12,16 @@
 //! asks for, names the receive buffer as the place of TCP rendezvous data, and polls
 //! transports for the rest of their frames and failures.
 //!
+//! # Calling transports
+//! The transports live in one [`Transports`] set and are called through the
+//! [`AnyTransport`] enum (a `match` over the closed set, no `dyn`); shared memory is
+//! also reached as itself for its fast paths below. One-sided operations go by the
+//! kind of the remote descriptor ([`Transports::get_remote`] / `put_remote`):
+//! `HostCma` to shm's cross-memory attach (also without shm rings, for TCP between
+//! ranks of one node), `Rdma` to RDMA READ, `CudaIpc` to [`crate::gpu_path::IpcPuller`].
+//! TCP payload placement goes through [`Transport::awaiting_place`] /
+//! [`Transport::place_payload`] after each transport's poll.
+//!
 //! # Fast paths
 //! - [`Engine::isend`]: an eager host message with nothing queued before it goes to the
 //!   transport at once and is complete on return (no request kept).
@@ -36,8 +46,12 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use rankwire_transports::{
-    Event, RdmaTransport, SelfTransport, SendOutcome, ShmTransport, TcpTransport, Transport,
+    AnyTransport, Event, LocalBuf, OpStart, RdmaTransport, SelfTransport, SendOutcome,
+    ShmTransport, TcpTransport, Transport, TransportKind, Transports,
 };
+// Cross-memory attach lives in the shm transport; the init-time probe is called from
+// `crate::universe` by these names.
+pub(crate) use rankwire_transports::shm::cma::{CMA_PROBE_WORD, cma_probe};
 
 use crate::error::Error;
 use crate::protocol::{OutFrame, Protocol, PullReq, RawBuf, ReqId};
@@ -164,10 +178,8 @@ impl Backoff {
 /// Transports and protocol state of one rank.
 pub(crate) struct Engine {
     pub(crate) proto: Protocol,
-    self_tp: SelfTransport,
-    shm: Option<ShmTransport>,
-    tcp: Option<TcpTransport>,
-    rdma: Option<RdmaTransport>,
+    /// The transports of this rank (enum dispatch, no `dyn`).
+    tp: Transports,
     routes: Vec<Route>,
     /// Eager limit in bytes of host messages to each peer (from its transport's caps).
     eager: Vec<usize>,
@@ -224,12 +236,19 @@ impl Engine {
         let gpu_pool = std::sync::Arc::new(rankwire_gpu::TmpPool::new(
             crate::coll::device::tmp_cache_limit(),
         ));
+        let mut tp = Transports::new(SelfTransport::new(rank));
+        if let Some(t) = shm {
+            tp.insert(t);
+        }
+        if let Some(t) = tcp {
+            tp.insert(t);
+        }
+        if let Some(t) = rdma {
+            tp.insert(t);
+        }
         let mut e = Engine {
             proto,
-            self_tp: SelfTransport::new(rank),
-            shm,
-            tcp,
-            rdma,
+            tp,
             eager: Vec::new(),
             routes,
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
@@ -288,7 +307,7 @@ impl Engine {
         {
             return None;
         }
-        let t = self.shm.as_mut()?;
+        let t = self.tp.shm_mut()?;
         let idx = t.peer_index(src)?;
         for _ in 0..spins {
             let Some(f) = t.frame_from(idx) else {
@@ -307,13 +326,15 @@ impl Engine {
     /// (one load per ring). Waits spin on this between full progress rounds.
     #[inline]
     pub(crate) fn arrival_hint(&self) -> bool {
-        self.shm.as_ref().is_some_and(|t| t.has_work())
+        self.tp.shm().is_some_and(|t| t.has_work())
     }
 
     /// Whether transports other than shared memory serve some peer (then waits run
     /// full progress rounds instead of spinning on [`Engine::arrival_hint`]).
     pub(crate) fn shm_only(&self) -> bool {
-        self.tcp.is_none() && self.rdma.is_none() && !self.ipc_busy()
+        !self.tp.contains(TransportKind::Tcp)
+            && !self.tp.contains(TransportKind::Rdma)
+            && !self.ipc_busy()
     }
 
     pub(crate) fn route(&self, peer: u32) -> Route {
@@ -324,28 +345,24 @@ impl Engine {
     }
 
     fn host_caps(&self, peer: u32) -> Option<rankwire_transports::KindCaps> {
-        match self.route(peer) {
-            Route::SelfTp => self.self_tp.caps().host,
-            Route::Shm => self.shm.as_ref().and_then(|t| t.caps().host),
-            Route::Tcp => self.tcp.as_ref().and_then(|t| t.caps().host),
-            Route::Rdma => self.rdma.as_ref().and_then(|t| t.caps().host),
-            Route::None => None,
-        }
+        self.tp.by_kind(kind_of(self.route(peer))?)?.caps().host
     }
 
     /// The RDMA transport, if it serves any peer.
     pub(crate) fn rdma(&self) -> Option<&RdmaTransport> {
-        self.rdma.as_ref()
+        self.tp.rdma()
     }
 
-    fn transport(&mut self, peer: u32) -> Option<&mut dyn Transport> {
-        match self.route(peer) {
-            Route::SelfTp => Some(&mut self.self_tp),
-            Route::Shm => self.shm.as_mut().map(|t| t as &mut dyn Transport),
-            Route::Tcp => self.tcp.as_mut().map(|t| t as &mut dyn Transport),
-            Route::Rdma => self.rdma.as_mut().map(|t| t as &mut dyn Transport),
-            Route::None => None,
-        }
+    /// Allow single copy by cross-memory attach (`on`) or not (`RANKWIRE_CMA=0`): the
+    /// shm transport's caps say so, and its `get`/`put` refuse when not.
+    pub(crate) fn set_cma_allowed(&mut self, on: bool) {
+        self.tp.set_cma_allowed(on);
+    }
+
+    /// The transport that serves `peer`.
+    #[inline]
+    fn transport(&mut self, peer: u32) -> Option<&mut AnyTransport> {
+        self.tp.by_kind_mut(kind_of(self.route(peer))?)
     }
 
     /// Start a send of `buf` to world rank `dst` on context `ctx` with `tag` (the
@@ -373,8 +390,8 @@ impl Engine {
             // SAFETY: the caller keeps `buf` borrowed until the send completes, which
             // for a frame the transport takes is right here.
             let payload = unsafe { buf.as_slice() };
-            let res = match (self.routes[dst as usize], self.shm.as_mut()) {
-                // Shared memory called directly (inlined), the others through the trait.
+            let res = match (self.routes[dst as usize], self.tp.shm_mut()) {
+                // Shared memory called directly (inlined), the others through the enum.
                 (Route::Shm, Some(t)) => t.send(dst, &header, payload),
                 _ => match self.transport(dst) {
                     Some(t) => t.send(dst, &header, payload),
@@ -404,7 +421,7 @@ impl Engine {
         let mut any = false;
         // Arrivals lent in place by shared memory first: the common small message is
         // copied once, from the ring into the posted receive buffer.
-        if let Some(t) = self.shm.as_mut() {
+        if let Some(t) = self.tp.shm_mut() {
             let completions = self.proto.completions();
             for _ in 0..FRAMES_PER_PROGRESS {
                 let Some(f) = t.next_frame() else {
@@ -430,13 +447,13 @@ impl Engine {
         }
         // Arrivals.
         let mut events = std::mem::take(&mut self.events);
-        any |= self.self_tp.poll(&mut events);
-        if let Some(t) = self.shm.as_mut() {
+        for &kind in POLL_ORDER {
+            let Some(t) = self.tp.by_kind_mut(kind) else {
+                continue;
+            };
             any |= t.poll(&mut events);
-        }
-        if let Some(t) = self.tcp.as_mut() {
-            any |= t.poll(&mut events);
-            // Big payloads waiting for a place: Data of a receive goes straight into it.
+            // Big payloads waiting for a place (TCP): Data of a receive goes straight
+            // into it.
             while let Some((peer, header, len)) = t.awaiting_place() {
                 let dst = self.proto.data_target(peer, header, len);
                 // SAFETY: the target is the unfilled part of a pending receive's buffer,
@@ -445,9 +462,6 @@ impl Engine {
                 unsafe { t.place_payload(peer, dst.map(|b| b.as_mut_ptr())) };
                 any = true;
             }
-        }
-        if let Some(t) = self.rdma.as_mut() {
-            any |= t.poll(&mut events);
         }
         if !events.is_empty() {
             any = true;
@@ -556,28 +570,34 @@ impl Engine {
         // could not pull) has written its share before its last Data frame completes it.
         while let Some(p) = self.proto.pop_push() {
             any = true;
-            let r = cma_write(&p);
+            let src = LocalBuf {
+                addr: p.src.as_mut_ptr() as u64,
+                len_bytes: p.src.len(),
+                kind: p.src.kind(),
+            };
+            // SAFETY: `src` is part of a pending send's buffer, borrowed by that request
+            // until it completes, which needs this write's `Pushed` first. Writes by
+            // cross-memory attach are done on return.
+            let r = match unsafe { self.tp.put_remote(p.peer, p.sreq, src, &p.mem, 0) } {
+                Ok(OpStart::Done) => Ok(()),
+                Ok(OpStart::Pending) => Err(format!(
+                    "a share write into {:?} did not complete at once",
+                    p.mem
+                )),
+                Err(e) => Err(e.to_string()),
+            };
             self.proto.push_done(&p, r);
         }
         // Rendezvous data, while transports take it.
         loop {
             let backlog = &self.backlog;
             let routes = &self.routes;
-            let self_caps = self.self_tp.caps().host;
-            let shm_caps = self.shm.as_ref().and_then(|t| t.caps().host);
-            let tcp_caps = self.tcp.as_ref().and_then(|t| t.caps().host);
-            let rdma_caps = self.rdma.as_ref().and_then(|t| t.caps().host);
+            let tp = &self.tp;
             let Some(f) = self.proto.next_data(|peer| {
                 if !backlog[peer as usize].is_empty() {
                     return None;
                 }
-                let caps = match routes[peer as usize] {
-                    Route::SelfTp => self_caps,
-                    Route::Shm => shm_caps,
-                    Route::Tcp => tcp_caps,
-                    Route::Rdma => rdma_caps,
-                    Route::None => None,
-                }?;
+                let caps = tp.by_kind(kind_of(routes[peer as usize])?)?.caps().host?;
                 Some(caps.max_frame_payload_bytes)
             }) else {
                 // Device chunks became staging actions: run them, and send their frames.
@@ -610,25 +630,30 @@ impl Engine {
             match p.mem {
                 // Queued on the device; completes through poll below.
                 RemoteMem::CudaIpc { .. } => self.start_ipc_pull(&p),
-                RemoteMem::Rdma { addr, rkey, .. } => {
-                    let r = match self.rdma.as_mut() {
-                        // SAFETY: `dst` is the accepted prefix of a pending receive's
-                        // buffer, borrowed by that request until pull_done, which happens
-                        // on the OpDone event of this read.
-                        Some(t) => match unsafe {
-                            t.get(p.peer, p.rreq, p.dst.as_mut_ptr(), p.dst.len(), addr, rkey)
-                        } {
-                            Ok(()) => continue,
-                            Err(e) => Err(e.to_string()),
-                        },
-                        None => Err("no RDMA transport in this process".to_string()),
+                // RDMA READ (completes through an OpDone event) or cross-memory attach
+                // (done on return; one per round).
+                RemoteMem::Rdma { .. } | RemoteMem::HostCma { .. } => {
+                    if matches!(p.mem, RemoteMem::HostCma { .. }) {
+                        cma_chunks += 1;
+                    }
+                    let dst = LocalBuf {
+                        addr: p.dst.as_mut_ptr() as u64,
+                        len_bytes: p.dst.len(),
+                        kind: p.dst.kind(),
+                    };
+                    // SAFETY: `dst` is the accepted prefix of a pending receive's buffer,
+                    // borrowed by that request until pull_done: below for a copy done on
+                    // return, on the OpDone event of this read otherwise.
+                    let r = match unsafe { self.tp.get_remote(p.peer, p.rreq, dst, &p.mem, 0) } {
+                        Ok(OpStart::Pending) => continue,
+                        Ok(OpStart::Done) => Ok(()),
+                        Err(e) => Err(e.to_string()),
                     };
                     self.proto.pull_done(p.rreq, r);
                 }
-                _ => {
-                    cma_chunks += 1;
-                    let r = execute_pull(&p);
-                    self.proto.pull_done(p.rreq, r);
+                RemoteMem::None => {
+                    self.proto
+                        .pull_done(p.rreq, Err("a pull without remote memory".to_string()));
                 }
             }
         }
@@ -752,9 +777,7 @@ impl Engine {
     pub(crate) fn is_flushed(&self) -> bool {
         self.backlog.iter().all(|q| q.is_empty())
             && !self.proto.has_output()
-            && self.shm.as_ref().is_none_or(|t| t.is_flushed())
-            && self.tcp.as_ref().is_none_or(|t| t.is_flushed())
-            && self.rdma.as_ref().is_none_or(|t| t.is_flushed())
+            && self.tp.is_flushed()
     }
 
     /// Sleep until a transport sees activity, at most `timeout`.
@@ -764,24 +787,24 @@ impl Engine {
     pub(crate) fn wait_activity(&mut self, timeout: Duration) {
         let uses = |r: Route| self.routes.contains(&r);
         // The RDMA transport exists only when some peer is reached through it.
-        if self.rdma.is_some() {
+        if self.tp.contains(TransportKind::Rdma) {
             // Completions are polled (no completion channel): stay responsive.
             std::thread::yield_now();
             return;
         }
         match (uses(Route::Shm), uses(Route::Tcp)) {
             (true, false) => {
-                if let Some(t) = self.shm.as_mut() {
+                if let Some(t) = self.tp.by_kind_mut(TransportKind::Shm) {
                     t.wait_activity(timeout)
                 }
             }
             (true, true) => {
-                if let Some(t) = self.shm.as_mut() {
+                if let Some(t) = self.tp.by_kind_mut(TransportKind::Shm) {
                     t.wait_activity(timeout.min(Duration::from_micros(200)))
                 }
             }
             (false, true) => {
-                if let Some(t) = self.tcp.as_mut() {
+                if let Some(t) = self.tp.by_kind_mut(TransportKind::Tcp) {
                     t.wait_activity(timeout)
                 }
             }
@@ -799,132 +822,30 @@ impl Engine {
         }
         // After the final fence no peer maps our collective temporaries any more.
         self.gpu_pool.release_idle();
-        if let Some(t) = self.shm.as_mut() {
-            t.set_quiesced();
-        }
-        if let Some(t) = self.tcp.as_mut() {
-            t.set_quiesced();
-        }
-        if let Some(t) = self.rdma.as_mut() {
-            t.set_quiesced();
-        }
+        self.tp.set_quiesced();
     }
 }
 
-/// Perform the copy of a pull-mode rendezvous.
-fn execute_pull(p: &PullReq) -> Result<(), String> {
-    match p.mem {
-        RemoteMem::HostCma { pid, addr } => cma_read(pid, addr, p),
-        other => Err(format!("no way to pull from {other:?} in this build")),
+/// The transport kind of a route (`None` for [`Route::None`]).
+#[inline]
+fn kind_of(route: Route) -> Option<TransportKind> {
+    match route {
+        Route::SelfTp => Some(TransportKind::SelfTp),
+        Route::Shm => Some(TransportKind::Shm),
+        Route::Rdma => Some(TransportKind::Rdma),
+        Route::Tcp => Some(TransportKind::Tcp),
+        Route::None => None,
     }
 }
 
-/// Copy `p.dst.len()` bytes from `addr` in process `pid` with cross-memory attach
-/// (`process_vm_readv(2)`), looping over partial reads.
-///
-/// # Errors
-/// The OS error (`EPERM` when ptrace rules forbid it, `ESRCH` when the process is gone,
-/// `EFAULT` for a bad address) as text.
-fn cma_read(pid: u32, addr: u64, p: &PullReq) -> Result<(), String> {
-    use nix::sys::uio::{RemoteIoVec, process_vm_readv};
-    use std::io::IoSliceMut;
-    let len = p.dst.len();
-    let mut done = 0usize;
-    while done < len {
-        // SAFETY: `dst` is the accepted prefix of a pending receive's buffer, borrowed
-        // exclusively by that request until it completes.
-        let dst =
-            unsafe { std::slice::from_raw_parts_mut(p.dst.as_mut_ptr().add(done), len - done) };
-        let remote = [RemoteIoVec {
-            base: addr as usize + done,
-            len: len - done,
-        }];
-        let n = process_vm_readv(
-            nix::unistd::Pid::from_raw(pid as i32),
-            &mut [IoSliceMut::new(dst)],
-            &remote,
-        )
-        .map_err(|e| format!("process_vm_readv from pid {pid}: {e}"))?;
-        if n == 0 {
-            return Err(format!("process_vm_readv from pid {pid} read 0 bytes"));
-        }
-        done += n;
-    }
-    Ok(())
-}
-
-/// Write the share `p` into the receiver's memory with cross-memory attach
-/// (`process_vm_writev(2)`), looping over partial writes.
-///
-/// # Errors
-/// As [`cma_read`], or a descriptor that is not [`RemoteMem::HostCma`].
-fn cma_write(p: &crate::protocol::PushReq) -> Result<(), String> {
-    use nix::sys::uio::{RemoteIoVec, process_vm_writev};
-    use std::io::IoSlice;
-    let RemoteMem::HostCma { pid, addr } = p.mem else {
-        return Err(format!("no way to write into {:?}", p.mem));
-    };
-    // SAFETY: `src` is part of a pending send's buffer, borrowed by that request until
-    // it completes, which needs this write's `Pushed` first.
-    let src = unsafe { p.src.as_slice() };
-    let mut done = 0usize;
-    while done < src.len() {
-        let remote = [RemoteIoVec {
-            base: addr as usize + done,
-            len: src.len() - done,
-        }];
-        let n = process_vm_writev(
-            nix::unistd::Pid::from_raw(pid as i32),
-            &[IoSlice::new(&src[done..])],
-            &remote,
-        )
-        .map_err(|e| format!("process_vm_writev to pid {pid}: {e}"))?;
-        if n == 0 {
-            return Err(format!("process_vm_writev to pid {pid} wrote 0 bytes"));
-        }
-        done += n;
-    }
-    Ok(())
-}
-
-/// A word every rank publishes the address of at init, for [`cma_probe`].
-pub(crate) static CMA_PROBE_WORD: std::sync::atomic::AtomicU64 =
-    std::sync::atomic::AtomicU64::new(CMA_PROBE_MAGIC);
-const CMA_PROBE_MAGIC: u64 = 0x7277_636d_615f_6f6b; // "rwcma_ok"
-
-/// Whether this process may read process `pid`'s memory by cross-memory attach: reads
-/// the peer's [`CMA_PROBE_WORD`] at `addr` with `process_vm_readv(2)`, which the kernel
-/// allows under the same rule as `ptrace` attach (same user and not made non-dumpable,
-/// `kernel.yama.ptrace_scope`, a container's seccomp policy).
-///
-/// # Errors
-/// `Ok(false)` when the process is gone (`ESRCH`: a peer that already exited, which the
-/// transports report as such); `Err` with the refusal (`EPERM` most often) or a wrong
-/// value read, as text.
-pub(crate) fn cma_probe(pid: u32, addr: u64) -> Result<bool, String> {
-    use nix::sys::uio::{RemoteIoVec, process_vm_readv};
-    use std::io::IoSliceMut;
-    let mut word = [0u8; 8];
-    let remote = [RemoteIoVec {
-        base: addr as usize,
-        len: word.len(),
-    }];
-    let n = match process_vm_readv(
-        nix::unistd::Pid::from_raw(pid as i32),
-        &mut [IoSliceMut::new(&mut word)],
-        &remote,
-    ) {
-        Ok(n) => n,
-        Err(nix::errno::Errno::ESRCH) => return Ok(false),
-        Err(e) => return Err(format!("process_vm_readv refused ({e})")),
-    };
-    if n != word.len() || u64::from_ne_bytes(word) != CMA_PROBE_MAGIC {
-        return Err(format!(
-            "process_vm_readv read {n} bytes, not the probe word"
-        ));
-    }
-    Ok(true)
-}
+/// Order in which a progress round polls the transports: self, shm, tcp, rdma (as
+/// before the enum dispatch; TCP payload placement right after TCP's poll).
+const POLL_ORDER: &[TransportKind] = &[
+    TransportKind::SelfTp,
+    TransportKind::Shm,
+    TransportKind::Tcp,
+    TransportKind::Rdma,
+];
 
 #[cfg(test)]
 mod backoff_tests {

@@ -570,6 +570,8 @@ fn build(joined: Joined) -> Result<Universe> {
     // (process_vm_readv); a receiver that is refused falls back to copying through the
     // transport. RANKWIRE_CMA=0 turns it off.
     let cma = env_switch("RANKWIRE_CMA") != Some(false);
+    // The shm transport's caps say get/put only where single copy is on.
+    engine.set_cma_allowed(cma);
     // Whether the OS lets this rank read each same-node peer (ptrace rules, containers):
     // probed once here, so that `--explain` and `--require=cma` tell the truth and no
     // large message tries first. A refused peer gets its large messages through the

@@ -19,6 +19,13 @@
 //!    times, then yield.
 //! 4. Progress until [`Transport::is_flushed`] before finalize, then drop.
 //!
+//! # Dispatch
+//! The core holds its transports in a [`Transports`] set and calls them through
+//! [`AnyTransport`], an enum over the closed set with `match`-based dispatch
+//! ([`any`]); one-sided operations are routed by the kind of the remote descriptor
+//! ([`Transports::get_remote`]). `tests/conformance.rs` runs one body over every
+//! transport and memory kind against the declared [`Caps`].
+//!
 //! # Frames on the wire
 //! Every transport delivers each `(header, payload)` pair whole and in order per peer.
 //! Header bytes are at most [`MAX_HEADER_BYTES`]; payload bytes at most the transport's
@@ -27,6 +34,7 @@
 
 use std::fmt;
 
+pub mod any;
 #[cfg(feature = "cuda")]
 pub mod cuda_ipc;
 pub mod rdma;
@@ -36,6 +44,7 @@ pub mod settings;
 pub mod shm;
 pub mod tcp;
 
+pub use any::{AnyTransport, TransportKind, Transports};
 #[cfg(feature = "cuda")]
 pub use cuda_ipc::{CudaIpcConfig, CudaIpcTransport};
 pub use rdma::{RdmaConfig, RdmaDevice, RdmaTransport};
@@ -415,7 +424,7 @@ pub enum Event {
         payload: Vec<u8>,
     },
     /// A whole frame arrived from `peer` whose payload the transport wrote straight into
-    /// the memory the caller named for it (`TcpTransport::place_payload`): `len` bytes
+    /// the memory the caller named for it ([`Transport::place_payload`]): `len` bytes
     /// there, in order with all earlier frames from that peer.
     RecvPlaced {
         /// World rank of the sender.
@@ -425,7 +434,8 @@ pub enum Event {
         /// Payload bytes written to the named place.
         len: usize,
     },
-    /// A one-sided operation ([`RdmaTransport::get`] / [`RdmaTransport::put`]) with
+    /// A one-sided operation ([`Transport::get`] / [`Transport::put`] that returned
+    /// [`OpStart::Pending`]) with
     /// `peer` finished; its local buffer may be used again.
     OpDone {
         /// World rank of the peer.
@@ -573,6 +583,24 @@ pub trait Transport {
     /// Block up to `timeout` for activity (readable data), where the transport can.
     /// Used by the progress engine's blocking phase. Default: return at once.
     fn wait_activity(&mut self, _timeout: std::time::Duration) {}
+    /// A frame that arrived up to its header and waits for the caller to name where its
+    /// payload goes ([`Transport::place_payload`]): peer, header bytes, payload length
+    /// in bytes. Transports that read payloads from a byte stream offer this (TCP, when
+    /// its placement is turned on), so that rendezvous data lands in the receive buffer
+    /// without an intermediate copy. Default: `None` (no placement; payloads come in
+    /// [`Event::Recv`] or lent by [`Transport::next_frame`]).
+    fn awaiting_place(&self) -> Option<(u32, &[u8], usize)> {
+        None
+    }
+    /// Name the place of the payload of `peer`'s frame that [`Transport::awaiting_place`]
+    /// returned: `Some(dst)`, which then receives the payload directly and the frame
+    /// comes as [`Event::RecvPlaced`], or `None` for an [`Event::Recv`] with a `Vec` of
+    /// its own. Default: nothing (no frame ever waits).
+    ///
+    /// # Safety
+    /// `dst` (if given) is valid for writes of the payload's length, and nothing else
+    /// reads or writes it until that frame is delivered or the peer has failed.
+    unsafe fn place_payload(&mut self, _peer: u32, _dst: Option<*mut u8>) {}
     /// Make `buf` reachable by peers for one-sided operations (a verbs memory region
     /// through the registration cache; a CUDA IPC export; the process id and address
     /// for cross-memory attach). Held until [`Transport::deregister`].

@@ -8,6 +8,10 @@ use std::collections::VecDeque;
 
 use crate::{Caps, Event, KindCaps, PeerInfo, Reach, SendOutcome, Transport, TransportError};
 
+/// Largest payload of one self frame, in bytes (the caps' `max_frame_payload_bytes`;
+/// larger sends are refused like on every transport, so the declared limit is exact).
+const SELF_MAX_FRAME_PAYLOAD_BYTES: usize = 16 * 1024 * 1024;
+
 /// Loopback to the calling rank.
 #[derive(Debug)]
 pub struct SelfTransport {
@@ -29,7 +33,7 @@ impl SelfTransport {
                     put: false,
                     get: false,
                     eager_limit_bytes: 64 * 1024,
-                    max_frame_payload_bytes: 16 * 1024 * 1024,
+                    max_frame_payload_bytes: SELF_MAX_FRAME_PAYLOAD_BYTES,
                     max_message_bytes: u64::MAX,
                     needs_registration: false,
                 }),
@@ -66,6 +70,12 @@ impl Transport for SelfTransport {
                 peer,
             });
         }
+        if payload.len() > SELF_MAX_FRAME_PAYLOAD_BYTES {
+            return Err(TransportError::Unsupported {
+                transport: "self",
+                what: "a frame payload longer than max_frame_payload_bytes (16 MiB)",
+            });
+        }
         self.queue.push_back((header.to_vec(), payload.to_vec()));
         Ok(SendOutcome::Sent)
     }
@@ -97,6 +107,11 @@ mod tests {
         assert_eq!(t.send(3, b"h1", b"p1").unwrap(), SendOutcome::Sent);
         assert_eq!(t.send(3, b"h2", b"").unwrap(), SendOutcome::Sent);
         assert!(t.send(2, b"h", b"").is_err());
+        let big = vec![0u8; SELF_MAX_FRAME_PAYLOAD_BYTES + 1];
+        assert!(matches!(
+            t.send(3, b"h", &big),
+            Err(TransportError::Unsupported { .. })
+        ));
         let mut ev = Vec::new();
         assert!(t.poll(&mut ev));
         let got: Vec<_> = ev

@@ -305,7 +305,7 @@ fn shm_caps_reach_and_no_segment_left_after_setup() {
             assert_eq!(caps.name, "shm");
             assert_eq!(caps.reach, Reach::Node);
             let host = caps.for_kind(MemoryKind::Host).unwrap();
-            assert!(host.send && !host.put && !host.get && !host.needs_registration);
+            assert!(host.send && host.put && host.get && !host.needs_registration);
             assert_eq!(host.max_frame_payload_bytes, (1 << 20) / 4);
             assert_eq!(host.eager_limit_bytes, SHM_EAGER_LIMIT_BYTES);
             assert!(caps.cuda.is_none() && caps.cuda_managed.is_none());

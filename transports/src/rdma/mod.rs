@@ -19,8 +19,12 @@
 //!    storms, no credit deadlock). Large messages go by rendezvous: the sender's `Rts`
 //!    carries address, length and rkey, and the receiver reads the data with
 //!    [`RdmaTransport::get`] (RDMA READ); [`RdmaTransport::put`] (RDMA WRITE) exists
-//!    for one-sided use. Completions are polled from the CQ by [`Transport::poll`],
-//!    which the progress engine calls.
+//!    for one-sided use. Through the trait, [`crate::Transport::register`] registers
+//!    host memory in the cache and returns [`crate::RemoteMem::Rdma`], and
+//!    [`crate::Transport::get`] / [`crate::Transport::put`] take such a descriptor and
+//!    an offset (checked against its length) and answer [`crate::OpStart::Pending`].
+//!    Completions are polled from the CQ by [`crate::Transport::poll`], which the
+//!    progress engine calls, and end each operation with [`crate::Event::OpDone`].
 //! 4. Registration ([`reg`]) goes through the generic [`crate::regcache`].
 //!
 //! Layout follows NCCL's `net_ib` split: device init, connection, registration,
@@ -251,6 +255,9 @@ pub struct RdmaTransport {
     done: Vec<crate::Event>,
     quiesced: bool,
     stats: RdmaStats,
+    /// Registrations handed out by `Transport::register`, by handle.
+    registered: HashMap<u64, Held>,
+    next_reg: u64,
     // Last: closing the device must come after every field that holds its objects.
     dev: device::Device,
 }
@@ -466,6 +473,8 @@ impl RdmaTransport {
             done: Vec::new(),
             quiesced: false,
             stats: RdmaStats::default(),
+            registered: HashMap::new(),
+            next_reg: 1,
         };
         if pool_mr.is_null() {
             return Err(os("ibv_reg_mr (eager pool)", &t.dev));
@@ -568,6 +577,20 @@ impl RdmaTransport {
     }
 }
 
+impl std::fmt::Debug for RdmaTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaTransport")
+            .field("device", &self.dev.name)
+            .field("gid_index", &self.dev.gid_index)
+            .field(
+                "peers",
+                &self.conns.iter().map(|c| c.peer).collect::<Vec<_>>(),
+            )
+            .field("quiesced", &self.quiesced)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for RdmaTransport {
     fn drop(&mut self) {
         let v = &self.verbs;
@@ -623,5 +646,198 @@ impl crate::Transport for RdmaTransport {
             .iter()
             .all(|c| c.failed || (c.send_busy == 0 && c.sq_outstanding == 0))
             && self.pending.is_empty()
+    }
+
+    /// Host memory through the registration cache ([`Registry::acquire_host`]): the
+    /// descriptor is [`crate::RemoteMem::Rdma`] (address, length, rkey), held until
+    /// [`crate::Transport::deregister`].
+    fn register(&mut self, buf: crate::LocalBuf) -> Result<crate::Registration, TransportError> {
+        if buf.kind != crate::MemoryKind::Host {
+            return Err(TransportError::Unsupported {
+                transport: NAME,
+                what: "register of device memory",
+            });
+        }
+        let held = self
+            .registry
+            .acquire_host(buf.addr, buf.len_bytes as u64)
+            .map_err(|e| TransportError::Os {
+                transport: NAME,
+                call: "memory registration",
+                reason: format!("device {}: {e}", self.dev.name),
+            })?;
+        let remote = crate::RemoteMem::Rdma {
+            addr: buf.addr,
+            len: buf.len_bytes as u64,
+            rkey: held.rkey,
+        };
+        let handle = self.next_reg;
+        self.next_reg += 1;
+        self.registered.insert(handle, held);
+        Ok(crate::Registration { remote, handle })
+    }
+
+    fn deregister(&mut self, reg: crate::Registration) {
+        if let Some(h) = self.registered.remove(&reg.handle) {
+            self.registry.release(h);
+        }
+    }
+
+    /// RDMA READ of `dst.len_bytes` bytes at `offset_bytes` into a
+    /// [`crate::RemoteMem::Rdma`] region; [`crate::OpStart::Pending`], then
+    /// [`crate::Event::OpDone`].
+    unsafe fn get(
+        &mut self,
+        peer: u32,
+        op: crate::OpId,
+        dst: crate::LocalBuf,
+        src: &crate::RemoteMem,
+        offset_bytes: u64,
+    ) -> Result<crate::OpStart, TransportError> {
+        let (addr, rkey) = remote_range(peer, "get", dst, src, offset_bytes)?;
+        // SAFETY: the trait's contract on `dst` is the one of the inherent `get`.
+        unsafe {
+            RdmaTransport::get(
+                self,
+                peer,
+                op,
+                dst.addr as *mut u8,
+                dst.len_bytes,
+                addr,
+                rkey,
+            )
+        }?;
+        Ok(crate::OpStart::Pending)
+    }
+
+    /// RDMA WRITE of `src` at `offset_bytes` into a [`crate::RemoteMem::Rdma`] region;
+    /// [`crate::OpStart::Pending`], then [`crate::Event::OpDone`].
+    unsafe fn put(
+        &mut self,
+        peer: u32,
+        op: crate::OpId,
+        src: crate::LocalBuf,
+        dst: &crate::RemoteMem,
+        offset_bytes: u64,
+    ) -> Result<crate::OpStart, TransportError> {
+        let (addr, rkey) = remote_range(peer, "put", src, dst, offset_bytes)?;
+        // SAFETY: the trait's contract on `src` is the one of the inherent `put`.
+        unsafe {
+            RdmaTransport::put(
+                self,
+                peer,
+                op,
+                src.addr as *const u8,
+                src.len_bytes,
+                addr,
+                rkey,
+            )
+        }?;
+        Ok(crate::OpStart::Pending)
+    }
+}
+
+/// The remote address and rkey of a one-sided operation on `local.len_bytes` bytes at
+/// `offset_bytes` into `remote`, checked against the region's length.
+fn remote_range(
+    peer: u32,
+    what: &'static str,
+    local: crate::LocalBuf,
+    remote: &crate::RemoteMem,
+    offset_bytes: u64,
+) -> Result<(u64, u32), TransportError> {
+    if local.kind != crate::MemoryKind::Host {
+        return Err(TransportError::Unsupported {
+            transport: NAME,
+            what: if what == "get" {
+                "get into device memory"
+            } else {
+                "put from device memory"
+            },
+        });
+    }
+    let crate::RemoteMem::Rdma { addr, len, rkey } = *remote else {
+        return Err(TransportError::Unsupported {
+            transport: NAME,
+            what: if what == "get" {
+                "get from a descriptor other than Rdma"
+            } else {
+                "put into a descriptor other than Rdma"
+            },
+        });
+    };
+    match (
+        offset_bytes.checked_add(local.len_bytes as u64),
+        addr.checked_add(offset_bytes),
+    ) {
+        (Some(end), Some(at)) if end <= len => Ok((at, rkey)),
+        _ => Err(TransportError::Malformed {
+            transport: NAME,
+            peer,
+            reason: format!(
+                "{what} of {} bytes at offset {offset_bytes} outside a region of {len} bytes",
+                local.len_bytes
+            ),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LocalBuf, MemoryKind, RemoteMem};
+
+    fn local(len_bytes: usize, kind: MemoryKind) -> LocalBuf {
+        LocalBuf {
+            addr: 0x10_0000,
+            len_bytes,
+            kind,
+        }
+    }
+
+    #[test]
+    fn one_sided_ranges_are_checked_against_the_region() {
+        let r = RemoteMem::Rdma {
+            addr: 0x2000,
+            len: 100,
+            rkey: 7,
+        };
+        let host = MemoryKind::Host;
+        assert_eq!(
+            remote_range(1, "get", local(100, host), &r, 0),
+            Ok((0x2000, 7))
+        );
+        assert_eq!(
+            remote_range(1, "put", local(10, host), &r, 90),
+            Ok((0x2000 + 90, 7))
+        );
+        for (len, off) in [(11, 90), (1, 100), (1, u64::MAX)] {
+            assert!(
+                matches!(
+                    remote_range(1, "get", local(len, host), &r, off),
+                    Err(TransportError::Malformed { peer: 1, .. })
+                ),
+                "{len} at {off}"
+            );
+        }
+        let huge = RemoteMem::Rdma {
+            addr: u64::MAX - 1,
+            len: 100,
+            rkey: 7,
+        };
+        assert!(remote_range(1, "get", local(1, host), &huge, 10).is_err());
+        for (mem, kind) in [
+            (RemoteMem::None, host),
+            (RemoteMem::HostCma { pid: 1, addr: 0 }, host),
+            (r, MemoryKind::Cuda { device: 0 }),
+        ] {
+            assert!(
+                matches!(
+                    remote_range(1, "get", local(1, kind), &mem, 0),
+                    Err(TransportError::Unsupported { .. })
+                ),
+                "{mem:?} {kind}"
+            );
+        }
     }
 }

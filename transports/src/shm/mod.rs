@@ -55,6 +55,14 @@
 //! [`TransportError::Malformed`] naming the numbers, and that ring is not read again.
 //! Nothing on this path panics or allocates more than one bounded frame.
 //!
+//! # Single copy
+//! [`Transport::get`] / [`Transport::put`] / [`Transport::register`] move host memory
+//! between processes of the node in one copy by cross-memory attach
+//! (`process_vm_readv(2)` / `process_vm_writev(2)`, [`cma`]): the descriptor is
+//! [`RemoteMem::HostCma`] (pid and address, nothing pinned) and every operation is
+//! done on return. The host caps say `get`/`put` while single copy is allowed
+//! ([`ShmTransport::set_cma_allowed`]; the core turns it off with `RANKWIRE_CMA=0`).
+//!
 //! # Sleeping: the futex doorbell
 //! Each segment header holds a `bell` word and a `sleeping` flag, both written by
 //! several processes, so the futex is not `FUTEX_PRIVATE`. The owner, in
@@ -100,6 +108,7 @@
 //! # Threads
 //! None are started. A `ShmTransport` is `Send` and is driven by one thread at a time.
 
+pub mod cma;
 mod config;
 mod ring;
 mod segment;
@@ -115,9 +124,10 @@ pub use config::{
 };
 
 use crate::{
-    Caps, Event, Exchange, InFrame, InPayload, KindCaps, MAX_HEADER_BYTES, PeerInfo, Reach,
-    SendOutcome, Transport, TransportError,
+    Caps, Event, Exchange, InFrame, InPayload, KindCaps, LocalBuf, MAX_HEADER_BYTES, OpId, OpStart,
+    PeerInfo, Reach, Registration, RemoteMem, SendOutcome, Transport, TransportError,
 };
+use cma::Cma;
 use ring::{Consumer, HeaderCopy, Producer, Record};
 use segment::{Mapping, OwnSegment};
 use sys::Watch;
@@ -171,6 +181,8 @@ pub struct ShmTransport {
     cursor: usize,
     /// Frames are taken with `next_frame` only; `poll` leaves them in the rings.
     lend_frames: bool,
+    /// Single copy of host memory (`get`/`put`/`register`).
+    cma: Cma,
 }
 
 // One local peer: the ring we write (in its segment), the ring we read (in ours), and
@@ -312,7 +324,7 @@ impl ShmTransport {
         );
         Ok(ShmTransport {
             rank: my_rank,
-            caps: shm_caps(max_payload),
+            caps: shm_caps(max_payload, true),
             max_payload,
             ring_bytes,
             peers,
@@ -326,6 +338,7 @@ impl ShmTransport {
             lent: None,
             cursor: 0,
             lend_frames: false,
+            cma: Cma::new(),
         })
     }
 
@@ -399,6 +412,14 @@ impl ShmTransport {
             || self.peers.iter().any(|p| {
                 matches!(p.state, PeerState::Open) && (p.rx.has_data() || p.tx.room_freed())
             })
+    }
+
+    /// Allow single copy by cross-memory attach (`on`, the default) or forbid it
+    /// (`RANKWIRE_CMA=0`): the host caps' `get`/`put` follow, and forbidden, `get`,
+    /// `put` and `register` return [`TransportError::Unsupported`].
+    pub fn set_cma_allowed(&mut self, on: bool) {
+        self.cma.set_allowed(on);
+        self.caps = shm_caps(self.max_payload, on);
     }
 
     /// Mark the job as finalized (call after the core's finalize fence): from now on a
@@ -701,6 +722,39 @@ impl Transport for ShmTransport {
         true
     }
 
+    /// Host memory only, by cross-memory attach: [`RemoteMem::HostCma`] with this
+    /// process's pid and the buffer's address (nothing is pinned or mapped).
+    fn register(&mut self, buf: LocalBuf) -> Result<Registration, TransportError> {
+        self.cma.register(buf)
+    }
+
+    /// `process_vm_readv(2)` from a [`RemoteMem::HostCma`]; done on return. `peer` is
+    /// not checked: the descriptor names the process.
+    unsafe fn get(
+        &mut self,
+        _peer: u32,
+        _op: OpId,
+        dst: LocalBuf,
+        src: &RemoteMem,
+        offset_bytes: u64,
+    ) -> Result<OpStart, TransportError> {
+        // SAFETY: the trait's contract on `dst` is the one of Cma::get.
+        unsafe { self.cma.get(dst, src, offset_bytes) }
+    }
+
+    /// `process_vm_writev(2)` into a [`RemoteMem::HostCma`]; done on return.
+    unsafe fn put(
+        &mut self,
+        _peer: u32,
+        _op: OpId,
+        src: LocalBuf,
+        dst: &RemoteMem,
+        offset_bytes: u64,
+    ) -> Result<OpStart, TransportError> {
+        // SAFETY: the trait's contract on `src` is the one of Cma::put.
+        unsafe { self.cma.put(src, dst, offset_bytes) }
+    }
+
     fn wait_activity(&mut self, timeout: Duration) {
         if !self.pending.is_empty() || timeout.is_zero() {
             return;
@@ -838,16 +892,16 @@ fn lost(peer: u32, reason: String) -> TransportError {
     }
 }
 
-/// The shm transport's capabilities: host memory only, two-sided only (single-copy
-/// CMA `put`/`get` may come later).
-fn shm_caps(max_payload: usize) -> Caps {
+/// The shm transport's capabilities: host memory only; one-sided `get`/`put` by
+/// cross-memory attach when `cma` (no registration needed).
+fn shm_caps(max_payload: usize, cma: bool) -> Caps {
     Caps {
         name: NAME,
         reach: Reach::Node,
         host: Some(KindCaps {
             send: true,
-            put: false,
-            get: false,
+            put: cma,
+            get: cma,
             eager_limit_bytes: SHM_EAGER_LIMIT_BYTES.min(max_payload),
             max_frame_payload_bytes: max_payload,
             max_message_bytes: u64::MAX,
@@ -883,11 +937,13 @@ mod tests {
 
     #[test]
     fn caps_follow_the_frame_limit() {
-        let c = shm_caps(256 << 10);
+        let c = shm_caps(256 << 10, true);
         let h = c.host.unwrap();
+        assert!(h.get && h.put && !h.needs_registration);
+        assert!(!shm_caps(4096, false).host.unwrap().get);
         assert_eq!(h.eager_limit_bytes, SHM_EAGER_LIMIT_BYTES);
         assert_eq!(h.max_frame_payload_bytes, 256 << 10);
         // A small ring caps the eager limit at its frame limit.
-        assert_eq!(shm_caps(4096).host.unwrap().eager_limit_bytes, 4096);
+        assert_eq!(shm_caps(4096, true).host.unwrap().eager_limit_bytes, 4096);
     }
 }

@@ -46,8 +46,8 @@
 //! # Placing big payloads
 //! With [`TcpTransport::set_place_payloads`] (the core's engine turns it on), a frame with
 //! a payload of at least 32 KiB stops its connection after the header until the caller
-//! says where the payload goes ([`TcpTransport::awaiting_place`],
-//! [`TcpTransport::place_payload`]): rendezvous `Data` is then read from the socket
+//! says where the payload goes ([`Transport::awaiting_place`],
+//! [`Transport::place_payload`]): rendezvous `Data` is then read from the socket
 //! straight into the receive buffer and reported as [`Event::RecvPlaced`], with no copy
 //! and no allocation (a fresh 4 MiB `Vec` per frame also cost 1024 page faults).
 //!
@@ -443,7 +443,7 @@ impl TcpTransport {
 impl TcpTransport {
     /// Let the caller name where big payloads go (`on`): a connection then stops after
     /// the header of a frame with a payload of at least 32 KiB until
-    /// [`TcpTransport::place_payload`] says where it goes ([`TcpTransport::awaiting_place`]
+    /// [`Transport::place_payload`] says where it goes ([`Transport::awaiting_place`]
     /// lists them). Off (the default): such payloads get a `Vec` of their own.
     pub fn set_place_payloads(&mut self, on: bool) {
         for slot in self.peers.iter_mut() {
@@ -453,9 +453,16 @@ impl TcpTransport {
         }
         self.place = on;
     }
+}
 
-    /// A frame waiting for the place of its payload: peer, header, payload length.
-    pub fn awaiting_place(&self) -> Option<(u32, &[u8], usize)> {
+impl Transport for TcpTransport {
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    /// A frame waiting for the place of its payload (only with
+    /// [`TcpTransport::set_place_payloads`] on): peer, header, payload length.
+    fn awaiting_place(&self) -> Option<(u32, &[u8], usize)> {
         if !self.place {
             return None;
         }
@@ -474,17 +481,11 @@ impl TcpTransport {
     /// # Safety
     /// `dst` (if given) is valid for writes of the payload's length, and nothing else
     /// reads or writes it until that frame is delivered or the peer has failed.
-    pub unsafe fn place_payload(&mut self, peer: u32, dst: Option<*mut u8>) {
+    unsafe fn place_payload(&mut self, peer: u32, dst: Option<*mut u8>) {
         if let Some(Slot::Open(c)) = self.peers.get_mut(peer as usize) {
             // SAFETY: forwarded to the caller.
             unsafe { c.decide(dst) };
         }
-    }
-}
-
-impl Transport for TcpTransport {
-    fn caps(&self) -> &Caps {
-        &self.caps
     }
 
     fn can_reach(&self, peer: &PeerInfo) -> Result<(), String> {
