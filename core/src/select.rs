@@ -190,8 +190,9 @@ pub(crate) struct Input {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fit {
     pub(crate) id: TransportId,
-    /// The candidate declares this memory kind (and `send` for host memory).
-    pub(crate) declares: bool,
+    /// The candidate's caps are known and leave this memory kind out (or `send`, for
+    /// host memory).
+    pub(crate) lacks_kind: bool,
     /// The candidate declares some device memory kind (a GPU path).
     pub(crate) gpu_path: bool,
     /// It reaches the peer.
@@ -261,7 +262,7 @@ impl PeerPath {
         self.host
             .iter()
             .take_while(|f| f.answer.is_err())
-            .filter(|f| f.id != TransportId::SelfTp && f.declares)
+            .filter(|f| f.id != TransportId::SelfTp && !f.lacks_kind)
             .filter_map(Fit::reason)
             .collect()
     }
@@ -274,7 +275,7 @@ impl PeerPath {
             return Vec::new();
         }
         fits.iter()
-            .filter(|f| f.gpu_path && (f.declares || f.reaches))
+            .filter(|f| f.gpu_path && (!f.lacks_kind || f.reaches))
             .filter_map(Fit::reason)
             .collect()
     }
@@ -420,7 +421,7 @@ fn fit(input: &Input, c: &Candidate, peer: usize, kind: MemoryKind) -> Fit {
     };
     Fit {
         id: c.id,
-        declares,
+        lacks_kind: c.caps.is_some() && !declares,
         gpu_path: c
             .caps
             .as_ref()
@@ -963,10 +964,18 @@ mod tests {
                             })
                             .collect(),
                     },
+                    // As in universe.rs: an excluded shm is not built, its caps unknown.
                     Candidate {
                         id: TransportId::Shm,
-                        caps: Some(host_caps("shm", Reach::Node, 32768)),
-                        usable: Ok(()),
+                        caps: self
+                            .allowed
+                            .contains(&"shm")
+                            .then(|| host_caps("shm", Reach::Node, 32768)),
+                        usable: if self.allowed.contains(&"shm") {
+                            Ok(())
+                        } else {
+                            Err("not set up".into())
+                        },
                         reach: others(&|r| self.shm_reach[r].clone()),
                     },
                     Candidate {
