@@ -55,6 +55,7 @@ pub(crate) use rankwire_transports::shm::cma::{CMA_PROBE_WORD, cma_probe};
 
 use crate::error::Error;
 use crate::protocol::{OutFrame, Protocol, PullReq, RawBuf, ReqId};
+use crate::select::Route;
 use crate::wire::RemoteMem;
 
 /// Pause after learning that a peer died, before failing requests with it (once per
@@ -71,33 +72,6 @@ pub(crate) enum SendStart {
     Done(crate::protocol::Status),
     /// The protocol holds it as request `id`.
     Queued(ReqId),
-}
-
-/// Which transport serves a peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Route {
-    /// The calling rank itself.
-    SelfTp,
-    /// Shared memory (same node).
-    Shm,
-    /// RDMA (verbs RC queue pairs).
-    Rdma,
-    /// TCP.
-    Tcp,
-    /// No transport could reach the peer (only possible in a broken setup).
-    None,
-}
-
-impl Route {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Route::SelfTp => "self",
-            Route::Shm => "shm",
-            Route::Rdma => "rdma",
-            Route::Tcp => "tcp",
-            Route::None => "none",
-        }
-    }
 }
 
 /// Progress policy (see the module doc).

@@ -71,6 +71,7 @@ pub mod matching;
 pub mod protocol;
 mod request;
 mod runtime;
+mod select;
 mod settings_check;
 mod universe;
 pub mod watchdog;

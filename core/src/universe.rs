@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rankwire_transports::{
-    PeerInfo, RdmaConfig, RdmaDevice, RdmaTransport, ShmConfig, ShmTransport, TcpConfig,
-    TcpTransport, Transport,
+    PeerInfo, RdmaTransport, SelfTransport, ShmConfig, ShmTransport, TcpConfig, TcpTransport,
+    Transport,
 };
 
 use crate::bootstrap::Wireup;
@@ -17,10 +17,10 @@ use crate::bootstrap::node::{affinity_cpus, cpu_list, env_switch, node_id, parse
 use crate::bootstrap::pmi::PmiClient;
 use crate::comm::Communicator;
 use crate::device_path::RdmaOffer;
-use crate::engine::{Backoff, Engine, Route};
+use crate::engine::{Backoff, Engine};
 use crate::error::{Error, Result};
-use crate::explain::{Paths, PeerPath};
 use crate::runtime::Inner;
+use crate::select::{self, Candidate, HostRndv, Paths, Route, TransportId};
 
 // Process-wide on purpose (MPI's init-once rule, MPI 4.1 §11.2.1): it guards the
 // creation of a runtime, so it cannot live inside one. Set by `init`, cleared when
@@ -272,10 +272,10 @@ fn init_inner() -> Result<Universe> {
         u.inner.set_watchdog(limit);
     }
     // The path table is built only when someone reads it.
-    let explain = env_switch(crate::explain::EXPLAIN_ENV) == Some(true);
+    let explain = env_switch(select::EXPLAIN_ENV) == Some(true);
     let info = tracing::enabled!(tracing::Level::INFO);
     if explain || info {
-        let table = crate::explain::render(&u.inner.paths.rows());
+        let table = select::render(&u.inner.paths.rows());
         if explain {
             let mut out = String::new();
             for line in table.lines() {
@@ -289,7 +289,7 @@ fn init_inner() -> Result<Universe> {
             }
         }
     }
-    if let Some(list) = crate::settings::raw(crate::explain::REQUIRE_ENV)
+    if let Some(list) = crate::settings::raw(select::REQUIRE_ENV)
         && let Err(e) = u.inner.paths.check_required(&list.to_ascii_lowercase())
     {
         // Each rank checks its own paths, so other ranks may have passed and wait for
@@ -434,96 +434,85 @@ fn build(joined: Joined) -> Result<Universe> {
     node_cpus.sort_unstable();
     node_cpus.dedup();
     let local_size = local_size.unwrap_or_else(|| node_ids.iter().filter(|n| **n == me).count());
-    // Transport selection, per peer, walks the table self -> shm -> rdma -> tcp. Every
-    // rank takes the same decisions (same environment, symmetric node identity, the
-    // published RDMA availability), and every rank constructs each transport, because
-    // their setup includes job-wide fences.
-    let allowed = allowed_transports()?;
-    let (rdma_cfg, rdma_dev, rdma_ok) = probe_rdma(rank, size, &allowed, &mut client)?;
-    let rdma_state = if rdma_dev.is_some() {
-        Ok(())
-    } else if !allowed.contains(&"rdma") {
-        Err("excluded by RANKWIRE_TRANSPORTS".to_string())
-    } else {
-        Err("no RDMA device or libibverbs here (RANKWIRE_LOG=debug says which)".to_string())
-    };
+    // Transport selection, per peer, walks the table self -> shm -> cuda_ipc -> rdma ->
+    // tcp (select.rs). Every rank takes the same decisions (same environment, symmetric
+    // node identity, the published RDMA availability), and every rank constructs each
+    // transport, because their setup includes job-wide fences.
+    let allowed = select::allowed_transports()?;
+    let rdma_probe = select::probe_rdma(rank, size, &allowed, &mut client)?;
     let local: Vec<u32> = (0..size)
         .filter(|&r| r != rank && node_ids[r as usize] == me)
         .collect();
     // Node identity, not the launcher's numbering, decides who shares a node.
     let local_rank = local.iter().filter(|&&r| r < rank).count() as u32;
-    let use_shm = allowed.contains(&"shm");
-    let shm = if use_shm && size > 1 {
+    let shm = if allowed.contains(&"shm") && size > 1 {
         let cfg = ShmConfig::from_env()
             .map_err(|e| Error::usage(format!("shared-memory transport settings: {e}")))?;
         Some(ShmTransport::new(rank, &job_id, cfg, &mut client, &local)?)
     } else {
         None
     };
-    let mut routes = Vec::with_capacity(size as usize);
-    let mut rejected = Vec::with_capacity(size as usize);
-    let mut tcp_peers = Vec::new();
-    for r in 0..size {
-        let info = PeerInfo {
-            rank: r,
-            node_id: node_ids[r as usize].clone(),
-            pid: 0,
-        };
-        let mut why_not = Vec::new();
-        let mut route = if r == rank {
-            Route::SelfTp
-        } else if let Some(t) = shm.as_ref().filter(|_| local.contains(&r)) {
-            match t.can_reach(&info) {
-                Ok(()) => Route::Shm,
-                Err(e) => {
-                    why_not.push(e);
-                    Route::Tcp
-                }
-            }
-        } else {
-            why_not.push(if !use_shm {
-                "shm: excluded by RANKWIRE_TRANSPORTS".to_string()
-            } else {
-                format!("shm: rank {r} is on another node ({})", info.node_id)
-            });
-            Route::Tcp
-        };
-        if route == Route::Tcp {
-            if !allowed.contains(&"rdma") {
-                why_not.push("rdma: excluded by RANKWIRE_TRANSPORTS".to_string());
-            } else if rdma_dev.is_none() {
-                why_not.push("rdma: no RDMA device in this process".to_string());
-            } else if !rdma_ok[r as usize] {
-                why_not.push(format!("rdma: rank {r} has no RDMA device"));
-            } else {
-                route = Route::Rdma;
+    // Same-node peers exchange large host messages in one copy by cross-memory attach
+    // (process_vm_readv); a receiver that is refused falls back to copying through the
+    // transport. RANKWIRE_CMA=0 turns it off.
+    let cma = env_switch("RANKWIRE_CMA") != Some(false);
+    // Whether the OS lets this rank read each same-node peer (ptrace rules, containers):
+    // probed once here, so that `--explain` and `--require=cma` tell the truth and no
+    // large message tries first. A refused peer gets its large messages through the
+    // transport; a read refused later (rules changed at run time) falls back the same
+    // way, per message.
+    // Per rank: why the OS refused this rank cross-memory attach to it.
+    let mut cma_refused: Vec<Option<String>> = vec![None; size as usize];
+    if cma {
+        for &r in &local {
+            // A peer already gone (Ok(false)) is not a refusal: its transport reports it.
+            if let Some((pid, addr)) = probe_at[r as usize]
+                && let Err(e) = crate::engine::cma_probe(pid, addr)
+            {
+                tracing::info!(
+                    "rank {rank} <- rank {r}: cross-memory attach not permitted: {e}; large messages copy through the transport"
+                );
+                cma_refused[r as usize] = Some(format!(
+                    "not permitted by the OS: {e} (ptrace rules: same user, not non-dumpable, \
+                     kernel.yama.ptrace_scope; containers may forbid it)"
+                ));
             }
         }
-        if route == Route::Tcp {
-            if !allowed.contains(&"tcp") {
-                // A setting, not a failed connection: say which one.
-                return Err(Error::usage(format!(
-                    "no allowed transport reaches rank {r} from rank {rank}: {}; tcp: excluded \
-                     by RANKWIRE_TRANSPORTS (RANKWIRE_LOG=debug shows why RDMA is off); add \
-                     tcp (or shm for ranks of one node) to RANKWIRE_TRANSPORTS",
-                    why_not.join("; ")
-                )));
-            }
-            tcp_peers.push(r);
-        }
-        tracing::debug!(
-            "rank {rank} -> rank {r}: host memory via {}{}",
-            route.name(),
-            if why_not.is_empty() {
-                String::new()
-            } else {
-                format!(" (not chosen: {})", why_not.join("; "))
-            }
-        );
-        routes.push(route);
-        rejected.push(why_not);
     }
-    let tcp = if size > 1 && allowed.contains(&"tcp") {
+    // A sender waiting for a large single-copy send writes a share itself (share.rs).
+    let share = cma && env_switch("RANKWIRE_CMA_SHARE") != Some(false);
+    let gpu_state = probe_gpu();
+    let use_tcp = allowed.contains(&"tcp");
+    let same_node: Vec<bool> = node_ids.iter().map(|n| *n == me).collect();
+    let paths = select::select(&select::Input {
+        rank,
+        candidates: candidates(
+            rank,
+            &node_ids,
+            &same_node,
+            shm.as_ref(),
+            &rdma_probe,
+            &gpu_state,
+        ),
+        same_node,
+        allowed,
+        gpu: gpu_state.clone(),
+        cma: if cma {
+            Ok(())
+        } else {
+            Err("turned off by RANKWIRE_CMA=0".into())
+        },
+        cma_refused,
+        share,
+    })?;
+    log_choices(&paths);
+    let routes = paths.routes();
+    let tcp_peers: Vec<u32> = (0..size)
+        .filter(|&r| routes[r as usize] == Route::Tcp)
+        .collect();
+    // Built by every rank alike (its setup has job-wide fences), dropped below where it
+    // serves no peer.
+    let tcp = if size > 1 && use_tcp {
         let cfg = TcpConfig::from_env()
             .map_err(|e| Error::usage(format!("TCP transport settings: {e}")))?;
         Some(TcpTransport::new(
@@ -540,8 +529,14 @@ fn build(joined: Joined) -> Result<Universe> {
     let rdma_peers: Vec<u32> = (0..size)
         .filter(|&r| routes[r as usize] == Route::Rdma)
         .collect();
-    // An RDMA route needs a device at both ends. Every rank holds the same `rdma_ok`,
-    // so with fewer than two such ranks all skip the transport's setup fences together.
+    // An RDMA route needs a device at both ends. Every rank holds the same `ok`, so
+    // with fewer than two such ranks all skip the transport's setup fences together.
+    let select::RdmaProbe {
+        cfg: rdma_cfg,
+        dev: rdma_dev,
+        ok: rdma_ok,
+        ..
+    } = rdma_probe;
     let rdma = match &rdma_cfg {
         Some(cfg) if rdma_ok.iter().filter(|&&ok| ok).count() >= 2 => RdmaTransport::new(
             rank,
@@ -566,49 +561,16 @@ fn build(joined: Joined) -> Result<Universe> {
         routes.clone(),
         Backoff::from_env(local_size, node_cpus.len()),
     );
-    // Same-node peers exchange large host messages in one copy by cross-memory attach
-    // (process_vm_readv); a receiver that is refused falls back to copying through the
-    // transport. RANKWIRE_CMA=0 turns it off.
-    let cma = env_switch("RANKWIRE_CMA") != Some(false);
     // The shm transport's caps say get/put only where single copy is on.
     engine.set_cma_allowed(cma);
-    // Whether the OS lets this rank read each same-node peer (ptrace rules, containers):
-    // probed once here, so that `--explain` and `--require=cma` tell the truth and no
-    // large message tries first. A refused peer gets its large messages through the
-    // transport; a read refused later (rules changed at run time) falls back the same
-    // way, per message.
-    // Per rank: why the OS refused this rank cross-memory attach to it.
-    let mut cma_refused: Vec<Option<String>> = vec![None; size as usize];
-    if cma {
-        for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
-            // A peer already gone (Ok(false)) is not a refusal: its transport reports it.
-            if let Some((pid, addr)) = probe_at[r as usize]
-                && let Err(e) = crate::engine::cma_probe(pid, addr)
-            {
-                tracing::info!(
-                    "rank {rank} <- rank {r}: cross-memory attach not permitted: {e}; large messages copy through the transport"
-                );
-                cma_refused[r as usize] = Some(format!(
-                    "not permitted by the OS: {e} (ptrace rules: same user, not non-dumpable, \
-                     kernel.yama.ptrace_scope; containers may forbid it)"
-                ));
-            }
-        }
+    for p in &paths.peers {
+        // Selection read the same caps the engine's transports declare.
+        debug_assert_eq!(engine.eager_limit(p.peer), p.eager_bytes, "rank {}", p.peer);
     }
-    // A sender waiting for a large single-copy send writes a share itself (share.rs).
-    let share = cma && env_switch("RANKWIRE_CMA_SHARE") != Some(false);
-    let gpu_state = enable_gpu(&mut engine);
+    enable_gpu(&mut engine, &gpu_state);
     if let (Ok(()), Some(t), Some(cfg)) = (&gpu_state, engine.rdma(), rdma_cfg.as_ref()) {
-        gdr_choice(rank, t, cfg)?;
+        select::gdr_choice(rank, t, cfg)?;
     }
-    let ipc_state = match &gpu_state {
-        Err(e) => Err(e.clone()),
-        Ok(()) if env_switch("RANKWIRE_CUDA_IPC") == Some(false) => {
-            Err("turned off by RANKWIRE_CUDA_IPC=0".to_string())
-        }
-        Ok(()) => Ok(()),
-    };
-    let cuda_ipc = ipc_state.is_ok();
     if let Some(reg) = registry {
         // Rendezvous over RDMA: the Rts carries address, length and rkey of the
         // registered send buffer, and the receiver RDMA-reads it.
@@ -620,40 +582,21 @@ fn build(joined: Joined) -> Result<Universe> {
             tracing::debug!("rank {rank} <- rank {r}: large host messages by RDMA READ");
         }
     }
-    let paths = Paths {
-        rank,
-        peers: (0..size)
-            .map(|r| PeerPath {
-                peer: r,
-                route: engine.route(r),
-                same_node: node_ids[r as usize] == me,
-                rejected: std::mem::take(&mut rejected[r as usize]),
-                eager_bytes: engine.eager_limit(r),
-                cma_refused: cma_refused[r as usize].clone(),
-            })
-            .collect(),
-        cma: if cma {
-            Ok(())
-        } else {
-            Err("turned off by RANKWIRE_CMA=0".into())
-        },
-        share,
-        gpu: gpu_state,
-        cuda_ipc: ipc_state,
-        rdma: rdma_state,
-    };
-    for r in (0..size).filter(|&r| r != rank && node_ids[r as usize] == me) {
-        if cuda_ipc {
+    for p in paths.peers.iter().filter(|p| p.same_node && p.peer != rank) {
+        let r = p.peer;
+        if p.cuda_ipc {
             engine.proto.allow_cuda_ipc(r);
         }
-        if routes[r as usize] == Route::Rdma {
+        if p.route == Route::Rdma {
             // Forced onto RDMA inside a node: host rendezvous goes by RDMA READ.
             continue;
         }
-        let cma_r = cma && cma_refused[r as usize].is_none();
+        let cma_r = matches!(p.rndv, HostRndv::Cma { .. });
         engine.proto.offer_host_cma(r);
         engine.proto.allow_pull(r, cma_r);
-        engine.proto.allow_sharing(r, share && cma_r);
+        engine
+            .proto
+            .allow_sharing(r, matches!(p.rndv, HostRndv::Cma { share: true }));
         tracing::debug!(
             "rank {rank} <- rank {r}: large host messages by {}",
             if cma_r {
@@ -675,33 +618,167 @@ fn build(joined: Joined) -> Result<Universe> {
     })
 }
 
+/// The candidates of the selection table as this rank sees them: declared caps, whether
+/// each is usable here, and its reach answer per world rank. Shm answers with its
+/// transport's own `can_reach` (it is built before selection); rdma and tcp are built
+/// after it, for the peers it gives them, so their reach is what the published facts
+/// predict (rdma: a device at both ends; tcp: every other rank).
+fn candidates(
+    rank: u32,
+    node_ids: &[String],
+    same_node: &[bool],
+    shm: Option<&ShmTransport>,
+    rdma: &select::RdmaProbe,
+    gpu: &std::result::Result<(), String>,
+) -> Vec<Candidate> {
+    let size = node_ids.len() as u32;
+    let info = |r: u32| PeerInfo {
+        rank: r,
+        node_id: node_ids[r as usize].clone(),
+        pid: 0,
+    };
+    // Transports prefix their answers with their name; the table adds it again.
+    let strip = |name: &str, why: String| match why.strip_prefix(&format!("{name}: ")) {
+        Some(rest) => rest.to_string(),
+        None => why,
+    };
+    let others = |f: &dyn Fn(u32) -> std::result::Result<(), String>| -> Vec<_> {
+        (0..size)
+            .map(|r| {
+                if r == rank {
+                    Err("not needed within the process".to_string())
+                } else {
+                    f(r)
+                }
+            })
+            .collect()
+    };
+    let self_tp = SelfTransport::new(rank);
+    let ipc_usable = gpu.clone().and_then(|()| {
+        if env_switch("RANKWIRE_CUDA_IPC") == Some(false) {
+            Err("turned off by RANKWIRE_CUDA_IPC=0".to_string())
+        } else {
+            Ok(())
+        }
+    });
+    vec![
+        Candidate {
+            id: TransportId::SelfTp,
+            caps: Some(self_tp.caps().clone()),
+            usable: Ok(()),
+            reach: (0..size)
+                .map(|r| self_tp.can_reach(&info(r)).map_err(|e| strip("self", e)))
+                .collect(),
+        },
+        Candidate {
+            id: TransportId::Shm,
+            caps: shm.map(|t| t.caps().clone()),
+            usable: match shm {
+                Some(_) => Ok(()),
+                None if size < 2 => Err("no other rank".to_string()),
+                None => Err("not set up".to_string()),
+            },
+            reach: others(&|r| match shm {
+                _ if !same_node[r as usize] => Err(format!(
+                    "rank {r} is on another node ({})",
+                    node_ids[r as usize]
+                )),
+                Some(t) => t.can_reach(&info(r)).map_err(|e| strip("shm", e)),
+                None => Err("not set up".to_string()),
+            }),
+        },
+        Candidate {
+            id: TransportId::CudaIpc,
+            #[cfg(feature = "cuda")]
+            caps: Some(rankwire_transports::cuda_ipc::caps()),
+            #[cfg(not(feature = "cuda"))]
+            caps: None,
+            usable: ipc_usable,
+            reach: others(&|r| {
+                if same_node[r as usize] {
+                    Ok(())
+                } else {
+                    Err("peer on another node".to_string())
+                }
+            }),
+        },
+        Candidate {
+            id: TransportId::Rdma,
+            caps: Some(select::rdma_caps(rdma.cfg.as_ref())),
+            usable: rdma.usable.clone(),
+            reach: others(&|r| {
+                if rdma.ok.get(r as usize) == Some(&true) {
+                    Ok(())
+                } else {
+                    Err(format!("rank {r} has no RDMA device"))
+                }
+            }),
+        },
+        Candidate {
+            id: TransportId::Tcp,
+            caps: Some(TcpTransport::declared_caps()),
+            usable: if size > 1 {
+                Ok(())
+            } else {
+                Err("no other rank".to_string())
+            },
+            reach: others(&|_| Ok(())),
+        },
+    ]
+}
+
+/// Say each peer's choice once in the debug log.
+fn log_choices(paths: &Paths) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    for row in paths.rows() {
+        tracing::debug!(
+            "rank {} -> rank {}: {} memory via {}: {}{}",
+            row.rank,
+            row.peer,
+            row.memory,
+            row.transport,
+            row.protocol,
+            if row.rejected.is_empty() {
+                String::new()
+            } else {
+                format!(" (not chosen: {})", row.rejected.join("; "))
+            }
+        );
+    }
+}
+
 fn singleton() -> Universe {
+    let gpu = probe_gpu();
+    let self_tp = SelfTransport::new(0);
+    let paths = select::select(&select::Input {
+        rank: 0,
+        same_node: vec![true],
+        allowed: Vec::new(),
+        candidates: vec![Candidate {
+            id: TransportId::SelfTp,
+            caps: Some(self_tp.caps().clone()),
+            usable: Ok(()),
+            reach: vec![Ok(())],
+        }],
+        gpu: gpu.clone(),
+        cma: Err("no other rank".into()),
+        cma_refused: vec![None],
+        share: false,
+    })
+    // The self candidate always reaches rank 0.
+    .expect("the self transport reaches the only rank");
     let mut engine = Engine::new(
         0,
         1,
         None,
         None,
         None,
-        vec![Route::SelfTp],
+        paths.routes(),
         Backoff::from_env(1, affinity_cpus().len()),
     );
-    let gpu = enable_gpu(&mut engine);
-    let paths = Paths {
-        rank: 0,
-        peers: vec![PeerPath {
-            peer: 0,
-            route: Route::SelfTp,
-            same_node: true,
-            rejected: Vec::new(),
-            eager_bytes: engine.eager_limit(0),
-            cma_refused: None,
-        }],
-        cma: Err("no other rank".into()),
-        share: false,
-        cuda_ipc: Err("no other rank".into()),
-        rdma: Err("no other rank".into()),
-        gpu,
-    };
+    enable_gpu(&mut engine, &gpu);
     Universe {
         inner: Arc::new(Inner::new(0, 1, 0, engine, None, paths)),
     }
@@ -754,109 +831,9 @@ fn report_binding(u: &Universe) {
     );
 }
 
-/// RDMA device of this process and which ranks have one (published through the
-/// bootstrap), when RDMA is allowed and the job has more than one rank. "No RDMA
-/// here" (no library, no device, `ENOSYS`) is not an error: it is said once in the
-/// debug log and TCP is used. A settings error (`RANKWIRE_IB_HCA`,
-/// `RANKWIRE_IB_GID_INDEX`) is [`Error::Usage`].
-#[allow(clippy::type_complexity)]
-fn probe_rdma(
-    rank: u32,
-    size: u32,
-    allowed: &[&str],
-    client: &mut Wireup,
-) -> Result<(Option<RdmaConfig>, Option<RdmaDevice>, Vec<bool>)> {
-    use rankwire_transports::Exchange;
-    if !allowed.contains(&"rdma") || size < 2 {
-        return Ok((None, None, vec![false; size as usize]));
-    }
-    let cfg = RdmaConfig::from_env()
-        .map_err(|e| Error::usage(format!("RDMA transport settings: {e}")))?;
-    let dev = match RdmaDevice::probe(&cfg) {
-        Ok(Ok(d)) => {
-            tracing::debug!("rdma: rank {rank} uses {}", d.why());
-            Some(d)
-        }
-        Ok(Err(why)) => {
-            tracing::debug!("rdma: no RDMA here ({why}); peers off this node use tcp");
-            None
-        }
-        Err(e) => return Err(Error::usage(format!("RDMA transport settings: {e}"))),
-    };
-    let boot = Error::Bootstrap;
-    client
-        .put(
-            &format!("rdma-{rank}"),
-            if dev.is_some() { b"1" } else { b"0" },
-        )
-        .map_err(boot)?;
-    client.fence().map_err(boot)?;
-    let mut ok = Vec::with_capacity(size as usize);
-    for r in 0..size {
-        ok.push(client.get(&format!("rdma-{r}")).map_err(boot)? == b"1");
-    }
-    Ok((Some(cfg), dev, ok))
-}
-
-/// Transports allowed by `RANKWIRE_TRANSPORTS` (comma-separated subset of
-/// `shm,rdma,tcp`; default all). The self transport is always used for a rank's own
-/// messages.
-fn allowed_transports() -> Result<Vec<&'static str>> {
-    let Some(v) = crate::settings::raw("RANKWIRE_TRANSPORTS") else {
-        return Ok(vec!["shm", "rdma", "tcp"]);
-    };
-    let v = v.to_ascii_lowercase();
-    let mut out = Vec::new();
-    for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-        match t {
-            "shm" => out.push("shm"),
-            "tcp" => out.push("tcp"),
-            "rdma" => out.push("rdma"),
-            "self" => {}
-            other => {
-                return Err(Error::usage(format!(
-                    "RANKWIRE_TRANSPORTS={v:?}: unknown transport {other:?} (known: self, shm, rdma, tcp)"
-                )));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// How GPU buffers would reach the NIC (GPUDirect RDMA): DMA-BUF first
-/// (`cuMemGetHandleForAddressRange` + `ibv_reg_dmabuf_mr`), else `ibv_reg_mr` on the
-/// device pointer through `nvidia_peermem`, else staging through host memory. The
-/// choice and its reason go to the debug log. Device buffers currently always take the
-/// staged path over RDMA (the rdma transport declares no CUDA caps); this establishes
-/// and reports what a direct path would use, and `RANKWIRE_RDMA_GDR=1` fails the job
-/// when no direct path exists.
-///
-/// # Errors
-/// [`Error::Usage`] when `RANKWIRE_RDMA_GDR=1` and neither direct path is available.
-fn gdr_choice(rank: u32, t: &RdmaTransport, cfg: &RdmaConfig) -> Result<()> {
-    use rankwire_transports::rdma::{GdrFacts, gdr_path};
-    let ordinal = 0;
-    let facts = GdrFacts {
-        cuda_dmabuf: rankwire_gpu::dmabuf_supported(ordinal).unwrap_or(false),
-        verbs_dmabuf: t.has_dmabuf_mr(),
-        peermem_loaded: GdrFacts::peermem_loaded_here(),
-    };
-    match gdr_path(facts, cfg.require_gdr) {
-        Ok((path, why)) => {
-            tracing::debug!(
-                "rdma: rank {rank}: GPU buffers on {}: {path:?} ({why}); transfers of device buffers are staged through host memory in this version",
-                t.device_name()
-            );
-            Ok(())
-        }
-        Err(e) => Err(Error::usage(format!("rank {rank}: {e}"))),
-    }
-}
-
-/// Give the protocol device-memory access when this build and process can use CUDA.
-/// Returns whether it did, or why not. Without it, device buffers fail with
-/// [`Error::Gpu`].
-fn enable_gpu(engine: &mut Engine) -> std::result::Result<(), String> {
+/// Whether this build and process can use CUDA: `Err(reason)` when not (then device
+/// buffers fail with [`Error::Gpu`]).
+fn probe_gpu() -> std::result::Result<(), String> {
     if !rankwire_gpu::available() {
         tracing::debug!("GPU paths off: CUDA support not built or libcuda not loadable");
         return Err(if cfg!(feature = "cuda") {
@@ -869,10 +846,16 @@ fn enable_gpu(engine: &mut Engine) -> std::result::Result<(), String> {
         tracing::info!("GPU paths off: {e}");
         return Err(e.to_string());
     }
-    engine
-        .mem
-        .set_gpu(crate::device_path::GpuStaging::new(), &mut engine.proto);
     Ok(())
+}
+
+/// Give the protocol device-memory access where [`probe_gpu`] found CUDA usable.
+fn enable_gpu(engine: &mut Engine, gpu: &std::result::Result<(), String>) {
+    if gpu.is_ok() {
+        engine
+            .mem
+            .set_gpu(crate::device_path::GpuStaging::new(), &mut engine.proto);
+    }
 }
 
 #[cfg(test)]

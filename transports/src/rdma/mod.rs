@@ -281,6 +281,28 @@ pub struct RdmaStats {
 }
 
 impl RdmaTransport {
+    /// The capabilities an RDMA transport declares when built with an eager limit of
+    /// `eager_limit_bytes` ([`RdmaConfig::eager_limit_bytes`]; [`Transport::caps`]
+    /// returns the same value), known before one is built: transport selection needs
+    /// them to pick the peers it then connects to.
+    pub fn declared_caps(eager_limit_bytes: usize) -> Caps {
+        Caps {
+            name: NAME,
+            reach: Reach::Network,
+            host: Some(KindCaps {
+                send: true,
+                put: true,
+                get: true,
+                eager_limit_bytes,
+                max_frame_payload_bytes: FRAME_PAYLOAD_BYTES,
+                max_message_bytes: u64::MAX,
+                needs_registration: true,
+            }),
+            cuda: None,
+            cuda_managed: None,
+        }
+    }
+
     /// Set up queue pairs to `peers` (world ranks, not including `rank`) through the
     /// bootstrap. Every rank of the job must call this, with `dev` `None` where there
     /// is no RDMA (and then `peers` empty), because setup includes two job-wide fences.
@@ -438,21 +460,7 @@ impl RdmaTransport {
         }
         let registry = Registry::new(verbs.clone(), pd, regcache, cfg.leave_pinned);
         let mut t = RdmaTransport {
-            caps: Caps {
-                name: NAME,
-                reach: Reach::Network,
-                host: Some(KindCaps {
-                    send: true,
-                    put: true,
-                    get: true,
-                    eager_limit_bytes: cfg.eager_limit_bytes,
-                    max_frame_payload_bytes: FRAME_PAYLOAD_BYTES,
-                    max_message_bytes: u64::MAX,
-                    needs_registration: true,
-                }),
-                cuda: None,
-                cuda_managed: None,
-            },
+            caps: RdmaTransport::declared_caps(cfg.eager_limit_bytes),
             dev,
             verbs,
             pd,

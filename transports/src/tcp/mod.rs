@@ -629,6 +629,15 @@ fn lost(peer: u32, reason: String) -> TransportError {
     }
 }
 
+impl TcpTransport {
+    /// The capabilities every TCP transport declares ([`Transport::caps`] returns the
+    /// same value), known before one is built: transport selection needs them to pick
+    /// the peers the transport then connects to.
+    pub fn declared_caps() -> Caps {
+        tcp_caps()
+    }
+}
+
 /// The TCP transport's capabilities: host memory only (the core stages device buffers).
 fn tcp_caps() -> Caps {
     Caps {

@@ -1,0 +1,167 @@
+//! Gathering the inputs of [`super::select`] that need the environment or the
+//! bootstrap (called by `universe.rs` before selecting), and the GPUDirect choice
+//! logged once the RDMA transport exists.
+
+use rankwire_transports::{Caps, RdmaConfig, RdmaDevice, RdmaTransport};
+
+use super::{EXCLUDED, TRANSPORTS_ENV};
+use crate::bootstrap::Wireup;
+use crate::error::{Error, Result};
+
+/// Transports allowed by `RANKWIRE_TRANSPORTS` (comma-separated subset of
+/// `shm,rdma,tcp`; default all). The self transport is always used for a rank's own
+/// messages.
+///
+/// # Errors
+/// [`Error::Usage`] naming an unknown transport.
+pub(crate) fn allowed_transports() -> Result<Vec<&'static str>> {
+    parse_allowed(crate::settings::raw(TRANSPORTS_ENV).as_deref())
+}
+
+/// [`allowed_transports`] of the value `v` (`None`: unset).
+fn parse_allowed(v: Option<&str>) -> Result<Vec<&'static str>> {
+    let Some(v) = v else {
+        return Ok(vec!["shm", "rdma", "tcp"]);
+    };
+    let v = v.to_ascii_lowercase();
+    let mut out = Vec::new();
+    for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        match t {
+            "shm" => out.push("shm"),
+            "tcp" => out.push("tcp"),
+            "rdma" => out.push("rdma"),
+            "self" => {}
+            other => {
+                return Err(Error::usage(format!(
+                    "{TRANSPORTS_ENV}={v:?}: unknown transport {other:?} (known: self, shm, rdma, tcp)"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What [`probe_rdma`] found.
+pub(crate) struct RdmaProbe {
+    /// The settings, when RDMA is allowed and the job has more than one rank.
+    pub(crate) cfg: Option<RdmaConfig>,
+    /// This process's device, if any.
+    pub(crate) dev: Option<RdmaDevice>,
+    /// Per world rank: whether it has a device (published through the bootstrap).
+    pub(crate) ok: Vec<bool>,
+    /// Why this process has no usable RDMA (`Ok` when it has a device).
+    pub(crate) usable: std::result::Result<(), String>,
+}
+
+/// RDMA device of this process and which ranks have one (published through the
+/// bootstrap), when RDMA is allowed and the job has more than one rank. "No RDMA
+/// here" (no library, no device, `ENOSYS`) is not an error: it is said once in the
+/// debug log and TCP is used. Every rank must call it (it runs a bootstrap fence
+/// unless RDMA is excluded or the job has one rank, alike on every rank).
+///
+/// # Errors
+/// [`Error::Usage`] for a settings error (`RANKWIRE_IB_HCA`, `RANKWIRE_IB_GID_INDEX`);
+/// [`Error::Bootstrap`] when the exchange fails.
+pub(crate) fn probe_rdma(
+    rank: u32,
+    size: u32,
+    allowed: &[&str],
+    client: &mut Wireup,
+) -> Result<RdmaProbe> {
+    use rankwire_transports::Exchange;
+    if !allowed.contains(&"rdma") || size < 2 {
+        return Ok(RdmaProbe {
+            cfg: None,
+            dev: None,
+            ok: vec![false; size as usize],
+            usable: Err(if size < 2 {
+                "no other rank".to_string()
+            } else {
+                EXCLUDED.to_string()
+            }),
+        });
+    }
+    let cfg = RdmaConfig::from_env()
+        .map_err(|e| Error::usage(format!("RDMA transport settings: {e}")))?;
+    let (dev, usable) = match RdmaDevice::probe(&cfg) {
+        Ok(Ok(d)) => {
+            tracing::debug!("rdma: rank {rank} uses {}", d.why());
+            (Some(d), Ok(()))
+        }
+        Ok(Err(why)) => {
+            tracing::debug!("rdma: no RDMA here ({why}); peers off this node use tcp");
+            (None, Err(format!("no RDMA device in this process ({why})")))
+        }
+        Err(e) => return Err(Error::usage(format!("RDMA transport settings: {e}"))),
+    };
+    let boot = Error::Bootstrap;
+    client
+        .put(
+            &format!("rdma-{rank}"),
+            if dev.is_some() { b"1" } else { b"0" },
+        )
+        .map_err(boot)?;
+    client.fence().map_err(boot)?;
+    let mut ok = Vec::with_capacity(size as usize);
+    for r in 0..size {
+        ok.push(client.get(&format!("rdma-{r}")).map_err(boot)? == b"1");
+    }
+    Ok(RdmaProbe {
+        cfg: Some(cfg),
+        dev,
+        ok,
+        usable,
+    })
+}
+
+/// The RDMA candidate's declared caps (with the configured eager limit; 0 where RDMA
+/// is not configured: then it is not usable and the limit is never used).
+pub(crate) fn rdma_caps(cfg: Option<&RdmaConfig>) -> Caps {
+    RdmaTransport::declared_caps(cfg.map_or(0, |c| c.eager_limit_bytes))
+}
+
+/// How GPU buffers would reach the NIC (GPUDirect RDMA): DMA-BUF first
+/// (`cuMemGetHandleForAddressRange` + `ibv_reg_dmabuf_mr`), else `ibv_reg_mr` on the
+/// device pointer through `nvidia_peermem`, else staging through host memory. The
+/// choice and its reason go to the debug log. Device buffers currently always take the
+/// staged path over RDMA (the rdma transport declares no CUDA caps); this establishes
+/// and reports what a direct path would use, and `RANKWIRE_RDMA_GDR=1` fails the job
+/// when no direct path exists.
+///
+/// # Errors
+/// [`Error::Usage`] when `RANKWIRE_RDMA_GDR=1` and neither direct path is available.
+pub(crate) fn gdr_choice(rank: u32, t: &RdmaTransport, cfg: &RdmaConfig) -> Result<()> {
+    use rankwire_transports::rdma::{GdrFacts, gdr_path};
+    let ordinal = 0;
+    let facts = GdrFacts {
+        cuda_dmabuf: rankwire_gpu::dmabuf_supported(ordinal).unwrap_or(false),
+        verbs_dmabuf: t.has_dmabuf_mr(),
+        peermem_loaded: GdrFacts::peermem_loaded_here(),
+    };
+    match gdr_path(facts, cfg.require_gdr) {
+        Ok((path, why)) => {
+            tracing::debug!(
+                "rdma: rank {rank}: GPU buffers on {}: {path:?} ({why}); transfers of device buffers are staged through host memory in this version",
+                t.device_name()
+            );
+            Ok(())
+        }
+        Err(e) => Err(Error::usage(format!("rank {rank}: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allow_list_parsing() {
+        assert_eq!(parse_allowed(None).unwrap(), vec!["shm", "rdma", "tcp"]);
+        assert_eq!(
+            parse_allowed(Some("TCP, self,shm")).unwrap(),
+            vec!["tcp", "shm"]
+        );
+        let e = parse_allowed(Some("shm,warp")).unwrap_err().to_string();
+        assert!(e.contains("unknown transport \"warp\""), "{e}");
+    }
+}

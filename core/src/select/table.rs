@@ -1,0 +1,252 @@
+//! The table behind `rwrun --explain`, [`crate::Universe::explain`] and
+//! `RANKWIRE_LOG=info`, and the `RANKWIRE_REQUIRE` check: rendered from the
+//! [`Paths`] that [`super::select`] returns with the routes (see the parent module doc).
+
+use super::{
+    Fit, GDR_NOT_WIRED, HostRndv, KINDS, Paths, PeerPath, REQUIRABLE, REQUIRE_ENV, Route,
+    TransportId,
+};
+use crate::error::{Error, Result};
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// This rank (world rank).
+    pub rank: u32,
+    /// The peer (world rank).
+    pub peer: u32,
+    /// `host`, `device` or `managed`.
+    pub memory: &'static str,
+    /// Transport carrying the bytes (`self`, `shm`, `rdma`, `tcp`; `none` when not
+    /// possible). Device memory names the host route it is staged over, or whose
+    /// frames carry the small messages and the handshake of CUDA IPC.
+    pub transport: &'static str,
+    /// Messages up to this many bytes go eagerly; larger ones by rendezvous.
+    pub eager_bytes: usize,
+    /// The protocol by size, in words.
+    pub protocol: String,
+    /// Faster paths not taken, each `name: reason`.
+    pub rejected: Vec<String>,
+}
+
+impl Paths {
+    /// Every row of this rank: each peer (itself included) × host, device, managed.
+    pub(crate) fn rows(&self) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for p in &self.peers {
+            for (_, memory) in KINDS {
+                rows.push(self.row(p, memory));
+            }
+        }
+        rows
+    }
+
+    /// Single copy to peer `p`: off for the whole rank (`self.cma`), or refused by the OS
+    /// for that peer.
+    fn cma_for<'a>(&'a self, p: &'a PeerPath) -> std::result::Result<(), &'a str> {
+        match (&self.cma, &p.cma_refused) {
+            (Err(why), _) | (Ok(()), Some(why)) => Err(why),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+
+    fn row(&self, p: &PeerPath, memory: &'static str) -> Row {
+        let transport = p.route.name();
+        let mut rejected = p.host_rejected();
+        let remote = !p.same_node;
+        let rdma = self.rdma_reason(p);
+        let mut protocol;
+        match memory {
+            "host" | "managed" => {
+                protocol = match p.rndv {
+                    HostRndv::Local => "copy within the process".to_string(),
+                    HostRndv::None => "none: no transport reaches the peer".to_string(),
+                    HostRndv::RdmaRead => format!(
+                        "eager <= {} B into pre-posted registered slots; above: rendezvous by \
+                         RDMA READ of the registered send buffer",
+                        p.eager_bytes
+                    ),
+                    HostRndv::Cma { share: true } => format!(
+                        "eager <= {} B; above: rendezvous, single copy (cma, process_vm_readv; \
+                         from {} KiB a waiting sender writes half)",
+                        p.eager_bytes,
+                        (crate::protocol::SHARE_MIN_BYTES + crate::protocol::PULL_CHUNK_BYTES)
+                            >> 10
+                    ),
+                    HostRndv::Cma { share: false } => format!(
+                        "eager <= {} B; above: rendezvous, single copy (cma, process_vm_readv)",
+                        p.eager_bytes
+                    ),
+                    HostRndv::Transport => format!(
+                        "eager <= {} B; above: rendezvous (Rts/Cts/Data) through {transport}",
+                        p.eager_bytes
+                    ),
+                };
+                if memory == "managed" {
+                    // Managed pages are CPU-accessible: they take the host paths.
+                    protocol = format!("as host memory (CPU-accessible pages): {protocol}");
+                    rejected.extend(p.gpu_rejected(&p.managed));
+                }
+                if p.same_node
+                    && p.route != Route::SelfTp
+                    && let Err(why) = self.cma_for(p)
+                {
+                    rejected.push(format!("cma: {why}"));
+                } else if p.same_node
+                    && !matches!(p.route, Route::SelfTp | Route::Rdma | Route::None)
+                    && !self.share
+                {
+                    rejected.push(
+                        "share (a waiting sender writes half): turned off by RANKWIRE_CMA_SHARE=0"
+                            .to_string(),
+                    );
+                }
+            }
+            _ => {
+                if let Err(why) = &self.gpu {
+                    return Row {
+                        rank: self.rank,
+                        peer: p.peer,
+                        memory,
+                        transport: "none",
+                        eager_bytes: 0,
+                        protocol: format!("not possible: {why} (Error::Gpu)"),
+                        rejected,
+                    };
+                }
+                protocol = if p.route == Route::SelfTp {
+                    "device copy within the process".to_string()
+                } else if p.cuda_ipc {
+                    format!(
+                        "eager <= {} B staged through host memory (cuMemcpy) over {transport}; \
+                         above: rendezvous, single device copy by cuda_ipc get (stream-ordered \
+                         pool memory: first copied into an IPC-capable staging buffer)",
+                        p.eager_bytes
+                    )
+                } else {
+                    format!(
+                        "{transport}, staged via host (cuMemcpy to and from host buffers; \
+                         eager <= {} B, rendezvous above)",
+                        p.eager_bytes
+                    )
+                };
+                rejected.extend(p.gpu_rejected(&p.device));
+                if remote {
+                    let why = rdma.clone().unwrap_or_else(|| GDR_NOT_WIRED.to_string());
+                    rejected.push(format!("gdr: {why}"));
+                }
+            }
+        }
+        Row {
+            rank: self.rank,
+            peer: p.peer,
+            memory,
+            transport,
+            eager_bytes: p.eager_bytes,
+            protocol,
+            rejected,
+        }
+    }
+
+    /// Why host memory to `p` does not go over RDMA (`None` when it does).
+    fn rdma_reason(&self, p: &PeerPath) -> Option<String> {
+        if p.route == Route::Rdma {
+            return None;
+        }
+        match PeerPath::fit(&p.host, TransportId::Rdma).map(|f| &f.answer) {
+            Some(Err(why)) => Some(why.clone()),
+            Some(Ok(())) => Some(format!("{} is faster to this peer", p.route.name())),
+            None => Some("not a candidate".to_string()),
+        }
+    }
+
+    /// Check `RANKWIRE_REQUIRE` (`list`) against the rows.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for an unknown name, or naming the first pair of ranks where a
+    /// required path is not used and why.
+    pub(crate) fn check_required(&self, list: &str) -> Result<()> {
+        for want in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if !REQUIRABLE.contains(&want) {
+                return Err(Error::usage(format!(
+                    "{REQUIRE_ENV}={list:?}: unknown path {want:?} (known: {})",
+                    REQUIRABLE.join(", ")
+                )));
+            }
+            for p in self.peers.iter().filter(|p| p.peer != self.rank) {
+                let fail = |why: String| {
+                    Err(Error::usage(format!(
+                        "{REQUIRE_ENV} includes {want}, but rank {} -> rank {} cannot use it: \
+                         {why}; remove the reason, or drop {want} from {REQUIRE_ENV} / \
+                         --require (rwrun --explain shows every path)",
+                        self.rank, p.peer
+                    )))
+                };
+                match want {
+                    "shm" if p.same_node && p.route != Route::Shm => {
+                        return fail(format!(
+                            "host memory goes over {} ({})",
+                            p.route.name(),
+                            p.host_rejected().join("; ")
+                        ));
+                    }
+                    "cma" if p.same_node => {
+                        if let Err(why) = self.cma_for(p) {
+                            return fail(format!("cma: {why}"));
+                        }
+                    }
+                    "ipc" if p.same_node && !p.cuda_ipc => {
+                        let why = match (&self.gpu, PeerPath::fit(&p.device, TransportId::CudaIpc))
+                        {
+                            (Err(why), _) => why.clone(),
+                            (
+                                Ok(()),
+                                Some(Fit {
+                                    answer: Err(why), ..
+                                }),
+                            ) => why.clone(),
+                            _ => format!("device memory goes over {}", p.route.name()),
+                        };
+                        return fail(format!("cuda_ipc: {why}"));
+                    }
+                    "rdma" if !p.same_node => {
+                        if let Some(why) = self.rdma_reason(p) {
+                            return fail(format!("rdma: {why}"));
+                        }
+                    }
+                    "gdr" if !p.same_node => {
+                        let why = self
+                            .rdma_reason(p)
+                            .unwrap_or_else(|| GDR_NOT_WIRED.to_string());
+                        return fail(format!("gdr: {why}"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Render rows as an aligned text table (one line per row, a header first).
+pub fn render(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "rank -> peer  memory   transport  protocol (thresholds)  |  faster paths not taken\n",
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "{:>4} -> {:<4}  {:<7}  {:<9}  {}  |  {}\n",
+            r.rank,
+            r.peer,
+            r.memory,
+            r.transport,
+            r.protocol,
+            if r.rejected.is_empty() {
+                "-".to_string()
+            } else {
+                r.rejected.join("; ")
+            }
+        ));
+    }
+    s
+}
