@@ -16,8 +16,10 @@ module such as `coll::args` maps to its file). `mod x;` declarations are not edg
 file-level graph gets Tarjan's strongly connected components; every component of
 more than one file is a cycle.
 
-A cycle is allowed only when every one of its edges is in ALLOWED_PAIRS (below) or
-is part of a two-file pair listed there: sibling `impl Communicator` blocks. A
+A cycle is allowed only when it is one module split into files by concern (a parent
+file and its direct child files, e.g. protocol.rs with protocol/send.rs and
+protocol/recv.rs, whose `impl Protocol` blocks name each other's items), or a two-file
+pair listed in ALLOWED_PAIRS (below): sibling `impl Communicator` blocks. A
 collective's file adds methods to `Communicator` (`impl Communicator { pub fn
 allreduce.. }`) and names comm.rs for the type; comm.rs does not name them back
 except through those methods, which Rust resolves by type, not by path, so the pair
@@ -55,14 +57,11 @@ ALLOWED_STATICS: dict[tuple[str, str], str] = {
     ("abort.rs", "HOOK"): "the panic hook is installed once per process",
     ("abort.rs", "LAST_ERROR"): "errors are recorded where they are built, in every "
     "layer, with no runtime at hand; one universe per process",
-    ("engine.rs", "CMA_PROBE_WORD"): "a word at a fixed address of this process that "
-    "peers read by process_vm_readv to probe cross-memory attach (moves to "
-    "transports/src/shm/cma.rs)",
     # The GPU temporary pool and its settings: moving into gpu/src/pool.rs as an owned
     # value (issue 16, part cudaipc); listed until then.
-    ("coll/device.rs", "S"): "GPU pool settings (moving to gpu/src/pool.rs)",
-    ("coll/device.rs", "DEV_CACHE"): "GPU pool (moving to gpu/src/pool.rs)",
-    ("coll/device.rs", "PINNED_CACHE"): "GPU pool (moving to gpu/src/pool.rs)",
+    ("coll/device.rs", "S"): "device-collective settings read once from the "
+    "environment (RANKWIRE_GPU_*), never written after: no state, a cached read of "
+    "the process environment (the pool itself is the engine's, gpu/src/pool.rs)",
 }
 
 KEYWORDS_NOT_MODULES = {"crate", "super", "self", "Self"}
@@ -504,6 +503,10 @@ def self_test() -> int:
     comps = [c for c in tarjan(sorted(graph), graph) if len(c) > 1]
     ok &= comps == [["a.rs", "b.rs"]]
     ok &= statics == [("d.rs", "N", 2)]
+    # One module split by concern is allowed; two modules, or a grandchild, are not.
+    ok &= _one_module(["p.rs", "p/send.rs", "p/recv.rs"]) and _one_module(["q/mod.rs", "q/a.rs"])
+    ok &= not _one_module(["a.rs", "b.rs"]) and not _one_module(["p.rs", "p/x/y.rs"])
+    ok &= not _one_module(["p.rs", "p/a.rs", "engine.rs"])
     print(f"import-graph self-test: edges {got}; cycles {comps}: {'ok' if ok else 'FAIL'}")
     return 0 if ok else 1
 
@@ -512,8 +515,27 @@ def _same_comp(comps, f, g) -> bool:
     return any(f in c and g in c for c in comps)
 
 
+def _one_module(comp: list[str]) -> bool:
+    """Whether every file of `comp` is one module split by concern: its own file
+    (`m.rs` or `m/mod.rs`) and child files directly under `m/` (`impl Protocol` blocks
+    in protocol/send.rs, recv.rs, ...; the select walk's table and inputs). Like
+    sibling `impl Communicator` blocks, these name each other's items by design, and
+    nothing outside the module takes part in the cycle."""
+    def module(f: str) -> str:
+        if f.endswith("/mod.rs"):
+            return f[: -len("/mod.rs")]
+        return f[: -len(".rs")]
+    mods = {module(f) for f in comp}
+    parents = [m for m in mods if all(n == m or n.startswith(m + "/") and "/" not in n[len(m) + 1:] for n in mods)]
+    return len(parents) == 1
+
+
 def _bad(comps: list[list[str]]) -> list[list[str]]:
-    return [c for c in comps if not (len(c) == 2 and frozenset(c) in ALLOWED_PAIRS)]
+    return [
+        c
+        for c in comps
+        if not (len(c) == 2 and frozenset(c) in ALLOWED_PAIRS) and not _one_module(c)
+    ]
 
 
 if __name__ == "__main__":

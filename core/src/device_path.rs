@@ -15,8 +15,8 @@
 //! - An offer of host memory registers it through the RDMA transport's registration
 //!   cache ([`rankwire_transports::rdma::Registry`]), held until the release.
 
-use rankwire_transports::{LocalBuf, MemoryKind, Registration, Transport};
 use rankwire_transports::rdma::{Held, Registry};
+use rankwire_transports::{LocalBuf, MemoryKind, Registration, Transport};
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::protocol::{MemAction, OfferKind, Protocol, RawBuf, ReqId};
@@ -51,7 +51,11 @@ impl MemActions {
     /// offers register through `ipc`, the engine's `cuda_ipc` transport (`None`
     /// without one: nothing is offered, the data is staged). Returns whether any ran
     /// (answers may have queued frames or completed requests).
-    pub(crate) fn run(&mut self, proto: &mut Protocol, mut ipc: Option<&mut dyn Transport>) -> bool {
+    pub(crate) fn run(
+        &mut self,
+        proto: &mut Protocol,
+        mut ipc: Option<&mut dyn Transport>,
+    ) -> bool {
         let mut any = false;
         while let Some(a) = proto.pop_action() {
             any = true;

@@ -176,6 +176,10 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
+    /// The engine over the transports built for this job: `routes` has one entry per
+    /// world rank; `gpu_pool` holds the GPU temporaries (device collectives, CUDA IPC
+    /// staging), built by the caller with its limit.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         rank: u32,
         size: u32,
@@ -184,6 +188,7 @@ impl Engine {
         rdma: Option<RdmaTransport>,
         routes: Vec<Route>,
         backoff: Backoff,
+        gpu_pool: std::sync::Arc<rankwire_gpu::TmpPool>,
     ) -> Engine {
         let mut shm = shm;
         if let Some(t) = shm.as_mut() {
@@ -207,9 +212,6 @@ impl Engine {
                 );
             }
         }
-        let gpu_pool = std::sync::Arc::new(rankwire_gpu::TmpPool::new(
-            crate::coll::device::tmp_cache_limit(),
-        ));
         let mut tp = Transports::new(SelfTransport::new(rank));
         if let Some(t) = shm {
             tp.insert(t);

@@ -560,6 +560,7 @@ fn build(joined: Joined) -> Result<Universe> {
         rdma,
         routes.clone(),
         Backoff::from_env(local_size, node_cpus.len()),
+        gpu_pool(),
     );
     // The shm transport's caps say get/put only where single copy is on.
     engine.set_cma_allowed(cma);
@@ -777,6 +778,7 @@ fn singleton() -> Universe {
         None,
         paths.routes(),
         Backoff::from_env(1, affinity_cpus().len()),
+        gpu_pool(),
     );
     enable_gpu(&mut engine, &gpu);
     Universe {
@@ -850,6 +852,13 @@ fn probe_gpu() -> std::result::Result<(), String> {
 }
 
 /// Give the protocol device-memory access where [`probe_gpu`] found CUDA usable.
+/// The pool of GPU temporaries, with its limit of idle bytes (`RANKWIRE_GPU_TMP_CACHE`).
+fn gpu_pool() -> Arc<rankwire_gpu::TmpPool> {
+    Arc::new(rankwire_gpu::TmpPool::new(
+        crate::coll::device::tmp_cache_limit(),
+    ))
+}
+
 fn enable_gpu(engine: &mut Engine, gpu: &std::result::Result<(), String>) {
     if gpu.is_ok() {
         engine
