@@ -3,7 +3,8 @@
 
 Reads DIR/{after,before,after-mps,before-mps}/{p2p_latency,p2p_bw,coll_bench_2,coll_bench_4,
 bench}.log (the OSU-style tables of rankwire-bench and rw-gpuapp's bench) and prints one table
-per step and MPS setting: size, before, after, after/before.
+per step and MPS setting: size, before, after, after/before. Where a build ran twice (DIR/after-mps
+and DIR/after-mps-2), each row takes its best run.
 """
 import os
 import sys
@@ -35,6 +36,18 @@ STEPS = [
 ]
 
 
+def best(tables, lower):
+    """Per size, the best value of the runs that have one (min where lower is better);
+    None when no run has the step. Repeated runs (gpu-compare.sh's ABBA order with MPS)
+    sit in DIR-2."""
+    tables = [t for t in tables if t]
+    if not tables:
+        return None
+    pick = min if lower else max
+    sizes = sorted(set().union(*tables))
+    return {s: pick(t[s] for t in tables if s in t) for s in sizes}
+
+
 def main():
     d = sys.argv[1]
     for suffix, label in (("", "without MPS"), ("-mps", "with MPS")):
@@ -42,8 +55,9 @@ def main():
         if not os.path.isdir(a_dir):
             continue
         for step, col, title in STEPS:
-            a = table(os.path.join(a_dir, step + ".log"), col)
-            b = table(os.path.join(b_dir, step + ".log"), col) if os.path.isdir(b_dir) else None
+            lower = "lower is better" in title
+            a = best([table(os.path.join(x, step + ".log"), col) for x in (a_dir, a_dir + "-2")], lower)
+            b = best([table(os.path.join(x, step + ".log"), col) for x in (b_dir, b_dir + "-2")], lower)
             if not a:
                 continue
             print(f"## {title}, {label}")

@@ -5,7 +5,7 @@
 #      2 and 4 ranks) on a baseline build (BASE_BIN, default .device-bin/base), if present;
 #   3. the same timing steps for both builds again with MPS running (nvidia-cuda-mps-control
 #      -d, as root; stopped again at the end), since two ranks on one GPU time-slice without
-#      it;
+#      it: twice each in ABBA order (GPU_COMPARE_REPEAT=0: once each), best row of each;
 #   4. compare.txt: the figures side by side (after ÷ before).
 # A device command may run 10 minutes: run gpu-run.sh alone first, then this with
 # GPU_COMPARE_FULL=0.
@@ -28,10 +28,19 @@ if command -v nvidia-cuda-mps-control >/dev/null && [ "$(id -u)" = 0 ]; then
   export CUDA_MPS_PIPE_DIRECTORY=$W/mps-pipe CUDA_MPS_LOG_DIRECTORY=$W/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d; then
-    GPU_ONLY=$TIMING scripts/gpu-run.sh "$W/after-mps" >"$W/after-mps.out" 2>&1; echo "after-mps: exit $?" >>"$OUT/status.txt"
-    if [ -x "$BASE/rwrun" ]; then
-      GPU_BIN=$BASE GPU_ONLY=$TIMING scripts/gpu-run.sh "$W/before-mps" >"$W/before-mps.out" 2>&1
-      echo "before-mps: exit $?" >>"$OUT/status.txt"
+    # In ABBA order (after, before, before, after): the first run after the MPS server
+    # starts was seen slower by up to 20%, so neither build always goes first; the
+    # comparison takes each build's best row of its two runs.
+    mps_run() { # mps_run NAME BIN
+      [ -x "$2/rwrun" ] || return 0
+      GPU_BIN=$2 GPU_ONLY=$TIMING scripts/gpu-run.sh "$W/$1" >"$W/$1.out" 2>&1
+      echo "$1: exit $?" >>"$OUT/status.txt"
+    }
+    mps_run after-mps "${GPU_BIN:-.device-bin}"
+    mps_run before-mps "$BASE"
+    if [ "${GPU_COMPARE_REPEAT:-1}" = 1 ]; then
+      mps_run before-mps-2 "$BASE"
+      mps_run after-mps-2 "${GPU_BIN:-.device-bin}"
     fi
     echo quit | nvidia-cuda-mps-control
   else
@@ -39,7 +48,7 @@ if command -v nvidia-cuda-mps-control >/dev/null && [ "$(id -u)" = 0 ]; then
   fi
 fi
 python3 scripts/gpu-compare.py "$W" >"$OUT/compare.txt" 2>&1
-for d in after before after-mps before-mps; do
+for d in after before after-mps before-mps after-mps-2 before-mps-2; do
   [ -d "$W/$d" ] && cp "$W/$d.out" "$W/$d/run.out" && tar czf "$OUT/$d.tgz" -C "$W" "$d"
 done
 cat "$OUT/status.txt" "$OUT/compare.txt"
