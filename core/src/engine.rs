@@ -18,7 +18,8 @@
 //! also reached as itself for its fast paths below. One-sided operations go by the
 //! kind of the remote descriptor ([`Transports::get_remote`] / `put_remote`):
 //! `HostCma` to shm's cross-memory attach (also without shm rings, for TCP between
-//! ranks of one node), `Rdma` to RDMA READ, `CudaIpc` to [`crate::gpu_path::IpcPuller`].
+//! ranks of one node), `Rdma` to RDMA READ, `CudaIpc` to the set's CUDA IPC transport
+//! (a device copy out of the peer's export; polled only while copies run).
 //! TCP payload placement goes through [`Transport::awaiting_place`] /
 //! [`Transport::place_payload`] after each transport's poll.
 //!

@@ -126,8 +126,8 @@ impl AnyTransport {
 
     /// Mark the end of communication (after the core's finalize fence): peers closing
     /// connections or exiting are no longer failures. Nothing for the self transport
-    /// and CUDA IPC (whose owner unmaps peers' memory with
-    /// [`crate::cuda_ipc::CudaIpcTransport::close_all`] before it releases its pool).
+    /// and CUDA IPC (whose owner unmaps peers' memory with `CudaIpcTransport::close_all`
+    /// before it releases its pool).
     pub fn set_quiesced(&mut self) {
         match self {
             AnyTransport::SelfTp(_) => {}
@@ -492,6 +492,59 @@ mod tests {
         // SAFETY: as above.
         let e = unsafe { ts.get_remote(0, 1, local, &rdma, 0) }.unwrap_err();
         assert!(matches!(e, TransportError::Unsupported { .. }), "{e}");
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_ipc_descriptors_route_to_the_cuda_ipc_transport() {
+        use crate::cuda_ipc::{CudaIpcConfig, CudaIpcTransport};
+        let mut ts = Transports::new(SelfTransport::new(0));
+        let mem = RemoteMem::CudaIpc {
+            handle: [1; 64],
+            offset: 0,
+            buffer_id: 9,
+            device: 0,
+            base: 0x7000_0000,
+            alloc_len: 4096,
+        };
+        // A managed destination: refused by the transport before any driver call.
+        let dst = LocalBuf {
+            addr: 0x1000,
+            len_bytes: 16,
+            kind: MemoryKind::CudaManaged,
+        };
+        // SAFETY: refused without touching `dst`.
+        let e = unsafe { ts.get_remote(0, 1, dst, &mem, 0) }.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TransportError::Unsupported {
+                    transport: "none",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let pool = std::sync::Arc::new(rankwire_gpu::TmpPool::new(0));
+        ts.insert(CudaIpcTransport::new(pool, CudaIpcConfig::default()));
+        assert!(ts.contains(TransportKind::CudaIpc) && ts.cuda_ipc().is_some());
+        assert_eq!(
+            ts.by_kind(TransportKind::CudaIpc).unwrap().caps().name,
+            "cuda_ipc"
+        );
+        // SAFETY: as above.
+        let e = unsafe { ts.get_remote(0, 1, dst, &mem, 0) }.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TransportError::Unsupported {
+                    transport: "cuda_ipc",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(ts.is_flushed() && !ts.cuda_ipc().unwrap().busy());
     }
 
     #[test]
