@@ -18,7 +18,8 @@
 //! also reached as itself for its fast paths below. One-sided operations go by the
 //! kind of the remote descriptor ([`Transports::get_remote`] / `put_remote`):
 //! `HostCma` to shm's cross-memory attach (also without shm rings, for TCP between
-//! ranks of one node), `Rdma` to RDMA READ, `CudaIpc` to [`crate::gpu_path::IpcPuller`].
+//! ranks of one node), `Rdma` to RDMA READ, `CudaIpc` to the set's CUDA IPC transport
+//! (a device copy out of the peer's export; polled only while copies run).
 //! TCP payload placement goes through [`Transport::awaiting_place`] /
 //! [`Transport::place_payload`] after each transport's poll.
 //!
@@ -164,10 +165,6 @@ pub(crate) struct Engine {
     pub(crate) mem: crate::device_path::MemActions,
     /// GPU temporaries (device collectives, CUDA IPC staging), lent by `Arc`.
     pub(crate) gpu_pool: std::sync::Arc<rankwire_gpu::TmpPool>,
-    /// CUDA IPC gets of same-node device rendezvous (always built with `cuda`; it
-    /// touches no driver until the first get).
-    #[cfg(feature = "cuda")]
-    pub(crate) ipc: Option<rankwire_transports::CudaIpcTransport>,
     /// Scratch list of the CUDA IPC transport's events.
     #[cfg(feature = "cuda")]
     ipc_events: Vec<Event>,
@@ -222,6 +219,17 @@ impl Engine {
         if let Some(t) = rdma {
             tp.insert(t);
         }
+        // CUDA IPC gets of same-node device rendezvous (always built with `cuda`; it
+        // touches no driver until the first get). Polled only while copies run.
+        #[cfg(feature = "cuda")]
+        tp.insert(rankwire_transports::CudaIpcTransport::new(
+            gpu_pool.clone(),
+            rankwire_transports::CudaIpcConfig {
+                staging: crate::bootstrap::node::env_switch("RANKWIRE_GPU_IPC_STAGING")
+                    != Some(false),
+                ..Default::default()
+            },
+        ));
         let mut e = Engine {
             proto,
             tp,
@@ -231,15 +239,6 @@ impl Engine {
             events: Vec::new(),
             backoff,
             mem: Default::default(),
-            #[cfg(feature = "cuda")]
-            ipc: Some(rankwire_transports::CudaIpcTransport::new(
-                gpu_pool.clone(),
-                rankwire_transports::CudaIpcConfig {
-                    staging: crate::bootstrap::node::env_switch("RANKWIRE_GPU_IPC_STAGING")
-                        != Some(false),
-                    ..Default::default()
-                },
-            )),
             #[cfg(feature = "cuda")]
             ipc_events: Vec::new(),
             gpu_pool,
@@ -457,7 +456,7 @@ impl Engine {
     #[inline]
     fn ipc_busy(&self) -> bool {
         #[cfg(feature = "cuda")]
-        return self.ipc.as_ref().is_some_and(|t| t.busy());
+        return self.tp.cuda_ipc().is_some_and(|t| t.busy());
         #[cfg(not(feature = "cuda"))]
         false
     }
@@ -465,7 +464,7 @@ impl Engine {
     /// Counters of the CUDA IPC cache; `None` before the first IPC pull.
     pub(crate) fn ipc_stats(&self) -> Option<rankwire_gpu::IpcCacheStats> {
         #[cfg(feature = "cuda")]
-        return self.ipc.as_ref().and_then(|t| t.stats());
+        return self.tp.cuda_ipc().and_then(|t| t.stats());
         #[cfg(not(feature = "cuda"))]
         None
     }
@@ -474,7 +473,7 @@ impl Engine {
     /// get is its receive request). Returns whether any finished.
     #[cfg(feature = "cuda")]
     fn poll_ipc(&mut self) -> bool {
-        let Some(t) = self.ipc.as_mut() else {
+        let Some(t) = self.tp.by_kind_mut(TransportKind::CudaIpc) else {
             return false;
         };
         let mut events = std::mem::take(&mut self.ipc_events);
@@ -493,28 +492,25 @@ impl Engine {
         false
     }
 
-    /// Start the CUDA IPC copy of a pull (a get of the `cuda_ipc` transport, op id =
-    /// the receive request); it completes through [`Engine::poll_ipc`], or at once with
-    /// the error if it could not be queued.
+    /// Start the CUDA IPC copy of a pull (a get of the set's `cuda_ipc` transport,
+    /// routed by the descriptor; op id = the receive request); it completes through
+    /// [`Engine::poll_ipc`], or at once with the error if it could not be queued.
     fn start_ipc_pull(&mut self, p: &PullReq) {
         #[cfg(feature = "cuda")]
-        let r = match self.ipc.as_mut() {
-            Some(t) => {
-                let dst = rankwire_transports::LocalBuf {
-                    addr: p.dst.as_mut_ptr() as u64,
-                    len_bytes: p.dst.len(),
-                    kind: p.dst.kind(),
-                };
-                // SAFETY: `dst` is the accepted prefix of a pending receive's buffer,
-                // borrowed by that request until pull_done, which happens on the OpDone
-                // of this get (or below, if it did not start).
-                match unsafe { t.get(p.peer, p.rreq, dst, &p.mem, 0) } {
-                    Ok(rankwire_transports::OpStart::Pending) => return,
-                    Ok(rankwire_transports::OpStart::Done) => Ok(()),
-                    Err(e) => Err(e.to_string()),
-                }
+        let r = {
+            let dst = LocalBuf {
+                addr: p.dst.as_mut_ptr() as u64,
+                len_bytes: p.dst.len(),
+                kind: p.dst.kind(),
+            };
+            // SAFETY: `dst` is the accepted prefix of a pending receive's buffer,
+            // borrowed by that request until pull_done, which happens on the OpDone of
+            // this get (or below, if it did not start).
+            match unsafe { self.tp.get_remote(p.peer, p.rreq, dst, &p.mem, 0) } {
+                Ok(rankwire_transports::OpStart::Pending) => return,
+                Ok(rankwire_transports::OpStart::Done) => Ok(()),
+                Err(e) => Err(e.to_string()),
             }
-            None => Err("no CUDA IPC transport in this process".to_string()),
         };
         #[cfg(not(feature = "cuda"))]
         let r = Err(rankwire_gpu::GpuError::NotBuilt.to_string());
@@ -741,8 +737,8 @@ impl Engine {
     fn run_mem_actions(&mut self) -> bool {
         #[cfg(feature = "cuda")]
         let ipc = self
-            .ipc
-            .as_mut()
+            .tp
+            .cuda_ipc_mut()
             .map(|t| t as &mut dyn rankwire_transports::Transport);
         #[cfg(not(feature = "cuda"))]
         let ipc = None;
@@ -793,7 +789,7 @@ impl Engine {
         // Releases of offers still queued give their staging buffers back first.
         self.run_mem_actions();
         #[cfg(feature = "cuda")]
-        if let Some(t) = self.ipc.as_mut() {
+        if let Some(t) = self.tp.cuda_ipc_mut() {
             t.close_all();
         }
         // After the final fence no peer maps our collective temporaries any more.
@@ -815,7 +811,8 @@ fn kind_of(route: Route) -> Option<TransportKind> {
 }
 
 /// Order in which a progress round polls the transports: self, shm, tcp, rdma (as
-/// before the enum dispatch; TCP payload placement right after TCP's poll).
+/// before the enum dispatch; TCP payload placement right after TCP's poll). CUDA IPC is
+/// not polled here: [`Engine::poll_ipc`] polls it only while copies run.
 const POLL_ORDER: &[TransportKind] = &[
     TransportKind::SelfTp,
     TransportKind::Shm,

@@ -448,7 +448,10 @@ fn build(joined: Joined) -> Result<Universe> {
     let shm = if allowed.contains(&"shm") && size > 1 {
         let cfg = ShmConfig::from_env()
             .map_err(|e| Error::usage(format!("shared-memory transport settings: {e}")))?;
-        Some(ShmTransport::new(rank, &job_id, cfg, &mut client, &local)?)
+        let mut t = ShmTransport::new(rank, &job_id, cfg, &mut client, &local)?;
+        // Its can_reach refuses peers of other nodes (caps: reach Node).
+        t.set_node_id(me.as_str());
+        Some(t)
     } else {
         None
     };

@@ -10,9 +10,9 @@
 //!
 //! # Adding a transport
 //! One variant in [`AnyTransport`] and [`TransportKind`], one arm in the `each!` macro
-//! below and in [`AnyTransport::kind`] / [`AnyTransport::set_quiesced`]. The place of
-//! the CUDA IPC transport (`crate::cuda_ipc::CudaIpcTransport`, feature `cuda`) is
-//! marked `CUDA IPC:` in this file.
+//! below and in [`AnyTransport::kind`] / [`AnyTransport::set_quiesced`]. The CUDA IPC
+//! transport (`crate::cuda_ipc::CudaIpcTransport`, feature `cuda`) is one of the set
+//! (its places are marked `CUDA IPC:`); [`RemoteMem::CudaIpc`] descriptors route to it.
 
 use std::time::Duration;
 
@@ -30,8 +30,11 @@ pub enum TransportKind {
     SelfTp,
     /// Shared-memory rings, same node ([`ShmTransport`]).
     Shm,
-    // CUDA IPC: `#[cfg(feature = "cuda")] CudaIpc,` goes here (between shm and rdma,
-    // as in the selection table), with its slot below.
+    // CUDA IPC: between shm and rdma, as in the selection table.
+    /// CUDA IPC, one-sided gets of same-node device memory
+    /// ([`crate::cuda_ipc::CudaIpcTransport`]).
+    #[cfg(feature = "cuda")]
+    CudaIpc,
     /// RDMA, verbs RC queue pairs ([`RdmaTransport`]).
     Rdma,
     /// TCP sockets ([`TcpTransport`]).
@@ -43,16 +46,21 @@ impl TransportKind {
     pub const ALL: &'static [TransportKind] = &[
         TransportKind::SelfTp,
         TransportKind::Shm,
-        // CUDA IPC: `#[cfg(feature = "cuda")] TransportKind::CudaIpc,`
+        // CUDA IPC:
+        #[cfg(feature = "cuda")]
+        TransportKind::CudaIpc,
         TransportKind::Rdma,
         TransportKind::Tcp,
     ];
 
-    /// The short name of the transport ("self", "shm", "rdma", "tcp"), as in its caps.
+    /// The short name of the transport ("self", "shm", "cuda_ipc", "rdma", "tcp"), as in
+    /// its caps.
     pub fn name(self) -> &'static str {
         match self {
             TransportKind::SelfTp => "self",
             TransportKind::Shm => "shm",
+            #[cfg(feature = "cuda")]
+            TransportKind::CudaIpc => "cuda_ipc",
             TransportKind::Rdma => "rdma",
             TransportKind::Tcp => "tcp",
         }
@@ -65,7 +73,7 @@ impl TransportKind {
 }
 
 /// Number of kinds (slots of [`Transports`]).
-const KINDS: usize = 4; // CUDA IPC: 5 with feature `cuda`.
+const KINDS: usize = if cfg!(feature = "cuda") { 5 } else { 4 }; // CUDA IPC: one slot.
 
 /// One transport of any kind. Implements [`Transport`] by `match`.
 // A process holds one of each kind at most, so the size of the largest variant costs a
@@ -77,7 +85,10 @@ pub enum AnyTransport {
     SelfTp(SelfTransport),
     /// The shared-memory transport.
     Shm(ShmTransport),
-    // CUDA IPC: `#[cfg(feature = "cuda")] CudaIpc(crate::cuda_ipc::CudaIpcTransport),`
+    // CUDA IPC:
+    /// The CUDA IPC transport.
+    #[cfg(feature = "cuda")]
+    CudaIpc(crate::cuda_ipc::CudaIpcTransport),
     /// The RDMA transport.
     Rdma(RdmaTransport),
     /// The TCP transport.
@@ -90,7 +101,9 @@ macro_rules! each {
         match $s {
             AnyTransport::SelfTp($t) => $e,
             AnyTransport::Shm($t) => $e,
-            // CUDA IPC: `#[cfg(feature = "cuda")] AnyTransport::CudaIpc($t) => $e,`
+            // CUDA IPC:
+            #[cfg(feature = "cuda")]
+            AnyTransport::CudaIpc($t) => $e,
             AnyTransport::Rdma($t) => $e,
             AnyTransport::Tcp($t) => $e,
         }
@@ -104,16 +117,22 @@ impl AnyTransport {
         match self {
             AnyTransport::SelfTp(_) => TransportKind::SelfTp,
             AnyTransport::Shm(_) => TransportKind::Shm,
+            #[cfg(feature = "cuda")]
+            AnyTransport::CudaIpc(_) => TransportKind::CudaIpc,
             AnyTransport::Rdma(_) => TransportKind::Rdma,
             AnyTransport::Tcp(_) => TransportKind::Tcp,
         }
     }
 
     /// Mark the end of communication (after the core's finalize fence): peers closing
-    /// connections or exiting are no longer failures. Nothing for the self transport.
+    /// connections or exiting are no longer failures. Nothing for the self transport
+    /// and CUDA IPC (whose owner unmaps peers' memory with `CudaIpcTransport::close_all`
+    /// before it releases its pool).
     pub fn set_quiesced(&mut self) {
         match self {
             AnyTransport::SelfTp(_) => {}
+            #[cfg(feature = "cuda")]
+            AnyTransport::CudaIpc(_) => {}
             AnyTransport::Shm(t) => t.set_quiesced(),
             AnyTransport::Rdma(t) => t.set_quiesced(),
             AnyTransport::Tcp(t) => t.set_quiesced(),
@@ -129,6 +148,12 @@ impl From<SelfTransport> for AnyTransport {
 impl From<ShmTransport> for AnyTransport {
     fn from(t: ShmTransport) -> Self {
         AnyTransport::Shm(t)
+    }
+}
+#[cfg(feature = "cuda")]
+impl From<crate::cuda_ipc::CudaIpcTransport> for AnyTransport {
+    fn from(t: crate::cuda_ipc::CudaIpcTransport) -> Self {
+        AnyTransport::CudaIpc(t)
     }
 }
 impl From<RdmaTransport> for AnyTransport {
@@ -294,6 +319,24 @@ impl Transports {
         }
     }
 
+    /// The CUDA IPC transport (its cache counters, whether copies run).
+    #[cfg(feature = "cuda")]
+    pub fn cuda_ipc(&self) -> Option<&crate::cuda_ipc::CudaIpcTransport> {
+        match &self.slots[TransportKind::CudaIpc.slot()] {
+            Some(AnyTransport::CudaIpc(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The CUDA IPC transport, mutably (for the core's buffer offers).
+    #[cfg(feature = "cuda")]
+    pub fn cuda_ipc_mut(&mut self) -> Option<&mut crate::cuda_ipc::CudaIpcTransport> {
+        match &mut self.slots[TransportKind::CudaIpc.slot()] {
+            Some(AnyTransport::CudaIpc(t)) => Some(t),
+            _ => None,
+        }
+    }
+
     /// The TCP transport, mutably (its settings, such as payload placement).
     pub fn tcp_mut(&mut self) -> Option<&mut TcpTransport> {
         match &mut self.slots[TransportKind::Tcp.slot()] {
@@ -326,14 +369,16 @@ impl Transports {
 
     /// [`Transport::get`] on the transport that reaches memory described by `src`:
     /// [`RemoteMem::HostCma`] by shared memory (or by cross-memory attach alone when no
-    /// shared-memory transport is held), [`RemoteMem::Rdma`] by RDMA.
+    /// shared-memory transport is held), [`RemoteMem::Rdma`] by RDMA,
+    /// [`RemoteMem::CudaIpc`] by CUDA IPC (feature `cuda`).
     ///
     /// # Safety
     /// As [`Transport::get`].
     ///
     /// # Errors
     /// [`TransportError::Unsupported`] for a descriptor no held transport reaches
-    /// (`RemoteMem::None`, CUDA IPC, RDMA without the RDMA transport); the transport's
+    /// (`RemoteMem::None`, CUDA IPC without the CUDA IPC transport or feature `cuda`,
+    /// RDMA without the RDMA transport); the transport's
     /// error otherwise.
     pub unsafe fn get_remote(
         &mut self,
@@ -388,9 +433,12 @@ impl Transports {
         let kind = match mem {
             RemoteMem::HostCma { .. } => TransportKind::Shm,
             RemoteMem::Rdma { .. } => TransportKind::Rdma,
-            // CUDA IPC: `RemoteMem::CudaIpc { .. } => TransportKind::CudaIpc,` (feature
-            // `cuda`); today the core's IpcPuller serves these.
-            RemoteMem::CudaIpc { .. } | RemoteMem::None => return None,
+            // CUDA IPC:
+            #[cfg(feature = "cuda")]
+            RemoteMem::CudaIpc { .. } => TransportKind::CudaIpc,
+            #[cfg(not(feature = "cuda"))]
+            RemoteMem::CudaIpc { .. } => return None,
+            RemoteMem::None => return None,
         };
         self.by_kind_mut(kind)
     }
@@ -444,6 +492,59 @@ mod tests {
         // SAFETY: as above.
         let e = unsafe { ts.get_remote(0, 1, local, &rdma, 0) }.unwrap_err();
         assert!(matches!(e, TransportError::Unsupported { .. }), "{e}");
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_ipc_descriptors_route_to_the_cuda_ipc_transport() {
+        use crate::cuda_ipc::{CudaIpcConfig, CudaIpcTransport};
+        let mut ts = Transports::new(SelfTransport::new(0));
+        let mem = RemoteMem::CudaIpc {
+            handle: [1; 64],
+            offset: 0,
+            buffer_id: 9,
+            device: 0,
+            base: 0x7000_0000,
+            alloc_len: 4096,
+        };
+        // A managed destination: refused by the transport before any driver call.
+        let dst = LocalBuf {
+            addr: 0x1000,
+            len_bytes: 16,
+            kind: MemoryKind::CudaManaged,
+        };
+        // SAFETY: refused without touching `dst`.
+        let e = unsafe { ts.get_remote(0, 1, dst, &mem, 0) }.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TransportError::Unsupported {
+                    transport: "none",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let pool = std::sync::Arc::new(rankwire_gpu::TmpPool::new(0));
+        ts.insert(CudaIpcTransport::new(pool, CudaIpcConfig::default()));
+        assert!(ts.contains(TransportKind::CudaIpc) && ts.cuda_ipc().is_some());
+        assert_eq!(
+            ts.by_kind(TransportKind::CudaIpc).unwrap().caps().name,
+            "cuda_ipc"
+        );
+        // SAFETY: as above.
+        let e = unsafe { ts.get_remote(0, 1, dst, &mem, 0) }.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TransportError::Unsupported {
+                    transport: "cuda_ipc",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(ts.is_flushed() && !ts.cuda_ipc().unwrap().busy());
     }
 
     #[test]

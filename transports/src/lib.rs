@@ -86,21 +86,43 @@ pub enum Reach {
 
 /// What a transport can do with buffers of one [`MemoryKind`]. Plain data; a contract
 /// that the conformance suite exercises.
+///
+/// The one-sided flags speak of two different buffers and are kept apart:
+/// - `register`: memory of this kind can be made reachable by peers
+///   ([`Transport::register`]), so that they `get` from it or `put` into it;
+/// - `get` / `put`: a *local* buffer of this kind can be the destination of a
+///   [`Transport::get`] / the source of a [`Transport::put`] (the remote side is
+///   whatever the descriptor names: memory a peer registered).
+///
+/// So CUDA IPC declares host `get: true, register: false` (a host buffer can receive a
+/// device-to-host copy out of a peer's device export, but host memory is never
+/// exported) and device `get: true, register: true`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KindCaps {
     /// Two-sided `send` of a payload in this memory works.
     pub send: bool,
-    /// One-sided `put` (RDMA write / IPC write) into remote memory of this kind works.
+    /// One-sided `put` (RDMA write / IPC write) works with a local source buffer of this
+    /// kind.
     pub put: bool,
-    /// One-sided `get` (RDMA read / IPC read) from remote memory of this kind works.
+    /// One-sided `get` (RDMA read / IPC read) works with a local destination buffer of
+    /// this kind.
     pub get: bool,
+    /// Memory of this kind can be registered (exposed) with [`Transport::register`] so
+    /// that peers `get` from it / `put` into it.
+    pub register: bool,
     /// Messages up to this many bytes go eagerly (inline in an `Eager` frame).
     pub eager_limit_bytes: usize,
-    /// Largest payload of one frame, in bytes; rendezvous data is chunked to this.
+    /// Largest payload of one frame, in bytes; rendezvous data is chunked to this. One
+    /// byte more is refused by `send`.
     pub max_frame_payload_bytes: usize,
-    /// Largest message, in bytes, the transport can move in total (`u64::MAX` if unlimited).
+    /// Largest message, in bytes, the transport can move in total (`u64::MAX` if
+    /// unlimited): frames of a larger message are never all accepted.
     pub max_message_bytes: u64,
-    /// Memory must be registered before `put`/`get` (RDMA memory regions).
+    /// Peers' one-sided operations need memory registered with [`Transport::register`]
+    /// first: a `get`/`put` naming memory that was never registered fails (RDMA memory
+    /// regions: a wrong rkey; CUDA IPC: no export handle). Where false, `register` only
+    /// describes the memory (cross-memory attach: process id and address) and any
+    /// descriptor of live memory works.
     pub needs_registration: bool,
 }
 
@@ -606,9 +628,8 @@ pub trait Transport {
     /// for cross-memory attach). Held until [`Transport::deregister`].
     ///
     /// # Errors
-    /// [`TransportError::Unsupported`] where the caps of `buf.kind` declare neither `get`
-    /// nor `put` (the default); the failing call otherwise (`ibv_reg_mr`,
-    /// `cuIpcGetMemHandle`).
+    /// [`TransportError::Unsupported`] where the caps of `buf.kind` say `register: false`
+    /// (the default); the failing call otherwise (`ibv_reg_mr`, `cuIpcGetMemHandle`).
     fn register(&mut self, _buf: LocalBuf) -> Result<Registration, TransportError> {
         Err(TransportError::Unsupported {
             transport: self.caps().name,
@@ -619,7 +640,9 @@ pub trait Transport {
     fn deregister(&mut self, _reg: Registration) {}
     /// Read `dst.len_bytes` bytes from `peer`'s memory `src` (a descriptor the peer
     /// registered), starting `offset_bytes` into it, into the local `dst`: RDMA READ,
-    /// `process_vm_readv(2)`, a CUDA IPC copy.
+    /// `process_vm_readv(2)`, a CUDA IPC copy. The caps of `dst.kind` say whether a
+    /// local destination of that kind works (`get`); the kind of the remote memory is
+    /// the peer's (`register` of its caps).
     ///
     /// # Safety
     /// `dst` is valid for writes of `dst.len_bytes` bytes and nobody else touches it
@@ -642,7 +665,8 @@ pub trait Transport {
         })
     }
     /// Write the local `src` into `peer`'s memory `dst`, starting `offset_bytes` into
-    /// it: RDMA WRITE, `process_vm_writev(2)`, a CUDA IPC copy.
+    /// it: RDMA WRITE, `process_vm_writev(2)`, a CUDA IPC copy. The caps of `src.kind`
+    /// say whether a local source of that kind works (`put`).
     ///
     /// # Safety
     /// `src` is valid for reads of `src.len_bytes` bytes and is not written until the

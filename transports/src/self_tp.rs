@@ -32,6 +32,7 @@ impl SelfTransport {
                     send: true,
                     put: false,
                     get: false,
+                    register: false,
                     eager_limit_bytes: 64 * 1024,
                     max_frame_payload_bytes: SELF_MAX_FRAME_PAYLOAD_BYTES,
                     max_message_bytes: u64::MAX,

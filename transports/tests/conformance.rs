@@ -5,22 +5,33 @@
 //! `test/gtest/uct/uct_p2p_test.h`, `test/gtest/common/mem_buffer.h`).
 //!
 //! Endpoints: self (one endpoint, rank 0 to itself), shm (two transports in one
-//! process, made in two threads through an in-memory bootstrap), tcp (loopback), rdma
+//! process, made in two threads through an in-memory bootstrap), cuda_ipc (two
+//! transports of this process; feature `cuda`, skipped without a device; its bytes
+//! moved by `get` are checked across two processes in `tests/cuda_ipc.rs`, because
+//! `cuIpcOpenMemHandle` refuses handles its own process exported), tcp (loopback), rdma
 //! (only with an RDMA device, e.g. Soft-RoCE; `RANKWIRE_TEST_REQUIRE_RDMA=1` turns a
 //! missing one into a failure). A transport is one row of [`ROWS`]: a function that
 //! returns the pair, or the reason it is skipped. Memory kinds: host always; CUDA device
 //! and managed memory through [`Mem`] (feature `cuda`, skipped without a device).
 //!
 //! Per pair and kind, in this order (a failed RDMA read breaks its queue pair, so the
-//! garbage descriptor comes last):
-//! 1. `send` of 0 B, 1 B, the eager limit and `max_frame_payload_bytes`, received
+//! bad descriptors come last):
+//! 0. `reach`: `can_reach` accepts the peer on this node; `Process` refuses another
+//!    rank, `Node` refuses the peer described on another node, `Network` accepts it;
+//! 1. `send: true`: 0 B, 1 B, the eager limit and `max_frame_payload_bytes`, received
 //!    whole and in order through `next_frame`/`consume_frame`, then again through
 //!    `poll` events only; one byte over the frame limit is an error; a burst larger
 //!    than the transport buffers is retried on `Busy` after polling;
-//! 2. `register` on one end, the other end `get`s the whole buffer and a part at an
-//!    offset, `put`s at an offset, then `deregister`;
-//! 3. a `get` from a garbage descriptor (and past the end of a region with a length)
-//!    is an error, not a crash.
+//!    `max_message_bytes` is at least the frame moved. `send: false`: refused;
+//! 2. `register`: works (and again after `deregister`) where declared, refused where
+//!    not; `get`/`put` move exact bytes (whole, at offsets) out of / into memory a peer
+//!    registered where declared, and are refused where not; `needs_registration:
+//!    false`: live memory past a 16-byte registration is read through its descriptor;
+//! 3. a `get` past the end of a region, from memory never registered
+//!    (`needs_registration: true`: a wrong rkey, a handle nobody exported) or from a
+//!    garbage descriptor is an error, not a crash.
+//!
+//! [`wrong_caps_fail_the_body_either_way`] flips each flag and checks the body fails.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -29,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use rankwire_transports::{
     AnyTransport, Caps, Event, Exchange, InFrame, KindCaps, LocalBuf, MemoryKind, OpId, OpStart,
-    PeerInfo, RdmaConfig, RdmaDevice, RdmaTransport, Registration, RemoteMem, SelfTransport,
+    PeerInfo, RdmaConfig, RdmaDevice, RdmaTransport, Reach, Registration, RemoteMem, SelfTransport,
     SendOutcome, ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport, TransportError,
 };
 
@@ -43,7 +54,15 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 struct Pair<T> {
     ends: Vec<T>,
     ranks: [u32; 2],
+    /// `None`: one-sided data movement is checked here, between the two endpoints of
+    /// this process. `Some(why)`: it cannot be (CUDA IPC refuses handles its own process
+    /// exported) and is checked across processes elsewhere; the body then checks
+    /// everything but the bytes moved.
+    data_path_elsewhere: Option<&'static str>,
 }
+
+/// The node identity the endpoints are told they are on (where a transport takes one).
+const NODE: &str = "conformance";
 
 impl<T: Transport> Pair<T> {
     fn end(&mut self, i: usize) -> &mut T {
@@ -55,12 +74,11 @@ impl<T: Transport> Pair<T> {
 /// A row of the transport table: the pair, or why it is skipped.
 type Make = fn() -> Result<Pair<AnyTransport>, String>;
 
-/// The transports, in the order of the selection table. A CUDA IPC row goes between shm
-/// and rdma: `("cuda_ipc", cuda_ipc_pair)`, with `cuda_ipc_pair` returning `Err` with
-/// the reason where no two devices can map each other's memory.
+/// The transports, in the order of the selection table.
 const ROWS: &[(&str, Make)] = &[
     ("self", self_pair),
     ("shm", shm_pair),
+    ("cuda_ipc", cuda_ipc_pair),
     ("rdma", rdma_pair),
     ("tcp", tcp_pair),
 ];
@@ -137,17 +155,21 @@ fn self_pair() -> Result<Pair<AnyTransport>, String> {
     Ok(Pair {
         ends: vec![SelfTransport::new(0).into()],
         ranks: [0, 0],
+        data_path_elsewhere: None,
     })
 }
 
 fn shm_pair() -> Result<Pair<AnyTransport>, String> {
     let job = job("shm");
-    let [a, b] = two(move |r, ex| {
+    let [mut a, mut b] = two(move |r, ex| {
         ShmTransport::new(r, &job, ShmConfig::default(), ex, &[0, 1]).map_err(|e| e.to_string())
     })?;
+    a.set_node_id(NODE);
+    b.set_node_id(NODE);
     Ok(Pair {
         ends: vec![a.into(), b.into()],
         ranks: [0, 1],
+        data_path_elsewhere: None,
     })
 }
 
@@ -165,7 +187,34 @@ fn tcp_pair() -> Result<Pair<AnyTransport>, String> {
     Ok(Pair {
         ends: vec![a.into(), b.into()],
         ranks: [0, 1],
+        data_path_elsewhere: None,
     })
+}
+
+/// Two CUDA IPC transports of this process
+/// ([`rankwire_transports::cuda_ipc::conformance_pair`], node [`NODE`]). Their data path
+/// cannot be checked in one process (`cuIpcOpenMemHandle` refuses handles the calling
+/// process exported): `transports/tests/cuda_ipc.rs` moves bytes between two processes
+/// (whole, at offsets, staged exports, stale handles). Here: caps, reach, `send` refused,
+/// `register`/`deregister` of device memory, host and managed `register` refused, `put`
+/// refused, `get` argument checks (past the export, garbage handle).
+#[cfg(feature = "cuda")]
+fn cuda_ipc_pair() -> Result<Pair<AnyTransport>, String> {
+    let (a, b) = rankwire_transports::cuda_ipc::conformance_pair()
+        .ok_or("no CUDA device (or no driver) in this process")?;
+    Ok(Pair {
+        ends: vec![a.into(), b.into()],
+        ranks: [0, 1],
+        data_path_elsewhere: Some(
+            "bytes moved by get are checked across two processes in tests/cuda_ipc.rs \
+             (cuIpcOpenMemHandle refuses the calling process's own handles)",
+        ),
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_ipc_pair() -> Result<Pair<AnyTransport>, String> {
+    Err("built without feature cuda".into())
 }
 
 fn rdma_pair() -> Result<Pair<AnyTransport>, String> {
@@ -186,6 +235,7 @@ fn rdma_pair() -> Result<Pair<AnyTransport>, String> {
     Ok(Pair {
         ends: vec![a.into(), b.into()],
         ranks: [0, 1],
+        data_path_elsewhere: None,
     })
 }
 
@@ -474,6 +524,21 @@ fn garbage(r: &RemoteMem) -> RemoteMem {
     }
 }
 
+/// A descriptor like `r` for the live memory at `addr`, which nobody registered: RDMA
+/// with that address and a key no region has; CUDA IPC with a handle nobody exported;
+/// cross-memory attach with that address (reachable where no registration is needed).
+fn never_registered(r: &RemoteMem, addr: u64) -> RemoteMem {
+    match *r {
+        RemoteMem::Rdma { rkey, .. } => RemoteMem::Rdma {
+            addr,
+            len: 4096,
+            rkey: rkey ^ 0x5a5a_5a5a,
+        },
+        RemoteMem::HostCma { pid, .. } => RemoteMem::HostCma { pid, addr },
+        ref other => garbage(other),
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The body.
 
@@ -483,6 +548,7 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
     let caps: Caps = p.end(0).caps().clone();
     let name = caps.name;
     let mut skipped = Vec::new();
+    check_reach(p, &caps)?;
     let kc: Option<KindCaps> = caps.for_kind(kind).copied();
     let Some(kc) = kc else {
         // Caps exclude the kind: every operation on it is refused.
@@ -499,7 +565,8 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
         ));
     }
 
-    // 1. Two-sided.
+    // 1. Two-sided. `send` takes host slices, so a device row's `send` is the host's.
+    let host_send = caps.host.is_some_and(|h| h.send);
     if kc.send && kind == MemoryKind::Host {
         let sizes = [0, 1, kc.eager_limit_bytes, kc.max_frame_payload_bytes];
         let payloads: Vec<Vec<u8>> = sizes
@@ -510,6 +577,14 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
         send_and_check(p, &payloads, true, true)
             .map_err(|e| format!("{name} (next_frame): {e}"))?;
         send_and_check(p, &payloads, false, true).map_err(|e| format!("{name} (poll): {e}"))?;
+        // A frame is a message: the message limit is at least the frame moved above.
+        if kc.max_message_bytes < kc.max_frame_payload_bytes as u64 {
+            return Err(format!(
+                "{name}/{kind}: max_message_bytes {} is below the {} B frame that send moved",
+                kc.max_message_bytes, kc.max_frame_payload_bytes
+            ));
+        }
+        // The declared frame limit is the real one: one byte more is refused.
         let over = vec![0u8; kc.max_frame_payload_bytes + 1];
         let to = p.ranks[1];
         match p.end(0).send(to, b"over", &over) {
@@ -535,13 +610,37 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
         skipped.push(format!(
             "{name}/{kind}: send of device memory skipped (Transport::send takes host slices)"
         ));
+    } else if !host_send {
+        // Declared send: false (and no host send to stage through): refused.
+        let to = p.ranks[1];
+        let r = p.end(0).send(to, b"no", &[1, 2, 3]);
+        if !is_unsupported(&r) {
+            return Err(format!(
+                "{name}/{kind}: caps say send: false, but send answered {r:?}"
+            ));
+        }
+        skipped.push(format!("{name}/{kind}: caps say send: false; send refused"));
     } else {
-        skipped.push(format!("{name}/{kind}: caps say send: false"));
+        skipped.push(format!(
+            "{name}/{kind}: send: false for this kind, host send checked in the host row"
+        ));
     }
 
-    // 2. One-sided.
+    // 2. One-sided. The remote memory is of a kind the transport can register: this
+    // kind where `register` says so, else the first kind that can be.
     let len = 64 * 1024 + 3;
-    let (mut remote, mut local) = match (Mem::alloc(kind, len), Mem::alloc(kind, len)) {
+    let src_kind = if kc.register {
+        Some(kind)
+    } else {
+        KINDS
+            .iter()
+            .copied()
+            .find(|&k| caps.for_kind(k).is_some_and(|c| c.register))
+    };
+    let (mut remote, mut local) = match (
+        Mem::alloc(src_kind.unwrap_or(kind), len),
+        Mem::alloc(kind, len),
+    ) {
         (Ok(r), Ok(l)) => (r, l),
         (Err(why), _) | (_, Err(why)) => {
             skipped.push(format!("{name}/{kind}: one-sided: {why}"));
@@ -550,23 +649,37 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
     };
     let content = pattern(len, 7);
     remote.fill(&content)?;
-    let one_sided = kc.get || kc.put;
     let peer = p.ranks[1];
-    let reg = p.end(1).register(remote.buf());
-    let reg: Option<Registration> = match (one_sided, reg) {
-        (true, Ok(r)) => Some(r),
+    // `register` of this kind: works where declared, refused where not.
+    let own = p.end(1).register(local.buf());
+    match (kc.register, own) {
+        (true, Ok(r)) => p.end(1).deregister(r),
         (true, Err(e)) => {
             return Err(format!(
-                "{name}/{kind}: caps say get: {}, put: {}, but register failed: {e}",
-                kc.get, kc.put
+                "{name}/{kind}: caps say register: true, but register failed: {e}"
             ));
         }
-        (false, Err(TransportError::Unsupported { .. })) => None,
+        (false, Err(TransportError::Unsupported { .. })) => {}
         (false, r) => {
             return Err(format!(
-                "{name}/{kind}: caps say neither get nor put, but register answered {r:?}"
+                "{name}/{kind}: caps say register: false, but register answered {r:?}"
             ));
         }
+    }
+    if (kc.get || kc.put) && src_kind.is_none() {
+        return Err(format!(
+            "{name}/{kind}: caps say get: {}, put: {}, but no memory kind says register: \
+             there is no remote memory to name",
+            kc.get, kc.put
+        ));
+    }
+    let reg: Option<Registration> = match src_kind {
+        Some(_) => Some(
+            p.end(1)
+                .register(remote.buf())
+                .map_err(|e| format!("{name}/{kind}: register of the source failed: {e}"))?,
+        ),
+        None => None,
     };
     // The descriptor named to get/put: the registration, or (none) a plausible one.
     let desc = reg.map_or(
@@ -576,7 +689,14 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
         },
         |r| r.remote,
     );
-    if kc.get {
+    let moved_here = p.data_path_elsewhere.is_none() && reg.is_some();
+    if kc.get && !moved_here {
+        skipped.push(format!(
+            "{name}/{kind}: get of exact bytes not checked here: {}",
+            p.data_path_elsewhere
+                .unwrap_or("no kind of this transport can be registered as a source")
+        ));
+    } else if kc.get {
         let op = next_op();
         // SAFETY: `local` stays alive and untouched until `finish` returns.
         let s = unsafe { p.end(0).get(peer, op, local.buf(), &desc, 0) };
@@ -584,6 +704,12 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
         if local.read()? != content {
             return Err(format!(
                 "{name}/{kind}: get of {len} bytes read other bytes"
+            ));
+        }
+        if kc.max_message_bytes < len as u64 {
+            return Err(format!(
+                "{name}/{kind}: max_message_bytes {} is below the {len} B get that worked",
+                kc.max_message_bytes
             ));
         }
         let (off, n) = (4099, 1000);
@@ -606,7 +732,13 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
             ));
         }
     }
-    if kc.put {
+    if kc.put && !moved_here {
+        skipped.push(format!(
+            "{name}/{kind}: put of exact bytes not checked here: {}",
+            p.data_path_elsewhere
+                .unwrap_or("no kind of this transport can be registered as a destination")
+        ));
+    } else if kc.put {
         let patch = pattern(500, 99);
         let mut v = local.read()?;
         v[..500].copy_from_slice(&patch);
@@ -636,6 +768,34 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
             ));
         }
     }
+    // `needs_registration: false`: registration only describes memory, so live memory
+    // past a registration of its first 16 bytes is read through that descriptor.
+    if kc.get && moved_here && !kc.needs_registration {
+        let small = p
+            .end(1)
+            .register(remote.part(0, 16))
+            .map_err(|e| format!("{name}/{kind}: register of 16 bytes: {e}"))?;
+        let (off, n) = (8192, 1000);
+        let op = next_op();
+        // SAFETY: `local` stays alive and untouched until `finish` returns.
+        let s = unsafe {
+            p.end(0)
+                .get(peer, op, local.part(0, n), &small.remote, off as u64)
+        };
+        let r = finish(p, op, s);
+        p.end(1).deregister(small);
+        r.map_err(|e| {
+            format!(
+                "{name}/{kind}: caps say needs_registration: false, but a get of never \
+                 registered live memory (past a 16-byte registration) failed: {e}"
+            )
+        })?;
+        if local.read()?[..n] != content[off..off + n] {
+            return Err(format!(
+                "{name}/{kind}: get past a 16-byte registration read other bytes"
+            ));
+        }
+    }
     if let Some(r) = reg {
         p.end(1).deregister(r);
         // Registering again after a deregister works.
@@ -646,47 +806,115 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
         p.end(1).deregister(r2);
     }
 
-    // 3. Garbage descriptors: an error, not a crash (last: RDMA fails the QP).
-    if kc.get {
-        if let RemoteMem::Rdma { len: rlen, .. } = desc {
+    // 3. Descriptors of memory never registered: an error, not a crash (last: a failed
+    // RDMA read breaks the QP).
+    if kc.get && reg.is_some() {
+        match desc {
+            RemoteMem::Rdma { len: rlen, .. }
+            | RemoteMem::CudaIpc {
+                alloc_len: rlen, ..
+            } => {
+                let op = next_op();
+                // SAFETY: as above.
+                let s = unsafe { p.end(0).get(peer, op, local.part(0, 16), &desc, rlen) };
+                if s.is_ok() {
+                    return Err(format!(
+                        "{name}/{kind}: a get past the end of a {rlen}-byte region answered {s:?}"
+                    ));
+                }
+            }
+            _ => {}
+        }
+        if kc.needs_registration {
+            // Live memory that was never registered: it must not be reachable (for
+            // RDMA a wrong rkey, for CUDA IPC a handle nobody exported).
+            let mut spare = vec![0x5au8; 4096];
+            let bad = never_registered(&desc, spare.as_mut_ptr() as u64);
             let op = next_op();
             // SAFETY: as above.
-            let s = unsafe { p.end(0).get(peer, op, local.part(0, 16), &desc, rlen) };
-            if s.is_ok() {
+            let s = unsafe { p.end(0).get(peer, op, local.part(0, 4096), &bad, 0) };
+            if let Ok(()) = finish(p, op, s) {
                 return Err(format!(
-                    "{name}/{kind}: a get past the end of a {rlen}-byte region answered {s:?}"
+                    "{name}/{kind}: caps say needs_registration: true, but a get of never \
+                     registered memory ({bad:?}) succeeded"
+                ));
+            }
+            drop(spare);
+        } else {
+            let bad = garbage(&desc);
+            let op = next_op();
+            // SAFETY: as above.
+            let s = unsafe { p.end(0).get(peer, op, local.part(0, 4096), &bad, 0) };
+            if let Ok(()) = finish(p, op, s) {
+                return Err(format!(
+                    "{name}/{kind}: a get from the garbage descriptor {bad:?} succeeded"
                 ));
             }
         }
-        let bad = garbage(&desc);
-        let op = next_op();
-        // SAFETY: as above.
-        let s = unsafe { p.end(0).get(peer, op, local.part(0, 4096), &bad, 0) };
-        if let Ok(()) = finish(p, op, s) {
-            return Err(format!(
-                "{name}/{kind}: a get from the garbage descriptor {bad:?} succeeded"
-            ));
-        }
     }
     skipped.push(format!(
-        "{name}/{kind}: one-sided checked: get {}, put {}{}",
-        if kc.get {
-            "moves exact bytes (whole, at an offset; garbage descriptor refused)"
+        "{name}/{kind}: one-sided checked: register {}, get {}, put {}, needs_registration {}",
+        if kc.register {
+            "works (again after deregister)"
         } else {
             "refused (Unsupported)"
         },
-        if kc.put {
-            "moves exact bytes at an offset"
-        } else {
-            "refused (Unsupported)"
+        match (kc.get, moved_here) {
+            (true, true) => "moves exact bytes (whole, at an offset; bad descriptors refused)",
+            (true, false) => "argument checks only",
+            (false, _) => "refused (Unsupported)",
         },
-        if one_sided {
-            "; register/deregister/register again"
-        } else {
-            "; register refused"
+        match (kc.put, moved_here) {
+            (true, true) => "moves exact bytes at an offset",
+            (true, false) => "not checked here",
+            (false, _) => "refused (Unsupported)",
         },
+        kc.needs_registration,
     ));
     Ok(skipped)
+}
+
+/// `reach` is what `can_reach` does: the peer on [`NODE`] is reached; `Process` refuses
+/// another rank, `Node` refuses the peer described on another node, `Network` accepts
+/// it.
+fn check_reach<T: Transport>(p: &mut Pair<T>, caps: &Caps) -> Result<(), String> {
+    let name = caps.name;
+    let peer = |rank: u32, node: &str| PeerInfo {
+        rank,
+        node_id: node.into(),
+        pid: std::process::id(),
+    };
+    let to = p.ranks[1];
+    let t = p.end(0);
+    t.can_reach(&peer(to, NODE))
+        .map_err(|e| format!("{name}: can_reach refused its own peer on its node: {e}"))?;
+    let far = t.can_reach(&peer(to, "another-node"));
+    match caps.reach {
+        Reach::Process => {
+            let other = t.can_reach(&peer(to + 1, NODE));
+            if other.is_ok() {
+                return Err(format!(
+                    "{name}: caps say reach: Process, but can_reach accepted rank {}",
+                    to + 1
+                ));
+            }
+        }
+        Reach::Node if far.is_ok() => {
+            return Err(format!(
+                "{name}: caps say reach: Node, but can_reach accepted a peer on another node"
+            ));
+        }
+        Reach::Network => {
+            far.map_err(|e| {
+                format!(
+                    "{name}: caps say reach: Network, but can_reach refused a peer on another \
+                     node: {e}"
+                )
+            })?;
+        }
+        Reach::Node => {}
+    }
+    Ok(())
 }
 
 /// Every operation on memory of `kind` is refused with `Unsupported` (the buffer named
@@ -766,6 +994,11 @@ fn conformance_tcp() {
 }
 
 #[test]
+fn conformance_cuda_ipc() {
+    run_row("cuda_ipc");
+}
+
+#[test]
 fn conformance_rdma() {
     run_row("rdma");
 }
@@ -834,6 +1067,7 @@ impl<T: Transport> Transport for Liar<T> {
 fn lie(p: Pair<AnyTransport>, edit: impl Fn(&mut Caps)) -> Pair<Liar<AnyTransport>> {
     Pair {
         ranks: p.ranks,
+        data_path_elsewhere: p.data_path_elsewhere,
         ends: p
             .ends
             .into_iter()
@@ -846,40 +1080,153 @@ fn lie(p: Pair<AnyTransport>, edit: impl Fn(&mut Caps)) -> Pair<Liar<AnyTranspor
     }
 }
 
+/// `conformance` over `p` with its caps edited by `edit`: the error it must give.
+fn lie_fails(
+    p: Pair<AnyTransport>,
+    kind: MemoryKind,
+    edit: impl Fn(&mut Caps),
+    want: &str,
+) -> String {
+    let mut p = lie(p, edit);
+    let e = conformance(&mut p, kind).expect_err("the body passed caps that lie");
+    assert!(e.contains(want), "wanted {want:?} in: {e}");
+    e
+}
+
 #[test]
 fn wrong_caps_fail_the_body_either_way() {
-    // Declared get/put that the transport does not do.
-    let mut p = lie(self_pair().unwrap(), |c| {
-        let h = c.host.as_mut().unwrap();
-        h.get = true;
-        h.put = true;
-    });
-    let e = conformance(&mut p, MemoryKind::Host).unwrap_err();
-    assert!(e.contains("register failed"), "{e}");
+    let host = |c: &mut Caps| -> KindCaps { c.host.unwrap() };
+    let set = |c: &mut Caps, h: KindCaps| c.host = Some(h);
+    let h = MemoryKind::Host;
+    // Declared get/put that the transport does not do (nothing to register either).
+    lie_fails(
+        self_pair().unwrap(),
+        h,
+        |c| {
+            let mut k = host(c);
+            (k.get, k.put) = (true, true);
+            set(c, k);
+        },
+        "no memory kind says register",
+    );
+    // Declared register that the transport refuses, and the other way round.
+    lie_fails(
+        self_pair().unwrap(),
+        h,
+        |c| {
+            let mut k = host(c);
+            k.register = true;
+            set(c, k);
+        },
+        "caps say register: true, but register failed",
+    );
+    lie_fails(
+        shm_pair().unwrap(),
+        h,
+        |c| {
+            let mut k = host(c);
+            k.register = false;
+            set(c, k);
+        },
+        "caps say register: false, but register answered Ok",
+    );
     // A transport that does get/put but does not declare it.
-    let mut p = lie(shm_pair().unwrap(), |c| {
-        let h = c.host.as_mut().unwrap();
-        h.get = false;
-        h.put = false;
-    });
-    let e = conformance(&mut p, MemoryKind::Host).unwrap_err();
-    assert!(e.contains("caps say neither get nor put"), "{e}");
+    lie_fails(
+        shm_pair().unwrap(),
+        h,
+        |c| {
+            let mut k = host(c);
+            (k.get, k.put) = (false, false);
+            set(c, k);
+        },
+        "caps say get: false, but get answered Ok",
+    );
+    // send: false on a transport that sends.
+    lie_fails(
+        tcp_pair().unwrap(),
+        h,
+        |c| {
+            let mut k = host(c);
+            k.send = false;
+            set(c, k);
+        },
+        "caps say send: false, but send answered Ok",
+    );
+    // needs_registration: true on a transport that reads live memory without it.
+    lie_fails(
+        shm_pair().unwrap(),
+        h,
+        |c| {
+            let mut k = host(c);
+            k.needs_registration = true;
+            set(c, k);
+        },
+        "caps say needs_registration: true",
+    );
+    // needs_registration: false on RDMA (a get past a region fails), where there is one.
+    match rdma_pair() {
+        Ok(p) => {
+            lie_fails(
+                p,
+                h,
+                |c| {
+                    let mut k = host(c);
+                    k.needs_registration = false;
+                    set(c, k);
+                },
+                "caps say needs_registration: false",
+            );
+        }
+        Err(why) => eprintln!("rdma needs_registration lie: skipped: {why}"),
+    }
+    // A message limit below what the transport moves.
+    lie_fails(
+        shm_pair().unwrap(),
+        h,
+        |c| {
+            let mut k = host(c);
+            k.max_message_bytes = 10;
+            set(c, k);
+        },
+        "max_message_bytes 10 is below",
+    );
+    // Reach: a network transport declared node-local, a node-local one declared
+    // network-wide.
+    lie_fails(
+        tcp_pair().unwrap(),
+        h,
+        |c| c.reach = Reach::Node,
+        "caps say reach: Node",
+    );
+    lie_fails(
+        shm_pair().unwrap(),
+        h,
+        |c| c.reach = Reach::Network,
+        "caps say reach: Network",
+    );
     // Device memory claimed by a host-only transport.
     let mut p = lie(self_pair().unwrap(), |c| c.cuda = c.host);
     let e = conformance(&mut p, MemoryKind::Cuda { device: 0 });
     if let Err(e) = e {
-        assert!(e.contains("register failed"), "{e}");
+        assert!(e.contains("register") || e.contains("get"), "{e}");
     } else {
         eprintln!("cuda caps lie: not checkable without a CUDA device: skipped");
     }
     // A frame limit larger than the transport takes.
-    let mut p = lie(self_pair().unwrap(), |c| {
-        c.host.as_mut().unwrap().max_frame_payload_bytes = 32 << 20;
-    });
-    let e = conformance(&mut p, MemoryKind::Host).unwrap_err();
-    assert!(e.contains("send of"), "{e}");
+    lie_fails(
+        self_pair().unwrap(),
+        h,
+        |c| {
+            let mut k = host(c);
+            k.max_frame_payload_bytes = 32 << 20;
+            set(c, k);
+        },
+        "send of",
+    );
     // The honest transports pass.
     let mut p = self_pair().unwrap();
+    conformance(&mut p, MemoryKind::Host).unwrap();
+    let mut p = shm_pair().unwrap();
     conformance(&mut p, MemoryKind::Host).unwrap();
 }
 

@@ -98,19 +98,20 @@ pub struct CudaIpcTransport {
 
 /// The capabilities of [`CudaIpcTransport`]:
 /// - `cuda` (device memory): `get` (out of a peer's device export into local device
-///   memory), no `send`, no `put`; device memory must be registered (exported) to be
-///   read by a peer; messages are bounded only by the exported allocation (checked per
+///   memory), no `send`, no `put`; `register` (export) works and is required for a
+///   peer to read it (`needs_registration`); messages are bounded only by the exported allocation (checked per
 ///   get), hence `max_message_bytes: u64::MAX`; no frames (`eager_limit_bytes` and
 ///   `max_frame_payload_bytes` 0).
 /// - `host`: `get` only, as the destination of a device-to-host copy out of a peer's
-///   device export; host memory is never exported (`register` of host memory is
-///   unsupported, and a host destination needs no registration).
+///   device export; host memory is never exported (`register: false`: `register` of
+///   host memory is refused, and a host destination needs no registration).
 /// - `cuda_managed`: `None` (legacy IPC never exports managed memory, B010).
 pub fn caps() -> Caps {
     let get_only = KindCaps {
         send: false,
         put: false,
         get: true,
+        register: true,
         eager_limit_bytes: 0,
         max_frame_payload_bytes: 0,
         max_message_bytes: u64::MAX,
@@ -120,6 +121,7 @@ pub fn caps() -> Caps {
         name: NAME,
         reach: Reach::Node,
         host: Some(KindCaps {
+            register: false,
             needs_registration: false,
             ..get_only
         }),
@@ -212,6 +214,16 @@ impl CudaIpcTransport {
         };
         ev.record(stream).map_err(|e| gpu_err("cuEventRecord", e))?;
         Ok(ev)
+    }
+}
+
+impl std::fmt::Debug for CudaIpcTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaIpcTransport")
+            .field("cfg", &self.cfg)
+            .field("in_flight", &self.in_flight.len())
+            .field("cache_open", &self.cache.is_some())
+            .finish_non_exhaustive()
     }
 }
 

@@ -293,6 +293,7 @@ impl RdmaTransport {
                 send: true,
                 put: true,
                 get: true,
+                register: true,
                 eager_limit_bytes,
                 max_frame_payload_bytes: FRAME_PAYLOAD_BYTES,
                 max_message_bytes: u64::MAX,

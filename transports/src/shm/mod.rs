@@ -183,6 +183,8 @@ pub struct ShmTransport {
     lend_frames: bool,
     /// Single copy of host memory (`get`/`put`/`register`).
     cma: Cma,
+    /// This process's node identity, where known ([`ShmTransport::set_node_id`]).
+    node_id: Option<String>,
 }
 
 // One local peer: the ring we write (in its segment), the ring we read (in ours), and
@@ -339,6 +341,7 @@ impl ShmTransport {
             cursor: 0,
             lend_frames: false,
             cma: Cma::new(),
+            node_id: None,
         })
     }
 
@@ -420,6 +423,13 @@ impl ShmTransport {
     pub fn set_cma_allowed(&mut self, on: bool) {
         self.cma.set_allowed(on);
         self.caps = shm_caps(self.max_payload, on);
+    }
+
+    /// Name this process's node (as in [`crate::PeerInfo::node_id`]): from then on
+    /// [`Transport::can_reach`] also refuses a peer whose node differs (reach `Node`).
+    /// Unset, only the set of local peers given to [`ShmTransport::new`] decides.
+    pub fn set_node_id(&mut self, node_id: impl Into<String>) {
+        self.node_id = Some(node_id.into());
     }
 
     /// Mark the job as finalized (call after the core's finalize fence): from now on a
@@ -551,6 +561,11 @@ impl Transport for ShmTransport {
     }
 
     fn can_reach(&self, peer: &PeerInfo) -> Result<(), String> {
+        if let Some(me) = &self.node_id
+            && *me != peer.node_id
+        {
+            return Err(format!("shm: rank {} is on another node", peer.rank));
+        }
         match self.find(peer.rank).map(|i| &self.peers[i].state) {
             Some(PeerState::Open) => Ok(()),
             Some(PeerState::Failed(e)) => Err(format!("shm: {e}")),
@@ -902,6 +917,7 @@ fn shm_caps(max_payload: usize, cma: bool) -> Caps {
             send: true,
             put: cma,
             get: cma,
+            register: cma,
             eager_limit_bytes: SHM_EAGER_LIMIT_BYTES.min(max_payload),
             max_frame_payload_bytes: max_payload,
             max_message_bytes: u64::MAX,

@@ -647,6 +647,7 @@ fn tcp_caps() -> Caps {
             send: true,
             put: false,
             get: false,
+            register: false,
             eager_limit_bytes: TCP_EAGER_LIMIT_BYTES,
             max_frame_payload_bytes: TCP_MAX_FRAME_PAYLOAD_BYTES,
             max_message_bytes: u64::MAX,
