@@ -746,7 +746,12 @@ impl Engine {
             .map(|t| t as &mut dyn rankwire_transports::Transport);
         #[cfg(not(feature = "cuda"))]
         let ipc = None;
-        self.mem.run(&mut self.proto, ipc)
+        // Host offers register through the rdma transport (`Transport::register`).
+        let rdma = self
+            .tp
+            .by_kind_mut(TransportKind::Rdma)
+            .map(|t| t as &mut dyn rankwire_transports::Transport);
+        self.mem.run(&mut self.proto, ipc, rdma)
     }
 
     /// Whether every frame has been handed to the OS.
