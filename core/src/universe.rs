@@ -495,8 +495,7 @@ fn build(joined: Joined) -> Result<Universe> {
             shm.as_ref(),
             &rdma_probe,
             &gpu_state,
-            cma,
-            &cma_refused,
+            cma.then_some(&cma_refused[..]),
         ),
         same_node,
         allowed,
@@ -628,8 +627,8 @@ fn candidates(
     shm: Option<&ShmTransport>,
     rdma: &select::RdmaProbe,
     gpu: &std::result::Result<(), String>,
-    cma: bool,
-    cma_refused: &[Option<String>],
+    // Per rank, why the probe refused cross-memory attach; `None`: RANKWIRE_CMA=0.
+    cma_refused: Option<&[Option<String>]>,
 ) -> Vec<Candidate> {
     let size = node_ids.len() as u32;
     let info = |r: u32| PeerInfo {
@@ -707,19 +706,21 @@ fn candidates(
             caps: Some(rankwire_transports::shm::cma::caps()),
             usable: if size < 2 {
                 Err("no other rank".to_string())
-            } else if cma {
+            } else if cma_refused.is_some() {
                 Ok(())
             } else {
                 Err("turned off by RANKWIRE_CMA=0".to_string())
             },
-            reach: others(&|r| match &cma_refused[r as usize] {
-                _ if !same_node[r as usize] => Err(format!(
-                    "rank {r} is on another node ({})",
-                    node_ids[r as usize]
-                )),
-                Some(why) => Err(why.clone()),
-                None => Ok(()),
-            }),
+            reach: others(
+                &|r| match cma_refused.and_then(|c| c[r as usize].as_ref()) {
+                    _ if !same_node[r as usize] => Err(format!(
+                        "rank {r} is on another node ({})",
+                        node_ids[r as usize]
+                    )),
+                    Some(why) => Err(why.clone()),
+                    None => Ok(()),
+                },
+            ),
         },
         Candidate {
             id: TransportId::Rdma,
