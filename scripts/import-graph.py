@@ -57,8 +57,8 @@ ALLOWED_STATICS: dict[tuple[str, str], str] = {
     ("abort.rs", "HOOK"): "the panic hook is installed once per process",
     ("abort.rs", "LAST_ERROR"): "errors are recorded where they are built, in every "
     "layer, with no runtime at hand; one universe per process",
-    # The GPU temporary pool and its settings: moving into gpu/src/pool.rs as an owned
-    # value (issue 16, part cudaipc); listed until then.
+    # The GPU temporary pool is an owned value in gpu/src/pool.rs (the engine's); only
+    # its settings, read once from the environment, remain a static here.
     ("coll/device.rs", "S"): "device-collective settings read once from the "
     "environment (RANKWIRE_GPU_*), never written after: no state, a cached read of "
     "the process environment (the pool itself is the engine's, gpu/src/pool.rs)",

@@ -39,7 +39,7 @@ fn explain_prints_every_pair_and_memory_kind_same_as_the_api() {
     let e = &out.stderr;
     // Same node, default: shm with single copy above the 32 KiB eager limit.
     assert!(
-        e.contains("rankwire explain:    0 -> 1     host     shm        eager <= 32768 B; above: rendezvous, single copy (cma, process_vm_readv; from 256 KiB a waiting sender writes half)  |  -"),
+        e.contains("rankwire explain:    0 -> 1     host     shm        eager <= 32768 B; above: rendezvous, single copy (cma, process_vm_readv, by shm caps; from 256 KiB a waiting sender writes half)  |  -"),
         "{e}"
     );
     assert!(

@@ -12,15 +12,14 @@
 //!   legacy IPC cannot export (stream-ordered pool memory, VMM memory) is copied on
 //!   the device into a runtime-owned `cuMemAlloc` staging buffer that is offered
 //!   instead and goes back to the cache on [`MemAction::Release`].
-//! - An offer of host memory registers it through the RDMA transport's registration
-//!   cache ([`rankwire_transports::rdma::Registry`]), held until the release.
+//! - An offer of host memory registers it through the engine's RDMA transport
+//!   ([`Transport::register`], backed by its registration cache), held per send
+//!   request until the release ([`Transport::deregister`]).
 
-use rankwire_transports::rdma::{Held, Registry};
 use rankwire_transports::{LocalBuf, MemoryKind, Registration, Transport};
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::protocol::{MemAction, OfferKind, Protocol, RawBuf, ReqId};
-use crate::wire::RemoteMem;
 use rankwire_gpu::Stream;
 
 /// Executes the protocol's memory actions: device staging when a GPU is usable, RDMA
@@ -28,10 +27,12 @@ use rankwire_gpu::Stream;
 #[derive(Default)]
 pub(crate) struct MemActions {
     gpu: Option<GpuStaging>,
-    rdma: Option<RdmaOffer>,
     /// CUDA IPC registrations (exports, or pooled staging buffers) of pending sends,
     /// made through the `cuda_ipc` transport and released with it.
     ipc_regs: HashMap<ReqId, Registration>,
+    /// RDMA registrations (verbs memory regions, through the transport's cache) of
+    /// pending sends, made through the rdma transport and released with it.
+    rdma_regs: HashMap<ReqId, Registration>,
 }
 
 impl MemActions {
@@ -41,20 +42,22 @@ impl MemActions {
         proto.enable_device();
     }
 
-    /// Register host send buffers to `peers` for RDMA READ with `r`.
-    pub(crate) fn set_rdma(&mut self, r: RdmaOffer, peers: &[u32], proto: &mut Protocol) {
-        self.rdma = Some(r);
+    /// Offer host send buffers to `peers` for RDMA READ (registered through the rdma
+    /// transport [`MemActions::run`] is given).
+    pub(crate) fn set_rdma(&mut self, peers: &[u32], proto: &mut Protocol) {
         proto.offer_rdma(peers);
     }
 
     /// Execute every action `proto` has queued and feed each answer back; device
-    /// offers register through `ipc`, the engine's `cuda_ipc` transport (`None`
-    /// without one: nothing is offered, the data is staged). Returns whether any ran
+    /// offers register through `ipc`, the engine's `cuda_ipc` transport, and host
+    /// offers through `rdma`, its RDMA transport (`None` without one: nothing is
+    /// offered, the data is staged or sent as `Data` frames). Returns whether any ran
     /// (answers may have queued frames or completed requests).
     pub(crate) fn run(
         &mut self,
         proto: &mut Protocol,
         mut ipc: Option<&mut dyn Transport>,
+        mut rdma: Option<&mut dyn Transport>,
     ) -> bool {
         let mut any = false;
         while let Some(a) = proto.pop_action() {
@@ -91,9 +94,22 @@ impl MemActions {
                             },
                             _ => None,
                         },
-                        // The one registration call: with the Transport trait's
-                        // `register(LocalBuf)` this becomes `rdma.register(..)`.
-                        OfferKind::Rdma => self.rdma.as_mut().and_then(|n| n.offer(sreq, buf)),
+                        OfferKind::Rdma => match rdma.as_deref_mut() {
+                            Some(t) => match t.register(local_buf(buf)) {
+                                Ok(reg) => {
+                                    self.rdma_regs.insert(sreq, reg);
+                                    Some(reg.remote)
+                                }
+                                Err(e) => {
+                                    tracing::debug!(
+                                        "rdma: cannot register a send buffer ({e}); sending \
+                                         it as Data frames"
+                                    );
+                                    None
+                                }
+                            },
+                            None => None,
+                        },
                     };
                     proto.offered(sreq, mem);
                 }
@@ -106,8 +122,10 @@ impl MemActions {
                         }
                     }
                     OfferKind::Rdma => {
-                        if let Some(n) = self.rdma.as_mut() {
-                            n.release(sreq);
+                        if let (Some(reg), Some(t)) =
+                            (self.rdma_regs.remove(&sreq), rdma.as_deref_mut())
+                        {
+                            t.deregister(reg);
                         }
                     }
                 },
@@ -193,52 +211,5 @@ impl GpuStaging {
         .map_err(|e| e.to_string())?;
         stream.synchronize().map_err(|e| e.to_string())?;
         Ok(v)
-    }
-}
-
-/// Registers host send buffers for RDMA pull-mode rendezvous through the RDMA
-/// transport's registration cache, holding each registration until its send finishes.
-pub(crate) struct RdmaOffer {
-    registry: Registry,
-    held: HashMap<ReqId, Held>,
-}
-
-impl RdmaOffer {
-    pub(crate) fn new(registry: Registry) -> Self {
-        RdmaOffer {
-            registry,
-            held: Default::default(),
-        }
-    }
-
-    /// Register `buf` for the rendezvous send `sreq` (`ibv_reg_mr` through the cache)
-    /// and describe it for the peer ([`RemoteMem::Rdma`]), or `None` if it cannot be
-    /// registered (the receiver is then asked to take `Data` frames instead).
-    fn offer(&mut self, sreq: ReqId, buf: RawBuf) -> Option<RemoteMem> {
-        let addr = buf.as_mut_ptr() as u64;
-        match self.registry.acquire_host(addr, buf.len() as u64) {
-            Ok(h) => {
-                let rkey = h.rkey;
-                self.held.insert(sreq, h);
-                Some(RemoteMem::Rdma {
-                    addr,
-                    len: buf.len() as u64,
-                    rkey,
-                })
-            }
-            Err(e) => {
-                tracing::debug!(
-                    "rdma: cannot register a send buffer ({e}); sending it as Data frames"
-                );
-                None
-            }
-        }
-    }
-
-    /// The send `sreq` finished (completed or failed): its registration may go.
-    fn release(&mut self, sreq: ReqId) {
-        if let Some(h) = self.held.remove(&sreq) {
-            self.registry.release(h);
-        }
     }
 }

@@ -735,14 +735,20 @@ impl Engine {
     /// Execute the protocol's memory actions (device staging, buffer offers through
     /// the `cuda_ipc` and rdma paths); whether any ran.
     fn run_mem_actions(&mut self) -> bool {
+        // Device offers register through cuda_ipc, host offers through rdma
+        // (`Transport::register`).
         #[cfg(feature = "cuda")]
-        let ipc = self
-            .tp
-            .cuda_ipc_mut()
-            .map(|t| t as &mut dyn rankwire_transports::Transport);
+        let (ipc, rdma) = self.tp.two_mut(TransportKind::CudaIpc, TransportKind::Rdma);
         #[cfg(not(feature = "cuda"))]
-        let ipc = None;
-        self.mem.run(&mut self.proto, ipc)
+        let (ipc, rdma) = (
+            None::<&mut AnyTransport>,
+            self.tp.by_kind_mut(TransportKind::Rdma),
+        );
+        self.mem.run(
+            &mut self.proto,
+            ipc.map(|t| t as &mut dyn rankwire_transports::Transport),
+            rdma.map(|t| t as &mut dyn rankwire_transports::Transport),
+        )
     }
 
     /// Whether every frame has been handed to the OS.

@@ -61,6 +61,23 @@ pub enum Error {
     Usage(String),
 }
 
+/// The fix of a usage error that does not carry its own: the one its message is about.
+fn usage_remedy(msg: &str) -> &'static str {
+    if msg.contains("finalize") {
+        "make no call after finalize (finalize last, or let the Universe drop at the end)"
+    } else if msg.contains("tag") {
+        "pass a tag in 0..=tag_ub() (ANY_TAG only where a receive allows it)"
+    } else if msg.contains("rank") {
+        "pass a rank in 0..size of the communicator (ANY_SOURCE only where a receive \
+         allows it)"
+    } else if msg.contains("RANKWIRE_") {
+        "set the variable to one of the values named above (`rwrun --settings` lists every \
+         setting with its valid values)"
+    } else {
+        "pass a value the message allows"
+    }
+}
+
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
@@ -92,6 +109,8 @@ impl fmt::Display for Error {
             Error::Registration(d) => write!(f, "registration: {d}")?,
             Error::Gpu(d) => write!(f, "gpu: {d}")?,
             Error::Collective(d) => write!(f, "collective: {d}")?,
+            // A usage message that carries its own fix (a setting, --require) ends there.
+            Error::Usage(d) if d.contains("; fix: ") => return write!(f, "usage: {d}"),
             Error::Usage(d) => write!(f, "usage: {d}")?,
         }
         write!(f, "; fix: {}", self.remedy())
@@ -193,10 +212,7 @@ impl Error {
                 of the communicator, with the same root, op, element type and matching counts \
                 (RANKWIRE_COLL_CHECK=1 names the ranks that differ)"
                 .into(),
-            Error::Usage(_) => "pass a value the message allows: a rank in 0..size of the \
-                communicator, a tag in 0..=tag_ub(), a setting from the valid values listed; \
-                make no call after finalize"
-                .into(),
+            Error::Usage(d) => usage_remedy(d).into(),
         }
     }
 
@@ -348,6 +364,24 @@ mod tests {
                 &["rank 5", "size 2"],
             ),
         ]
+    }
+
+    #[test]
+    fn usage_errors_get_the_fix_they_are_about() {
+        let own = Error::Usage("RANKWIRE_X=1 is bad; fix: set it to 0".into()).to_string();
+        assert_eq!(own, "usage: RANKWIRE_X=1 is bad; fix: set it to 0");
+        let tag = Error::Usage("tag -3 is negative".into()).to_string();
+        assert!(
+            tag.ends_with(
+                "fix: pass a tag in 0..=tag_ub() (ANY_TAG only where a receive allows it)"
+            ),
+            "{tag}"
+        );
+        let rank = Error::Usage("rank 7 is not in a communicator of 2".into()).to_string();
+        assert!(rank.contains("fix: pass a rank in 0..size"), "{rank}");
+        assert!(!rank.contains("tag_ub"), "{rank}");
+        let fin = Error::Usage("the universe was finalized".into()).to_string();
+        assert!(fin.contains("fix: make no call after finalize"), "{fin}");
     }
 
     #[test]

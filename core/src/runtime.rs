@@ -37,9 +37,11 @@
 //! What stays process-wide, and why, is listed where it is declared: the init-once
 //! flag (`crate::universe`), the panic message and last error (`crate::abort`: a
 //! panic hook can only reach statics, and errors are recorded where they are built,
-//! with no runtime at hand), the cross-memory-attach probe word (`crate::engine`: a
-//! peer reads it at a fixed address of this process) and the GPU temporary pool
-//! (`crate::coll::device`, moving to `rankwire_gpu`).
+//! with no runtime at hand), and the cross-memory-attach probe word
+//! (`rankwire_transports::shm::cma::CMA_PROBE_WORD`, transports/src/shm/cma.rs: a
+//! peer reads it at a fixed address of this process). The GPU temporary pool is no
+//! longer process-wide: a `rankwire_gpu::TmpPool` value (gpu/src/pool.rs) owned by
+//! the engine (`Engine::gpu_pool`).
 //!
 //! # Waiting
 //! [`Inner::wait_for`] spins on progress rounds a bounded number of times, then yields,

@@ -27,6 +27,17 @@
 //! bytes through host memory (`cuMemcpy` into and out of host buffers) over the host
 //! route. Managed memory is CPU-accessible and takes the host paths.
 //!
+//! Host rendezvous between ranks of one node: single copy by cross-memory attach
+//! (`process_vm_readv`) where declared caps say a one-sided host `get` reaches the peer.
+//! The route's own caps decide where the route is a node-local transport (shm: its
+//! `get`/`put` are cross-memory attach, off with `RANKWIRE_CMA=0`); a route that
+//! reaches further (tcp between ranks of one node) declares none, and the `cma`
+//! candidate, the standalone cross-memory attach path
+//! (`rankwire_transports::shm::cma::caps`), decides. Either way only where the `cma`
+//! candidate is usable (`RANKWIRE_CMA` not 0) and reaches the peer (same node, and the
+//! OS allowed the probe at init). The `cma` candidate carries no messages: it is no
+//! route and is left out of the walks above.
+//!
 //! Gathering the inputs (env, bootstrap exchanges, transports' own answers) is the
 //! caller's job ([`allowed_transports`], [`probe_rdma`], `universe.rs`); nothing in
 //! [`select`] touches a transport, the environment or the OS.
@@ -117,6 +128,9 @@ pub(crate) enum TransportId {
     SelfTp,
     Shm,
     CudaIpc,
+    /// Cross-memory attach on its own: the one-sided part of same-node host
+    /// rendezvous only (see the module doc), never a route.
+    Cma,
     Rdma,
     Tcp,
 }
@@ -127,20 +141,21 @@ impl TransportId {
             TransportId::SelfTp => "self",
             TransportId::Shm => "shm",
             TransportId::CudaIpc => "cuda_ipc",
+            TransportId::Cma => "cma",
             TransportId::Rdma => "rdma",
             TransportId::Tcp => "tcp",
         }
     }
 
-    /// The engine's route when this transport carries host memory (cuda_ipc never
-    /// does: it declares no host memory).
+    /// The engine's route when this transport carries host memory (cuda_ipc and cma
+    /// never do: they declare no host `send`).
     fn route(self) -> Route {
         match self {
             TransportId::SelfTp => Route::SelfTp,
             TransportId::Shm => Route::Shm,
             TransportId::Rdma => Route::Rdma,
             TransportId::Tcp => Route::Tcp,
-            TransportId::CudaIpc => Route::None,
+            TransportId::CudaIpc | TransportId::Cma => Route::None,
         }
     }
 
@@ -182,11 +197,6 @@ pub(crate) struct Input {
     pub(crate) candidates: Vec<Candidate>,
     /// Device memory usable at all in this process: `Err(reason)` when not.
     pub(crate) gpu: std::result::Result<(), String>,
-    /// Single copy (cross-memory attach) for large same-node host messages: `Err(reason)`
-    /// when off for the whole rank.
-    pub(crate) cma: std::result::Result<(), String>,
-    /// Per world rank: why the OS refused this rank cross-memory attach to it (probed at init).
-    pub(crate) cma_refused: Vec<Option<String>>,
     /// A waiting sender copies a share of large same-node host messages.
     pub(crate) share: bool,
 }
@@ -245,8 +255,9 @@ pub(crate) struct PeerPath {
     pub(crate) managed: Vec<Fit>,
     /// Eager limit of the route for host memory, in bytes (from its declared caps).
     pub(crate) eager_bytes: usize,
-    /// Why the OS refused this rank cross-memory attach to the peer (probed at init).
-    pub(crate) cma_refused: Option<String>,
+    /// Single copy of large host messages: `Ok(name)` of the candidate whose declared
+    /// caps decided it (the route's, or `cma`), else why not.
+    pub(crate) cma: std::result::Result<&'static str, String>,
     /// How large host messages move.
     pub(crate) rndv: HostRndv,
     /// Device rendezvous by CUDA IPC (cuda_ipc won the device walk).
@@ -293,8 +304,6 @@ pub(crate) struct Paths {
     pub(crate) rank: u32,
     /// One per world rank, in rank order.
     pub(crate) peers: Vec<PeerPath>,
-    /// Single copy for large same-node host messages: `Err(reason)` when off.
-    pub(crate) cma: std::result::Result<(), String>,
     /// A waiting sender copies a share of large same-node host messages.
     pub(crate) share: bool,
     /// Device memory usable at all: `Err(reason)` when not.
@@ -325,6 +334,7 @@ pub(crate) fn select(input: &Input) -> Result<Paths> {
         let walk = |kind: MemoryKind| -> Vec<Fit> {
             candidates
                 .iter()
+                .filter(|c| c.id != TransportId::Cma)
                 .map(|c| fit(input, c, peer, kind))
                 .collect()
         };
@@ -341,13 +351,14 @@ pub(crate) fn select(input: &Input) -> Result<Paths> {
             .and_then(|c| c.caps.as_ref()?.host)
             .map_or(0, |k| k.eager_limit_bytes);
         let same_node = input.same_node[peer];
-        let cma_refused = input.cma_refused.get(peer).cloned().flatten();
-        let cma_ok = input.cma.is_ok() && cma_refused.is_none();
-        let rndv = match route {
-            Route::SelfTp => HostRndv::Local,
-            Route::None => HostRndv::None,
-            Route::Rdma => HostRndv::RdmaRead,
-            _ if same_node && cma_ok => HostRndv::Cma { share: input.share },
+        let cma = single_copy(&candidates, won.id, peer);
+        let rndv = match (route, &cma) {
+            (Route::SelfTp, _) => HostRndv::Local,
+            (Route::None, _) => HostRndv::None,
+            (Route::Rdma, _) => HostRndv::RdmaRead,
+            (_, Ok(by)) if same_node => HostRndv::Cma {
+                share: input.share && declared_host(&candidates, by).is_some_and(|k| k.put),
+            },
             _ => HostRndv::Transport,
         };
         // Device memory: the first candidate declaring it wins (only cuda_ipc does);
@@ -366,7 +377,7 @@ pub(crate) fn select(input: &Input) -> Result<Paths> {
             device,
             managed,
             eager_bytes,
-            cma_refused,
+            cma,
             rndv,
             cuda_ipc,
         });
@@ -374,10 +385,50 @@ pub(crate) fn select(input: &Input) -> Result<Paths> {
     Ok(Paths {
         rank: input.rank,
         peers,
-        cma: input.cma.clone(),
         share: input.share,
         gpu: input.gpu.clone(),
     })
+}
+
+/// The declared host caps of the candidate named `name`.
+fn declared_host(candidates: &[&Candidate], name: &str) -> Option<KindCaps> {
+    candidates
+        .iter()
+        .find(|c| c.id.name() == name)
+        .and_then(|c| c.caps.as_ref()?.host)
+}
+
+/// Whether large host messages to `peer` over the route `route` go by single copy
+/// (cross-memory attach), and by whose declared caps (see the module doc): `Ok(name)`
+/// of the deciding candidate, else the reason.
+fn single_copy(
+    candidates: &[&Candidate],
+    route: TransportId,
+    peer: usize,
+) -> std::result::Result<&'static str, String> {
+    let Some(cma) = candidates.iter().find(|c| c.id == TransportId::Cma) else {
+        return Err("not a candidate".to_string());
+    };
+    // RANKWIRE_CMA and the probe at init: the cma candidate's own answers.
+    cma.usable.clone()?;
+    cma.reach
+        .get(peer)
+        .cloned()
+        .unwrap_or_else(|| Err(format!("rank {peer} is not in the job")))?;
+    let route_caps = candidates
+        .iter()
+        .find(|c| c.id == route)
+        .and_then(|c| c.caps.as_ref());
+    let one_sided = |k: Option<KindCaps>| k.is_some_and(|k| k.get);
+    match route_caps {
+        Some(caps) if one_sided(caps.host) => Ok(route.name()),
+        // A node-local route owns cross-memory attach for its peers: its caps say no.
+        Some(caps) if caps.reach == rankwire_transports::Reach::Node => {
+            Err(format!("{} declares no one-sided host get", route.name()))
+        }
+        _ if one_sided(cma.caps.as_ref().and_then(|c| c.host)) => Ok(TransportId::Cma.name()),
+        _ => Err("declares no one-sided host get".to_string()),
+    }
 }
 
 /// One candidate's answer for (`peer`, `kind`), in the order of the module doc.
@@ -438,8 +489,8 @@ fn nothing_fits(rank: u32, peer: u32, memory: &str, fits: &[Fit]) -> Error {
         // A setting, not a failed connection: say which one.
         Error::usage(format!(
             "no allowed transport carries {memory} memory from rank {rank} to rank {peer}: \
-             {reasons} (RANKWIRE_LOG=debug shows why RDMA is off); add tcp (or shm for \
-             ranks of one node) to {TRANSPORTS_ENV}"
+             {reasons}; fix: add tcp (or shm for ranks of one node) to {TRANSPORTS_ENV} \
+             (RANKWIRE_LOG=debug shows each transport's reason)"
         ))
     } else {
         Error::Connection {
@@ -526,6 +577,10 @@ mod tests {
         ipc: bool,
         shm_reach: Vec<std::result::Result<(), String>>,
         cma: bool,
+        /// The shm transport declares host get/put (it does where `cma`).
+        shm_get: bool,
+        /// Per rank: the probe at init refused cross-memory attach to it.
+        cma_refused: Vec<Option<String>>,
     }
 
     impl Topo {
@@ -548,6 +603,8 @@ mod tests {
                     })
                     .collect(),
                 cma: true,
+                shm_get: true,
+                cma_refused: vec![None; same_node.len()],
             }
         }
 
@@ -599,10 +656,12 @@ mod tests {
                     // As in universe.rs: an excluded shm is not built, its caps unknown.
                     Candidate {
                         id: TransportId::Shm,
-                        caps: self
-                            .allowed
-                            .contains(&"shm")
-                            .then(|| host_caps("shm", Reach::Node, 32768)),
+                        caps: self.allowed.contains(&"shm").then(|| {
+                            let mut c = host_caps("shm", Reach::Node, 32768);
+                            let h = c.host.as_mut().unwrap();
+                            (h.get, h.put) = (self.cma && self.shm_get, self.cma && self.shm_get);
+                            c
+                        }),
                         usable: if self.allowed.contains(&"shm") {
                             Ok(())
                         } else {
@@ -629,6 +688,20 @@ mod tests {
                         }),
                     },
                     Candidate {
+                        id: TransportId::Cma,
+                        caps: Some(rankwire_transports::shm::cma::caps()),
+                        usable: if self.cma {
+                            Ok(())
+                        } else {
+                            Err("turned off by RANKWIRE_CMA=0".into())
+                        },
+                        reach: others(&|r| match &self.cma_refused[r] {
+                            _ if !self.same_node[r] => Err(format!("rank {r} is on another node")),
+                            Some(why) => Err(why.clone()),
+                            None => Ok(()),
+                        }),
+                    },
+                    Candidate {
                         id: TransportId::Rdma,
                         caps: Some(RdmaTransport::declared_caps(8192)),
                         usable: match &self.rdma {
@@ -645,12 +718,6 @@ mod tests {
                     },
                 ],
                 gpu,
-                cma: if self.cma {
-                    Ok(())
-                } else {
-                    Err("turned off by RANKWIRE_CMA=0".into())
-                },
-                cma_refused: vec![None; n],
                 share: self.cma,
             }
         }
@@ -963,5 +1030,72 @@ mod tests {
         );
         let table = render(&remote.rows());
         assert_eq!(table.lines().count(), 7, "{table}");
+    }
+
+    #[test]
+    fn single_copy_follows_declared_caps() {
+        // shm declares no host get/put: no single copy, and the row says whose caps.
+        let mut t = Topo::new(&[true, true]);
+        t.shm_get = false;
+        let p = t.select();
+        assert_eq!(p.peers[1].route, Route::Shm);
+        assert_eq!(p.peers[1].rndv, HostRndv::Transport);
+        let host = row(&p.rows(), 1, "host").clone();
+        assert!(!host.protocol.contains("single copy"), "{host:?}");
+        assert!(
+            host.rejected
+                .contains(&"cma: shm declares no one-sided host get".to_string()),
+            "{host:?}"
+        );
+        let e = p.check_required("cma").unwrap_err().to_string();
+        assert!(e.contains("cma: shm declares no one-sided host get"), "{e}");
+        // shm declares them: single copy by shm's caps.
+        let p = Topo::new(&[true, true]).select();
+        assert_eq!(p.peers[1].cma, Ok("shm"));
+        assert!(row(&p.rows(), 1, "host").protocol.contains("by shm caps"));
+        // A tcp route on the same node: the cma candidate's caps decide.
+        let mut t = Topo::new(&[true, true]);
+        t.allowed = vec!["tcp"];
+        let p = t.select();
+        assert_eq!(p.peers[1].route, Route::Tcp);
+        assert_eq!(p.peers[1].rndv, HostRndv::Cma { share: true });
+        assert_eq!(p.peers[1].cma, Ok("cma"));
+        assert!(row(&p.rows(), 1, "host").protocol.contains("by cma caps"));
+        assert!(p.check_required("cma").is_ok());
+        // RANKWIRE_CMA=0: none, over either route.
+        for allowed in [vec!["shm", "tcp"], vec!["tcp"]] {
+            let mut t = Topo::new(&[true, true]);
+            t.allowed = allowed;
+            t.cma = false;
+            let p = t.select();
+            assert_eq!(p.peers[1].rndv, HostRndv::Transport);
+            assert_eq!(
+                p.peers[1].cma,
+                Err("turned off by RANKWIRE_CMA=0".to_string())
+            );
+        }
+        // The probe at init refused it: none, over either route, with the reason.
+        for allowed in [vec!["shm", "tcp"], vec!["tcp"]] {
+            let mut t = Topo::new(&[true, true, true]);
+            t.allowed = allowed;
+            t.cma_refused[2] = Some("not permitted by the OS: EPERM".into());
+            let p = t.select();
+            assert!(matches!(p.peers[1].rndv, HostRndv::Cma { .. }));
+            assert_eq!(p.peers[2].rndv, HostRndv::Transport);
+            let e = p.check_required("cma").unwrap_err().to_string();
+            assert!(e.contains("rank 0 -> rank 2") && e.contains("EPERM"), "{e}");
+        }
+        // Another node: the cma candidate does not reach it.
+        let p = Topo::new(&[true, false]).select();
+        assert_eq!(p.peers[1].rndv, HostRndv::Transport);
+    }
+
+    #[test]
+    fn the_cma_candidate_caps_are_one_sided_host_only() {
+        let c = rankwire_transports::shm::cma::caps();
+        assert_eq!((c.name, c.reach), ("cma", Reach::Node));
+        let h = c.host.unwrap();
+        assert!(h.get && h.put && !h.send);
+        assert!(c.cuda.is_none() && c.cuda_managed.is_none());
     }
 }

@@ -16,7 +16,6 @@ use crate::bootstrap::launch::{self, Launch};
 use crate::bootstrap::node::{affinity_cpus, cpu_list, env_switch, node_id, parse_cpu_list};
 use crate::bootstrap::pmi::PmiClient;
 use crate::comm::Communicator;
-use crate::device_path::RdmaOffer;
 use crate::engine::{Backoff, Engine};
 use crate::error::{Error, Result};
 use crate::runtime::Inner;
@@ -445,20 +444,22 @@ fn build(joined: Joined) -> Result<Universe> {
         .collect();
     // Node identity, not the launcher's numbering, decides who shares a node.
     let local_rank = local.iter().filter(|&&r| r < rank).count() as u32;
+    // Same-node peers exchange large host messages in one copy by cross-memory attach
+    // (process_vm_readv); a receiver that is refused falls back to copying through the
+    // transport. RANKWIRE_CMA=0 turns it off.
+    let cma = env_switch("RANKWIRE_CMA") != Some(false);
     let shm = if allowed.contains(&"shm") && size > 1 {
         let cfg = ShmConfig::from_env()
             .map_err(|e| Error::usage(format!("shared-memory transport settings: {e}")))?;
         let mut t = ShmTransport::new(rank, &job_id, cfg, &mut client, &local)?;
+        // Before selection reads its caps: their host get/put follow single copy.
+        t.set_cma_allowed(cma);
         // Its can_reach refuses peers of other nodes (caps: reach Node).
         t.set_node_id(me.as_str());
         Some(t)
     } else {
         None
     };
-    // Same-node peers exchange large host messages in one copy by cross-memory attach
-    // (process_vm_readv); a receiver that is refused falls back to copying through the
-    // transport. RANKWIRE_CMA=0 turns it off.
-    let cma = env_switch("RANKWIRE_CMA") != Some(false);
     // Whether the OS lets this rank read each same-node peer (ptrace rules, containers):
     // probed once here, so that `--explain` and `--require=cma` tell the truth and no
     // large message tries first. A refused peer gets its large messages through the
@@ -496,16 +497,11 @@ fn build(joined: Joined) -> Result<Universe> {
             shm.as_ref(),
             &rdma_probe,
             &gpu_state,
+            cma.then_some(&cma_refused[..]),
         ),
         same_node,
         allowed,
         gpu: gpu_state.clone(),
-        cma: if cma {
-            Ok(())
-        } else {
-            Err("turned off by RANKWIRE_CMA=0".into())
-        },
-        cma_refused,
         share,
     })?;
     log_choices(&paths);
@@ -554,7 +550,7 @@ fn build(joined: Joined) -> Result<Universe> {
     // never polls it.
     let shm = shm.filter(|_| routes.contains(&Route::Shm));
     let tcp = tcp.filter(|_| !tcp_peers.is_empty());
-    let registry = rdma.as_ref().map(|t| t.registry());
+    let rdma_offers = rdma.is_some();
     let mut engine = Engine::new(
         rank,
         size,
@@ -565,7 +561,8 @@ fn build(joined: Joined) -> Result<Universe> {
         Backoff::from_env(local_size, node_cpus.len()),
         gpu_pool(),
     );
-    // The shm transport's caps say get/put only where single copy is on.
+    // The shm transport already follows `cma` (set before selection); this sets the
+    // set's own cross-memory attach (TCP-only runs between ranks of one node) alike.
     engine.set_cma_allowed(cma);
     for p in &paths.peers {
         // Selection read the same caps the engine's transports declare.
@@ -575,12 +572,10 @@ fn build(joined: Joined) -> Result<Universe> {
     if let (Ok(()), Some(t), Some(cfg)) = (&gpu_state, engine.rdma(), rdma_cfg.as_ref()) {
         select::gdr_choice(rank, t, cfg)?;
     }
-    if let Some(reg) = registry {
-        // Rendezvous over RDMA: the Rts carries address, length and rkey of the
-        // registered send buffer, and the receiver RDMA-reads it.
-        engine
-            .mem
-            .set_rdma(RdmaOffer::new(reg), &rdma_peers, &mut engine.proto);
+    if rdma_offers {
+        // Rendezvous over RDMA: the Rts carries address, length and rkey of the send
+        // buffer, registered through the rdma transport, and the receiver RDMA-reads it.
+        engine.mem.set_rdma(&rdma_peers, &mut engine.proto);
         for &r in &rdma_peers {
             engine.proto.allow_pull(r, true);
             tracing::debug!("rank {rank} <- rank {r}: large host messages by RDMA READ");
@@ -634,6 +629,8 @@ fn candidates(
     shm: Option<&ShmTransport>,
     rdma: &select::RdmaProbe,
     gpu: &std::result::Result<(), String>,
+    // Per rank, why the probe refused cross-memory attach; `None`: RANKWIRE_CMA=0.
+    cma_refused: Option<&[Option<String>]>,
 ) -> Vec<Candidate> {
     let size = node_ids.len() as u32;
     let info = |r: u32| PeerInfo {
@@ -707,6 +704,27 @@ fn candidates(
             }),
         },
         Candidate {
+            id: TransportId::Cma,
+            caps: Some(rankwire_transports::shm::cma::caps()),
+            usable: if size < 2 {
+                Err("no other rank".to_string())
+            } else if cma_refused.is_some() {
+                Ok(())
+            } else {
+                Err("turned off by RANKWIRE_CMA=0".to_string())
+            },
+            reach: others(
+                &|r| match cma_refused.and_then(|c| c[r as usize].as_ref()) {
+                    _ if !same_node[r as usize] => Err(format!(
+                        "rank {r} is on another node ({})",
+                        node_ids[r as usize]
+                    )),
+                    Some(why) => Err(why.clone()),
+                    None => Ok(()),
+                },
+            ),
+        },
+        Candidate {
             id: TransportId::Rdma,
             caps: Some(select::rdma_caps(rdma.cfg.as_ref())),
             usable: rdma.usable.clone(),
@@ -767,8 +785,6 @@ fn singleton() -> Universe {
             reach: vec![Ok(())],
         }],
         gpu: gpu.clone(),
-        cma: Err("no other rank".into()),
-        cma_refused: vec![None],
         share: false,
     })
     // The self candidate always reaches rank 0.

@@ -287,6 +287,26 @@ impl Transports {
         self.slots[kind.slot()].as_mut()
     }
 
+    /// Two transports of different kinds at once, mutably (`None` where absent).
+    ///
+    /// # Panics
+    /// If `a == b` (a caller bug: one transport cannot be lent twice).
+    pub fn two_mut(
+        &mut self,
+        a: TransportKind,
+        b: TransportKind,
+    ) -> (Option<&mut AnyTransport>, Option<&mut AnyTransport>) {
+        assert_ne!(a, b, "two_mut: the same kind twice");
+        let (i, j) = (a.slot(), b.slot());
+        let (lo, hi) = self.slots.split_at_mut(i.max(j));
+        let (first, second) = (lo[i.min(j)].as_mut(), hi[0].as_mut());
+        if i < j {
+            (first, second)
+        } else {
+            (second, first)
+        }
+    }
+
     /// Every transport held, in the order of [`TransportKind::ALL`].
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut AnyTransport> {
         self.slots.iter_mut().flatten()

@@ -41,15 +41,6 @@ impl Paths {
         rows
     }
 
-    /// Single copy to peer `p`: off for the whole rank (`self.cma`), or refused by the OS
-    /// for that peer.
-    fn cma_for<'a>(&'a self, p: &'a PeerPath) -> std::result::Result<(), &'a str> {
-        match (&self.cma, &p.cma_refused) {
-            (Err(why), _) | (Ok(()), Some(why)) => Err(why),
-            (Ok(()), None) => Ok(()),
-        }
-    }
-
     fn row(&self, p: &PeerPath, memory: &'static str) -> Row {
         let transport = p.route.name();
         let mut rejected = p.host_rejected();
@@ -67,15 +58,18 @@ impl Paths {
                         p.eager_bytes
                     ),
                     HostRndv::Cma { share: true } => format!(
-                        "eager <= {} B; above: rendezvous, single copy (cma, process_vm_readv; \
-                         from {} KiB a waiting sender writes half)",
+                        "eager <= {} B; above: rendezvous, single copy (cma, process_vm_readv, \
+                         {}; from {} KiB a waiting sender writes half)",
                         p.eager_bytes,
+                        decided_by(p),
                         (crate::protocol::SHARE_MIN_BYTES + crate::protocol::PULL_CHUNK_BYTES)
                             >> 10
                     ),
                     HostRndv::Cma { share: false } => format!(
-                        "eager <= {} B; above: rendezvous, single copy (cma, process_vm_readv)",
-                        p.eager_bytes
+                        "eager <= {} B; above: rendezvous, single copy (cma, process_vm_readv, \
+                         {})",
+                        p.eager_bytes,
+                        decided_by(p)
                     ),
                     HostRndv::Transport => format!(
                         "eager <= {} B; above: rendezvous (Rts/Cts/Data) through {transport}",
@@ -89,7 +83,7 @@ impl Paths {
                 }
                 if p.same_node
                     && p.route != Route::SelfTp
-                    && let Err(why) = self.cma_for(p)
+                    && let Err(why) = &p.cma
                 {
                     rejected.push(format!("cma: {why}"));
                 } else if p.same_node
@@ -169,7 +163,7 @@ impl Paths {
         for want in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             if !REQUIRABLE.contains(&want) {
                 return Err(Error::usage(format!(
-                    "{REQUIRE_ENV}={list:?}: unknown path {want:?} (known: {})",
+                    "{REQUIRE_ENV}={list:?}: unknown path {want:?}; fix: name paths from {}",
                     REQUIRABLE.join(", ")
                 )));
             }
@@ -177,7 +171,7 @@ impl Paths {
                 let fail = |why: String| {
                     Err(Error::usage(format!(
                         "{REQUIRE_ENV} includes {want}, but rank {} -> rank {} cannot use it: \
-                         {why}; remove the reason, or drop {want} from {REQUIRE_ENV} / \
+                         {why}; fix: remove the reason, or drop {want} from {REQUIRE_ENV} / \
                          --require (rwrun --explain shows every path)",
                         self.rank, p.peer
                     )))
@@ -191,7 +185,7 @@ impl Paths {
                         ));
                     }
                     "cma" if p.same_node => {
-                        if let Err(why) = self.cma_for(p) {
+                        if let Err(why) = &p.cma {
                             return fail(format!("cma: {why}"));
                         }
                     }
@@ -225,6 +219,14 @@ impl Paths {
             }
         }
         Ok(())
+    }
+}
+
+/// Whose declared caps chose single copy to `p`, in words.
+fn decided_by(p: &PeerPath) -> String {
+    match &p.cma {
+        Ok(name) => format!("by {name} caps"),
+        Err(_) => "by no caps".to_string(),
     }
 }
 

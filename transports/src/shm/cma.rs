@@ -18,7 +18,9 @@ use std::io::{IoSlice, IoSliceMut};
 
 use nix::sys::uio::{RemoteIoVec, process_vm_readv, process_vm_writev};
 
-use crate::{LocalBuf, MemoryKind, OpStart, Registration, RemoteMem, TransportError};
+use crate::{
+    Caps, KindCaps, LocalBuf, MemoryKind, OpStart, Reach, Registration, RemoteMem, TransportError,
+};
 
 /// Transport name in errors (the shm transport's).
 const NAME: &str = "shm";
@@ -58,6 +60,31 @@ pub fn cma_probe(pid: u32, addr: u64) -> Result<bool, String> {
         ));
     }
     Ok(true)
+}
+
+/// Declared capabilities of cross-memory attach on its own (a [`Cma`] without
+/// shared-memory rings, the core's `cma` selection candidate for the one-sided part of
+/// same-node host rendezvous): name `cma`, reach within the node, host memory by
+/// one-sided `get` and `put` only (no `send`: it carries no messages, so it is never a
+/// route), descriptors from [`Cma::register`] (pid and address; nothing pinned, so
+/// `needs_registration` is false). No device or managed memory.
+pub fn caps() -> Caps {
+    Caps {
+        name: "cma",
+        reach: Reach::Node,
+        host: Some(KindCaps {
+            send: false,
+            put: true,
+            get: true,
+            eager_limit_bytes: 0,
+            max_frame_payload_bytes: 0,
+            max_message_bytes: u64::MAX,
+            needs_registration: false,
+            register: true,
+        }),
+        cuda: None,
+        cuda_managed: None,
+    }
 }
 
 /// Cross-memory attach of host memory, for one process: registration by pid and
