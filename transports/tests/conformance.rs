@@ -607,8 +607,12 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
             kc.max_frame_payload_bytes
         ));
     } else if kc.send {
-        skipped.push(format!(
-            "{name}/{kind}: send of device memory skipped (Transport::send takes host slices)"
+        // `Transport::send` takes its payload as host bytes (`&[u8]`): no transport can
+        // send device memory through it, so a kind row other than host that declares
+        // `send` is wrong by construction (the core stages such memory through host).
+        return Err(format!(
+            "{name}/{kind}: caps say send: true for {kind} memory, but Transport::send \
+             takes host bytes only"
         ));
     } else if !host_send {
         // Declared send: false (and no host send to stage through): refused.
@@ -1207,10 +1211,12 @@ fn wrong_caps_fail_the_body_either_way() {
     // Device memory claimed by a host-only transport.
     let mut p = lie(self_pair().unwrap(), |c| c.cuda = c.host);
     let e = conformance(&mut p, MemoryKind::Cuda { device: 0 });
-    if let Err(e) = e {
-        assert!(e.contains("register") || e.contains("get"), "{e}");
-    } else {
-        eprintln!("cuda caps lie: not checkable without a CUDA device: skipped");
+    match e {
+        Err(e) => assert!(
+            e.contains("send: true") || e.contains("register") || e.contains("get"),
+            "{e}"
+        ),
+        Ok(_) => panic!("a host-only transport claiming device memory passed the body"),
     }
     // A frame limit larger than the transport takes.
     lie_fails(
