@@ -61,18 +61,24 @@ pub enum Error {
     Usage(String),
 }
 
-/// The fix of a usage error that does not carry its own: the one its message is about.
+/// The fix of a usage error that does not carry its own: the one its message is about,
+/// judged by whole words (a setting's name first, then finalize, tag, rank).
 fn usage_remedy(msg: &str) -> &'static str {
-    if msg.contains("finalize") {
-        "make no call after finalize (finalize last, or let the Universe drop at the end)"
-    } else if msg.contains("tag") {
-        "pass a tag in 0..=tag_ub() (ANY_TAG only where a receive allows it)"
-    } else if msg.contains("rank") {
-        "pass a rank in 0..size of the communicator (ANY_SOURCE only where a receive \
-         allows it)"
-    } else if msg.contains("RANKWIRE_") {
+    let words: Vec<&str> = msg
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let has = |w: &str| words.contains(&w);
+    if words.iter().any(|w| w.starts_with("RANKWIRE_")) {
         "set the variable to one of the values named above (`rwrun --settings` lists every \
          setting with its valid values)"
+    } else if has("finalize") || has("finalized") {
+        "make no call after finalize (finalize last, or let the Universe drop at the end)"
+    } else if has("tag") {
+        "pass a tag in 0..=tag_ub() (ANY_TAG only where a receive allows it)"
+    } else if has("rank") {
+        "pass a rank in 0..size of the communicator (ANY_SOURCE only where a receive \
+         allows it)"
     } else {
         "pass a value the message allows"
     }
@@ -382,6 +388,9 @@ mod tests {
         assert!(!rank.contains("tag_ub"), "{rank}");
         let fin = Error::Usage("the universe was finalized".into()).to_string();
         assert!(fin.contains("fix: make no call after finalize"), "{fin}");
+        // Whole words, a setting first: "staging" is no tag, RANKWIRE_X no rank.
+        let set = Error::Usage("rank 3: RANKWIRE_FOO=1 needs staging".into()).to_string();
+        assert!(set.contains("fix: set the variable"), "{set}");
     }
 
     #[test]

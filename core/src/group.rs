@@ -356,7 +356,7 @@ impl Communicator {
         ContextIds::lowest(&all).ok_or_else(|| {
             Error::usage(format!(
                 "context ids exhausted: a rank of this communicator has {MAX_CONTEXTS} \
-                 communicators alive; drop communicators that are no longer used"
+                 communicators alive; fix: drop communicators that are no longer used"
             ))
         })
     }

@@ -419,13 +419,15 @@ fn single_copy(
         .iter()
         .find(|c| c.id == route)
         .and_then(|c| c.caps.as_ref());
-    let one_sided = |k: Option<KindCaps>| k.is_some_and(|k| k.get);
+    // The receiver gets, from memory the sender registered: both flags.
+    let one_sided = |k: Option<KindCaps>| k.is_some_and(|k| k.get && k.register);
     match route_caps {
         Some(caps) if one_sided(caps.host) => Ok(route.name()),
         // A node-local route owns cross-memory attach for its peers: its caps say no.
-        Some(caps) if caps.reach == rankwire_transports::Reach::Node => {
-            Err(format!("{} declares no one-sided host get", route.name()))
-        }
+        Some(caps) if caps.reach == rankwire_transports::Reach::Node => Err(format!(
+            "{} declares no one-sided host get of registered memory",
+            route.name()
+        )),
         _ if one_sided(cma.caps.as_ref().and_then(|c| c.host)) => Ok(TransportId::Cma.name()),
         _ => Err("declares no one-sided host get".to_string()),
     }
@@ -471,6 +473,9 @@ fn absent_reason(id: TransportId, kind: MemoryKind) -> String {
     match (id, kind) {
         (TransportId::CudaIpc, MemoryKind::CudaManaged) => {
             "managed memory cannot be exported by legacy CUDA IPC".to_string()
+        }
+        (TransportId::CudaIpc, MemoryKind::Host) => {
+            "one-sided only (device-to-host gets): it sends no messages".to_string()
         }
         (_, MemoryKind::Host) => "no host memory".to_string(),
         (_, MemoryKind::Cuda { .. }) => "no device memory".to_string(),
@@ -659,7 +664,11 @@ mod tests {
                         caps: self.allowed.contains(&"shm").then(|| {
                             let mut c = host_caps("shm", Reach::Node, 32768);
                             let h = c.host.as_mut().unwrap();
-                            (h.get, h.put) = (self.cma && self.shm_get, self.cma && self.shm_get);
+                            (h.get, h.put, h.register) = (
+                                self.cma && self.shm_get,
+                                self.cma && self.shm_get,
+                                self.cma && self.shm_get,
+                            );
                             c
                         }),
                         usable: if self.allowed.contains(&"shm") {
@@ -892,8 +901,8 @@ mod tests {
         assert!(
             e.contains(
                 "no allowed transport carries host memory from rank 0 to rank 1: self: peer is \
-                 another process; shm: excluded by RANKWIRE_TRANSPORTS; cuda_ipc: no host \
-                 memory; rdma: no RDMA device in this process (no libibverbs); tcp: excluded \
+                 another process; shm: excluded by RANKWIRE_TRANSPORTS; cuda_ipc: one-sided \
+                 only (device-to-host gets): it sends no messages; rdma: no RDMA device in this process (no libibverbs); tcp: excluded \
                  by RANKWIRE_TRANSPORTS"
             ),
             "{e}"
@@ -1043,8 +1052,9 @@ mod tests {
         let host = row(&p.rows(), 1, "host").clone();
         assert!(!host.protocol.contains("single copy"), "{host:?}");
         assert!(
-            host.rejected
-                .contains(&"cma: shm declares no one-sided host get".to_string()),
+            host.rejected.contains(
+                &"cma: shm declares no one-sided host get of registered memory".to_string()
+            ),
             "{host:?}"
         );
         let e = p.check_required("cma").unwrap_err().to_string();

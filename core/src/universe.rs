@@ -50,7 +50,7 @@ pub struct Universe {
 pub fn init() -> Result<Universe> {
     if INITIALIZED.swap(true, Ordering::SeqCst) {
         return Err(Error::usage(
-            "rankwire::init called twice in one process; keep the first Universe",
+            "rankwire::init called twice in one process; fix: keep the first Universe and pass it (or its communicators) to the code that needs it",
         ));
     }
     init_logging();

@@ -71,6 +71,12 @@ impl Transport for SelfTransport {
                 peer,
             });
         }
+        if header.len() > crate::MAX_HEADER_BYTES {
+            return Err(TransportError::Unsupported {
+                transport: "self",
+                what: "a frame header longer than MAX_HEADER_BYTES",
+            });
+        }
         if payload.len() > SELF_MAX_FRAME_PAYLOAD_BYTES {
             return Err(TransportError::Unsupported {
                 transport: "self",

@@ -695,6 +695,17 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
     );
     let moved_here = p.data_path_elsewhere.is_none() && reg.is_some();
     if kc.get && !moved_here {
+        // The bytes cannot move here, but a declared get must not be refused as
+        // unsupported (an error of the copy itself is expected).
+        let op = next_op();
+        // SAFETY: `local` stays alive and untouched until `finish` returns.
+        let s = unsafe { p.end(0).get(peer, op, local.buf(), &desc, 0) };
+        if is_unsupported(&s) {
+            return Err(format!(
+                "{name}/{kind}: caps say get: true, but get answered {s:?}"
+            ));
+        }
+        let _ = finish(p, op, s);
         skipped.push(format!(
             "{name}/{kind}: get of exact bytes not checked here: {}",
             p.data_path_elsewhere
@@ -737,6 +748,15 @@ fn conformance<T: Transport>(p: &mut Pair<T>, kind: MemoryKind) -> Result<Vec<St
         }
     }
     if kc.put && !moved_here {
+        let op = next_op();
+        // SAFETY: `local` stays alive and unwritten until `finish` returns.
+        let s = unsafe { p.end(0).put(peer, op, local.part(0, 16), &desc, 0) };
+        if is_unsupported(&s) {
+            return Err(format!(
+                "{name}/{kind}: caps say put: true, but put answered {s:?}"
+            ));
+        }
+        let _ = finish(p, op, s);
         skipped.push(format!(
             "{name}/{kind}: put of exact bytes not checked here: {}",
             p.data_path_elsewhere
@@ -888,19 +908,20 @@ fn check_reach<T: Transport>(p: &mut Pair<T>, caps: &Caps) -> Result<(), String>
         node_id: node.into(),
         pid: std::process::id(),
     };
-    let to = p.ranks[1];
+    let (me, to) = (p.ranks[0], p.ranks[1]);
     let t = p.end(0);
     t.can_reach(&peer(to, NODE))
         .map_err(|e| format!("{name}: can_reach refused its own peer on its node: {e}"))?;
     let far = t.can_reach(&peer(to, "another-node"));
     match caps.reach {
         Reach::Process => {
-            let other = t.can_reach(&peer(to + 1, NODE));
-            if other.is_ok() {
-                return Err(format!(
-                    "{name}: caps say reach: Process, but can_reach accepted rank {}",
-                    to + 1
-                ));
+            // Another rank is another process: refused, whichever rank it is.
+            for r in [to, to + 1] {
+                if r != me && t.can_reach(&peer(r, NODE)).is_ok() {
+                    return Err(format!(
+                        "{name}: caps say reach: Process, but can_reach accepted rank {r}"
+                    ));
+                }
             }
         }
         Reach::Node if far.is_ok() => {
@@ -1201,6 +1222,13 @@ fn wrong_caps_fail_the_body_either_way() {
         h,
         |c| c.reach = Reach::Node,
         "caps say reach: Node",
+    );
+    // A node-local transport declared process-local.
+    lie_fails(
+        shm_pair().unwrap(),
+        h,
+        |c| c.reach = Reach::Process,
+        "caps say reach: Process",
     );
     lie_fails(
         shm_pair().unwrap(),

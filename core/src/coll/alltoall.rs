@@ -43,7 +43,8 @@ impl Communicator {
         spec.invalid = args::first([
             (!send.len().is_multiple_of(p)).then(|| {
                 Error::usage(format!(
-                    "alltoall: the send buffer holds {} elements, not a multiple of the {p} ranks",
+                    "alltoall: the send buffer holds {} elements, not a multiple of the {p} ranks; \
+                     fix: send the same number of elements to every rank",
                     send.len()
                 ))
             }),

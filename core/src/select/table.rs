@@ -171,9 +171,11 @@ impl Paths {
                 let fail = |why: String| {
                     Err(Error::usage(format!(
                         "{REQUIRE_ENV} includes {want}, but rank {} -> rank {} cannot use it: \
-                         {why}; fix: remove the reason, or drop {want} from {REQUIRE_ENV} / \
-                         --require (rwrun --explain shows every path)",
-                        self.rank, p.peer
+                         {why}; fix: {}, or drop {want} from {REQUIRE_ENV} / --require \
+                         (rwrun --explain shows every path)",
+                        self.rank,
+                        p.peer,
+                        require_fix(want)
                     )))
                 };
                 match want {
@@ -251,4 +253,26 @@ pub fn render(rows: &[Row]) -> String {
         ));
     }
     s
+}
+
+/// What makes the required path `want` usable (the fix of a failed `RANKWIRE_REQUIRE`).
+fn require_fix(want: &str) -> &'static str {
+    match want {
+        "shm" => "allow shm in RANKWIRE_TRANSPORTS (its default) for ranks of one node",
+        "cma" => {
+            "leave RANKWIRE_CMA unset (or 1) and let the ranks read each other \
+             (same user, kernel.yama.ptrace_scope 0 or 1, no seccomp filter on \
+             process_vm_readv)"
+        }
+        "ipc" => {
+            "leave RANKWIRE_CUDA_IPC unset (or 1), with a CUDA driver and device buffers \
+             on ranks of one node"
+        }
+        "rdma" => {
+            "give both nodes an RDMA device with libibverbs (RANKWIRE_IB_HCA picks one) \
+             and allow rdma in RANKWIRE_TRANSPORTS"
+        }
+        "gdr" => "load nvidia-peermem, or use a driver and NIC with DMA-BUF export",
+        _ => "remove the reason named above",
+    }
 }
