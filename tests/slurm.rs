@@ -374,8 +374,12 @@ fn two_nodes_use_tcp_between_and_shm_within() {
         }
     }
     // The debug log says why shm was not taken across nodes.
+    // (One selection row per line: route, protocol, then the candidates not chosen.)
     assert!(
-        out.stderr.contains("rank 0 -> rank 2: host memory via tcp (not chosen: shm: rank 2 is on another node (nn2/"),
+        out.stderr
+            .lines()
+            .any(|l| l.contains("rank 0 -> rank 2: host memory via tcp:")
+                && l.contains("(not chosen: shm: rank 2 is on another node (nn2/")),
         "{}",
         out.stderr
     );
