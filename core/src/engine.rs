@@ -50,9 +50,6 @@ use rankwire_transports::{
     AnyTransport, Event, LocalBuf, OpStart, RdmaTransport, SelfTransport, SendOutcome,
     ShmTransport, TcpTransport, Transport, TransportKind, Transports,
 };
-// Cross-memory attach lives in the shm transport; the init-time probe is called from
-// `crate::universe` by these names.
-pub(crate) use rankwire_transports::shm::cma::{CMA_PROBE_WORD, cma_probe};
 
 use crate::error::Error;
 use crate::protocol::{OutFrame, Protocol, PullReq, RawBuf, ReqId};

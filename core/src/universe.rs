@@ -405,7 +405,7 @@ fn build(joined: Joined) -> Result<Universe> {
                 "{me}\t{}\t{}:{:x}",
                 cpu_list(&my_cpus),
                 std::process::id(),
-                crate::engine::CMA_PROBE_WORD.as_ptr() as usize
+                rankwire_transports::shm::cma::CMA_PROBE_WORD.as_ptr() as usize
             )
             .as_bytes(),
         )
@@ -471,7 +471,7 @@ fn build(joined: Joined) -> Result<Universe> {
         for &r in &local {
             // A peer already gone (Ok(false)) is not a refusal: its transport reports it.
             if let Some((pid, addr)) = probe_at[r as usize]
-                && let Err(e) = crate::engine::cma_probe(pid, addr)
+                && let Err(e) = rankwire_transports::shm::cma::cma_probe(pid, addr)
             {
                 tracing::info!(
                     "rank {rank} <- rank {r}: cross-memory attach not permitted: {e}; large messages copy through the transport"
