@@ -74,6 +74,39 @@ impl Stream {
         Ok(s)
     }
 
+    /// A stream created elsewhere (a cudarc `CudaStream`'s `cu_stream()`, a PyTorch or
+    /// CuPy stream's handle, or a null pointer for the legacy default stream) of the
+    /// primary context of `device`. Not destroyed on drop.
+    ///
+    /// # Safety
+    /// `raw` must be a stream of the primary context of `device` (the context cudarc's
+    /// `CudaContext`, the CUDA runtime and rankwire share) and must stay live as long as
+    /// the returned value and any work enqueued through it.
+    pub unsafe fn from_raw(raw: *mut std::ffi::c_void, device: i32) -> Stream {
+        Stream {
+            raw: raw.cast(),
+            device,
+            owned: false,
+        }
+    }
+
+    /// The raw `CUstream` handle.
+    pub fn as_raw(&self) -> *mut std::ffi::c_void {
+        self.raw.cast()
+    }
+
+    /// Make work enqueued on this stream after this call wait for `event`
+    /// (`cuStreamWaitEvent`), without blocking the host.
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`].
+    pub fn wait_event(&self, event: &Event) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: both handles are live (the event is borrowed, the stream owned or
+        // guaranteed live by from_raw's contract).
+        unsafe { result::stream_wait_event(self.raw, event.raw) }
+    }
+
     /// The device ordinal this stream belongs to.
     pub fn device(&self) -> i32 {
         self.device

@@ -132,6 +132,41 @@ pub fn set_current_device(ordinal: i32) -> Result<(), GpuError> {
     result::bind_device(ordinal)
 }
 
+/// Whether contexts on device `ordinal` are shared through the MPS server
+/// (`CU_DEVICE_ATTRIBUTE_MPS_ENABLED`, CUDA 12.9+). Without MPS, processes on one GPU
+/// time-slice: each device operation after one of another process waits for a
+/// context switch (about 150 µs on an H200, `../shared/notes/device.md`).
+///
+/// # Errors
+/// As [`init`]; [`GpuError::Driver`] (`CUDA_ERROR_INVALID_VALUE` from drivers older
+/// than CUDA 12.9, which lack the attribute).
+pub fn mps_enabled(ordinal: i32) -> Result<bool, GpuError> {
+    Ok(result::device_attribute(ordinal, result::DeviceAttr::MpsEnabled)? != 0)
+}
+
+/// PCI address of device `ordinal` as `dddd:bb:dd` (hex domain, bus, device), the
+/// name `nvidia-smi` and sysfs use; equal across processes for one physical GPU,
+/// whatever `CUDA_VISIBLE_DEVICES` says.
+///
+/// # Errors
+/// As [`init`]; [`GpuError::Driver`] for a bad ordinal.
+pub fn pci_bus_id(ordinal: i32) -> Result<String, GpuError> {
+    use result::DeviceAttr;
+    let dom = result::device_attribute(ordinal, DeviceAttr::PciDomainId)?;
+    let bus = result::device_attribute(ordinal, DeviceAttr::PciBusId)?;
+    let dev = result::device_attribute(ordinal, DeviceAttr::PciDeviceId)?;
+    Ok(format!("{dom:04x}:{bus:02x}:{dev:02x}"))
+}
+
+/// Multiprocessor count of device `ordinal`.
+///
+/// # Errors
+/// As [`init`]; [`GpuError::Driver`] for a bad ordinal.
+pub fn multiprocessor_count(ordinal: i32) -> Result<u32, GpuError> {
+    let n = result::device_attribute(ordinal, result::DeviceAttr::MultiprocessorCount)?;
+    Ok(n.max(1) as u32)
+}
+
 /// What rankwire needs to know about one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {
@@ -200,6 +235,8 @@ mod tests {
         assert_eq!(export_dmabuf(0x1000, 8).map(|_| ()), nb);
         assert_eq!(dmabuf_supported(0).map(|_| ()), nb);
         assert_eq!(can_access_peer(0, 1).map(|_| ()), nb);
+        assert_eq!(mps_enabled(0).map(|_| ()), nb);
+        assert_eq!(pci_bus_id(0).map(|_| ()), nb);
         assert_eq!(DeviceBuffer::alloc(0, 8).map(|_| ()), nb);
         assert_eq!(DeviceBuffer::alloc_pool(0, 0).map(|_| ()), nb);
         assert_eq!(DeviceBuffer::alloc_managed(0, 8).map(|_| ()), nb);

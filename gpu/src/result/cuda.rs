@@ -170,6 +170,10 @@ pub(crate) fn device_attribute(ordinal: i32, attr: DeviceAttr) -> Result<i32, Gp
         DeviceAttr::MultiprocessorCount => A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
         DeviceAttr::ComputeCapabilityMajor => A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
         DeviceAttr::ComputeCapabilityMinor => A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+        DeviceAttr::MpsEnabled => A::CU_DEVICE_ATTRIBUTE_MPS_ENABLED,
+        DeviceAttr::PciDomainId => A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
+        DeviceAttr::PciBusId => A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
+        DeviceAttr::PciDeviceId => A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID,
     };
     let mut v: c_int = 0;
     // SAFETY: v is a valid out-pointer; dev came from cuDeviceGet.
@@ -577,6 +581,17 @@ pub(crate) unsafe fn stream_query(s: RawStream) -> Result<bool, GpuError> {
         return Ok(false);
     }
     check("cuStreamQuery", r).map(|()| true)
+}
+
+/// `cuStreamWaitEvent(s, e, 0)`: work enqueued on `s` later waits for `e`.
+///
+/// # Safety
+/// `s` and `e` must be live handles of the current context's device.
+pub(crate) unsafe fn stream_wait_event(s: RawStream, e: RawEvent) -> Result<(), GpuError> {
+    // SAFETY: the caller's contract.
+    check("cuStreamWaitEvent", unsafe {
+        sys::cuStreamWaitEvent(s, e, 0)
+    })
 }
 
 /// `cuEventCreate`; `timing` false adds `CU_EVENT_DISABLE_TIMING` (cheaper).

@@ -66,6 +66,15 @@ pub(crate) enum DeviceAttr {
     ComputeCapabilityMajor,
     /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR`.
     ComputeCapabilityMinor,
+    /// `CU_DEVICE_ATTRIBUTE_MPS_ENABLED` (CUDA 12.9+): contexts on this device are
+    /// shared through the MPS server.
+    MpsEnabled,
+    /// `CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID`.
+    PciDomainId,
+    /// `CU_DEVICE_ATTRIBUTE_PCI_BUS_ID`.
+    PciBusId,
+    /// `CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID`.
+    PciDeviceId,
 }
 
 // Number of pointer-attribute driver calls made by this process (both the six-attribute

@@ -190,6 +190,10 @@ pub(crate) unsafe fn stream_query(_s: RawStream) -> Result<bool, GpuError> {
     Err(GpuError::NotBuilt)
 }
 
+pub(crate) unsafe fn stream_wait_event(_s: RawStream, _e: RawEvent) -> Result<(), GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
 pub(crate) fn event_create(_timing: bool) -> Result<RawEvent, GpuError> {
     Err(GpuError::NotBuilt)
 }
