@@ -59,6 +59,7 @@ pub mod copy;
 pub mod dmabuf;
 pub mod error;
 pub mod ipc;
+pub mod peer;
 pub mod pointer;
 pub mod pool;
 pub mod reduce;
@@ -79,6 +80,7 @@ pub use pointer::{
     CudaPointerQuery, MemoryInfo, PointerCache, PointerCacheStats, PointerQuery, PtrKind,
     buffer_id, classify, classify_addr, pointer_queries,
 };
+pub use peer::{PeerArgs, PeerMode, PeerWorkspace, peer_blocks, peer_launch, peer_prepare};
 pub use pool::{TmpCache, TmpCacheStats, TmpPool};
 pub use reduce::{
     DType, KernelCacheStats, RedOp, kernel_cache_stats, reduce_async, reduce_rows_async,

@@ -188,7 +188,7 @@ impl RedOp {
     }
 
     /// C expression of the op on accumulators `x` and `y` of type `A` (unsigned `U`).
-    fn c_expr(self, dt: DType) -> &'static str {
+    pub(crate) fn c_expr_for(self, dt: DType) -> &'static str {
         match (self, dt.is_float()) {
             (RedOp::Sum, true) => "x + y",
             (RedOp::Prod, true) => "x * y",
@@ -209,10 +209,10 @@ impl fmt::Display for RedOp {
     }
 }
 
-/// The CUDA C++ source of the program for `dt`: one `extern "C"` kernel
-/// `rw_reduce_<op>(T* dst, const T* a, const T* b, unsigned long long n)` per valid op.
-/// Pure text, tested on machines without a GPU.
-pub fn kernel_source(dt: DType) -> String {
+/// Type definitions shared by the kernels of `dt`: `T` (storage), `A` (accumulator),
+/// `U` (unsigned of `T`'s width), `VEC` (elements per 16 bytes), and `ld`/`st`
+/// converting between `T` and `A` (round to nearest even for `f16`/`bf16`).
+pub(crate) fn type_prelude(dt: DType) -> String {
     let (t, a, u) = dt.c_types();
     let mut s = String::new();
     s.push_str(&format!(
@@ -240,9 +240,17 @@ pub fn kernel_source(dt: DType) -> String {
              __device__ __forceinline__ T st(A v) { return v; }\n"
         }
     });
+    s
+}
+
+/// The CUDA C++ source of the program for `dt`: one `extern "C"` kernel
+/// `rw_reduce_<op>(T* dst, const T* a, const T* b, unsigned long long n)` per valid op.
+/// Pure text, tested on machines without a GPU.
+pub fn kernel_source(dt: DType) -> String {
+    let mut s = type_prelude(dt);
     for op in RedOp::all_for(dt) {
         let name = op.kernel_name();
-        let expr = op.c_expr(dt);
+        let expr = op.c_expr_for(dt);
         let rows = op.rows_kernel_name();
         s.push_str(&format!(
             "__device__ __forceinline__ A comb_{op}(A x, A y) {{ return {expr}; }}\n\
