@@ -39,6 +39,8 @@ pub(crate) struct CommState {
     pub(crate) cfg: CollConfig,
     /// Releases the context id when the last handle drops (`None`: the world).
     releaser: Option<Release>,
+    /// The peer-memory path of device collectives (decided at the first one).
+    pub(crate) peer: std::sync::Mutex<crate::coll::device_peer::PeerSlot>,
 }
 
 impl Drop for CommState {
@@ -70,6 +72,7 @@ impl CommState {
             seq: AtomicU64::new(0),
             cfg,
             releaser: None,
+            peer: std::sync::Mutex::new(Default::default()),
         })
     }
 

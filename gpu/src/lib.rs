@@ -76,11 +76,11 @@ pub use ipc::{
     CudaIpcOpener, IpcCache, IpcCacheStats, IpcExport, IpcHandle, IpcMapping, IpcOpener,
     ipc_export, ipc_export_classified,
 };
+pub use peer::{PeerArgs, PeerMode, PeerWorkspace, peer_blocks, peer_launch, peer_prepare};
 pub use pointer::{
     CudaPointerQuery, MemoryInfo, PointerCache, PointerCacheStats, PointerQuery, PtrKind,
     buffer_id, classify, classify_addr, pointer_queries,
 };
-pub use peer::{PeerArgs, PeerMode, PeerWorkspace, peer_blocks, peer_launch, peer_prepare};
 pub use pool::{TmpCache, TmpCacheStats, TmpPool};
 pub use reduce::{
     DType, KernelCacheStats, RedOp, kernel_cache_stats, reduce_async, reduce_rows_async,

@@ -187,7 +187,10 @@ pub fn peer_kernel_source(dt: Option<DType>) -> String {
     ));
     s.push_str(PRELUDE);
     match dt {
-        None => s.push_str(&kernel_wrapper("rw_peer_copy", "work_gather(a, e, tid, nth);")),
+        None => s.push_str(&kernel_wrapper(
+            "rw_peer_copy",
+            "work_gather(a, e, tid, nth);",
+        )),
         Some(dt) => {
             s.push_str(&crate::reduce::type_prelude(dt));
             for op in RedOp::all_for(dt) {
@@ -525,7 +528,10 @@ mod tests {
             3 * MAX_PEERS * 8 + 11 * 8 + 4 * 4
         );
         assert_eq!(std::mem::offset_of!(PeerArgs, src), 3 * MAX_PEERS * 8);
-        assert_eq!(std::mem::offset_of!(PeerArgs, p), 3 * MAX_PEERS * 8 + 11 * 8);
+        assert_eq!(
+            std::mem::offset_of!(PeerArgs, p),
+            3 * MAX_PEERS * 8 + 11 * 8
+        );
         let src = peer_kernel_source(None);
         assert!(src.contains(
             "u64 src, src_bytes, ctrl, status, timeout_ns, lo, hi, out_sub, seg, stride, \
@@ -551,7 +557,9 @@ mod tests {
     #[test]
     fn kernels_compile_where_nvrtc_is_present() {
         if !crate::reduce::nvrtc_available() {
-            println!("skipped: libnvrtc not loadable here; the peer kernels compile on the GPU machine");
+            println!(
+                "skipped: libnvrtc not loadable here; the peer kernels compile on the GPU machine"
+            );
             return;
         }
         let all = [

@@ -425,6 +425,30 @@ pub static SETTINGS: &[Setting] = &[
         },
         "largest device allreduce that takes the staged small-message algorithm",
     ),
+    rank(
+        "RANKWIRE_GPU_PEER",
+        "auto",
+        "auto, on or off",
+        Check::OneOf(&["auto", "on", "off", "1", "0"]),
+        "peer-memory device collectives inside a node (auto: not where ranks share a GPU without MPS)",
+    ),
+    rank(
+        "RANKWIRE_GPU_PEER_SCRATCH",
+        "4M",
+        "a byte count (suffix K, M or G optional)",
+        Check::Bytes {
+            min: 4096,
+            max: 1 << 34,
+        },
+        "bytes of each of a rank's two scratch slots for peer-memory collectives",
+    ),
+    rank(
+        "RANKWIRE_GPU_PEER_TIMEOUT",
+        "600",
+        "seconds, 0 for none",
+        Check::Seconds { zero: true },
+        "how long a peer-memory collective kernel waits for the other ranks before failing",
+    ),
     // Collective algorithms.
     algo!(
         "RANKWIRE_ALLREDUCE_ALGO",

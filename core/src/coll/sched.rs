@@ -95,6 +95,9 @@ enum Local {
         dst: Slice,
     },
     Call(LocalFn),
+    /// A host function that enqueues device work (a kernel launch): the schedule
+    /// counts the device busy after it, as after a copy.
+    DeviceCall(LocalFn),
 }
 
 /// Where a temporary lives.
@@ -196,6 +199,13 @@ impl Builder {
         Buf::Tmp(self.tmps.len() as u32 - 1)
     }
 
+    /// A host temporary of `len` bytes, whatever [`Builder::set_device_tmps`] says
+    /// (descriptors a device collective exchanges over the host path).
+    pub(crate) fn tmp_host(&mut self, len: usize) -> Buf {
+        self.tmps.push((len, TmpKind::Host));
+        Buf::Tmp(self.tmps.len() as u32 - 1)
+    }
+
     /// A temporary of `len` bytes in page-locked host memory that the device can read
     /// directly (schedules on device buffers only).
     pub(crate) fn pinned_tmp(&mut self, len: usize) -> Buf {
@@ -241,6 +251,12 @@ impl Builder {
     /// Run `f` once earlier transfers have completed; an error ends the collective.
     pub(crate) fn call(&mut self, f: LocalFn) {
         self.local(Local::Call(f));
+    }
+
+    /// Run `f` like [`Builder::call`]; `f` enqueues work on the schedule's device
+    /// stream, which the schedule then waits for like its own device steps.
+    pub(crate) fn device_call(&mut self, f: LocalFn) {
+        self.local(Local::DeviceCall(f));
     }
 
     /// Send `s` to rank `peer` in the current round.
@@ -526,6 +542,11 @@ impl Bufs {
         Ok(unsafe { p.add(s.off) })
     }
 
+    /// Address of the start of `s` (device or host), after checking bounds.
+    pub(crate) fn addr(&mut self, s: Slice) -> Result<u64> {
+        Ok(self.ptr(s)? as u64)
+    }
+
     /// The bytes of `s`, which an earlier step has written (temporaries may start
     /// uninitialised).
     pub(crate) fn bytes(&mut self, s: Slice) -> Result<&[u8]> {
@@ -584,7 +605,7 @@ impl Bufs {
         }
         let (src, dst) = match l {
             Local::Copy { src, dst } | Local::Reduce { src, dst, .. } => (*src, *dst),
-            Local::ReduceRows { .. } | Local::Call(_) => {
+            Local::ReduceRows { .. } | Local::Call(_) | Local::DeviceCall(_) => {
                 return Err(internal("host step on device buffers".into()));
             }
         };
@@ -620,7 +641,7 @@ impl Bufs {
                     dev.reduce(d, d, s, src.len)?
                 }
             }
-            Local::ReduceRows { .. } | Local::Call(_) => {}
+            Local::ReduceRows { .. } | Local::Call(_) | Local::DeviceCall(_) => {}
         }
         self.dirty = true;
         Ok(())
@@ -654,7 +675,7 @@ impl Bufs {
                 self.on_device(src.buf) || self.on_device(dst.buf)
             }
             Local::ReduceRows { .. } => true,
-            Local::Call(_) => false,
+            Local::Call(_) | Local::DeviceCall(_) => false,
         };
         if touches_device {
             return self.run_device(l);
@@ -700,6 +721,11 @@ impl Bufs {
             }
             Local::ReduceRows { .. } => Err(internal("row reduction on the host".into())),
             Local::Call(f) => f(self),
+            Local::DeviceCall(f) => {
+                let r = f(self);
+                self.dirty = true;
+                r
+            }
         }
     }
 }

@@ -1,0 +1,1252 @@
+//! Peer-memory collectives on device buffers inside a node: each rank's kernel reads
+//! (and for two-shot forms writes) the other ranks' device memory through CUDA IPC
+//! mappings and synchronizes with them through flags in device memory
+//! ([`rankwire_gpu::peer`]): one kernel per call, no host round trip per step.
+//!
+//! # When it runs
+//! On a communicator of 2..=32 ranks whose ranks are all on one node, can map each
+//! other's workspaces, and do not share a GPU without MPS (ranks time-slicing one GPU
+//! would spin against each other: `RANKWIRE_GPU_PEER=on` forces it anyway;
+//! `RANKWIRE_GPU_PEER=off` turns the path off). The first device collective on a
+//! communicator decides, collectively (one host allgather of each rank's node, GPU,
+//! MPS state and workspace handle, one allreduce of whether every mapping opened);
+//! every rank reaches the same verdict. Elsewhere the host-scheduled algorithms of
+//! [`crate::coll::device`] run.
+//!
+//! # Algorithms
+//! - **Scratch** (input ≤ one scratch slot, `RANKWIRE_GPU_PEER_SCRATCH`, default
+//!   4 MiB): the kernel copies the rank's input into its slot, crosses the entry
+//!   barrier, and reads the peers' slots. Allreduce is one-shot (every rank reduces
+//!   all inputs in rank order), reduce has the root reduce, reduce_scatter_block has
+//!   each rank reduce its block, allgather and bcast copy. No host message at all.
+//! - **Mapped** (larger inputs): the ranks exchange IPC handles of their user
+//!   buffers over the host path (one small message to each peer), map them through a
+//!   per-communicator IPC cache, and the kernel works on the user buffers directly.
+//!   Allreduce is two-shot: rank `r` reduces shard `r` of all inputs and writes it
+//!   into every rank's output (reduce-scatter and all-gather in one pass); reduce
+//!   writes only into the root's output. An exit barrier ends the call when no peer
+//!   touches this rank's buffers any more. Buffers that cannot be exported (pool
+//!   memory) are copied into an exportable runtime temporary first (and back).
+//!
+//! # Numerics
+//! Every output element is computed once, by one rank, combining the `p` inputs in
+//! rank order (`f16`/`bf16` in `f32`, one rounding): results are bitwise identical
+//! on every rank, but may differ in the last bit from the host-scheduled algorithms
+//! (a different combination order).
+//!
+//! # Ordering
+//! A communicator's peer-memory calls must be ordered: on one stream, or on streams
+//! whose order the runtime can see (when a call comes on another stream than the last
+//! one, the new stream first waits for the old one, `cuStreamWaitEvent`). Kernels of
+//! different communicators are independent.
+
+use std::collections::VecDeque;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use rankwire_gpu::peer::{self, MAX_PEERS, PeerArgs, PeerWorkspace};
+use rankwire_gpu::{
+    CudaIpcOpener, DType, Event, IpcCache, IpcExport, IpcMapping, IpcOpener, RedOp, Stream,
+};
+
+use crate::coll::sched::{Buf, Builder, Slice};
+use crate::comm::Communicator;
+use crate::error::{Error, Result};
+
+/// `RANKWIRE_GPU_PEER`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PeerSetting {
+    /// Where no ranks share a GPU without MPS.
+    Auto,
+    /// Wherever the mappings open.
+    On,
+    /// Never.
+    Off,
+}
+
+struct Settings {
+    mode: PeerSetting,
+    scratch: usize,
+    timeout_ns: u64,
+}
+
+fn settings() -> &'static Settings {
+    static S: OnceLock<Settings> = OnceLock::new();
+    S.get_or_init(|| {
+        // Values are checked at init (`crate::settings`).
+        let mode = match crate::settings::raw("RANKWIRE_GPU_PEER")
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("on" | "1") => PeerSetting::On,
+            Some("off" | "0") => PeerSetting::Off,
+            _ => PeerSetting::Auto,
+        };
+        let scratch = crate::settings::raw("RANKWIRE_GPU_PEER_SCRATCH")
+            .and_then(|v| crate::settings::parse_bytes(&v))
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .unwrap_or(4 << 20);
+        let secs = crate::settings::raw("RANKWIRE_GPU_PEER_TIMEOUT")
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(600.0);
+        Settings {
+            mode,
+            scratch,
+            timeout_ns: (secs.max(0.0) * 1e9) as u64,
+        }
+    })
+}
+
+/// What one rank tells the others when a communicator sets up its peer path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RankInfo {
+    /// Hash of the node identity (boot id, hostname, network namespace).
+    pub(crate) node: u64,
+    /// PCI address of the rank's GPU.
+    pub(crate) pci: String,
+    /// Whether MPS serves that GPU.
+    pub(crate) mps: bool,
+    /// Whether the rank allocated and exported its workspace.
+    pub(crate) ok: bool,
+    /// Multiprocessors of its GPU.
+    pub(crate) sms: u32,
+    /// Its workspace's IPC export (valid when `ok`).
+    pub(crate) export: Option<IpcExport>,
+}
+
+const PCI_LEN: usize = 16;
+const INFO_LEN: usize = 8 + PCI_LEN + 1 + 1 + 4 + IpcExport::ENCODED_LEN;
+
+impl RankInfo {
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(INFO_LEN);
+        v.extend_from_slice(&self.node.to_le_bytes());
+        let mut pci = [0u8; PCI_LEN];
+        let b = self.pci.as_bytes();
+        pci[..b.len().min(PCI_LEN)].copy_from_slice(&b[..b.len().min(PCI_LEN)]);
+        v.extend_from_slice(&pci);
+        v.push(self.mps as u8);
+        v.push(self.ok as u8);
+        v.extend_from_slice(&self.sms.to_le_bytes());
+        match &self.export {
+            Some(e) => v.extend_from_slice(&e.to_bytes()),
+            None => v.extend_from_slice(&[0u8; IpcExport::ENCODED_LEN]),
+        }
+        v
+    }
+
+    fn from_bytes(b: &[u8]) -> RankInfo {
+        let node = u64::from_le_bytes(b[0..8].try_into().unwrap_or([0; 8]));
+        let pci_raw = &b[8..8 + PCI_LEN];
+        let end = pci_raw.iter().position(|&c| c == 0).unwrap_or(PCI_LEN);
+        let pci = String::from_utf8_lossy(&pci_raw[..end]).into_owned();
+        let o = 8 + PCI_LEN;
+        let mps = b[o] != 0;
+        let ok = b[o + 1] != 0;
+        let sms = u32::from_le_bytes(b[o + 2..o + 6].try_into().unwrap_or([0; 4]));
+        let export = if ok {
+            IpcExport::from_bytes(&b[o + 6..])
+        } else {
+            None
+        };
+        RankInfo {
+            node,
+            pci,
+            mps,
+            ok: ok && export.is_some(),
+            sms,
+            export,
+        }
+    }
+}
+
+/// FNV-1a of `s` (stable across processes and builds).
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The verdict on gathered infos: `Ok((ranks sharing the busiest GPU, fewest
+/// multiprocessors))` or why the path is not used. Pure; every rank computes it on the
+/// same infos.
+pub(crate) fn verdict(
+    infos: &[RankInfo],
+    mode: PeerSetting,
+) -> std::result::Result<(usize, u32), String> {
+    if let Some(r) = infos.iter().position(|i| !i.ok) {
+        return Err(format!(
+            "rank {r} could not allocate or export its peer workspace"
+        ));
+    }
+    let nodes: std::collections::BTreeSet<u64> = infos.iter().map(|i| i.node).collect();
+    if nodes.len() > 1 {
+        return Err(format!(
+            "the ranks are on {} nodes (peer memory reaches only inside a node)",
+            nodes.len()
+        ));
+    }
+    let mut sharing = 1;
+    for (r, a) in infos.iter().enumerate() {
+        let same: Vec<usize> = (0..infos.len())
+            .filter(|&s| infos[s].pci == a.pci)
+            .collect();
+        sharing = sharing.max(same.len());
+        if same.len() > 1 && !a.mps && mode != PeerSetting::On && same[0] == r {
+            return Err(format!(
+                "ranks {same:?} share GPU {} without MPS: their spinning kernels would \
+                 time-slice; fix: start the MPS control daemon (nvidia-cuda-mps-control \
+                 -d), or RANKWIRE_GPU_PEER=on to use peer memory anyway",
+                a.pci
+            ));
+        }
+    }
+    let sms = infos.iter().map(|i| i.sms).min().unwrap_or(1).max(1);
+    Ok((sharing, sms))
+}
+
+/// The per-communicator state of the peer path.
+#[derive(Default)]
+pub(crate) enum PeerSlot {
+    /// Not decided yet (no device collective ran).
+    #[default]
+    Unset,
+    /// Decided against, with the reason.
+    Unusable(String),
+    /// Set up.
+    Ready(Arc<Mutex<PeerGroup>>),
+}
+
+/// A communicator's mapped workspaces and user-buffer mappings.
+pub(crate) struct PeerGroup {
+    p: usize,
+    me: usize,
+    device: i32,
+    ws: PeerWorkspace,
+    /// Each rank's workspace base as mapped here (own: `ws.base()`).
+    bases: Vec<u64>,
+    opener: CudaIpcOpener,
+    /// Mapped peer workspaces to close.
+    opened: Vec<u64>,
+    sharing: usize,
+    sms: u32,
+    /// World ranks, keys of the user-buffer cache.
+    world: Arc<[u32]>,
+    cache: IpcCache,
+    /// Mappings used by launches that may still run, released once the event fired.
+    in_flight: VecDeque<(Event, Vec<IpcMapping>)>,
+    /// The stream of the last launch.
+    last_stream: Option<usize>,
+    /// Set once a kernel reported an error: the flags are out of step.
+    failed: Option<String>,
+}
+
+// SAFETY: the raw handles inside (device addresses, CUDA events, IPC mappings) are
+// process-wide; the group is only used under its mutex.
+unsafe impl Send for PeerGroup {}
+
+impl Drop for PeerGroup {
+    fn drop(&mut self) {
+        // Kernels may still read the mappings: wait for the runtime stream and for
+        // the last stream used.
+        if let Ok(s) = Stream::runtime(self.device) {
+            let _ = s.synchronize();
+        }
+        for (e, _) in &self.in_flight {
+            let _ = e.synchronize();
+        }
+        let _ = self.cache.close_all();
+        for &b in &self.opened {
+            let _ = self.opener.close(b);
+        }
+    }
+}
+
+/// Lock a group, whatever a panicking holder left.
+fn lock(g: &Mutex<PeerGroup>) -> MutexGuard<'_, PeerGroup> {
+    g.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Communicator {
+    /// The peer group of this communicator for buffers on `device`, set up
+    /// collectively on the first call; `None` where the path is not used. Every rank
+    /// must call it at the same point (it may run two host collectives).
+    pub(crate) fn peer_group(&self, device: i32) -> Result<Option<Arc<Mutex<PeerGroup>>>> {
+        let s = settings();
+        let p = self.size();
+        if s.mode == PeerSetting::Off || p < 2 || p > MAX_PEERS {
+            return Ok(None);
+        }
+        let mut slot = self.st.peer.lock().unwrap_or_else(|e| e.into_inner());
+        match &*slot {
+            PeerSlot::Ready(g) => {
+                let same_device = lock(g).device == device;
+                return Ok(same_device.then(|| g.clone()));
+            }
+            PeerSlot::Unusable(_) => return Ok(None),
+            PeerSlot::Unset => {}
+        }
+        let (verdict, group) = self.peer_setup(device, s)?;
+        match (verdict, group) {
+            (Ok(()), Some(g)) => {
+                tracing::info!(
+                    "device collectives on this communicator of {p} ranks use peer memory"
+                );
+                *slot = PeerSlot::Ready(g.clone());
+                Ok(Some(g))
+            }
+            (v, _) => {
+                let why = v.err().unwrap_or_else(|| "setup failed".into());
+                tracing::info!("device collectives use the host schedules: {why}");
+                *slot = PeerSlot::Unusable(why);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Why this communicator's device collectives do not use peer memory (`None`:
+    /// they do, or no device collective ran yet).
+    pub fn peer_memory_status(&self) -> Option<String> {
+        match &*self.st.peer.lock().unwrap_or_else(|e| e.into_inner()) {
+            PeerSlot::Unset => Some("not decided: no device collective ran yet".into()),
+            PeerSlot::Unusable(why) => Some(why.clone()),
+            PeerSlot::Ready(_) => None,
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn peer_setup(
+        &self,
+        device: i32,
+        s: &Settings,
+    ) -> Result<(
+        std::result::Result<(), String>,
+        Option<Arc<Mutex<PeerGroup>>>,
+    )> {
+        let (p, me) = (self.size(), self.rank());
+        let ws = PeerWorkspace::new(device, s.scratch);
+        let export = ws.as_ref().ok().and_then(|w| {
+            rankwire_gpu::ipc_export(w.base(), w.buffer().len())
+                .map_err(|e| tracing::debug!("peer workspace export: {e}"))
+                .ok()
+        });
+        let mine = RankInfo {
+            node: fnv(&crate::bootstrap::node::node_id()),
+            pci: rankwire_gpu::pci_bus_id(device).unwrap_or_default(),
+            mps: rankwire_gpu::mps_enabled(device).unwrap_or(false),
+            ok: export.is_some(),
+            sms: rankwire_gpu::multiprocessor_count(device).unwrap_or(1),
+            export,
+        };
+        let mut all = vec![0u8; INFO_LEN * p];
+        self.allgather(&mine.to_bytes(), &mut all)?;
+        let infos: Vec<RankInfo> = all
+            .chunks_exact(INFO_LEN)
+            .map(RankInfo::from_bytes)
+            .collect();
+        let (sharing, sms) = match verdict(&infos, s.mode) {
+            Ok(v) => v,
+            Err(why) => return Ok((Err(why), None)),
+        };
+        let Ok(ws) = ws else {
+            return Ok((Err("workspace allocation failed".into()), None));
+        };
+        let mut opener = CudaIpcOpener::new(device);
+        let mut bases = vec![0u64; p];
+        let mut opened = Vec::new();
+        let mut failure = None;
+        for (j, info) in infos.iter().enumerate() {
+            if j == me {
+                bases[j] = ws.base();
+                continue;
+            }
+            let Some(e) = &info.export else { continue };
+            match opener.open(&e.handle) {
+                Ok(b) => {
+                    opened.push(b);
+                    bases[j] = b + e.offset;
+                }
+                Err(err) => {
+                    failure.get_or_insert(format!(
+                        "rank {me} cannot map rank {j}'s workspace (GPU {}): {err}",
+                        info.pci
+                    ));
+                }
+            }
+        }
+        let ok = [u32::from(failure.is_none())];
+        let mut all_ok = [0u32];
+        self.allreduce(&ok, &mut all_ok, crate::coll::ops::Op::Min)?;
+        if all_ok[0] == 0 {
+            for b in opened {
+                let _ = opener.close(b);
+            }
+            let why = failure.unwrap_or_else(|| {
+                "another rank could not map a peer's workspace (no peer access between \
+                 its GPUs, or the GPU is not visible to it)"
+                    .into()
+            });
+            return Ok((Err(why), None));
+        }
+        let group = PeerGroup {
+            p,
+            me,
+            device,
+            ws,
+            bases,
+            opener,
+            opened,
+            sharing,
+            sms,
+            world: self.st.group.clone(),
+            cache: IpcCache::new(device, NonZeroUsize::new(256).expect("nonzero")),
+            in_flight: VecDeque::new(),
+            last_stream: None,
+            failed: None,
+        };
+        Ok((Ok(()), Some(Arc::new(Mutex::new(group)))))
+    }
+}
+
+/// One collective's shape, in bytes and elements of its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PeerColl {
+    /// `n` elements of `es` bytes, every rank's result.
+    Allreduce { n: usize, es: usize },
+    /// `n` elements into the root's buffer.
+    Reduce { n: usize, es: usize, root: usize },
+    /// `k` elements per rank (input `p·k`).
+    ReduceScatterBlock { k: usize, es: usize },
+    /// `k` bytes per rank (output `p·k`).
+    Allgather { k: usize },
+    /// `n` bytes from the root.
+    Bcast { n: usize, root: usize },
+}
+
+impl PeerColl {
+    /// Bytes of this rank's input as the kernel reads it.
+    fn input_bytes(&self, p: usize) -> usize {
+        match *self {
+            PeerColl::Allreduce { n, es } | PeerColl::Reduce { n, es, .. } => n * es,
+            PeerColl::ReduceScatterBlock { k, es } => p * k * es,
+            PeerColl::Allgather { k } => k,
+            PeerColl::Bcast { n, .. } => n,
+        }
+    }
+
+    /// Bytes moved per rank (for the grid size).
+    fn work_bytes(&self, p: usize) -> usize {
+        self.input_bytes(p).max(match *self {
+            PeerColl::Allgather { k } => p * k,
+            _ => 0,
+        })
+    }
+
+    /// Whether the scratch form applies (input fits one slot).
+    pub(crate) fn fits_scratch(&self, p: usize, slot: usize) -> bool {
+        self.input_bytes(p) <= slot
+    }
+}
+
+/// The addresses of one call on this rank: its input region (where peers read) and
+/// output region (device addresses in this process).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Regions {
+    /// Input (send buffer, or receive buffer in place).
+    pub(crate) input: u64,
+    /// Output (receive buffer).
+    pub(crate) output: u64,
+}
+
+/// Range `lo..hi` of shard `j` of `n` elements among `p` ranks, in whole 16-byte
+/// vectors where possible (so every shard but the last stays vector-aligned).
+pub(crate) fn shard(n: usize, es: usize, p: usize, j: usize) -> (u64, u64) {
+    let unit = (16 / es.max(1)).max(1);
+    let units = n.div_ceil(unit);
+    let (off, len) = crate::coll::sched::block(units, p, j);
+    let lo = (off * unit).min(n);
+    let hi = ((off + len) * unit).min(n);
+    (lo as u64, hi as u64)
+}
+
+/// Kernel arguments of the scratch form; `bases[j]` is rank `j`'s workspace base as
+/// mapped here.
+pub(crate) fn scratch_args(
+    c: PeerColl,
+    me: usize,
+    bases: &[u64],
+    slot_bytes: usize,
+    r: Regions,
+) -> PeerArgs {
+    let p = bases.len();
+    let mut a = PeerArgs::zeroed();
+    a.p = p as u32;
+    a.me = me as u32;
+    a.slot_bytes = slot_bytes as u64;
+    for (j, &b) in bases.iter().enumerate() {
+        a.input[j] = b + PeerWorkspace::slots_offset();
+    }
+    a.src = r.input;
+    a.src_bytes = c.input_bytes(p) as u64;
+    match c {
+        PeerColl::Allreduce { n, .. } => {
+            (a.lo, a.hi) = (0, n as u64);
+            a.out[0] = r.output;
+            a.nout = 1;
+        }
+        PeerColl::Reduce { n, root, .. } => {
+            if me == root {
+                (a.lo, a.hi) = (0, n as u64);
+                a.out[0] = r.output;
+                a.nout = 1;
+            }
+        }
+        PeerColl::ReduceScatterBlock { k, .. } => {
+            (a.lo, a.hi) = ((me * k) as u64, ((me + 1) * k) as u64);
+            a.out_sub = a.lo;
+            a.out[0] = r.output;
+            a.nout = 1;
+        }
+        PeerColl::Allgather { k } => {
+            a.seg = k as u64;
+            a.stride = k as u64;
+            a.out[0] = r.output;
+            a.nout = 1;
+            if r.input == r.output + (me * k) as u64 {
+                // In place: this rank's block is already there.
+                a.input[me] = a.input[me];
+            }
+        }
+        PeerColl::Bcast { n, root } => {
+            if me == root {
+                a.seg = 0;
+            } else {
+                a.src = 0;
+                a.src_bytes = 0;
+                a.seg = n as u64;
+            }
+            for j in 0..p {
+                if j != root {
+                    a.input[j] = if j == me && me == root { a.input[j] } else { 0 };
+                }
+            }
+            if me == root {
+                // The root's own slot must be set for its copy in.
+                a.input[me] = bases[me] + PeerWorkspace::slots_offset();
+            }
+            a.stride = 0;
+            a.out[0] = r.output;
+            a.nout = 1;
+        }
+    }
+    a
+}
+
+/// Kernel arguments of the mapped form: `ins[j]`/`outs[j]` are rank `j`'s input and
+/// output regions as mapped here (0 where not exchanged).
+pub(crate) fn mapped_args(
+    c: PeerColl,
+    me: usize,
+    bases: &[u64],
+    ins: &[u64],
+    outs: &[u64],
+) -> PeerArgs {
+    let p = bases.len();
+    let mut a = PeerArgs::zeroed();
+    a.p = p as u32;
+    a.me = me as u32;
+    a.exit_barrier = 1;
+    a.input[..p].copy_from_slice(&ins[..p]);
+    match c {
+        PeerColl::Allreduce { n, es } => {
+            (a.lo, a.hi) = shard(n, es, p, me);
+            a.out[..p].copy_from_slice(&outs[..p]);
+            a.nout = p as u32;
+        }
+        PeerColl::Reduce { n, es, root } => {
+            (a.lo, a.hi) = shard(n, es, p, me);
+            a.out[0] = outs[root];
+            a.nout = 1;
+        }
+        PeerColl::ReduceScatterBlock { k, .. } => {
+            (a.lo, a.hi) = ((me * k) as u64, ((me + 1) * k) as u64);
+            a.out_sub = a.lo;
+            a.out[0] = outs[me];
+            a.nout = 1;
+        }
+        PeerColl::Allgather { k } => {
+            a.seg = k as u64;
+            a.stride = k as u64;
+            a.out[0] = outs[me];
+            a.nout = 1;
+            if ins[me] == outs[me] + (me * k) as u64 {
+                a.input[me] = 0;
+            }
+        }
+        PeerColl::Bcast { n, root } => {
+            a.input = [0; MAX_PEERS];
+            if me != root {
+                a.input[root] = ins[root];
+                a.seg = n as u64;
+            }
+            a.out[0] = outs[me];
+            a.nout = 1;
+        }
+    }
+    a
+}
+
+/// Which regions a rank exports in the mapped form: (input, output).
+fn mapped_exports(c: PeerColl, me: usize) -> (bool, bool) {
+    match c {
+        PeerColl::Allreduce { .. } => (true, true),
+        PeerColl::Reduce { root, .. } => (true, me == root),
+        PeerColl::ReduceScatterBlock { .. } => (true, false),
+        PeerColl::Allgather { .. } => (true, false),
+        PeerColl::Bcast { root, .. } => (me == root, false),
+    }
+}
+
+/// Bytes of the output region of a rank.
+fn output_bytes(c: PeerColl, p: usize, me: usize) -> usize {
+    match c {
+        PeerColl::Allreduce { n, es } => n * es,
+        PeerColl::Reduce { n, es, root } => {
+            if me == root {
+                n * es
+            } else {
+                0
+            }
+        }
+        PeerColl::ReduceScatterBlock { k, es } => k * es,
+        PeerColl::Allgather { k } => p * k,
+        PeerColl::Bcast { n, .. } => n,
+    }
+}
+
+impl PeerGroup {
+    fn fill_common(&self, a: &mut PeerArgs) {
+        for (j, &b) in self.bases.iter().enumerate() {
+            a.flags[j] = b;
+        }
+        a.ctrl = self.ws.ctrl();
+        a.status = self.ws.status();
+        a.timeout_ns = settings().timeout_ns;
+    }
+
+    /// An error if an earlier kernel of this group failed (or the last one did).
+    fn check(&mut self, what: &str) -> Result<()> {
+        if self.failed.is_none()
+            && let Some(m) = peer::decode_status(self.ws.status_value())
+        {
+            self.failed = Some(m);
+        }
+        match &self.failed {
+            None => Ok(()),
+            Some(m) => Err(Error::Collective(format!(
+                "{what}: a peer-memory collective kernel on this communicator failed: {m}; \
+                 the communicator's device collectives cannot continue (set \
+                 RANKWIRE_GPU_PEER=off to use the host schedules)"
+            ))),
+        }
+    }
+
+    /// Release mappings of launches that have finished.
+    fn reap(&mut self) {
+        while let Some((e, _)) = self.in_flight.front() {
+            if !e.query().unwrap_or(false) {
+                break;
+            }
+            if let Some((_, maps)) = self.in_flight.pop_front() {
+                for m in maps {
+                    let _ = self.cache.release(m);
+                }
+            }
+        }
+    }
+
+    /// Order `stream` after the last launch's stream when they differ.
+    fn order_on(&mut self, stream: &Stream) -> Result<()> {
+        let id = stream.as_raw() as usize;
+        if let Some(last) = self.last_stream
+            && last != id
+        {
+            // SAFETY: the last stream is the runtime stream or a user stream the user
+            // keeps live while its work runs (the stream-ordered forms' contract).
+            let prev = unsafe { Stream::from_raw(last as *mut std::ffi::c_void, self.device) };
+            let ev = Event::new(self.device).map_err(|e| gpu("event", e))?;
+            ev.record(&prev).map_err(|e| gpu("event record", e))?;
+            stream.wait_event(&ev).map_err(|e| gpu("stream wait", e))?;
+        }
+        self.last_stream = Some(id);
+        Ok(())
+    }
+
+    fn launch(
+        &mut self,
+        what: &str,
+        red: Option<(DType, RedOp)>,
+        mut a: PeerArgs,
+        work_bytes: usize,
+        stream: &Stream,
+        maps: Vec<IpcMapping>,
+    ) -> Result<()> {
+        self.check(what)?;
+        self.fill_common(&mut a);
+        self.order_on(stream)?;
+        let blocks = peer::peer_blocks(work_bytes, self.sharing, self.sms);
+        // SAFETY: every address in `a` is this group's workspace (own or mapped), a
+        // mapping held in `maps` until the launch completes, or a user buffer the
+        // caller keeps live until then.
+        unsafe { peer::peer_launch(red, &a, blocks, stream) }
+            .map_err(|e| gpu(&format!("{what}: peer-memory kernel"), e))?;
+        if !maps.is_empty() {
+            let ev = Event::new(self.device).map_err(|e| gpu("event", e))?;
+            ev.record(stream).map_err(|e| gpu("event record", e))?;
+            self.in_flight.push_back((ev, maps));
+        }
+        Ok(())
+    }
+}
+
+fn gpu(what: &str, e: rankwire_gpu::GpuError) -> Error {
+    Error::Gpu(format!("{what}: {e}"))
+}
+
+/// Per-call settings every rank derives alike.
+pub(crate) fn scratch_bytes() -> usize {
+    settings().scratch
+}
+
+/// Descriptor bytes of one rank in the mapped form: input and output exports.
+const DESC_LEN: usize = 2 * IpcExport::ENCODED_LEN;
+
+fn export_or_zero(addr: u64, len: usize) -> Result<[u8; IpcExport::ENCODED_LEN]> {
+    if len == 0 {
+        return Ok([0; IpcExport::ENCODED_LEN]);
+    }
+    rankwire_gpu::ipc_export(addr, len)
+        .map(|e| e.to_bytes())
+        .map_err(|e| gpu("exporting a collective buffer for CUDA IPC", e))
+}
+
+/// Whether `len` bytes at `addr` can be exported for CUDA IPC (pool, managed and VMM
+/// memory cannot).
+fn exportable(addr: u64, len: usize) -> bool {
+    len == 0 || rankwire_gpu::ipc_export(addr, len).is_ok()
+}
+
+/// Add the steps of a peer-memory collective to `b`. `send`/`recv` are the user's
+/// device addresses (`send == recv` in place), `stream` the stream to launch on.
+/// Every rank builds the same rounds (the scratch form has one local step; the
+/// mapped form a descriptor exchange round, then the launch).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn build(
+    b: &mut Builder,
+    what: &'static str,
+    group: Arc<Mutex<PeerGroup>>,
+    c: PeerColl,
+    red: Option<(DType, RedOp)>,
+    send: u64,
+    recv: u64,
+    stream: &'static Stream,
+) {
+    let (me, p) = (b.rank, b.size);
+    let slot = lock(&group).ws.slot_bytes();
+    let regions = Regions {
+        input: send,
+        output: recv,
+    };
+    let work = c.work_bytes(p);
+    if c.fits_scratch(p, slot) {
+        b.device_call(Box::new(move |_bufs| {
+            let mut g = lock(&group);
+            let a = scratch_args(c, me, &g.bases, slot, regions);
+            g.launch(what, red, a, work, stream, Vec::new())
+        }));
+        return;
+    }
+    // Mapped form. Regions this rank exports; temporaries where they cannot be.
+    let (ex_in, ex_out) = mapped_exports(c, me);
+    let in_len = c.input_bytes(p);
+    let out_len = output_bytes(c, p, me);
+    let in_place = send == recv;
+    let in_ok = !ex_in || exportable(send, in_len);
+    let out_ok = !ex_out || exportable(recv, out_len);
+    let user_in = if in_place { Buf::Recv } else { Buf::Send };
+    let (in_buf, out_buf) = if in_place && !(in_ok && out_ok) {
+        let t = b.tmp(in_len.max(out_len));
+        b.copy(Slice::new(Buf::Recv, 0, in_len), Slice::new(t, 0, in_len));
+        (t, t)
+    } else {
+        let ib = if in_ok {
+            user_in
+        } else {
+            let t = b.tmp(in_len);
+            b.copy(Slice::new(user_in, 0, in_len), Slice::new(t, 0, in_len));
+            t
+        };
+        let ob = if out_ok { Buf::Recv } else { b.tmp(out_len) };
+        (ib, ob)
+    };
+    let d = b.tmp_host(p * DESC_LEN);
+    let desc = move |j: usize| Slice::new(d, j * DESC_LEN, DESC_LEN);
+    let in_s = Slice::new(in_buf, 0, in_len);
+    let out_s = Slice::new(out_buf, 0, out_len);
+    b.call(Box::new(move |bufs| {
+        let mut v = Vec::with_capacity(DESC_LEN);
+        let ia = if ex_in { bufs.addr(in_s)? } else { 0 };
+        let oa = if ex_out { bufs.addr(out_s)? } else { 0 };
+        v.extend_from_slice(&export_or_zero(ia, if ex_in { in_len } else { 0 })?);
+        v.extend_from_slice(&export_or_zero(oa, if ex_out { out_len } else { 0 })?);
+        bufs.write(desc(me), &v)
+    }));
+    b.round();
+    for j in (0..p).filter(|&j| j != me) {
+        b.recv(j, desc(j));
+    }
+    for j in (0..p).filter(|&j| j != me) {
+        b.send(j, desc(me));
+    }
+    b.round();
+    b.device_call(Box::new(move |bufs| {
+        let mut ins = vec![0u64; p];
+        let mut outs = vec![0u64; p];
+        let my_in = if in_len > 0 { bufs.addr(in_s)? } else { 0 };
+        let my_out = if out_len > 0 { bufs.addr(out_s)? } else { 0 };
+        let mut g = lock(&group);
+        g.reap();
+        let mut maps = Vec::new();
+        for j in 0..p {
+            if j == me {
+                ins[j] = my_in;
+                outs[j] = my_out;
+                continue;
+            }
+            let raw = bufs.bytes(desc(j))?.to_vec();
+            for (half, slot) in [(0usize, &mut ins[j]), (1, &mut outs[j])] {
+                let e = &raw[half * IpcExport::ENCODED_LEN..(half + 1) * IpcExport::ENCODED_LEN];
+                if e.iter().all(|&x| x == 0) {
+                    continue;
+                }
+                let Some(ex) = IpcExport::from_bytes(e) else {
+                    return Err(Error::Collective(format!(
+                        "{what}: rank {j} sent a malformed IPC descriptor"
+                    )));
+                };
+                let peer = g.world[j];
+                let m = g
+                    .cache
+                    .acquire(peer, &ex)
+                    .map_err(|e| gpu(&format!("{what}: mapping rank {j}'s buffer"), e))?;
+                *slot = m.addr();
+                maps.push(m);
+            }
+        }
+        let a = mapped_args(c, me, &g.bases, &ins, &outs);
+        g.launch(what, red, a, work, stream, maps)
+    }));
+    if out_buf != Buf::Recv && out_len > 0 {
+        b.round();
+        b.copy(
+            Slice::new(out_buf, 0, out_len),
+            Slice::new(Buf::Recv, 0, out_len),
+        );
+    }
+}
+
+/// An error recorded by a kernel of `group` (after its launches completed).
+pub(crate) fn check_group(group: &Mutex<PeerGroup>, what: &str) -> Result<()> {
+    lock(group).check(what)
+}
+
+/// Launch the scratch form directly on `stream` (stream-ordered: no host wait, no
+/// host message). Returns `false` when the call does not fit the scratch form.
+///
+/// # Safety
+/// `send`/`recv` must stay valid until the work enqueued on `stream` has completed.
+pub(crate) unsafe fn launch_on_stream(
+    group: &Mutex<PeerGroup>,
+    what: &str,
+    c: PeerColl,
+    red: Option<(DType, RedOp)>,
+    send: u64,
+    recv: u64,
+    stream: &Stream,
+) -> Result<bool> {
+    let mut g = lock(group);
+    let slot = g.ws.slot_bytes();
+    if !c.fits_scratch(g.p, slot) {
+        return Ok(false);
+    }
+    let a = scratch_args(
+        c,
+        g.me,
+        &g.bases.clone(),
+        slot,
+        Regions {
+            input: send,
+            output: recv,
+        },
+    );
+    let work = c.work_bytes(g.p);
+    g.launch(what, red, a, work, stream, Vec::new())?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(node: u64, pci: &str, mps: bool) -> RankInfo {
+        RankInfo {
+            node,
+            pci: pci.into(),
+            mps,
+            ok: true,
+            sms: 132,
+            export: None,
+        }
+    }
+
+    #[test]
+    fn verdict_names_why_not() {
+        let two = [info(1, "0000:18:00", false), info(1, "0000:19:00", false)];
+        assert_eq!(verdict(&two, PeerSetting::Auto), Ok((1, 132)));
+        let shared = [info(1, "0000:18:00", false), info(1, "0000:18:00", false)];
+        let e = verdict(&shared, PeerSetting::Auto).unwrap_err();
+        assert!(
+            e.contains("share GPU 0000:18:00 without MPS") && e.contains("[0, 1]"),
+            "{e}"
+        );
+        assert_eq!(verdict(&shared, PeerSetting::On), Ok((2, 132)));
+        let mps = [info(1, "0000:18:00", true), info(1, "0000:18:00", true)];
+        assert_eq!(verdict(&mps, PeerSetting::Auto), Ok((2, 132)));
+        let nodes = [info(1, "a", true), info(2, "a", true)];
+        assert!(
+            verdict(&nodes, PeerSetting::On)
+                .unwrap_err()
+                .contains("2 nodes")
+        );
+        let mut bad = mps.clone();
+        bad[1].ok = false;
+        assert!(
+            verdict(&bad, PeerSetting::On)
+                .unwrap_err()
+                .contains("rank 1")
+        );
+    }
+
+    #[test]
+    fn info_round_trips() {
+        let i = info(0xdead_beef, "0000:18:00", true);
+        let b = i.to_bytes();
+        assert_eq!(b.len(), INFO_LEN);
+        let back = RankInfo::from_bytes(&b);
+        // No export: decoded as not ok.
+        assert_eq!(
+            (back.node, back.pci.as_str(), back.mps, back.ok),
+            (0xdead_beef, "0000:18:00", true, false)
+        );
+    }
+
+    #[test]
+    fn shards_cover_the_range_in_vectors() {
+        for n in [0usize, 1, 3, 4, 5, 17, 1000, 1 << 20] {
+            for p in 1..=8 {
+                for es in [2usize, 4, 8] {
+                    let mut next = 0u64;
+                    for j in 0..p {
+                        let (lo, hi) = shard(n, es, p, j);
+                        assert_eq!(lo, next, "n={n} p={p} es={es} j={j}");
+                        assert!(hi >= lo);
+                        if hi < n as u64 {
+                            assert_eq!((hi as usize * es) % 16, 0, "n={n} p={p} j={j}");
+                        }
+                        next = hi;
+                    }
+                    assert_eq!(next, n as u64);
+                }
+            }
+        }
+    }
+
+    /// Host model of the kernels ([`rankwire_gpu::peer`]'s protocol) over host
+    /// memory: every rank's pre-copy, then (entry barrier) every rank's work. It runs
+    /// the arguments the builders produce and checks the results, so address,
+    /// range, slot-parity and output mistakes show here without a GPU.
+    fn model(args: &[PeerArgs], es: usize, epoch: u32, red: bool) {
+        let slot = |a: &PeerArgs, j: usize| {
+            if a.input[j] == 0 {
+                0
+            } else {
+                a.input[j]
+                    + if a.slot_bytes > 0 {
+                        (epoch as u64 & 1) * a.slot_bytes
+                    } else {
+                        0
+                    }
+            }
+        };
+        // SAFETY (all raw accesses): the tests below allocate every address they pass.
+        for a in args {
+            if a.src != 0 {
+                unsafe {
+                    std::ptr::copy(
+                        a.src as *const u8,
+                        slot(a, a.me as usize) as *mut u8,
+                        a.src_bytes as usize,
+                    )
+                };
+            }
+        }
+        for a in args {
+            if red {
+                for i in a.lo..a.hi {
+                    let mut acc = 0i64;
+                    for j in 0..a.p as usize {
+                        let v = unsafe { *((slot(a, j) as *const i64).add(i as usize)) };
+                        acc = acc.wrapping_add(v);
+                    }
+                    for k in 0..a.nout as usize {
+                        unsafe { *((a.out[k] as *mut i64).add((i - a.out_sub) as usize)) = acc };
+                    }
+                }
+            } else {
+                for j in 0..a.p as usize {
+                    let s = slot(a, j);
+                    if s != 0 && a.seg > 0 {
+                        unsafe {
+                            std::ptr::copy(
+                                s as *const u8,
+                                (a.out[0] + j as u64 * a.stride) as *mut u8,
+                                a.seg as usize,
+                            )
+                        };
+                    }
+                }
+            }
+        }
+        let _ = es;
+    }
+
+    fn inputs(p: usize, n: usize) -> Vec<Vec<i64>> {
+        (0..p)
+            .map(|r| {
+                (0..n)
+                    .map(|i| (r as i64 + 1) * 1_000_003 + i as i64 * 7)
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn scratch_and_mapped_arguments_compute_the_collectives() {
+        for p in [2usize, 3, 4, 7] {
+            for n in [1usize, 5, 64, 1001] {
+                let slot_bytes = 16 * 1024 * 8;
+                let mut ws: Vec<Vec<u8>> = (0..p)
+                    .map(|_| vec![0u8; PeerWorkspace::slots_offset() as usize + 2 * slot_bytes])
+                    .collect();
+                let bases: Vec<u64> = ws.iter_mut().map(|w| w.as_mut_ptr() as u64).collect();
+                let send = inputs(p, n * p);
+                let sum: Vec<i64> = (0..n * p)
+                    .map(|i| send.iter().fold(0i64, |a, s| a.wrapping_add(s[i])))
+                    .collect();
+                for epoch in [1u32, 2] {
+                    // Allreduce, both forms.
+                    for mapped in [false, true] {
+                        let c = PeerColl::Allreduce { n, es: 8 };
+                        let mut recv = vec![vec![-1i64; n]; p];
+                        let ins: Vec<u64> = send.iter().map(|s| s.as_ptr() as u64).collect();
+                        let outs: Vec<u64> =
+                            recv.iter_mut().map(|r| r.as_mut_ptr() as u64).collect();
+                        let args: Vec<PeerArgs> = (0..p)
+                            .map(|me| {
+                                let r = Regions {
+                                    input: ins[me],
+                                    output: outs[me],
+                                };
+                                if mapped {
+                                    mapped_args(c, me, &bases, &ins, &outs)
+                                } else {
+                                    scratch_args(c, me, &bases, slot_bytes, r)
+                                }
+                            })
+                            .collect();
+                        model(&args, 8, epoch, true);
+                        for r in &recv {
+                            assert_eq!(r[..], sum[..n], "allreduce p={p} n={n} mapped={mapped}");
+                        }
+                    }
+                    // Reduce-scatter-block (input p·n, block n).
+                    for mapped in [false, true] {
+                        let c = PeerColl::ReduceScatterBlock { k: n, es: 8 };
+                        let mut recv = vec![vec![-1i64; n]; p];
+                        let ins: Vec<u64> = send.iter().map(|s| s.as_ptr() as u64).collect();
+                        let outs: Vec<u64> =
+                            recv.iter_mut().map(|r| r.as_mut_ptr() as u64).collect();
+                        let args: Vec<PeerArgs> = (0..p)
+                            .map(|me| {
+                                if mapped {
+                                    mapped_args(c, me, &bases, &ins, &outs)
+                                } else {
+                                    scratch_args(
+                                        c,
+                                        me,
+                                        &bases,
+                                        slot_bytes,
+                                        Regions {
+                                            input: ins[me],
+                                            output: outs[me],
+                                        },
+                                    )
+                                }
+                            })
+                            .collect();
+                        model(&args, 8, epoch, true);
+                        for (me, r) in recv.iter().enumerate() {
+                            assert_eq!(r[..], sum[me * n..(me + 1) * n], "rsb p={p} n={n}");
+                        }
+                    }
+                    // Reduce to a root.
+                    for mapped in [false, true] {
+                        let root = p - 1;
+                        let c = PeerColl::Reduce { n, es: 8, root };
+                        let mut recv = vec![vec![-1i64; n]; p];
+                        let ins: Vec<u64> = send.iter().map(|s| s.as_ptr() as u64).collect();
+                        let outs: Vec<u64> =
+                            recv.iter_mut().map(|r| r.as_mut_ptr() as u64).collect();
+                        let args: Vec<PeerArgs> = (0..p)
+                            .map(|me| {
+                                if mapped {
+                                    mapped_args(c, me, &bases, &ins, &outs)
+                                } else {
+                                    scratch_args(
+                                        c,
+                                        me,
+                                        &bases,
+                                        slot_bytes,
+                                        Regions {
+                                            input: ins[me],
+                                            output: outs[me],
+                                        },
+                                    )
+                                }
+                            })
+                            .collect();
+                        model(&args, 8, epoch, true);
+                        let want: Vec<i64> = (0..n)
+                            .map(|i| send.iter().fold(0i64, |a, s| a.wrapping_add(s[i])))
+                            .collect();
+                        assert_eq!(recv[root], want, "reduce p={p} n={n} mapped={mapped}");
+                        for (r, v) in recv.iter().enumerate().filter(|&(r, _)| r != root) {
+                            assert!(v.iter().all(|&x| x == -1), "reduce wrote rank {r}");
+                        }
+                    }
+                    // Allgather (k = n·8 bytes) and bcast, out of place and in place.
+                    for mapped in [false, true] {
+                        for in_place in [false, true] {
+                            let k = n * 8;
+                            let c = PeerColl::Allgather { k };
+                            let mut recv = vec![vec![-1i64; n * p]; p];
+                            if in_place {
+                                for (me, r) in recv.iter_mut().enumerate() {
+                                    r[me * n..(me + 1) * n].copy_from_slice(&send[me][..n]);
+                                }
+                            }
+                            let outs: Vec<u64> =
+                                recv.iter_mut().map(|r| r.as_mut_ptr() as u64).collect();
+                            let ins: Vec<u64> = (0..p)
+                                .map(|me| {
+                                    if in_place {
+                                        outs[me] + (me * k) as u64
+                                    } else {
+                                        send[me].as_ptr() as u64
+                                    }
+                                })
+                                .collect();
+                            let args: Vec<PeerArgs> = (0..p)
+                                .map(|me| {
+                                    if mapped {
+                                        mapped_args(c, me, &bases, &ins, &outs)
+                                    } else {
+                                        scratch_args(
+                                            c,
+                                            me,
+                                            &bases,
+                                            slot_bytes,
+                                            Regions {
+                                                input: ins[me],
+                                                output: outs[me],
+                                            },
+                                        )
+                                    }
+                                })
+                                .collect();
+                            model(&args, 1, epoch, false);
+                            let want: Vec<i64> =
+                                (0..p).flat_map(|j| send[j][..n].to_vec()).collect();
+                            for r in &recv {
+                                assert_eq!(
+                                    r, &want,
+                                    "allgather p={p} n={n} mapped={mapped} in_place={in_place}"
+                                );
+                            }
+                        }
+                        let root = p / 2;
+                        let c = PeerColl::Bcast { n: n * 8, root };
+                        let mut bufs: Vec<Vec<i64>> = (0..p)
+                            .map(|r| {
+                                if r == root {
+                                    send[r][..n].to_vec()
+                                } else {
+                                    vec![-1; n]
+                                }
+                            })
+                            .collect();
+                        let addrs: Vec<u64> =
+                            bufs.iter_mut().map(|b| b.as_mut_ptr() as u64).collect();
+                        let args: Vec<PeerArgs> = (0..p)
+                            .map(|me| {
+                                if mapped {
+                                    mapped_args(c, me, &bases, &addrs, &addrs)
+                                } else {
+                                    scratch_args(
+                                        c,
+                                        me,
+                                        &bases,
+                                        slot_bytes,
+                                        Regions {
+                                            input: addrs[me],
+                                            output: addrs[me],
+                                        },
+                                    )
+                                }
+                            })
+                            .collect();
+                        model(&args, 1, epoch, false);
+                        for b in &bufs {
+                            assert_eq!(b[..], send[root][..n], "bcast p={p} n={n} mapped={mapped}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn scratch_fit_follows_the_input() {
+        assert!(PeerColl::Allreduce { n: 1 << 18, es: 4 }.fits_scratch(2, 1 << 20));
+        assert!(
+            !PeerColl::Allreduce {
+                n: (1 << 18) + 1,
+                es: 4
+            }
+            .fits_scratch(2, 1 << 20)
+        );
+        // Reduce-scatter reads p blocks.
+        assert!(!PeerColl::ReduceScatterBlock { k: 1 << 18, es: 4 }.fits_scratch(2, 1 << 20));
+        assert!(PeerColl::Allgather { k: 1 << 20 }.fits_scratch(8, 1 << 20));
+    }
+}
