@@ -6,6 +6,12 @@
 //! same collectives in the same order (blocking and nonblocking alike), with matching
 //! arguments; `RANKWIRE_COLL_CHECK=1` verifies that ([`check`](self#mismatch-detection)).
 //!
+//! The reductions, allgather, reduce_scatter_block and the scans also have in-place
+//! forms (`allreduce_in_place`, …; MPI_IN_PLACE): the same schedules with the input
+//! read from the receive buffer, so the copy of the send buffer into the receive buffer
+//! that most algorithms start with is skipped, and the results are bitwise those of
+//! the out-of-place forms on the same inputs.
+//!
 //! # Design
 //! - **Schedules.** An algorithm appends rounds of local steps (copy, reduce) and
 //!   transfers to a schedule (`sched.rs`, after libNBC); one description serves the
