@@ -87,6 +87,64 @@ fn allreduce_floats_are_bitwise_identical_on_every_rank() {
     run_ok(8, &[], &["bits"]);
 }
 
+/// Counts of the in-place scenario: 0, tiny, and vectors on both sides of the
+/// allreduce switch points (the direct path ends at 64 KiB, 2 ranks leave recursive
+/// doubling between 8 and 64 KiB, 4 ranks take Rabenseifner from 64 KiB): 1000 f32 are
+/// 4 KB, 20000 are 80 KB.
+const IN_PLACE_COUNTS: [&str; 6] = ["inplace", "0", "1", "7", "1000", "20000"];
+
+#[test]
+fn in_place_forms_match_the_out_of_place_bits_at_1_to_4_ranks() {
+    for n in 1..=4 {
+        run_ok(n, &[], &IN_PLACE_COUNTS);
+    }
+}
+
+/// Every allreduce, allgather and reduce-scatter algorithm forced, in place.
+#[test]
+fn in_place_forms_with_every_algorithm_forced() {
+    let profiles: [&[(&str, &str)]; 4] = [
+        &[
+            ("RANKWIRE_ALLREDUCE_ALGO", "ring"),
+            ("RANKWIRE_ALLGATHER_ALGO", "ring"),
+            ("RANKWIRE_REDUCE_SCATTER_ALGO", "ring"),
+        ],
+        &[
+            ("RANKWIRE_ALLREDUCE_ALGO", "recursive_doubling"),
+            ("RANKWIRE_ALLGATHER_ALGO", "bruck"),
+            ("RANKWIRE_REDUCE_SCATTER_ALGO", "reduce_scatterv"),
+        ],
+        &[
+            ("RANKWIRE_ALLREDUCE_ALGO", "rabenseifner"),
+            ("RANKWIRE_ALLGATHER_ALGO", "recursive_doubling"),
+            ("RANKWIRE_REDUCE_SCATTER_ALGO", "ring"),
+        ],
+        &[
+            ("RANKWIRE_ALLREDUCE_ALGO", "reduce_bcast"),
+            ("RANKWIRE_ALLGATHER_ALGO", "bruck"),
+            ("RANKWIRE_REDUCE_SCATTER_ALGO", "reduce_scatterv"),
+        ],
+    ];
+    for env in profiles {
+        for n in [2, 3, 4] {
+            run_ok(n, env, &IN_PLACE_COUNTS);
+        }
+    }
+}
+
+/// With the collective check on, the in-place forms pass it (same descriptors as the
+/// out-of-place forms) and their argument errors stay the same `Usage` errors.
+#[test]
+fn in_place_forms_pass_the_collective_check() {
+    for n in [1, 3, 4] {
+        run_ok(
+            n,
+            &[("RANKWIRE_COLL_CHECK", "1")],
+            &["inplace", "0", "7", "1000"],
+        );
+    }
+}
+
 #[test]
 fn dup_split_create_and_isolation() {
     for n in [1, 2, 3, 4, 5] {

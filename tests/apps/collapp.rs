@@ -14,7 +14,9 @@
 //! the largest context id seen), `reuse` (context ids reused after communicators are
 //! freed, at different times on different ranks, with traffic interleaved on old and
 //! new communicators; needs 4 ranks), `exhaust` (2047 communicators alive, the next
-//! creation is a clear error, a freed id is then reused).
+//! creation is a clear error, a freed id is then reused), `inplace <count>...` (every
+//! in-place collective, blocking and nonblocking, bitwise against the out-of-place form
+//! and against the reference, and its argument errors; `collapp_inplace.rs`).
 
 use std::fmt::Debug;
 
@@ -26,11 +28,18 @@ use rankwire::{
 mod common;
 use common::fail;
 
+#[path = "collapp_inplace.rs"]
+mod inplace;
+
 fn main() {
     common::run_scenario(|_universe, world, scenario, args| match scenario {
         "all" => {
             let counts: Vec<usize> = args[2..].iter().filter_map(|s| s.parse().ok()).collect();
             counts.iter().try_for_each(|&c| all(world, c))
+        }
+        "inplace" => {
+            let counts: Vec<usize> = args[2..].iter().filter_map(|s| s.parse().ok()).collect();
+            counts.iter().try_for_each(|&c| inplace::inplace(world, c))
         }
         "bits" => bits(world, 1003),
         "comms" => comms(world),

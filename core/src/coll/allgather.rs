@@ -47,6 +47,40 @@ impl Communicator {
         self.start_coll(spec, user, |b| build(b, algo, k, es))
     }
 
+    /// In-place allgather (MPI_Allgather with `MPI_IN_PLACE` as the send buffer, MPI 4.1
+    /// §6.7): rank `i`'s block is taken from its place in `recv`, elements
+    /// `[i·k, (i+1)·k)` with `k = recv.len() / size()`, and afterwards every block holds
+    /// its rank's contribution.
+    ///
+    /// Shape: `recv.len()` elements, equal on every rank and a multiple of `size()`.
+    /// Algorithm as [`Communicator::allgather`] with `k`-element blocks (the ring and
+    /// recursive doubling skip the copy of the own block; Bruck still rotates through
+    /// a temporary on ranks other than 0).
+    ///
+    /// # Errors
+    /// [`crate::Error::Usage`] if `recv.len()` is not a multiple of `size()`;
+    /// [`crate::Error::Collective`] if ranks pass different counts;
+    /// [`crate::Error::Connection`] if a peer died.
+    pub fn allgather_in_place<T: Pod>(&self, recv: &mut [T]) -> Result<()> {
+        self.iallgather_in_place(recv)?.wait()
+    }
+
+    /// Nonblocking in-place allgather (MPI_Iallgather with `MPI_IN_PLACE`, MPI 4.1
+    /// §6.12.5).
+    ///
+    /// # Errors
+    /// As [`Communicator::allgather_in_place`], for the arguments.
+    pub fn iallgather_in_place<'a, T: Pod>(&self, recv: &'a mut [T]) -> Result<CollRequest<'a>> {
+        let (p, es) = (self.size(), std::mem::size_of::<T>());
+        let k = recv.len() / p;
+        let algo = self.st.cfg.allgather(p, k * es)?;
+        let mut spec = Spec::uniform(CollKind::Allgather, None, k, es);
+        spec.algo = algo.code();
+        spec.invalid = args::multiple("allgather_in_place", "the buffer", recv.len(), p);
+        let user = UserBufs::new(&[], bytemuck::cast_slice_mut(recv), None);
+        self.start_coll(spec, user, |b| build_from(b, algo, k, es, true))
+    }
+
     /// Gather every rank's `send` (its own length) into every rank's `recv`, rank `i`'s
     /// block at `displs[i]` with `counts[i]` elements (MPI_Allgatherv, MPI 4.1 §6.7).
     ///
@@ -110,12 +144,31 @@ impl Communicator {
 
 /// Allgather of `k` elements per rank.
 pub(crate) fn build(b: &mut Builder, algo: AllgatherAlgo, k: usize, es: usize) {
+    build_from(b, algo, k, es, false);
+}
+
+/// Allgather of `k` elements per rank; `in_place`: the own block is already at its
+/// place in the receive buffer (not in the send buffer). Every algorithm reads the own
+/// block once, in its first local step, before anything is received; in place that
+/// step is a copy of the block onto itself, skipped ([`Builder::copy`]), except for
+/// Bruck's copy into its work buffer on ranks other than 0.
+pub(crate) fn build_from(
+    b: &mut Builder,
+    algo: AllgatherAlgo,
+    k: usize,
+    es: usize,
+    in_place: bool,
+) {
     let (me, p) = (b.rank, b.size);
     if k == 0 || es == 0 {
         return;
     }
     let blk = |i: usize| Slice::elems(Buf::Recv, es, i * k, k);
-    let own = Slice::elems(Buf::Send, es, 0, k);
+    let own = if in_place {
+        blk(me)
+    } else {
+        Slice::elems(Buf::Send, es, 0, k)
+    };
     match algo {
         AllgatherAlgo::Ring => {
             b.copy(own, blk(me));
@@ -134,7 +187,7 @@ pub(crate) fn build(b: &mut Builder, algo: AllgatherAlgo, k: usize, es: usize) {
                 mask <<= 1;
             }
         }
-        AllgatherAlgo::Bruck | AllgatherAlgo::RecursiveDoubling => bruck(b, k, es),
+        AllgatherAlgo::Bruck | AllgatherAlgo::RecursiveDoubling => bruck(b, k, es, own),
     }
 }
 
@@ -153,17 +206,15 @@ fn ring(b: &mut Builder, blocks: &[Slice]) {
 /// Bruck: a work buffer holds the blocks of ranks `rank, rank+1, …` (mod p); step
 /// `2^j` sends the first `min(2^j, p − 2^j)` blocks to `rank − 2^j` and appends as
 /// many from `rank + 2^j`. ⌈lg p⌉ steps, then one rotation into place (none on rank 0).
-fn bruck(b: &mut Builder, k: usize, es: usize) {
+/// `own` is this rank's block (in the send buffer, or in place in the receive buffer).
+fn bruck(b: &mut Builder, k: usize, es: usize, own: Slice) {
     let (me, p) = (b.rank, b.size);
     let work = if me == 0 {
         Buf::Recv
     } else {
         b.tmp(p * k * es)
     };
-    b.copy(
-        Slice::elems(Buf::Send, es, 0, k),
-        Slice::elems(work, es, 0, k),
-    );
+    b.copy(own, Slice::elems(work, es, 0, k));
     let mut dist = 1;
     while dist < p {
         let n = dist.min(p - dist);
@@ -237,6 +288,33 @@ mod tests {
             for v in &recvs {
                 for r in 0..p {
                     assert_eq!(&v[displs[r]..displs[r] + counts[r]], &sends[r][..], "p={p}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn in_place_every_algorithm_every_size() {
+        for algo in [
+            AllgatherAlgo::Ring,
+            AllgatherAlgo::Bruck,
+            AllgatherAlgo::RecursiveDoubling,
+        ] {
+            for p in 1..=9 {
+                for k in [0usize, 1, 3, 40] {
+                    let sends: Vec<Vec<i64>> = (0..p).map(|r| testing::values(r, k)).collect();
+                    // Own block in place, the rest garbage that must be overwritten.
+                    let mut bufs: Vec<Vec<i64>> = (0..p)
+                        .map(|r| {
+                            let mut v = vec![-7777i64; p * k];
+                            v[r * k..(r + 1) * k].copy_from_slice(&sends[r]);
+                            v
+                        })
+                        .collect();
+                    testing::run_in_place(&mut bufs, None, |b| build_from(b, algo, k, 8, true));
+                    for (r, v) in bufs.iter().enumerate() {
+                        assert_eq!(v, &sends.concat(), "{algo} p={p} k={k} rank {r}");
+                    }
                 }
             }
         }

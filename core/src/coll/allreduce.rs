@@ -42,7 +42,7 @@ impl Communicator {
                 .allreduce(self.size(), bytes, op.is_commutative())
             && let Some(r) = self.allreduce_direct(
                 algo,
-                bytemuck::cast_slice(send),
+                Some(bytemuck::cast_slice(send)),
                 bytemuck::cast_slice_mut(recv),
                 std::mem::size_of::<T>(),
                 &|s: &[u8], d: &mut [u8], left: bool| op.apply_bytes(s, d, left),
@@ -84,16 +84,93 @@ impl Communicator {
         );
         self.start_coll(spec, user, |b| build(b, algo, n, es))
     }
+
+    /// In-place allreduce (MPI_Allreduce with `MPI_IN_PLACE` as the send buffer, MPI 4.1
+    /// §6.9.6): every rank's `buf` is its input and, afterwards, the reduction of all
+    /// ranks' inputs.
+    ///
+    /// Shape: `buf.len()` elements, equal on every rank. Algorithm, reduction order and
+    /// result bits are those of [`Communicator::allreduce`] on the same inputs (the
+    /// schedules just skip their first copy of the send buffer into the receive buffer).
+    ///
+    /// # Errors
+    /// [`crate::Error::Usage`] if `op` is not defined on `T`;
+    /// [`crate::Error::Collective`] if ranks pass different counts or operations;
+    /// [`crate::Error::Connection`] if a peer died.
+    pub fn allreduce_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<()> {
+        let op = op.into();
+        let bytes = std::mem::size_of_val(buf);
+        if op.is_defined()
+            && let Ok(algo) = self
+                .st
+                .cfg
+                .allreduce(self.size(), bytes, op.is_commutative())
+            && let Some(r) = self.allreduce_direct(
+                algo,
+                None,
+                bytemuck::cast_slice_mut(buf),
+                std::mem::size_of::<T>(),
+                &|s: &[u8], d: &mut [u8], left: bool| op.apply_bytes(s, d, left),
+            )
+        {
+            return r;
+        }
+        self.iallreduce_in_place(buf, op)?.wait()
+    }
+
+    /// Nonblocking in-place allreduce (MPI_Iallreduce with `MPI_IN_PLACE`, MPI 4.1
+    /// §6.12.8).
+    ///
+    /// # Errors
+    /// As [`Communicator::allreduce_in_place`], for the arguments.
+    pub fn iallreduce_in_place<'a, T: Pod>(
+        &self,
+        buf: &'a mut [T],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<CollRequest<'a>> {
+        let op = op.into();
+        let (p, es, n) = (self.size(), std::mem::size_of::<T>(), buf.len());
+        let algo = self.st.cfg.allreduce(p, n * es, op.is_commutative())?;
+        let red = op.reducer();
+        let mut spec = Spec::uniform(CollKind::Allreduce, None, n, es);
+        spec.algo = algo.code();
+        if let Ok(r) = &red {
+            (spec.op_code, spec.dtype_code) = (r.op_code, r.dtype_code);
+        }
+        spec.invalid = red.as_ref().err().cloned();
+        let user = UserBufs::new(&[], bytemuck::cast_slice_mut(buf), red.ok());
+        self.start_coll(spec, user, |b| build_from(b, algo, n, es, Buf::Recv))
+    }
 }
 
 /// Allreduce of `count` elements of `es` bytes from the send buffer into the receive
 /// buffer.
 pub(crate) fn build(b: &mut Builder, algo: AllreduceAlgo, count: usize, es: usize) {
+    build_from(b, algo, count, es, Buf::Send);
+}
+
+/// Allreduce of `count` elements of `es` bytes from `input` (the send buffer, or the
+/// receive buffer itself for the in-place form) into the receive buffer. With
+/// `input == Buf::Recv` the copy of the input into the receive buffer is skipped
+/// ([`Builder::copy`] of a slice onto itself) and nothing else changes: every later step
+/// reads only the receive buffer and temporaries, and `reduce_bcast`'s tree copies the
+/// input into its own accumulator before any receive can land in the receive buffer.
+pub(crate) fn build_from(
+    b: &mut Builder,
+    algo: AllreduceAlgo,
+    count: usize,
+    es: usize,
+    input: Buf,
+) {
     if count == 0 || es == 0 {
         return;
     }
     let all = Slice::elems(Buf::Recv, es, 0, count);
-    let send = Slice::elems(Buf::Send, es, 0, count);
+    let send = Slice::elems(input, es, 0, count);
     if b.size == 1 {
         b.copy(send, all);
         return;
@@ -374,6 +451,57 @@ mod tests {
             let red = ReduceOp::<i64>::from(Op::Sum).reducer().unwrap();
             let m = testing::run(&sends, &mut recvs, Some(red), |b| build(b, algo, count, 8));
             assert_eq!(m, p * per_rank, "{algo}");
+        }
+    }
+
+    #[test]
+    fn in_place_gives_the_out_of_place_bits_every_algorithm_and_size() {
+        for algo in ALGOS {
+            for p in 1..=9 {
+                for count in [0usize, 1, 2, 7, 8, 9, 33, 1000] {
+                    let sends: Vec<Vec<f32>> = (0..p).map(|r| testing::floats(r, count)).collect();
+                    let red = || ReduceOp::<f32>::from(Op::Sum).reducer().unwrap();
+                    let mut outs = vec![vec![0f32; count]; p];
+                    testing::run(&sends, &mut outs, Some(red()), |b| build(b, algo, count, 4));
+                    let mut bufs = sends.clone();
+                    testing::run_in_place(&mut bufs, Some(red()), |b| {
+                        build_from(b, algo, count, 4, Buf::Recv)
+                    });
+                    for r in 0..p {
+                        assert_eq!(
+                            testing::bits(&bufs[r]),
+                            testing::bits(&outs[r]),
+                            "{algo} p={p} count={count} rank {r}"
+                        );
+                    }
+                    if p > 1 && count > 0 {
+                        // Not just the input: the sum really happened.
+                        assert_ne!(testing::bits(&bufs[0]), testing::bits(&sends[0]));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn in_place_keeps_rank_order() {
+        for algo in [
+            AllreduceAlgo::RecursiveDoubling,
+            AllreduceAlgo::Rabenseifner,
+            AllreduceAlgo::ReduceBcast,
+        ] {
+            for p in 1..=9 {
+                for count in [1usize, 3, 16] {
+                    let mut bufs: Vec<Vec<[i64; 2]>> =
+                        (0..p).map(|r| vec![[r as i64, r as i64]; count]).collect();
+                    testing::run_in_place(&mut bufs, Some(concat().reducer().unwrap()), |b| {
+                        build_from(b, algo, count, 16, Buf::Recv)
+                    });
+                    for v in &bufs {
+                        assert_eq!(v, &vec![[0, p as i64 - 1]; count], "{algo} p={p}");
+                    }
+                }
+            }
         }
     }
 }

@@ -61,19 +61,20 @@ impl Communicator {
     }
 
     /// Recursive doubling (`allreduce.rs`), run directly on `send` → `recv` (bytes,
-    /// equal lengths, `es`-byte elements). `None`: not applicable, use the schedule.
+    /// equal lengths, `es`-byte elements); `send == None` is the in-place form (the
+    /// input is `recv`). `None`: not applicable, use the schedule.
     pub(crate) fn allreduce_direct(
         &self,
         algo: AllreduceAlgo,
-        send: &[u8],
+        send: Option<&[u8]>,
         recv: &mut [u8],
         elem_bytes: usize,
         red: Combine<'_>,
     ) -> Option<Result<()>> {
-        let bytes = send.len();
+        let bytes = recv.len();
         if self.st.cfg.check
             || algo != AllreduceAlgo::RecursiveDoubling
-            || bytes != recv.len()
+            || send.is_some_and(|s| s.len() != bytes)
             || bytes > MAX_DIRECT_ALLREDUCE_BYTES
             || elem_bytes == 0
         {
@@ -84,7 +85,9 @@ impl Communicator {
         }
         let tag = tag_base(self.st.next_seq());
         if bytes == 0 || self.size() == 1 {
-            recv.copy_from_slice(send);
+            if let Some(send) = send {
+                recv.copy_from_slice(send);
+            }
             return Some(Ok(()));
         }
         Some(self.recursive_doubling(tag, send, recv, red))
@@ -95,10 +98,12 @@ impl Communicator {
     /// is sent from `send` and combined from there, not copied into `all` first: the
     /// first message this rank receives lands in `all` and is combined with `send` in
     /// the same order (lower ranks' values on the left), so the bits are the same.
+    /// In place (`send == None`) `all` holds this rank's vector from the start and
+    /// every message lands in a temporary first, exactly as in the schedule.
     fn recursive_doubling(
         &self,
         tag: i32,
-        send: &[u8],
+        send: Option<&[u8]>,
         all: &mut [u8],
         red: Combine<'_>,
     ) -> Result<()> {
@@ -106,30 +111,37 @@ impl Communicator {
         let (me, p) = (self.rank(), self.size());
         let pof2 = pof2_floor(p);
         let rem = p - pof2;
+        let n = all.len();
         // Whether `all` holds this rank's partial result yet (else it is `send`).
-        let mut in_all = false;
-        // A temporary is needed from the second exchange on (more than 2 ranks).
+        let mut in_all = send.is_none();
+        // A temporary is needed from the second exchange on (more than 2 ranks), or
+        // from the first in place.
         let mut stack: [u64; STACK_TMP_BYTES / 8];
         let mut heap = Vec::new();
-        let tmp: &mut [u8] = if p <= 2 {
+        let tmp: &mut [u8] = if p <= 2 && !in_all {
             &mut []
-        } else if send.len() <= STACK_TMP_BYTES {
+        } else if n <= STACK_TMP_BYTES {
             stack = [0; STACK_TMP_BYTES / 8];
-            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut stack)[..send.len()]
+            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut stack)[..n]
         } else {
-            heap.resize(send.len().div_ceil(8), 0u64);
-            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut heap)[..send.len()]
+            heap.resize(n.div_ceil(8), 0u64);
+            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut heap)[..n]
         };
         // Fold the first 2·rem ranks in pairs (allreduce.rs, `fold_in`).
         let nr = if me < 2 * rem {
             if me % 2 == 0 {
-                self.exchange(WHAT, tag, me + 1, send, usize::MAX, &mut [])?;
+                self.exchange(WHAT, tag, me + 1, send.unwrap_or(all), usize::MAX, &mut [])?;
                 None
-            } else {
+            } else if let Some(send) = send {
                 self.exchange(WHAT, tag, usize::MAX, &[], me - 1, all)?;
                 // all = a_{me-1} ∘ a_me
                 red(send, all, false);
                 in_all = true;
+                Some(me / 2)
+            } else {
+                self.exchange(WHAT, tag, usize::MAX, &[], me - 1, tmp)?;
+                // all = a_{me-1} ∘ a_me
+                red(tmp, all, true);
                 Some(me / 2)
             }
         } else {
@@ -145,7 +157,7 @@ impl Communicator {
                 if in_all {
                     self.exchange(WHAT, tag, partner, all, partner, tmp)?;
                     red(tmp, all, partner_left);
-                } else {
+                } else if let Some(send) = send {
                     self.exchange(WHAT, tag, partner, send, partner, all)?;
                     // `all` holds the partner's; ours (`send`) goes on the other side.
                     red(send, all, !partner_left);

@@ -6,6 +6,12 @@
 //! same collectives in the same order (blocking and nonblocking alike), with matching
 //! arguments; `RANKWIRE_COLL_CHECK=1` verifies that ([`check`](self#mismatch-detection)).
 //!
+//! The reductions, allgather, reduce_scatter_block and the scans also have in-place
+//! forms (`allreduce_in_place`, …; MPI_IN_PLACE): the same schedules with the input
+//! read from the receive buffer, so the copy of the send buffer into the receive buffer
+//! that most algorithms start with is skipped, and the results are bitwise those of
+//! the out-of-place forms on the same inputs.
+//!
 //! # Design
 //! - **Schedules.** An algorithm appends rounds of local steps (copy, reduce) and
 //!   transfers to a schedule (`sched.rs`, after libNBC); one description serves the
@@ -322,6 +328,17 @@ pub(crate) mod args {
         })
     }
 
+    /// `Some(error)` unless `got` (elements) is a multiple of the communicator `size`
+    /// (the in-place forms whose buffer holds one block per rank).
+    pub(crate) fn multiple(what: &str, buf: &str, got: usize, size: usize) -> Option<Error> {
+        (!got.is_multiple_of(size.max(1))).then(|| {
+            Error::usage(format!(
+                "{what}: {buf} holds {got} elements, not a multiple of the communicator \
+                 size {size} (one block of equal length per rank is needed)"
+            ))
+        })
+    }
+
     /// `Some(error)` unless `counts`/`displs` have `size` entries and each block lies in
     /// a buffer of `len` elements.
     pub(crate) fn layout(
@@ -416,6 +433,30 @@ pub(crate) mod testing {
             false,
         )
         .into()
+    }
+
+    /// [`run`] of an in-place form: `bufs` are every rank's input and output (the
+    /// receive buffer), the send buffers are empty.
+    pub(crate) fn run_in_place<R: Pod>(
+        bufs: &mut [Vec<R>],
+        reducer: Option<Reducer>,
+        build: impl Fn(&mut Builder),
+    ) -> usize {
+        let sends = vec![Vec::<u8>::new(); bufs.len()];
+        run(&sends, bufs, reducer, build)
+    }
+
+    /// Deterministic non-integer test values for `rank`, `count` elements, whose sums
+    /// round differently in different orders (for bitwise comparisons).
+    pub(crate) fn floats(rank: usize, count: usize) -> Vec<f32> {
+        (0..count)
+            .map(|i| ((rank * 31 + i * 17) as f32).sin() * 1e3 / (i + 1) as f32)
+            .collect()
+    }
+
+    /// The bits of `v`.
+    pub(crate) fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|f| f.to_bits()).collect()
     }
 
     /// Deterministic test values for `rank`, `count` elements.

@@ -85,9 +85,71 @@ impl Communicator {
             }
         })
     }
+
+    /// In-place reduce (MPI_Reduce with `MPI_IN_PLACE` as the root's send buffer,
+    /// MPI 4.1 §6.9.1): every rank's `buf` is its input; on `root` it then holds the
+    /// result `buf_0[i] ∘ buf_1[i] ∘ … ∘ buf_{p−1}[i]`, elsewhere it is only read and
+    /// left unchanged.
+    ///
+    /// Shape: `buf.len()` elements, equal on every rank. Algorithm, reduction order and
+    /// result bits as [`Communicator::reduce`] on the same inputs (on the root of a
+    /// commutative operation the tree accumulates straight into `buf`, without the
+    /// out-of-place form's first copy).
+    ///
+    /// # Errors
+    /// [`crate::Error::Usage`] if `root` is out of range or `op` is not defined on `T`;
+    /// [`crate::Error::Collective`] if ranks pass different counts, roots or
+    /// operations; [`crate::Error::Connection`] if a peer died.
+    pub fn reduce_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        op: impl Into<ReduceOp<T>>,
+        root: usize,
+    ) -> Result<()> {
+        self.ireduce_in_place(buf, op, root)?.wait()
+    }
+
+    /// Nonblocking in-place reduce (MPI_Ireduce with `MPI_IN_PLACE`, MPI 4.1 §6.12.7).
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_in_place`], for the arguments.
+    pub fn ireduce_in_place<'a, T: Pod>(
+        &self,
+        buf: &'a mut [T],
+        op: impl Into<ReduceOp<T>>,
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        let op = op.into();
+        let (p, es, n) = (self.size(), std::mem::size_of::<T>(), buf.len());
+        let algo = self.st.cfg.reduce(p, n * es)?;
+        let red = op.reducer();
+        let mut spec = Spec::uniform(CollKind::Reduce, Some(root), n, es);
+        spec.algo = algo.code();
+        if let Ok(r) = &red {
+            (spec.op_code, spec.dtype_code) = (r.op_code, r.dtype_code);
+        }
+        spec.invalid = args::first([
+            red.as_ref().err().cloned(),
+            args::root("reduce_in_place", root, p),
+        ]);
+        let commutative = op.is_commutative();
+        let user = UserBufs::new(&[], bytemuck::cast_slice_mut(buf), red.ok());
+        self.start_coll(spec, user, |b| {
+            if n > 0 && es > 0 {
+                // Input and output are both the buffer; `binomial` copies the input
+                // into a temporary accumulator wherever the result does not stay here.
+                let all = Slice::new(Buf::Recv, 0, n * es);
+                binomial(b, all, all, root, commutative);
+            }
+        })
+    }
 }
 
 /// Binomial reduce of `input` (every rank) into `out` (used on `root` only).
+///
+/// `input` may be `out` itself (the in-place form): the only step that reads `input`
+/// is the first one, a copy into the accumulator, which is skipped when the
+/// accumulator is `out`; `out` is written only on `root` and only after that copy.
 ///
 /// In relative ranks `rel = rank − tree_root`, rank `rel` receives the partial results
 /// of its children `rel + 2^k` (for `2^k < lowbit(rel)`, all posted at once into
@@ -201,6 +263,71 @@ mod tests {
                     )
                 });
                 assert_eq!(recvs[root], vec![[0, p as i64 - 1]; 3], "p={p} root={root}");
+            }
+        }
+    }
+
+    #[test]
+    fn in_place_root_gets_the_out_of_place_bits_and_others_keep_their_input() {
+        for commutative in [true, false] {
+            for p in 1..=9 {
+                for count in [0usize, 1, 7, 64] {
+                    for root in 0..p {
+                        let sends: Vec<Vec<f32>> =
+                            (0..p).map(|r| testing::floats(r, count)).collect();
+                        let red = || {
+                            // The same sum, declared non-commutative: rank-0 rooted tree.
+                            let op: ReduceOp<f32> = if commutative {
+                                Op::Sum.into()
+                            } else {
+                                crate::coll::ops::UserOp::new(
+                                    |a: &[f32], io: &mut [f32]| {
+                                        for (x, y) in a.iter().zip(io.iter_mut()) {
+                                            *y += *x;
+                                        }
+                                    },
+                                    false,
+                                )
+                                .into()
+                            };
+                            op.reducer().unwrap()
+                        };
+                        let n = count * 4;
+                        let mut outs = vec![vec![0f32; count]; p];
+                        testing::run(&sends, &mut outs, Some(red()), |b| {
+                            if n > 0 {
+                                binomial(
+                                    b,
+                                    Slice::new(Buf::Send, 0, n),
+                                    Slice::new(Buf::Recv, 0, n),
+                                    root,
+                                    commutative,
+                                )
+                            }
+                        });
+                        let mut bufs = sends.clone();
+                        testing::run_in_place(&mut bufs, Some(red()), |b| {
+                            if n > 0 {
+                                let all = Slice::new(Buf::Recv, 0, n);
+                                binomial(b, all, all, root, commutative)
+                            }
+                        });
+                        let what =
+                            format!("commutative={commutative} p={p} count={count} root={root}");
+                        assert_eq!(
+                            testing::bits(&bufs[root]),
+                            testing::bits(&outs[root]),
+                            "{what}"
+                        );
+                        for r in (0..p).filter(|&r| r != root) {
+                            assert_eq!(
+                                testing::bits(&bufs[r]),
+                                testing::bits(&sends[r]),
+                                "{what} rank {r}"
+                            );
+                        }
+                    }
+                }
             }
         }
     }

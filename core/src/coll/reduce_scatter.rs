@@ -53,7 +53,54 @@ impl Communicator {
             std::mem::size_of::<T>(),
         );
         spec.invalid = args::len("reduce_scatter_block", "the send buffer", send.len(), p * k);
-        self.start_reduce_scatter(spec, send, recv, &counts, op.into())
+        self.start_reduce_scatter(spec, send, recv, &counts, op.into(), false)
+    }
+
+    /// In-place reduce_scatter_block (MPI_Reduce_scatter_block with `MPI_IN_PLACE` as
+    /// the send buffer, MPI 4.1 §6.10.1): every rank's `buf` is its input vector of
+    /// `size()` blocks of `k = buf.len() / size()` elements; afterwards the first `k`
+    /// elements of rank `i`'s `buf` hold block `i` of the element-wise reduction. The
+    /// other `(size() − 1)·k` elements are unspecified afterwards, as in MPI (in fact
+    /// they hold partial results of the algorithm, or the input).
+    ///
+    /// Shape: `buf.len()` elements, equal on every rank and a multiple of `size()`.
+    /// Algorithm, reduction order and result bits as
+    /// [`Communicator::reduce_scatter_block`] on the same inputs (the ring works in
+    /// `buf` instead of a temporary copy of the input).
+    ///
+    /// # Errors
+    /// [`crate::Error::Usage`] if `buf.len()` is not a multiple of `size()` or `op` is
+    /// not defined on `T`; [`crate::Error::Collective`] if ranks pass different counts
+    /// or operations; [`crate::Error::Connection`] if a peer died.
+    pub fn reduce_scatter_block_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<()> {
+        self.ireduce_scatter_block_in_place(buf, op)?.wait()
+    }
+
+    /// Nonblocking in-place reduce_scatter_block (MPI_Ireduce_scatter_block with
+    /// `MPI_IN_PLACE`, MPI 4.1 §6.12.9).
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_scatter_block_in_place`], for the arguments.
+    pub fn ireduce_scatter_block_in_place<'a, T: Pod>(
+        &self,
+        buf: &'a mut [T],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<CollRequest<'a>> {
+        let p = self.size();
+        let k = buf.len() / p;
+        let counts = vec![k; p];
+        let mut spec = Spec::uniform(
+            CollKind::ReduceScatterBlock,
+            None,
+            k,
+            std::mem::size_of::<T>(),
+        );
+        spec.invalid = args::multiple("reduce_scatter_block_in_place", "the buffer", buf.len(), p);
+        self.start_reduce_scatter(spec, &[], buf, &counts, op.into(), true)
     }
 
     /// Reduce every rank's `send` element-wise with `op`, then scatter: rank `i`
@@ -113,9 +160,11 @@ impl Communicator {
                 .get(me)
                 .and_then(|&c| args::len("reduce_scatter", "the receive buffer", recv.len(), c)),
         ]);
-        self.start_reduce_scatter(spec, send, recv, counts, op.into())
+        self.start_reduce_scatter(spec, send, recv, counts, op.into(), false)
     }
 
+    /// `in_place`: `send` is empty and `recv` holds the input vector (the result goes
+    /// to its start).
     fn start_reduce_scatter<'a, T: Pod>(
         &self,
         mut spec: Spec,
@@ -123,13 +172,12 @@ impl Communicator {
         recv: &'a mut [T],
         counts: &[usize],
         op: ReduceOp<T>,
+        in_place: bool,
     ) -> Result<CollRequest<'a>> {
         let (p, es) = (self.size(), std::mem::size_of::<T>());
         let commutative = op.is_commutative();
-        let algo = self
-            .st
-            .cfg
-            .reduce_scatter(p, send.len() * es, commutative)?;
+        let input_len = if in_place { recv.len() } else { send.len() };
+        let algo = self.st.cfg.reduce_scatter(p, input_len * es, commutative)?;
         let red = op.reducer();
         spec.algo = algo.code();
         if let Ok(r) = &red {
@@ -142,14 +190,31 @@ impl Communicator {
             bytemuck::cast_slice_mut(recv),
             red.ok(),
         );
-        self.start_coll(spec, user, |b| build(b, algo, &counts, es))
+        self.start_coll(spec, user, |b| build_from(b, algo, &counts, es, in_place))
     }
 }
 
 /// Reduce-scatter of the send buffer (the concatenation of blocks of `counts[i]`
 /// elements) into each rank's receive buffer.
 pub(crate) fn build(b: &mut Builder, algo: ReduceScatterAlgo, counts: &[usize], es: usize) {
+    build_from(b, algo, counts, es, false);
+}
+
+/// [`build`], or with `in_place` the input vector taken from the receive buffer (which
+/// holds all of it) and the result left at its start. In place the ring reduces in the
+/// receive buffer itself (its work vector; the final copy of the own block to the start
+/// is a move within it), and `reduce_scatterv` accumulates on rank 0 straight into it;
+/// on the other ranks the binomial tree copies the input into its accumulator in its
+/// first step, before the result block is received.
+pub(crate) fn build_from(
+    b: &mut Builder,
+    algo: ReduceScatterAlgo,
+    counts: &[usize],
+    es: usize,
+    in_place: bool,
+) {
     let (me, p) = (b.rank, b.size);
+    let input = if in_place { Buf::Recv } else { Buf::Send };
     let total: usize = counts.iter().sum();
     if total == 0 || es == 0 {
         return;
@@ -165,7 +230,7 @@ pub(crate) fn build(b: &mut Builder, algo: ReduceScatterAlgo, counts: &[usize], 
     let blk = |buf: Buf, i: usize| Slice::elems(buf, es, displ[i], counts[i]);
     let mine = Slice::elems(Buf::Recv, es, 0, counts[me]);
     if p == 1 {
-        b.copy(blk(Buf::Send, 0), mine);
+        b.copy(blk(input, 0), mine);
         return;
     }
     match algo {
@@ -173,9 +238,13 @@ pub(crate) fn build(b: &mut Builder, algo: ReduceScatterAlgo, counts: &[usize], 
             // Step s: send the partial block rank−s−1 right, combine block rank−s−2
             // from the left as `received ∘ own`; block c starts at rank c+1 and ends,
             // complete, on rank c.
-            let w = b.tmp(total * es);
+            let w = if in_place {
+                Buf::Recv
+            } else {
+                b.tmp(total * es)
+            };
             b.copy(
-                Slice::elems(Buf::Send, es, 0, total),
+                Slice::elems(input, es, 0, total),
                 Slice::elems(w, es, 0, total),
             );
             let t = b.tmp(counts.iter().max().copied().unwrap_or(0) * es);
@@ -192,8 +261,8 @@ pub(crate) fn build(b: &mut Builder, algo: ReduceScatterAlgo, counts: &[usize], 
             b.copy(blk(w, me), mine);
         }
         ReduceScatterAlgo::ReduceScatterv => {
-            let all = Slice::elems(Buf::Send, es, 0, total);
-            let res = if me == 0 {
+            let all = Slice::elems(input, es, 0, total);
+            let res = if me == 0 && !in_place {
                 let r = b.tmp(total * es);
                 Slice::elems(r, es, 0, total)
             } else {
@@ -263,6 +332,49 @@ mod tests {
             });
             for v in &recvs {
                 assert_eq!(v, &vec![[0, p as i64 - 1]; 2], "p={p}");
+            }
+        }
+    }
+
+    #[test]
+    fn block_in_place_gives_the_out_of_place_bits() {
+        for algo in [ReduceScatterAlgo::Ring, ReduceScatterAlgo::ReduceScatterv] {
+            for p in 1..=9 {
+                for k in [0usize, 1, 5, 130] {
+                    let counts = vec![k; p];
+                    let sends: Vec<Vec<f32>> = (0..p).map(|r| testing::floats(r, p * k)).collect();
+                    let red = || ReduceOp::<f32>::from(Op::Sum).reducer().unwrap();
+                    let mut outs = vec![vec![0f32; k]; p];
+                    testing::run(&sends, &mut outs, Some(red()), |b| {
+                        build(b, algo, &counts, 4)
+                    });
+                    let mut bufs = sends.clone();
+                    testing::run_in_place(&mut bufs, Some(red()), |b| {
+                        build_from(b, algo, &counts, 4, true)
+                    });
+                    for r in 0..p {
+                        assert_eq!(
+                            testing::bits(&bufs[r][..k]),
+                            testing::bits(&outs[r]),
+                            "{algo} p={p} k={k} rank {r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn block_in_place_reduce_scatterv_keeps_rank_order() {
+        for p in 1..=7 {
+            let counts = vec![2usize; p];
+            let mut bufs: Vec<Vec<[i64; 2]>> =
+                (0..p).map(|r| vec![[r as i64, r as i64]; 2 * p]).collect();
+            testing::run_in_place(&mut bufs, Some(concat().reducer().unwrap()), |b| {
+                build_from(b, ReduceScatterAlgo::ReduceScatterv, &counts, 16, true)
+            });
+            for v in &bufs {
+                assert_eq!(&v[..2], &[[0, p as i64 - 1]; 2], "p={p}");
             }
         }
     }

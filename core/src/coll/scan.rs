@@ -41,7 +41,7 @@ impl Communicator {
         recv: &'a mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<CollRequest<'a>> {
-        self.start_scan(CollKind::Scan, send, recv, op.into())
+        self.start_scan(CollKind::Scan, send, recv, op.into(), false)
     }
 
     /// Exclusive prefix reduction: rank `r > 0` receives `send_0 ∘ … ∘ send_{r−1}`;
@@ -70,17 +70,74 @@ impl Communicator {
         recv: &'a mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<CollRequest<'a>> {
-        self.start_scan(CollKind::Exscan, send, recv, op.into())
+        self.start_scan(CollKind::Exscan, send, recv, op.into(), false)
     }
 
+    /// In-place inclusive scan (MPI_Scan with `MPI_IN_PLACE` as the send buffer, MPI
+    /// 4.1 §6.11.1): rank `r`'s `buf` is its input and afterwards holds
+    /// `buf_0 ∘ buf_1 ∘ … ∘ buf_r` (the inputs).
+    ///
+    /// Shape: `buf.len()` elements, equal on every rank. Algorithm, reduction order and
+    /// result bits as [`Communicator::scan`] on the same inputs.
+    ///
+    /// # Errors
+    /// [`crate::Error::Usage`] if `op` is not defined on `T`;
+    /// [`crate::Error::Collective`] if ranks pass different counts or operations;
+    /// [`crate::Error::Connection`] if a peer died.
+    pub fn scan_in_place<T: Pod>(&self, buf: &mut [T], op: impl Into<ReduceOp<T>>) -> Result<()> {
+        self.iscan_in_place(buf, op)?.wait()
+    }
+
+    /// Nonblocking in-place scan (MPI_Iscan with `MPI_IN_PLACE`, MPI 4.1 §6.12.10).
+    ///
+    /// # Errors
+    /// As [`Communicator::scan_in_place`], for the arguments.
+    pub fn iscan_in_place<'a, T: Pod>(
+        &self,
+        buf: &'a mut [T],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<CollRequest<'a>> {
+        self.start_scan(CollKind::Scan, &[], buf, op.into(), true)
+    }
+
+    /// In-place exclusive scan (MPI_Exscan with `MPI_IN_PLACE` as the send buffer, MPI
+    /// 4.1 §6.11.2): rank `r > 0`'s `buf` is its input and afterwards holds
+    /// `buf_0 ∘ … ∘ buf_{r−1}` (the inputs). On rank 0, where MPI leaves the result
+    /// undefined, `buf` is left unchanged (it keeps rank 0's input).
+    ///
+    /// Shape, algorithm and result bits as [`Communicator::scan_in_place`] and
+    /// [`Communicator::exscan`].
+    ///
+    /// # Errors
+    /// As [`Communicator::scan_in_place`].
+    pub fn exscan_in_place<T: Pod>(&self, buf: &mut [T], op: impl Into<ReduceOp<T>>) -> Result<()> {
+        self.iexscan_in_place(buf, op)?.wait()
+    }
+
+    /// Nonblocking in-place exscan (MPI_Iexscan with `MPI_IN_PLACE`, MPI 4.1
+    /// §6.12.11).
+    ///
+    /// # Errors
+    /// As [`Communicator::exscan_in_place`], for the arguments.
+    pub fn iexscan_in_place<'a, T: Pod>(
+        &self,
+        buf: &'a mut [T],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<CollRequest<'a>> {
+        self.start_scan(CollKind::Exscan, &[], buf, op.into(), true)
+    }
+
+    /// `in_place`: `send` is empty and `recv` holds the input.
     fn start_scan<'a, T: Pod>(
         &self,
         kind: CollKind,
         send: &'a [T],
         recv: &'a mut [T],
         op: ReduceOp<T>,
+        in_place: bool,
     ) -> Result<CollRequest<'a>> {
-        let (es, n) = (std::mem::size_of::<T>(), send.len());
+        let es = std::mem::size_of::<T>();
+        let n = if in_place { recv.len() } else { send.len() };
         let red = op.reducer();
         let mut spec = Spec::uniform(kind, None, n, es);
         if let Ok(r) = &red {
@@ -95,14 +152,26 @@ impl Communicator {
             bytemuck::cast_slice_mut(recv),
             red.ok(),
         );
-        self.start_coll(spec, user, |b| build(b, kind == CollKind::Exscan, n, es))
+        let input = if in_place { Buf::Recv } else { Buf::Send };
+        self.start_coll(spec, user, |b| {
+            build_from(b, kind == CollKind::Exscan, n, es, input)
+        })
     }
 }
 
 /// Recursive-doubling scan. `partial` holds the reduction of this rank's aligned block
 /// of `2^k` ranks (what it forwards); a partner with a lower rank contributes on the
 /// left of both `partial` and the result.
+#[cfg(test)]
 pub(crate) fn build(b: &mut Builder, exclusive: bool, count: usize, es: usize) {
+    build_from(b, exclusive, count, es, Buf::Send);
+}
+
+/// The recursive-doubling scan with the input read from `input`: the send buffer, or the receive buffer
+/// for the in-place forms. The input is read once, by the first local steps (into
+/// `partial`, and for the inclusive scan into the result, a copy skipped in place),
+/// before anything is received or written to the result.
+pub(crate) fn build_from(b: &mut Builder, exclusive: bool, count: usize, es: usize, input: Buf) {
     let (me, p) = (b.rank, b.size);
     if count == 0 || es == 0 {
         return;
@@ -113,9 +182,9 @@ pub(crate) fn build(b: &mut Builder, exclusive: bool, count: usize, es: usize) {
     let partial = Slice::new(pt, 0, len);
     let tt = b.tmp(len);
     let tmp = Slice::new(tt, 0, len);
-    b.copy(Slice::new(Buf::Send, 0, len), partial);
+    b.copy(Slice::new(input, 0, len), partial);
     if !exclusive {
-        b.copy(Slice::new(Buf::Send, 0, len), res);
+        b.copy(Slice::new(input, 0, len), res);
     }
     let mut have_res = !exclusive;
     let mut mask = 1;
@@ -187,6 +256,62 @@ mod tests {
                 for (r, v) in recvs.iter().enumerate() {
                     let want = match (exclusive, r) {
                         (true, 0) => [-5, -5],
+                        (true, _) => [0, r as i64 - 1],
+                        (false, _) => [0, r as i64],
+                    };
+                    assert_eq!(v, &vec![want; 2], "exclusive={exclusive} p={p} rank {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn in_place_gives_the_out_of_place_bits() {
+        for exclusive in [false, true] {
+            for p in 1..=9 {
+                for count in [0usize, 1, 6, 100] {
+                    let sends: Vec<Vec<f32>> = (0..p).map(|r| testing::floats(r, count)).collect();
+                    let red = || ReduceOp::<f32>::from(Op::Sum).reducer().unwrap();
+                    // Out of place, rank 0's exscan output keeps what was there: its input
+                    // here, which is what the in-place form leaves.
+                    let mut outs = sends.clone();
+                    testing::run(&sends, &mut outs, Some(red()), |b| {
+                        build(b, exclusive, count, 4)
+                    });
+                    let mut bufs = sends.clone();
+                    testing::run_in_place(&mut bufs, Some(red()), |b| {
+                        build_from(b, exclusive, count, 4, Buf::Recv)
+                    });
+                    for r in 0..p {
+                        assert_eq!(
+                            testing::bits(&bufs[r]),
+                            testing::bits(&outs[r]),
+                            "exclusive={exclusive} p={p} count={count} rank {r}"
+                        );
+                    }
+                    if exclusive {
+                        assert_eq!(testing::bits(&bufs[0]), testing::bits(&sends[0]));
+                    }
+                    if count > 0 && p > 2 {
+                        assert_ne!(testing::bits(&bufs[2]), testing::bits(&sends[2]));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn in_place_keeps_rank_order() {
+        for exclusive in [false, true] {
+            for p in 1..=9 {
+                let mut bufs: Vec<Vec<[i64; 2]>> =
+                    (0..p).map(|r| vec![[r as i64, r as i64]; 2]).collect();
+                testing::run_in_place(&mut bufs, Some(concat().reducer().unwrap()), |b| {
+                    build_from(b, exclusive, 2, 16, Buf::Recv)
+                });
+                for (r, v) in bufs.iter().enumerate() {
+                    let want = match (exclusive, r) {
+                        (true, 0) => [0, 0],
                         (true, _) => [0, r as i64 - 1],
                         (false, _) => [0, r as i64],
                     };
