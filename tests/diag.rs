@@ -57,6 +57,8 @@ fn explain_prints_every_pair_and_memory_kind_same_as_the_api() {
             e.contains(&format!("0 -> 2     device   none       {why}")),
             "{e}"
         );
+        // No GPU: no note on ranks sharing one (issue 18).
+        assert!(!e.contains("rankwire explain: note:"), "{e}");
     }
 }
 
