@@ -57,6 +57,8 @@ fn explain_prints_every_pair_and_memory_kind_same_as_the_api() {
             e.contains(&format!("0 -> 2     device   none       {why}")),
             "{e}"
         );
+        // No GPU: no note on ranks sharing one (issue 18).
+        assert!(!e.contains("rankwire explain: note:"), "{e}");
     }
 }
 
@@ -149,6 +151,7 @@ fn doctor_runs_without_gpu_or_rdma_and_says_what_it_could_not_check() {
     assert_eq!(code, Some(i32::from(fails > 0)), "{stdout}");
     for name in [
         "gpu",
+        "gpu sharing / mps",
         "rdma",
         "nic-gpu distance",
         "nvidia_peermem",
@@ -175,6 +178,10 @@ fn doctor_runs_without_gpu_or_rdma_and_says_what_it_could_not_check() {
         if cfg!(feature = "cuda") {
             assert!(
                 stdout.contains("[skip] gpu: no GPU found: skipped"),
+                "{stdout}"
+            );
+            assert!(
+                stdout.contains("[skip] gpu sharing / mps: no GPU found: skipped"),
                 "{stdout}"
             );
         }

@@ -18,6 +18,10 @@
 //! - `allreduce`: `Size` bytes of f32 summed (count = Size/4). Also `algbw` = Size /
 //!   time and `busbw` = algbw × 2(n−1)/n in GB/s (1e9 bytes), as in nccl-tests
 //!   (`doc/PERFORMANCE.md`): busbw is the per-rank link traffic of an optimal ring.
+//!   With `-d cuda` also `bound_us`, the memory bound of the call on the GPU: HBM bytes /
+//!   device copy bandwidth (see [`allreduce_hbm_bytes`], [`bound_us`]). The bandwidth is
+//!   `--copy-bw` B/s, else measured once at start by rank 0 (a 256 MiB
+//!   `cuMemcpyDtoDAsync` on GPU 0, best of 5, counted as read + write) and printed.
 //! - `bcast`: `Size` bytes from rank 0.
 //! - `allgather`: `Size` bytes contributed per rank (n × Size received).
 //! - `alltoall`: `Size` bytes per destination (n × Size sent and received).
@@ -101,6 +105,33 @@ struct Args {
     /// Memory of the collective buffers (`cuda`: device memory, device collectives).
     #[arg(long, short = 'd', value_enum, default_value_t = Device::Host)]
     device: Device,
+    /// Device copy bandwidth in bytes per second, reads plus writes, for the `bound_us`
+    /// column of `allreduce -d cuda` (default: measured at start; 4.3e12 was measured on
+    /// one H200).
+    #[arg(long, value_name = "BYTES_PER_S")]
+    copy_bw: Option<f64>,
+}
+
+/// Device copy bandwidth (bytes per second, read + write) used when the measurement
+/// fails: a device-to-device copy on one H200 moved ~2.1 TB/s each way
+/// (`../shared/notes/device.md`, 2026-11-29 and 2026-12-01).
+const DEFAULT_COPY_BW: f64 = 4.3e12;
+
+/// HBM bytes one allreduce of `size_bytes` moves on one GPU that `ranks_on_gpu` ranks
+/// share, at the least: each rank's input read once and each rank's output written once,
+/// `2 × p × size_bytes`. A two-shot schedule (each rank reduces 1/p of the inputs, then
+/// gathers the other (p − 1)/p of the result) reads and writes more; this is the floor
+/// any schedule pays. Example (issue 18): 2 ranks, 256 MiB: 2 × 2 × 256 MiB = 1 GiB.
+fn allreduce_hbm_bytes(ranks_on_gpu: usize, size_bytes: usize) -> f64 {
+    2.0 * ranks_on_gpu as f64 * size_bytes as f64
+}
+
+/// Memory-bound time of that allreduce in microseconds: [`allreduce_hbm_bytes`] /
+/// `copy_bw` (bytes per second, reads plus writes, as a device copy counts them). With
+/// ranks on different GPUs each GPU is bounded alone: pass the largest number of ranks
+/// on one GPU. 1 GiB at 4.3e12 B/s ≈ 250 µs.
+fn bound_us(ranks_on_gpu: usize, size_bytes: usize, copy_bw: f64) -> f64 {
+    allreduce_hbm_bytes(ranks_on_gpu, size_bytes) / copy_bw * 1e6
 }
 
 fn main() -> Result<()> {
@@ -207,6 +238,9 @@ fn collectives(world: &rankwire::Communicator, args: &Args) -> Result<()> {
         );
         match args.mode {
             Mode::Barrier => println!("# Avg Latency (us)  Min Latency (us)  Max Latency (us)"),
+            Mode::Allreduce if args.device == Device::Cuda => println!(
+                "# Size       Avg Latency (us)  Min Latency (us)  Max Latency (us)  algbw (GB/s)  busbw (GB/s)      bound_us"
+            ),
             Mode::Allreduce => println!(
                 "# Size       Avg Latency (us)  Min Latency (us)  Max Latency (us)  algbw (GB/s)  busbw (GB/s)"
             ),
@@ -229,6 +263,12 @@ fn collectives(world: &rankwire::Communicator, args: &Args) -> Result<()> {
             "-d cuda collectives: allreduce, bcast and allgather (alltoall and barrier run on host buffers)"
         );
     }
+    // The memory bound of device allreduce: the copy bandwidth and the ranks per GPU.
+    let bound = if args.device == Device::Cuda && args.mode == Mode::Allreduce {
+        Some(memory_bound_inputs(world, args.copy_bw)?)
+    } else {
+        None
+    };
     for size in sizes(args) {
         let (iters, warmup) = coll_iters(args, size);
         let us = match args.mode {
@@ -268,13 +308,95 @@ fn collectives(world: &rankwire::Communicator, args: &Args) -> Result<()> {
             if args.mode == Mode::Allreduce {
                 let algbw = (size / 4 * 4) as f64 / (avg * 1e-6) / 1e9;
                 let busbw = algbw * 2.0 * (n as f64 - 1.0) / n as f64;
-                println!("{size:<11}{avg:>18.2}{min:>18.2}{max:>18.2}{algbw:>14.3}{busbw:>14.3}");
+                match bound {
+                    Some((bw, p)) => {
+                        let b = bound_us(p, size / 4 * 4, bw);
+                        println!(
+                            "{size:<11}{avg:>18.2}{min:>18.2}{max:>18.2}{algbw:>14.3}{busbw:>14.3}{b:>14.2}"
+                        );
+                    }
+                    None => println!(
+                        "{size:<11}{avg:>18.2}{min:>18.2}{max:>18.2}{algbw:>14.3}{busbw:>14.3}"
+                    ),
+                }
             } else {
                 println!("{size:<11}{avg:>18.2}{min:>18.2}{max:>18.2}");
             }
         }
     }
     Ok(())
+}
+
+/// The inputs of `bound_us`: (copy bandwidth in B/s, read + write; the most ranks on one
+/// GPU). The bandwidth is `given`, else measured by rank 0 alone (the others wait in a
+/// barrier, so the copy has the GPU to itself) and broadcast; rank 0 prints both once.
+/// Ranks tell GPUs apart by host name and the PCI id of their GPU 0 (the bench's device).
+fn memory_bound_inputs(world: &rankwire::Communicator, given: Option<f64>) -> Result<(f64, usize)> {
+    let mut bw = [given.unwrap_or(0.0)];
+    let mut how = String::from("--copy-bw");
+    if given.is_none() {
+        if world.rank() == 0 {
+            match measure_copy_bw(256 << 20) {
+                Ok(b) => {
+                    bw[0] = b;
+                    how = "measured: cuMemcpyDtoDAsync of 256 MiB on GPU 0, best of 5".into();
+                }
+                Err(e) => {
+                    bw[0] = DEFAULT_COPY_BW;
+                    how = format!("default, the H200 figure; measuring failed: {e}");
+                }
+            }
+        }
+        world.barrier()?;
+        world.bcast(&mut bw, 0)?;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let pci = rankwire::gpu::pci_bus_id(0).unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(&(host.trim(), pci.as_str()), &mut h);
+    let mine = [std::hash::Hasher::finish(&h)];
+    let mut all = vec![0u64; world.size()];
+    world.allgather(&mine, &mut all)?;
+    let per_gpu = all
+        .iter()
+        .map(|g| all.iter().filter(|x| *x == g).count())
+        .max()
+        .unwrap_or(1);
+    if world.rank() == 0 {
+        println!(
+            "# device copy bandwidth {:.1} GB/s (read + write; {how}); up to {per_gpu} rank(s) per GPU; bound_us = 2 x ranks per GPU x Size / bandwidth",
+            bw[0] / 1e9
+        );
+    }
+    Ok((bw[0], per_gpu))
+}
+
+/// Device copy bandwidth of GPU 0 in bytes per second, reads plus writes (2 × `len` /
+/// time of one `len`-byte device-to-device copy), the best of 5 copies after one
+/// warm-up, timed with CUDA events.
+fn measure_copy_bw(len: usize) -> Result<f64> {
+    use rankwire::gpu::{DeviceBuffer, Event, Stream, memcpy_dtod_async};
+    let src = DeviceBuffer::alloc(0, len)?;
+    let dst = DeviceBuffer::alloc(0, len)?;
+    let stream = Stream::new(0)?;
+    let (start, end) = (Event::new_timing(0)?, Event::new_timing(0)?);
+    let mut best_ms = f32::INFINITY;
+    for i in 0..6 {
+        start.record(&stream)?;
+        // SAFETY: both buffers are live device allocations of `len` bytes that do not
+        // overlap, and outlive the copy: `end.synchronize()` waits for it below.
+        unsafe { memcpy_dtod_async(dst.ptr(), src.ptr(), len, &stream)? };
+        end.record(&stream)?;
+        end.synchronize()?;
+        let ms = end.elapsed_ms(&start)?;
+        if i > 0 {
+            best_ms = best_ms.min(ms);
+        }
+    }
+    if !best_ms.is_finite() || best_ms <= 0.0 {
+        bail!("the timed copy took {best_ms} ms");
+    }
+    Ok(2.0 * len as f64 / (f64::from(best_ms) * 1e-3))
 }
 
 /// Time one device collective of `size` bytes (f32 sum for allreduce), µs per call.
@@ -530,4 +652,24 @@ fn bandwidth(
     let secs = t.elapsed().as_secs_f64();
     let dirs = if bidirectional { 2.0 } else { 1.0 };
     Ok(dirs * (size * window * iters) as f64 / secs / 1e6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_bound_of_two_ranks_256_mib_is_one_gib_and_about_250_us() {
+        assert_eq!(allreduce_hbm_bytes(2, 256 << 20), (1u64 << 30) as f64);
+        let us = bound_us(2, 256 << 20, DEFAULT_COPY_BW);
+        assert!((us - 249.7).abs() < 0.1, "{us}");
+        // Linear in ranks per GPU and size; 1 rank per GPU: input read + output written.
+        assert_eq!(allreduce_hbm_bytes(1, 1000), 2000.0);
+        assert_eq!(allreduce_hbm_bytes(4, 1 << 20), (8u64 << 20) as f64);
+        assert_eq!(
+            bound_us(4, 64 << 20, 4.0e12),
+            2.0 * 4.0 * (64u64 << 20) as f64 / 4.0e6
+        );
+        assert_eq!(bound_us(2, 0, DEFAULT_COPY_BW), 0.0);
+    }
 }

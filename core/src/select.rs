@@ -68,6 +68,7 @@ use rankwire_transports::{Caps, KindCaps, MemoryKind};
 use crate::error::{Error, Result};
 
 mod inputs;
+pub(crate) mod sharing;
 mod table;
 
 pub(crate) use inputs::{RdmaProbe, allowed_transports, gdr_choice, probe_rdma, rdma_caps};
@@ -308,6 +309,9 @@ pub(crate) struct Paths {
     pub(crate) share: bool,
     /// Device memory usable at all: `Err(reason)` when not.
     pub(crate) gpu: std::result::Result<(), String>,
+    /// Job-wide `--explain` notes (ranks sharing a GPU without MPS, [`sharing::notes`]),
+    /// the same on every rank; rank 0 prints them once after its table.
+    pub(crate) notes: Vec<String>,
 }
 
 /// The memory kinds of the table, as rows name them.
@@ -387,6 +391,7 @@ pub(crate) fn select(input: &Input) -> Result<Paths> {
         peers,
         share: input.share,
         gpu: input.gpu.clone(),
+        notes: Vec::new(),
     })
 }
 

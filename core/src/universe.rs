@@ -280,6 +280,12 @@ fn init_inner() -> Result<Universe> {
             for line in table.lines() {
                 out.push_str(&format!("rankwire explain: {line}\n"));
             }
+            // Job-wide notes: every rank holds the same ones; rank 0 says them once.
+            if u.inner.rank == 0 {
+                for note in &u.inner.paths.notes {
+                    out.push_str(&format!("rankwire explain: note: {note}\n"));
+                }
+            }
             eprint!("{out}");
         }
         if info {
@@ -398,14 +404,24 @@ fn build(joined: Joined) -> Result<Universe> {
     // learn how many CPUs they share (the union of their affinity masks), which decides
     // whether they are oversubscribed, and whether the OS lets them read each other.
     let my_cpus = affinity_cpus();
+    // With --explain only, a fourth field: this process's GPUs (PCI id, MPS) and its
+    // RANKWIRE_GPU_DEVICE, for the note on ranks sharing a GPU without MPS
+    // (select/sharing.rs). A host-only job without --explain reads no GPU attribute.
+    let explain = env_switch(select::EXPLAIN_ENV) == Some(true);
+    let gpu_field = if explain {
+        select::sharing::local_field(crate::settings::raw("RANKWIRE_GPU_DEVICE").as_deref())
+    } else {
+        None
+    };
     client
         .put(
             &format!("node-{rank}"),
             format!(
-                "{me}\t{}\t{}:{:x}",
+                "{me}\t{}\t{}:{:x}\t{}",
                 cpu_list(&my_cpus),
                 std::process::id(),
-                rankwire_transports::shm::cma::CMA_PROBE_WORD.as_ptr() as usize
+                rankwire_transports::shm::cma::CMA_PROBE_WORD.as_ptr() as usize,
+                gpu_field.as_deref().unwrap_or("")
             )
             .as_bytes(),
         )
@@ -415,6 +431,8 @@ fn build(joined: Joined) -> Result<Universe> {
     let mut node_cpus: Vec<u32> = Vec::new();
     // (pid, probe address) of each rank, where published.
     let mut probe_at: Vec<Option<(u32, u64)>> = Vec::with_capacity(size as usize);
+    // What each rank published about its GPUs (with --explain only).
+    let mut gpu_facts: Vec<Option<select::sharing::GpuFacts>> = Vec::with_capacity(size as usize);
     for r in 0..size {
         let v = client.get(&format!("node-{r}")).map_err(boot)?;
         let v = String::from_utf8_lossy(&v);
@@ -425,6 +443,7 @@ fn build(joined: Joined) -> Result<Universe> {
             let (pid, addr) = p.split_once(':')?;
             Some((pid.parse().ok()?, u64::from_str_radix(addr, 16).ok()?))
         }));
+        gpu_facts.push(parts.next().and_then(select::sharing::parse_field));
         if id == me {
             node_cpus.extend(parse_cpu_list(cpus));
         }
@@ -488,7 +507,7 @@ fn build(joined: Joined) -> Result<Universe> {
     let gpu_state = probe_gpu();
     let use_tcp = allowed.contains(&"tcp");
     let same_node: Vec<bool> = node_ids.iter().map(|n| *n == me).collect();
-    let paths = select::select(&select::Input {
+    let mut paths = select::select(&select::Input {
         rank,
         candidates: candidates(
             rank,
@@ -504,6 +523,9 @@ fn build(joined: Joined) -> Result<Universe> {
         gpu: gpu_state.clone(),
         share,
     })?;
+    if explain {
+        paths.notes = gpu_sharing_notes(&node_ids, gpu_facts);
+    }
     log_choices(&paths);
     let routes = paths.routes();
     let tcp_peers: Vec<u32> = (0..size)
@@ -747,6 +769,25 @@ fn candidates(
             reach: others(&|_| Ok(())),
         },
     ]
+}
+
+/// The `--explain` notes on ranks sharing a GPU without MPS, from the node identities
+/// and the GPU facts every rank published (see `select/sharing.rs`).
+fn gpu_sharing_notes(
+    node_ids: &[String],
+    gpu_facts: Vec<Option<select::sharing::GpuFacts>>,
+) -> Vec<String> {
+    let ranks: Vec<select::sharing::RankGpu> = gpu_facts
+        .into_iter()
+        .enumerate()
+        .map(|(r, gpu)| select::sharing::RankGpu {
+            node: &node_ids[r],
+            // As in `build`: the ranks of the same node below this one.
+            local_rank: node_ids[..r].iter().filter(|n| **n == node_ids[r]).count(),
+            gpu,
+        })
+        .collect();
+    select::sharing::notes(&ranks)
 }
 
 /// Say each peer's choice once in the debug log.

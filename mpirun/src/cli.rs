@@ -146,8 +146,9 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "LIST")]
     pub(crate) require: Option<String>,
 
-    /// Check this node for running GPU/RDMA jobs (GPUs, RDMA devices, limits, /dev/shm,
-    /// ptrace scope, ...) and print pass/warn/fail with a fix for each; runs no program.
+    /// Check this node for running GPU/RDMA jobs (GPUs, MPS, RDMA devices, limits,
+    /// /dev/shm, ptrace scope, ...) and print pass/warn/fail with a fix for each; runs no
+    /// program. With -n N, the GPU sharing (MPS) check is for N ranks on this node.
     #[arg(long)]
     pub(crate) doctor: bool,
 

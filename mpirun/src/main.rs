@@ -78,7 +78,7 @@ fn main() {
         std::process::exit(0);
     }
     if cli.doctor {
-        std::process::exit(doctor::run());
+        std::process::exit(doctor::run(cli.np));
     }
     let config = match cli::JobConfig::from_cli(cli) {
         Ok(c) => c,
