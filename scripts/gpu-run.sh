@@ -58,6 +58,8 @@ bench_coll() {
     step coll_bench_$n$s 600 $B/rwrun -n $n $B/rankwire-bench allreduce -d cuda --max-size ${GPU_COLL_BENCH_MAX:-1073741824} -i 1000 --warmup 20
     # The same without the staged small-message path (schedules only), for the threshold.
     step coll_bench_nostaged_$n$s 300 env RANKWIRE_GPU_ALLREDUCE_STAGED_MAX=0 $B/rwrun -n $n $B/rankwire-bench allreduce -d cuda --max-size 4194304 -i 1000 --warmup 20
+    # The host-scheduled path of the same run (peer-memory collectives off), for the ratio.
+    step coll_bench_nopeer_$n$s 600 env RANKWIRE_GPU_PEER=off $B/rwrun -n $n $B/rankwire-bench allreduce -d cuda --max-size ${GPU_COLL_BENCH_MAX:-1073741824} -i 1000 --warmup 20
   done
 }
 # The path users of the installed, non-CUDA-aware Open MPI take (host staging), in the
@@ -82,12 +84,21 @@ step bench_pool_hoststaged 300 env RW_GPU_BENCH_MEM=pool RANKWIRE_GPU_IPC_STAGIN
 for n in 2 3 4; do
   step coll_check_$n 600 $B/rwrun -n $n $B/rw-gpucoll check ${GPU_COLL_MAX:-67108864}
 done
+# In-place and stream-ordered forms, pool buffers (issue 18): without MPS the
+# peer-memory path is off (ranks share the GPU), so these run the host schedules; the
+# forced step runs the peer kernels time-sliced (slow, but must be correct).
+for n in 2 4; do
+  step coll_peer_$n 600 $B/rwrun -n $n $B/rw-gpucoll peer ${GPU_PEER_MAX:-4194304}
+done
+step coll_peer_forced_2 150 env RANKWIRE_GPU_PEER=on RANKWIRE_GPU_PEER_TIMEOUT=60 $B/rwrun -n 2 $B/rw-gpucoll peer 4099
 step coll_kernel 300 $B/rw-gpucoll kernel ${GPU_KERNEL_MAX:-1073741824}
 bench_coll ""
 bench_ompi ""
 # The MPS pass.
-mps_steps=(doctor_mps explain_mps coll_check_2_mps coll_check_4_mps bench_mps p2p_latency_mps
-  p2p_bw_mps coll_bench_2_mps coll_bench_nostaged_2_mps coll_bench_4_mps coll_bench_nostaged_4_mps
+mps_steps=(doctor_mps explain_mps coll_check_2_mps coll_check_3_mps coll_check_4_mps
+  coll_peer_2_mps coll_peer_3_mps coll_peer_4_mps coll_check_nopeer_2_mps bench_mps p2p_latency_mps
+  p2p_bw_mps coll_bench_2_mps coll_bench_nostaged_2_mps coll_bench_nopeer_2_mps coll_bench_4_mps
+  coll_bench_nostaged_4_mps coll_bench_nopeer_4_mps
   ompi_host_staged_mps ompi_allreduce_2_mps ompi_allreduce_4_mps)
 want_mps=0
 for m in "${mps_steps[@]}"; do wanted "$m" && want_mps=1; done
@@ -98,9 +109,11 @@ elif [ $want_mps = 1 ]; then
     echo "=== mps pass: $MPS_WHY" | tee -a "$OUT/summary.txt"
     step doctor_mps 120 $B/rwrun -n 2 --doctor
     step explain_mps 120 $B/rwrun -n 2 --explain $B/rw-gpuapp reuse
-    for n in 2 4; do
+    for n in 2 3 4; do
       step coll_check_${n}_mps 600 $B/rwrun -n $n $B/rw-gpucoll check ${GPU_COLL_MAX:-67108864}
+      step coll_peer_${n}_mps 600 $B/rwrun -n $n $B/rw-gpucoll peer ${GPU_PEER_MAX:-4194304}
     done
+    step coll_check_nopeer_2_mps 600 env RANKWIRE_GPU_PEER=off $B/rwrun -n 2 $B/rw-gpucoll check 4194304
     bench_p2p _mps
     bench_coll _mps
     bench_ompi _mps

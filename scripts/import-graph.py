@@ -62,6 +62,11 @@ ALLOWED_STATICS: dict[tuple[str, str], str] = {
     ("coll/device.rs", "S"): "device-collective settings read once from the "
     "environment (RANKWIRE_GPU_*), never written after: no state, a cached read of "
     "the process environment (the pool itself is the engine's, gpu/src/pool.rs)",
+    ("coll/device_peer.rs", "S"): "peer-memory collective settings (RANKWIRE_GPU_PEER*) "
+    "read once from the environment, never written after; the groups themselves live "
+    "in each communicator's state",
+    ("engine.rs", "V"): "RANKWIRE_GPU_EAGER_MAX read once from the environment, never "
+    "written after (a cached read, no state)",
 }
 
 KEYWORDS_NOT_MODULES = {"crate", "super", "self", "Self"}

@@ -247,7 +247,8 @@ impl Engine {
         e
     }
 
-    /// Eager limit for host messages to `peer`, in bytes.
+    /// Eager limit for host messages to `peer`, in bytes (device messages to ranks on
+    /// this node: also at most [`device_eager_max`]).
     #[inline]
     pub(crate) fn eager_limit(&self, peer: u32) -> usize {
         self.eager.get(peer as usize).copied().unwrap_or(0)
@@ -382,6 +383,14 @@ impl Engine {
             self.progress();
             return SendStart::Queued(id);
         }
+        let lim = if !buf.is_host()
+            && self.routes[dst as usize] == Route::Shm
+            && let Some(d) = device_eager_max()
+        {
+            lim.min(d)
+        } else {
+            lim
+        };
         let id = self.proto.isend(dst, ctx, tag, buf, lim, sync);
         // Push eager frames out right away: the common small send completes here.
         self.progress();
@@ -822,6 +831,19 @@ const POLL_ORDER: &[TransportKind] = &[
     TransportKind::Tcp,
     TransportKind::Rdma,
 ];
+
+/// `RANKWIRE_GPU_EAGER_MAX` (bytes): device-buffer messages to ranks on this node
+/// above it go by rendezvous (a CUDA IPC pull: one device copy) instead of eagerly
+/// (staged through host memory: a device-to-host copy at the sender, a host-to-device
+/// copy at the receiver). `None`: the host eager limit alone decides. Read once.
+pub(crate) fn device_eager_max() -> Option<usize> {
+    static V: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        crate::settings::raw("RANKWIRE_GPU_EAGER_MAX")
+            .and_then(|v| crate::settings::parse_bytes(&v))
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+    })
+}
 
 #[cfg(test)]
 mod backoff_tests {

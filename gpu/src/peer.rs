@@ -11,7 +11,7 @@
 //!    CUDA graph stays correct on replay);
 //! 2. optionally copies the local input into its scratch slot `e mod 2`
 //!    (`src`/`src_bytes`, the small-message form);
-//! 3. entry barrier: every thread fences its writes (`__threadfence_system`), then
+//! 3. entry barrier: every thread fences its writes (`__threadfence`; `__threadfence_system` when peers are on other GPUs), then
 //!    block `b` stores `e` into `flags[0][me][b]` of every other rank's workspace and
 //!    waits until its own `flags[0][j][b']` ≥ `e` for every other rank `j` and every
 //!    block `b'`. After it, every rank has entered this call (so its stream's earlier
@@ -118,6 +118,11 @@ pub struct PeerArgs {
     pub nout: u32,
     /// 1: run the exit barrier (peers touch this rank's own buffers).
     pub exit_barrier: u32,
+    /// 1: fence at system scope (`__threadfence_system`: peers on other GPUs); 0:
+    /// device scope (`__threadfence`: every rank on this GPU).
+    pub sys_fence: u32,
+    /// Padding (keeps the struct a multiple of 8 bytes in both languages).
+    pub pad: u32,
 }
 
 impl PeerArgs {
@@ -142,6 +147,8 @@ impl PeerArgs {
             me: 0,
             nout: 0,
             exit_barrier: 0,
+            sys_fence: 1,
+            pad: 0,
         }
     }
 }
@@ -230,7 +237,7 @@ const PRELUDE: &str = r#"
 struct PeerArgs {
   u64 in[MAXP]; u64 out[MAXP]; u64 flags[MAXP];
   u64 src, src_bytes, ctrl, status, timeout_ns, lo, hi, out_sub, seg, stride, slot_bytes;
-  u32 p, me, nout, exit_barrier;
+  u32 p, me, nout, exit_barrier, sys_fence, pad;
 };
 __device__ __forceinline__ u64 gtime() { u64 t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
 __device__ __forceinline__ u64 slot(const PeerArgs& a, u32 j, u32 e) {
@@ -242,8 +249,11 @@ __device__ __forceinline__ volatile u32* flag_at(u64 base, u32 phase, u32 rank, 
 }
 // Publish this block's arrival at `phase` of epoch `e` to every peer, then wait for
 // every peer block. Returns false (after storing the status) on a timeout.
+__device__ __forceinline__ void fence(const PeerArgs& a) {
+  if (a.sys_fence) __threadfence_system(); else __threadfence();
+}
 __device__ bool barrier(const PeerArgs& a, u32 phase, u32 e) {
-  __threadfence_system();
+  fence(a);
   __syncthreads();
   u32 t = threadIdx.x;
   if (t < a.p && t != a.me) { *flag_at(a.flags[t], phase, a.me, blockIdx.x) = e; }
@@ -266,7 +276,7 @@ __device__ bool barrier(const PeerArgs& a, u32 phase, u32 e) {
       }
     }
   }
-  __threadfence_system();
+  fence(a);
   return __syncthreads_and(ok) != 0;
 }
 __device__ __forceinline__ void finish(const PeerArgs& a, u32 e) {
@@ -348,13 +358,15 @@ struct Loaded {
 unsafe impl Send for Loaded {}
 
 // Loaded programs per (device, element type or None); process-wide like the modules.
-static CACHE: Mutex<Option<HashMap<(i32, Option<DType>), Loaded>>> = Mutex::new(None);
+type Programs = HashMap<(i32, Option<DType>), Loaded>;
+static CACHE: Mutex<Option<Programs>> = Mutex::new(None);
 
 fn lookup(device: i32, red: Option<(DType, RedOp)>) -> Result<RawFunction, GpuError> {
     let dt = red.map(|(d, _)| d);
     let op = red.map(|(_, o)| o);
     let mut guard = CACHE.lock().unwrap_or_else(|p| p.into_inner());
     let table = guard.get_or_insert_with(HashMap::new);
+    #[allow(clippy::map_entry)]
     if !table.contains_key(&(device, dt)) {
         let major = result::device_attribute(device, DeviceAttr::ComputeCapabilityMajor)?;
         let minor = result::device_attribute(device, DeviceAttr::ComputeCapabilityMinor)?;
@@ -522,10 +534,10 @@ mod tests {
 
     #[test]
     fn args_layout_matches_the_cuda_struct() {
-        // 3 arrays of MAX_PEERS u64, 11 u64, 4 u32: no padding in either language.
+        // 3 arrays of MAX_PEERS u64, 11 u64, 6 u32: no padding in either language.
         assert_eq!(
             std::mem::size_of::<PeerArgs>(),
-            3 * MAX_PEERS * 8 + 11 * 8 + 4 * 4
+            3 * MAX_PEERS * 8 + 11 * 8 + 6 * 4
         );
         assert_eq!(std::mem::offset_of!(PeerArgs, src), 3 * MAX_PEERS * 8);
         assert_eq!(
@@ -537,7 +549,7 @@ mod tests {
             "u64 src, src_bytes, ctrl, status, timeout_ns, lo, hi, out_sub, seg, stride, \
              slot_bytes;"
         ));
-        assert!(src.contains("u32 p, me, nout, exit_barrier;"));
+        assert!(src.contains("u32 p, me, nout, exit_barrier, sys_fence, pad;"));
     }
 
     #[test]

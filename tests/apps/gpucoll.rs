@@ -10,6 +10,14 @@
 //! exactly (wrapping); every rank's result must be bitwise identical. Also: nonblocking
 //! calls in flight together, and argument errors. Exits 1 on any failure.
 //!
+//! `rwrun -n P rw-gpucoll peer [MAX_COUNT]`: the in-place and stream-ordered forms
+//! (peer-memory path where it applies, else the host schedules; the path is printed):
+//! in-place allreduce / reduce / allgather / reduce_scatter_block; stream-ordered
+//! allreduce / allgather / bcast / reduce_scatter_block between user kernels on one
+//! stream (a kernel writes the input, the collective runs, a kernel reads the output,
+//! no synchronization in between); buffers freed and reallocated between calls; pool
+//! (`cuMemAllocAsync`) buffers. Exits 1 on any failure.
+//!
 //! `rw-gpucoll kernel [MAX_BYTES]` (one process): throughput of `dst = a + b` (f32,
 //! bf16) for 1 MiB .. MAX_BYTES against the device-to-device copy measured in the same
 //! run; bandwidth counts bytes moved (3 per element-byte for the kernel, 2 for a copy).
@@ -411,15 +419,294 @@ fn check(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
     }
     if me == 0 {
         println!(
-            "# rw-gpucoll check: {} checks, {} failures, {:.1} s, kernel cache {:?}",
+            "# rw-gpucoll check: {} checks, {} failures, {:.1} s, kernel cache {:?}; peer memory: {}",
             c.checks,
             c.failures,
             t0.elapsed().as_secs_f64(),
-            rankwire::gpu::kernel_cache_stats()
+            rankwire::gpu::kernel_cache_stats(),
+            w.peer_memory_status().unwrap_or_else(|| "used".into())
         );
     }
     if c.failures > 0 {
         fail(&format!("{} of {} checks failed", c.failures, c.checks));
+    }
+    Ok(())
+}
+
+/// The in-place and stream-ordered forms (mode `peer`).
+fn peer(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let mut rng = Rng(0x5eed ^ (me as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut c = Checker {
+        w,
+        checks: 0,
+        failures: 0,
+    };
+    let counts: Vec<usize> = [1usize, 7, 4096 + 3, (1 << 20) + 1, 4 << 20]
+        .into_iter()
+        .filter(|&n| n <= max_count)
+        .collect();
+    let stream = Stream::new(0).unwrap_or_else(|e| fail(&format!("stream: {e}")));
+    let t0 = std::time::Instant::now();
+    for &n in &counts {
+        for (dt, op) in [
+            (DType::F32, RedOp::Sum),
+            (DType::BF16, RedOp::Sum),
+            (DType::I64, RedOp::Max),
+        ] {
+            let es = dt.size();
+            // In-place allreduce, on a fresh buffer each time (freed and reallocated).
+            let input = make_input(&mut rng, dt, op, n);
+            let all = c.all(&input);
+            let mut buf = upload(&input);
+            w.allreduce_device_in_place(&mut buf, datatype(dt), mpi_op(op))?;
+            let got = download(&buf);
+            drop(buf);
+            let err = check_reduction(dt, op, &all, 0, &got);
+            c.record(
+                &format!("allreduce_in_place {dt} {op} n={n}"),
+                err,
+                Some(&got),
+            );
+            // In-place reduce at root n % p.
+            let root = n % p;
+            let input = make_input(&mut rng, dt, op, n);
+            let all = c.all(&input);
+            let mut buf = upload(&input);
+            w.reduce_device_in_place(&mut buf, datatype(dt), mpi_op(op), root)?;
+            let got = download(&buf);
+            let err = if me == root {
+                check_reduction(dt, op, &all, 0, &got)
+            } else {
+                (got != input).then(|| "non-root buffer changed".to_string())
+            };
+            c.record(
+                &format!("reduce_in_place {dt} {op} n={n} root={root}"),
+                err,
+                None,
+            );
+            // In-place reduce_scatter_block (p blocks of n).
+            let input = make_input(&mut rng, dt, op, n * p);
+            let all = c.all(&input);
+            let mut buf = upload(&input);
+            w.reduce_scatter_block_device_in_place(&mut buf, datatype(dt), mpi_op(op))?;
+            let got = download(&buf);
+            let err = check_reduction(dt, op, &all, me * n, &got[..n * es]);
+            c.record(
+                &format!("reduce_scatter_block_in_place {dt} {op} n={n}"),
+                err,
+                None,
+            );
+            // Stream-ordered allreduce between user kernels on one stream:
+            // x = a + b (kernel), allreduce(x -> y), z = y + y (kernel), then sync.
+            let a = make_input(&mut rng, dt, op, n);
+            let zero = vec![0u8; n * es];
+            let all_a = c.all(&a);
+            let (da, dz) = (upload(&a), upload(&zero));
+            let (x, y, z) = (poisoned(n * es), poisoned(n * es), poisoned(n * es));
+            let run = || -> Result<(), String> {
+                // SAFETY: all ranges are live device buffers of n elements until the
+                // synchronize below.
+                unsafe {
+                    rankwire::gpu::reduce_async(
+                        dt,
+                        if RedOp::Bor.valid_for(dt) {
+                            RedOp::Bor
+                        } else {
+                            RedOp::Max
+                        },
+                        x.ptr(),
+                        da.ptr(),
+                        da.ptr(),
+                        n,
+                        &stream,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    w.allreduce_device_on_stream(
+                        x.ptr(),
+                        y.ptr(),
+                        n * es,
+                        datatype(dt),
+                        mpi_op(op),
+                        &stream,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    rankwire::gpu::reduce_async(
+                        dt,
+                        RedOp::Max,
+                        z.ptr(),
+                        y.ptr(),
+                        dz.ptr(),
+                        n,
+                        &stream,
+                    )
+                    .map_err(|e| e.to_string())?;
+                }
+                stream.synchronize().map_err(|e| e.to_string())
+            };
+            let err = run()
+                .err()
+                .or_else(|| check_reduction(dt, op, &all_a, 0, &download(&y)));
+            let got_z = download(&z);
+            c.record(
+                &format!("allreduce_on_stream between kernels {dt} {op} n={n}"),
+                err,
+                Some(&got_z),
+            );
+        }
+        // Allgather in place and on a stream; bcast on a stream.
+        let bytes = n * 4;
+        let mine = make_input(&mut rng, DType::U32, RedOp::Band, n);
+        let all = c.all(&mine);
+        let mut recv = poisoned(bytes * p);
+        recv.copy_from_host(me * bytes, &mine)
+            .unwrap_or_else(|e| fail(&format!("upload: {e}")));
+        w.allgather_device_in_place(&mut recv)?;
+        let got = download(&recv);
+        let err = (got != all.concat()).then(|| "allgather_in_place differs".to_string());
+        c.record(
+            &format!("allgather_in_place {bytes} bytes"),
+            err,
+            Some(&got),
+        );
+        let send = upload(&mine);
+        let recv = poisoned(bytes * p);
+        // SAFETY: live buffers until the synchronize.
+        let r = unsafe { w.allgather_device_on_stream(send.ptr(), bytes, recv.ptr(), &stream) };
+        let err = r
+            .err()
+            .map(|e| e.to_string())
+            .or_else(|| stream.synchronize().err().map(|e| e.to_string()))
+            .or_else(|| {
+                (download(&recv) != all.concat()).then(|| "allgather_on_stream differs".into())
+            });
+        c.record(&format!("allgather_on_stream {bytes} bytes"), err, None);
+        let root = (n + 1) % p;
+        let buf = if me == root {
+            upload(&all[root])
+        } else {
+            poisoned(bytes)
+        };
+        // SAFETY: live buffer until the synchronize.
+        let r = unsafe { w.bcast_device_on_stream(buf.ptr(), bytes, root, &stream) };
+        let err = r
+            .err()
+            .map(|e| e.to_string())
+            .or_else(|| stream.synchronize().err().map(|e| e.to_string()))
+            .or_else(|| (download(&buf) != all[root]).then(|| "bcast_on_stream differs".into()));
+        c.record(
+            &format!("bcast_on_stream {bytes} bytes root={root}"),
+            err,
+            None,
+        );
+        // Reduce-scatter on a stream.
+        let input = make_input(&mut rng, DType::F32, RedOp::Sum, n * p);
+        let all = c.all(&input);
+        let send = upload(&input);
+        let recv = poisoned(n * 4);
+        // SAFETY: live buffers until the synchronize.
+        let r = unsafe {
+            w.reduce_scatter_block_device_on_stream(
+                send.ptr(),
+                recv.ptr(),
+                n * 4,
+                Datatype::F32,
+                Op::Sum,
+                &stream,
+            )
+        };
+        let err = r
+            .err()
+            .map(|e| e.to_string())
+            .or_else(|| stream.synchronize().err().map(|e| e.to_string()))
+            .or_else(|| check_reduction(DType::F32, RedOp::Sum, &all, me * n, &download(&recv)));
+        c.record(&format!("reduce_scatter_block_on_stream n={n}"), err, None);
+        // Pool memory (not IPC-exportable): through runtime temporaries.
+        let input = make_input(&mut rng, DType::F32, RedOp::Sum, n);
+        let all = c.all(&input);
+        let mut s = DeviceBuffer::alloc_pool(0, n * 4)
+            .unwrap_or_else(|e| fail(&format!("pool alloc: {e}")));
+        s.copy_from_host(0, &input)
+            .unwrap_or_else(|e| fail(&format!("upload: {e}")));
+        let mut r = DeviceBuffer::alloc_pool(0, n * 4)
+            .unwrap_or_else(|e| fail(&format!("pool alloc: {e}")));
+        w.allreduce_device(&s, &mut r, Datatype::F32, Op::Sum)?;
+        let got = download(&r);
+        let err = check_reduction(DType::F32, RedOp::Sum, &all, 0, &got);
+        c.record(&format!("allreduce on pool memory n={n}"), err, Some(&got));
+    }
+    if me == 0 {
+        println!(
+            "# rw-gpucoll peer: {} checks, {} failures, {:.1} s; peer memory: {}",
+            c.checks,
+            c.failures,
+            t0.elapsed().as_secs_f64(),
+            w.peer_memory_status().unwrap_or_else(|| "used".into())
+        );
+    }
+    if c.failures > 0 {
+        fail(&format!("{} of {} checks failed", c.failures, c.checks));
+    }
+    Ok(())
+}
+
+/// Small-message allreduce latency by form (mode `latency`): µs per call of the
+/// blocking form, of the stream-ordered form followed by a stream synchronize, and of
+/// back-to-back stream-ordered calls (one synchronize per 1000: the device-side cost),
+/// and the floor of one empty-ish kernel plus synchronize on the same stream.
+fn latency(w: &Communicator, bytes: usize) -> rankwire::Result<()> {
+    let iters = 2000;
+    let n = (bytes / 4).max(1);
+    let send = upload(&vec![1u8; n * 4]);
+    let mut recv = poisoned(n * 4);
+    let stream = Stream::new(0).unwrap_or_else(|e| fail(&format!("stream: {e}")));
+    let time = |name: &str, f: &mut dyn FnMut() -> rankwire::Result<()>| -> rankwire::Result<()> {
+        for _ in 0..50 {
+            f()?;
+        }
+        w.barrier()?;
+        let t = std::time::Instant::now();
+        for _ in 0..iters {
+            f()?;
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+        if w.rank() == 0 {
+            println!("{name:<48} {:>10} B {us:>10.2} us", n * 4);
+        }
+        Ok(())
+    };
+    time("allreduce_device (blocking)", &mut || {
+        w.allreduce_device(&send, &mut recv, Datatype::F32, Op::Sum)
+    })?;
+    let (sp, rp) = (send.ptr(), recv.ptr());
+    let sync = |s: &Stream| {
+        s.synchronize()
+            .map_err(|e| rankwire::Error::Gpu(e.to_string()))
+    };
+    time("allreduce_device_on_stream + synchronize", &mut || {
+        // SAFETY: live buffers until the synchronize.
+        unsafe { w.allreduce_device_on_stream(sp, rp, n * 4, Datatype::F32, Op::Sum, &stream)? };
+        sync(&stream)
+    })?;
+    let mut k = 0;
+    time("allreduce_device_on_stream, sync every 1000", &mut || {
+        // SAFETY: live buffers until the synchronize.
+        unsafe { w.allreduce_device_on_stream(sp, rp, n * 4, Datatype::F32, Op::Sum, &stream)? };
+        k += 1;
+        if k % 1000 == 0 { sync(&stream) } else { Ok(()) }
+    })?;
+    sync(&stream)?;
+    time("one kernel + synchronize (floor)", &mut || {
+        // SAFETY: live buffers.
+        unsafe { rankwire::gpu::reduce_async(DType::F32, RedOp::Sum, rp, rp, sp, n, &stream) }
+            .map_err(|e| rankwire::Error::Gpu(e.to_string()))?;
+        sync(&stream)
+    })?;
+    if w.rank() == 0 {
+        println!(
+            "# peer memory: {}",
+            w.peer_memory_status().unwrap_or_else(|| "used".into())
+        );
     }
     Ok(())
 }
@@ -515,7 +802,11 @@ fn main() {
     let w = u.world();
     let r = match mode.as_str() {
         "check" => check(&w, max.unwrap_or(64 << 20)),
-        other => fail(&format!("unknown mode {other} (check | kernel)")),
+        "peer" => peer(&w, max.unwrap_or(4 << 20)),
+        "latency" => latency(&w, max.unwrap_or(8)),
+        other => fail(&format!(
+            "unknown mode {other} (check | peer | latency | kernel)"
+        )),
     };
     if let Err(e) = r {
         fail(&format!("rank {}: {e}", w.rank()));

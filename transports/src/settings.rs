@@ -426,6 +426,16 @@ pub static SETTINGS: &[Setting] = &[
         "largest device allreduce that takes the staged small-message algorithm",
     ),
     rank(
+        "RANKWIRE_GPU_EAGER_MAX",
+        "the host eager limit",
+        "a byte count (suffix K, M or G optional)",
+        Check::Bytes {
+            min: 0,
+            max: u64::MAX,
+        },
+        "largest device message to a rank on this node sent eagerly (staged through host memory)",
+    ),
+    rank(
         "RANKWIRE_GPU_PEER",
         "auto",
         "auto, on or off",

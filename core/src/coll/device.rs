@@ -40,6 +40,7 @@ use rankwire_gpu::{DType, PtrKind, RedOp, Stream, TmpPool};
 use rankwire_transports::MemoryKind;
 
 use crate::coll::check::Spec;
+use crate::coll::device_peer::{self, PeerColl, PeerGroup};
 use crate::coll::ops::{Datatype, Op};
 use crate::coll::sched::{Buf, Builder, CopyDir, DevOps, Slice, UserBufs};
 use crate::coll::select::Algo;
@@ -131,6 +132,8 @@ fn common_device(what: &str, send: (u64, usize), recv: (u64, usize)) -> Result<i
 /// Check-descriptor code of the staged small-message allreduce (outside the host
 /// algorithms' codes).
 const STAGED_CODE: u32 = 100;
+/// Check-descriptor code of the peer-memory algorithms.
+const PEER_CODE: u32 = 101;
 
 /// Process-wide settings of the device collectives, read from the environment once.
 struct Settings {
@@ -215,6 +218,18 @@ struct CudaOps {
     stream: &'static Stream,
     red: Option<(DType, RedOp)>,
     block: bool,
+    /// The peer-memory group whose kernel this schedule launches: its status word is
+    /// checked once the stream is idle.
+    peer: Option<Arc<std::sync::Mutex<PeerGroup>>>,
+}
+
+impl CudaOps {
+    fn check_peer(&self) -> Result<()> {
+        match &self.peer {
+            Some(g) => device_peer::check_group(g, "collective on device buffers"),
+            None => Ok(()),
+        }
+    }
 }
 
 impl DevOps for CudaOps {
@@ -286,14 +301,20 @@ impl DevOps for CudaOps {
             .map_err(|e| gpu_err(&format!("{op} kernel on {dt}"), e))
     }
     fn poll_idle(&mut self) -> Result<bool> {
-        self.stream
+        let idle = self
+            .stream
             .is_idle()
-            .map_err(|e| gpu_err("collective kernels", e))
+            .map_err(|e| gpu_err("collective kernels", e))?;
+        if idle {
+            self.check_peer()?;
+        }
+        Ok(idle)
     }
     fn sync(&mut self) -> Result<()> {
         self.stream
             .synchronize()
-            .map_err(|e| gpu_err("collective kernels", e))
+            .map_err(|e| gpu_err("collective kernels", e))?;
+        self.check_peer()
     }
     fn block_when_idle(&self) -> bool {
         self.block
@@ -314,8 +335,13 @@ fn dev_bufs(
     recv: (u64, usize),
     device: i32,
     red: Option<(DType, RedOp)>,
+    peer: Option<Arc<std::sync::Mutex<PeerGroup>>>,
 ) -> Result<UserBufs> {
     let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
+    if peer.is_some() {
+        rankwire_gpu::peer_prepare(device, red)
+            .map_err(|e| gpu_err("compiling the peer-memory kernels", e))?;
+    }
     if let Some((dt, _)) = red {
         rankwire_gpu::reduce::prepare(device, dt)
             .map_err(|e| gpu_err(&format!("compiling the {dt} reduction kernels"), e))?;
@@ -330,6 +356,7 @@ fn dev_bufs(
             stream,
             red,
             block: gpu_wait_blocks(),
+            peer,
         })),
     })
 }
@@ -400,6 +427,34 @@ impl Communicator {
         dtype: Datatype,
         op: Op,
     ) -> Result<()> {
+        let (sp, sl) = send.device_region()?;
+        let (rp, rl) = recv.device_region_mut()?;
+        if sl == rl
+            && let (Ok(dt), Ok(device)) = (dtype_of(dtype), common_device("", (sp, sl), (rp, rl)))
+            && let Ok(rop) = op_of(op, dt)
+            && sl.is_multiple_of(dt.size())
+        {
+            let c = PeerColl::Allreduce {
+                n: sl / dt.size(),
+                es: dt.size(),
+            };
+            let forced = self.st.cfg.allreduce_forced();
+            // SAFETY: both buffers are borrowed for the whole (blocking) call.
+            if unsafe {
+                self.peer_direct(
+                    "allreduce_device",
+                    c,
+                    Some((dt, rop)),
+                    sp,
+                    rp,
+                    sl,
+                    forced,
+                    device,
+                )?
+            } {
+                return Ok(());
+            }
+        }
         self.iallreduce_device(send, recv, dtype, op)?.wait()
     }
 
@@ -457,15 +512,28 @@ impl Communicator {
             ))
         });
         let device = common_device(W, (send, send_bytes), (recv, recv_bytes))?;
+        let peer = if spec.invalid.is_none() && send_bytes > 0 && !self.st.cfg.allreduce_forced() {
+            self.peer_group(device)?
+        } else {
+            None
+        };
+        if peer.is_some() {
+            spec.algo = PEER_CODE;
+        }
         let user = dev_bufs(
             self.gpu_pool(),
             (send, send_bytes),
             (recv, recv_bytes),
             device,
             Some((dt, rop)),
+            peer.clone(),
         )?;
+        let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
         self.start_coll_device(spec, user, |b| {
-            if staged {
+            if let Some(g) = peer {
+                let c = PeerColl::Allreduce { n, es };
+                device_peer::build(b, W, g, c, Some((dt, rop)), send, recv, stream)
+            } else if staged {
                 staged_allreduce(b, n * es, es)
             } else {
                 allreduce::build(b, algo, n, es)
@@ -486,6 +554,39 @@ impl Communicator {
         op: Op,
         root: usize,
     ) -> Result<()> {
+        let (sp, sl) = send.device_region()?;
+        let (rp, rl) = recv.device_region_mut()?;
+        let at_root = self.rank() == root;
+        if root < self.size()
+            && (!at_root || rl == sl)
+            && let (Ok(dt), Ok(device)) = (
+                dtype_of(dtype),
+                common_device("", (sp, sl), (rp, if at_root { rl } else { 0 })),
+            )
+            && let Ok(rop) = op_of(op, dt)
+            && sl.is_multiple_of(dt.size())
+        {
+            let c = PeerColl::Reduce {
+                n: sl / dt.size(),
+                es: dt.size(),
+                root,
+            };
+            // SAFETY: both buffers are borrowed for the whole (blocking) call.
+            if unsafe {
+                self.peer_direct(
+                    "reduce_device",
+                    c,
+                    Some((dt, rop)),
+                    sp,
+                    rp,
+                    sl,
+                    false,
+                    device,
+                )?
+            } {
+                return Ok(());
+            }
+        }
         self.ireduce_device(send, recv, dtype, op, root)?.wait()
     }
 
@@ -520,15 +621,29 @@ impl Communicator {
         ]);
         let rl = if at_root { recv.len() } else { 0 };
         let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), rl))?;
+        let peer = if spec.invalid.is_none() && n > 0 {
+            self.peer_group(device)?
+        } else {
+            None
+        };
+        if peer.is_some() {
+            spec.algo = PEER_CODE;
+        }
         let user = dev_bufs(
             self.gpu_pool(),
             (send.ptr(), send.len()),
             (recv.ptr(), recv.len()),
             device,
             Some((dt, rop)),
+            peer.clone(),
         )?;
+        let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
+        let (sp, rp) = (send.ptr(), recv.ptr());
         self.start_coll_device(spec, user, |b| {
-            if n > 0 {
+            if let Some(g) = peer {
+                let c = PeerColl::Reduce { n, es, root };
+                device_peer::build(b, W, g, c, Some((dt, rop)), sp, rp, stream)
+            } else if n > 0 {
                 let all = n * es;
                 reduce::binomial(
                     b,
@@ -553,6 +668,16 @@ impl Communicator {
         buf: &mut B,
         root: usize,
     ) -> Result<()> {
+        let (bp, bl) = buf.device_region_mut()?;
+        if root < self.size()
+            && let Ok(device) = common_device("", (0, 0), (bp, bl))
+        {
+            let c = PeerColl::Bcast { n: bl, root };
+            // SAFETY: the buffer is borrowed for the whole (blocking) call.
+            if unsafe { self.peer_direct("bcast_device", c, None, bp, bp, bl, false, device)? } {
+                return Ok(());
+            }
+        }
         self.ibcast_device(buf, root)?.wait()
     }
 
@@ -573,8 +698,31 @@ impl Communicator {
         spec.algo = algo.code();
         spec.invalid = args::root(W, root, p);
         let device = common_device(W, (0, 0), (buf.ptr(), n))?;
-        let user = dev_bufs(self.gpu_pool(), (0, 0), (buf.ptr(), n), device, None)?;
-        self.start_coll_device(spec, user, |b| bcast::build(b, algo, Buf::Recv, n, 1, root))
+        let peer = if spec.invalid.is_none() && n > 0 {
+            self.peer_group(device)?
+        } else {
+            None
+        };
+        if peer.is_some() {
+            spec.algo = PEER_CODE;
+        }
+        let user = dev_bufs(
+            self.gpu_pool(),
+            (0, 0),
+            (buf.ptr(), n),
+            device,
+            None,
+            peer.clone(),
+        )?;
+        let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
+        let bp = buf.ptr();
+        self.start_coll_device(spec, user, |b| {
+            if let Some(g) = peer {
+                device_peer::build(b, W, g, PeerColl::Bcast { n, root }, None, bp, bp, stream)
+            } else {
+                bcast::build(b, algo, Buf::Recv, n, 1, root)
+            }
+        })
     }
 
     /// Allgather of device buffers (MPI_Allgather, MPI 4.1 §6.7): every rank's `send`
@@ -589,6 +737,18 @@ impl Communicator {
         send: &S,
         recv: &mut R,
     ) -> Result<()> {
+        let (sp, sl) = send.device_region()?;
+        let (rp, rl) = recv.device_region_mut()?;
+        if rl == sl * self.size()
+            && let Ok(device) = common_device("", (sp, sl), (rp, rl))
+        {
+            let c = PeerColl::Allgather { k: sl };
+            // SAFETY: both buffers are borrowed for the whole (blocking) call.
+            if unsafe { self.peer_direct("allgather_device", c, None, sp, rp, sl, false, device)? }
+            {
+                return Ok(());
+            }
+        }
         self.iallgather_device(send, recv)?.wait()
     }
 
@@ -610,14 +770,31 @@ impl Communicator {
         spec.algo = algo.code();
         spec.invalid = args::len(W, "the receive buffer (bytes)", recv.len(), p * k);
         let device = common_device(W, (send.ptr(), k), (recv.ptr(), recv.len()))?;
+        let peer = if spec.invalid.is_none() && k > 0 {
+            self.peer_group(device)?
+        } else {
+            None
+        };
+        if peer.is_some() {
+            spec.algo = PEER_CODE;
+        }
         let user = dev_bufs(
             self.gpu_pool(),
             (send.ptr(), k),
             (recv.ptr(), recv.len()),
             device,
             None,
+            peer.clone(),
         )?;
-        self.start_coll_device(spec, user, |b| allgather::build(b, algo, k, 1))
+        let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
+        let (sp, rp) = (send.ptr(), recv.ptr());
+        self.start_coll_device(spec, user, |b| {
+            if let Some(g) = peer {
+                device_peer::build(b, W, g, PeerColl::Allgather { k }, None, sp, rp, stream)
+            } else {
+                allgather::build(b, algo, k, 1)
+            }
+        })
     }
 
     /// Reduce-scatter with equal blocks on device buffers (MPI_Reduce_scatter_block,
@@ -633,6 +810,33 @@ impl Communicator {
         dtype: Datatype,
         op: Op,
     ) -> Result<()> {
+        let (sp, sl) = send.device_region()?;
+        let (rp, rl) = recv.device_region_mut()?;
+        if sl == rl * self.size()
+            && let (Ok(dt), Ok(device)) = (dtype_of(dtype), common_device("", (sp, sl), (rp, rl)))
+            && let Ok(rop) = op_of(op, dt)
+            && rl.is_multiple_of(dt.size())
+        {
+            let c = PeerColl::ReduceScatterBlock {
+                k: rl / dt.size(),
+                es: dt.size(),
+            };
+            // SAFETY: both buffers are borrowed for the whole (blocking) call.
+            if unsafe {
+                self.peer_direct(
+                    "reduce_scatter_block_device",
+                    c,
+                    Some((dt, rop)),
+                    sp,
+                    rp,
+                    rl,
+                    false,
+                    device,
+                )?
+            } {
+                return Ok(());
+            }
+        }
         self.ireduce_scatter_block_device(send, recv, dtype, op)?
             .wait()
     }
@@ -667,15 +871,530 @@ impl Communicator {
         (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
         spec.invalid = args::len(W, "the send buffer", send.len() / es, p * k);
         let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), recv.len()))?;
+        let peer = if spec.invalid.is_none() && k > 0 {
+            self.peer_group(device)?
+        } else {
+            None
+        };
+        if peer.is_some() {
+            spec.algo = PEER_CODE;
+        }
         let user = dev_bufs(
             self.gpu_pool(),
             (send.ptr(), send.len()),
             (recv.ptr(), recv.len()),
             device,
             Some((dt, rop)),
+            peer.clone(),
         )?;
+        let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
+        let (sp, rp) = (send.ptr(), recv.ptr());
         let counts = vec![k; p];
-        self.start_coll_device(spec, user, |b| reduce_scatter::build(b, algo, &counts, es))
+        self.start_coll_device(spec, user, |b| {
+            if let Some(g) = peer {
+                let c = PeerColl::ReduceScatterBlock { k, es };
+                device_peer::build(b, W, g, c, Some((dt, rop)), sp, rp, stream)
+            } else {
+                reduce_scatter::build(b, algo, &counts, es)
+            }
+        })
+    }
+}
+
+/// In-place and stream-ordered forms of the device collectives.
+impl Communicator {
+    /// Whether this call takes the peer-memory path (collective on first use: every
+    /// rank must ask at the same point, with the same `bytes`).
+    fn peer_for(
+        &self,
+        device: i32,
+        bytes: usize,
+        forced: bool,
+    ) -> Result<Option<Arc<std::sync::Mutex<PeerGroup>>>> {
+        if bytes == 0 || forced {
+            return Ok(None);
+        }
+        self.peer_group(device)
+    }
+
+    /// The blocking forms' fast path: the scratch-form peer kernel on the runtime
+    /// stream, launched and waited for directly (no schedule, no progress loop: the
+    /// kernel needs no host message). `false` (nothing done) where it does not apply:
+    /// collective check on, nothing to move, a forced host algorithm, no peer path, or
+    /// an input above the scratch form. Every rank decides alike.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn peer_direct(
+        &self,
+        what: &str,
+        c: PeerColl,
+        red: Option<(DType, RedOp)>,
+        send: u64,
+        recv: u64,
+        bytes: usize,
+        forced: bool,
+        device: i32,
+    ) -> Result<bool> {
+        if self.st.cfg.check {
+            return Ok(false);
+        }
+        self.inner.check_live()?;
+        let Some(g) = self.peer_for(device, bytes, forced)? else {
+            return Ok(false);
+        };
+        rankwire_gpu::peer_prepare(device, red)
+            .map_err(|e| gpu_err("compiling the peer-memory kernels", e))?;
+        let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
+        // SAFETY: the caller keeps both ranges live until this call returns, after the
+        // kernel has finished.
+        if !unsafe { device_peer::launch_on_stream(&g, what, c, red, send, recv, stream)? } {
+            return Ok(false);
+        }
+        if gpu_wait_blocks() {
+            stream
+                .synchronize()
+                .map_err(|e| gpu_err(&format!("{what}: peer-memory kernel"), e))?;
+        } else {
+            while !stream
+                .is_idle()
+                .map_err(|e| gpu_err(&format!("{what}: peer-memory kernel"), e))?
+            {
+                std::hint::spin_loop();
+            }
+        }
+        device_peer::check_group(&g, what)?;
+        Ok(true)
+    }
+
+    /// Run `f` with a device copy of the `bytes` at `buf` (a pooled temporary, filled
+    /// and synchronized on the runtime stream first): the in-place forms on the host
+    /// schedules, which need a separate input.
+    unsafe fn with_input_copy(
+        &self,
+        device: i32,
+        buf: u64,
+        bytes: usize,
+        f: impl FnOnce(u64) -> Result<()>,
+    ) -> Result<()> {
+        if bytes == 0 {
+            return f(buf);
+        }
+        let pool = self.gpu_pool();
+        let tmp = pool
+            .take_device(device, bytes)
+            .map_err(|e| gpu_err(&format!("in-place temporary of {bytes} bytes"), e))?;
+        let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
+        // SAFETY: tmp has `bytes`; buf is the caller's live device range.
+        let copied = unsafe { rankwire_gpu::memcpy_dtod_async(tmp, buf, bytes, stream) }
+            .and_then(|()| stream.synchronize())
+            .map_err(|e| gpu_err("copying the in-place input", e));
+        let r = copied.and_then(|()| f(tmp));
+        pool.give_device(tmp);
+        r
+    }
+
+    /// Allreduce in place on a device buffer (MPI_Allreduce with MPI_IN_PLACE,
+    /// MPI 4.1 §6.9.6): `buf` (elements of `dtype`, the same length on every rank) is
+    /// both input and result. On the peer-memory path no extra copy is made; on the
+    /// host schedules the input is first copied to a pooled device temporary.
+    ///
+    /// # Errors
+    /// As [`Communicator::allreduce_device`].
+    pub fn allreduce_device_in_place<B: DeviceMemoryMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<()> {
+        let r = Region::of_mut(buf)?;
+        let device =
+            device_of("allreduce_device_in_place", "the buffer", r.ptr(), r.len())?.unwrap_or(0);
+        let forced = self.st.cfg.allreduce_forced();
+        // SAFETY: `buf` is borrowed exclusively for the whole call.
+        unsafe {
+            if self.peer_for(device, r.len(), forced)?.is_some() {
+                if let (Ok(dt), true) = (dtype_of(dtype), !self.st.cfg.check)
+                    && let Ok(rop) = op_of(op, dt)
+                    && r.len().is_multiple_of(dt.size())
+                {
+                    let c = PeerColl::Allreduce {
+                        n: r.len() / dt.size(),
+                        es: dt.size(),
+                    };
+                    if self.peer_direct(
+                        "allreduce_device_in_place",
+                        c,
+                        Some((dt, rop)),
+                        r.ptr(),
+                        r.ptr(),
+                        r.len(),
+                        forced,
+                        device,
+                    )? {
+                        return Ok(());
+                    }
+                }
+                return self
+                    .iallreduce_device_raw(r.ptr(), r.len(), r.ptr(), r.len(), dtype, op)?
+                    .wait();
+            }
+            self.with_input_copy(device, r.ptr(), r.len(), |tmp| {
+                self.iallreduce_device_raw(tmp, r.len(), r.ptr(), r.len(), dtype, op)?
+                    .wait()
+            })
+        }
+    }
+
+    /// Reduce in place (MPI_Reduce with MPI_IN_PLACE at the root, MPI 4.1 §6.9.1):
+    /// on `root`, `buf` is input and result; elsewhere it is input only and left
+    /// unchanged.
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_device`].
+    pub fn reduce_device_in_place<B: DeviceMemoryMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        dtype: Datatype,
+        op: Op,
+        root: usize,
+    ) -> Result<()> {
+        let r = Region::of_mut(buf)?;
+        let device =
+            device_of("reduce_device_in_place", "the buffer", r.ptr(), r.len())?.unwrap_or(0);
+        let at_root = self.rank() == root;
+        // SAFETY: `buf` is borrowed exclusively for the whole call.
+        unsafe {
+            if root < self.size() && self.peer_for(device, r.len(), false)?.is_some() {
+                let send = DevRaw(r.ptr(), r.len());
+                let mut recv = DevRaw(r.ptr(), if at_root { r.len() } else { 0 });
+                return self
+                    .ireduce_device(&send, &mut recv, dtype, op, root)?
+                    .wait();
+            }
+            if !at_root {
+                let send = DevRaw(r.ptr(), r.len());
+                let mut recv = DevRaw(0, 0);
+                return self
+                    .ireduce_device(&send, &mut recv, dtype, op, root)?
+                    .wait();
+            }
+            self.with_input_copy(device, r.ptr(), r.len(), |tmp| {
+                let send = DevRaw(tmp, r.len());
+                let mut recv = DevRaw(r.ptr(), r.len());
+                self.ireduce_device(&send, &mut recv, dtype, op, root)?
+                    .wait()
+            })
+        }
+    }
+
+    /// Allgather in place (MPI_IN_PLACE, MPI 4.1 §6.7): `recv` holds `size()` blocks
+    /// of `recv.len() / size()` bytes; rank `i`'s own block is already at block `i`.
+    ///
+    /// # Errors
+    /// As [`Communicator::allgather_device`]; [`Error::Usage`] when the length is not
+    /// a multiple of `size()`.
+    pub fn allgather_device_in_place<B: DeviceMemoryMut + ?Sized>(
+        &self,
+        recv: &mut B,
+    ) -> Result<()> {
+        let r = Region::of_mut(recv)?;
+        let p = self.size();
+        if !r.len().is_multiple_of(p) {
+            return Err(Error::usage(format!(
+                "allgather_device_in_place: the buffer holds {} bytes, not a multiple of the \
+                 {p} ranks",
+                r.len()
+            )));
+        }
+        let k = r.len() / p;
+        let own = r.ptr() + (self.rank() * k) as u64;
+        let device =
+            device_of("allgather_device_in_place", "the buffer", r.ptr(), r.len())?.unwrap_or(0);
+        // SAFETY: `recv` is borrowed exclusively for the whole call.
+        unsafe {
+            if self.peer_for(device, k, false)?.is_some() {
+                let send = DevRaw(own, k);
+                let mut out = DevRaw(r.ptr(), r.len());
+                return self.iallgather_device(&send, &mut out)?.wait();
+            }
+            self.with_input_copy(device, own, k, |tmp| {
+                let send = DevRaw(tmp, k);
+                let mut out = DevRaw(r.ptr(), r.len());
+                self.iallgather_device(&send, &mut out)?.wait()
+            })
+        }
+    }
+
+    /// Reduce-scatter with equal blocks in place (MPI_IN_PLACE, MPI 4.1 §6.10.1):
+    /// `buf` holds `size()` blocks of `k` elements; afterwards its first `k` elements
+    /// are this rank's block of the result and the rest is unspecified (as in MPI).
+    /// The input is copied to a pooled temporary first (peers may still read it while
+    /// the result is written).
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_scatter_block_device`]; [`Error::Usage`] when the
+    /// length is not a multiple of `size()` elements.
+    pub fn reduce_scatter_block_device_in_place<B: DeviceMemoryMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<()> {
+        let r = Region::of_mut(buf)?;
+        let p = self.size();
+        let es = dtype_of(dtype)?.size();
+        if !r.len().is_multiple_of(p * es) {
+            return Err(Error::usage(format!(
+                "reduce_scatter_block_device_in_place: the buffer holds {} bytes, not {p} \
+                 equal blocks of {dtype:?} elements",
+                r.len()
+            )));
+        }
+        let device = device_of(
+            "reduce_scatter_block_device_in_place",
+            "the buffer",
+            r.ptr(),
+            r.len(),
+        )?
+        .unwrap_or(0);
+        // SAFETY: `buf` is borrowed exclusively for the whole call.
+        unsafe {
+            self.with_input_copy(device, r.ptr(), r.len(), |tmp| {
+                let send = DevRaw(tmp, r.len());
+                let mut out = DevRaw(r.ptr(), r.len() / p);
+                self.ireduce_scatter_block_device(&send, &mut out, dtype, op)?
+                    .wait()
+            })
+        }
+    }
+
+    /// Allreduce enqueued on `stream` (the stream-ordered form, like NCCL's
+    /// `ncclAllReduce` or MPICH's MPIX stream communicators): `bytes` of `dtype`
+    /// elements at `send` reduced into `recv` (`send == recv`: in place), ordered
+    /// after the work enqueued on `stream` before the call and before the work after.
+    ///
+    /// On the peer-memory path with inputs up to one scratch slot
+    /// (`RANKWIRE_GPU_PEER_SCRATCH`, default 4 MiB) this is one kernel on `stream`
+    /// and the call returns without waiting (the kernel keeps its epoch in device
+    /// memory, so it can be captured in a CUDA graph and replayed, on every rank
+    /// alike). Otherwise (larger inputs, ranks on several nodes, no peer path) the
+    /// call synchronizes `stream`, runs the host-synchronous collective and returns
+    /// when it has completed: ordering is kept, but the host waits. A kernel error
+    /// (a barrier timeout) is reported by the next device collective on this
+    /// communicator. `RANKWIRE_COLL_CHECK` does not check the stream-ordered kernel.
+    ///
+    /// # Safety
+    /// `send` and `recv` must be device memory of `stream`'s device, valid until the
+    /// work enqueued on `stream` has completed, and not overlap unless equal; `stream`
+    /// must belong to the device's primary context (see
+    /// [`rankwire_gpu::Stream::from_raw`]). All ranks must enqueue this
+    /// communicator's stream-ordered calls in the same order.
+    ///
+    /// # Errors
+    /// As [`Communicator::allreduce_device`].
+    pub unsafe fn allreduce_device_on_stream(
+        &self,
+        send: u64,
+        recv: u64,
+        bytes: usize,
+        dtype: Datatype,
+        op: Op,
+        stream: &Stream,
+    ) -> Result<()> {
+        const W: &str = "allreduce_device_on_stream";
+        let dt = dtype_of(dtype)?;
+        let rop = op_of(op, dt)?;
+        let n = elems(W, "the buffer", bytes, dt)?;
+        let c = PeerColl::Allreduce { n, es: dt.size() };
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.on_stream(
+                W,
+                c,
+                Some((dt, rop)),
+                send,
+                recv,
+                bytes,
+                self.st.cfg.allreduce_forced(),
+                stream,
+                || {
+                    if send == recv {
+                        self.with_input_copy(stream.device(), send, bytes, |tmp| {
+                            self.iallreduce_device_raw(tmp, bytes, recv, bytes, dtype, op)?
+                                .wait()
+                        })
+                    } else {
+                        self.iallreduce_device_raw(send, bytes, recv, bytes, dtype, op)?
+                            .wait()
+                    }
+                },
+            )
+        }
+    }
+
+    /// Allgather enqueued on `stream`: `k` bytes at `send` from every rank into
+    /// `recv` (`size()·k` bytes). Paths, ordering and errors as
+    /// [`Communicator::allreduce_device_on_stream`].
+    ///
+    /// # Safety
+    /// As [`Communicator::allreduce_device_on_stream`].
+    ///
+    /// # Errors
+    /// As [`Communicator::allgather_device`].
+    pub unsafe fn allgather_device_on_stream(
+        &self,
+        send: u64,
+        k: usize,
+        recv: u64,
+        stream: &Stream,
+    ) -> Result<()> {
+        const W: &str = "allgather_device_on_stream";
+        let p = self.size();
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.on_stream(
+                W,
+                PeerColl::Allgather { k },
+                None,
+                send,
+                recv,
+                k,
+                false,
+                stream,
+                || {
+                    let s = DevRaw(send, k);
+                    let mut r = DevRaw(recv, p * k);
+                    self.iallgather_device(&s, &mut r)?.wait()
+                },
+            )
+        }
+    }
+
+    /// Broadcast of `bytes` at `buf` from `root`, enqueued on `stream`. Paths,
+    /// ordering and errors as [`Communicator::allreduce_device_on_stream`].
+    ///
+    /// # Safety
+    /// As [`Communicator::allreduce_device_on_stream`].
+    ///
+    /// # Errors
+    /// As [`Communicator::bcast_device`].
+    pub unsafe fn bcast_device_on_stream(
+        &self,
+        buf: u64,
+        bytes: usize,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        const W: &str = "bcast_device_on_stream";
+        if root >= self.size() {
+            return Err(Error::usage(format!(
+                "{W}: root {root} is not a rank of this communicator of {} ranks",
+                self.size()
+            )));
+        }
+        let c = PeerColl::Bcast { n: bytes, root };
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.on_stream(W, c, None, buf, buf, bytes, false, stream, || {
+                let mut b = DevRaw(buf, bytes);
+                self.ibcast_device(&mut b, root)?.wait()
+            })
+        }
+    }
+
+    /// Reduce-scatter with equal blocks enqueued on `stream`: `send` holds `size()`
+    /// blocks of `block_bytes`; `recv` (`block_bytes`) gets this rank's block of the
+    /// reduction. Paths, ordering and errors as
+    /// [`Communicator::allreduce_device_on_stream`].
+    ///
+    /// # Safety
+    /// As [`Communicator::allreduce_device_on_stream`]; `send` and `recv` must not
+    /// overlap.
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_scatter_block_device`].
+    pub unsafe fn reduce_scatter_block_device_on_stream(
+        &self,
+        send: u64,
+        recv: u64,
+        block_bytes: usize,
+        dtype: Datatype,
+        op: Op,
+        stream: &Stream,
+    ) -> Result<()> {
+        const W: &str = "reduce_scatter_block_device_on_stream";
+        let dt = dtype_of(dtype)?;
+        let rop = op_of(op, dt)?;
+        let k = elems(W, "the receive block", block_bytes, dt)?;
+        let p = self.size();
+        let c = PeerColl::ReduceScatterBlock { k, es: dt.size() };
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.on_stream(
+                W,
+                c,
+                Some((dt, rop)),
+                send,
+                recv,
+                block_bytes,
+                false,
+                stream,
+                || {
+                    let s = DevRaw(send, p * block_bytes);
+                    let mut r = DevRaw(recv, block_bytes);
+                    self.ireduce_scatter_block_device(&s, &mut r, dtype, op)?
+                        .wait()
+                },
+            )
+        }
+    }
+
+    /// The stream-ordered driver: the scratch peer kernel on `stream`, else
+    /// synchronize `stream` and run `fallback` (host-synchronous).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn on_stream(
+        &self,
+        what: &str,
+        c: PeerColl,
+        red: Option<(DType, RedOp)>,
+        send: u64,
+        recv: u64,
+        bytes: usize,
+        forced: bool,
+        stream: &Stream,
+        fallback: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        self.inner.check_live()?;
+        let device = stream.device();
+        if let Some(g) = self.peer_for(device, bytes, forced)? {
+            rankwire_gpu::peer_prepare(device, red)
+                .map_err(|e| gpu_err("compiling the peer-memory kernels", e))?;
+            // SAFETY: the caller's contract.
+            if unsafe { device_peer::launch_on_stream(&g, what, c, red, send, recv, stream)? } {
+                return Ok(());
+            }
+        }
+        stream
+            .synchronize()
+            .map_err(|e| gpu_err(&format!("{what}: synchronizing the stream"), e))?;
+        fallback()
+    }
+}
+
+/// A raw device range as [`DeviceMemory`] (the in-place and stream-ordered forms).
+struct DevRaw(u64, usize);
+
+// SAFETY: the callers above pass live device ranges they keep borrowed (or, for the
+// stream-ordered forms, the caller's contract keeps them live) for the whole call.
+unsafe impl DeviceMemory for DevRaw {
+    fn device_region(&self) -> Result<(u64, usize)> {
+        Ok((self.0, self.1))
+    }
+}
+
+// SAFETY: as above.
+unsafe impl DeviceMemoryMut for DevRaw {
+    fn device_region_mut(&mut self) -> Result<(u64, usize)> {
+        Ok((self.0, self.1))
     }
 }
 

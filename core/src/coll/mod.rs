@@ -90,6 +90,7 @@ pub mod device;
 pub(crate) mod device_peer;
 mod direct;
 mod gather;
+mod peer_setup;
 mod reduce;
 mod reduce_scatter;
 mod scan;
