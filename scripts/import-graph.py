@@ -65,7 +65,7 @@ ALLOWED_STATICS: dict[tuple[str, str], str] = {
     ("coll/device_peer.rs", "S"): "peer-memory collective settings (RANKWIRE_GPU_PEER*) "
     "read once from the environment, never written after; the groups themselves live "
     "in each communicator's state",
-    ("engine.rs", "V"): "RANKWIRE_GPU_EAGER_MAX read once from the environment, never "
+    ("select.rs", "V"): "RANKWIRE_GPU_EAGER_MAX read once from the environment, never "
     "written after (a cached read, no state)",
 }
 

@@ -155,6 +155,9 @@ pub(crate) struct Engine {
     routes: Vec<Route>,
     /// Eager limit in bytes of host messages to each peer (from its transport's caps).
     eager: Vec<usize>,
+    /// Eager limit of device-buffer messages per world rank (bytes): the host limit,
+    /// or `RANKWIRE_GPU_EAGER_MAX` for CUDA IPC peers.
+    device_eager: Vec<usize>,
     backlog: Vec<VecDeque<OutFrame>>,
     events: Vec<Event>,
     pub(crate) backoff: Backoff,
@@ -231,6 +234,7 @@ impl Engine {
             proto,
             tp,
             eager: Vec::new(),
+            device_eager: Vec::new(),
             routes,
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
             events: Vec::new(),
@@ -244,11 +248,21 @@ impl Engine {
         e.eager = (0..size)
             .map(|p| e.host_caps(p).map_or(0, |c| c.eager_limit_bytes))
             .collect();
+        e.device_eager = e.eager.clone();
         e
     }
 
-    /// Eager limit for host messages to `peer`, in bytes (device messages to ranks on
-    /// this node: also at most [`device_eager_max`]).
+    /// Device messages to `peer` whose device path is CUDA IPC go eagerly up to
+    /// `RANKWIRE_GPU_EAGER_MAX` bytes ([`crate::select::device_eager_max`], default
+    /// 0: every size by rendezvous) instead of the host eager limit.
+    pub(crate) fn set_device_ipc_peer(&mut self, peer: u32) {
+        let host = self.eager_limit(peer);
+        if let Some(d) = self.device_eager.get_mut(peer as usize) {
+            *d = crate::select::device_eager_max().map_or(0, |m| m.min(host));
+        }
+    }
+
+    /// Eager limit for host messages to `peer`, in bytes.
     #[inline]
     pub(crate) fn eager_limit(&self, peer: u32) -> usize {
         self.eager.get(peer as usize).copied().unwrap_or(0)
@@ -383,13 +397,10 @@ impl Engine {
             self.progress();
             return SendStart::Queued(id);
         }
-        let lim = if !buf.is_host()
-            && self.routes[dst as usize] == Route::Shm
-            && let Some(d) = device_eager_max()
-        {
-            lim.min(d)
-        } else {
+        let lim = if buf.is_host() {
             lim
+        } else {
+            self.device_eager.get(dst as usize).copied().unwrap_or(lim)
         };
         let id = self.proto.isend(dst, ctx, tag, buf, lim, sync);
         // Push eager frames out right away: the common small send completes here.
@@ -831,19 +842,6 @@ const POLL_ORDER: &[TransportKind] = &[
     TransportKind::Tcp,
     TransportKind::Rdma,
 ];
-
-/// `RANKWIRE_GPU_EAGER_MAX` (bytes): device-buffer messages to ranks on this node
-/// above it go by rendezvous (a CUDA IPC pull: one device copy) instead of eagerly
-/// (staged through host memory: a device-to-host copy at the sender, a host-to-device
-/// copy at the receiver). `None`: the host eager limit alone decides. Read once.
-pub(crate) fn device_eager_max() -> Option<usize> {
-    static V: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        crate::settings::raw("RANKWIRE_GPU_EAGER_MAX")
-            .and_then(|v| crate::settings::parse_bytes(&v))
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-    })
-}
 
 #[cfg(test)]
 mod backoff_tests {

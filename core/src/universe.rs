@@ -607,6 +607,7 @@ fn build(joined: Joined) -> Result<Universe> {
         let r = p.peer;
         if p.cuda_ipc {
             engine.proto.allow_cuda_ipc(r);
+            engine.set_device_ipc_peer(r);
         }
         if p.route == Route::Rdma {
             // Forced onto RDMA inside a node: host rendezvous goes by RDMA READ.

@@ -427,7 +427,7 @@ pub static SETTINGS: &[Setting] = &[
     ),
     rank(
         "RANKWIRE_GPU_EAGER_MAX",
-        "the host eager limit",
+        "0 with CUDA IPC, else the host eager limit",
         "a byte count (suffix K, M or G optional)",
         Check::Bytes {
             min: 0,

@@ -47,6 +47,7 @@ impl Paths {
         let remote = !p.same_node;
         let rdma = self.rdma_reason(p);
         let mut protocol;
+        let mut eager_bytes = p.eager_bytes;
         match memory {
             "host" | "managed" => {
                 protocol = match p.rndv {
@@ -108,15 +109,26 @@ impl Paths {
                         rejected,
                     };
                 }
+                let device_eager = p
+                    .cuda_ipc
+                    .then(|| super::device_eager_max().map_or(0, |d| d.min(p.eager_bytes)));
+                if let Some(d) = device_eager {
+                    eager_bytes = d;
+                }
                 protocol = if p.route == Route::SelfTp {
                     "device copy within the process".to_string()
                 } else if p.cuda_ipc {
-                    format!(
-                        "eager <= {} B staged through host memory (cuMemcpy) over {transport}; \
-                         above: rendezvous, single device copy by cuda_ipc get (stream-ordered \
-                         pool memory: first copied into an IPC-capable staging buffer)",
-                        p.eager_bytes
-                    )
+                    let lim = device_eager.unwrap_or(0);
+                    let rndv = "rendezvous, single device copy by cuda_ipc get (stream-ordered \
+                                pool memory: first copied into an IPC-capable staging buffer)";
+                    if lim == 0 {
+                        format!("{rndv} at every size (RANKWIRE_GPU_EAGER_MAX=0, the default)")
+                    } else {
+                        format!(
+                            "eager <= {lim} B staged through host memory (cuMemcpy) over \
+                             {transport}; above: {rndv}"
+                        )
+                    }
                 } else {
                     format!(
                         "{transport}, staged via host (cuMemcpy to and from host buffers; \
@@ -136,7 +148,7 @@ impl Paths {
             peer: p.peer,
             memory,
             transport,
-            eager_bytes: p.eager_bytes,
+            eager_bytes,
             protocol,
             rejected,
         }
