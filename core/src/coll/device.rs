@@ -1,5 +1,10 @@
 //! Collectives on device (GPU) buffers: allreduce, reduce, reduce_scatter_block,
-//! allgather, bcast, blocking and nonblocking.
+//! allgather, bcast, blocking and nonblocking, in place, and stream-ordered.
+//!
+//! Inside a node, where the ranks can map each other's memory and do not share a GPU
+//! without MPS, they run as peer-memory kernels (`coll/device_peer.rs`: one
+//! kernel per call, flags in device memory). Elsewhere, and with a forced host
+//! algorithm, the host schedules below run:
 //!
 //! The same schedules as the host collectives ([`crate::coll`]) run with their buffers
 //! on the device: the user's buffers and the algorithm's temporaries are device memory,
