@@ -21,7 +21,7 @@ use std::sync::Mutex;
 
 use crate::buffer::PinnedBuffer;
 use crate::error::GpuError;
-use crate::result::{self, RawEvent, RawStream};
+use crate::result::{self, RawEvent, RawGraph, RawStream};
 
 /// A non-blocking CUDA stream of one device (`CU_STREAM_NON_BLOCKING`).
 #[derive(Debug)]
@@ -107,6 +107,29 @@ impl Stream {
         unsafe { result::stream_wait_event(self.raw, event.raw) }
     }
 
+    /// Start capturing the work enqueued on this stream into a CUDA graph
+    /// (`cuStreamBeginCapture`, relaxed mode); nothing runs until the graph is launched.
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`].
+    pub fn begin_capture(&self) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: the stream is live.
+        unsafe { result::stream_begin_capture(self.raw) }
+    }
+
+    /// End the capture begun by [`Stream::begin_capture`] and instantiate the graph.
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`] (`cuStreamEndCapture`: e.g. an operation that cannot be
+    /// captured was enqueued; `cuGraphInstantiateWithFlags`).
+    pub fn end_capture(&self) -> Result<Graph, GpuError> {
+        self.bind()?;
+        // SAFETY: the stream is live and capturing (or the driver says it is not).
+        let raw = unsafe { result::stream_end_capture(self.raw) }?;
+        Ok(Graph { raw })
+    }
+
     /// The device ordinal this stream belongs to.
     pub fn device(&self) -> i32 {
         self.device
@@ -147,6 +170,35 @@ impl Drop for Stream {
             // Drop cannot report an error; the driver frees the stream at exit anyway.
             let _destroyed = unsafe { result::stream_destroy(self.raw) };
         }
+    }
+}
+
+/// An instantiated CUDA graph (`CUgraphExec`) captured from a stream; destroyed on
+/// drop (drop it only when no launch of it is pending).
+#[derive(Debug)]
+pub struct Graph {
+    raw: RawGraph,
+}
+
+// SAFETY: graph handles are process-wide; launching from any thread is allowed.
+unsafe impl Send for Graph {}
+
+impl Graph {
+    /// Enqueue one run of the graph on `stream` (`cuGraphLaunch`).
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`].
+    pub fn launch(&self, stream: &Stream) -> Result<(), GpuError> {
+        stream.bind()?;
+        // SAFETY: the graph is live (destroyed only in Drop); the stream is live.
+        unsafe { result::graph_launch(self.raw, stream.raw) }
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: destroyed once; the owner waits for its launches before dropping.
+        unsafe { result::graph_destroy(self.raw) }
     }
 }
 

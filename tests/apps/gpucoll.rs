@@ -635,6 +635,57 @@ fn peer(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
         let err = check_reduction(DType::F32, RedOp::Sum, &all, 0, &got);
         c.record(&format!("allreduce on pool memory n={n}"), err, Some(&got));
     }
+    // Captured in a CUDA graph and replayed with new inputs (peer path only: the
+    // fallback synchronizes the stream, which a capture forbids).
+    if w.peer_memory_status().is_none() {
+        let n = 1000;
+        let x = poisoned(n * 4);
+        let y = poisoned(n * 4);
+        let ar = |s: &Stream| -> rankwire::Result<()> {
+            // SAFETY: x and y are live until the synchronizes below.
+            unsafe {
+                w.allreduce_device_on_stream(x.ptr(), y.ptr(), n * 4, Datatype::F32, Op::Sum, s)
+            }
+        };
+        ar(&stream)?;
+        stream
+            .synchronize()
+            .unwrap_or_else(|e| fail(&format!("sync: {e}")));
+        stream
+            .begin_capture()
+            .unwrap_or_else(|e| fail(&format!("begin capture: {e}")));
+        let captured = ar(&stream);
+        let graph = stream.end_capture();
+        let mut x = x;
+        match (captured, graph) {
+            (Ok(()), Ok(graph)) => {
+                for rep in 0..3 {
+                    let input = make_input(&mut rng, DType::F32, RedOp::Sum, n);
+                    let all = c.all(&input);
+                    x.copy_from_host(0, &input)
+                        .unwrap_or_else(|e| fail(&format!("upload: {e}")));
+                    let err = graph
+                        .launch(&stream)
+                        .and_then(|()| stream.synchronize())
+                        .err()
+                        .map(|e| e.to_string())
+                        .or_else(|| {
+                            check_reduction(DType::F32, RedOp::Sum, &all, 0, &download(&y))
+                        });
+                    c.record(
+                        &format!("allreduce_on_stream in a CUDA graph, replay {rep}"),
+                        err,
+                        None,
+                    );
+                }
+            }
+            (a, b) => c.record(
+                "allreduce_on_stream in a CUDA graph",
+                Some(format!("capture failed: {:?} / {:?}", a.err(), b.err())),
+                None,
+            ),
+        }
+    }
     if me == 0 {
         println!(
             "# rw-gpucoll peer: {} checks, {} failures, {:.1} s; peer memory: {}",

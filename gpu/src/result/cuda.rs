@@ -19,6 +19,8 @@ use crate::error::GpuError;
 pub(crate) type RawStream = sys::CUstream;
 /// A CUDA event handle (`CUevent`).
 pub(crate) type RawEvent = sys::CUevent;
+/// An instantiated CUDA graph and the graph it came from.
+pub(crate) type RawGraph = (sys::CUgraph, sys::CUgraphExec);
 
 // Every driver entry point this crate calls. cudarc resolves a symbol on its first call
 // and panics if it is missing; resolving them all at init turns that into an error.
@@ -592,6 +594,60 @@ pub(crate) unsafe fn stream_wait_event(s: RawStream, e: RawEvent) -> Result<(), 
     check("cuStreamWaitEvent", unsafe {
         sys::cuStreamWaitEvent(s, e, 0)
     })
+}
+
+/// `cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED)`.
+///
+/// # Safety
+/// `s` must be a live stream of the current context.
+pub(crate) unsafe fn stream_begin_capture(s: RawStream) -> Result<(), GpuError> {
+    // SAFETY: the caller's contract.
+    check("cuStreamBeginCapture", unsafe {
+        sys::cuStreamBeginCapture_v2(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+    })
+}
+
+/// `cuStreamEndCapture` then `cuGraphInstantiateWithFlags(…, 0)`.
+///
+/// # Safety
+/// `s` must be a live stream that is capturing.
+pub(crate) unsafe fn stream_end_capture(s: RawStream) -> Result<RawGraph, GpuError> {
+    let mut g: sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: g is a valid out-pointer; the caller's contract.
+    check("cuStreamEndCapture", unsafe {
+        sys::cuStreamEndCapture(s, &mut g)
+    })?;
+    let mut e: sys::CUgraphExec = std::ptr::null_mut();
+    // SAFETY: e is a valid out-pointer; g is the captured graph.
+    if let Err(err) = check("cuGraphInstantiateWithFlags", unsafe {
+        sys::cuGraphInstantiateWithFlags(&mut e, g, 0)
+    }) {
+        // SAFETY: g is live and destroyed once.
+        let _ = unsafe { sys::cuGraphDestroy(g) };
+        return Err(err);
+    }
+    Ok((g, e))
+}
+
+/// `cuGraphLaunch`.
+///
+/// # Safety
+/// `g` from [`stream_end_capture`], not destroyed; `s` a live stream.
+pub(crate) unsafe fn graph_launch(g: RawGraph, s: RawStream) -> Result<(), GpuError> {
+    // SAFETY: the caller's contract.
+    check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(g.1, s) })
+}
+
+/// `cuGraphExecDestroy` and `cuGraphDestroy`.
+///
+/// # Safety
+/// `g` from [`stream_end_capture`], destroyed once, with no launch pending.
+pub(crate) unsafe fn graph_destroy(g: RawGraph) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let _ = sys::cuGraphExecDestroy(g.1);
+        let _ = sys::cuGraphDestroy(g.0);
+    }
 }
 
 /// `cuEventCreate`; `timing` false adds `CU_EVENT_DISABLE_TIMING` (cheaper).

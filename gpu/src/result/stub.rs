@@ -12,6 +12,7 @@ use crate::error::GpuError;
 pub(crate) type RawStream = *mut c_void;
 /// Placeholder for `CUevent`; never constructed in this build.
 pub(crate) type RawEvent = *mut c_void;
+pub(crate) type RawGraph = (*mut c_void, *mut c_void);
 
 pub(crate) fn driver_present() -> bool {
     false
@@ -193,6 +194,20 @@ pub(crate) unsafe fn stream_query(_s: RawStream) -> Result<bool, GpuError> {
 pub(crate) unsafe fn stream_wait_event(_s: RawStream, _e: RawEvent) -> Result<(), GpuError> {
     Err(GpuError::NotBuilt)
 }
+
+pub(crate) unsafe fn stream_begin_capture(_s: RawStream) -> Result<(), GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
+pub(crate) unsafe fn stream_end_capture(_s: RawStream) -> Result<RawGraph, GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
+pub(crate) unsafe fn graph_launch(_g: RawGraph, _s: RawStream) -> Result<(), GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
+pub(crate) unsafe fn graph_destroy(_g: RawGraph) {}
 
 pub(crate) fn event_create(_timing: bool) -> Result<RawEvent, GpuError> {
     Err(GpuError::NotBuilt)
