@@ -12,8 +12,9 @@
 //! 2. optionally copies the local input into its scratch slot `e mod 2`
 //!    (`src`/`src_bytes`, the small-message form);
 //! 3. entry barrier: every thread fences its writes (`__threadfence`; `__threadfence_system` when peers are on other GPUs), then
-//!    block `b` stores `e` into `flags[0][me][b]` of every other rank's workspace and
-//!    waits until its own `flags[0][j][b']` ≥ `e` for every other rank `j` and every
+//!    block `b` stores `e` into `flags[0][me][b]` of every rank's workspace (its own
+//!    included: blocks of one rank may read what another block copied into the slot)
+//!    and waits until its own `flags[0][j][b']` ≥ `e` for every rank `j` and every
 //!    block `b'`. After it, every rank has entered this call (so its stream's earlier
 //!    work, which produced its input, has finished) and has finished the previous call;
 //! 4. the work ([`PeerMode`]), reading peers' memory with L2-only loads (`ld.global.cg`);
@@ -256,13 +257,14 @@ __device__ bool barrier(const PeerArgs& a, u32 phase, u32 e) {
   fence(a);
   __syncthreads();
   u32 t = threadIdx.x;
-  if (t < a.p && t != a.me) { *flag_at(a.flags[t], phase, a.me, blockIdx.x) = e; }
+  // Every rank's flags, this rank's own included: a block may read what another
+  // block of this rank copied into its slot.
+  if (t < a.p) { *flag_at(a.flags[t], phase, a.me, blockIdx.x) = e; }
   bool ok = true;
   u32 nblk = gridDim.x;
   volatile u32* status = (volatile u32*)a.status;
   for (u32 k = t; k < a.p * nblk && ok; k += blockDim.x) {
     u32 j = k / nblk, b = k % nblk;
-    if (j == a.me) continue;
     volatile u32* w = flag_at(a.flags[a.me], phase, j, b);
     u32 spins = 0; u64 start = 0;
     while ((int)(*w - e) < 0) {

@@ -635,6 +635,32 @@ fn peer(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
         let err = check_reduction(DType::F32, RedOp::Sum, &all, 0, &got);
         c.record(&format!("allreduce on pool memory n={n}"), err, Some(&got));
     }
+    // Nonblocking calls of both forms in flight (a mapped one still exchanging
+    // handles while a scratch one and a blocking one are called): kernels must
+    // launch in call order on every rank.
+    if max_count >= 4 << 20 {
+        let big = (8 << 20) / 4 + 1;
+        let a = make_input(&mut rng, DType::F32, RedOp::Sum, big);
+        let all_a = c.all(&a);
+        let b = make_input(&mut rng, DType::F32, RedOp::Sum, 3);
+        let all_b = c.all(&b);
+        let d = make_input(&mut rng, DType::F32, RedOp::Sum, 5);
+        let all_d = c.all(&d);
+        let (sa, sb, sd) = (upload(&a), upload(&b), upload(&d));
+        let (mut ra, mut rb, mut rd) = (poisoned(a.len()), poisoned(b.len()), poisoned(d.len()));
+        let r1 = w.iallreduce_device(&sa, &mut ra, Datatype::F32, Op::Sum)?;
+        let r2 = w.iallreduce_device(&sb, &mut rb, Datatype::F32, Op::Sum)?;
+        w.allreduce_device(&sd, &mut rd, Datatype::F32, Op::Sum)?;
+        rankwire::wait_all_coll(vec![r2, r1])?;
+        let err = check_reduction(DType::F32, RedOp::Sum, &all_a, 0, &download(&ra))
+            .or_else(|| check_reduction(DType::F32, RedOp::Sum, &all_b, 0, &download(&rb)))
+            .or_else(|| check_reduction(DType::F32, RedOp::Sum, &all_d, 0, &download(&rd)));
+        c.record(
+            "mapped + scratch nonblocking + blocking in flight together",
+            err,
+            None,
+        );
+    }
     // Captured in a CUDA graph and replayed with new inputs (peer path only: the
     // fallback synchronizes the stream, which a capture forbids).
     if w.peer_memory_status().is_none() {

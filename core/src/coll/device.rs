@@ -223,16 +223,33 @@ struct CudaOps {
     stream: &'static Stream,
     red: Option<(DType, RedOp)>,
     block: bool,
-    /// The peer-memory group whose kernel this schedule launches: its status word is
-    /// checked once the stream is idle.
-    peer: Option<Arc<std::sync::Mutex<PeerGroup>>>,
+    /// The peer-memory group whose kernel this schedule launches, and the call's
+    /// ticket: the work is done once the ticket is launched and the stream idle; the
+    /// group's status word is checked then.
+    peer: Option<(Arc<std::sync::Mutex<PeerGroup>>, u64)>,
 }
 
 impl CudaOps {
     fn check_peer(&self) -> Result<()> {
         match &self.peer {
-            Some(g) => device_peer::check_group(g, "collective on device buffers"),
+            Some((g, _)) => device_peer::check_group(g, "collective on device buffers"),
             None => Ok(()),
+        }
+    }
+
+    fn peer_launched(&self) -> bool {
+        self.peer
+            .as_ref()
+            .is_none_or(|(g, t)| g.lock().unwrap_or_else(|e| e.into_inner()).launched(*t))
+    }
+}
+
+impl Drop for CudaOps {
+    fn drop(&mut self) {
+        // A call that ended before its turn to launch gives its ticket up, so later
+        // calls are not held back (and the group reports itself failed).
+        if let Some((g, t)) = &self.peer {
+            g.lock().unwrap_or_else(|e| e.into_inner()).skip(*t);
         }
     }
 }
@@ -306,6 +323,9 @@ impl DevOps for CudaOps {
             .map_err(|e| gpu_err(&format!("{op} kernel on {dt}"), e))
     }
     fn poll_idle(&mut self) -> Result<bool> {
+        if !self.peer_launched() {
+            return Ok(false);
+        }
         let idle = self
             .stream
             .is_idle()
@@ -322,7 +342,9 @@ impl DevOps for CudaOps {
         self.check_peer()
     }
     fn block_when_idle(&self) -> bool {
-        self.block
+        // A peer-memory call may wait for an earlier call's launch, which only
+        // progress brings: poll.
+        self.block && self.peer.is_none()
     }
 }
 
@@ -340,7 +362,7 @@ fn dev_bufs(
     recv: (u64, usize),
     device: i32,
     red: Option<(DType, RedOp)>,
-    peer: Option<Arc<std::sync::Mutex<PeerGroup>>>,
+    peer: Option<(Arc<std::sync::Mutex<PeerGroup>>, u64)>,
 ) -> Result<UserBufs> {
     let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
     if peer.is_some() {
@@ -517,14 +539,18 @@ impl Communicator {
             ))
         });
         let device = common_device(W, (send, send_bytes), (recv, recv_bytes))?;
-        let peer = if spec.invalid.is_none() && send_bytes > 0 && !self.st.cfg.allreduce_forced() {
-            self.peer_group(device)?
-        } else {
-            None
-        };
+        // Set up (collectively) whatever this rank's arguments: every rank takes part.
+        let group = self.peer_group(device)?;
+        let peer = group.filter(|_| {
+            spec.invalid.is_none() && send_bytes > 0 && !self.st.cfg.allreduce_forced()
+        });
         if peer.is_some() {
             spec.algo = PEER_CODE;
         }
+        let peer = peer.map(|g| {
+            let t = g.lock().unwrap_or_else(|e| e.into_inner()).ticket();
+            (g, t)
+        });
         let user = dev_bufs(
             self.gpu_pool(),
             (send, send_bytes),
@@ -535,9 +561,9 @@ impl Communicator {
         )?;
         let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
         self.start_coll_device(spec, user, |b| {
-            if let Some(g) = peer {
+            if let Some((g, t)) = peer {
                 let c = PeerColl::Allreduce { n, es };
-                device_peer::build(b, W, g, c, Some((dt, rop)), send, recv, stream)
+                device_peer::build(b, W, g, c, Some((dt, rop)), send, recv, stream, t)
             } else if staged {
                 staged_allreduce(b, n * es, es)
             } else {
@@ -626,14 +652,16 @@ impl Communicator {
         ]);
         let rl = if at_root { recv.len() } else { 0 };
         let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), rl))?;
-        let peer = if spec.invalid.is_none() && n > 0 {
-            self.peer_group(device)?
-        } else {
-            None
-        };
+        // Set up (collectively) whatever this rank's arguments: every rank takes part.
+        let group = self.peer_group(device)?;
+        let peer = group.filter(|_| spec.invalid.is_none() && n > 0);
         if peer.is_some() {
             spec.algo = PEER_CODE;
         }
+        let peer = peer.map(|g| {
+            let t = g.lock().unwrap_or_else(|e| e.into_inner()).ticket();
+            (g, t)
+        });
         let user = dev_bufs(
             self.gpu_pool(),
             (send.ptr(), send.len()),
@@ -645,9 +673,9 @@ impl Communicator {
         let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
         let (sp, rp) = (send.ptr(), recv.ptr());
         self.start_coll_device(spec, user, |b| {
-            if let Some(g) = peer {
+            if let Some((g, t)) = peer {
                 let c = PeerColl::Reduce { n, es, root };
-                device_peer::build(b, W, g, c, Some((dt, rop)), sp, rp, stream)
+                device_peer::build(b, W, g, c, Some((dt, rop)), sp, rp, stream, t)
             } else if n > 0 {
                 let all = n * es;
                 reduce::binomial(
@@ -703,14 +731,16 @@ impl Communicator {
         spec.algo = algo.code();
         spec.invalid = args::root(W, root, p);
         let device = common_device(W, (0, 0), (buf.ptr(), n))?;
-        let peer = if spec.invalid.is_none() && n > 0 {
-            self.peer_group(device)?
-        } else {
-            None
-        };
+        // Set up (collectively) whatever this rank's arguments: every rank takes part.
+        let group = self.peer_group(device)?;
+        let peer = group.filter(|_| spec.invalid.is_none() && n > 0);
         if peer.is_some() {
             spec.algo = PEER_CODE;
         }
+        let peer = peer.map(|g| {
+            let t = g.lock().unwrap_or_else(|e| e.into_inner()).ticket();
+            (g, t)
+        });
         let user = dev_bufs(
             self.gpu_pool(),
             (0, 0),
@@ -722,8 +752,18 @@ impl Communicator {
         let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
         let bp = buf.ptr();
         self.start_coll_device(spec, user, |b| {
-            if let Some(g) = peer {
-                device_peer::build(b, W, g, PeerColl::Bcast { n, root }, None, bp, bp, stream)
+            if let Some((g, t)) = peer {
+                device_peer::build(
+                    b,
+                    W,
+                    g,
+                    PeerColl::Bcast { n, root },
+                    None,
+                    bp,
+                    bp,
+                    stream,
+                    t,
+                )
             } else {
                 bcast::build(b, algo, Buf::Recv, n, 1, root)
             }
@@ -775,14 +815,16 @@ impl Communicator {
         spec.algo = algo.code();
         spec.invalid = args::len(W, "the receive buffer (bytes)", recv.len(), p * k);
         let device = common_device(W, (send.ptr(), k), (recv.ptr(), recv.len()))?;
-        let peer = if spec.invalid.is_none() && k > 0 {
-            self.peer_group(device)?
-        } else {
-            None
-        };
+        // Set up (collectively) whatever this rank's arguments: every rank takes part.
+        let group = self.peer_group(device)?;
+        let peer = group.filter(|_| spec.invalid.is_none() && k > 0);
         if peer.is_some() {
             spec.algo = PEER_CODE;
         }
+        let peer = peer.map(|g| {
+            let t = g.lock().unwrap_or_else(|e| e.into_inner()).ticket();
+            (g, t)
+        });
         let user = dev_bufs(
             self.gpu_pool(),
             (send.ptr(), k),
@@ -794,8 +836,8 @@ impl Communicator {
         let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
         let (sp, rp) = (send.ptr(), recv.ptr());
         self.start_coll_device(spec, user, |b| {
-            if let Some(g) = peer {
-                device_peer::build(b, W, g, PeerColl::Allgather { k }, None, sp, rp, stream)
+            if let Some((g, t)) = peer {
+                device_peer::build(b, W, g, PeerColl::Allgather { k }, None, sp, rp, stream, t)
             } else {
                 allgather::build(b, algo, k, 1)
             }
@@ -876,14 +918,16 @@ impl Communicator {
         (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
         spec.invalid = args::len(W, "the send buffer", send.len() / es, p * k);
         let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), recv.len()))?;
-        let peer = if spec.invalid.is_none() && k > 0 {
-            self.peer_group(device)?
-        } else {
-            None
-        };
+        // Set up (collectively) whatever this rank's arguments: every rank takes part.
+        let group = self.peer_group(device)?;
+        let peer = group.filter(|_| spec.invalid.is_none() && k > 0);
         if peer.is_some() {
             spec.algo = PEER_CODE;
         }
+        let peer = peer.map(|g| {
+            let t = g.lock().unwrap_or_else(|e| e.into_inner()).ticket();
+            (g, t)
+        });
         let user = dev_bufs(
             self.gpu_pool(),
             (send.ptr(), send.len()),
@@ -896,9 +940,9 @@ impl Communicator {
         let (sp, rp) = (send.ptr(), recv.ptr());
         let counts = vec![k; p];
         self.start_coll_device(spec, user, |b| {
-            if let Some(g) = peer {
+            if let Some((g, t)) = peer {
                 let c = PeerColl::ReduceScatterBlock { k, es };
-                device_peer::build(b, W, g, c, Some((dt, rop)), sp, rp, stream)
+                device_peer::build(b, W, g, c, Some((dt, rop)), sp, rp, stream, t)
             } else {
                 reduce_scatter::build(b, algo, &counts, es)
             }
@@ -967,6 +1011,8 @@ impl Communicator {
             }
         }
         device_peer::check_group(&g, what)?;
+        // One collective sequence number, as the schedule path takes.
+        self.st.next_seq();
         Ok(true)
     }
 
@@ -1375,6 +1421,8 @@ impl Communicator {
                 .map_err(|e| gpu_err("compiling the peer-memory kernels", e))?;
             // SAFETY: the caller's contract.
             if unsafe { device_peer::launch_on_stream(&g, what, c, red, send, recv, stream)? } {
+                // One collective sequence number, as the schedule path takes.
+                self.st.next_seq();
                 return Ok(());
             }
         }

@@ -111,10 +111,14 @@ pub(crate) struct RankInfo {
     pub(crate) sms: u32,
     /// Its workspace's IPC export (valid when `ok`).
     pub(crate) export: Option<IpcExport>,
+    /// Its `RANKWIRE_GPU_PEER` (0 auto, 1 on, 2 off): must agree.
+    pub(crate) mode: u8,
+    /// Its scratch slot bytes: must agree (the kernels address peers' slots with it).
+    pub(crate) slot: u64,
 }
 
 const PCI_LEN: usize = 16;
-const INFO_LEN: usize = 8 + PCI_LEN + 1 + 1 + 4 + IpcExport::ENCODED_LEN;
+const INFO_LEN: usize = 8 + PCI_LEN + 1 + 1 + 4 + 1 + 8 + IpcExport::ENCODED_LEN;
 
 impl RankInfo {
     fn to_bytes(&self) -> Vec<u8> {
@@ -127,6 +131,8 @@ impl RankInfo {
         v.push(self.mps as u8);
         v.push(self.ok as u8);
         v.extend_from_slice(&self.sms.to_le_bytes());
+        v.push(self.mode);
+        v.extend_from_slice(&self.slot.to_le_bytes());
         match &self.export {
             Some(e) => v.extend_from_slice(&e.to_bytes()),
             None => v.extend_from_slice(&[0u8; IpcExport::ENCODED_LEN]),
@@ -143,8 +149,10 @@ impl RankInfo {
         let mps = b[o] != 0;
         let ok = b[o + 1] != 0;
         let sms = u32::from_le_bytes(b[o + 2..o + 6].try_into().unwrap_or([0; 4]));
+        let mode = b[o + 6];
+        let slot = u64::from_le_bytes(b[o + 7..o + 15].try_into().unwrap_or([0; 8]));
         let export = if ok {
-            IpcExport::from_bytes(&b[o + 6..])
+            IpcExport::from_bytes(&b[o + 15..])
         } else {
             None
         };
@@ -155,6 +163,8 @@ impl RankInfo {
             ok: ok && export.is_some(),
             sms,
             export,
+            mode,
+            slot,
         }
     }
 }
@@ -173,6 +183,21 @@ pub(crate) fn verdict(
     infos: &[RankInfo],
     mode: PeerSetting,
 ) -> std::result::Result<(usize, u32), String> {
+    if let Some(r) = infos.iter().position(|i| i.mode != infos[0].mode) {
+        return Err(format!(
+            "RANKWIRE_GPU_PEER differs between rank 0 and rank {r}; set it alike on every rank"
+        ));
+    }
+    if mode == PeerSetting::Off {
+        return Err("off (RANKWIRE_GPU_PEER=off)".into());
+    }
+    if let Some(r) = infos.iter().position(|i| i.slot != infos[0].slot) {
+        return Err(format!(
+            "RANKWIRE_GPU_PEER_SCRATCH differs between rank 0 ({} B) and rank {r} ({} B); \
+             set it alike on every rank",
+            infos[0].slot, infos[r].slot
+        ));
+    }
     if let Some(r) = infos.iter().position(|i| !i.ok) {
         return Err(format!(
             "rank {r} could not allocate or export its peer workspace"
@@ -236,10 +261,34 @@ pub(crate) struct PeerGroup {
     cache: IpcCache,
     /// Mappings used by launches that may still run, released once the event fired.
     in_flight: VecDeque<(Event, Vec<IpcMapping>)>,
-    /// The stream of the last launch.
+    /// The stream of the last launch (an identity only, never used as a handle).
     last_stream: Option<usize>,
+    /// Recorded after every launch.
+    last_event: Event,
     /// Set once a kernel reported an error: the flags are out of step.
     failed: Option<String>,
+    /// Tickets handed out: one per peer-memory call, in call order (the same order on
+    /// every rank, as MPI requires of collectives on a communicator).
+    issued: u64,
+    /// Tickets whose kernel is enqueued (or skipped): kernels are enqueued in ticket
+    /// order, whatever order the calls' host exchanges finish in, so every rank's
+    /// `k`-th kernel is the same collective.
+    launched: u64,
+    /// Submitted launches waiting for an earlier ticket (`None`: skipped).
+    pending: std::collections::BTreeMap<u64, Option<PendingLaunch>>,
+}
+
+/// A kernel launch waiting for its turn ([`PeerGroup::submit`]).
+pub(crate) struct PendingLaunch {
+    what: &'static str,
+    red: Option<(DType, RedOp)>,
+    args: PeerArgs,
+    work: usize,
+    stream: &'static Stream,
+    maps: Vec<IpcMapping>,
+    /// A device copy `(dst, src, bytes)` enqueued right after the kernel (an output
+    /// temporary back into the user's buffer).
+    post_copy: Option<(u64, u64, usize)>,
 }
 
 // SAFETY: the raw handles inside (device addresses, CUDA events, IPC mappings) are
@@ -253,6 +302,7 @@ impl Drop for PeerGroup {
         if let Ok(s) = Stream::runtime(self.device) {
             let _ = s.synchronize();
         }
+        let _ = self.last_event.synchronize();
         for (e, _) in &self.in_flight {
             let _ = e.synchronize();
         }
@@ -282,6 +332,7 @@ pub(crate) fn open_group(
     sms: u32,
 ) -> std::result::Result<PeerGroup, String> {
     let p = infos.len();
+    let last_event = Event::new(device).map_err(|e| format!("rank {me}: event: {e}"))?;
     let mut opener = CudaIpcOpener::new(device);
     let mut bases = vec![0u64; p];
     let mut opened = Vec::new();
@@ -324,12 +375,21 @@ pub(crate) fn open_group(
         cache: IpcCache::new(device, NonZeroUsize::new(256).expect("nonzero")),
         in_flight: VecDeque::new(),
         last_stream: None,
+        last_event,
         failed: None,
+        issued: 0,
+        launched: 0,
+        pending: Default::default(),
     })
 }
 
 /// This rank's [`RankInfo`] for its workspace on `device`.
-pub(crate) fn local_info(device: i32, ws: Option<&PeerWorkspace>) -> RankInfo {
+pub(crate) fn local_info(
+    device: i32,
+    ws: Option<&PeerWorkspace>,
+    mode: PeerSetting,
+    slot: usize,
+) -> RankInfo {
     let export = ws.and_then(|w| {
         rankwire_gpu::ipc_export(w.base(), w.buffer().len())
             .map_err(|e| tracing::debug!("peer workspace export: {e}"))
@@ -342,6 +402,12 @@ pub(crate) fn local_info(device: i32, ws: Option<&PeerWorkspace>) -> RankInfo {
         ok: export.is_some(),
         sms: rankwire_gpu::multiprocessor_count(device).unwrap_or(1),
         export,
+        mode: match mode {
+            PeerSetting::Auto => 0,
+            PeerSetting::On => 1,
+            PeerSetting::Off => 2,
+        },
+        slot: slot.div_ceil(256) as u64 * 256,
     }
 }
 
@@ -349,6 +415,76 @@ impl PeerGroup {
     /// The device of this group's buffers.
     pub(crate) fn device(&self) -> i32 {
         self.device
+    }
+
+    /// The next ticket (call order).
+    pub(crate) fn ticket(&mut self) -> u64 {
+        self.issued += 1;
+        self.issued
+    }
+
+    /// Whether every ticket handed out has been launched (a direct launch may go now).
+    pub(crate) fn idle(&self) -> bool {
+        self.issued == self.launched
+    }
+
+    /// Whether ticket `t`'s kernel is enqueued.
+    pub(crate) fn launched(&self, t: u64) -> bool {
+        self.launched >= t
+    }
+
+    /// Give up ticket `t` (its call ended before launching: a failed exchange). The
+    /// other ranks' kernels for it may wait for this one: the group is failed from now.
+    pub(crate) fn skip(&mut self, t: u64) {
+        if self.launched(t) {
+            return;
+        }
+        if let Some(Some(l)) = self.pending.insert(t, None) {
+            for m in l.maps {
+                let _ = self.cache.release(m);
+            }
+        }
+        self.failed.get_or_insert_with(|| {
+            "a peer-memory collective ended before its kernel was launched".into()
+        });
+        let _ = self.drain();
+    }
+
+    /// Submit ticket `t`'s launch; launches it and any that waited for it, in order.
+    fn submit(&mut self, t: u64, l: PendingLaunch) -> Result<()> {
+        self.pending.insert(t, Some(l));
+        self.drain()
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        while let Some(entry) = self.pending.remove(&(self.launched + 1)) {
+            self.launched += 1;
+            let Some(l) = entry else { continue };
+            let stream = l.stream;
+            let r = self
+                .launch(l.what, l.red, l.args, l.work, stream, l.maps)
+                .and_then(|()| match l.post_copy {
+                    // SAFETY: the schedule keeps the temporary and the user buffer live
+                    // until this group reports the ticket launched and the stream idle.
+                    Some((dst, src, n)) => {
+                        unsafe { rankwire_gpu::memcpy_dtod_async(dst, src, n, stream) }
+                            .map_err(|e| gpu("copying a collective's output temporary", e))
+                    }
+                    None => Ok(()),
+                });
+            if let Err(e) = r {
+                self.fail_with(&e);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Record that this rank's epochs are out of step with its peers' (a launch that
+    /// did not happen): every later call on the group fails at once.
+    fn fail_with(&mut self, e: &Error) {
+        self.failed
+            .get_or_insert_with(|| format!("this rank could not launch a collective: {e}"));
     }
 }
 
@@ -631,18 +767,14 @@ impl PeerGroup {
         }
     }
 
-    /// Order `stream` after the last launch's stream when they differ.
+    /// Order `stream` after the last launch when it went to another stream (a wait on
+    /// the event recorded after it: no stream handle is kept).
     fn order_on(&mut self, stream: &Stream) -> Result<()> {
         let id = stream.as_raw() as usize;
-        if let Some(last) = self.last_stream
-            && last != id
-        {
-            // SAFETY: the last stream is the runtime stream or a user stream the user
-            // keeps live while its work runs (the stream-ordered forms' contract).
-            let prev = unsafe { Stream::from_raw(last as *mut std::ffi::c_void, self.device) };
-            let ev = Event::new(self.device).map_err(|e| gpu("event", e))?;
-            ev.record(&prev).map_err(|e| gpu("event record", e))?;
-            stream.wait_event(&ev).map_err(|e| gpu("stream wait", e))?;
+        if self.last_stream.is_some_and(|last| last != id) {
+            stream
+                .wait_event(&self.last_event)
+                .map_err(|e| gpu("stream wait", e))?;
         }
         self.last_stream = Some(id);
         Ok(())
@@ -658,14 +790,35 @@ impl PeerGroup {
         maps: Vec<IpcMapping>,
     ) -> Result<()> {
         self.check(what)?;
-        self.fill_common(&mut a);
+        let r = self.launch_inner(what, red, &mut a, work_bytes, stream, maps);
+        if let Err(e) = &r {
+            self.fail_with(e);
+        }
+        r
+    }
+
+    fn launch_inner(
+        &mut self,
+        what: &str,
+        red: Option<(DType, RedOp)>,
+        a: &mut PeerArgs,
+        work_bytes: usize,
+        stream: &Stream,
+        maps: Vec<IpcMapping>,
+    ) -> Result<()> {
+        self.fill_common(a);
         self.order_on(stream)?;
         let blocks = peer::peer_blocks(work_bytes, self.sharing, self.sms);
         // SAFETY: every address in `a` is this group's workspace (own or mapped), a
         // mapping held in `maps` until the launch completes, or a user buffer the
         // caller keeps live until then.
-        unsafe { peer::peer_launch(red, &a, blocks, stream) }
+        unsafe { peer::peer_launch(red, a, blocks, stream) }
             .map_err(|e| gpu(&format!("{what}: peer-memory kernel"), e))?;
+        // The last launch's completion: the next launch on another stream waits for
+        // it, and Drop waits for it (a stream-ordered kernel on a user stream).
+        self.last_event
+            .record(stream)
+            .map_err(|e| gpu("event record", e))?;
         if !maps.is_empty() {
             let ev = Event::new(self.device).map_err(|e| gpu("event", e))?;
             ev.record(stream).map_err(|e| gpu("event record", e))?;
@@ -711,6 +864,7 @@ pub(crate) fn build(
     send: u64,
     recv: u64,
     stream: &'static Stream,
+    ticket: u64,
 ) {
     let (me, p) = (b.rank, b.size);
     let slot = lock(&group).ws.slot_bytes();
@@ -722,8 +876,17 @@ pub(crate) fn build(
     if c.fits_scratch(p, slot) {
         b.device_call(Box::new(move |_bufs| {
             let mut g = lock(&group);
-            let a = scratch_args(c, me, &g.bases, slot, regions);
-            g.launch(what, red, a, work, stream, Vec::new())
+            let args = scratch_args(c, me, &g.bases, slot, regions);
+            let l = PendingLaunch {
+                what,
+                red,
+                args,
+                work,
+                stream,
+                maps: Vec::new(),
+                post_copy: None,
+            };
+            g.submit(ticket, l)
         }));
         return;
     }
@@ -804,16 +967,27 @@ pub(crate) fn build(
                 maps.push(m);
             }
         }
-        let a = mapped_args(c, me, &g.bases, &ins, &outs);
-        g.launch(what, red, a, work, stream, maps)
+        let args = mapped_args(c, me, &g.bases, &ins, &outs);
+        let post_copy = if out_buf != Buf::Recv && out_len > 0 {
+            Some((
+                bufs.addr(Slice::new(Buf::Recv, 0, out_len))?,
+                my_out,
+                out_len,
+            ))
+        } else {
+            None
+        };
+        let l = PendingLaunch {
+            what,
+            red,
+            args,
+            work,
+            stream,
+            maps,
+            post_copy,
+        };
+        g.submit(ticket, l)
     }));
-    if out_buf != Buf::Recv && out_len > 0 {
-        b.round();
-        b.copy(
-            Slice::new(out_buf, 0, out_len),
-            Slice::new(Buf::Recv, 0, out_len),
-        );
-    }
 }
 
 /// An error recorded by a kernel of `group` (after its launches completed).
@@ -822,7 +996,10 @@ pub(crate) fn check_group(group: &Mutex<PeerGroup>, what: &str) -> Result<()> {
 }
 
 /// Launch the scratch form directly on `stream` (stream-ordered: no host wait, no
-/// host message). Returns `false` when the call does not fit the scratch form.
+/// host message). Returns `false` (nothing done) when the call does not fit the
+/// scratch form or an earlier call of this group has not launched its kernel yet
+/// (a nonblocking call still exchanging handles): the caller then takes the
+/// schedule, whose launch waits for its turn.
 ///
 /// # Safety
 /// `send`/`recv` must stay valid until the work enqueued on `stream` has completed.
@@ -837,7 +1014,7 @@ pub(crate) unsafe fn launch_on_stream(
 ) -> Result<bool> {
     let mut g = lock(group);
     let slot = g.ws.slot_bytes();
-    if !c.fits_scratch(g.p, slot) {
+    if !c.fits_scratch(g.p, slot) || !g.idle() {
         return Ok(false);
     }
     let a = scratch_args(
@@ -851,6 +1028,8 @@ pub(crate) unsafe fn launch_on_stream(
         },
     );
     let work = c.work_bytes(g.p);
+    let t = g.ticket();
+    g.launched = t;
     g.launch(what, red, a, work, stream, Vec::new())?;
     Ok(true)
 }
@@ -867,6 +1046,8 @@ mod tests {
             ok: true,
             sms: 132,
             export: None,
+            mode: 0,
+            slot: 4 << 20,
         }
     }
 
@@ -896,6 +1077,23 @@ mod tests {
                 .unwrap_err()
                 .contains("rank 1")
         );
+        // Settings must agree: a differing mode or slot size is a verdict, not a hang.
+        let mut m = mps.clone();
+        m[1].mode = 2;
+        assert!(
+            verdict(&m, PeerSetting::Auto)
+                .unwrap_err()
+                .contains("differs")
+        );
+        let mut sl = mps.clone();
+        sl[1].slot = 1 << 20;
+        let e = verdict(&sl, PeerSetting::Auto).unwrap_err();
+        assert!(e.contains("SCRATCH differs") && e.contains("rank 1"), "{e}");
+        let off = [info(1, "a", true), info(1, "b", true)].map(|mut i| {
+            i.mode = 2;
+            i
+        });
+        assert!(verdict(&off, PeerSetting::Off).unwrap_err().contains("off"));
     }
 
     #[test]

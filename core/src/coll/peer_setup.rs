@@ -24,7 +24,8 @@ impl Communicator {
     pub(crate) fn peer_group(&self, device: i32) -> Result<Option<Arc<Mutex<PeerGroup>>>> {
         let (mode, scratch) = device_peer::setup_settings();
         let p = self.size();
-        if mode == PeerSetting::Off || !(2..=MAX_PEERS).contains(&p) {
+        // Off still takes part in the setup exchange (once): the ranks must agree.
+        if !(2..=MAX_PEERS).contains(&p) {
             return Ok(None);
         }
         let mut slot = self.st.peer.lock().unwrap_or_else(|e| e.into_inner());
@@ -70,8 +71,12 @@ impl Communicator {
         scratch: usize,
     ) -> Result<std::result::Result<PeerGroup, String>> {
         let (p, me) = (self.size(), self.rank());
-        let ws = PeerWorkspace::new(device, scratch);
-        let mine: RankInfo = device_peer::local_info(device, ws.as_ref().ok());
+        let ws = if mode == PeerSetting::Off {
+            Err(rankwire_gpu::GpuError::NotBuilt)
+        } else {
+            PeerWorkspace::new(device, scratch)
+        };
+        let mine: RankInfo = device_peer::local_info(device, ws.as_ref().ok(), mode, scratch);
         let mut all = vec![0u8; INFO_BYTES * p];
         self.allgather(&info_bytes(&mine), &mut all)?;
         let infos: Vec<RankInfo> = all.chunks_exact(INFO_BYTES).map(info_from).collect();
