@@ -621,6 +621,39 @@ fn peer(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
             .or_else(|| stream.synchronize().err().map(|e| e.to_string()))
             .or_else(|| check_reduction(DType::F32, RedOp::Sum, &all, me * n, &download(&recv)));
         c.record(&format!("reduce_scatter_block_on_stream n={n}"), err, None);
+        // Reduce on a stream, to root n % p.
+        let root = n % p;
+        let input = make_input(&mut rng, DType::F32, RedOp::Sum, n);
+        let all = c.all(&input);
+        let send = upload(&input);
+        let recv = poisoned(n * 4);
+        // SAFETY: live buffers until the synchronize.
+        let r = unsafe {
+            w.reduce_device_on_stream(
+                send.ptr(),
+                recv.ptr(),
+                n * 4,
+                Datatype::F32,
+                Op::Sum,
+                root,
+                &stream,
+            )
+        };
+        let err = r
+            .err()
+            .map(|e| e.to_string())
+            .or_else(|| stream.synchronize().err().map(|e| e.to_string()))
+            .or_else(|| {
+                if me == root {
+                    check_reduction(DType::F32, RedOp::Sum, &all, 0, &download(&recv))
+                } else {
+                    download(&recv)
+                        .iter()
+                        .any(|&b| b != 0xA5)
+                        .then(|| "non-root buffer written".into())
+                }
+            });
+        c.record(&format!("reduce_on_stream n={n} root={root}"), err, None);
         // Pool memory (not IPC-exportable): through runtime temporaries.
         let input = make_input(&mut rng, DType::F32, RedOp::Sum, n);
         let all = c.all(&input);

@@ -1399,6 +1399,71 @@ impl Communicator {
         }
     }
 
+    /// Reduce enqueued on `stream`: `bytes` of `dtype` elements at `send` reduced into
+    /// `recv` on `root` (`recv` is not touched elsewhere; `send == recv` at the root:
+    /// in place). Paths, ordering and errors as
+    /// [`Communicator::allreduce_device_on_stream`].
+    ///
+    /// # Safety
+    /// As [`Communicator::allreduce_device_on_stream`].
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_device`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce_device_on_stream(
+        &self,
+        send: u64,
+        recv: u64,
+        bytes: usize,
+        dtype: Datatype,
+        op: Op,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        const W: &str = "reduce_device_on_stream";
+        if root >= self.size() {
+            return Err(Error::usage(format!(
+                "{W}: root {root} is not a rank of this communicator of {} ranks",
+                self.size()
+            )));
+        }
+        let dt = dtype_of(dtype)?;
+        let rop = op_of(op, dt)?;
+        let n = elems(W, "the buffer", bytes, dt)?;
+        let c = PeerColl::Reduce {
+            n,
+            es: dt.size(),
+            root,
+        };
+        let at_root = self.rank() == root;
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.on_stream(
+                W,
+                c,
+                Some((dt, rop)),
+                send,
+                recv,
+                bytes,
+                false,
+                stream,
+                || {
+                    if at_root && send == recv {
+                        self.with_input_copy(stream.device(), send, bytes, |tmp| {
+                            let s = DevRaw(tmp, bytes);
+                            let mut r = DevRaw(recv, bytes);
+                            self.ireduce_device(&s, &mut r, dtype, op, root)?.wait()
+                        })
+                    } else {
+                        let s = DevRaw(send, bytes);
+                        let mut r = DevRaw(recv, if at_root { bytes } else { 0 });
+                        self.ireduce_device(&s, &mut r, dtype, op, root)?.wait()
+                    }
+                },
+            )
+        }
+    }
+
     /// The stream-ordered driver: the scratch peer kernel on `stream`, else
     /// synchronize `stream` and run `fallback` (host-synchronous).
     #[allow(clippy::too_many_arguments)]

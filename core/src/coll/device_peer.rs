@@ -844,12 +844,6 @@ fn export_or_zero(addr: u64, len: usize) -> Result<[u8; IpcExport::ENCODED_LEN]>
         .map_err(|e| gpu("exporting a collective buffer for CUDA IPC", e))
 }
 
-/// Whether `len` bytes at `addr` can be exported for CUDA IPC (pool, managed and VMM
-/// memory cannot).
-fn exportable(addr: u64, len: usize) -> bool {
-    len == 0 || rankwire_gpu::ipc_export(addr, len).is_ok()
-}
-
 /// Add the steps of a peer-memory collective to `b`. `send`/`recv` are the user's
 /// device addresses (`send == recv` in place), `stream` the stream to launch on.
 /// Every rank builds the same rounds (the scratch form has one local step; the
@@ -895,8 +889,21 @@ pub(crate) fn build(
     let in_len = c.input_bytes(p);
     let out_len = output_bytes(c, p, me);
     let in_place = send == recv && out_len > 0;
-    let in_ok = !ex_in || exportable(send, in_len);
-    let out_ok = !ex_out || exportable(recv, out_len);
+    // Exports of the user's own regions, made once here (the descriptor step reuses
+    // them); `None` where the memory cannot be exported (then a temporary is).
+    let export_of = |on: bool, addr: u64, len: usize| {
+        (on && len > 0)
+            .then(|| {
+                rankwire_gpu::ipc_export(addr, len)
+                    .ok()
+                    .map(|e| e.to_bytes())
+            })
+            .flatten()
+    };
+    let in_pre = export_of(ex_in, if send == recv { recv } else { send }, in_len);
+    let out_pre = export_of(ex_out, recv, out_len);
+    let in_ok = !ex_in || in_len == 0 || in_pre.is_some();
+    let out_ok = !ex_out || out_len == 0 || out_pre.is_some();
     let user_in = if in_place { Buf::Recv } else { Buf::Send };
     let (in_buf, out_buf) = if in_place && !(in_ok && out_ok) {
         let t = b.tmp(in_len.max(out_len));
@@ -919,10 +926,19 @@ pub(crate) fn build(
     let out_s = Slice::new(out_buf, 0, out_len);
     b.call(Box::new(move |bufs| {
         let mut v = Vec::with_capacity(DESC_LEN);
-        let ia = if ex_in { bufs.addr(in_s)? } else { 0 };
-        let oa = if ex_out { bufs.addr(out_s)? } else { 0 };
-        v.extend_from_slice(&export_or_zero(ia, if ex_in { in_len } else { 0 })?);
-        v.extend_from_slice(&export_or_zero(oa, if ex_out { out_len } else { 0 })?);
+        for (on, s, len, pre) in [
+            (ex_in, in_s, in_len, in_pre),
+            (ex_out, out_s, out_len, out_pre),
+        ] {
+            match (on, pre) {
+                // The user's buffer, exported above.
+                (true, Some(b)) if matches!(s.buf, Buf::Send | Buf::Recv) => {
+                    v.extend_from_slice(&b)
+                }
+                (true, _) => v.extend_from_slice(&export_or_zero(bufs.addr(s)?, len)?),
+                (false, _) => v.extend_from_slice(&[0; IpcExport::ENCODED_LEN]),
+            }
+        }
         bufs.write(desc(me), &v)
     }));
     b.round();
