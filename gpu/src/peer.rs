@@ -576,17 +576,7 @@ mod tests {
             );
             return;
         }
-        let all = [
-            DType::F16,
-            DType::BF16,
-            DType::F32,
-            DType::F64,
-            DType::I32,
-            DType::I64,
-            DType::U32,
-            DType::U64,
-        ];
-        for dt in std::iter::once(None).chain(all.into_iter().map(Some)) {
+        for dt in std::iter::once(None).chain(DType::ALL.into_iter().map(Some)) {
             let ptx = result::nvrtc_compile(
                 &peer_kernel_source(dt),
                 &crate::reduce::compile_options(9, 0),

@@ -429,6 +429,25 @@ impl Communicator {
         self.inner.lock().gpu_pool.clone()
     }
 
+    /// The peer-memory group and this call's launch ticket when the call takes the
+    /// peer-memory path (`usable`, valid arguments, and a group for `device`), with the
+    /// check descriptor's algorithm set to it. Sets the group up (collectively) on the
+    /// first device collective whatever this rank's arguments: every rank takes part.
+    fn peer_call(
+        &self,
+        device: i32,
+        spec: &mut Spec,
+        usable: bool,
+    ) -> Result<Option<(Arc<std::sync::Mutex<PeerGroup>>, u64)>> {
+        let group = self.peer_group(device)?;
+        let Some(g) = group.filter(|_| usable && spec.invalid.is_none()) else {
+            return Ok(None);
+        };
+        spec.algo = PEER_CODE;
+        let t = g.lock().unwrap_or_else(|e| e.into_inner()).ticket();
+        Ok(Some((g, t)))
+    }
+
     /// Allreduce on device buffers (MPI_Allreduce, MPI 4.1 §6.9.6): every rank's
     /// `send` (elements of `dtype`) reduced with `op` into every rank's `recv`, by GPU
     /// kernels (see [`crate::coll::device`](self) for paths and numerics).
@@ -539,18 +558,11 @@ impl Communicator {
             ))
         });
         let device = common_device(W, (send, send_bytes), (recv, recv_bytes))?;
-        // Set up (collectively) whatever this rank's arguments: every rank takes part.
-        let group = self.peer_group(device)?;
-        let peer = group.filter(|_| {
-            spec.invalid.is_none() && send_bytes > 0 && !self.st.cfg.allreduce_forced()
-        });
-        if peer.is_some() {
-            spec.algo = PEER_CODE;
-        }
-        let peer = peer.map(|g| {
-            let t = g.lock().unwrap_or_else(|e| e.into_inner()).ticket();
-            (g, t)
-        });
+        let peer = self.peer_call(
+            device,
+            &mut spec,
+            send_bytes > 0 && !self.st.cfg.allreduce_forced(),
+        )?;
         let user = dev_bufs(
             self.gpu_pool(),
             (send, send_bytes),
@@ -652,16 +664,7 @@ impl Communicator {
         ]);
         let rl = if at_root { recv.len() } else { 0 };
         let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), rl))?;
-        // Set up (collectively) whatever this rank's arguments: every rank takes part.
-        let group = self.peer_group(device)?;
-        let peer = group.filter(|_| spec.invalid.is_none() && n > 0);
-        if peer.is_some() {
-            spec.algo = PEER_CODE;
-        }
-        let peer = peer.map(|g| {
-            let t = g.lock().unwrap_or_else(|e| e.into_inner()).ticket();
-            (g, t)
-        });
+        let peer = self.peer_call(device, &mut spec, n > 0)?;
         let user = dev_bufs(
             self.gpu_pool(),
             (send.ptr(), send.len()),
@@ -731,16 +734,7 @@ impl Communicator {
         spec.algo = algo.code();
         spec.invalid = args::root(W, root, p);
         let device = common_device(W, (0, 0), (buf.ptr(), n))?;
-        // Set up (collectively) whatever this rank's arguments: every rank takes part.
-        let group = self.peer_group(device)?;
-        let peer = group.filter(|_| spec.invalid.is_none() && n > 0);
-        if peer.is_some() {
-            spec.algo = PEER_CODE;
-        }
-        let peer = peer.map(|g| {
-            let t = g.lock().unwrap_or_else(|e| e.into_inner()).ticket();
-            (g, t)
-        });
+        let peer = self.peer_call(device, &mut spec, n > 0)?;
         let user = dev_bufs(
             self.gpu_pool(),
             (0, 0),
@@ -815,16 +809,7 @@ impl Communicator {
         spec.algo = algo.code();
         spec.invalid = args::len(W, "the receive buffer (bytes)", recv.len(), p * k);
         let device = common_device(W, (send.ptr(), k), (recv.ptr(), recv.len()))?;
-        // Set up (collectively) whatever this rank's arguments: every rank takes part.
-        let group = self.peer_group(device)?;
-        let peer = group.filter(|_| spec.invalid.is_none() && k > 0);
-        if peer.is_some() {
-            spec.algo = PEER_CODE;
-        }
-        let peer = peer.map(|g| {
-            let t = g.lock().unwrap_or_else(|e| e.into_inner()).ticket();
-            (g, t)
-        });
+        let peer = self.peer_call(device, &mut spec, k > 0)?;
         let user = dev_bufs(
             self.gpu_pool(),
             (send.ptr(), k),
@@ -918,16 +903,7 @@ impl Communicator {
         (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
         spec.invalid = args::len(W, "the send buffer", send.len() / es, p * k);
         let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), recv.len()))?;
-        // Set up (collectively) whatever this rank's arguments: every rank takes part.
-        let group = self.peer_group(device)?;
-        let peer = group.filter(|_| spec.invalid.is_none() && k > 0);
-        if peer.is_some() {
-            spec.algo = PEER_CODE;
-        }
-        let peer = peer.map(|g| {
-            let t = g.lock().unwrap_or_else(|e| e.into_inner()).ticket();
-            (g, t)
-        });
+        let peer = self.peer_call(device, &mut spec, k > 0)?;
         let user = dev_bufs(
             self.gpu_pool(),
             (send.ptr(), send.len()),

@@ -1214,6 +1214,30 @@ mod tests {
         let _ = es;
     }
 
+    /// Every rank's arguments of the scratch or the mapped form.
+    fn rank_args(
+        c: PeerColl,
+        mapped: bool,
+        bases: &[u64],
+        slot_bytes: usize,
+        ins: &[u64],
+        outs: &[u64],
+    ) -> Vec<PeerArgs> {
+        (0..bases.len())
+            .map(|me| {
+                if mapped {
+                    mapped_args(c, me, bases, ins, outs)
+                } else {
+                    let r = Regions {
+                        input: ins[me],
+                        output: outs[me],
+                    };
+                    scratch_args(c, me, bases, slot_bytes, r)
+                }
+            })
+            .collect()
+    }
+
     fn inputs(p: usize, n: usize) -> Vec<Vec<i64>> {
         (0..p)
             .map(|r| {
@@ -1245,19 +1269,7 @@ mod tests {
                         let ins: Vec<u64> = send.iter().map(|s| s.as_ptr() as u64).collect();
                         let outs: Vec<u64> =
                             recv.iter_mut().map(|r| r.as_mut_ptr() as u64).collect();
-                        let args: Vec<PeerArgs> = (0..p)
-                            .map(|me| {
-                                let r = Regions {
-                                    input: ins[me],
-                                    output: outs[me],
-                                };
-                                if mapped {
-                                    mapped_args(c, me, &bases, &ins, &outs)
-                                } else {
-                                    scratch_args(c, me, &bases, slot_bytes, r)
-                                }
-                            })
-                            .collect();
+                        let args = rank_args(c, mapped, &bases, slot_bytes, &ins, &outs);
                         model(&args, 8, epoch, true);
                         for r in &recv {
                             assert_eq!(r[..], sum[..n], "allreduce p={p} n={n} mapped={mapped}");
@@ -1270,24 +1282,7 @@ mod tests {
                         let ins: Vec<u64> = send.iter().map(|s| s.as_ptr() as u64).collect();
                         let outs: Vec<u64> =
                             recv.iter_mut().map(|r| r.as_mut_ptr() as u64).collect();
-                        let args: Vec<PeerArgs> = (0..p)
-                            .map(|me| {
-                                if mapped {
-                                    mapped_args(c, me, &bases, &ins, &outs)
-                                } else {
-                                    scratch_args(
-                                        c,
-                                        me,
-                                        &bases,
-                                        slot_bytes,
-                                        Regions {
-                                            input: ins[me],
-                                            output: outs[me],
-                                        },
-                                    )
-                                }
-                            })
-                            .collect();
+                        let args = rank_args(c, mapped, &bases, slot_bytes, &ins, &outs);
                         model(&args, 8, epoch, true);
                         for (me, r) in recv.iter().enumerate() {
                             assert_eq!(r[..], sum[me * n..(me + 1) * n], "rsb p={p} n={n}");
@@ -1301,24 +1296,7 @@ mod tests {
                         let ins: Vec<u64> = send.iter().map(|s| s.as_ptr() as u64).collect();
                         let outs: Vec<u64> =
                             recv.iter_mut().map(|r| r.as_mut_ptr() as u64).collect();
-                        let args: Vec<PeerArgs> = (0..p)
-                            .map(|me| {
-                                if mapped {
-                                    mapped_args(c, me, &bases, &ins, &outs)
-                                } else {
-                                    scratch_args(
-                                        c,
-                                        me,
-                                        &bases,
-                                        slot_bytes,
-                                        Regions {
-                                            input: ins[me],
-                                            output: outs[me],
-                                        },
-                                    )
-                                }
-                            })
-                            .collect();
+                        let args = rank_args(c, mapped, &bases, slot_bytes, &ins, &outs);
                         model(&args, 8, epoch, true);
                         let want: Vec<i64> = (0..n)
                             .map(|i| send.iter().fold(0i64, |a, s| a.wrapping_add(s[i])))
@@ -1350,24 +1328,7 @@ mod tests {
                                     }
                                 })
                                 .collect();
-                            let args: Vec<PeerArgs> = (0..p)
-                                .map(|me| {
-                                    if mapped {
-                                        mapped_args(c, me, &bases, &ins, &outs)
-                                    } else {
-                                        scratch_args(
-                                            c,
-                                            me,
-                                            &bases,
-                                            slot_bytes,
-                                            Regions {
-                                                input: ins[me],
-                                                output: outs[me],
-                                            },
-                                        )
-                                    }
-                                })
-                                .collect();
+                            let args = rank_args(c, mapped, &bases, slot_bytes, &ins, &outs);
                             model(&args, 1, epoch, false);
                             let want: Vec<i64> =
                                 (0..p).flat_map(|j| send[j][..n].to_vec()).collect();
@@ -1391,24 +1352,7 @@ mod tests {
                             .collect();
                         let addrs: Vec<u64> =
                             bufs.iter_mut().map(|b| b.as_mut_ptr() as u64).collect();
-                        let args: Vec<PeerArgs> = (0..p)
-                            .map(|me| {
-                                if mapped {
-                                    mapped_args(c, me, &bases, &addrs, &addrs)
-                                } else {
-                                    scratch_args(
-                                        c,
-                                        me,
-                                        &bases,
-                                        slot_bytes,
-                                        Regions {
-                                            input: addrs[me],
-                                            output: addrs[me],
-                                        },
-                                    )
-                                }
-                            })
-                            .collect();
+                        let args = rank_args(c, mapped, &bases, slot_bytes, &addrs, &addrs);
                         model(&args, 1, epoch, false);
                         for b in &bufs {
                             assert_eq!(b[..], send[root][..n], "bcast p={p} n={n} mapped={mapped}");
