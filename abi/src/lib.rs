@@ -1,0 +1,14 @@
+//! rankwire's implementation of the MPI 5.0 standard ABI: `libmpi_abi.so.1` and its
+//! `mpi.h` (in `include/`), so that C programs, mpi4py and rsmpi built against the
+//! standard ABI run on rankwire unchanged.
+//!
+//! Every exported function is `extern "C"`, catches panics at the boundary (a panic
+//! becomes `MPI_ERR_INTERN` through the communicator's error handler, never an unwind
+//! into C), and validates its handles. Functions that are not implemented are absent
+//! from the library (a link error, or "not available" in mpi4py's weak-symbol build),
+//! never stubs.
+#![allow(non_snake_case, non_upper_case_globals, non_camel_case_types, unreachable_pub)]
+#![allow(clippy::missing_safety_doc)]
+
+pub mod consts;
+pub mod datatype;
