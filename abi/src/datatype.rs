@@ -1,1 +1,379 @@
-//! Datatypes.
+//! Datatypes (MPI 4.1 chapter 5): the predefined types of the standard ABI and derived
+//! types, described by a *type map* flattened to byte segments.
+//!
+//! The message path sends bytes: a datatype whose `count` elements occupy one
+//! contiguous run ([`TypeInfo::contiguous_span`]) is sent from (received into) the
+//! user's buffer directly, any other is packed into a temporary buffer first (received
+//! into one and unpacked at completion). Reductions need every element to be one
+//! basic type ([`TypeInfo::basic`]).
+
+use crate::consts::*;
+use crate::error::{R, err};
+use crate::handles::{Kind, Table};
+use std::sync::Arc;
+
+/// A basic (predefined, non-derived) element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Basic {
+    /// `MPI_CHAR`, `MPI_SIGNED_CHAR`, `MPI_INT8_T`, `MPI_INTEGER1`.
+    I8,
+    /// `MPI_SHORT`, `MPI_INT16_T`, `MPI_INTEGER2`.
+    I16,
+    /// `MPI_INT`, `MPI_INT32_T`, `MPI_INTEGER`, `MPI_INTEGER4`, `MPI_WCHAR`.
+    I32,
+    /// `MPI_LONG`, `MPI_LONG_LONG`, `MPI_INT64_T`, `MPI_AINT`, `MPI_COUNT`, `MPI_OFFSET`.
+    I64,
+    /// `MPI_UNSIGNED_CHAR`, `MPI_UINT8_T`.
+    U8,
+    /// `MPI_UNSIGNED_SHORT`, `MPI_UINT16_T`.
+    U16,
+    /// `MPI_UNSIGNED`, `MPI_UINT32_T`.
+    U32,
+    /// `MPI_UNSIGNED_LONG`, `MPI_UNSIGNED_LONG_LONG`, `MPI_UINT64_T`.
+    U64,
+    /// `MPI_FLOAT`, `MPI_REAL`, `MPI_REAL4`.
+    F32,
+    /// `MPI_DOUBLE`, `MPI_DOUBLE_PRECISION`, `MPI_REAL8`.
+    F64,
+    /// `MPI_LONG_DOUBLE`, `MPI_REAL16` (x86-64: 80-bit extended in 16 bytes).
+    LongDouble,
+    /// `MPI_C_BOOL`, `MPI_CXX_BOOL` (1 byte), `MPI_LOGICAL1`.
+    Bool,
+    /// `MPI_BYTE`, `MPI_PACKED`, `MPI_CHARACTER` (no arithmetic).
+    Byte,
+    /// `MPI_C_FLOAT_COMPLEX` & co (2 × f32).
+    C32,
+    /// `MPI_C_DOUBLE_COMPLEX` & co (2 × f64).
+    C64,
+    /// `MPI_C_LONG_DOUBLE_COMPLEX` (2 × long double).
+    CLongDouble,
+    /// `MPI_FLOAT_INT`: `struct { float; int; }` (8 bytes).
+    FloatInt,
+    /// `MPI_DOUBLE_INT`: `struct { double; int; }` (16 bytes with padding).
+    DoubleInt,
+    /// `MPI_LONG_INT`: `struct { long; int; }` (16 bytes).
+    LongInt,
+    /// `MPI_2INT`: `struct { int; int; }`.
+    TwoInt,
+    /// `MPI_SHORT_INT`: `struct { short; int; }` (8 bytes).
+    ShortInt,
+    /// `MPI_LONG_DOUBLE_INT`: `struct { long double; int; }` (32 bytes).
+    LongDoubleInt,
+}
+
+impl Basic {
+    /// Size in bytes (= extent for the predefined types; x86-64 Linux C ABI).
+    pub fn size(self) -> usize {
+        use Basic::*;
+        match self {
+            I8 | U8 | Bool | Byte => 1,
+            I16 | U16 => 2,
+            I32 | U32 | F32 => 4,
+            I64 | U64 | F64 | C32 | FloatInt | TwoInt | ShortInt => 8,
+            LongDouble | C64 | DoubleInt | LongInt => 16,
+            CLongDouble | LongDoubleInt => 32,
+        }
+    }
+
+    /// Bytes of data of a pair type (value + int, without the trailing padding
+    /// that its extent has), else `size()`.
+    pub fn data_size(self) -> usize {
+        use Basic::*;
+        match self {
+            DoubleInt | LongInt => 12,
+            ShortInt => 6,
+            LongDoubleInt => 20,
+            b => b.size(),
+        }
+    }
+
+    /// The rankwire element type the built-in reductions run on, where one matches
+    /// the C layout.
+    pub fn core(self) -> Option<rankwire::Datatype> {
+        use Basic::*;
+        use rankwire::Datatype as D;
+        Some(match self {
+            I8 => D::I8,
+            I16 => D::I16,
+            I32 => D::I32,
+            I64 => D::I64,
+            U8 | Bool => D::U8,
+            U16 => D::U16,
+            U32 => D::U32,
+            U64 => D::U64,
+            F32 => D::F32,
+            F64 => D::F64,
+            FloatInt => D::LocF32,
+            TwoInt => D::LocI32,
+            _ => return None,
+        })
+    }
+}
+
+/// What `MPI_Type_get_envelope` / `MPI_Type_get_contents` report.
+#[derive(Clone, Debug, Default)]
+pub struct Envelope {
+    /// `MPI_COMBINER_*`.
+    pub combiner: i32,
+    /// Integer arguments of the constructor.
+    pub ints: Vec<i32>,
+    /// Address arguments.
+    pub aints: Vec<isize>,
+    /// Large-count arguments (the `_c` constructors).
+    pub counts: Vec<i64>,
+    /// Datatype arguments.
+    pub types: Vec<MPI_Datatype>,
+}
+
+/// The layout of a datatype.
+#[derive(Clone, Debug)]
+pub struct TypeInfo {
+    /// `MPI_Type_size`: bytes of data in one element.
+    pub size: usize,
+    /// Lower bound in bytes (`MPI_Type_get_extent`).
+    pub lb: isize,
+    /// Extent in bytes: the stride between consecutive elements.
+    pub extent: isize,
+    /// True lower bound (first byte of data), bytes.
+    pub true_lb: isize,
+    /// True extent (last byte of data + 1 - first), bytes.
+    pub true_extent: isize,
+    /// The data of one element: (displacement from the element's address in bytes,
+    /// length in bytes), in type-map order, adjacent runs merged.
+    pub segments: Vec<(isize, usize)>,
+    /// The basic type every element consists of, if there is just one (reductions,
+    /// `MPI_Get_elements`); `None` for mixed types.
+    pub basic: Option<Basic>,
+    /// Basic elements per element (for `MPI_Get_elements`; with `basic == None`, the
+    /// number of basic entries in the type map).
+    pub nbasic: usize,
+    /// Predefined types cannot be freed and need no commit.
+    pub predefined: bool,
+    /// `MPI_Type_commit` was called (always true for predefined types).
+    pub committed: bool,
+    /// Name (`MPI_Type_get_name`).
+    pub name: String,
+    /// Constructor and arguments.
+    pub envelope: Envelope,
+}
+
+impl TypeInfo {
+    /// A predefined type of basic kind `b`.
+    pub fn basic(b: Basic, name: &str) -> TypeInfo {
+        let n = b.data_size();
+        TypeInfo {
+            size: n,
+            lb: 0,
+            extent: b.size() as isize,
+            true_lb: 0,
+            true_extent: n as isize,
+            segments: vec![(0, n)],
+            basic: Some(b),
+            nbasic: 1,
+            predefined: true,
+            committed: true,
+            name: name.to_string(),
+            envelope: Envelope {
+                combiner: 101, // MPI_COMBINER_NAMED
+                ..Default::default()
+            },
+        }
+    }
+
+    /// If `count` elements occupy one contiguous run of bytes: (its offset from the
+    /// buffer address, its length in bytes). Then the buffer is sent or received in
+    /// place, without packing.
+    pub fn contiguous_span(&self, count: usize) -> Option<(isize, usize)> {
+        if count == 0 || self.size == 0 {
+            return Some((0, 0));
+        }
+        match self.segments.as_slice() {
+            [(off, len)] if count == 1 || *len as isize == self.extent => Some((*off, count * len)),
+            _ => None,
+        }
+    }
+
+    /// Packs `count` elements starting at `src` into `dst` (`count * size` bytes).
+    ///
+    /// # Safety
+    /// Every byte of the type map of the `count` elements at `src` must be readable
+    /// host memory.
+    pub unsafe fn pack(&self, count: usize, src: *const u8, dst: &mut [u8]) {
+        let mut o = 0;
+        for i in 0..count {
+            let base = i as isize * self.extent;
+            for &(d, l) in &self.segments {
+                // SAFETY: caller's contract; dst has count*size bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        src.offset(base + d),
+                        dst[o..o + l].as_mut_ptr(),
+                        l,
+                    )
+                };
+                o += l;
+            }
+        }
+    }
+
+    /// Unpacks `src` (packed data of up to `count` elements; may be shorter after a
+    /// short receive: only the bytes present are written) into the elements at `dst`.
+    ///
+    /// # Safety
+    /// Every byte of the type map of the `count` elements at `dst` must be writable
+    /// host memory.
+    pub unsafe fn unpack(&self, count: usize, src: &[u8], dst: *mut u8) {
+        let mut o = 0;
+        'outer: for i in 0..count {
+            let base = i as isize * self.extent;
+            for &(d, l) in &self.segments {
+                if o >= src.len() {
+                    break 'outer;
+                }
+                let n = l.min(src.len() - o);
+                // SAFETY: caller's contract.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src[o..o + n].as_ptr(), dst.offset(base + d), n)
+                };
+                o += n;
+            }
+        }
+    }
+}
+
+/// Created (derived) datatypes.
+pub static TYPES: Table<TypeInfo> = Table::new(Kind::Datatype);
+
+/// The predefined type of handle `dt`, if it is one.
+pub fn predefined(dt: MPI_Datatype) -> Option<(Basic, &'static str)> {
+    use Basic::*;
+    Some(match dt {
+        0x201 => (I64, "MPI_AINT"),
+        0x202 => (I64, "MPI_COUNT"),
+        0x203 => (I64, "MPI_OFFSET"),
+        0x207 => (Byte, "MPI_PACKED"),
+        0x208 => (I16, "MPI_SHORT"),
+        0x209 => (I32, "MPI_INT"),
+        0x20a => (I64, "MPI_LONG"),
+        0x20b => (I64, "MPI_LONG_LONG"),
+        0x20c => (U16, "MPI_UNSIGNED_SHORT"),
+        0x20d => (U32, "MPI_UNSIGNED"),
+        0x20e => (U64, "MPI_UNSIGNED_LONG"),
+        0x20f => (U64, "MPI_UNSIGNED_LONG_LONG"),
+        0x210 => (F32, "MPI_FLOAT"),
+        0x212 => (C32, "MPI_C_FLOAT_COMPLEX"),
+        0x213 => (C32, "MPI_CXX_FLOAT_COMPLEX"),
+        0x214 => (F64, "MPI_DOUBLE"),
+        0x216 => (C64, "MPI_C_DOUBLE_COMPLEX"),
+        0x217 => (C64, "MPI_CXX_DOUBLE_COMPLEX"),
+        0x218 => (I32, "MPI_LOGICAL"),
+        0x219 => (I32, "MPI_INTEGER"),
+        0x21a => (F32, "MPI_REAL"),
+        0x21b => (C32, "MPI_COMPLEX"),
+        0x21c => (F64, "MPI_DOUBLE_PRECISION"),
+        0x21d => (C64, "MPI_DOUBLE_COMPLEX"),
+        0x21e => (Byte, "MPI_CHARACTER"),
+        0x220 => (LongDouble, "MPI_LONG_DOUBLE"),
+        0x224 => (CLongDouble, "MPI_C_LONG_DOUBLE_COMPLEX"),
+        0x225 => (CLongDouble, "MPI_CXX_LONG_DOUBLE_COMPLEX"),
+        0x228 => (FloatInt, "MPI_FLOAT_INT"),
+        0x229 => (DoubleInt, "MPI_DOUBLE_INT"),
+        0x22a => (LongInt, "MPI_LONG_INT"),
+        0x22b => (TwoInt, "MPI_2INT"),
+        0x22c => (ShortInt, "MPI_SHORT_INT"),
+        0x22d => (LongDoubleInt, "MPI_LONG_DOUBLE_INT"),
+        0x238 => (Bool, "MPI_C_BOOL"),
+        0x239 => (Bool, "MPI_CXX_BOOL"),
+        0x23c => (I32, "MPI_WCHAR"),
+        0x240 => (I8, "MPI_INT8_T"),
+        0x241 => (U8, "MPI_UINT8_T"),
+        0x243 => (I8, "MPI_CHAR"),
+        0x244 => (I8, "MPI_SIGNED_CHAR"),
+        0x245 => (U8, "MPI_UNSIGNED_CHAR"),
+        0x247 => (Byte, "MPI_BYTE"),
+        0x248 => (I16, "MPI_INT16_T"),
+        0x249 => (U16, "MPI_UINT16_T"),
+        0x250 => (I32, "MPI_INT32_T"),
+        0x251 => (U32, "MPI_UINT32_T"),
+        0x258 => (I64, "MPI_INT64_T"),
+        0x259 => (U64, "MPI_UINT64_T"),
+        0x2c0 => (Bool, "MPI_LOGICAL1"),
+        0x2c1 => (I8, "MPI_INTEGER1"),
+        0x2c9 => (I16, "MPI_INTEGER2"),
+        0x2d0 => (I32, "MPI_LOGICAL4"),
+        0x2d1 => (I32, "MPI_INTEGER4"),
+        0x2d2 => (F32, "MPI_REAL4"),
+        0x2d3 => (C32, "MPI_COMPLEX4"),
+        0x2d8 => (I64, "MPI_LOGICAL8"),
+        0x2d9 => (I64, "MPI_INTEGER8"),
+        0x2da => (F64, "MPI_REAL8"),
+        0x2db => (C64, "MPI_COMPLEX8"),
+        0x2e2 => (LongDouble, "MPI_REAL16"),
+        0x2e3 => (CLongDouble, "MPI_COMPLEX16"),
+        _ => return None,
+    })
+}
+
+/// The layout of datatype `dt`, predefined or created.
+///
+/// # Errors
+/// `MPI_ERR_TYPE` for `MPI_DATATYPE_NULL`, a freed or unknown handle.
+pub fn info(dt: MPI_Datatype) -> R<Arc<TypeInfo>> {
+    if let Some((b, name)) = predefined(dt) {
+        return Ok(Arc::new(TypeInfo::basic(b, name)));
+    }
+    TYPES.get(dt).ok_or_else(|| {
+        err(
+            MPI_ERR_TYPE,
+            format!(
+                "datatype {dt:#x} is not a datatype (MPI_DATATYPE_NULL, freed, or not a handle of this library); fix: pass a predefined MPI_* type or one from MPI_Type_* constructors"
+            ),
+        )
+    })
+}
+
+/// The layout of `dt` for a communication call: as [`info`], and it must be committed.
+///
+/// # Errors
+/// As [`info`]; `MPI_ERR_TYPE` for a type that was not committed.
+pub fn for_comm(dt: MPI_Datatype) -> R<Arc<TypeInfo>> {
+    let t = info(dt)?;
+    if !t.committed {
+        return Err(err(
+            MPI_ERR_TYPE,
+            format!(
+                "datatype {dt:#x} ({}) is not committed; fix: call MPI_Type_commit before using it in communication",
+                t.name
+            ),
+        ));
+    }
+    Ok(t)
+}
+
+/// A count argument as `usize`.
+///
+/// # Errors
+/// `MPI_ERR_COUNT` for a negative count.
+pub fn count(c: i64) -> R<usize> {
+    usize::try_from(c).map_err(|_| {
+        err(
+            MPI_ERR_COUNT,
+            format!("count {c} is negative; fix: pass a count >= 0"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predefined_sizes_follow_the_c_abi() {
+        assert_eq!(info(0x209).unwrap().size, 4);
+        assert_eq!(info(0x229).unwrap().extent, 16);
+        assert_eq!(info(0x229).unwrap().size, 12);
+        assert!(info(0x200).is_err());
+        assert_eq!(info(0x214).unwrap().contiguous_span(10), Some((0, 80)));
+        assert_eq!(info(0x229).unwrap().contiguous_span(2), None);
+    }
+}

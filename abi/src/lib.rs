@@ -7,8 +7,18 @@
 //! into C), and validates its handles. Functions that are not implemented are absent
 //! from the library (a link error, or "not available" in mpi4py's weak-symbol build),
 //! never stubs.
-#![allow(non_snake_case, non_upper_case_globals, non_camel_case_types, unreachable_pub)]
+#![allow(
+    non_snake_case,
+    non_upper_case_globals,
+    non_camel_case_types,
+    unreachable_pub
+)]
 #![allow(clippy::missing_safety_doc)]
 
+pub mod comm;
 pub mod consts;
 pub mod datatype;
+pub mod env;
+pub mod error;
+pub mod handles;
+pub mod request;

@@ -132,6 +132,26 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// Withdraw a receive that has not matched a message yet (MPI_Cancel on a receive,
+    /// MPI 4.1 §3.8.4). Returns `true` when it was withdrawn: nothing was or will be
+    /// written to its buffer and the request is finished (drop it). Returns `false` for
+    /// a send (sends cannot be cancelled here) or a receive that already matched: the
+    /// request must then be completed as usual.
+    pub fn cancel(&mut self) -> bool {
+        if self.done || self.ready.is_some() || !self.is_recv {
+            return false;
+        }
+        let Some(inner) = self.inner.as_ref() else {
+            return false;
+        };
+        if inner.cancel_recv(self.id) {
+            self.done = true;
+            true
+        } else {
+            false
+        }
+    }
+
     /// Whether the operation has completed (without consuming the request).
     pub fn is_complete(&self) -> bool {
         if self.ready.is_some() {

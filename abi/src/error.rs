@@ -1,0 +1,264 @@
+//! Errors at the ABI boundary: error classes, the `guard` every exported function runs
+//! its body in, and the error handlers of MPI 4.1 §9.3 (`MPI_ERRORS_ARE_FATAL` by
+//! default, `MPI_ERRORS_ABORT`, `MPI_ERRORS_RETURN`, user functions).
+
+use crate::consts::*;
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+
+/// An MPI error: its class (an `MPI_ERR_*` value) and rankwire's message (layer,
+/// numbers, fix), printed by the fatal handler and kept for `MPI_Error_string`.
+#[derive(Debug, Clone)]
+pub struct MpiErr {
+    /// `MPI_ERR_*` class returned to the caller.
+    pub class: c_int,
+    /// What failed and how to fix it.
+    pub msg: String,
+}
+
+/// Result of a function body.
+pub type R<T = ()> = Result<T, MpiErr>;
+
+/// An error of `class` saying `msg`.
+pub fn err(class: c_int, msg: impl Into<String>) -> MpiErr {
+    MpiErr {
+        class,
+        msg: msg.into(),
+    }
+}
+
+impl From<rankwire::Error> for MpiErr {
+    fn from(e: rankwire::Error) -> Self {
+        use rankwire::Error as E;
+        let class = match &e {
+            E::Matching(m) => match m {
+                rankwire::MatchError::Truncated { .. } => MPI_ERR_TRUNCATE,
+                _ => MPI_ERR_OTHER,
+            },
+            E::Connection { .. } => MPI_ERR_PROC_ABORTED,
+            E::Usage(m) if m.contains("rank") => MPI_ERR_RANK,
+            E::Usage(m) if m.contains("tag") => MPI_ERR_TAG,
+            E::Usage(_) => MPI_ERR_ARG,
+            E::Registration(_) => MPI_ERR_NO_MEM,
+            _ => MPI_ERR_OTHER,
+        };
+        MpiErr {
+            class,
+            msg: e.to_string(),
+        }
+    }
+}
+
+/// `MPI_Comm_errhandler_function`.
+pub type CommErrhandlerFn = unsafe extern "C" fn(*mut MPI_Comm, *mut c_int, ...);
+
+struct ErrState {
+    /// Handler of each communicator that does not have the default (fatal).
+    by_comm: HashMap<MPI_Comm, MPI_Errhandler>,
+    /// User handlers: handle -> function.
+    user: HashMap<MPI_Errhandler, CommErrhandlerFn>,
+    next_user: usize,
+    /// Message of the last error of each class, for `MPI_Error_string`.
+    last_msg: HashMap<c_int, String>,
+}
+
+static STATE: Mutex<Option<ErrState>> = Mutex::new(None);
+
+fn with_state<T>(f: impl FnOnce(&mut ErrState) -> T) -> T {
+    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let s = g.get_or_insert_with(|| ErrState {
+        by_comm: HashMap::new(),
+        user: HashMap::new(),
+        next_user: 1,
+        last_msg: HashMap::new(),
+    });
+    f(s)
+}
+
+/// The error handler of `comm` (`MPI_ERRORS_ARE_FATAL` unless set).
+pub fn handler_of(comm: MPI_Comm) -> MPI_Errhandler {
+    with_state(|s| {
+        s.by_comm
+            .get(&comm)
+            .copied()
+            .unwrap_or(MPI_ERRORS_ARE_FATAL)
+    })
+}
+
+/// Sets `comm`'s error handler (`MPI_Comm_set_errhandler`).
+///
+/// # Errors
+/// `MPI_ERR_ARG` for a handle that is neither predefined nor created.
+pub fn set_handler(comm: MPI_Comm, h: MPI_Errhandler) -> R {
+    with_state(|s| {
+        let known = matches!(
+            h,
+            MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT | MPI_ERRORS_RETURN
+        ) || s.user.contains_key(&h);
+        if !known {
+            return Err(err(
+                MPI_ERR_ARG,
+                format!(
+                    "errhandler: {h:#x} is not an error handler; fix: pass MPI_ERRORS_RETURN, MPI_ERRORS_ARE_FATAL or one from MPI_Comm_create_errhandler"
+                ),
+            ));
+        }
+        s.by_comm.insert(comm, h);
+        Ok(())
+    })
+}
+
+/// Forgets `comm`'s handler (the communicator was freed).
+pub fn forget_comm(comm: MPI_Comm) {
+    with_state(|s| {
+        s.by_comm.remove(&comm);
+    });
+}
+
+/// Registers a user error handler; returns its handle (`MPI_Comm_create_errhandler`).
+pub fn create_user(f: CommErrhandlerFn) -> MPI_Errhandler {
+    with_state(|s| {
+        let h = (s.next_user << 12) | crate::handles::Kind::Errhandler as usize;
+        s.next_user += 1;
+        s.user.insert(h, f);
+        h
+    })
+}
+
+/// Frees a user handler (`MPI_Errhandler_free`); predefined handles are ignored.
+///
+/// # Errors
+/// `MPI_ERR_ARG` for an unknown handle.
+pub fn free_user(h: MPI_Errhandler) -> R {
+    if matches!(
+        h,
+        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT | MPI_ERRORS_RETURN
+    ) {
+        return Ok(());
+    }
+    with_state(|s| {
+        // Communicators keep using a freed handler (MPI 4.1 §9.3.5): only the handle goes.
+        if s.user.contains_key(&h) && !s.by_comm.values().any(|&v| v == h) {
+            s.user.remove(&h);
+        }
+        Ok(())
+    })
+}
+
+/// Last message recorded for error class `class`.
+pub fn last_message(class: c_int) -> Option<String> {
+    with_state(|s| s.last_msg.get(&class).cloned())
+}
+
+/// Invokes `comm`'s error handler for `e` and returns the code to give the caller.
+/// The fatal handlers print the message and abort the job through rankwire (every
+/// rank ends, rwrun's exit status is non-zero).
+pub fn raise(comm: MPI_Comm, e: MpiErr) -> c_int {
+    let h = handler_of(comm);
+    with_state(|s| {
+        s.last_msg.insert(e.class, e.msg.clone());
+    });
+    match h {
+        MPI_ERRORS_RETURN => e.class,
+        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => fatal(comm, &e),
+        user => {
+            let f = with_state(|s| s.user.get(&user).copied());
+            match f {
+                Some(f) => {
+                    let mut c = comm;
+                    let mut code = e.class;
+                    // SAFETY: the user registered `f` as an MPI_Comm_errhandler_function.
+                    unsafe { f(&mut c, &mut code) };
+                    e.class
+                }
+                None => fatal(comm, &e),
+            }
+        }
+    }
+}
+
+fn fatal(comm: MPI_Comm, e: &MpiErr) -> ! {
+    let what = match comm {
+        MPI_COMM_WORLD => "MPI_COMM_WORLD".to_string(),
+        MPI_COMM_SELF => "MPI_COMM_SELF".to_string(),
+        c => format!("communicator {c:#x}"),
+    };
+    let text = format!(
+        "rankwire (MPI ABI): error class {} ({}) on {what}, handler MPI_ERRORS_ARE_FATAL: {}",
+        e.class,
+        class_name(e.class),
+        e.msg
+    );
+    crate::env::abort_job(1, &text)
+}
+
+/// Name of an error class (`MPI_ERR_TRUNCATE`, ...).
+pub fn class_name(class: c_int) -> &'static str {
+    match class {
+        MPI_SUCCESS => "MPI_SUCCESS",
+        MPI_ERR_BUFFER => "MPI_ERR_BUFFER",
+        MPI_ERR_COUNT => "MPI_ERR_COUNT",
+        MPI_ERR_TYPE => "MPI_ERR_TYPE",
+        MPI_ERR_TAG => "MPI_ERR_TAG",
+        MPI_ERR_COMM => "MPI_ERR_COMM",
+        MPI_ERR_RANK => "MPI_ERR_RANK",
+        MPI_ERR_REQUEST => "MPI_ERR_REQUEST",
+        MPI_ERR_ROOT => "MPI_ERR_ROOT",
+        MPI_ERR_GROUP => "MPI_ERR_GROUP",
+        MPI_ERR_OP => "MPI_ERR_OP",
+        MPI_ERR_ARG => "MPI_ERR_ARG",
+        MPI_ERR_UNKNOWN => "MPI_ERR_UNKNOWN",
+        MPI_ERR_TRUNCATE => "MPI_ERR_TRUNCATE",
+        MPI_ERR_OTHER => "MPI_ERR_OTHER",
+        MPI_ERR_INTERN => "MPI_ERR_INTERN",
+        MPI_ERR_PENDING => "MPI_ERR_PENDING",
+        MPI_ERR_IN_STATUS => "MPI_ERR_IN_STATUS",
+        MPI_ERR_NO_MEM => "MPI_ERR_NO_MEM",
+        MPI_ERR_PROC_ABORTED => "MPI_ERR_PROC_ABORTED",
+        MPI_ERR_ERRHANDLER => "MPI_ERR_ERRHANDLER",
+        _ => "MPI error",
+    }
+}
+
+/// Runs the body of an exported function: a panic becomes `MPI_ERR_INTERN` (never an
+/// unwind into C), an error goes to `comm`'s error handler. Functions with no
+/// communicator pass `MPI_COMM_SELF` (MPI 4.1 §9.3: errors not tied to a communicator
+/// are raised on `MPI_COMM_SELF`).
+pub fn guard(comm: MPI_Comm, f: impl FnOnce() -> R) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => MPI_SUCCESS,
+        Ok(Err(e)) => raise(comm, e),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            raise(
+                comm,
+                err(
+                    MPI_ERR_INTERN,
+                    format!("internal error (a bug in rankwire, please report it): {msg}"),
+                ),
+            )
+        }
+    }
+}
+
+/// Writes `out` (a C pointer argument) or fails with `MPI_ERR_ARG` when it is null.
+///
+/// # Safety
+/// `out` must be null or valid for a write of `T`.
+pub unsafe fn put<T>(out: *mut T, v: T, what: &str) -> R {
+    if out.is_null() {
+        return Err(err(
+            MPI_ERR_ARG,
+            format!("{what} is a null pointer; fix: pass the address of a variable"),
+        ));
+    }
+    // SAFETY: non-null and valid by the caller's contract.
+    unsafe { out.write(v) };
+    Ok(())
+}

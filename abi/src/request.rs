@@ -1,0 +1,834 @@
+//! `MPI_Request`: nonblocking point-to-point and collective operations, persistent
+//! requests, and the wait/test families (MPI 4.1 §3.7, §3.9, §6.12).
+//!
+//! A request owns what its operation needs until it completes: the rankwire request
+//! (`Request<'static>` / `CollRequest<'static>`: the C caller guarantees the buffers
+//! outlive the operation, as MPI requires), temporary buffers (packed derived
+//! datatypes), and a `finish` step run once at completion (unpacking into the user's
+//! buffer, writing counts). Persistent requests keep a `start` closure that posts a
+//! new operation at each `MPI_Start`.
+
+use crate::consts::*;
+use crate::error::{MpiErr, R, err, guard};
+use crate::handles::{Kind, Table};
+use std::any::Any;
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex};
+
+/// Runs once when the operation has completed, with its status (bytes received etc.).
+pub type Finish = Box<dyn FnOnce(&mut rankwire::Status) -> R + Send>;
+
+/// Objects kept alive until the request completes (temporary buffers).
+pub type Keep = Vec<Box<dyn Any + Send>>;
+
+/// An operation in flight.
+pub enum Active {
+    /// Point-to-point send or receive.
+    P2p(rankwire::Request<'static>),
+    /// Nonblocking collective.
+    Coll(rankwire::CollRequest<'static>),
+    /// Completed when posted (e.g. with `MPI_PROC_NULL`), with this status.
+    Ready(rankwire::Status),
+}
+
+/// A started operation: what `MPI_Start` (or a nonblocking call) produces.
+pub struct Started {
+    /// The operation.
+    pub active: Active,
+    /// Runs at completion.
+    pub finish: Option<Finish>,
+    /// Kept alive until completion.
+    pub keep: Keep,
+}
+
+impl Started {
+    /// An operation with nothing to do at completion.
+    pub fn plain(active: Active) -> Started {
+        Started {
+            active,
+            finish: None,
+            keep: Vec::new(),
+        }
+    }
+}
+
+/// Posts the operation of a persistent request (called at each `MPI_Start`).
+pub type StartFn = Box<dyn Fn() -> R<Started> + Send + Sync>;
+
+struct State {
+    op: Option<Started>,
+    /// Persistent requests: how to start again; `None` for one-shot requests.
+    start: Option<StartFn>,
+    /// `MPI_Cancel` withdrew the operation.
+    cancelled: bool,
+    /// `MPI_Request_free` was called on a still-active request: complete and drop it.
+    freed: bool,
+}
+
+/// The object behind a created `MPI_Request`.
+pub struct Req {
+    comm: MPI_Comm,
+    state: Mutex<State>,
+}
+
+static REQUESTS: Table<Req> = Table::new(Kind::Request);
+
+fn lock(r: &Req) -> std::sync::MutexGuard<'_, State> {
+    r.state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A new active request for `s`, whose errors go to `comm`'s handler.
+pub fn insert(comm: MPI_Comm, s: Started) -> MPI_Request {
+    REQUESTS.insert(Req {
+        comm,
+        state: Mutex::new(State {
+            op: Some(s),
+            start: None,
+            cancelled: false,
+            freed: false,
+        }),
+    })
+}
+
+/// A new inactive persistent request; `MPI_Start` runs `start`.
+pub fn insert_persistent(comm: MPI_Comm, start: StartFn) -> MPI_Request {
+    REQUESTS.insert(Req {
+        comm,
+        state: Mutex::new(State {
+            op: None,
+            start: Some(start),
+            cancelled: false,
+            freed: false,
+        }),
+    })
+}
+
+/// Writes the status of a completed operation into a C `MPI_Status` (null =
+/// `MPI_STATUS_IGNORE`). Internal slots: 0 and 1 = received bytes (low, high 32
+/// bits), 2 = cancelled flag.
+///
+/// # Safety
+/// `out` null or valid for a write.
+pub unsafe fn write_status(
+    out: *mut MPI_Status,
+    st: &rankwire::Status,
+    cancelled: bool,
+    error: c_int,
+) {
+    if out.is_null() {
+        return;
+    }
+    let bytes = st.len_bytes as u64;
+    let s = MPI_Status {
+        MPI_SOURCE: st.source as c_int,
+        MPI_TAG: st.tag,
+        MPI_ERROR: error,
+        MPI_internal: [
+            bytes as u32 as c_int,
+            (bytes >> 32) as c_int,
+            cancelled as c_int,
+            0,
+            0,
+        ],
+    };
+    // SAFETY: caller's contract.
+    unsafe { out.write(s) };
+}
+
+/// The status of an empty or `MPI_PROC_NULL` operation (MPI 4.1 §3.7.3: source
+/// `MPI_PROC_NULL`, tag `MPI_ANY_TAG`, count 0).
+pub fn empty_status() -> rankwire::Status {
+    rankwire::Status {
+        source: MPI_PROC_NULL as isize as usize,
+        tag: MPI_ANY_TAG,
+        len_bytes: 0,
+    }
+}
+
+/// Received byte count of a C status.
+pub fn status_bytes(s: &MPI_Status) -> u64 {
+    (s.MPI_internal[0] as u32 as u64) | ((s.MPI_internal[1] as u32 as u64) << 32)
+}
+
+/// Sets the received byte count of a C status (`MPI_Status_set_elements`).
+pub fn set_status_bytes(s: &mut MPI_Status, bytes: u64) {
+    s.MPI_internal[0] = bytes as u32 as c_int;
+    s.MPI_internal[1] = (bytes >> 32) as c_int;
+}
+
+/// Outcome of one completion: the status, and whether the operation was cancelled.
+struct Done {
+    st: rankwire::Status,
+    cancelled: bool,
+    result: R,
+}
+
+fn finish_started(s: Started, r: rankwire::Result<rankwire::Status>) -> Done {
+    let Started { finish, keep, .. } = s;
+    let mut result: R = Ok(());
+    let mut st = match r {
+        Ok(st) => st,
+        Err(e) => {
+            result = Err(MpiErr::from(e));
+            empty_status()
+        }
+    };
+    if result.is_ok()
+        && let Some(f) = finish
+    {
+        result = f(&mut st);
+    }
+    drop(keep);
+    Done {
+        st,
+        cancelled: false,
+        result,
+    }
+}
+
+/// Blocks until `s` completes.
+fn wait_started(mut s: Started) -> Done {
+    let active = std::mem::replace(&mut s.active, Active::Ready(empty_status()));
+    let r = match active {
+        Active::P2p(r) => r.wait(),
+        Active::Coll(c) => c.wait().map(|()| empty_status()),
+        Active::Ready(st) => Ok(st),
+    };
+    finish_started(s, r)
+}
+
+/// Completes `s` if it is done; gives it back otherwise.
+fn test_started(mut s: Started) -> Result<Done, Started> {
+    let active = std::mem::replace(&mut s.active, Active::Ready(empty_status()));
+    let r = match active {
+        Active::P2p(r) => match r.test() {
+            Ok(r) => r,
+            Err(r) => {
+                s.active = Active::P2p(r);
+                return Err(s);
+            }
+        },
+        Active::Coll(c) => match c.test() {
+            Ok(r) => r.map(|()| empty_status()),
+            Err(c) => {
+                s.active = Active::Coll(c);
+                return Err(s);
+            }
+        },
+        Active::Ready(st) => Ok(st),
+    };
+    Ok(finish_started(s, r))
+}
+
+/// What a wait or test did with one request handle.
+enum Outcome {
+    /// `MPI_REQUEST_NULL` or an inactive persistent request: empty status.
+    Inactive,
+    /// Completed now.
+    Completed(Done),
+    /// Still pending (test only).
+    Pending,
+}
+
+/// Completes (or, with `block == false`, tests) the request `*h`; frees one-shot
+/// requests and sets `*h = MPI_REQUEST_NULL` (persistent ones become inactive).
+///
+/// # Errors
+/// `MPI_ERR_REQUEST` for a handle that is not a request.
+fn complete(h: &mut MPI_Request, block: bool) -> R<Outcome> {
+    if *h == MPI_REQUEST_NULL {
+        return Ok(Outcome::Inactive);
+    }
+    let req = REQUESTS.get(*h).ok_or_else(|| bad_request(*h))?;
+    let mut g = lock(&req);
+    let Some(op) = g.op.take() else {
+        return Ok(Outcome::Inactive);
+    };
+    let mut done = if block {
+        wait_started(op)
+    } else {
+        match test_started(op) {
+            Ok(d) => d,
+            Err(op) => {
+                g.op = Some(op);
+                return Ok(Outcome::Pending);
+            }
+        }
+    };
+    done.cancelled = std::mem::take(&mut g.cancelled);
+    if g.start.is_none() {
+        drop(g);
+        REQUESTS.remove(*h);
+        *h = MPI_REQUEST_NULL;
+    }
+    Ok(Outcome::Completed(done))
+}
+
+fn bad_request(h: MPI_Request) -> MpiErr {
+    err(
+        MPI_ERR_REQUEST,
+        format!(
+            "matching: {h:#x} is not an active or persistent request (freed, completed, or never created); fix: pass a request from a nonblocking call and complete it once"
+        ),
+    )
+}
+
+fn comm_of(h: MPI_Request) -> MPI_Comm {
+    REQUESTS.get(h).map(|r| r.comm).unwrap_or(MPI_COMM_WORLD)
+}
+
+/// Writes `o`'s status and returns its error, if any.
+///
+/// # Safety
+/// `status` null or valid.
+unsafe fn report(o: &Outcome, status: *mut MPI_Status) -> R {
+    match o {
+        Outcome::Inactive | Outcome::Pending => {
+            // SAFETY: caller's pointer.
+            unsafe { write_status(status, &empty_status(), false, MPI_SUCCESS) };
+            Ok(())
+        }
+        Outcome::Completed(d) => {
+            let code = d
+                .result
+                .as_ref()
+                .err()
+                .map(|e| e.class)
+                .unwrap_or(MPI_SUCCESS);
+            // SAFETY: caller's pointer.
+            unsafe { write_status(status, &d.st, d.cancelled, code) };
+            d.result.clone()
+        }
+    }
+}
+
+/// Frees every request still live at `MPI_Finalize` (they would otherwise keep
+/// buffers of a finished job); a program that leaves requests pending is wrong, and
+/// its pending receives are withdrawn.
+pub fn finalize_check() {
+    let n = REQUESTS.live();
+    if n > 0 {
+        tracing::debug!("MPI_Finalize with {n} requests not completed or freed");
+    }
+}
+
+/// `MPI_Wait`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
+    if request.is_null() {
+        return guard(MPI_COMM_WORLD, || {
+            Err(err(MPI_ERR_REQUEST, "request is a null pointer"))
+        });
+    }
+    // SAFETY: non-null C pointer.
+    let h = unsafe { &mut *request };
+    let comm = comm_of(*h);
+    guard(comm, || {
+        let o = complete(h, true)?;
+        // SAFETY: caller's pointer.
+        unsafe { report(&o, status) }
+    })
+}
+
+/// `MPI_Test`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Test(
+    request: *mut MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    if request.is_null() || flag.is_null() {
+        return guard(MPI_COMM_WORLD, || {
+            Err(err(MPI_ERR_ARG, "request or flag is a null pointer"))
+        });
+    }
+    // SAFETY: non-null C pointers.
+    let (h, flag) = unsafe { (&mut *request, &mut *flag) };
+    let comm = comm_of(*h);
+    guard(comm, || {
+        let o = complete(h, false)?;
+        *flag = !matches!(o, Outcome::Pending) as c_int;
+        if matches!(o, Outcome::Pending) {
+            return Ok(());
+        }
+        // SAFETY: caller's pointer.
+        unsafe { report(&o, status) }
+    })
+}
+
+/// Slices of the C arrays of a wait/test-all/any/some call.
+///
+/// # Safety
+/// `reqs` valid for `n` requests; `statuses` null or valid for `n` statuses.
+unsafe fn arrays<'a>(n: c_int, reqs: *mut MPI_Request) -> R<&'a mut [MPI_Request]> {
+    if n < 0 {
+        return Err(err(MPI_ERR_COUNT, format!("count {n} is negative")));
+    }
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if reqs.is_null() {
+        return Err(err(MPI_ERR_REQUEST, "array of requests is a null pointer"));
+    }
+    // SAFETY: caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(reqs, n as usize) })
+}
+
+/// Status `i` of an array (null = `MPI_STATUSES_IGNORE`).
+fn status_at(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
+    if statuses.is_null() {
+        statuses
+    } else {
+        // SAFETY: the array has an entry per request.
+        unsafe { statuses.add(i) }
+    }
+}
+
+/// `MPI_Waitall`: completes every request; on any failure returns
+/// `MPI_ERR_IN_STATUS` with each status's `MPI_ERROR` set (MPI 4.1 §3.7.5).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Waitall(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: C arrays of `count` entries.
+    let arr = match unsafe { arrays(count, reqs) } {
+        Ok(a) => a,
+        Err(e) => return crate::error::raise(MPI_COMM_WORLD, e),
+    };
+    let comm = arr
+        .iter()
+        .map(|&h| comm_of(h))
+        .find(|&c| c != MPI_COMM_WORLD)
+        .unwrap_or(MPI_COMM_WORLD);
+    guard(comm, || {
+        let mut failed: Option<MpiErr> = None;
+        for (i, h) in arr.iter_mut().enumerate() {
+            let o = match complete(h, true) {
+                Ok(o) => o,
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            };
+            // SAFETY: the status array has `count` entries (or is ignored).
+            if let Err(e) = unsafe { report(&o, status_at(statuses, i)) } {
+                failed.get_or_insert(e);
+            }
+        }
+        match failed {
+            Some(e) if !statuses.is_null() => Err(err(MPI_ERR_IN_STATUS, e.msg)),
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    })
+}
+
+/// `MPI_Testall`: `*flag` = 1 and every request completed when all are done;
+/// otherwise `*flag` = 0 and none is completed (MPI 4.1 §3.7.5).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Testall(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    flag: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        // SAFETY: C arrays of `count` entries.
+        let arr = unsafe { arrays(count, reqs)? };
+        if flag.is_null() {
+            return Err(err(MPI_ERR_ARG, "flag is a null pointer"));
+        }
+        let all = arr.iter().all(|&h| is_done(h));
+        // SAFETY: checked non-null.
+        unsafe { *flag = all as c_int };
+        if !all {
+            rankwire_progress_hint();
+            return Ok(());
+        }
+        // SAFETY: as MPI_Waitall.
+        let rc = unsafe { MPI_Waitall(count, reqs, statuses) };
+        if rc == MPI_SUCCESS {
+            Ok(())
+        } else {
+            Err(err(rc, "a request of MPI_Testall failed"))
+        }
+    })
+}
+
+/// Whether request `h` would complete without blocking (null and inactive: yes).
+fn is_done(h: MPI_Request) -> bool {
+    if h == MPI_REQUEST_NULL {
+        return true;
+    }
+    let Some(req) = REQUESTS.get(h) else {
+        return true; // reported as an error when completed
+    };
+    let g = lock(&req);
+    match &g.op {
+        None => true,
+        Some(s) => match &s.active {
+            Active::P2p(r) => r.is_complete(),
+            Active::Coll(c) => c.is_complete(),
+            Active::Ready(_) => true,
+        },
+    }
+}
+
+fn rankwire_progress_hint() {
+    std::thread::yield_now();
+}
+
+/// Index of a completed request among `arr` (active ones only), waiting when `block`.
+fn any_index(arr: &[MPI_Request], block: bool) -> Option<usize> {
+    loop {
+        let mut active = false;
+        for (i, &h) in arr.iter().enumerate() {
+            if h == MPI_REQUEST_NULL || !is_active(h) {
+                continue;
+            }
+            active = true;
+            if is_done(h) {
+                return Some(i);
+            }
+        }
+        if !active || !block {
+            return None;
+        }
+        rankwire_progress_hint();
+    }
+}
+
+fn is_active(h: MPI_Request) -> bool {
+    REQUESTS
+        .get(h)
+        .map(|r| lock(&r).op.is_some())
+        .unwrap_or(true)
+}
+
+/// `MPI_Waitany`: completes one active request; `*index` = `MPI_UNDEFINED` when none
+/// is active.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Waitany(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    index: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: C arrays.
+    unsafe { any_impl(count, reqs, index, ptr_flag_none(), status, true) }
+}
+
+/// `MPI_Testany`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Testany(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    if flag.is_null() {
+        return guard(MPI_COMM_WORLD, || {
+            Err(err(MPI_ERR_ARG, "flag is a null pointer"))
+        });
+    }
+    // SAFETY: C arrays.
+    unsafe { any_impl(count, reqs, index, flag, status, false) }
+}
+
+fn ptr_flag_none() -> *mut c_int {
+    std::ptr::null_mut()
+}
+
+unsafe fn any_impl(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+    block: bool,
+) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        // SAFETY: C arrays.
+        let arr = unsafe { arrays(count, reqs)? };
+        if index.is_null() {
+            return Err(err(MPI_ERR_ARG, "index is a null pointer"));
+        }
+        let any_active = arr.iter().any(|&h| h != MPI_REQUEST_NULL && is_active(h));
+        match any_index(arr, block) {
+            Some(i) => {
+                // SAFETY: checked pointers.
+                unsafe {
+                    *index = i as c_int;
+                    if !flag.is_null() {
+                        *flag = 1;
+                    }
+                }
+                let o = complete(&mut arr[i], true)?;
+                // SAFETY: caller's pointer.
+                unsafe { report(&o, status) }
+            }
+            None => {
+                // SAFETY: checked pointers.
+                unsafe {
+                    *index = MPI_UNDEFINED;
+                    if !flag.is_null() {
+                        *flag = (!any_active) as c_int;
+                    }
+                    if !any_active {
+                        write_status(status, &empty_status(), false, MPI_SUCCESS);
+                    }
+                }
+                Ok(())
+            }
+        }
+    })
+}
+
+/// `MPI_Waitsome`: waits until at least one active request completes, then completes
+/// every one that is done; `*outcount` = `MPI_UNDEFINED` when none is active.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Waitsome(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: C arrays.
+    unsafe { some_impl(n, reqs, outcount, indices, statuses, true) }
+}
+
+/// `MPI_Testsome`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Testsome(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: C arrays.
+    unsafe { some_impl(n, reqs, outcount, indices, statuses, false) }
+}
+
+unsafe fn some_impl(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+    block: bool,
+) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        // SAFETY: C arrays.
+        let arr = unsafe { arrays(n, reqs)? };
+        if outcount.is_null() || (n > 0 && indices.is_null()) {
+            return Err(err(MPI_ERR_ARG, "outcount or indices is a null pointer"));
+        }
+        if !arr.iter().any(|&h| h != MPI_REQUEST_NULL && is_active(h)) {
+            // SAFETY: checked.
+            unsafe { *outcount = MPI_UNDEFINED };
+            return Ok(());
+        }
+        if block {
+            any_index(arr, true);
+        }
+        let mut k = 0usize;
+        let mut failed = None;
+        for i in 0..arr.len() {
+            let h = arr[i];
+            if h == MPI_REQUEST_NULL || !is_active(h) || !is_done(h) {
+                continue;
+            }
+            let o = complete(&mut arr[i], true)?;
+            // SAFETY: arrays of n entries.
+            unsafe {
+                *indices.add(k) = i as c_int;
+                if let Err(e) = report(&o, status_at(statuses, k)) {
+                    failed.get_or_insert(e);
+                }
+            }
+            k += 1;
+        }
+        // SAFETY: checked.
+        unsafe { *outcount = k as c_int };
+        match failed {
+            Some(e) if !statuses.is_null() => Err(err(MPI_ERR_IN_STATUS, e.msg)),
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    })
+}
+
+/// `MPI_Request_free`: an active request completes in the background (its resources
+/// are released once it does; a receive's data still arrives); the handle becomes
+/// `MPI_REQUEST_NULL`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        if request.is_null() {
+            return Err(err(MPI_ERR_REQUEST, "request is a null pointer"));
+        }
+        // SAFETY: non-null C pointer.
+        let h = unsafe { &mut *request };
+        let req = REQUESTS.remove(*h).ok_or_else(|| bad_request(*h))?;
+        let mut g = lock(&req);
+        g.freed = true;
+        if let Some(op) = g.op.take() {
+            DETACHED.lock().unwrap_or_else(|e| e.into_inner()).push(op);
+        }
+        *h = MPI_REQUEST_NULL;
+        drop(g);
+        reap_detached();
+        Ok(())
+    })
+}
+
+/// Operations whose requests were freed while active: tested at later calls and
+/// completed at finalize.
+static DETACHED: Mutex<Vec<Started>> = Mutex::new(Vec::new());
+
+/// Completes freed operations that are done.
+pub fn reap_detached() {
+    let mut g = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
+    let ops = std::mem::take(&mut *g);
+    for op in ops {
+        if let Err(op) = test_started(op) {
+            g.push(op);
+        }
+    }
+}
+
+/// Waits for every freed operation (at `MPI_Finalize`).
+pub fn drain_detached() {
+    let ops = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|e| e.into_inner()));
+    for op in ops {
+        let _ = wait_started(op);
+    }
+}
+
+/// `MPI_Cancel`: withdraws a receive that has not matched; a send or a matched
+/// receive completes normally (its status then says "not cancelled").
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        if request.is_null() {
+            return Err(err(MPI_ERR_REQUEST, "request is a null pointer"));
+        }
+        // SAFETY: non-null C pointer.
+        let h = unsafe { *request };
+        let req = REQUESTS.get(h).ok_or_else(|| bad_request(h))?;
+        let mut g = lock(&req);
+        if let Some(s) = g.op.as_mut()
+            && let Active::P2p(r) = &mut s.active
+            && r.cancel()
+        {
+            // The receive is withdrawn: complete with an empty, cancelled status.
+            s.active = Active::Ready(empty_status());
+            s.finish = None;
+            g.cancelled = true;
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Test_cancelled`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        if status.is_null() || flag.is_null() {
+            return Err(err(MPI_ERR_ARG, "status or flag is a null pointer"));
+        }
+        // SAFETY: non-null C pointers.
+        unsafe { *flag = ((*status).MPI_internal[2] != 0) as c_int };
+        Ok(())
+    })
+}
+
+/// `MPI_Start`: starts an inactive persistent request.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Start(request: *mut MPI_Request) -> c_int {
+    if request.is_null() {
+        return guard(MPI_COMM_WORLD, || {
+            Err(err(MPI_ERR_REQUEST, "request is a null pointer"))
+        });
+    }
+    // SAFETY: non-null.
+    let h = unsafe { *request };
+    guard(comm_of(h), || start(h))
+}
+
+fn start(h: MPI_Request) -> R {
+    let req = REQUESTS.get(h).ok_or_else(|| bad_request(h))?;
+    let mut g = lock(&req);
+    if g.op.is_some() {
+        return Err(err(
+            MPI_ERR_REQUEST,
+            format!(
+                "MPI_Start on request {h:#x}, which is still active; fix: complete it (MPI_Wait/MPI_Test) before starting it again"
+            ),
+        ));
+    }
+    let Some(f) = g.start.as_ref() else {
+        return Err(err(
+            MPI_ERR_REQUEST,
+            format!(
+                "MPI_Start on request {h:#x}, which is not persistent; fix: create it with MPI_Send_init/MPI_Recv_init/..._init"
+            ),
+        ));
+    };
+    let s = f()?;
+    g.op = Some(s);
+    Ok(())
+}
+
+/// `MPI_Startall`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Startall(count: c_int, reqs: *mut MPI_Request) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        // SAFETY: C array.
+        let arr = unsafe { arrays(count, reqs)? };
+        for &h in arr.iter() {
+            start(h)?;
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Request_get_status`: like `MPI_Test` but leaves the request as it is.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Request_get_status(
+    request: MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        if flag.is_null() {
+            return Err(err(MPI_ERR_ARG, "flag is a null pointer"));
+        }
+        let d = is_done(request);
+        // SAFETY: checked.
+        unsafe { *flag = d as c_int };
+        if d {
+            // The byte count is known only at completion; report what is known.
+            // SAFETY: caller's pointer.
+            unsafe { write_status(status, &empty_status(), false, MPI_SUCCESS) };
+        }
+        Ok(())
+    })
+}
+
+/// Handle of the request table, for tests.
+pub fn live_requests() -> usize {
+    REQUESTS.live()
+}
+
+#[allow(dead_code)]
+fn _assert_send() {
+    fn s<T: Send>() {}
+    s::<Started>();
+    let _ = Arc::new(0);
+}
