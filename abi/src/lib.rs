@@ -15,6 +15,7 @@
 )]
 #![allow(clippy::missing_safety_doc)]
 
+pub mod buf;
 pub mod comm;
 pub mod consts;
 pub mod datatype;

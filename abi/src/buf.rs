@@ -1,0 +1,219 @@
+//! User buffers of a call, made ready for rankwire: `(pointer, count, datatype)` becomes
+//! a contiguous byte range, in place when the type's data is contiguous, otherwise a
+//! packed temporary (packed at the call for sends, unpacked at completion for receives).
+//! Device buffers are detected per call (unified addressing); a non-contiguous type
+//! over device memory is staged through host memory (copy of its true extent, pack or
+//! unpack on the host, copy back).
+
+use crate::consts::*;
+use crate::datatype::{TypeInfo, count, for_comm};
+use crate::error::{R, err};
+use std::sync::Arc;
+
+/// Whether `[ptr, ptr + len)` is CUDA device memory (pinned and managed memory count as
+/// host: the CPU may touch them).
+pub fn is_device(ptr: *const u8, len: usize) -> bool {
+    if len == 0 || ptr.is_null() || !rankwire::gpu::available() {
+        return false;
+    }
+    matches!(
+        rankwire::gpu::classify(ptr, len).map(|m| m.kind),
+        Ok(rankwire::gpu::PtrKind::Device { .. })
+    )
+}
+
+/// Bytes `[off, off + len)` relative to `ptr` as a pointer (MPI_BOTTOM-relative
+/// addresses included: `ptr` may be null with absolute displacements).
+fn at(ptr: *const u8, off: isize) -> *const u8 {
+    (ptr as isize).wrapping_add(off) as *const u8
+}
+
+/// A send buffer as contiguous bytes.
+pub struct SendBuf {
+    /// First byte.
+    pub ptr: *const u8,
+    /// Length in bytes.
+    pub len: usize,
+    /// The packed copy, when the type is not contiguous (owned here).
+    pub packed: Option<Vec<u8>>,
+}
+
+// SAFETY: the pointer is the C caller's buffer, valid until the operation completes
+// (MPI's contract); the packed Vec is owned.
+unsafe impl Send for SendBuf {}
+
+/// `count` elements of `dt` at `ptr`, ready to send.
+///
+/// # Safety
+/// The type map of the `count` elements at `ptr` must be readable (host or device).
+///
+/// # Errors
+/// `MPI_ERR_COUNT` (negative), `MPI_ERR_TYPE` (bad or uncommitted type), `MPI_ERR_BUFFER`
+/// (null buffer with data), `MPI_ERR_OTHER` (device staging copy failed).
+pub unsafe fn send_buf(ptr: *const u8, n: i64, dt: MPI_Datatype) -> R<SendBuf> {
+    let n = count(n)?;
+    let t = for_comm(dt)?;
+    let bytes = n
+        .checked_mul(t.size)
+        .ok_or_else(|| err(MPI_ERR_COUNT, "count × type size overflows"))?;
+    if let Some((off, len)) = t.contiguous_span(n) {
+        if len > 0 && ptr.is_null() && off == 0 {
+            return Err(err(
+                MPI_ERR_BUFFER,
+                format!("buffer is NULL with {len} bytes to send; fix: pass the data's address"),
+            ));
+        }
+        return Ok(SendBuf {
+            ptr: at(ptr, off),
+            len,
+            packed: None,
+        });
+    }
+    let mut v = vec![0u8; bytes];
+    // SAFETY: caller's contract.
+    unsafe { with_host_view(&t, n, ptr as *mut u8, false, |host| t.pack(n, host, &mut v))? };
+    Ok(SendBuf {
+        ptr: v.as_ptr(),
+        len: bytes,
+        packed: Some(v),
+    })
+}
+
+/// A receive buffer as contiguous bytes.
+pub struct RecvBuf {
+    /// First byte to receive into.
+    pub ptr: *mut u8,
+    /// Capacity in bytes.
+    pub len: usize,
+    /// Temporary for a non-contiguous type, unpacked by [`RecvBuf::finish`].
+    packed: Option<Vec<u8>>,
+    user: *mut u8,
+    n: usize,
+    ty: Arc<TypeInfo>,
+}
+
+// SAFETY: as SendBuf.
+unsafe impl Send for RecvBuf {}
+
+/// `count` elements of `dt` at `ptr`, ready to receive into.
+///
+/// # Safety
+/// The type map of the `count` elements at `ptr` must be writable (host or device)
+/// until [`RecvBuf::finish`].
+///
+/// # Errors
+/// As [`send_buf`].
+pub unsafe fn recv_buf(ptr: *mut u8, n: i64, dt: MPI_Datatype) -> R<RecvBuf> {
+    let n = count(n)?;
+    let t = for_comm(dt)?;
+    let bytes = n
+        .checked_mul(t.size)
+        .ok_or_else(|| err(MPI_ERR_COUNT, "count × type size overflows"))?;
+    if let Some((off, len)) = t.contiguous_span(n) {
+        if len > 0 && ptr.is_null() && off == 0 {
+            return Err(err(
+                MPI_ERR_BUFFER,
+                format!(
+                    "buffer is NULL with room for {len} bytes; fix: pass the receive buffer's address"
+                ),
+            ));
+        }
+        return Ok(RecvBuf {
+            ptr: at(ptr, off) as *mut u8,
+            len,
+            packed: None,
+            user: ptr,
+            n,
+            ty: t,
+        });
+    }
+    let mut v = vec![0u8; bytes];
+    Ok(RecvBuf {
+        ptr: v.as_mut_ptr(),
+        len: bytes,
+        packed: Some(v),
+        user: ptr,
+        n,
+        ty: t,
+    })
+}
+
+impl RecvBuf {
+    /// Unpacks the first `received` bytes into the user's buffer (no-op when the data
+    /// was received in place).
+    ///
+    /// # Errors
+    /// `MPI_ERR_OTHER` when staging through host memory for a device buffer fails.
+    pub fn finish(self, received: usize) -> R {
+        let Some(v) = self.packed else { return Ok(()) };
+        let t = self.ty.clone();
+        let n = self.n;
+        let src = &v[..received.min(v.len())];
+        // SAFETY: recv_buf's contract.
+        unsafe { with_host_view(&t, n, self.user, true, |host| t.unpack(n, src, host)) }
+    }
+}
+
+/// Runs `f` on a host view of the `n` elements at `ptr`: `ptr` itself for host memory;
+/// for device memory a host copy of their true extent (copied back when `write`).
+///
+/// # Safety
+/// As the callers'.
+unsafe fn with_host_view(
+    t: &TypeInfo,
+    n: usize,
+    ptr: *mut u8,
+    write: bool,
+    f: impl FnOnce(*mut u8),
+) -> R {
+    if n == 0 {
+        return Ok(());
+    }
+    // The bytes the n elements touch: [lo, hi) relative to ptr.
+    let last = (n as isize - 1) * t.extent;
+    let lo = t.true_lb.min(t.true_lb + last);
+    let hi = (t.true_lb + t.true_extent).max(t.true_lb + t.true_extent + last);
+    let span = (hi - lo) as usize;
+    let first = at(ptr, lo);
+    let device = match rankwire::gpu::classify(first, span).map(|m| m.kind) {
+        Ok(rankwire::gpu::PtrKind::Device { ordinal }) if rankwire::gpu::available() => ordinal,
+        _ => {
+            f(ptr);
+            return Ok(());
+        }
+    };
+    let mut host = vec![0u8; span];
+    let s = rankwire::gpu::Stream::new(device).map_err(|e| {
+        err(
+            MPI_ERR_OTHER,
+            format!("gpu: staging a non-contiguous datatype: {e}"),
+        )
+    })?;
+    // SAFETY: the span lies in the device allocation (classified above).
+    unsafe {
+        rankwire::gpu::memcpy_dtoh_async(host.as_mut_ptr(), first as u64, span, &s)
+            .and_then(|()| s.synchronize())
+            .map_err(|e| {
+                err(
+                    MPI_ERR_OTHER,
+                    format!("gpu: device-to-host copy for a datatype: {e}"),
+                )
+            })?;
+    }
+    let base = (host.as_mut_ptr() as isize - lo) as *mut u8;
+    f(base);
+    if write {
+        // SAFETY: as above.
+        unsafe {
+            rankwire::gpu::memcpy_htod_async(first as u64, host.as_ptr(), span, &s)
+                .and_then(|()| s.synchronize())
+                .map_err(|e| {
+                    err(
+                        MPI_ERR_OTHER,
+                        format!("gpu: host-to-device copy for a datatype: {e}"),
+                    )
+                })?;
+        }
+    }
+    Ok(())
+}
