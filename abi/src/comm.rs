@@ -46,3 +46,26 @@ pub fn rank_arg(comm: &Communicator, r: i32, what: &str) -> R<usize> {
     }
     Ok(r as usize)
 }
+
+use crate::error::{guard, put};
+use std::ffi::c_int;
+
+/// `MPI_Comm_rank`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        // SAFETY: C caller's pointer.
+        unsafe { put(rank, c.rank() as c_int, "rank") }
+    })
+}
+
+/// `MPI_Comm_size`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        // SAFETY: C caller's pointer.
+        unsafe { put(size, c.size() as c_int, "size") }
+    })
+}
