@@ -217,3 +217,22 @@ unsafe fn with_host_view(
     }
     Ok(())
 }
+
+/// Copies `dst.len()` bytes of device memory at `src` into `dst`.
+///
+/// # Errors
+/// `MPI_ERR_OTHER` when the copy fails.
+pub fn copy_device_to_host(src: *const u8, dst: &mut [u8]) -> R {
+    let device = match rankwire::gpu::classify(src, dst.len()).map(|m| m.kind) {
+        Ok(rankwire::gpu::PtrKind::Device { ordinal }) => ordinal,
+        _ => return Err(err(MPI_ERR_OTHER, "gpu: buffer is not device memory")),
+    };
+    let s =
+        rankwire::gpu::Stream::new(device).map_err(|e| err(MPI_ERR_OTHER, format!("gpu: {e}")))?;
+    // SAFETY: src is a device buffer of dst.len() bytes (classified above).
+    unsafe {
+        rankwire::gpu::memcpy_dtoh_async(dst.as_mut_ptr(), src as u64, dst.len(), &s)
+            .and_then(|()| s.synchronize())
+            .map_err(|e| err(MPI_ERR_OTHER, format!("gpu: device-to-host copy: {e}")))
+    }
+}

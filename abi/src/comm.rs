@@ -69,3 +69,367 @@ pub unsafe extern "C" fn MPI_Comm_size(comm: MPI_Comm, size: *mut c_int) -> c_in
         unsafe { put(size, c.size() as c_int, "size") }
     })
 }
+
+use crate::attr;
+use std::collections::HashMap;
+use std::ffi::c_char;
+use std::sync::Mutex;
+
+/// Names set by `MPI_Comm_set_name`.
+static NAMES: Mutex<Option<HashMap<MPI_Comm, String>>> = Mutex::new(None);
+
+/// Registers a new communicator from `parent`: a handle, the parent's error handler
+/// (inherited, MPI 4.1 §9.3), and, for dup, its attributes through their copy callbacks.
+fn register(parent: MPI_Comm, c: Communicator, copy_attrs: bool) -> R<MPI_Comm> {
+    let h = COMMS.insert(c);
+    let eh = crate::error::handler_of(parent);
+    if eh != MPI_ERRORS_ARE_FATAL {
+        crate::error::set_handler(h, eh)?;
+    }
+    if copy_attrs {
+        attr::copy_all(parent, h)?;
+    }
+    Ok(h)
+}
+
+/// `MPI_Comm_dup`: collective; attributes are copied through their keyvals' copy
+/// callbacks, the error handler is inherited.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        let n = c.dup()?;
+        let h = register(comm, n, true)?;
+        // SAFETY: C caller's pointer.
+        unsafe { put(newcomm, h, "newcomm") }
+    })
+}
+
+/// `MPI_Comm_dup_with_info` (the info is ignored: rankwire has no communicator hints).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_dup_with_info(
+    comm: MPI_Comm,
+    _info: MPI_Info,
+    newcomm: *mut MPI_Comm,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { MPI_Comm_dup(comm, newcomm) }
+}
+
+/// `MPI_Comm_idup`: performed at the call (blocking dup), the request is complete.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_idup(
+    comm: MPI_Comm,
+    newcomm: *mut MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: forwarded.
+    let rc = unsafe { MPI_Comm_dup(comm, newcomm) };
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    guard(comm, || {
+        let s = crate::request::Started::plain(crate::request::Active::Ready(
+            crate::request::empty_status(),
+        ));
+        // SAFETY: C caller's pointer.
+        unsafe { put(request, crate::request::insert(comm, s), "request") }
+    })
+}
+
+/// `MPI_Comm_split`: `color == MPI_UNDEFINED` gives `MPI_COMM_NULL`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_split(
+    comm: MPI_Comm,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut MPI_Comm,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        let col = if color == MPI_UNDEFINED {
+            None
+        } else if color < 0 {
+            return Err(err(
+                MPI_ERR_ARG,
+                format!("color {color} is negative; fix: pass a color >= 0 or MPI_UNDEFINED"),
+            ));
+        } else {
+            Some(color as u32)
+        };
+        let h = match c.split(col, key)? {
+            Some(n) => register(comm, n, false)?,
+            None => MPI_COMM_NULL,
+        };
+        // SAFETY: C caller's pointer.
+        unsafe { put(newcomm, h, "newcomm") }
+    })
+}
+
+/// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` (ranks on this node, ordered by
+/// `key` then rank) and `MPI_UNDEFINED`; other types give `MPI_COMM_NULL`? No: other
+/// split types are not supported and are an `MPI_ERR_ARG` error naming them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_split_type(
+    comm: MPI_Comm,
+    split_type: c_int,
+    key: c_int,
+    _info: MPI_Info,
+    newcomm: *mut MPI_Comm,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        let h = match split_type {
+            MPI_UNDEFINED => {
+                // Still collective: take part in the node split, then drop out.
+                let _ = c.split(None, key)?;
+                MPI_COMM_NULL
+            }
+            MPI_COMM_TYPE_SHARED => {
+                let node = c.split_shared()?;
+                // Order by key (then rank), as MPI_Comm_split does.
+                let n = node.split(Some(0), key)?.expect("color 0 is a member");
+                register(comm, n, false)?
+            }
+            t => {
+                return Err(err(
+                    MPI_ERR_ARG,
+                    format!(
+                        "split type {t} is not supported (MPI_COMM_TYPE_SHARED and MPI_UNDEFINED are); fix: use MPI_COMM_TYPE_SHARED"
+                    ),
+                ));
+            }
+        };
+        // SAFETY: C caller's pointer.
+        unsafe { put(newcomm, h, "newcomm") }
+    })
+}
+
+/// `MPI_Comm_create`: collective over `comm`; ranks outside `group` get `MPI_COMM_NULL`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_create(
+    comm: MPI_Comm,
+    group: MPI_Group,
+    newcomm: *mut MPI_Comm,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        let g = crate::group::lookup_group(group)?;
+        let h = match c.create(&g)? {
+            Some(n) => register(comm, n, false)?,
+            None => MPI_COMM_NULL,
+        };
+        // SAFETY: C caller's pointer.
+        unsafe { put(newcomm, h, "newcomm") }
+    })
+}
+
+/// `MPI_Comm_free`: deletes the attributes (delete callbacks) and the handle; pending
+/// operations on the communicator complete normally.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        if comm.is_null() {
+            return Err(err(MPI_ERR_ARG, "comm is a null pointer"));
+        }
+        // SAFETY: non-null.
+        let h = unsafe { *comm };
+        if h == MPI_COMM_WORLD || h == MPI_COMM_SELF || h == MPI_COMM_NULL {
+            return Err(err(
+                MPI_ERR_COMM,
+                "MPI_Comm_free of a predefined communicator or MPI_COMM_NULL; fix: free only communicators you created",
+            ));
+        }
+        lookup(h)?;
+        attr::delete_all(h)?;
+        COMMS.remove(h);
+        crate::error::forget_comm(h);
+        if let Some(m) = NAMES.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            m.remove(&h);
+        }
+        // SAFETY: non-null.
+        unsafe { *comm = MPI_COMM_NULL };
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_disconnect`: as `MPI_Comm_free` (no dynamic processes here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_disconnect(comm: *mut MPI_Comm) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { MPI_Comm_free(comm) }
+}
+
+/// `MPI_Comm_compare`: `MPI_IDENT` (same handle), `MPI_CONGRUENT` (same ranks in the
+/// same order), `MPI_SIMILAR` (same ranks), `MPI_UNEQUAL`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_compare(c1: MPI_Comm, c2: MPI_Comm, result: *mut c_int) -> c_int {
+    guard(c1, || {
+        let a = lookup(c1)?;
+        let b = lookup(c2)?;
+        let v = if c1 == c2 || a.context_id() == b.context_id() {
+            MPI_IDENT
+        } else {
+            match a.group().compare(&b.group()) {
+                rankwire::GroupRelation::Identical => MPI_CONGRUENT,
+                rankwire::GroupRelation::Similar => MPI_SIMILAR,
+                rankwire::GroupRelation::Unequal => MPI_UNEQUAL,
+            }
+        };
+        // SAFETY: C caller's pointer.
+        unsafe { put(result, v, "result") }
+    })
+}
+
+/// `MPI_Comm_test_inter`: always false (no intercommunicators).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) -> c_int {
+    guard(comm, || {
+        lookup(comm)?;
+        // SAFETY: C caller's pointer.
+        unsafe { put(flag, 0, "flag") }
+    })
+}
+
+/// `MPI_Comm_set_name` (truncated to `MPI_MAX_OBJECT_NAME - 1` bytes).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_set_name(comm: MPI_Comm, name: *const c_char) -> c_int {
+    guard(comm, || {
+        lookup(comm)?;
+        if name.is_null() {
+            return Err(err(MPI_ERR_ARG, "name is a null pointer"));
+        }
+        // SAFETY: NUL-terminated C string.
+        let s = unsafe { std::ffi::CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
+        NAMES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(comm, s);
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_get_name`: `MPI_COMM_WORLD` / `MPI_COMM_SELF` by default, else "" .
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_get_name(
+    comm: MPI_Comm,
+    name: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    guard(comm, || {
+        lookup(comm)?;
+        let set = NAMES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(|m| m.get(&comm).cloned());
+        let s = set.unwrap_or_else(|| match comm {
+            MPI_COMM_WORLD => "MPI_COMM_WORLD".into(),
+            MPI_COMM_SELF => "MPI_COMM_SELF".into(),
+            _ => String::new(),
+        });
+        // SAFETY: C caller's buffers of MPI_MAX_OBJECT_NAME bytes.
+        unsafe { crate::env::put_str(name, MPI_MAX_OBJECT_NAME as usize, resultlen, &s) }
+    })
+}
+
+// ---- error handlers ----------------------------------------------------------------
+
+/// `MPI_Comm_set_errhandler`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_set_errhandler(
+    comm: MPI_Comm,
+    errhandler: MPI_Errhandler,
+) -> c_int {
+    guard(comm, || {
+        lookup(comm)?;
+        crate::error::set_handler(comm, errhandler)
+    })
+}
+
+/// `MPI_Comm_get_errhandler`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_get_errhandler(
+    comm: MPI_Comm,
+    errhandler: *mut MPI_Errhandler,
+) -> c_int {
+    guard(comm, || {
+        lookup(comm)?;
+        // SAFETY: C caller's pointer.
+        unsafe { put(errhandler, crate::error::handler_of(comm), "errhandler") }
+    })
+}
+
+/// `MPI_Comm_create_errhandler`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_create_errhandler(
+    f: Option<crate::error::CommErrhandlerFn>,
+    errhandler: *mut MPI_Errhandler,
+) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        let f = f.ok_or_else(|| err(MPI_ERR_ARG, "error handler function is a null pointer"))?;
+        // SAFETY: C caller's pointer.
+        unsafe { put(errhandler, crate::error::create_user(f), "errhandler") }
+    })
+}
+
+/// `MPI_Errhandler_free`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut MPI_Errhandler) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        if errhandler.is_null() {
+            return Err(err(MPI_ERR_ARG, "errhandler is a null pointer"));
+        }
+        // SAFETY: non-null.
+        crate::error::free_user(unsafe { *errhandler })?;
+        // SAFETY: non-null.
+        unsafe { *errhandler = MPI_ERRHANDLER_NULL };
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_call_errhandler`: invokes `comm`'s handler with `errorcode`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) -> c_int {
+    crate::error::raise(
+        comm,
+        err(
+            errorcode,
+            format!("MPI_Comm_call_errhandler with error code {errorcode}"),
+        ),
+    );
+    MPI_SUCCESS
+}
+
+/// `MPI_Error_class`: codes are classes here (plus those of `MPI_Add_error_code`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        if !(0..=MPI_ERR_LASTCODE).contains(&errorcode) {
+            return Err(err(
+                MPI_ERR_ARG,
+                format!("{errorcode} is not an error code"),
+            ));
+        }
+        // SAFETY: C caller's pointer.
+        unsafe { put(errorclass, crate::error::class_of(errorcode), "errorclass") }
+    })
+}
+
+/// `MPI_Error_string`: the class name and, when this process raised an error of that
+/// class, rankwire's message (layer, numbers, fix).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Error_string(
+    errorcode: c_int,
+    string: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        let s = crate::error::describe(errorcode);
+        // SAFETY: C caller's buffer of MPI_MAX_ERROR_STRING bytes.
+        unsafe { crate::env::put_str(string, MPI_MAX_ERROR_STRING as usize, resultlen, &s) }
+    })
+}

@@ -134,6 +134,7 @@ pub unsafe extern "C" fn MPI_Init_thread(
 pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     guard(MPI_COMM_WORLD, || {
         env(|_| ())?;
+        crate::request::drain_detached();
         crate::request::finalize_check();
         let u = {
             let mut g = ENV.lock().unwrap_or_else(|e| e.into_inner());

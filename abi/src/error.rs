@@ -262,3 +262,89 @@ pub unsafe fn put<T>(out: *mut T, v: T, what: &str) -> R {
     unsafe { out.write(v) };
     Ok(())
 }
+
+/// User error classes and codes (`MPI_Add_error_class` / `MPI_Add_error_code`):
+/// code -> class, and strings (`MPI_Add_error_string`).
+struct UserCodes {
+    class_of: HashMap<c_int, c_int>,
+    strings: HashMap<c_int, String>,
+    next: c_int,
+}
+
+static USER_CODES: Mutex<Option<UserCodes>> = Mutex::new(None);
+
+fn with_codes<T>(f: impl FnOnce(&mut UserCodes) -> T) -> T {
+    let mut g = USER_CODES.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(|| UserCodes {
+        class_of: HashMap::new(),
+        strings: HashMap::new(),
+        next: 100,
+    }))
+}
+
+/// Class of error code `code` (user codes map to their class; predefined codes are
+/// their own class).
+pub fn class_of(code: c_int) -> c_int {
+    with_codes(|u| u.class_of.get(&code).copied()).unwrap_or(code)
+}
+
+/// Text of `MPI_Error_string` for `code`.
+pub fn describe(code: c_int) -> String {
+    if let Some(s) = with_codes(|u| u.strings.get(&code).cloned()) {
+        return s;
+    }
+    let class = class_of(code);
+    match last_message(class) {
+        Some(m) if code == class => format!("{}: {m}", class_name(class)),
+        _ => class_name(class).to_string(),
+    }
+}
+
+/// `MPI_Add_error_class`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        let c = with_codes(|u| {
+            let c = u.next;
+            u.next += 1;
+            u.class_of.insert(c, c);
+            c
+        });
+        // SAFETY: C caller's pointer.
+        unsafe { put(errorclass, c, "errorclass") }
+    })
+}
+
+/// `MPI_Add_error_code`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        let c = with_codes(|u| {
+            let c = u.next;
+            u.next += 1;
+            u.class_of.insert(c, errorclass);
+            c
+        });
+        // SAFETY: C caller's pointer.
+        unsafe { put(errorcode, c, "errorcode") }
+    })
+}
+
+/// `MPI_Add_error_string`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Add_error_string(
+    errorcode: c_int,
+    string: *const std::ffi::c_char,
+) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        if string.is_null() {
+            return Err(err(MPI_ERR_ARG, "string is a null pointer"));
+        }
+        // SAFETY: NUL-terminated C string.
+        let s = unsafe { std::ffi::CStr::from_ptr(string) }
+            .to_string_lossy()
+            .into_owned();
+        with_codes(|u| u.strings.insert(errorcode, s));
+        Ok(())
+    })
+}

@@ -15,11 +15,15 @@
 )]
 #![allow(clippy::missing_safety_doc)]
 
+pub mod attr;
 pub mod buf;
 pub mod comm;
 pub mod consts;
 pub mod datatype;
 pub mod env;
 pub mod error;
+pub mod group;
 pub mod handles;
+pub mod info;
+pub mod p2p;
 pub mod request;

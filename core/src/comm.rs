@@ -286,6 +286,31 @@ impl Communicator {
         ))
     }
 
+    /// Nonblocking matched probe (MPI_Improbe): a matching message taken out of
+    /// matching, or `None` when none has arrived.
+    ///
+    /// # Errors
+    /// As [`Communicator::probe`].
+    pub fn improbe(
+        &self,
+        source: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Option<(Message, Status)>> {
+        self.inner.check_live()?;
+        let pat = self.pattern(source.into(), tag.into())?;
+        Ok(self.inner.improbe(&pat).map(|m| {
+            let st = self.local_status(m.status());
+            (
+                Message {
+                    inner: self.inner.clone(),
+                    st: self.st.clone(),
+                    msg: Some(m),
+                },
+                st,
+            )
+        }))
+    }
+
     fn start_send<'a>(
         &self,
         bytes: &'a [u8],
@@ -442,6 +467,26 @@ impl Message {
             source: self.st.local(st.source as u32) as usize,
             ..st
         })
+    }
+}
+
+impl Message {
+    /// Receive this message into `len_bytes` bytes at `ptr`, host or device memory
+    /// (detected per call), without blocking (MPI_Imrecv).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len_bytes` bytes until the request completes.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] if the pointer cannot be classified; the request reports
+    /// truncation as [`Message::recv`] does.
+    pub unsafe fn irecv_raw<'a>(mut self, ptr: *mut u8, len_bytes: usize) -> Result<Request<'a>> {
+        let Some(m) = self.msg.take() else {
+            return Err(Error::usage("message already received"));
+        };
+        let kind = crate::device::kind_of_addr(ptr as u64, len_bytes)?;
+        let id = self.inner.mrecv(m, RawBuf::with_kind(ptr, len_bytes, kind));
+        Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(&self.st))
     }
 }
 

@@ -118,6 +118,11 @@ use crate::error::{Error, Result};
 use crate::protocol::{RawBuf, Status};
 use crate::request::Request;
 
+/// Memory kind of `len` bytes at `addr` (for the other modules of core).
+pub(crate) fn kind_of_addr(addr: u64, len: usize) -> Result<MemoryKind> {
+    kind_of(addr, len)
+}
+
 /// Memory kind of `len` bytes at `addr`, as the protocol needs it.
 fn kind_of(addr: u64, len: usize) -> Result<MemoryKind> {
     if len == 0 || !rankwire_gpu::available() {

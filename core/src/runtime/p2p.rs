@@ -160,6 +160,17 @@ impl Inner {
         })
     }
 
+    /// Take a queued message matching `pat` out of matching, after one progress round
+    /// if none was queued yet (MPI_Improbe).
+    pub(crate) fn improbe(&self, pat: &Pattern) -> Option<ProbedMessage> {
+        let mut e = self.lock();
+        if let Some(m) = e.proto.improbe(pat) {
+            return Some(m);
+        }
+        self.progress(&mut e);
+        e.proto.improbe(pat)
+    }
+
     /// Whether a receive from world rank `src` with `tag` on context `ctx` is posted,
     /// and the eager limit in bytes towards `src` (for the blocking self-send warning).
     pub(crate) fn posted_and_eager(&self, ctx: u32, src: u32, tag: i32) -> (bool, usize) {

@@ -1,0 +1,1078 @@
+//! Point-to-point communication (MPI 4.1 chapter 3): the four send modes, receives,
+//! probes and matched probes, sendrecv, their nonblocking and persistent forms, and the
+//! large-count `_c` forms.
+//!
+//! Buffers go through [`crate::buf`] (in place for contiguous types, packed otherwise)
+//! and are host or device memory, detected per call: host buffers take rankwire's
+//! blocking fast paths, device buffers its raw (pointer-classifying) forms.
+//!
+//! Modes: ready sends are standard sends (allowed: MPI 4.1 §3.4); buffered sends copy
+//! the data into library memory and complete at once, the copy being sent in the
+//! background (the space of `MPI_Buffer_attach` is accounted for, as the standard
+//! requires, and `MPI_Buffer_detach` waits for every buffered send).
+
+use crate::buf::{RecvBuf, SendBuf, is_device, recv_buf, send_buf};
+use crate::comm::{lookup, rank_arg};
+use crate::consts::*;
+use crate::error::{R, err, guard, put};
+use crate::handles::{Kind, Table};
+use crate::request::{Active, Started, empty_status, insert, insert_persistent, write_status};
+use rankwire::{Communicator, Source, Tag};
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex};
+
+/// Send modes (MPI 4.1 §3.4).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// `MPI_Send`: eager below the path's limit, rendezvous above.
+    Standard,
+    /// `MPI_Ssend`: completes once the receive has matched.
+    Sync,
+    /// `MPI_Bsend`: copied, completes at once.
+    Buffered,
+    /// `MPI_Rsend`: as standard.
+    Ready,
+}
+
+fn tag_arg(tag: c_int) -> R<i32> {
+    if !(0..=rankwire::TAG_UB).contains(&tag) {
+        return Err(err(
+            MPI_ERR_TAG,
+            format!(
+                "tag {tag} is invalid for a send; fix: pass a tag in 0..={} (MPI_TAG_UB)",
+                rankwire::TAG_UB
+            ),
+        ));
+    }
+    Ok(tag)
+}
+
+fn recv_tag(tag: c_int) -> R<Tag> {
+    if tag == MPI_ANY_TAG {
+        return Ok(Tag::Any);
+    }
+    tag_arg(tag).map(Tag::Value)
+}
+
+fn recv_source(c: &Communicator, src: c_int) -> R<Source> {
+    if src == MPI_ANY_SOURCE {
+        return Ok(Source::Any);
+    }
+    rank_arg(c, src, "source").map(Source::Rank)
+}
+
+/// A nonblocking send of `b` (kept alive by the returned operation).
+fn start_send(c: &Communicator, b: SendBuf, dest: usize, tag: i32, mode: Mode) -> R<Started> {
+    if mode == Mode::Buffered {
+        return start_bsend(c, b, dest, tag);
+    }
+    // SAFETY: the buffer is the C caller's (valid until completion, MPI's contract)
+    // or owned by `b`, kept in the Started.
+    let slice: &'static [u8] = unsafe { std::slice::from_raw_parts(b.ptr, b.len) };
+    let req = if is_device(b.ptr, b.len) {
+        // SAFETY: as above.
+        unsafe { c.isend_raw(b.ptr, b.len, dest, tag)? }
+    } else if mode == Mode::Sync {
+        c.issend(slice, dest, tag)?
+    } else {
+        c.isend(slice, dest, tag)?
+    };
+    Ok(Started {
+        active: Active::P2p(req),
+        finish: None,
+        keep: vec![Box::new(b)],
+    })
+}
+
+fn start_recv(c: &Communicator, b: RecvBuf, src: Source, tag: Tag) -> R<Started> {
+    let req = if is_device(b.ptr, b.len) {
+        // SAFETY: the C caller's buffer, valid until completion; or owned by `b`.
+        unsafe { c.irecv_raw(b.ptr, b.len, src, tag)? }
+    } else {
+        // SAFETY: as above.
+        let s: &'static mut [u8] = unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) };
+        c.irecv(s, src, tag)?
+    };
+    let b = Mutex::new(Some(b));
+    Ok(Started {
+        active: Active::P2p(req),
+        finish: Some(Box::new(move |st| {
+            let b = b.lock().unwrap_or_else(|e| e.into_inner()).take();
+            match b {
+                Some(b) => b.finish(st.len_bytes),
+                None => Ok(()),
+            }
+        })),
+        keep: Vec::new(),
+    })
+}
+
+// ---- buffered mode ----------------------------------------------------------------
+
+struct Attached {
+    /// User buffer of `MPI_Buffer_attach` (address, bytes).
+    buf: Option<(usize, usize)>,
+    /// Bytes of buffered sends not yet completed.
+    used: usize,
+    /// Buffered sends in flight, with their accounted size.
+    pending: Vec<(Started, usize)>,
+}
+
+static BSEND: Mutex<Attached> = Mutex::new(Attached {
+    buf: None,
+    used: 0,
+    pending: Vec::new(),
+});
+
+fn reap_bsends(a: &mut Attached) {
+    let pending = std::mem::take(&mut a.pending);
+    for (s, n) in pending {
+        match s.active {
+            Active::P2p(r) => match r.test() {
+                Ok(_) => a.used -= n,
+                Err(r) => a.pending.push((
+                    Started {
+                        active: Active::P2p(r),
+                        ..s
+                    },
+                    n,
+                )),
+            },
+            _ => a.used -= n,
+        }
+    }
+}
+
+fn start_bsend(c: &Communicator, b: SendBuf, dest: usize, tag: i32) -> R<Started> {
+    let mut a = BSEND.lock().unwrap_or_else(|e| e.into_inner());
+    reap_bsends(&mut a);
+    let need = b.len + MPI_BSEND_OVERHEAD as usize;
+    let cap = a.buf.map(|(_, n)| n).unwrap_or(0);
+    if a.used + need > cap {
+        return Err(err(
+            MPI_ERR_BUFFER,
+            format!(
+                "buffered send of {} bytes needs {need} bytes of attached buffer (incl. MPI_BSEND_OVERHEAD), {} of {cap} are free; fix: MPI_Buffer_attach a larger buffer (sum of message sizes + MPI_BSEND_OVERHEAD each)",
+                b.len,
+                cap - a.used.min(cap)
+            ),
+        ));
+    }
+    let copy = if is_device(b.ptr, b.len) {
+        let mut v = vec![0u8; b.len];
+        crate::buf::copy_device_to_host(b.ptr, &mut v)?;
+        v
+    } else {
+        // SAFETY: the C caller's buffer of b.len bytes.
+        unsafe { std::slice::from_raw_parts(b.ptr, b.len) }.to_vec()
+    };
+    let owned = SendBuf {
+        ptr: copy.as_ptr(),
+        len: copy.len(),
+        packed: Some(copy),
+    };
+    let s = start_send(c, owned, dest, tag, Mode::Standard)?;
+    a.used += need;
+    a.pending.push((s, need));
+    Ok(Started::plain(Active::Ready(empty_status())))
+}
+
+/// `MPI_Buffer_attach`: space for buffered sends (rankwire copies into its own memory,
+/// but accounts the messages against this size as the standard requires).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { MPI_Buffer_attach_c(buffer, size as MPI_Count) }
+}
+
+/// `MPI_Buffer_attach_c`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        let mut a = BSEND.lock().unwrap_or_else(|e| e.into_inner());
+        if a.buf.is_some() {
+            return Err(err(
+                MPI_ERR_BUFFER,
+                "a buffer is already attached; fix: MPI_Buffer_detach it first",
+            ));
+        }
+        if size < 0 {
+            return Err(err(MPI_ERR_ARG, format!("buffer size {size} is negative")));
+        }
+        a.buf = Some((buffer as usize, size as usize));
+        Ok(())
+    })
+}
+
+/// `MPI_Buffer_detach`: waits until every buffered send has been delivered to the
+/// transport, then returns the attached buffer's address and size.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    let mut n: MPI_Count = 0;
+    // SAFETY: forwarded.
+    let rc = unsafe { MPI_Buffer_detach_c(buffer_addr, &mut n) };
+    if rc == MPI_SUCCESS && !size.is_null() {
+        // SAFETY: C caller's pointer.
+        unsafe { *size = n as c_int };
+    }
+    rc
+}
+
+/// `MPI_Buffer_detach_c`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Buffer_detach_c(
+    buffer_addr: *mut c_void,
+    size: *mut MPI_Count,
+) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        let pending = {
+            let mut a = BSEND.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut a.pending)
+        };
+        for (s, _) in pending {
+            if let Active::P2p(r) = s.active {
+                r.wait()?;
+            }
+        }
+        let mut a = BSEND.lock().unwrap_or_else(|e| e.into_inner());
+        a.used = 0;
+        let (addr, n) = a.buf.take().unwrap_or((0, 0));
+        if !buffer_addr.is_null() {
+            // SAFETY: buffer_addr is a `void**` in C.
+            unsafe { *(buffer_addr as *mut *mut c_void) = addr as *mut c_void };
+        }
+        // SAFETY: C caller's pointer.
+        unsafe { put(size, n as MPI_Count, "size") }
+    })
+}
+
+// ---- blocking --------------------------------------------------------------------
+
+unsafe fn send_impl(
+    buf: *const c_void,
+    count: MPI_Count,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    mode: Mode,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        if dest == MPI_PROC_NULL {
+            return Ok(());
+        }
+        let d = rank_arg(&c, dest, "destination")?;
+        let t = tag_arg(tag)?;
+        // SAFETY: C caller's buffer.
+        let b = unsafe { send_buf(buf as *const u8, count, dt)? };
+        if mode == Mode::Buffered || is_device(b.ptr, b.len) {
+            let s = start_send(&c, b, d, t, mode)?;
+            if let Active::P2p(r) = s.active {
+                r.wait()?;
+            }
+            return Ok(());
+        }
+        // SAFETY: the caller's buffer (or the packed copy in b) for the call.
+        let slice = unsafe { std::slice::from_raw_parts(b.ptr, b.len) };
+        if mode == Mode::Sync {
+            c.ssend(slice, d, t)?;
+        } else {
+            c.send(slice, d, t)?;
+        }
+        Ok(())
+    })
+}
+
+unsafe fn recv_impl(
+    buf: *mut c_void,
+    count: MPI_Count,
+    dt: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        if source == MPI_PROC_NULL {
+            // SAFETY: C caller's pointer.
+            unsafe { write_status(status, &empty_status(), false, MPI_SUCCESS) };
+            return Ok(());
+        }
+        let src = recv_source(&c, source)?;
+        let tg = recv_tag(tag)?;
+        // SAFETY: C caller's buffer.
+        let b = unsafe { recv_buf(buf as *mut u8, count, dt)? };
+        let r = if is_device(b.ptr, b.len) {
+            // SAFETY: as above.
+            unsafe { c.irecv_raw(b.ptr, b.len, src, tg) }.and_then(|r| r.wait())
+        } else {
+            // SAFETY: as above.
+            let s = unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) };
+            c.recv(s, src, tg)
+        };
+        finish_recv(r, b, status)
+    })
+}
+
+/// Writes the status of a finished receive and unpacks; truncation is reported with
+/// the status filled (MPI 4.1 §3.2.4).
+fn finish_recv(r: rankwire::Result<rankwire::Status>, b: RecvBuf, status: *mut MPI_Status) -> R {
+    match r {
+        Ok(st) => {
+            b.finish(st.len_bytes)?;
+            // SAFETY: C caller's pointer.
+            unsafe { write_status(status, &st, false, MPI_SUCCESS) };
+            Ok(())
+        }
+        Err(e) => {
+            if let rankwire::Error::Matching(rankwire::MatchError::Truncated {
+                source_rank,
+                tag,
+                ..
+            }) = &e
+            {
+                let st = rankwire::Status {
+                    source: *source_rank as usize,
+                    tag: *tag,
+                    len_bytes: b.len,
+                };
+                let _ = b.finish(st.len_bytes);
+                // SAFETY: C caller's pointer.
+                unsafe { write_status(status, &st, false, MPI_ERR_TRUNCATE) };
+            }
+            Err(e.into())
+        }
+    }
+}
+
+macro_rules! send_fns {
+    ($name:ident, $name_c:ident, $mode:expr, $doc:literal) => {
+        #[doc = $doc]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+        ) -> c_int {
+            // SAFETY: forwarded C arguments.
+            unsafe { send_impl(buf, count as MPI_Count, datatype, dest, tag, comm, $mode) }
+        }
+        #[doc = concat!($doc, " (large count)")]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name_c(
+            buf: *const c_void,
+            count: MPI_Count,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+        ) -> c_int {
+            // SAFETY: forwarded C arguments.
+            unsafe { send_impl(buf, count, datatype, dest, tag, comm, $mode) }
+        }
+    };
+}
+send_fns!(MPI_Send, MPI_Send_c, Mode::Standard, "`MPI_Send`.");
+send_fns!(MPI_Ssend, MPI_Ssend_c, Mode::Sync, "`MPI_Ssend`.");
+send_fns!(
+    MPI_Rsend,
+    MPI_Rsend_c,
+    Mode::Ready,
+    "`MPI_Rsend` (as a standard send)."
+);
+send_fns!(MPI_Bsend, MPI_Bsend_c, Mode::Buffered, "`MPI_Bsend`.");
+
+/// `MPI_Recv`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Recv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: forwarded C arguments.
+    unsafe { recv_impl(buf, count as MPI_Count, datatype, source, tag, comm, status) }
+}
+
+/// `MPI_Recv_c`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Recv_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: forwarded C arguments.
+    unsafe { recv_impl(buf, count, datatype, source, tag, comm, status) }
+}
+
+// ---- nonblocking and persistent ------------------------------------------------------
+
+/// Posts a send; `MPI_PROC_NULL` gives a completed operation.
+unsafe fn post_send(
+    buf: *const c_void,
+    count: MPI_Count,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    mode: Mode,
+) -> R<Started> {
+    let c = lookup(comm)?;
+    if dest == MPI_PROC_NULL {
+        return Ok(Started::plain(Active::Ready(empty_status())));
+    }
+    let d = rank_arg(&c, dest, "destination")?;
+    let t = tag_arg(tag)?;
+    // SAFETY: C caller's buffer.
+    let b = unsafe { send_buf(buf as *const u8, count, dt)? };
+    start_send(&c, b, d, t, mode)
+}
+
+unsafe fn post_recv(
+    buf: *mut c_void,
+    count: MPI_Count,
+    dt: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> R<Started> {
+    let c = lookup(comm)?;
+    if source == MPI_PROC_NULL {
+        return Ok(Started::plain(Active::Ready(empty_status())));
+    }
+    let src = recv_source(&c, source)?;
+    let tg = recv_tag(tag)?;
+    // SAFETY: C caller's buffer.
+    let b = unsafe { recv_buf(buf as *mut u8, count, dt)? };
+    start_recv(&c, b, src, tg)
+}
+
+macro_rules! isend_fns {
+    ($name:ident, $name_c:ident, $init:ident, $init_c:ident, $mode:expr, $doc:literal) => {
+        #[doc = $doc]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            // SAFETY: forwarded C arguments.
+            unsafe { $name_c(buf, count as MPI_Count, datatype, dest, tag, comm, request) }
+        }
+        #[doc = concat!($doc, " (large count)")]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name_c(
+            buf: *const c_void,
+            count: MPI_Count,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            guard(comm, || {
+                // SAFETY: C caller's buffer, valid until completion.
+                let s = unsafe { post_send(buf, count, datatype, dest, tag, comm, $mode)? };
+                // SAFETY: C caller's pointer.
+                unsafe { put(request, insert(comm, s), "request") }
+            })
+        }
+        #[doc = concat!($doc, " (persistent: `_init`)")]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $init(
+            buf: *const c_void,
+            count: c_int,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            // SAFETY: forwarded C arguments.
+            unsafe { $init_c(buf, count as MPI_Count, datatype, dest, tag, comm, request) }
+        }
+        #[doc = concat!($doc, " (persistent, large count)")]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $init_c(
+            buf: *const c_void,
+            count: MPI_Count,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            guard(comm, || {
+                // Check the arguments now (errors at init, as MPI 4.1 §3.9 allows).
+                let c = lookup(comm)?;
+                if dest != MPI_PROC_NULL {
+                    rank_arg(&c, dest, "destination")?;
+                    tag_arg(tag)?;
+                }
+                crate::datatype::for_comm(datatype)?;
+                crate::datatype::count(count)?;
+                let addr = buf as usize;
+                let start = move || {
+                    // SAFETY: the persistent request's buffer stays valid while it is used.
+                    unsafe {
+                        post_send(
+                            addr as *const c_void,
+                            count,
+                            datatype,
+                            dest,
+                            tag,
+                            comm,
+                            $mode,
+                        )
+                    }
+                };
+                // SAFETY: C caller's pointer.
+                unsafe { put(request, insert_persistent(comm, Box::new(start)), "request") }
+            })
+        }
+    };
+}
+isend_fns!(
+    MPI_Isend,
+    MPI_Isend_c,
+    MPI_Send_init,
+    MPI_Send_init_c,
+    Mode::Standard,
+    "`MPI_Isend`."
+);
+isend_fns!(
+    MPI_Issend,
+    MPI_Issend_c,
+    MPI_Ssend_init,
+    MPI_Ssend_init_c,
+    Mode::Sync,
+    "`MPI_Issend`."
+);
+isend_fns!(
+    MPI_Irsend,
+    MPI_Irsend_c,
+    MPI_Rsend_init,
+    MPI_Rsend_init_c,
+    Mode::Ready,
+    "`MPI_Irsend`."
+);
+isend_fns!(
+    MPI_Ibsend,
+    MPI_Ibsend_c,
+    MPI_Bsend_init,
+    MPI_Bsend_init_c,
+    Mode::Buffered,
+    "`MPI_Ibsend`."
+);
+
+/// `MPI_Irecv`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe {
+        MPI_Irecv_c(
+            buf,
+            count as MPI_Count,
+            datatype,
+            source,
+            tag,
+            comm,
+            request,
+        )
+    }
+}
+
+/// `MPI_Irecv_c`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Irecv_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard(comm, || {
+        // SAFETY: C caller's buffer, valid until completion.
+        let s = unsafe { post_recv(buf, count, datatype, source, tag, comm)? };
+        // SAFETY: C caller's pointer.
+        unsafe { put(request, insert(comm, s), "request") }
+    })
+}
+
+/// `MPI_Recv_init`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Recv_init(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe {
+        MPI_Recv_init_c(
+            buf,
+            count as MPI_Count,
+            datatype,
+            source,
+            tag,
+            comm,
+            request,
+        )
+    }
+}
+
+/// `MPI_Recv_init_c`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Recv_init_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        if source != MPI_PROC_NULL {
+            recv_source(&c, source)?;
+            recv_tag(tag)?;
+        }
+        crate::datatype::for_comm(datatype)?;
+        crate::datatype::count(count)?;
+        let addr = buf as usize;
+        let start = move || {
+            // SAFETY: the persistent request's buffer stays valid while it is used.
+            unsafe { post_recv(addr as *mut c_void, count, datatype, source, tag, comm) }
+        };
+        // SAFETY: C caller's pointer.
+        unsafe { put(request, insert_persistent(comm, Box::new(start)), "request") }
+    })
+}
+
+// ---- sendrecv --------------------------------------------------------------------
+
+/// `MPI_Sendrecv`: the receive is posted first, so two ranks exchanging never deadlock.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Sendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe {
+        MPI_Sendrecv_c(
+            sendbuf,
+            sendcount as MPI_Count,
+            sendtype,
+            dest,
+            sendtag,
+            recvbuf,
+            recvcount as MPI_Count,
+            recvtype,
+            source,
+            recvtag,
+            comm,
+            status,
+        )
+    }
+}
+
+/// `MPI_Sendrecv_c`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Sendrecv_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard(comm, || {
+        // SAFETY: C caller's buffers, valid for the call.
+        let r = unsafe { post_recv(recvbuf, recvcount, recvtype, source, recvtag, comm)? };
+        // SAFETY: as above.
+        let s = unsafe {
+            post_send(
+                sendbuf,
+                sendcount,
+                sendtype,
+                dest,
+                sendtag,
+                comm,
+                Mode::Standard,
+            )?
+        };
+        let h = insert(comm, r);
+        let mut hs = insert(comm, s);
+        let mut hr = h;
+        // SAFETY: local handles; status is the caller's pointer.
+        let rc = unsafe { crate::request::MPI_Wait(&mut hr, status) };
+        // SAFETY: local handle.
+        let rs = unsafe { crate::request::MPI_Wait(&mut hs, std::ptr::null_mut()) };
+        if rc != MPI_SUCCESS {
+            return Err(err(rc, "the receive of MPI_Sendrecv failed"));
+        }
+        if rs != MPI_SUCCESS {
+            return Err(err(rs, "the send of MPI_Sendrecv failed"));
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Sendrecv_replace`: the data is sent from a copy, then received into `buf`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Sendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe {
+        MPI_Sendrecv_replace_c(
+            buf,
+            count as MPI_Count,
+            datatype,
+            dest,
+            sendtag,
+            source,
+            recvtag,
+            comm,
+            status,
+        )
+    }
+}
+
+/// `MPI_Sendrecv_replace_c`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Sendrecv_replace_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard(comm, || {
+        // Pack (or copy) the outgoing data first: the receive overwrites `buf`.
+        // SAFETY: C caller's buffer.
+        let b = unsafe { send_buf(buf as *const u8, count, datatype)? };
+        let copy = if is_device(b.ptr, b.len) {
+            let mut v = vec![0u8; b.len];
+            crate::buf::copy_device_to_host(b.ptr, &mut v)?;
+            v
+        } else {
+            // SAFETY: b describes readable bytes.
+            unsafe { std::slice::from_raw_parts(b.ptr, b.len) }.to_vec()
+        };
+        drop(b);
+        let n = copy.len();
+        // SAFETY: the copy is contiguous bytes.
+        let rc = unsafe {
+            MPI_Sendrecv_c(
+                copy.as_ptr() as *const c_void,
+                n as MPI_Count,
+                MPI_BYTE,
+                dest,
+                sendtag,
+                buf,
+                count,
+                datatype,
+                source,
+                recvtag,
+                comm,
+                status,
+            )
+        };
+        if rc != MPI_SUCCESS {
+            return Err(err(rc, "MPI_Sendrecv_replace failed"));
+        }
+        Ok(())
+    })
+}
+
+// ---- probes ----------------------------------------------------------------------
+
+/// `MPI_Probe`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Probe(
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        if source == MPI_PROC_NULL {
+            // SAFETY: C caller's pointer.
+            unsafe { write_status(status, &empty_status(), false, MPI_SUCCESS) };
+            return Ok(());
+        }
+        let st = c.probe(recv_source(&c, source)?, recv_tag(tag)?)?;
+        // SAFETY: C caller's pointer.
+        unsafe { write_status(status, &st, false, MPI_SUCCESS) };
+        Ok(())
+    })
+}
+
+/// `MPI_Iprobe`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Iprobe(
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        if source == MPI_PROC_NULL {
+            // SAFETY: C caller's pointers.
+            unsafe { write_status(status, &empty_status(), false, MPI_SUCCESS) };
+            return unsafe { put(flag, 1, "flag") };
+        }
+        let st = c.iprobe(recv_source(&c, source)?, recv_tag(tag)?)?;
+        if let Some(st) = &st {
+            // SAFETY: C caller's pointer.
+            unsafe { write_status(status, st, false, MPI_SUCCESS) };
+        }
+        // SAFETY: C caller's pointer.
+        unsafe { put(flag, st.is_some() as c_int, "flag") }
+    })
+}
+
+/// A message taken out of matching by `MPI_Mprobe`/`MPI_Improbe`.
+pub struct Msg {
+    comm: MPI_Comm,
+    msg: Mutex<Option<rankwire::Message>>,
+}
+
+static MESSAGES: Table<Msg> = Table::new(Kind::Message);
+
+fn new_message(comm: MPI_Comm, m: rankwire::Message) -> MPI_Message {
+    MESSAGES.insert(Msg {
+        comm,
+        msg: Mutex::new(Some(m)),
+    })
+}
+
+/// `MPI_Mprobe`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Mprobe(
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        if source == MPI_PROC_NULL {
+            // SAFETY: C caller's pointers.
+            unsafe { write_status(status, &empty_status(), false, MPI_SUCCESS) };
+            return unsafe { put(message, MPI_MESSAGE_NO_PROC, "message") };
+        }
+        let (m, st) = c.mprobe(recv_source(&c, source)?, recv_tag(tag)?)?;
+        // SAFETY: C caller's pointers.
+        unsafe {
+            write_status(status, &st, false, MPI_SUCCESS);
+            put(message, new_message(comm, m), "message")
+        }
+    })
+}
+
+/// `MPI_Improbe`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Improbe(
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    flag: *mut c_int,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        if source == MPI_PROC_NULL {
+            // SAFETY: C caller's pointers.
+            unsafe {
+                write_status(status, &empty_status(), false, MPI_SUCCESS);
+                put(message, MPI_MESSAGE_NO_PROC, "message")?;
+                return put(flag, 1, "flag");
+            }
+        }
+        match c.improbe(recv_source(&c, source)?, recv_tag(tag)?)? {
+            Some((m, st)) => {
+                // SAFETY: C caller's pointers.
+                unsafe {
+                    write_status(status, &st, false, MPI_SUCCESS);
+                    put(message, new_message(comm, m), "message")?;
+                    put(flag, 1, "flag")
+                }
+            }
+            // SAFETY: C caller's pointer.
+            None => unsafe { put(flag, 0, "flag") },
+        }
+    })
+}
+
+fn take_message(message: *mut MPI_Message) -> R<Option<(MPI_Comm, rankwire::Message)>> {
+    if message.is_null() {
+        return Err(err(MPI_ERR_ARG, "message is a null pointer"));
+    }
+    // SAFETY: non-null C pointer.
+    let h = unsafe { *message };
+    if h == MPI_MESSAGE_NO_PROC {
+        // SAFETY: as above.
+        unsafe { *message = MPI_MESSAGE_NULL };
+        return Ok(None);
+    }
+    let m = MESSAGES.remove(h).ok_or_else(|| {
+        err(
+            MPI_ERR_REQUEST,
+            format!("matching: {h:#x} is not a message from MPI_Mprobe/MPI_Improbe (already received?); fix: receive each probed message once"),
+        )
+    })?;
+    // SAFETY: as above.
+    unsafe { *message = MPI_MESSAGE_NULL };
+    let inner = m.msg.lock().unwrap_or_else(|e| e.into_inner()).take();
+    Ok(inner.map(|x| (m.comm, x)))
+}
+
+/// `MPI_Mrecv`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Mrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { MPI_Mrecv_c(buf, count as MPI_Count, datatype, message, status) }
+}
+
+/// `MPI_Mrecv_c`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Mrecv_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> c_int {
+    let mut req = MPI_REQUEST_NULL;
+    // SAFETY: forwarded.
+    let rc = unsafe { MPI_Imrecv_c(buf, count, datatype, message, &mut req) };
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    // SAFETY: local handle; caller's status.
+    unsafe { crate::request::MPI_Wait(&mut req, status) }
+}
+
+/// `MPI_Imrecv`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Imrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    request: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { MPI_Imrecv_c(buf, count as MPI_Count, datatype, message, request) }
+}
+
+/// `MPI_Imrecv_c`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Imrecv_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        let Some((comm, m)) = take_message(message)? else {
+            // SAFETY: C caller's pointer.
+            return unsafe {
+                put(
+                    request,
+                    insert(MPI_COMM_SELF, Started::plain(Active::Ready(empty_status()))),
+                    "request",
+                )
+            };
+        };
+        // SAFETY: C caller's buffer, valid until completion.
+        let b = unsafe { recv_buf(buf as *mut u8, count, datatype)? };
+        // SAFETY: as above.
+        let r = unsafe { m.irecv_raw(b.ptr, b.len)? };
+        let b = Arc::new(Mutex::new(Some(b)));
+        let s = Started {
+            active: Active::P2p(r),
+            finish: Some(Box::new(move |st| {
+                match b.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    Some(b) => b.finish(st.len_bytes),
+                    None => Ok(()),
+                }
+            })),
+            keep: Vec::new(),
+        };
+        // SAFETY: C caller's pointer.
+        unsafe { put(request, insert(comm, s), "request") }
+    })
+}
