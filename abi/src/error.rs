@@ -156,6 +156,16 @@ pub fn last_message(class: c_int) -> Option<String> {
 /// The fatal handlers print the message and abort the job through rankwire (every
 /// rank ends, rwrun's exit status is non-zero).
 pub fn raise(comm: MPI_Comm, e: MpiErr) -> c_int {
+    // An error on an invalid communicator handle (MPI_COMM_NULL, freed) has no
+    // handler of its own: it is raised on MPI_COMM_SELF (MPI 4.1 §9.3).
+    let comm = if comm == MPI_COMM_WORLD
+        || comm == MPI_COMM_SELF
+        || crate::comm::COMMS.is_created(comm) && crate::comm::COMMS.get(comm).is_some()
+    {
+        comm
+    } else {
+        MPI_COMM_SELF
+    };
     let h = handler_of(comm);
     with_state(|s| {
         s.last_msg.insert(e.class, e.msg.clone());
