@@ -98,7 +98,7 @@ macro_rules! c_tests {
     )*};
 }
 
-c_tests!(p2p_basic, p2p_modes, comm_group);
+c_tests!(p2p_basic, p2p_modes, comm_group, topo);
 
 /// Every C program in abi/tests/c has a test above.
 #[test]

@@ -100,6 +100,7 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) ->
         let c = lookup(comm)?;
         let n = c.dup()?;
         let h = register(comm, n, true)?;
+        crate::topo::copy_topology(comm, h)?;
         // SAFETY: C caller's pointer.
         unsafe { put(newcomm, h, "newcomm") }
     })
@@ -243,6 +244,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
         lookup(h)?;
         attr::delete_all(h)?;
         COMMS.remove(h);
+        crate::topo::forget(h);
         crate::error::forget_comm(h);
         if let Some(m) = NAMES.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             m.remove(&h);

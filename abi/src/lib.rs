@@ -27,3 +27,4 @@ pub mod handles;
 pub mod info;
 pub mod p2p;
 pub mod request;
+pub mod topo;

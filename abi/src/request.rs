@@ -29,6 +29,9 @@ pub enum Active {
     Coll(rankwire::CollRequest<'static>),
     /// Completed when posted (e.g. with `MPI_PROC_NULL`), with this status.
     Ready(rankwire::Status),
+    /// Several point-to-point operations completing together (neighborhood
+    /// collectives); the status is empty.
+    Multi(Vec<rankwire::Request<'static>>),
 }
 
 /// A started operation: what `MPI_Start` (or a nonblocking call) produces.
@@ -193,6 +196,11 @@ fn wait_started(mut s: Started) -> Done {
         Active::P2p(r) => r.wait(),
         Active::Coll(c) => c.wait().map(|()| empty_status()),
         Active::Ready(st) => Ok(st),
+        Active::Multi(v) => rankwire::wait_all_results(v)
+            .into_iter()
+            .find(|r| r.is_err())
+            .unwrap_or(Ok(empty_status()))
+            .map(|_| empty_status()),
     };
     finish_started(s, r)
 }
@@ -216,6 +224,17 @@ fn test_started(mut s: Started) -> Result<Done, Started> {
             }
         },
         Active::Ready(st) => Ok(st),
+        Active::Multi(v) => {
+            if !v.iter().all(|r| r.is_complete()) {
+                s.active = Active::Multi(v);
+                return Err(s);
+            }
+            rankwire::wait_all_results(v)
+                .into_iter()
+                .find(|r| r.is_err())
+                .unwrap_or(Ok(empty_status()))
+                .map(|_| empty_status())
+        }
     };
     Ok(finish_started(s, r))
 }
@@ -472,6 +491,7 @@ fn is_done(h: MPI_Request) -> bool {
             Active::P2p(r) => r.is_complete(),
             Active::Coll(c) => c.is_complete(),
             Active::Ready(_) => true,
+            Active::Multi(v) => v.iter().all(|r| r.is_complete()),
         },
     }
 }
