@@ -17,6 +17,7 @@
 
 pub mod buf;
 pub mod comm;
+#[rustfmt::skip]
 pub mod consts;
 pub mod datatype;
 pub mod env;
