@@ -13,9 +13,11 @@ without Python packages):
 Sources: the constant values are the standard's fixed values (MPI 5.0, chapter
 "Application Binary Interface"), checked against MPICH 5.0.2's mpi_abi.h (the reference
 implementation) by tests/header.rs. The function prototypes come from pympistandard
-0.2.0 (the MPI Forum's machine-readable API, `pip install pympistandard==0.2.0`), plus
-the MPI 5.0 functions that release lacks (MPI_Abi_*), minus the C/Fortran conversions
-that the ABI replaces by the integer conversions (MPI_*_c2f -> MPI_*_toint).
+0.2.0 (the MPI Forum's machine-readable API, `pip install pympistandard==0.2.0`; it has
+the MPI 5.0 MPI_Abi_* and MPI_*_toint/fromint functions, EXTRA_FUNCTIONS declares the
+former for a release that would not), with two of its C texts fixed (PROTOTYPE_FIXES),
+minus the C/Fortran conversions that the ABI replaces by the integer conversions
+(MPI_*_c2f -> MPI_*_toint), plus MPIX_Query_cuda_support.
 
 Usage:
   python3 abi/gen/gen_abi.py            write the files

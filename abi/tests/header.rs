@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 
 use mpi_abi::consts::{MPI_Comm, MPI_Datatype, MPI_Status};
 
@@ -103,6 +104,9 @@ fn print_constants(dir: &Path, include: &Path, reference: bool) -> BTreeMap<Stri
 /// Fetches `pip download` artifacts once into `target/abi-ref/<name>/` (a wheel unpacked);
 /// `None` (with the reason printed) where pip or PyPI cannot be had.
 fn fetch_wheel(requirement: &str, name: &str) -> Option<PathBuf> {
+    // Tests of this process fetch one at a time (other processes: see below).
+    static FETCH: Mutex<()> = Mutex::new(());
+    let _one = FETCH.lock().unwrap_or_else(|e| e.into_inner());
     let base = target_dir().join("abi-ref");
     let dest = base.join(name);
     if dest.join(".complete").exists() {
