@@ -189,11 +189,15 @@ fn generated_files_are_current() {
         return;
     }
     let importable = Command::new("python3")
-        .args(["-c", "import pympistandard"])
+        .args([
+            "-c",
+            "import pympistandard as s; assert s.__version__ == '0.2.0'",
+        ])
         .stderr(Stdio::null())
         .status()
         .map(|s| s.success())
         .unwrap_or(false);
+    // Another installed release is shadowed by the fetched 0.2.0 (PYTHONPATH first).
     let pythonpath = if importable {
         None
     } else {
@@ -435,8 +439,11 @@ fn mpicc_program_runs_on_mpich_library() {
             .arg(&exe),
         "mpicc hello.c against MPICH's library",
     );
+    // cargo's LD_LIBRARY_PATH has target/debug, where abi/bin/mpicc links
+    // libmpi_abi.so.1 to rankwire's library: it would win over the program's RUNPATH.
     let out = run(
         Command::new("timeout")
+            .env_remove("LD_LIBRARY_PATH")
             .arg("60")
             .arg(mpich.join("bin/mpiexec"))
             .args(["-n", "2"])
