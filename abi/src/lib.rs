@@ -18,6 +18,7 @@
 pub mod attr;
 pub mod buf;
 pub mod comm;
+#[rustfmt::skip]
 pub mod consts;
 pub mod datatype;
 pub mod env;

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Installs rankwire's MPI standard ABI under a prefix:
+#   DIR/lib/libmpi_abi.so.1 (+ the libmpi_abi.so link for -lmpi_abi)
+#   DIR/include/mpi.h
+#   DIR/bin/mpicc, mpicxx, mpiexec (the wrappers of abi/bin) and rwrun
+# Programs built with DIR/bin/mpicc find the library through their rpath; run them with
+# DIR/bin/mpiexec -n N ./prog (or rwrun). Programs built against another implementation's
+# standard ABI run on it with LD_LIBRARY_PATH=DIR/lib.
+#
+# Usage: scripts/install.sh --prefix DIR [--debug] [--no-build]
+#   --debug     build and install target/debug (fast; for tests) instead of release
+#   --no-build  install what is already built
+# CARGO_TARGET_DIR is honoured; extra cargo flags can be given in CARGO_FLAGS
+# (e.g. CARGO_FLAGS="--no-default-features" for a build without CUDA support).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+prefix=""
+profile=release
+build=1
+while [ $# -gt 0 ]; do
+    case $1 in
+        --prefix) [ $# -ge 2 ] || { echo "install.sh: --prefix needs a directory" >&2; exit 2; }
+                  prefix=$2; shift 2 ;;
+        --prefix=*) prefix=${1#--prefix=}; shift ;;
+        --debug) profile=debug; shift ;;
+        --no-build) build=0; shift ;;
+        -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install.sh: unknown argument $1; usage: scripts/install.sh --prefix DIR [--debug] [--no-build]" >&2
+           exit 2 ;;
+    esac
+done
+if [ -z "$prefix" ]; then
+    echo "install.sh: no --prefix; usage: scripts/install.sh --prefix DIR [--debug] [--no-build]" >&2
+    exit 2
+fi
+
+target=${CARGO_TARGET_DIR:-target}
+if [ "$build" = 1 ]; then
+    flags=()
+    [ "$profile" = release ] && flags+=(--release)
+    # shellcheck disable=SC2086 # CARGO_FLAGS is a list of words
+    cargo build "${flags[@]}" ${CARGO_FLAGS:-} -p rankwire-abi
+    # shellcheck disable=SC2086
+    cargo build "${flags[@]}" ${CARGO_FLAGS:-} -p rankwire-mpirun --bin rwrun
+fi
+lib=$target/$profile/libmpi_abi.so
+rwrun=$target/$profile/rwrun
+for f in "$lib" "$rwrun"; do
+    if [ ! -f "$f" ]; then
+        echo "install.sh: $f is missing; fix: run without --no-build (or cargo build -p rankwire-abi -p rankwire-mpirun)" >&2
+        exit 1
+    fi
+done
+
+mkdir -p "$prefix/lib" "$prefix/include" "$prefix/bin"
+prefix=$(cd "$prefix" && pwd)
+installed=()
+put() { # mode, source, destination
+    install -m "$1" "$2" "$3"
+    installed+=("$3")
+}
+put 0755 "$lib" "$prefix/lib/libmpi_abi.so.1"
+ln -sfn libmpi_abi.so.1 "$prefix/lib/libmpi_abi.so"
+installed+=("$prefix/lib/libmpi_abi.so -> libmpi_abi.so.1")
+put 0644 abi/include/mpi.h "$prefix/include/mpi.h"
+for w in mpicc mpicxx mpiexec; do
+    put 0755 "abi/bin/$w" "$prefix/bin/$w"
+done
+put 0755 "$rwrun" "$prefix/bin/rwrun"
+
+echo "install.sh: installed rankwire's MPI standard ABI ($profile build) under $prefix:"
+for f in "${installed[@]}"; do echo "  $f"; done
+echo "Build: $prefix/bin/mpicc prog.c -o prog   Run: $prefix/bin/mpiexec -n 2 ./prog"
