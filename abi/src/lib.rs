@@ -19,6 +19,8 @@ pub mod buf;
 pub mod comm;
 pub mod consts;
 pub mod datatype;
+pub mod dtype_ctor;
+pub mod dtype_query;
 pub mod env;
 pub mod error;
 pub mod handles;
