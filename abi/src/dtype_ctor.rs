@@ -97,7 +97,8 @@ impl Builder {
         let span = ck((len as i128 - 1).checked_mul(ext), "block span")?;
         let (back, fwd) = (span.min(0), span.max(0));
         let lo = ck(
-            disp.checked_add(back).and_then(|x| x.checked_add(t.lb as i128)),
+            disp.checked_add(back)
+                .and_then(|x| x.checked_add(t.lb as i128)),
             "lower bound",
         )?;
         let hi = ck(
@@ -366,7 +367,14 @@ pub fn contiguous(count: i64, old: MPI_Datatype, form: Form) -> R<TypeInfo> {
     let t = info(old)?;
     let mut b = Builder::new();
     b.add(&t, 0, n)?;
-    let e = env(MPI_COMBINER_CONTIGUOUS, form, vec![], vec![count], vec![], &[(old, t)]);
+    let e = env(
+        MPI_COMBINER_CONTIGUOUS,
+        form,
+        vec![],
+        vec![count],
+        vec![],
+        &[(old, t)],
+    );
     b.finish(false, e)
 }
 
@@ -397,7 +405,9 @@ pub fn vector(
     let mut b = Builder::new();
     if step == bl as i128 * ext {
         // The same type map as `count * blocklen` consecutive copies.
-        let total = n.checked_mul(bl).ok_or_else(|| overflow("count × blocklength"))?;
+        let total = n
+            .checked_mul(bl)
+            .ok_or_else(|| overflow("count × blocklength"))?;
         b.add(&t, 0, total)?;
     } else {
         for i in 0..n {
@@ -405,14 +415,24 @@ pub fn vector(
         }
     }
     let (combiner, aints, counts, ints) = match (stride_bytes, form) {
-        (false, _) => (MPI_COMBINER_VECTOR, vec![], vec![count, blocklen, stride], vec![]),
+        (false, _) => (
+            MPI_COMBINER_VECTOR,
+            vec![],
+            vec![count, blocklen, stride],
+            vec![],
+        ),
         (true, Form::Int) => (
             MPI_COMBINER_HVECTOR,
             vec![stride as isize],
             vec![count, blocklen],
             vec![],
         ),
-        (true, Form::Large) => (MPI_COMBINER_HVECTOR, vec![], vec![count, blocklen, stride], vec![]),
+        (true, Form::Large) => (
+            MPI_COMBINER_HVECTOR,
+            vec![],
+            vec![count, blocklen, stride],
+            vec![],
+        ),
     };
     b.finish(false, env(combiner, form, ints, counts, aints, &[(old, t)]))
 }
@@ -509,7 +529,14 @@ pub fn indexed_block(
         }
         (true, Form::Int) => {
             let aints = displs.iter().map(|&d| d as isize).collect();
-            env(combiner, form, vec![count, blocklen], vec![], aints, &[(old, t)])
+            env(
+                combiner,
+                form,
+                vec![count, blocklen],
+                vec![],
+                aints,
+                &[(old, t)],
+            )
         }
         (true, Form::Large) => {
             let mut list = vec![count, blocklen];
@@ -690,7 +717,14 @@ pub fn subarray(
             let mut ints = vec![nd as i64];
             ints.extend(list);
             ints.push(order as i64);
-            env(MPI_COMBINER_SUBARRAY, form, ints, vec![], vec![], &[(old, t)])
+            env(
+                MPI_COMBINER_SUBARRAY,
+                form,
+                ints,
+                vec![],
+                vec![],
+                &[(old, t)],
+            )
         }
         Form::Large => env(
             MPI_COMBINER_SUBARRAY,
@@ -717,7 +751,14 @@ pub fn dup(old: MPI_Datatype) -> R<TypeInfo> {
     let mut n = (*t).clone();
     n.predefined = false;
     n.name = String::new();
-    n.envelope = env(MPI_COMBINER_DUP, Form::Int, vec![], vec![], vec![], &[(old, t)]);
+    n.envelope = env(
+        MPI_COMBINER_DUP,
+        Form::Int,
+        vec![],
+        vec![],
+        vec![],
+        &[(old, t)],
+    );
     Ok(n)
 }
 
@@ -760,7 +801,14 @@ pub unsafe extern "C" fn MPI_Type_vector(
 ) -> c_int {
     guard(MPI_COMM_SELF, || unsafe {
         store(newtype, || {
-            vector(count as i64, blocklength as i64, stride as i64, false, oldtype, Form::Int)
+            vector(
+                count as i64,
+                blocklength as i64,
+                stride as i64,
+                false,
+                oldtype,
+                Form::Int,
+            )
         })
     })
 }
@@ -775,7 +823,9 @@ pub unsafe extern "C" fn MPI_Type_vector_c(
     newtype: *mut MPI_Datatype,
 ) -> c_int {
     guard(MPI_COMM_SELF, || unsafe {
-        store(newtype, || vector(count, blocklength, stride, false, oldtype, Form::Large))
+        store(newtype, || {
+            vector(count, blocklength, stride, false, oldtype, Form::Large)
+        })
     })
 }
 
@@ -790,7 +840,14 @@ pub unsafe extern "C" fn MPI_Type_create_hvector(
 ) -> c_int {
     guard(MPI_COMM_SELF, || unsafe {
         store(newtype, || {
-            vector(count as i64, blocklength as i64, stride as i64, true, oldtype, Form::Int)
+            vector(
+                count as i64,
+                blocklength as i64,
+                stride as i64,
+                true,
+                oldtype,
+                Form::Int,
+            )
         })
     })
 }
@@ -805,7 +862,9 @@ pub unsafe extern "C" fn MPI_Type_create_hvector_c(
     newtype: *mut MPI_Datatype,
 ) -> c_int {
     guard(MPI_COMM_SELF, || unsafe {
-        store(newtype, || vector(count, blocklength, stride, true, oldtype, Form::Large))
+        store(newtype, || {
+            vector(count, blocklength, stride, true, oldtype, Form::Large)
+        })
     })
 }
 
@@ -907,7 +966,9 @@ pub unsafe extern "C" fn MPI_Type_create_indexed_block_c(
     guard(MPI_COMM_SELF, || unsafe {
         let n = count_arg(count, "count")?;
         let d = arr(array_of_displacements, n, "array_of_displacements")?;
-        store(newtype, || indexed_block(blocklength, &d, false, oldtype, Form::Large))
+        store(newtype, || {
+            indexed_block(blocklength, &d, false, oldtype, Form::Large)
+        })
     })
 }
 
@@ -923,7 +984,9 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
     guard(MPI_COMM_SELF, || unsafe {
         let n = count_arg(count as i64, "count")?;
         let d = aint_arr(array_of_displacements, n, "array_of_displacements")?;
-        store(newtype, || indexed_block(blocklength as i64, &d, true, oldtype, Form::Int))
+        store(newtype, || {
+            indexed_block(blocklength as i64, &d, true, oldtype, Form::Int)
+        })
     })
 }
 
@@ -939,7 +1002,9 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed_block_c(
     guard(MPI_COMM_SELF, || unsafe {
         let n = count_arg(count, "count")?;
         let d = arr(array_of_displacements, n, "array_of_displacements")?;
-        store(newtype, || indexed_block(blocklength, &d, true, oldtype, Form::Large))
+        store(newtype, || {
+            indexed_block(blocklength, &d, true, oldtype, Form::Large)
+        })
     })
 }
 
@@ -989,7 +1054,9 @@ pub unsafe extern "C" fn MPI_Type_create_resized(
     newtype: *mut MPI_Datatype,
 ) -> c_int {
     guard(MPI_COMM_SELF, || unsafe {
-        store(newtype, || resized(oldtype, lb as i64, extent as i64, Form::Int))
+        store(newtype, || {
+            resized(oldtype, lb as i64, extent as i64, Form::Int)
+        })
     })
 }
 
@@ -1042,7 +1109,9 @@ pub unsafe extern "C" fn MPI_Type_create_subarray_c(
         let s = arr(array_of_sizes, n, "array_of_sizes")?;
         let b = arr(array_of_subsizes, n, "array_of_subsizes")?;
         let o = arr(array_of_starts, n, "array_of_starts")?;
-        store(newtype, || subarray(&s, &b, &o, order, oldtype, Form::Large))
+        store(newtype, || {
+            subarray(&s, &b, &o, order, oldtype, Form::Large)
+        })
     })
 }
 
@@ -1119,7 +1188,9 @@ unsafe fn types_arr(p: *const MPI_Datatype, n: u64) -> R<Vec<MPI_Datatype>> {
     if p.is_null() {
         return Err(err(
             MPI_ERR_ARG,
-            format!("datatype: array_of_types is a null pointer with {n} entries; fix: pass the array"),
+            format!(
+                "datatype: array_of_types is a null pointer with {n} entries; fix: pass the array"
+            ),
         ));
     }
     let n = usize::try_from(n).map_err(|_| overflow("array length"))?;

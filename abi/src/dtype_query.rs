@@ -91,7 +91,14 @@ pub unsafe extern "C" fn MPI_Type_get_true_extent(
 ) -> c_int {
     guard(MPI_COMM_SELF, || {
         let t = info(datatype)?;
-        both(true_lb, t.true_lb, true_extent, t.true_extent, "true_lb", "true_extent")
+        both(
+            true_lb,
+            t.true_lb,
+            true_extent,
+            t.true_extent,
+            "true_lb",
+            "true_extent",
+        )
     })
 }
 
@@ -129,7 +136,9 @@ fn both<T>(a: *mut T, av: T, b: *mut T, bv: T, an: &str, bn: &str) -> R {
     if a.is_null() || b.is_null() {
         return Err(err(
             MPI_ERR_ARG,
-            format!("datatype: {an} or {bn} is a null pointer; fix: pass the addresses of two variables"),
+            format!(
+                "datatype: {an} or {bn} is a null pointer; fix: pass the addresses of two variables"
+            ),
         ));
     }
     // SAFETY: both checked non-null; valid by the caller's contract.
@@ -228,7 +237,12 @@ pub unsafe extern "C" fn MPI_Type_get_contents(
         unsafe {
             contents(
                 &t,
-                [max_integers as i64, max_addresses as i64, 0, max_datatypes as i64],
+                [
+                    max_integers as i64,
+                    max_addresses as i64,
+                    0,
+                    max_datatypes as i64,
+                ],
                 array_of_integers,
                 array_of_addresses,
                 std::ptr::null_mut(),
@@ -294,8 +308,18 @@ unsafe fn contents(
 ) -> R {
     let e = &t.envelope;
     let need = [e.ints.len(), e.aints.len(), e.counts.len(), e.types.len()];
-    let names = ["max_integers", "max_addresses", "max_large_counts", "max_datatypes"];
-    let null = [ints.is_null(), aints.is_null(), counts.is_null(), types.is_null()];
+    let names = [
+        "max_integers",
+        "max_addresses",
+        "max_large_counts",
+        "max_datatypes",
+    ];
+    let null = [
+        ints.is_null(),
+        aints.is_null(),
+        counts.is_null(),
+        types.is_null(),
+    ];
     for i in 0..4 {
         if need[i] == 0 {
             continue;
@@ -475,7 +499,8 @@ fn count_in(t: &TypeInfo, bytes: u64) -> Option<u64> {
 }
 
 fn as_int(v: Option<u64>) -> c_int {
-    v.and_then(|x| c_int::try_from(x).ok()).unwrap_or(MPI_UNDEFINED)
+    v.and_then(|x| c_int::try_from(x).ok())
+        .unwrap_or(MPI_UNDEFINED)
 }
 
 fn as_count(v: Option<u64>) -> MPI_Count {
@@ -575,7 +600,9 @@ pub unsafe extern "C" fn MPI_Status_set_elements_c(
     datatype: MPI_Datatype,
     count: MPI_Count,
 ) -> c_int {
-    guard(MPI_COMM_SELF, || unsafe { set_elements(status, datatype, count) })
+    guard(MPI_COMM_SELF, || unsafe {
+        set_elements(status, datatype, count)
+    })
 }
 
 /// `MPI_Status_set_elements_x` (deprecated in MPI 4.1 for `_c`; same effect).
@@ -654,8 +681,18 @@ pub extern "C" fn MPI_Aint_diff(addr1: MPI_Aint, addr2: MPI_Aint) -> MPI_Aint {
 // ---------------------------------------------------------------------------------
 // Pack and unpack (MPI 4.1 §5.2).
 
+fn comm_ok(comm: MPI_Comm) -> bool {
+    comm == MPI_COMM_WORLD || comm == MPI_COMM_SELF || crate::comm::COMMS.get(comm).is_some()
+}
+
+/// The communicator whose error handler an error of a call on `comm` goes to: `comm`
+/// itself, or `MPI_COMM_SELF` when `comm` is not valid (MPI 4.1 §9.3).
+fn handler_comm(comm: MPI_Comm) -> MPI_Comm {
+    if comm_ok(comm) { comm } else { MPI_COMM_SELF }
+}
+
 fn comm_arg(comm: MPI_Comm) -> R {
-    if comm == MPI_COMM_WORLD || comm == MPI_COMM_SELF || crate::comm::COMMS.get(comm).is_some() {
+    if comm_ok(comm) {
         return Ok(());
     }
     Err(err(
@@ -668,19 +705,21 @@ fn comm_arg(comm: MPI_Comm) -> R {
 
 /// `incount` elements of `dt` as packed bytes: (layout, count, bytes).
 /// Pack and unpack need a committed type, `MPI_Pack_size` does not.
-fn packed_len(
-    incount: i64,
-    dt: MPI_Datatype,
-    committed: bool,
-) -> R<(Arc<TypeInfo>, usize, usize)> {
+fn packed_len(incount: i64, dt: MPI_Datatype, committed: bool) -> R<(Arc<TypeInfo>, usize, usize)> {
     let n = crate::datatype::count(incount)?;
     let t = if committed { for_comm(dt)? } else { info(dt)? };
-    let bytes = n.checked_mul(t.size).filter(|&b| b <= i64::MAX as usize).ok_or_else(|| {
-        err(
-            MPI_ERR_COUNT,
-            format!("pack: {n} elements of {} bytes overflow 64 bits; fix: pack fewer elements", t.size),
-        )
-    })?;
+    let bytes = n
+        .checked_mul(t.size)
+        .filter(|&b| b <= i64::MAX as usize)
+        .ok_or_else(|| {
+            err(
+                MPI_ERR_COUNT,
+                format!(
+                    "pack: {n} elements of {} bytes overflow 64 bits; fix: pack fewer elements",
+                    t.size
+                ),
+            )
+        })?;
     Ok((t, n, bytes))
 }
 
@@ -689,7 +728,9 @@ fn region(pos: i64, len: usize, size: i64, what: &str) -> R<usize> {
     if pos < 0 || size < 0 {
         return Err(err(
             MPI_ERR_ARG,
-            format!("{what}: position {pos} or buffer size {size} is negative; fix: start at position 0"),
+            format!(
+                "{what}: position {pos} or buffer size {size} is negative; fix: start at position 0"
+            ),
         ));
     }
     let end = (pos as u128) + len as u128;
@@ -746,7 +787,9 @@ unsafe fn pack(
     // SAFETY: dst has len bytes (region checked against outsize, caller's contract).
     let out = unsafe { std::slice::from_raw_parts_mut(dst, len) };
     // SAFETY: the caller's type map of n elements at inbuf is readable.
-    unsafe { crate::buf::with_host_view(&t, n, inbuf as *mut u8, false, |host| t.pack(n, host, out)) }?;
+    unsafe {
+        crate::buf::with_host_view(&t, n, inbuf as *mut u8, false, |host| t.pack(n, host, out))
+    }?;
     Ok(pos + len as i64)
 }
 
@@ -780,7 +823,11 @@ unsafe fn unpack(
     // SAFETY: src has len bytes (region checked against insize).
     let data = unsafe { std::slice::from_raw_parts(src, len) };
     // SAFETY: the caller's type map of n elements at outbuf is writable.
-    unsafe { crate::buf::with_host_view(&t, n, outbuf as *mut u8, true, |host| t.unpack(n, data, host)) }?;
+    unsafe {
+        crate::buf::with_host_view(&t, n, outbuf as *mut u8, true, |host| {
+            t.unpack(n, data, host)
+        })
+    }?;
     Ok(pos + len as i64)
 }
 
@@ -820,9 +867,17 @@ pub unsafe extern "C" fn MPI_Pack(
     position: *mut c_int,
     comm: MPI_Comm,
 ) -> c_int {
-    guard(comm, || unsafe {
+    guard(handler_comm(comm), || unsafe {
         let p = position_in(position)?;
-        let q = pack(inbuf, incount as i64, datatype, outbuf, outsize as i64, p, comm)?;
+        let q = pack(
+            inbuf,
+            incount as i64,
+            datatype,
+            outbuf,
+            outsize as i64,
+            p,
+            comm,
+        )?;
         position.write(int_position(q, "MPI_Pack")?);
         Ok(())
     })
@@ -839,7 +894,7 @@ pub unsafe extern "C" fn MPI_Pack_c(
     position: *mut MPI_Count,
     comm: MPI_Comm,
 ) -> c_int {
-    guard(comm, || unsafe {
+    guard(handler_comm(comm), || unsafe {
         let p = position_in(position)?;
         let q = pack(inbuf, incount, datatype, outbuf, outsize, p, comm)?;
         position.write(q);
@@ -861,9 +916,17 @@ pub unsafe extern "C" fn MPI_Unpack(
     datatype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
-    guard(comm, || unsafe {
+    guard(handler_comm(comm), || unsafe {
         let p = position_in(position)?;
-        let q = unpack(inbuf, insize as i64, p, outbuf, outcount as i64, datatype, comm)?;
+        let q = unpack(
+            inbuf,
+            insize as i64,
+            p,
+            outbuf,
+            outcount as i64,
+            datatype,
+            comm,
+        )?;
         position.write(int_position(q, "MPI_Unpack")?);
         Ok(())
     })
@@ -880,7 +943,7 @@ pub unsafe extern "C" fn MPI_Unpack_c(
     datatype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
-    guard(comm, || unsafe {
+    guard(handler_comm(comm), || unsafe {
         let p = position_in(position)?;
         let q = unpack(inbuf, insize, p, outbuf, outcount, datatype, comm)?;
         position.write(q);
@@ -899,13 +962,15 @@ pub unsafe extern "C" fn MPI_Pack_size(
     comm: MPI_Comm,
     size: *mut c_int,
 ) -> c_int {
-    guard(comm, || {
+    guard(handler_comm(comm), || {
         comm_arg(comm)?;
         let (_, _, len) = packed_len(incount as i64, datatype, false)?;
         let v = c_int::try_from(len).map_err(|_| {
             err(
                 MPI_ERR_COUNT,
-                format!("MPI_Pack_size: {len} bytes do not fit in an int; fix: use MPI_Pack_size_c"),
+                format!(
+                    "MPI_Pack_size: {len} bytes do not fit in an int; fix: use MPI_Pack_size_c"
+                ),
             )
         })?;
         unsafe { put(size, v, "size") }
@@ -920,7 +985,7 @@ pub unsafe extern "C" fn MPI_Pack_size_c(
     comm: MPI_Comm,
     size: *mut MPI_Count,
 ) -> c_int {
-    guard(comm, || {
+    guard(handler_comm(comm), || {
         comm_arg(comm)?;
         let (_, _, len) = packed_len(incount, datatype, false)?;
         unsafe { put(size, len as MPI_Count, "size") }
