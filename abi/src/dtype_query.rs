@@ -495,7 +495,9 @@ fn count_in(t: &TypeInfo, bytes: u64) -> Option<u64> {
     if t.size == 0 {
         return Some(0);
     }
-    (bytes % t.size as u64 == 0).then(|| bytes / t.size as u64)
+    bytes
+        .is_multiple_of(t.size as u64)
+        .then(|| bytes / t.size as u64)
 }
 
 fn as_int(v: Option<u64>) -> c_int {

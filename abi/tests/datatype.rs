@@ -38,8 +38,11 @@ fn ok(rc: c_int) {
     );
 }
 
-/// (lb, extent, true_lb, true_extent, size) through the C queries.
-fn shape(t: MPI_Datatype) -> (isize, isize, isize, isize, i64) {
+/// (lb, extent, true_lb, true_extent, size) of a type.
+type Shape = (isize, isize, isize, isize, i64);
+
+/// The [`Shape`] through the C queries.
+fn shape(t: MPI_Datatype) -> Shape {
     let (mut lb, mut ex, mut tlb, mut tex) = (0, 0, 0, 0);
     let mut sz: MPI_Count = 0;
     unsafe {
@@ -167,7 +170,7 @@ fn indexed_family_layouts() {
 #[test]
 fn struct_padding_follows_mpich() {
     setup();
-    let cases: Vec<(MPI_Datatype, (isize, isize, isize, isize, i64))> = vec![
+    let cases: Vec<(MPI_Datatype, Shape)> = vec![
         (strukt(&[1, 1], &[0, 8], &[DOUBLE, CHAR]), (0, 16, 0, 9, 9)),
         (
             strukt(&[1, 1], &[-3, 8], &[DOUBLE, CHAR]),
