@@ -10,7 +10,7 @@
 use crate::consts::*;
 use crate::error::{R, err};
 use crate::handles::{Kind, Table};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 
 /// A basic (predefined, non-derived) element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -443,11 +443,7 @@ pub fn predefined(dt: MPI_Datatype) -> Option<(Basic, &'static str)> {
 /// `MPI_ERR_TYPE` for `MPI_DATATYPE_NULL`, a freed or unknown handle.
 pub fn info(dt: MPI_Datatype) -> R<Arc<TypeInfo>> {
     if let Some((b, name)) = predefined(dt) {
-        let mut t = TypeInfo::basic(b, name);
-        if let Some(n) = predefined_name(dt) {
-            t.name = n;
-        }
-        return Ok(Arc::new(t));
+        return Ok(predefined_info(dt, b, name));
     }
     TYPES.get(dt).ok_or_else(|| {
         err(
@@ -477,23 +473,34 @@ pub fn for_comm(dt: MPI_Datatype) -> R<Arc<TypeInfo>> {
     Ok(t)
 }
 
-/// Names given to predefined types with `MPI_Type_set_name` (MPI 4.1 §7.8 allows
-/// renaming them); created types keep theirs in their [`TypeInfo`].
-static PREDEFINED_NAMES: Mutex<Vec<(MPI_Datatype, String)>> = Mutex::new(Vec::new());
+/// The layouts of the predefined types (handles `0x200..0x300`), built on first use
+/// and shared, so that the lookup on every communication call is a read lock and a
+/// reference count. `MPI_Type_set_name` on a predefined type replaces its entry
+/// (MPI 4.1 §7.8 allows renaming predefined types).
+static PREDEFINED: RwLock<[Option<Arc<TypeInfo>>; 256]> = RwLock::new([const { None }; 256]);
 
-/// The name set on predefined type `dt`, if one was.
-fn predefined_name(dt: MPI_Datatype) -> Option<String> {
-    let g = PREDEFINED_NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    g.iter().find(|(d, _)| *d == dt).map(|(_, n)| n.clone())
+fn predefined_info(dt: MPI_Datatype, b: Basic, name: &str) -> Arc<TypeInfo> {
+    let i = dt - 0x200;
+    {
+        let g = PREDEFINED.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = &g[i] {
+            return t.clone();
+        }
+    }
+    let mut g = PREDEFINED.write().unwrap_or_else(|e| e.into_inner());
+    g[i].get_or_insert_with(|| Arc::new(TypeInfo::basic(b, name)))
+        .clone()
 }
 
-/// Renames predefined type `dt` (`MPI_Type_set_name`).
+/// Renames predefined type `dt` (`MPI_Type_set_name`); other handles are ignored.
 pub fn set_predefined_name(dt: MPI_Datatype, name: String) {
-    let mut g = PREDEFINED_NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    match g.iter_mut().find(|(d, _)| *d == dt) {
-        Some((_, n)) => *n = name,
-        None => g.push((dt, name)),
-    }
+    let Some((b, n)) = predefined(dt) else {
+        return;
+    };
+    let mut t = (*predefined_info(dt, b, n)).clone();
+    t.name = name;
+    let mut g = PREDEFINED.write().unwrap_or_else(|e| e.into_inner());
+    g[dt - 0x200] = Some(Arc::new(t));
 }
 
 /// A count argument as `usize`.
@@ -521,5 +528,30 @@ mod tests {
         assert!(info(0x200).is_err());
         assert_eq!(info(0x214).unwrap().contiguous_span(10), Some((0, 80)));
         assert_eq!(info(0x229).unwrap().contiguous_span(2), None);
+    }
+
+    #[test]
+    fn pair_types_count_two_basic_elements() {
+        let di = info(0x229).unwrap(); // MPI_DOUBLE_INT: 12 bytes of data, extent 16
+        assert_eq!(di.nbasic, 2);
+        assert_eq!(di.runs, vec![(Basic::F64, 1), (Basic::I32, 1)]);
+        assert_eq!(di.elements_in(12), Some(2));
+        assert_eq!(di.elements_in(20), Some(3));
+        assert_eq!(di.elements_in(22), None, "ends inside the int");
+        assert_eq!(di.bytes_of_elements(3), Some(20));
+        let ti = info(0x22b).unwrap(); // MPI_2INT
+        assert_eq!(ti.runs, vec![(Basic::I32, 2)]);
+        assert_eq!(ti.elements_in(12), Some(3));
+        assert_eq!(info(0x209).unwrap().bytes_of_elements(u64::MAX), None);
+    }
+
+    #[test]
+    fn predefined_layouts_are_shared_and_renamable() {
+        let a = info(0x2e3).unwrap(); // MPI_COMPLEX16
+        assert_eq!((a.size, a.basic), (16, Some(Basic::C64)));
+        assert!(Arc::ptr_eq(&a, &info(0x2e3).unwrap()));
+        set_predefined_name(0x2eb, "quad complex".into());
+        assert_eq!(info(0x2eb).unwrap().name, "quad complex");
+        assert_eq!(info(0x2eb).unwrap().size, 32);
     }
 }
