@@ -159,7 +159,7 @@ impl RecvBuf {
 ///
 /// # Safety
 /// As the callers'.
-unsafe fn with_host_view(
+pub(crate) unsafe fn with_host_view(
     t: &TypeInfo,
     n: usize,
     ptr: *mut u8,

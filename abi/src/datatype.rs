@@ -10,7 +10,7 @@
 use crate::consts::*;
 use crate::error::{R, err};
 use crate::handles::{Kind, Table};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// A basic (predefined, non-derived) element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +87,51 @@ impl Basic {
         }
     }
 
+    /// Alignment in bytes (x86-64 Linux C ABI): the "epsilon" padding of
+    /// `MPI_Type_create_struct` rounds the extent up to the largest of its members
+    /// (MPI 4.1 §5.1.6).
+    pub fn align(self) -> usize {
+        use Basic::*;
+        match self {
+            I8 | U8 | Bool | Byte => 1,
+            I16 | U16 => 2,
+            I32 | U32 | F32 | C32 | FloatInt | TwoInt | ShortInt => 4,
+            I64 | U64 | F64 | C64 | DoubleInt | LongInt => 8,
+            LongDouble | CLongDouble | LongDoubleInt => 16,
+        }
+    }
+
+    /// The basic elements one value of this kind counts as in `MPI_Get_elements`
+    /// (MPI 4.1 §5.1.11): a pair type (`MPI_DOUBLE_INT`, ...) is two, its value and its
+    /// index; every other kind is itself. Each component's data size is its `size()`.
+    pub fn components(self) -> &'static [Basic] {
+        use Basic::*;
+        match self {
+            FloatInt => &[F32, I32],
+            DoubleInt => &[F64, I32],
+            LongInt => &[I64, I32],
+            TwoInt => &[I32, I32],
+            ShortInt => &[I16, I32],
+            LongDoubleInt => &[LongDouble, I32],
+            I8 => &[I8],
+            I16 => &[I16],
+            I32 => &[I32],
+            I64 => &[I64],
+            U8 => &[U8],
+            U16 => &[U16],
+            U32 => &[U32],
+            U64 => &[U64],
+            F32 => &[F32],
+            F64 => &[F64],
+            LongDouble => &[LongDouble],
+            Bool => &[Bool],
+            Byte => &[Byte],
+            C32 => &[C32],
+            C64 => &[C64],
+            CLongDouble => &[CLongDouble],
+        }
+    }
+
     /// The rankwire element type the built-in reductions run on, where one matches
     /// the C layout.
     pub fn core(self) -> Option<rankwire::Datatype> {
@@ -121,8 +166,11 @@ pub struct Envelope {
     pub aints: Vec<isize>,
     /// Large-count arguments (the `_c` constructors).
     pub counts: Vec<i64>,
-    /// Datatype arguments.
+    /// Datatype arguments, as the caller passed them.
     pub types: Vec<MPI_Datatype>,
+    /// The layouts of `types` at construction (kept alive: the caller may free its
+    /// handles; `MPI_Type_get_contents` returns new handles of the derived ones).
+    pub inner: Vec<Arc<TypeInfo>>,
 }
 
 /// The layout of a datatype.
@@ -147,6 +195,13 @@ pub struct TypeInfo {
     /// Basic elements per element (for `MPI_Get_elements`; with `basic == None`, the
     /// number of basic entries in the type map).
     pub nbasic: usize,
+    /// The basic entries of one element in type-map order as (kind, how many),
+    /// consecutive entries of one kind merged; pair types appear as their
+    /// [`Basic::components`]. `MPI_Get_elements` / `MPI_Status_set_elements` walk it for
+    /// a partial element.
+    pub runs: Vec<(Basic, usize)>,
+    /// Alignment in bytes: the largest [`Basic::align`] of the entries (1 if none).
+    pub align: usize,
     /// Predefined types cannot be freed and need no commit.
     pub predefined: bool,
     /// `MPI_Type_commit` was called (always true for predefined types).
@@ -169,15 +224,70 @@ impl TypeInfo {
             true_extent: n as isize,
             segments: vec![(0, n)],
             basic: Some(b),
-            nbasic: 1,
+            nbasic: b.components().len(),
+            runs: runs_of(b),
+            align: b.align(),
             predefined: true,
             committed: true,
             name: name.to_string(),
             envelope: Envelope {
-                combiner: 101, // MPI_COMBINER_NAMED
+                combiner: MPI_COMBINER_NAMED,
                 ..Default::default()
             },
         }
+    }
+
+    /// Basic elements (`MPI_Get_elements`, MPI 4.1 §5.1.11) in `bytes` bytes of data of
+    /// this type: whole elements count `nbasic` each, a partial element the basic
+    /// entries it holds completely. `None` (the caller reports `MPI_UNDEFINED`) when
+    /// the data ends inside a basic entry. A type of size 0 gives 0.
+    pub fn elements_in(&self, bytes: u64) -> Option<u64> {
+        if self.size == 0 {
+            return Some(0);
+        }
+        let size = self.size as u64;
+        let mut n = (bytes / size).checked_mul(self.nbasic as u64)?;
+        let mut rem = bytes % size;
+        for &(b, k) in &self.runs {
+            if rem == 0 {
+                break;
+            }
+            let bs = b.size() as u64;
+            let all = bs * k as u64;
+            if rem >= all {
+                n += k as u64;
+                rem -= all;
+            } else {
+                n += rem / bs;
+                rem %= bs;
+                break;
+            }
+        }
+        (rem == 0).then_some(n)
+    }
+
+    /// Bytes of data of `n` basic elements of this type (the inverse of
+    /// [`TypeInfo::elements_in`], `MPI_Status_set_elements`); `None` on overflow or for
+    /// `n > 0` with a type without basic entries.
+    pub fn bytes_of_elements(&self, n: u64) -> Option<u64> {
+        if n == 0 {
+            return Some(0);
+        }
+        if self.nbasic == 0 {
+            return None;
+        }
+        let per = self.nbasic as u64;
+        let mut bytes = (n / per).checked_mul(self.size as u64)?;
+        let mut rem = n % per;
+        for &(b, k) in &self.runs {
+            if rem == 0 {
+                break;
+            }
+            let take = rem.min(k as u64);
+            bytes = bytes.checked_add(take * b.size() as u64)?;
+            rem -= take;
+        }
+        Some(bytes)
     }
 
     /// If `count` elements occupy one contiguous run of bytes: (its offset from the
@@ -239,6 +349,18 @@ impl TypeInfo {
             }
         }
     }
+}
+
+/// The [`TypeInfo::runs`] of one value of basic kind `b`.
+pub fn runs_of(b: Basic) -> Vec<(Basic, usize)> {
+    let mut v: Vec<(Basic, usize)> = Vec::new();
+    for &c in b.components() {
+        match v.last_mut() {
+            Some((k, n)) if *k == c => *n += 1,
+            _ => v.push((c, 1)),
+        }
+    }
+    v
 }
 
 /// Created (derived) datatypes.
@@ -303,13 +425,14 @@ pub fn predefined(dt: MPI_Datatype) -> Option<(Basic, &'static str)> {
         0x2d0 => (I32, "MPI_LOGICAL4"),
         0x2d1 => (I32, "MPI_INTEGER4"),
         0x2d2 => (F32, "MPI_REAL4"),
-        0x2d3 => (C32, "MPI_COMPLEX4"),
         0x2d8 => (I64, "MPI_LOGICAL8"),
         0x2d9 => (I64, "MPI_INTEGER8"),
         0x2da => (F64, "MPI_REAL8"),
-        0x2db => (C64, "MPI_COMPLEX8"),
+        0x2db => (C32, "MPI_COMPLEX8"),
         0x2e2 => (LongDouble, "MPI_REAL16"),
-        0x2e3 => (CLongDouble, "MPI_COMPLEX16"),
+        0x2e3 => (C64, "MPI_COMPLEX16"),
+        0x2eb => (CLongDouble, "MPI_COMPLEX32"),
+        0x2c8 => (I16, "MPI_LOGICAL2"),
         _ => return None,
     })
 }
@@ -320,7 +443,7 @@ pub fn predefined(dt: MPI_Datatype) -> Option<(Basic, &'static str)> {
 /// `MPI_ERR_TYPE` for `MPI_DATATYPE_NULL`, a freed or unknown handle.
 pub fn info(dt: MPI_Datatype) -> R<Arc<TypeInfo>> {
     if let Some((b, name)) = predefined(dt) {
-        return Ok(Arc::new(TypeInfo::basic(b, name)));
+        return Ok(predefined_info(dt, b, name));
     }
     TYPES.get(dt).ok_or_else(|| {
         err(
@@ -350,6 +473,36 @@ pub fn for_comm(dt: MPI_Datatype) -> R<Arc<TypeInfo>> {
     Ok(t)
 }
 
+/// The layouts of the predefined types (handles `0x200..0x300`), built on first use
+/// and shared, so that the lookup on every communication call is a read lock and a
+/// reference count. `MPI_Type_set_name` on a predefined type replaces its entry
+/// (MPI 4.1 §7.8 allows renaming predefined types).
+static PREDEFINED: RwLock<[Option<Arc<TypeInfo>>; 256]> = RwLock::new([const { None }; 256]);
+
+fn predefined_info(dt: MPI_Datatype, b: Basic, name: &str) -> Arc<TypeInfo> {
+    let i = dt - 0x200;
+    {
+        let g = PREDEFINED.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = &g[i] {
+            return t.clone();
+        }
+    }
+    let mut g = PREDEFINED.write().unwrap_or_else(|e| e.into_inner());
+    g[i].get_or_insert_with(|| Arc::new(TypeInfo::basic(b, name)))
+        .clone()
+}
+
+/// Renames predefined type `dt` (`MPI_Type_set_name`); other handles are ignored.
+pub fn set_predefined_name(dt: MPI_Datatype, name: String) {
+    let Some((b, n)) = predefined(dt) else {
+        return;
+    };
+    let mut t = (*predefined_info(dt, b, n)).clone();
+    t.name = name;
+    let mut g = PREDEFINED.write().unwrap_or_else(|e| e.into_inner());
+    g[dt - 0x200] = Some(Arc::new(t));
+}
+
 /// A count argument as `usize`.
 ///
 /// # Errors
@@ -375,5 +528,30 @@ mod tests {
         assert!(info(0x200).is_err());
         assert_eq!(info(0x214).unwrap().contiguous_span(10), Some((0, 80)));
         assert_eq!(info(0x229).unwrap().contiguous_span(2), None);
+    }
+
+    #[test]
+    fn pair_types_count_two_basic_elements() {
+        let di = info(0x229).unwrap(); // MPI_DOUBLE_INT: 12 bytes of data, extent 16
+        assert_eq!(di.nbasic, 2);
+        assert_eq!(di.runs, vec![(Basic::F64, 1), (Basic::I32, 1)]);
+        assert_eq!(di.elements_in(12), Some(2));
+        assert_eq!(di.elements_in(20), Some(3));
+        assert_eq!(di.elements_in(22), None, "ends inside the int");
+        assert_eq!(di.bytes_of_elements(3), Some(20));
+        let ti = info(0x22b).unwrap(); // MPI_2INT
+        assert_eq!(ti.runs, vec![(Basic::I32, 2)]);
+        assert_eq!(ti.elements_in(12), Some(3));
+        assert_eq!(info(0x209).unwrap().bytes_of_elements(u64::MAX), None);
+    }
+
+    #[test]
+    fn predefined_layouts_are_shared_and_renamable() {
+        let a = info(0x2e3).unwrap(); // MPI_COMPLEX16
+        assert_eq!((a.size, a.basic), (16, Some(Basic::C64)));
+        assert!(Arc::ptr_eq(&a, &info(0x2e3).unwrap()));
+        set_predefined_name(0x2eb, "quad complex".into());
+        assert_eq!(info(0x2eb).unwrap().name, "quad complex");
+        assert_eq!(info(0x2eb).unwrap().size, 32);
     }
 }

@@ -21,6 +21,8 @@ pub mod comm;
 #[rustfmt::skip]
 pub mod consts;
 pub mod datatype;
+pub mod dtype_ctor;
+pub mod dtype_query;
 pub mod env;
 pub mod error;
 pub mod group;
