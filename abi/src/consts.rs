@@ -90,3 +90,21 @@ pub const MPI_THREAD_SERIALIZED: c_int = 2048;
 pub const MPI_THREAD_MULTIPLE: c_int = 4096;
 pub const MPI_MAX_PROCESSOR_NAME: c_int = 256;
 pub const MPI_MAX_LIBRARY_VERSION_STRING: c_int = 8192;
+
+// added by coll
+pub const MPI_INFO_NULL: MPI_Info = 0x130;
+pub const MPI_OP_NULL: MPI_Op = 0x20;
+pub const MPI_SUM: MPI_Op = 0x21;
+pub const MPI_MIN: MPI_Op = 0x22;
+pub const MPI_MAX: MPI_Op = 0x23;
+pub const MPI_PROD: MPI_Op = 0x24;
+pub const MPI_BAND: MPI_Op = 0x28;
+pub const MPI_BOR: MPI_Op = 0x29;
+pub const MPI_BXOR: MPI_Op = 0x2a;
+pub const MPI_LAND: MPI_Op = 0x30;
+pub const MPI_LOR: MPI_Op = 0x31;
+pub const MPI_LXOR: MPI_Op = 0x32;
+pub const MPI_MINLOC: MPI_Op = 0x38;
+pub const MPI_MAXLOC: MPI_Op = 0x39;
+pub const MPI_REPLACE: MPI_Op = 0x3c;
+pub const MPI_NO_OP: MPI_Op = 0x3d;

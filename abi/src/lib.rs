@@ -16,10 +16,14 @@
 #![allow(clippy::missing_safety_doc)]
 
 pub mod buf;
+pub mod coll;
+pub mod coll_buf;
+pub mod coll_red;
 pub mod comm;
 pub mod consts;
 pub mod datatype;
 pub mod env;
 pub mod error;
 pub mod handles;
+pub mod op;
 pub mod request;
