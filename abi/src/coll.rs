@@ -1022,3 +1022,167 @@ coll_entries!(exscan; MPI_Exscan, MPI_Iexscan, MPI_Exscan_init;
 coll_entries!(exscan; MPI_Exscan_c, MPI_Iexscan_c, MPI_Exscan_init_c;
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype,
      op: MPI_Op));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datatype::{Basic, Envelope, TYPES, TypeInfo};
+
+    /// `MPI_Type_vector(3, 1, 2, MPI_INT)` built by hand (the constructors live in
+    /// the datatype module): elements 0, 2, 4 of an int array, extent 20 bytes.
+    fn vector3() -> MPI_Datatype {
+        TYPES.insert(TypeInfo {
+            size: 12,
+            lb: 0,
+            extent: 20,
+            true_lb: 0,
+            true_extent: 20,
+            segments: vec![(0, 4), (8, 4), (16, 4)],
+            basic: Some(Basic::I32),
+            nbasic: 3,
+            predefined: false,
+            committed: true,
+            name: "vector3".into(),
+            envelope: Envelope::default(),
+        })
+    }
+
+    const INT: MPI_Datatype = 0x209;
+    const DOUBLE_INT: MPI_Datatype = 0x229;
+
+    // One process: MPI_Init makes a world of one rank (no launcher), so every
+    // collective runs its packing, unpacking and in-place paths on derived types.
+    #[test]
+    fn derived_types_through_the_collectives_on_one_rank() {
+        unsafe {
+            assert_eq!(
+                crate::env::MPI_Init(std::ptr::null_mut(), std::ptr::null_mut()),
+                0
+            );
+            let w = MPI_COMM_WORLD;
+            let v = vector3();
+            // Send one vector (ints 0, 2, 4 of s), receive as 3 contiguous ints.
+            let s: [i32; 6] = [10, -1, 12, -1, 14, -1];
+            let mut r = [0i32; 3];
+            let sp = s.as_ptr() as *const c_void;
+            let rp = r.as_mut_ptr() as *mut c_void;
+            assert_eq!(MPI_Allgather(sp, 1, v, rp, 3, INT, w), 0);
+            assert_eq!(r, [10, 12, 14]);
+            // The other way: contiguous ints into a vector (the gaps stay).
+            let mut g = [7i32; 6];
+            let gp = g.as_mut_ptr() as *mut c_void;
+            assert_eq!(MPI_Alltoall(r.as_ptr() as _, 3, INT, gp, 1, v, w), 0);
+            assert_eq!(g, [10, 7, 12, 7, 14, 7]);
+            // Bcast, gather, scatter, allgatherv on the vector type.
+            assert_eq!(MPI_Bcast(gp, 1, v, 0, w), 0);
+            assert_eq!(g, [10, 7, 12, 7, 14, 7]);
+            let mut gg = [0i32; 6];
+            let ggp = gg.as_mut_ptr() as *mut c_void;
+            assert_eq!(MPI_Gather(sp, 1, v, ggp, 1, v, 0, w), 0);
+            assert_eq!(gg, [10, 0, 12, 0, 14, 0]);
+            let (k, d) = ([1i32], [0i32]);
+            let mut sv = [0i32; 6];
+            assert_eq!(
+                MPI_Scatterv(
+                    sp,
+                    k.as_ptr(),
+                    d.as_ptr(),
+                    v,
+                    sv.as_mut_ptr() as _,
+                    1,
+                    v,
+                    0,
+                    w
+                ),
+                0
+            );
+            assert_eq!(sv, [10, 0, 12, 0, 14, 0]);
+            // Reductions on the vector type: built-in (packed, typed) and in place.
+            let mut out = [0i32; 6];
+            assert_eq!(
+                MPI_Allreduce(sp, out.as_mut_ptr() as _, 1, v, MPI_SUM, w),
+                0
+            );
+            assert_eq!(out, [10, 0, 12, 0, 14, 0]);
+            let mut io = [1i32, 5, 2, 5, 3, 5];
+            assert_eq!(
+                MPI_Allreduce(MPI_IN_PLACE as _, io.as_mut_ptr() as _, 1, v, MPI_MAX, w),
+                0
+            );
+            assert_eq!(io, [1, 5, 2, 5, 3, 5]);
+            // MPI_Reduce_local on the vector type: only the type map is combined.
+            let mut acc = [1i32, 100, 1, 100, 1, 100];
+            assert_eq!(
+                crate::op::MPI_Reduce_local(sp, acc.as_mut_ptr() as _, 1, v, MPI_SUM),
+                0
+            );
+            assert_eq!(acc, [11, 100, 13, 100, 15, 100]);
+            // Alltoallw with a vector on one side, ints on the other (bytes displs).
+            let mut w3 = [0i32; 4];
+            let (one, three, zero, four) = ([1i32], [3i32], [0i32], [4i32]);
+            let (tv, ti) = ([v], [INT]);
+            assert_eq!(
+                MPI_Alltoallw(
+                    sp,
+                    one.as_ptr(),
+                    zero.as_ptr(),
+                    tv.as_ptr(),
+                    w3.as_mut_ptr() as _,
+                    three.as_ptr(),
+                    four.as_ptr(),
+                    ti.as_ptr(),
+                    w
+                ),
+                0
+            );
+            assert_eq!(w3, [0, 10, 12, 14]);
+            // Nonblocking + persistent on MPI_DOUBLE_INT (a padded predefined type).
+            #[repr(C)]
+            #[derive(Clone, Copy, Debug, PartialEq)]
+            struct Di {
+                v: f64,
+                i: i32,
+            }
+            let a = [Di { v: 1.5, i: 3 }, Di { v: -2.0, i: 9 }];
+            let mut b = [Di { v: 0.0, i: 0 }; 2];
+            let mut q: MPI_Request = MPI_REQUEST_NULL;
+            assert_eq!(
+                MPI_Iallreduce(
+                    a.as_ptr() as _,
+                    b.as_mut_ptr() as _,
+                    2,
+                    DOUBLE_INT,
+                    MPI_MINLOC,
+                    w,
+                    &mut q
+                ),
+                0
+            );
+            assert_eq!(crate::request::MPI_Wait(&mut q, std::ptr::null_mut()), 0);
+            assert_eq!(b, a);
+            let mut b2 = [Di { v: 0.0, i: 0 }; 2];
+            assert_eq!(
+                MPI_Allgather_init(
+                    a.as_ptr() as _,
+                    2,
+                    DOUBLE_INT,
+                    b2.as_mut_ptr() as _,
+                    2,
+                    DOUBLE_INT,
+                    w,
+                    MPI_INFO_NULL,
+                    &mut q
+                ),
+                0
+            );
+            for _ in 0..2 {
+                b2 = [Di { v: 0.0, i: 0 }; 2];
+                assert_eq!(crate::request::MPI_Start(&mut q), 0);
+                assert_eq!(crate::request::MPI_Wait(&mut q, std::ptr::null_mut()), 0);
+                assert_eq!(b2, a);
+            }
+            assert_eq!(crate::request::MPI_Request_free(&mut q), 0);
+            assert_eq!(crate::env::MPI_Finalize(), 0);
+        }
+    }
+}

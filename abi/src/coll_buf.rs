@@ -319,7 +319,7 @@ pub unsafe fn dst(ptr: *mut u8, n: usize, dt: MPI_Datatype, inout: bool) -> R<Ds
     if inout && len > 0 {
         // SAFETY: caller's contract; `src` reads the same elements.
         let s = unsafe { src(ptr, n, dt, false)? };
-        if s.ptr != d.ptr as *const u8 {
+        if !std::ptr::eq(s.ptr, d.ptr) {
             // SAFETY: both hold `len` bytes (the packed size of the elements).
             unsafe { std::ptr::copy(s.ptr, d.ptr, len.min(s.len)) };
         }
@@ -366,7 +366,7 @@ impl Dst {
     pub fn finish(mut self) -> R {
         if let Some(mut a) = self.stage.take()
             && self.target != a.ptr()
-            && a.len() > 0
+            && !a.is_empty()
         {
             if self.target_device {
                 // SAFETY: the target is the caller's device range of `len` bytes.
