@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     /* Allgather in place on vectors: element j at ints [5j, 5j+5). */
     {
         int *a = malloc(sizeof(int) * 5 * p);
-        for (int i = 0; i < 5 * p; i++) a[i] = (i / 5 == r && i % 2 == 0) ? 100 * r + i % 5 : GAP;
+        for (int i = 0; i < 5 * p; i++) a[i] = (i / 5 == r && i % 5 % 2 == 0) ? 100 * r + i % 5 : GAP;
         OK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a, 1, vt, MPI_COMM_WORLD));
         for (int j = 0; j < p; j++)
             for (int i = 0; i < 5; i++) {
