@@ -216,13 +216,19 @@ impl TypeInfo {
     /// A predefined type of basic kind `b`.
     pub fn basic(b: Basic, name: &str) -> TypeInfo {
         let n = b.data_size();
+        // MPI_SHORT_INT is {(short, 0), (int, 4)}: two runs around the padding.
+        let (segments, true_extent) = if b == Basic::ShortInt {
+            (vec![(0, 2), (4, 4)], 8)
+        } else {
+            (vec![(0, n)], n as isize)
+        };
         TypeInfo {
             size: n,
             lb: 0,
             extent: b.size() as isize,
             true_lb: 0,
-            true_extent: n as isize,
-            segments: vec![(0, n)],
+            true_extent,
+            segments,
             basic: Some(b),
             nbasic: b.components().len(),
             runs: runs_of(b),

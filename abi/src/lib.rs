@@ -17,6 +17,9 @@
 
 pub mod attr;
 pub mod buf;
+pub mod coll;
+pub mod coll_buf;
+pub mod coll_red;
 pub mod comm;
 #[rustfmt::skip]
 pub mod consts;
@@ -28,6 +31,7 @@ pub mod error;
 pub mod group;
 pub mod handles;
 pub mod info;
+pub mod op;
 pub mod p2p;
 pub mod request;
 pub mod topo;
