@@ -56,12 +56,17 @@ done
 mkdir -p "$prefix/lib" "$prefix/include" "$prefix/bin"
 prefix=$(cd "$prefix" && pwd)
 installed=()
+# Each file is copied next to its destination and renamed over it (atomic), so that
+# programs running from or linking against the prefix meanwhile never see a partial
+# file (tests/abi.rs refreshes the prefix while other tests use it).
 put() { # mode, source, destination
-    install -m "$1" "$2" "$3"
+    install -m "$1" "$2" "$3.tmp.$$"
+    mv -f "$3.tmp.$$" "$3"
     installed+=("$3")
 }
 put 0755 "$lib" "$prefix/lib/libmpi_abi.so.1"
-ln -sfn libmpi_abi.so.1 "$prefix/lib/libmpi_abi.so"
+ln -sfn libmpi_abi.so.1 "$prefix/lib/libmpi_abi.so.tmp.$$"
+mv -fT "$prefix/lib/libmpi_abi.so.tmp.$$" "$prefix/lib/libmpi_abi.so"
 installed+=("$prefix/lib/libmpi_abi.so -> libmpi_abi.so.1")
 put 0644 abi/include/mpi.h "$prefix/include/mpi.h"
 for w in mpicc mpicxx mpiexec; do

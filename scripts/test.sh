@@ -31,7 +31,9 @@ if [ "${RANKWIRE_SLURM:-1}" != 0 ] && [ "$(id -u)" = 0 ]; then
   trap 'ci_slurm_stop || exit $?' EXIT
   ci_slurm_start || echo "test.sh: Slurm could not be started; the Slurm tests will fail" >&2
 fi
-cargo build --workspace --bins --examples
+# --lib: also the MPI standard-ABI library (abi/, a cdylib no binary depends on),
+# which tests/abi.rs installs under target/abi-prefix and links C programs against.
+cargo build --workspace --lib --bins --examples
 # Doc tests first (nextest does not run them), so nextest's summary closes the output.
 cargo test --workspace --doc
 cargo nextest run --workspace --profile ci "$@"

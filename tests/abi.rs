@@ -3,9 +3,8 @@
 //!
 //! Each program's first line says at which rank counts it runs
 //! (`/* rankwire-test: ranks=2,4 */`); it checks its own results, exits 0 only when
-//! all passed, and rank 0 prints `<name>: ok, K checks`. The install prefix
-//! (`target/abi-prefix`, from `scripts/install.sh --debug`) is made once, under a lock,
-//! if `scripts/test.sh` has not made it.
+//! all passed, and rank 0 prints `<name>: ok, K checks`. The install prefix is
+//! `target/abi-prefix` (`scripts/install.sh --debug`).
 
 use rankwire_tests::{bin_dir, rwrun};
 use std::path::{Path, PathBuf};
@@ -13,10 +12,15 @@ use std::process::Command;
 use std::time::Duration;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
-/// The install prefix with bin/mpicc, include/mpi.h, lib/libmpi_abi.so.1.
+/// The install prefix with bin/mpicc, include/mpi.h, lib/libmpi_abi.so.1, refreshed
+/// from the current build (`scripts/install.sh --debug`, an up-to-date cargo build
+/// then copies) under a lock, so that a test never runs a stale library.
 fn prefix() -> PathBuf {
     let target = bin_dir().parent().unwrap().to_path_buf();
     let p = target.join("abi-prefix");
@@ -27,13 +31,17 @@ fn prefix() -> PathBuf {
         .arg("sh")
         .arg("-c")
         .arg(format!(
-            "[ -x '{p}/bin/mpicc' ] && [ -e '{p}/lib/libmpi_abi.so.1' ] || '{r}/scripts/install.sh' --debug --prefix '{p}'",
+            "'{r}/scripts/install.sh' --debug --prefix '{p}' >/dev/null",
             p = p.display(),
             r = repo().display()
         ))
         .status()
         .expect("run flock + scripts/install.sh");
-    assert!(st.success(), "scripts/install.sh --debug --prefix {} failed", p.display());
+    assert!(
+        st.success(),
+        "scripts/install.sh --debug --prefix {} failed",
+        p.display()
+    );
     p
 }
 
@@ -44,8 +52,12 @@ fn ranks_of(src: &str) -> Vec<usize> {
         .split("ranks=")
         .nth(1)
         .and_then(|s| s.split_whitespace().next())
-        .unwrap_or_else(|| panic!("first line must be /* rankwire-test: ranks=... */, is {first:?}"));
-    spec.split(',').map(|x| x.parse().expect("rank count")).collect()
+        .unwrap_or_else(|| {
+            panic!("first line must be /* rankwire-test: ranks=... */, is {first:?}")
+        });
+    spec.split(',')
+        .map(|x| x.parse().expect("rank count"))
+        .collect()
 }
 
 /// Compiles `abi/tests/c/<name>.c` with our mpicc and runs it at each of its rank
@@ -98,13 +110,29 @@ macro_rules! c_tests {
     )*};
 }
 
-c_tests!(p2p_basic, p2p_modes, comm_group, topo);
+c_tests!(
+    hello,
+    p2p_basic,
+    p2p_modes,
+    comm_group,
+    topo,
+    datatype,
+    coll_basic,
+    coll_ops,
+    coll_nb,
+    coll_derived,
+);
 
 /// Every C program in abi/tests/c has a test above.
 #[test]
 fn every_c_program_is_listed() {
     let me = std::fs::read_to_string(repo().join("tests/abi.rs")).unwrap();
-    let list = me.split("c_tests!(").nth(1).and_then(|s| s.split(')').next()).unwrap_or("").to_string();
+    let list = me
+        .split("c_tests!(")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap_or("")
+        .to_string();
     for e in std::fs::read_dir(repo().join("abi/tests/c")).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "c") {

@@ -1,0 +1,141 @@
+/* GPU buffers through the standard ABI (run on a machine with a GPU; scripts/gpu-run.sh).
+ * Build: mpicc -O2 gpu_buffers.c -I$CUDA_HOME/include -L$CUDA_HOME/lib64 -lcudart
+ * Every rank uses device local_rank % device_count. Checks device->device send/recv at
+ * eager and rendezvous sizes, host<->device mixes, allreduce/reduce/bcast/allgather on
+ * device buffers, a non-contiguous datatype over device memory, MPIX_Query_cuda_support,
+ * and prints timings of 8-byte device ping-pong and 64 MiB device allreduce. */
+#include <mpi.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int checks = 0, rank, size;
+#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "rank %d: check failed at line %d: ", rank, __LINE__); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); MPI_Abort(MPI_COMM_WORLD, 1); } checks++; } while (0)
+#define CU(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e_)); MPI_Abort(MPI_COMM_WORLD, 2); } } while (0)
+
+int main(int argc, char **argv) {
+  const char *lr = getenv("LOCAL_RANK");
+  int ndev = 0;
+  cudaGetDeviceCount(&ndev);
+  if (ndev > 0) cudaSetDevice((lr ? atoi(lr) : 0) % ndev);
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  CHECK(MPIX_Query_cuda_support() == 1, "MPIX_Query_cuda_support() = %d", MPIX_Query_cuda_support());
+  int right = (rank + 1) % size, left = (rank + size - 1) % size;
+
+  /* Device -> device ring at several sizes; host buffer on the receive side too. */
+  size_t sizes[] = {8, 4096, 65536, 1 << 20, 16 << 20};
+  for (int si = 0; si < 5; si++) {
+    size_t n = sizes[si] / sizeof(int);
+    int *h = malloc(n * sizeof(int)), *d_s, *d_r;
+    CU(cudaMalloc((void **)&d_s, n * sizeof(int)));
+    CU(cudaMalloc((void **)&d_r, n * sizeof(int)));
+    for (size_t i = 0; i < n; i++) h[i] = rank * 7919 + (int)i;
+    CU(cudaMemcpy(d_s, h, n * sizeof(int), cudaMemcpyHostToDevice));
+    CU(cudaMemset(d_r, 0, n * sizeof(int)));
+    MPI_Sendrecv(d_s, (int)n, MPI_INT, right, 1, d_r, (int)n, MPI_INT, left, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    CU(cudaMemcpy(h, d_r, n * sizeof(int), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) if (h[i] != left * 7919 + (int)i) CHECK(0, "d2d %zu bytes at %zu: %d", sizes[si], i, h[i]);
+    checks++;
+    /* device send -> host receive */
+    memset(h, 0, n * sizeof(int));
+    MPI_Sendrecv(d_s, (int)n, MPI_INT, right, 2, h, (int)n, MPI_INT, left, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    CHECK(h[n - 1] == left * 7919 + (int)(n - 1), "d2h %zu", sizes[si]);
+    cudaFree(d_s); cudaFree(d_r); free(h);
+  }
+
+  /* Collectives on device buffers. */
+  {
+    size_t n = 1 << 20;
+    float *h = malloc(n * sizeof(float)), *d_s, *d_r;
+    CU(cudaMalloc((void **)&d_s, n * sizeof(float)));
+    CU(cudaMalloc((void **)&d_r, n * sizeof(float) * size));
+    for (size_t i = 0; i < n; i++) h[i] = (float)(rank + 1) + (float)(i % 13);
+    CU(cudaMemcpy(d_s, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    MPI_Allreduce(d_s, d_r, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    CU(cudaMemcpy(h, d_r, n * sizeof(float), cudaMemcpyDeviceToHost));
+    float base = (float)(size * (size + 1) / 2);
+    for (size_t i = 0; i < n; i++) if (h[i] != base + size * (float)(i % 13)) CHECK(0, "allreduce at %zu: %f", i, h[i]);
+    checks++;
+    /* in place */
+    CU(cudaMemcpy(d_r, d_s, n * sizeof(float), cudaMemcpyDeviceToDevice));
+    MPI_Allreduce(MPI_IN_PLACE, d_r, (int)n, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+    CU(cudaMemcpy(h, d_r, n * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(h[5] == (float)size + 5.0f, "allreduce in place max %f", h[5]);
+    /* reduce to root 0 */
+    MPI_Reduce(d_s, d_r, (int)n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      CU(cudaMemcpy(h, d_r, n * sizeof(float), cudaMemcpyDeviceToHost));
+      CHECK(h[n - 1] == base + size * (float)((n - 1) % 13), "reduce %f", h[n - 1]);
+    }
+    /* bcast from the last rank */
+    for (size_t i = 0; i < n; i++) h[i] = rank == size - 1 ? (float)i : -1.0f;
+    CU(cudaMemcpy(d_s, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    MPI_Bcast(d_s, (int)n, MPI_FLOAT, size - 1, MPI_COMM_WORLD);
+    CU(cudaMemcpy(h, d_s, n * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(h[12345] == 12345.0f, "bcast %f", h[12345]);
+    /* allgather of 1000 floats each */
+    for (int i = 0; i < 1000; i++) h[i] = (float)(rank * 1000 + i);
+    CU(cudaMemcpy(d_s, h, 1000 * sizeof(float), cudaMemcpyHostToDevice));
+    MPI_Allgather(d_s, 1000, MPI_FLOAT, d_r, 1000, MPI_FLOAT, MPI_COMM_WORLD);
+    CU(cudaMemcpy(h, d_r, 1000 * size * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 1000 * size; i++) if (h[i] != (float)i) CHECK(0, "allgather at %d: %f", i, h[i]);
+    checks++;
+    cudaFree(d_s); cudaFree(d_r); free(h);
+  }
+
+  /* A strided datatype over device memory: every other int of 2000. */
+  {
+    MPI_Datatype vec;
+    MPI_Type_vector(1000, 1, 2, MPI_INT, &vec);
+    MPI_Type_commit(&vec);
+    int *h = malloc(2000 * sizeof(int)), *d;
+    CU(cudaMalloc((void **)&d, 2000 * sizeof(int)));
+    for (int i = 0; i < 2000; i++) h[i] = rank * 100000 + i;
+    CU(cudaMemcpy(d, h, 2000 * sizeof(int), cudaMemcpyHostToDevice));
+    int *r = malloc(1000 * sizeof(int));
+    MPI_Sendrecv(d, 1, vec, right, 3, r, 1000, MPI_INT, left, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    for (int i = 0; i < 1000; i++) if (r[i] != left * 100000 + 2 * i) CHECK(0, "vector send at %d: %d", i, r[i]);
+    checks++;
+    /* and receive into the strided layout on the device */
+    for (int i = 0; i < 1000; i++) r[i] = rank * 10 + i;
+    CU(cudaMemset(d, 0, 2000 * sizeof(int)));
+    MPI_Sendrecv(r, 1000, MPI_INT, right, 4, d, 1, vec, left, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    CU(cudaMemcpy(h, d, 2000 * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 1000; i++) if (h[2 * i] != left * 10 + i || h[2 * i + 1] != 0) CHECK(0, "vector recv at %d", i);
+    checks++;
+    MPI_Type_free(&vec);
+    cudaFree(d); free(h); free(r);
+  }
+
+  /* Timings (reported, not asserted). */
+  {
+    char *d;
+    CU(cudaMalloc((void **)&d, 64 << 20));
+    int iters = 1000;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < iters && size > 1; i++) {
+      if (rank == 0) { MPI_Send(d, 8, MPI_BYTE, 1, 9, MPI_COMM_WORLD); MPI_Recv(d, 8, MPI_BYTE, 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE); }
+      else if (rank == 1) { MPI_Recv(d, 8, MPI_BYTE, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE); MPI_Send(d, 8, MPI_BYTE, 0, 9, MPI_COMM_WORLD); }
+    }
+    double lat = (MPI_Wtime() - t0) / (2.0 * iters) * 1e6;
+    float *f = (float *)d;
+    MPI_Allreduce(MPI_IN_PLACE, f, 16 << 20, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    for (int i = 0; i < 20; i++) MPI_Allreduce(MPI_IN_PLACE, f, 16 << 20, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double ar = (MPI_Wtime() - t0) / 20 * 1e6;
+    MPI_Allreduce(MPI_IN_PLACE, f, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    for (int i = 0; i < 200; i++) MPI_Allreduce(MPI_IN_PLACE, f, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double ar8 = (MPI_Wtime() - t0) / 200 * 1e6;
+    if (rank == 0) printf("gpu_buffers: device ping-pong 8 B one-way %.1f us; allreduce f32 8 B %.1f us, 64 MiB %.0f us (%d ranks)\n", lat, ar8, ar, size);
+    cudaFree(d);
+  }
+  if (rank == 0) printf("gpu_buffers: ok, %d checks\n", checks);
+  MPI_Finalize();
+  return 0;
+}
