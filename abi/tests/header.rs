@@ -179,6 +179,18 @@ fn mpich_reference() -> Option<PathBuf> {
     Some(dir)
 }
 
+/// One C++ function per ABI type: its mangled name spells the type's tag.
+const MANGLE_SOURCE: &str = "#ifdef RW_REFERENCE_HEADER\n#include <mpi_abi.h>\n#else\n\
+     #include <mpi.h>\n#endif\n\
+     void rw_probe(MPI_Comm, MPI_Datatype, MPI_Op, MPI_Group, MPI_Win, MPI_File) {}\n\
+     void rw_probe(MPI_Session, MPI_Message, MPI_Info, MPI_Errhandler, MPI_Request) {}\n\
+     void rw_probe(MPI_T_enum, MPI_T_cvar_handle, MPI_T_pvar_handle, MPI_T_pvar_session) {}\n\
+     void rw_probe(MPI_T_event_registration, MPI_T_event_instance, MPI_T_cb_safety,\n\
+                   MPI_T_source_order) {}\n\
+     void rw_probe(MPI_Aint, MPI_Offset, MPI_Count, MPI_Status *) {}\n\
+     void rw_probe(MPI_User_function *, MPI_Comm_copy_attr_function *,\n\
+                   MPI_Comm_errhandler_function *) {}\n";
+
 #[test]
 fn generated_files_are_current() {
     if !have("python3") {
@@ -398,6 +410,37 @@ fn constants_and_prototypes_equal_mpich() {
         "our declarations after MPICH's mpi_abi.h",
     );
     eprintln!("{} declarations compatible with MPICH 5.0.2's", decls.len());
+
+    // C++ programs mangle the types into their own symbols: the struct and enum tags
+    // must be MPICH's too, or a C++ library built with one header does not link with
+    // a program built with the other.
+    if have("c++") {
+        let src = dir.join("mangle.cc");
+        fs::write(&src, MANGLE_SOURCE).expect("write the C++ source");
+        let symbols = |reference: bool, include: &Path| {
+            let obj = dir.join(if reference { "ref.o" } else { "ours.o" });
+            let mut cxx = Command::new("c++");
+            cxx.args(["-c", "-I"])
+                .arg(include)
+                .arg(&src)
+                .arg("-o")
+                .arg(&obj);
+            if reference {
+                cxx.arg("-DRW_REFERENCE_HEADER");
+            }
+            run(&mut cxx, "compiling the C++ mangling probe");
+            run(
+                Command::new("nm").args(["--defined-only", "-P"]).arg(&obj),
+                "nm",
+            )
+        };
+        let ours = symbols(false, &abi_dir().join("include"));
+        let theirs = symbols(true, &mpich.join("include"));
+        assert!(ours.contains("rw_probe"), "{ours}");
+        assert_eq!(ours, theirs, "C++ mangled names differ from MPICH's");
+    } else {
+        eprintln!("SKIP C++ mangling part: no `c++` (fix: apt-get install g++)");
+    }
     let _ = fs::remove_dir_all(dir);
 }
 
