@@ -27,9 +27,9 @@ use std::ffi::c_int;
 use std::sync::Arc;
 
 /// Most byte segments (or basic-entry runs) one element of a derived type may have:
-/// 2^26 (1 GiB of layout). A type map more fragmented than that is refused with
+/// 2^24 (256 MiB of layout). A type map more fragmented than that is refused with
 /// `MPI_ERR_NO_MEM` instead of exhausting memory.
-pub const MAX_SEGMENTS: usize = 1 << 26;
+pub const MAX_SEGMENTS: usize = 1 << 24;
 
 /// Folds blocks of old types into the layout of a new type (see the module doc).
 pub struct Builder {
@@ -90,86 +90,83 @@ impl Builder {
     /// `MPI_ERR_ARG` when a displacement, bound or size overflows 64 bits;
     /// `MPI_ERR_NO_MEM` beyond [`MAX_SEGMENTS`] segments.
     pub fn add(&mut self, t: &TypeInfo, disp: i128, len: u64) -> R {
-        if len == 0 {
+        self.add_strided(t, disp, 0, 1, len)
+    }
+
+    /// Appends `count` blocks of `len` consecutive elements of `t`, block `i` at byte
+    /// displacement `disp + i * step` (a vector; one pass, bounds from the first and
+    /// the last block, which bound all others since a block's bounds are affine in i).
+    ///
+    /// # Errors
+    /// As [`Builder::add`].
+    pub fn add_strided(&mut self, t: &TypeInfo, disp: i128, step: i128, count: u64, len: u64) -> R {
+        if len == 0 || count == 0 {
             return Ok(());
         }
-        let ext = t.extent as i128;
-        let span = ck((len as i128 - 1).checked_mul(ext), "block span")?;
-        let (back, fwd) = (span.min(0), span.max(0));
-        let lo = ck(
-            disp.checked_add(back)
-                .and_then(|x| x.checked_add(t.lb as i128)),
-            "lower bound",
-        )?;
-        let hi = ck(
-            disp.checked_add(fwd)
-                .and_then(|x| x.checked_add(t.lb as i128 + ext)),
-            "upper bound",
-        )?;
-        self.bounds = Some(match self.bounds {
-            None => (lo, hi),
-            Some((a, b)) => (a.min(lo), b.max(hi)),
-        });
+        let last = ck((count as i128 - 1).checked_mul(step), "displacement")?;
+        let last = ck(disp.checked_add(last), "displacement")?;
+        let (b0, t0) = block_bounds(t, disp, len)?;
+        let (b1, t1) = block_bounds(t, last, len)?;
+        self.bounds = Some(hull(self.bounds, hull(Some(b0), b1)));
+        let copies = count as u128 * len as u128;
         self.size = self
             .size
-            .checked_add(len as u128 * t.size as u128)
+            .checked_add(copies * t.size as u128)
             .ok_or_else(|| overflow("size"))?;
         self.nbasic = self
             .nbasic
-            .checked_add(len as u128 * t.nbasic as u128)
+            .checked_add(copies * t.nbasic as u128)
             .ok_or_else(|| overflow("element count"))?;
-        if t.size == 0 {
-            return Ok(());
-        }
-        let tlo = ck(
-            disp.checked_add(back)
-                .and_then(|x| x.checked_add(t.true_lb as i128)),
-            "true lower bound",
-        )?;
-        let thi = ck(
-            disp.checked_add(fwd)
-                .and_then(|x| x.checked_add(t.true_lb as i128 + t.true_extent as i128)),
-            "true upper bound",
-        )?;
+        let (Some(t0), Some(t1)) = (t0, t1) else {
+            return Ok(()); // no data
+        };
+        let (tlo, thi) = hull(Some(t0), t1);
         if tlo < isize::MIN as i128 || thi > isize::MAX as i128 {
             return Err(overflow("a data displacement"));
         }
-        self.true_bounds = Some(match self.true_bounds {
-            None => (tlo, thi),
-            Some((a, b)) => (a.min(tlo), b.max(thi)),
-        });
+        self.true_bounds = Some(hull(self.true_bounds, (tlo, thi)));
         self.align = self.align.max(t.align);
         self.basic = match (self.basic, t.basic) {
             (BasicState::Unset, Some(b)) => BasicState::One(b),
             (BasicState::One(a), Some(b)) if a == b => BasicState::One(a),
             _ => BasicState::Mixed,
         };
-        // Segments: every offset lies in [tlo, thi), checked to fit in isize above.
-        let disp = disp as isize;
-        if let Some((off, n)) = t.contiguous_span(len as usize) {
-            self.push_seg(disp + off, n);
+        // Segments: every offset lies in [tlo, thi), checked to fit in isize above, so
+        // the isize arithmetic below cannot overflow.
+        let span = t.contiguous_span(len as usize);
+        let per_block = if span.is_some() {
+            1
         } else {
-            let need = (len as u128) * t.segments.len() as u128 + self.segs.len() as u128;
-            if need > MAX_SEGMENTS as u128 {
-                return Err(too_fragmented(need));
-            }
-            for k in 0..len as isize {
-                let base = disp + k * t.extent;
-                for &(off, n) in &t.segments {
-                    self.push_seg(base + off, n);
+            len as u128 * t.segments.len() as u128
+        };
+        let need = count as u128 * per_block + self.segs.len() as u128;
+        if need > MAX_SEGMENTS as u128 {
+            return Err(too_fragmented(need));
+        }
+        for i in 0..count as i128 {
+            let base = (disp + i * step) as isize;
+            if let Some((off, n)) = span {
+                self.push_seg(base + off, n);
+            } else {
+                for k in 0..len as isize {
+                    let at = base + k * t.extent;
+                    for &(off, n) in &t.segments {
+                        self.push_seg(at + off, n);
+                    }
                 }
             }
         }
+        // Runs: block boundaries do not matter, only the order of the copies.
         if let [(b, n)] = t.runs.as_slice() {
-            let total = (*n as u128) * len as u128;
-            let total = usize::try_from(total).map_err(|_| overflow("element count"))?;
+            let total =
+                usize::try_from(*n as u128 * copies).map_err(|_| overflow("element count"))?;
             self.push_run(*b, total);
         } else {
-            let need = (len as u128) * t.runs.len() as u128 + self.runs.len() as u128;
+            let need = copies * t.runs.len() as u128 + self.runs.len() as u128;
             if need > MAX_SEGMENTS as u128 {
                 return Err(too_fragmented(need));
             }
-            for _ in 0..len {
+            for _ in 0..copies {
                 for &(b, n) in &t.runs {
                     self.push_run(b, n);
                 }
@@ -237,6 +234,39 @@ impl Builder {
             name: String::new(),
             envelope,
         })
+    }
+}
+
+type Bounds = (i128, i128);
+
+/// (bounds, true bounds if `t` has data) of `len` copies of `t` at `disp` (§5.1.6).
+fn block_bounds(t: &TypeInfo, disp: i128, len: u64) -> R<(Bounds, Option<Bounds>)> {
+    let ext = t.extent as i128;
+    let span = ck((len as i128 - 1).checked_mul(ext), "block span")?;
+    let (back, fwd) = (span.min(0), span.max(0));
+    let at = |x: i128, y: i128, what| ck(disp.checked_add(x).and_then(|v| v.checked_add(y)), what);
+    let b = (
+        at(back, t.lb as i128, "lower bound")?,
+        at(fwd, t.lb as i128 + ext, "upper bound")?,
+    );
+    if t.size == 0 {
+        return Ok((b, None));
+    }
+    let tb = (
+        at(back, t.true_lb as i128, "true lower bound")?,
+        at(
+            fwd,
+            t.true_lb as i128 + t.true_extent as i128,
+            "true upper bound",
+        )?,
+    );
+    Ok((b, Some(tb)))
+}
+
+fn hull(a: Option<Bounds>, b: Bounds) -> Bounds {
+    match a {
+        None => b,
+        Some((x, y)) => (x.min(b.0), y.max(b.1)),
     }
 }
 
@@ -410,9 +440,7 @@ pub fn vector(
             .ok_or_else(|| overflow("count × blocklength"))?;
         b.add(&t, 0, total)?;
     } else {
-        for i in 0..n {
-            b.add(&t, ck((i as i128).checked_mul(step), "displacement")?, bl)?;
-        }
+        b.add_strided(&t, 0, step, n, bl)?;
     }
     let (combiner, aints, counts, ints) = match (stride_bytes, form) {
         (false, _) => (

@@ -686,11 +686,17 @@ fn commit_free_and_bad_input() {
         MPI_ERR_ARG
     );
     // Too fragmented a layout is refused before allocating.
-    let v2 = vector(1 << 20, 1, 2, INT);
+    let v2 = vector(1 << 16, 1, 2, INT);
     assert_eq!(
         unsafe { MPI_Type_contiguous(1 << 10, v2, &mut x) },
         MPI_ERR_NO_MEM
     );
+    let live = TYPES.live();
+    assert_eq!(
+        unsafe { MPI_Type_vector_c(1 << 25, 1, 2, INT, &mut x) },
+        MPI_ERR_NO_MEM
+    );
+    assert!(TYPES.live() <= live, "no handle on error");
     for t in [d, c, big, v2] {
         free(t);
     }
