@@ -1043,26 +1043,26 @@ fn spec() -> impl Strategy<Value = Spec> {
     let leaf = (0..BASICS.len()).prop_map(Spec::Basic);
     leaf.prop_recursive(3, 24, 4, |inner| {
         prop_oneof![
-            (0u8..4, inner.clone()).prop_map(|(n, t)| Spec::Contig(n, Box::new(t))),
-            (0u8..4, 0u8..3, -3i8..4, inner.clone()).prop_map(|(n, b, s, t)| Spec::Vector(
+            (1u8..4, inner.clone()).prop_map(|(n, t)| Spec::Contig(n, Box::new(t))),
+            (1u8..4, 1u8..3, -3i8..4, inner.clone()).prop_map(|(n, b, s, t)| Spec::Vector(
                 n,
                 b,
                 s,
                 Box::new(t)
             )),
-            (0u8..4, 0u8..3, -40i16..40, inner.clone()).prop_map(|(n, b, s, t)| Spec::Hvector(
+            (1u8..4, 1u8..3, -40i16..40, inner.clone()).prop_map(|(n, b, s, t)| Spec::Hvector(
                 n,
                 b,
                 s,
                 Box::new(t)
             )),
             (
-                proptest::collection::vec((0u8..3, -4i8..5), 0..4),
+                proptest::collection::vec((0u8..3, -4i8..5), 1..4),
                 inner.clone()
             )
                 .prop_map(|(v, t)| Spec::Indexed(v, Box::new(t))),
             (
-                proptest::collection::vec((0u8..3, -30i16..30), 0..4),
+                proptest::collection::vec((0u8..3, -30i16..30), 1..4),
                 inner.clone()
             )
                 .prop_map(|(v, t)| Spec::Struct(
@@ -1074,9 +1074,9 @@ fn spec() -> impl Strategy<Value = Spec> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(ProptestConfig::with_cases(500))]
     #[test]
-    fn pack_matches_the_type_map_model(s in spec(), count in 0usize..4) {
+    fn pack_matches_the_type_map_model(s in spec(), count in 0usize..5) {
         setup();
         let mut made = Vec::new();
         let t = build(&s, &mut made);
