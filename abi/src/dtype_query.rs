@@ -475,6 +475,34 @@ pub unsafe extern "C" fn MPI_Type_match_size(
     })
 }
 
+/// `MPI_Type_get_value_index` (MPI 4.1 §6.9.4): the predefined value-index pair type
+/// for `MPI_MINLOC` / `MPI_MAXLOC` of (`value_type`, `index_type`): `MPI_FLOAT_INT`,
+/// `MPI_DOUBLE_INT`, `MPI_LONG_INT`, `MPI_2INT`, `MPI_SHORT_INT`,
+/// `MPI_LONG_DOUBLE_INT`; `MPI_DATATYPE_NULL` for any other pair (as MPICH 5.0 does).
+/// Errors: `MPI_ERR_TYPE` (bad handle), `MPI_ERR_ARG` (null `pair_type`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Type_get_value_index(
+    value_type: MPI_Datatype,
+    index_type: MPI_Datatype,
+    pair_type: *mut MPI_Datatype,
+) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        info(value_type)?;
+        info(index_type)?;
+        const INT: MPI_Datatype = 0x209;
+        let pair = match (value_type, index_type) {
+            (0x210, INT) => 0x228, // MPI_FLOAT, MPI_INT -> MPI_FLOAT_INT
+            (0x214, INT) => 0x229, // MPI_DOUBLE -> MPI_DOUBLE_INT
+            (0x20a, INT) => 0x22a, // MPI_LONG -> MPI_LONG_INT
+            (INT, INT) => 0x22b,   // MPI_2INT
+            (0x208, INT) => 0x22c, // MPI_SHORT -> MPI_SHORT_INT
+            (0x220, INT) => 0x22d, // MPI_LONG_DOUBLE -> MPI_LONG_DOUBLE_INT
+            _ => MPI_DATATYPE_NULL,
+        };
+        unsafe { put(pair_type, pair, "pair_type") }
+    })
+}
+
 // ---------------------------------------------------------------------------------
 // Counts of a status (MPI 4.1 §3.2.5, §5.1.11, §13.3).
 

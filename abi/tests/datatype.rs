@@ -586,6 +586,15 @@ fn names_sizes_and_match_size() {
         unsafe { MPI_Type_match_size(MPI_TYPECLASS_INTEGER, 3, &mut m) },
         MPI_ERR_ARG
     );
+    let mut p = 0;
+    ok(unsafe { MPI_Type_get_value_index(DOUBLE, INT, &mut p) });
+    assert_eq!(p, DOUBLE_INT);
+    ok(unsafe { MPI_Type_get_value_index(SHORT, SHORT, &mut p) });
+    assert_eq!(p, MPI_DATATYPE_NULL, "no predefined pair");
+    assert_eq!(
+        unsafe { MPI_Type_get_value_index(0x3, INT, &mut p) },
+        MPI_ERR_TYPE
+    );
     let mut a: MPI_Aint = 0;
     let x = 5u64;
     ok(unsafe { MPI_Get_address(&x as *const u64 as *const _, &mut a) });
