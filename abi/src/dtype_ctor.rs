@@ -1230,8 +1230,283 @@ fn ndims_arg(ndims: c_int) -> R<u64> {
     if ndims < 1 {
         return Err(err(
             MPI_ERR_ARG,
-            format!("datatype: subarray ndims {ndims} < 1; fix: pass ndims >= 1"),
+            format!("datatype: ndims {ndims} < 1; fix: pass ndims >= 1"),
         ));
     }
     Ok(ndims as u64)
+}
+
+/// `MPI_Type_create_darray` (MPI 4.1 §5.1.4): the part of a `gsizes` array of `old`
+/// that process `rank` of a `psizes` process grid (row-major, `size` processes) owns
+/// under `distribs` (`MPI_DISTRIBUTE_NONE`, `_BLOCK`, `_CYCLIC`) with `dargs` (block
+/// sizes, or `MPI_DISTRIBUTE_DFLT_DARG`). The type map lists the owned elements in
+/// the array's storage order (`MPI_ORDER_C` or `MPI_ORDER_FORTRAN`); lower bound 0,
+/// extent `prod(gsizes) * extent(old)`.
+///
+/// # Errors
+/// `MPI_ERR_ARG` for `ndims < 1`, a grid whose product is not `size`, a rank outside
+/// it, a size or grid dimension < 1, an unknown distribution or order,
+/// `MPI_DISTRIBUTE_NONE` over more than one process, a block size that does not cover
+/// the dimension, or overflow; `MPI_ERR_TYPE` for a bad `old`.
+#[allow(clippy::too_many_arguments)]
+pub fn darray(
+    size: i64,
+    rank: i64,
+    gsizes: &[i64],
+    distribs: &[i64],
+    dargs: &[i64],
+    psizes: &[i64],
+    order: c_int,
+    old: MPI_Datatype,
+    form: Form,
+) -> R<TypeInfo> {
+    let nd = gsizes.len();
+    let bad = |m: String| {
+        err(
+            MPI_ERR_ARG,
+            format!("datatype: MPI_Type_create_darray: {m} (MPI 4.1 §5.1.4)"),
+        )
+    };
+    if nd == 0 {
+        return Err(bad("ndims < 1; fix: pass ndims >= 1".into()));
+    }
+    if order != MPI_ORDER_C && order != MPI_ORDER_FORTRAN {
+        return Err(bad(format!(
+            "order {order} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"
+        )));
+    }
+    let mut procs: i128 = 1;
+    for &p in psizes {
+        if p < 1 {
+            return Err(bad(format!("process grid dimension {p} < 1")));
+        }
+        procs = procs.saturating_mul(p as i128);
+    }
+    if procs != size as i128 || rank < 0 || rank >= size {
+        return Err(bad(format!(
+            "process grid {psizes:?} holds {procs} processes, size is {size}, rank {rank}; fix: the grid's product must equal size and 0 <= rank < size"
+        )));
+    }
+    // Row-major coordinates of `rank` in the grid, whatever `order` is.
+    let mut coords = vec![0i64; nd];
+    let mut r = rank;
+    for i in (0..nd).rev() {
+        coords[i] = r % psizes[i];
+        r /= psizes[i];
+    }
+    // Owned index runs (start, len) of each dimension, increasing.
+    let mut runs: Vec<Vec<(i64, i64)>> = Vec::with_capacity(nd);
+    for i in 0..nd {
+        let (g, p, c, d) = (gsizes[i], psizes[i], coords[i], dargs[i]);
+        if g < 1 {
+            return Err(bad(format!("dimension {i}: global size {g} < 1")));
+        }
+        let dim = match distribs[i] as c_int {
+            MPI_DISTRIBUTE_NONE => {
+                if p != 1 {
+                    return Err(bad(format!(
+                        "dimension {i}: MPI_DISTRIBUTE_NONE over {p} processes; fix: use a grid dimension of 1"
+                    )));
+                }
+                vec![(0, g)]
+            }
+            MPI_DISTRIBUTE_BLOCK => {
+                let b = if d == MPI_DISTRIBUTE_DFLT_DARG as i64 {
+                    (g + p - 1) / p
+                } else {
+                    d
+                };
+                if b < 1 || (b as i128) * (p as i128) < g as i128 {
+                    return Err(bad(format!(
+                        "dimension {i}: block size {b} × {p} processes does not cover {g} elements"
+                    )));
+                }
+                let start = (c as i128 * b as i128).min(g as i128) as i64;
+                let len = b.min(g - start);
+                if len > 0 { vec![(start, len)] } else { vec![] }
+            }
+            MPI_DISTRIBUTE_CYCLIC => {
+                let b = if d == MPI_DISTRIBUTE_DFLT_DARG as i64 {
+                    1
+                } else {
+                    d
+                };
+                if b < 1 {
+                    return Err(bad(format!("dimension {i}: cyclic block size {b} < 1")));
+                }
+                let mut v = Vec::new();
+                let step = b as i128 * p as i128;
+                let mut s = c as i128 * b as i128;
+                while s < g as i128 {
+                    v.push((s as i64, b.min(g - s as i64)));
+                    if v.len() > MAX_SEGMENTS {
+                        return Err(too_fragmented(v.len() as u128));
+                    }
+                    s += step;
+                }
+                v
+            }
+            x => {
+                return Err(bad(format!(
+                    "dimension {i}: distribution {x} is not MPI_DISTRIBUTE_NONE/BLOCK/CYCLIC"
+                )));
+            }
+        };
+        runs.push(dim);
+    }
+    let t = info(old)?;
+    // Dimension 0 of these is the fastest-varying one.
+    let fast_first = |v: Vec<Vec<(i64, i64)>>| -> Vec<Vec<(i64, i64)>> {
+        if order == MPI_ORDER_C {
+            v.into_iter().rev().collect()
+        } else {
+            v
+        }
+    };
+    let g: Vec<i64> = if order == MPI_ORDER_C {
+        gsizes.iter().rev().copied().collect()
+    } else {
+        gsizes.to_vec()
+    };
+    let runs = fast_first(runs);
+    let ext = t.extent as i128;
+    let mut stride = vec![ext; nd];
+    for i in 1..nd {
+        stride[i] = ck(stride[i - 1].checked_mul(g[i - 1] as i128), "array size")?;
+    }
+    let total = ck(stride[nd - 1].checked_mul(g[nd - 1] as i128), "array size")?;
+    let mut b = Builder::new();
+    if runs.iter().all(|r| !r.is_empty()) {
+        // Odometer over the owned indices of dimensions 1.. (dimension 1 fastest);
+        // each combination adds dimension 0's runs.
+        let mut pos = vec![(0usize, 0i64); nd]; // (run, offset in run) per dimension
+        loop {
+            let mut d: i128 = 0;
+            for i in 1..nd {
+                let (ri, k) = pos[i];
+                d += (runs[i][ri].0 + k) as i128 * stride[i];
+            }
+            for &(s, l) in &runs[0] {
+                b.add(&t, d + s as i128 * ext, l as u64)?;
+            }
+            let mut i = 1;
+            while i < nd {
+                let (ri, k) = &mut pos[i];
+                *k += 1;
+                if *k >= runs[i][*ri].1 {
+                    *k = 0;
+                    *ri += 1;
+                }
+                if *ri < runs[i].len() {
+                    break;
+                }
+                *ri = 0;
+                i += 1;
+            }
+            if i >= nd {
+                break;
+            }
+        }
+    }
+    let e = match form {
+        Form::Int => {
+            let mut ints = vec![size, rank, nd as i64];
+            for v in [gsizes, distribs, dargs, psizes] {
+                ints.extend_from_slice(v);
+            }
+            ints.push(order as i64);
+            env(MPI_COMBINER_DARRAY, form, ints, vec![], vec![], &[(old, t)])
+        }
+        Form::Large => {
+            let mut ints = vec![size, rank, nd as i64];
+            for v in [distribs, dargs, psizes] {
+                ints.extend_from_slice(v);
+            }
+            ints.push(order as i64);
+            env(
+                MPI_COMBINER_DARRAY,
+                form,
+                ints,
+                gsizes.to_vec(),
+                vec![],
+                &[(old, t)],
+            )
+        }
+    };
+    let mut n = b.finish(false, e)?;
+    n.lb = 0;
+    n.extent = isize::try_from(total).map_err(|_| overflow("array extent"))?;
+    Ok(n)
+}
+
+/// `MPI_Type_create_darray` (MPI 4.1 §5.1.4).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Type_create_darray(
+    size: c_int,
+    rank: c_int,
+    ndims: c_int,
+    array_of_gsizes: *const c_int,
+    array_of_distribs: *const c_int,
+    array_of_dargs: *const c_int,
+    array_of_psizes: *const c_int,
+    order: c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> c_int {
+    guard(MPI_COMM_SELF, || unsafe {
+        let n = ndims_arg(ndims)?;
+        let g = arr(array_of_gsizes, n, "array_of_gsizes")?;
+        let d = arr(array_of_distribs, n, "array_of_distribs")?;
+        let a = arr(array_of_dargs, n, "array_of_dargs")?;
+        let p = arr(array_of_psizes, n, "array_of_psizes")?;
+        store(newtype, || {
+            darray(
+                size as i64,
+                rank as i64,
+                &g,
+                &d,
+                &a,
+                &p,
+                order,
+                oldtype,
+                Form::Int,
+            )
+        })
+    })
+}
+
+/// `MPI_Type_create_darray_c` (MPI 4.1 §5.1.4), large global sizes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Type_create_darray_c(
+    size: c_int,
+    rank: c_int,
+    ndims: c_int,
+    array_of_gsizes: *const MPI_Count,
+    array_of_distribs: *const c_int,
+    array_of_dargs: *const c_int,
+    array_of_psizes: *const c_int,
+    order: c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> c_int {
+    guard(MPI_COMM_SELF, || unsafe {
+        let n = ndims_arg(ndims)?;
+        let g = arr(array_of_gsizes, n, "array_of_gsizes")?;
+        let d = arr(array_of_distribs, n, "array_of_distribs")?;
+        let a = arr(array_of_dargs, n, "array_of_dargs")?;
+        let p = arr(array_of_psizes, n, "array_of_psizes")?;
+        store(newtype, || {
+            darray(
+                size as i64,
+                rank as i64,
+                &g,
+                &d,
+                &a,
+                &p,
+                order,
+                oldtype,
+                Form::Large,
+            )
+        })
+    })
 }

@@ -324,6 +324,136 @@ fn subarray_layouts_c_and_fortran() {
     }
 }
 
+/// Packs one element of `t` over the ints 0..n: the global indices its type map names.
+fn indices(t: MPI_Datatype, n: usize) -> Vec<i32> {
+    let mut h = t;
+    ok(unsafe { MPI_Type_commit(&mut h) });
+    let a: Vec<i32> = (0..n as i32).collect();
+    let size = shape(t).4 as usize;
+    let mut out = vec![0i32; size / 4];
+    let mut pos = 0;
+    ok(unsafe {
+        MPI_Pack(
+            a.as_ptr() as *const _,
+            1,
+            t,
+            out.as_mut_ptr() as *mut _,
+            size as c_int,
+            &mut pos,
+            MPI_COMM_SELF,
+        )
+    });
+    out
+}
+
+#[test]
+fn darray_matches_mpich() {
+    setup();
+    let (b, c, none, dflt) = (
+        MPI_DISTRIBUTE_BLOCK,
+        MPI_DISTRIBUTE_CYCLIC,
+        MPI_DISTRIBUTE_NONE,
+        MPI_DISTRIBUTE_DFLT_DARG,
+    );
+    // Expected values: MPICH 5.0.2's libmpi_abi.so.1 for the same calls.
+    let mut t = 0;
+    let (g, d, a, p) = ([7, 5], [b, c], [dflt, dflt], [3, 2]);
+    ok(unsafe {
+        MPI_Type_create_darray(
+            6,
+            0,
+            2,
+            g.as_ptr(),
+            d.as_ptr(),
+            a.as_ptr(),
+            p.as_ptr(),
+            MPI_ORDER_C,
+            INT,
+            &mut t,
+        )
+    });
+    assert_eq!(shape(t), (0, 140, 0, 60, 36));
+    assert_eq!(indices(t, 35), vec![0, 2, 4, 5, 7, 9, 10, 12, 14]);
+    let mut f = 0;
+    let (d2, a2) = ([c, b], [2, 3]);
+    ok(unsafe {
+        MPI_Type_create_darray(
+            6,
+            3,
+            2,
+            g.as_ptr(),
+            d2.as_ptr(),
+            a2.as_ptr(),
+            p.as_ptr(),
+            MPI_ORDER_FORTRAN,
+            INT,
+            &mut f,
+        )
+    });
+    assert_eq!(shape(f), (0, 140, 92, 36, 16));
+    assert_eq!(indices(f, 35), vec![23, 24, 30, 31]);
+    let mut t3 = 0;
+    let (g3, d3, a3, p3) = ([4, 3, 5], [c, none, b], [1, dflt, dflt], [2, 1, 3]);
+    ok(unsafe {
+        MPI_Type_create_darray(
+            6,
+            4,
+            3,
+            g3.as_ptr(),
+            d3.as_ptr(),
+            a3.as_ptr(),
+            p3.as_ptr(),
+            MPI_ORDER_FORTRAN,
+            INT,
+            &mut t3,
+        )
+    });
+    assert_eq!(shape(t3), (0, 240, 100, 92, 48));
+    assert_eq!(indices(t3, 60), (25..48).step_by(2).collect::<Vec<i32>>());
+    let (mut ni, mut na, mut nd, mut comb) = (0, 0, 0, 0);
+    ok(unsafe { MPI_Type_get_envelope(t3, &mut ni, &mut na, &mut nd, &mut comb) });
+    assert_eq!((ni, na, nd, comb), (16, 0, 1, MPI_COMBINER_DARRAY));
+    // Bad grids.
+    let mut x = 0;
+    let rc = unsafe {
+        MPI_Type_create_darray(
+            5,
+            0,
+            2,
+            g.as_ptr(),
+            d.as_ptr(),
+            a.as_ptr(),
+            p.as_ptr(),
+            MPI_ORDER_C,
+            INT,
+            &mut x,
+        )
+    };
+    assert_eq!(rc, MPI_ERR_ARG, "grid of 6 for size 5");
+    let small = [1, 1];
+    let rc = unsafe {
+        MPI_Type_create_darray(
+            6,
+            0,
+            2,
+            g.as_ptr(),
+            [b, b].as_ptr(),
+            small.as_ptr(),
+            p.as_ptr(),
+            MPI_ORDER_C,
+            INT,
+            &mut x,
+        )
+    };
+    assert_eq!(
+        rc, MPI_ERR_ARG,
+        "blocks of 1 over 3 processes do not cover 7"
+    );
+    for x in [t, f, t3] {
+        free(x);
+    }
+}
+
 fn status_of(bytes: u64) -> MPI_Status {
     let mut s = MPI_Status::default();
     set_status_bytes(&mut s, bytes);
