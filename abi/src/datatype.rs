@@ -7,8 +7,9 @@
 //! into one and unpacked at completion). Reductions need every element to be one
 //! basic type ([`TypeInfo::basic`]).
 //!
-//! Derived types are built in `dtype_ctor.rs` (constructors, commit, free) and queried
-//! in `dtype_query.rs` (extents, envelopes, names, counts, pack). Predefined types
+//! Derived types are laid out by `dtype_layout.rs`, built by `dtype_ctor.rs` (exported
+//! as C functions, with commit and free, in `dtype_ctor_c.rs`), queried in
+//! `dtype_query.rs` (extents, envelopes, names, counts) and packed in `dtype_pack.rs`. Predefined types
 //! without a layout here (`MPI_2REAL`, `MPI_2DOUBLE_PRECISION`, `MPI_2INTEGER`,
 //! `MPI_REAL2`, `MPI_COMPLEX4`, `MPI_INTEGER16`, `MPI_LOGICAL16`: no matching
 //! [`Basic`] kind) are rejected with `MPI_ERR_TYPE` like an unknown handle.

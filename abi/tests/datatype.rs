@@ -7,7 +7,8 @@
 
 use mpi_abi::consts::*;
 use mpi_abi::datatype::{TYPES, for_comm, info};
-use mpi_abi::dtype_ctor::*;
+use mpi_abi::dtype_ctor_c::*;
+use mpi_abi::dtype_pack::*;
 use mpi_abi::dtype_query::*;
 use mpi_abi::request::{set_status_bytes, status_bytes};
 use proptest::prelude::*;
