@@ -6,6 +6,13 @@
 //! user's buffer directly, any other is packed into a temporary buffer first (received
 //! into one and unpacked at completion). Reductions need every element to be one
 //! basic type ([`TypeInfo::basic`]).
+//!
+//! Derived types are laid out by `dtype_layout.rs`, built by `dtype_ctor.rs` (exported
+//! as C functions, with commit and free, in `dtype_ctor_c.rs`), queried in
+//! `dtype_query.rs` (extents, envelopes, names, counts) and packed in `dtype_pack.rs`. Predefined types
+//! without a layout here (`MPI_2REAL`, `MPI_2DOUBLE_PRECISION`, `MPI_2INTEGER`,
+//! `MPI_REAL2`, `MPI_COMPLEX4`, `MPI_INTEGER16`, `MPI_LOGICAL16`: no matching
+//! [`Basic`] kind) are rejected with `MPI_ERR_TYPE` like an unknown handle.
 
 use crate::consts::*;
 use crate::error::{R, err};
@@ -192,8 +199,9 @@ pub struct TypeInfo {
     /// The basic type every element consists of, if there is just one (reductions,
     /// `MPI_Get_elements`); `None` for mixed types.
     pub basic: Option<Basic>,
-    /// Basic elements per element (for `MPI_Get_elements`; with `basic == None`, the
-    /// number of basic entries in the type map).
+    /// Basic elements per element, as `MPI_Get_elements` counts them: the basic
+    /// entries of the type map, a pair type (`MPI_DOUBLE_INT`, ...) counting two
+    /// (its value and its index, as MPICH does), so `MPI_DOUBLE_INT` has 2.
     pub nbasic: usize,
     /// The basic entries of one element in type-map order as (kind, how many),
     /// consecutive entries of one kind merged; pair types appear as their

@@ -1,15 +1,15 @@
 //! Datatype queries (size, extents, envelope and contents, names; MPI 4.1 §5.1.5,
-//! §5.1.13, §7.8), element counts of a status (§3.2.5, §5.1.11), addresses (§5.1.4),
-//! and `MPI_Pack` / `MPI_Unpack` / `MPI_Pack_size` (§5.2).
+//! §5.1.13, §7.8), element counts of a status (§3.2.5, §5.1.11) and addresses
+//! (§5.1.4). `MPI_Pack` & co are in `dtype_pack.rs`.
 //!
 //! Sizes are bytes of data, extents bytes of stride; counts are elements of the given
 //! datatype; `MPI_Get_elements` counts basic elements. The int forms report a value
 //! that does not fit in an `int` as `MPI_UNDEFINED` (sizes and counts, as the standard
 //! says) or fail with `MPI_ERR_COUNT` naming the `_c` form to use (pack sizes and
-//! positions). `MPI_Pack_external` (external32) is not implemented (absent).
+//! positions).
 
 use crate::consts::*;
-use crate::datatype::{TYPES, TypeInfo, for_comm, info, predefined, set_predefined_name};
+use crate::datatype::{TYPES, TypeInfo, info, predefined, set_predefined_name};
 use crate::error::{R, err, guard, put};
 use crate::request::{set_status_bytes, status_bytes};
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -475,6 +475,34 @@ pub unsafe extern "C" fn MPI_Type_match_size(
     })
 }
 
+/// `MPI_Type_get_value_index` (MPI 4.1 §6.9.4): the predefined value-index pair type
+/// for `MPI_MINLOC` / `MPI_MAXLOC` of (`value_type`, `index_type`): `MPI_FLOAT_INT`,
+/// `MPI_DOUBLE_INT`, `MPI_LONG_INT`, `MPI_2INT`, `MPI_SHORT_INT`,
+/// `MPI_LONG_DOUBLE_INT`; `MPI_DATATYPE_NULL` for any other pair (as MPICH 5.0 does).
+/// Errors: `MPI_ERR_TYPE` (bad handle), `MPI_ERR_ARG` (null `pair_type`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Type_get_value_index(
+    value_type: MPI_Datatype,
+    index_type: MPI_Datatype,
+    pair_type: *mut MPI_Datatype,
+) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        info(value_type)?;
+        info(index_type)?;
+        const INT: MPI_Datatype = 0x209;
+        let pair = match (value_type, index_type) {
+            (0x210, INT) => 0x228, // MPI_FLOAT, MPI_INT -> MPI_FLOAT_INT
+            (0x214, INT) => 0x229, // MPI_DOUBLE -> MPI_DOUBLE_INT
+            (0x20a, INT) => 0x22a, // MPI_LONG -> MPI_LONG_INT
+            (INT, INT) => 0x22b,   // MPI_2INT
+            (0x208, INT) => 0x22c, // MPI_SHORT -> MPI_SHORT_INT
+            (0x220, INT) => 0x22d, // MPI_LONG_DOUBLE -> MPI_LONG_DOUBLE_INT
+            _ => MPI_DATATYPE_NULL,
+        };
+        unsafe { put(pair_type, pair, "pair_type") }
+    })
+}
+
 // ---------------------------------------------------------------------------------
 // Counts of a status (MPI 4.1 §3.2.5, §5.1.11, §13.3).
 
@@ -678,318 +706,4 @@ pub extern "C" fn MPI_Aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Aint_diff(addr1: MPI_Aint, addr2: MPI_Aint) -> MPI_Aint {
     addr1.wrapping_sub(addr2)
-}
-
-// ---------------------------------------------------------------------------------
-// Pack and unpack (MPI 4.1 §5.2).
-
-fn comm_ok(comm: MPI_Comm) -> bool {
-    comm == MPI_COMM_WORLD || comm == MPI_COMM_SELF || crate::comm::COMMS.get(comm).is_some()
-}
-
-/// The communicator whose error handler an error of a call on `comm` goes to: `comm`
-/// itself, or `MPI_COMM_SELF` when `comm` is not valid (MPI 4.1 §9.3).
-fn handler_comm(comm: MPI_Comm) -> MPI_Comm {
-    if comm_ok(comm) { comm } else { MPI_COMM_SELF }
-}
-
-fn comm_arg(comm: MPI_Comm) -> R {
-    if comm_ok(comm) {
-        return Ok(());
-    }
-    Err(err(
-        MPI_ERR_COMM,
-        format!(
-            "pack: communicator {comm:#x} is not a communicator (MPI_COMM_NULL, freed, or not a handle of this library); fix: pass the communicator the packed data is sent on"
-        ),
-    ))
-}
-
-/// `incount` elements of `dt` as packed bytes: (layout, count, bytes).
-/// Pack and unpack need a committed type, `MPI_Pack_size` does not.
-fn packed_len(incount: i64, dt: MPI_Datatype, committed: bool) -> R<(Arc<TypeInfo>, usize, usize)> {
-    let n = crate::datatype::count(incount)?;
-    let t = if committed { for_comm(dt)? } else { info(dt)? };
-    let bytes = n
-        .checked_mul(t.size)
-        .filter(|&b| b <= i64::MAX as usize)
-        .ok_or_else(|| {
-            err(
-                MPI_ERR_COUNT,
-                format!(
-                    "pack: {n} elements of {} bytes overflow 64 bits; fix: pack fewer elements",
-                    t.size
-                ),
-            )
-        })?;
-    Ok((t, n, bytes))
-}
-
-/// The packed region `[pos, pos + len)` of a buffer of `size` bytes.
-fn region(pos: i64, len: usize, size: i64, what: &str) -> R<usize> {
-    if pos < 0 || size < 0 {
-        return Err(err(
-            MPI_ERR_ARG,
-            format!(
-                "{what}: position {pos} or buffer size {size} is negative; fix: start at position 0"
-            ),
-        ));
-    }
-    let end = (pos as u128) + len as u128;
-    if end > size as u128 {
-        return Err(err(
-            MPI_ERR_TRUNCATE,
-            format!(
-                "{what}: {len} bytes at position {pos} do not fit a buffer of {size} bytes; fix: size the buffer with MPI_Pack_size"
-            ),
-        ));
-    }
-    Ok(pos as usize)
-}
-
-fn host_only(ptr: *const u8, len: usize, what: &str) -> R {
-    if crate::buf::is_device(ptr, len) {
-        return Err(err(
-            MPI_ERR_BUFFER,
-            format!(
-                "{what}: the packed buffer is CUDA device memory; rankwire packs into and unpacks from host memory only; fix: use a host buffer for the packed data (the typed buffer may be on the device)"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Packs: the shared body of `MPI_Pack` / `MPI_Pack_c`. Returns the new position.
-///
-/// # Safety
-/// The C contract of `MPI_Pack`.
-unsafe fn pack(
-    inbuf: *const c_void,
-    incount: i64,
-    dt: MPI_Datatype,
-    outbuf: *mut c_void,
-    outsize: i64,
-    pos: i64,
-    comm: MPI_Comm,
-) -> R<i64> {
-    comm_arg(comm)?;
-    let (t, n, len) = packed_len(incount, dt, true)?;
-    let at = region(pos, len, outsize, "MPI_Pack")?;
-    if len == 0 {
-        return Ok(pos);
-    }
-    if inbuf.is_null() && t.contiguous_span(n).is_some_and(|(off, _)| off == 0) {
-        return Err(null_arg("inbuf"));
-    }
-    if outbuf.is_null() {
-        return Err(null_arg("outbuf"));
-    }
-    let dst = (outbuf as *mut u8).wrapping_add(at);
-    host_only(dst, len, "MPI_Pack")?;
-    // SAFETY: dst has len bytes (region checked against outsize, caller's contract).
-    let out = unsafe { std::slice::from_raw_parts_mut(dst, len) };
-    // SAFETY: the caller's type map of n elements at inbuf is readable.
-    unsafe {
-        crate::buf::with_host_view(&t, n, inbuf as *mut u8, false, |host| t.pack(n, host, out))
-    }?;
-    Ok(pos + len as i64)
-}
-
-/// Unpacks: the shared body of `MPI_Unpack` / `MPI_Unpack_c`. Returns the new position.
-///
-/// # Safety
-/// The C contract of `MPI_Unpack`.
-unsafe fn unpack(
-    inbuf: *const c_void,
-    insize: i64,
-    pos: i64,
-    outbuf: *mut c_void,
-    outcount: i64,
-    dt: MPI_Datatype,
-    comm: MPI_Comm,
-) -> R<i64> {
-    comm_arg(comm)?;
-    let (t, n, len) = packed_len(outcount, dt, true)?;
-    let at = region(pos, len, insize, "MPI_Unpack")?;
-    if len == 0 {
-        return Ok(pos);
-    }
-    if inbuf.is_null() {
-        return Err(null_arg("inbuf"));
-    }
-    if outbuf.is_null() && t.contiguous_span(n).is_some_and(|(off, _)| off == 0) {
-        return Err(null_arg("outbuf"));
-    }
-    let src = (inbuf as *const u8).wrapping_add(at);
-    host_only(src, len, "MPI_Unpack")?;
-    // SAFETY: src has len bytes (region checked against insize).
-    let data = unsafe { std::slice::from_raw_parts(src, len) };
-    // SAFETY: the caller's type map of n elements at outbuf is writable.
-    unsafe {
-        crate::buf::with_host_view(&t, n, outbuf as *mut u8, true, |host| {
-            t.unpack(n, data, host)
-        })
-    }?;
-    Ok(pos + len as i64)
-}
-
-/// # Safety
-/// `p` null or valid for read and write.
-unsafe fn position_in<T: Copy + Into<i64>>(p: *mut T) -> R<i64> {
-    if p.is_null() {
-        return Err(null_arg("position"));
-    }
-    // SAFETY: non-null.
-    Ok(unsafe { p.read() }.into())
-}
-
-fn int_position(p: i64, what: &str) -> R<c_int> {
-    c_int::try_from(p).map_err(|_| {
-        err(
-            MPI_ERR_COUNT,
-            format!("{what}: position {p} does not fit in an int; fix: use the _c form"),
-        )
-    })
-}
-
-/// `MPI_Pack` (MPI 4.1 §5.2.1): appends `incount` elements of `datatype` at `inbuf`
-/// (host or device memory) to `outbuf` (host, `outsize` bytes) at byte `*position`,
-/// and advances `*position`. The packed form is the type map's bytes in order
-/// (rankwire's native representation; same on every rank).
-/// Errors: `MPI_ERR_COUNT`, `MPI_ERR_TYPE` (bad or uncommitted type), `MPI_ERR_COMM`,
-/// `MPI_ERR_TRUNCATE` (does not fit in `outsize`), `MPI_ERR_ARG` (null or negative
-/// arguments), `MPI_ERR_BUFFER` (packed buffer on the device).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Pack(
-    inbuf: *const c_void,
-    incount: c_int,
-    datatype: MPI_Datatype,
-    outbuf: *mut c_void,
-    outsize: c_int,
-    position: *mut c_int,
-    comm: MPI_Comm,
-) -> c_int {
-    guard(handler_comm(comm), || unsafe {
-        let p = position_in(position)?;
-        let q = pack(
-            inbuf,
-            incount as i64,
-            datatype,
-            outbuf,
-            outsize as i64,
-            p,
-            comm,
-        )?;
-        position.write(int_position(q, "MPI_Pack")?);
-        Ok(())
-    })
-}
-
-/// `MPI_Pack_c` (MPI 4.1 §5.2.1), large count.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Pack_c(
-    inbuf: *const c_void,
-    incount: MPI_Count,
-    datatype: MPI_Datatype,
-    outbuf: *mut c_void,
-    outsize: MPI_Count,
-    position: *mut MPI_Count,
-    comm: MPI_Comm,
-) -> c_int {
-    guard(handler_comm(comm), || unsafe {
-        let p = position_in(position)?;
-        let q = pack(inbuf, incount, datatype, outbuf, outsize, p, comm)?;
-        position.write(q);
-        Ok(())
-    })
-}
-
-/// `MPI_Unpack` (MPI 4.1 §5.2.1): reads `outcount` elements of `datatype` from
-/// `inbuf` (host, `insize` bytes) at byte `*position` into `outbuf` (host or device),
-/// and advances `*position`.
-/// Errors: as `MPI_Pack`; `MPI_ERR_TRUNCATE` when `insize` holds less than that.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Unpack(
-    inbuf: *const c_void,
-    insize: c_int,
-    position: *mut c_int,
-    outbuf: *mut c_void,
-    outcount: c_int,
-    datatype: MPI_Datatype,
-    comm: MPI_Comm,
-) -> c_int {
-    guard(handler_comm(comm), || unsafe {
-        let p = position_in(position)?;
-        let q = unpack(
-            inbuf,
-            insize as i64,
-            p,
-            outbuf,
-            outcount as i64,
-            datatype,
-            comm,
-        )?;
-        position.write(int_position(q, "MPI_Unpack")?);
-        Ok(())
-    })
-}
-
-/// `MPI_Unpack_c` (MPI 4.1 §5.2.1), large count.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Unpack_c(
-    inbuf: *const c_void,
-    insize: MPI_Count,
-    position: *mut MPI_Count,
-    outbuf: *mut c_void,
-    outcount: MPI_Count,
-    datatype: MPI_Datatype,
-    comm: MPI_Comm,
-) -> c_int {
-    guard(handler_comm(comm), || unsafe {
-        let p = position_in(position)?;
-        let q = unpack(inbuf, insize, p, outbuf, outcount, datatype, comm)?;
-        position.write(q);
-        Ok(())
-    })
-}
-
-/// `MPI_Pack_size` (MPI 4.1 §5.2.1): an upper bound (here: exactly) of the bytes
-/// `MPI_Pack` needs for `incount` elements: `incount * size`.
-/// Errors: `MPI_ERR_COUNT` (negative, or more than an `int` holds: use
-/// `MPI_Pack_size_c`), `MPI_ERR_TYPE`, `MPI_ERR_COMM`, `MPI_ERR_ARG` (null `size`).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Pack_size(
-    incount: c_int,
-    datatype: MPI_Datatype,
-    comm: MPI_Comm,
-    size: *mut c_int,
-) -> c_int {
-    guard(handler_comm(comm), || {
-        comm_arg(comm)?;
-        let (_, _, len) = packed_len(incount as i64, datatype, false)?;
-        let v = c_int::try_from(len).map_err(|_| {
-            err(
-                MPI_ERR_COUNT,
-                format!(
-                    "MPI_Pack_size: {len} bytes do not fit in an int; fix: use MPI_Pack_size_c"
-                ),
-            )
-        })?;
-        unsafe { put(size, v, "size") }
-    })
-}
-
-/// `MPI_Pack_size_c` (MPI 4.1 §5.2.1), large count.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Pack_size_c(
-    incount: MPI_Count,
-    datatype: MPI_Datatype,
-    comm: MPI_Comm,
-    size: *mut MPI_Count,
-) -> c_int {
-    guard(handler_comm(comm), || {
-        comm_arg(comm)?;
-        let (_, _, len) = packed_len(incount, datatype, false)?;
-        unsafe { put(size, len as MPI_Count, "size") }
-    })
 }
