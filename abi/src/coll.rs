@@ -18,7 +18,8 @@
 //! agree (MPI 4.1 §6.1: equal type signatures); non-contiguous types are packed and
 //! unpacked, device memory staged through host memory (see `coll_buf.rs`), except
 //! for `MPI_Bcast` and `MPI_Allgather` on contiguous device buffers, which run on
-//! rankwire's device collectives. The reductions are in `coll_red.rs`.
+//! rankwire's device collectives (all ranks must then pass device buffers, see
+//! `coll_red.rs`; not yet run on a GPU). The reductions are in `coll_red.rs`.
 //!
 //! # `MPI_IN_PLACE` (MPI 4.1 §6.2.3)
 //! | collective | where | meaning |

@@ -7,7 +7,10 @@
 //!   both contiguous device memory runs on rankwire's device collectives (GPU
 //!   kernels): blocking allreduce, reduce, reduce_scatter_block (also in place), and
 //!   nonblocking allreduce, reduce, reduce_scatter_block out of place. Every other
-//!   device case is staged through host memory.
+//!   device case is staged through host memory. The device collectives exchange
+//!   other messages than the host ones, so every rank of a call must pass device
+//!   buffers or every rank host buffers (mixing them across ranks, legal in MPI, is
+//!   not supported and hangs). Not yet run on a GPU.
 //! - **Core**: rankwire's typed reduction on `T` = the basic type (host memory).
 //! - **Packed**: rankwire's collective on packed records with `op.rs`'s combine as a
 //!   commutative rankwire user operation (complex, `long double`, `MPI_DOUBLE_INT`,

@@ -15,9 +15,11 @@
 //!
 //! Any other pair is `MPI_ERR_OP`. `MPI_REPLACE` and `MPI_NO_OP` are only meaningful in
 //! one-sided accumulates (MPI 4.1 §12.3.4), which this library does not have: a
-//! reduction with them is `MPI_ERR_OP`. A predefined operation applies to a derived
-//! datatype whose type map holds one basic type only (e.g. a vector of `MPI_DOUBLE`);
-//! a mixed one is `MPI_ERR_OP`.
+//! reduction with them is `MPI_ERR_OP`. As an extension beyond MPI 4.1 §6.9.2 (which
+//! defines predefined operations on predefined types only; MPICH rejects the rest), a
+//! predefined operation also applies to a derived datatype whose type map holds one
+//! basic type only (e.g. a vector of `MPI_DOUBLE`, combined element by element on the
+//! type map's data); a mixed one is `MPI_ERR_OP`.
 //!
 //! # Plans
 //! - [`Plan::Core`]: the basic type has a rankwire element type with the same C layout
