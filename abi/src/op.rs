@@ -898,6 +898,21 @@ pub unsafe extern "C" fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> 
     })
 }
 
+/// `MPI_Op_toint` (MPI 5.0 ABI, handle conversion for Fortran): the handle as an
+/// `int` (predefined handles keep their ABI value; created ones fit in 31 bits). No
+/// error is possible, so the body needs no error guard.
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Op_toint(op: MPI_Op) -> c_int {
+    op as c_int
+}
+
+/// `MPI_Op_fromint`: the handle of an `int` from `MPI_Op_toint` (a value that is not
+/// one gives a handle that later calls reject with `MPI_ERR_OP`).
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Op_fromint(op: c_int) -> MPI_Op {
+    op as u32 as MPI_Op
+}
+
 /// `MPI_Reduce_local` (MPI 4.1 §6.9.7): `inoutbuf[i] = inbuf[i] ∘ inoutbuf[i]` for
 /// `count` elements of `datatype`. Predefined operations run this module's combine on
 /// the packed elements (any layout; device buffers staged through host memory); a
