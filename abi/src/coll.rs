@@ -18,7 +18,8 @@
 //! agree (MPI 4.1 §6.1: equal type signatures); non-contiguous types are packed and
 //! unpacked, device memory staged through host memory (see `coll_buf.rs`), except
 //! for `MPI_Bcast` and `MPI_Allgather` on contiguous device buffers, which run on
-//! rankwire's device collectives. The reductions are in `coll_red.rs`.
+//! rankwire's device collectives (all ranks must then pass device buffers, see
+//! `coll_red.rs`; not yet run on a GPU). The reductions are in `coll_red.rs`.
 //!
 //! # `MPI_IN_PLACE` (MPI 4.1 §6.2.3)
 //! | collective | where | meaning |
@@ -40,8 +41,8 @@ use crate::coll_buf::{
 use crate::comm::lookup;
 use crate::consts::*;
 use crate::datatype::{count, for_comm};
-use crate::error::{R, err, guard, put};
-use crate::request::{Active, Finish, Keep, StartFn, Started};
+use crate::error::{R, err};
+use crate::request::{Active, Finish, Keep, Started};
 use rankwire::{CollRequest, Communicator};
 use std::ffi::{c_int, c_void};
 
@@ -198,7 +199,7 @@ fn fin_blocks(b: crate::coll_buf::Blocks) -> Option<Finish> {
 }
 
 /// `MPI_Barrier` (MPI 4.1 §6.3).
-unsafe fn barrier(comm: MPI_Comm, mode: Mode) -> R<Out> {
+pub(crate) unsafe fn barrier(comm: MPI_Comm, mode: Mode) -> R<Out> {
     let c = lookup(comm)?;
     let c2 = c.clone();
     run(
@@ -212,7 +213,7 @@ unsafe fn barrier(comm: MPI_Comm, mode: Mode) -> R<Out> {
 
 /// `MPI_Bcast` (MPI 4.1 §6.4): `count` elements of `dt` from `root` to every rank.
 /// A contiguous device buffer runs on rankwire's device broadcast.
-unsafe fn bcast<C: Num>(
+pub(crate) unsafe fn bcast<C: Num>(
     comm: MPI_Comm,
     mode: Mode,
     buf: *mut c_void,
@@ -257,7 +258,7 @@ unsafe fn bcast<C: Num>(
 
 /// `MPI_Gather` (MPI 4.1 §6.5).
 #[allow(clippy::too_many_arguments)]
-unsafe fn gather<C: Num>(
+pub(crate) unsafe fn gather<C: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -310,7 +311,7 @@ unsafe fn gather<C: Num>(
 /// `MPI_Gatherv` (MPI 4.1 §6.5): `recvcounts`/`displs` (elements of `recvtype`) are
 /// read on the root only.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gatherv<C: Num, D: Num>(
+pub(crate) unsafe fn gatherv<C: Num, D: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -369,7 +370,7 @@ unsafe fn gatherv<C: Num, D: Num>(
 
 /// `MPI_Scatter` (MPI 4.1 §6.6).
 #[allow(clippy::too_many_arguments)]
-unsafe fn scatter<C: Num>(
+pub(crate) unsafe fn scatter<C: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -411,7 +412,7 @@ unsafe fn scatter<C: Num>(
 
 /// `MPI_Scatterv` (MPI 4.1 §6.6): `sendcounts`/`displs` are read on the root only.
 #[allow(clippy::too_many_arguments)]
-unsafe fn scatterv<C: Num, D: Num>(
+pub(crate) unsafe fn scatterv<C: Num, D: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -471,7 +472,7 @@ unsafe fn scatterv<C: Num, D: Num>(
 /// `MPI_Allgather` (MPI 4.1 §6.7). Contiguous device buffers (out of place, or in
 /// place blocking) run on rankwire's device allgather.
 #[allow(clippy::too_many_arguments)]
-unsafe fn allgather<C: Num>(
+pub(crate) unsafe fn allgather<C: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -540,7 +541,7 @@ unsafe fn allgather<C: Num>(
 
 /// `MPI_Allgatherv` (MPI 4.1 §6.7).
 #[allow(clippy::too_many_arguments)]
-unsafe fn allgatherv<C: Num, D: Num>(
+pub(crate) unsafe fn allgatherv<C: Num, D: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -584,7 +585,7 @@ unsafe fn allgatherv<C: Num, D: Num>(
 
 /// `MPI_Alltoall` (MPI 4.1 §6.8).
 #[allow(clippy::too_many_arguments)]
-unsafe fn alltoall<C: Num>(
+pub(crate) unsafe fn alltoall<C: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -641,7 +642,7 @@ fn alltoall_blocks(c: Communicator, mode: Mode, sb: &[Block], rb: &[Block], copy
 
 /// `MPI_Alltoallv` (MPI 4.1 §6.8): displacements in elements of the side's type.
 #[allow(clippy::too_many_arguments)]
-unsafe fn alltoallv<C: Num, D: Num>(
+pub(crate) unsafe fn alltoallv<C: Num, D: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -677,7 +678,7 @@ unsafe fn alltoallv<C: Num, D: Num>(
 
 /// `MPI_Alltoallw` (MPI 4.1 §6.8): a datatype per block, displacements in bytes.
 #[allow(clippy::too_many_arguments)]
-unsafe fn alltoallw<C: Num, D: Num>(
+pub(crate) unsafe fn alltoallw<C: Num, D: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -721,7 +722,7 @@ unsafe fn alltoallw<C: Num, D: Num>(
     alltoall_blocks(c, mode, &sb, &rb, inplace)
 }
 
-unsafe fn allreduce<C: Num>(
+pub(crate) unsafe fn allreduce<C: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -735,7 +736,7 @@ unsafe fn allreduce<C: Num>(
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn reduce<C: Num>(
+pub(crate) unsafe fn reduce<C: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -749,7 +750,7 @@ unsafe fn reduce<C: Num>(
     unsafe { crate::coll_red::reduce(comm, mode, sbuf as _, rbuf as _, n.i64(), dt, op, root) }
 }
 
-unsafe fn reduce_scatter_block<C: Num>(
+pub(crate) unsafe fn reduce_scatter_block<C: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -764,7 +765,7 @@ unsafe fn reduce_scatter_block<C: Num>(
     }
 }
 
-unsafe fn reduce_scatter<C: Num>(
+pub(crate) unsafe fn reduce_scatter<C: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -780,7 +781,7 @@ unsafe fn reduce_scatter<C: Num>(
     unsafe { crate::coll_red::reduce_scatter(comm, mode, sbuf as _, rbuf as _, &counts, dt, op) }
 }
 
-unsafe fn scan<C: Num>(
+pub(crate) unsafe fn scan<C: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -793,7 +794,7 @@ unsafe fn scan<C: Num>(
     unsafe { crate::coll_red::scan(comm, mode, sbuf as _, rbuf as _, n.i64(), dt, op, false) }
 }
 
-unsafe fn exscan<C: Num>(
+pub(crate) unsafe fn exscan<C: Num>(
     comm: MPI_Comm,
     mode: Mode,
     sbuf: *const c_void,
@@ -806,226 +807,10 @@ unsafe fn exscan<C: Num>(
     unsafe { crate::coll_red::scan(comm, mode, sbuf as _, rbuf as _, n.i64(), dt, op, true) }
 }
 
-/// Arguments of a persistent collective, kept for its starts (raw pointers: the C
-/// caller keeps them valid while the request exists, MPI 4.1 §6.13).
-struct Kept<T>(T);
-
-// SAFETY: plain values and addresses (see the type doc).
-unsafe impl<T> Send for Kept<T> {}
-// SAFETY: as above; only copied out.
-unsafe impl<T> Sync for Kept<T> {}
-
-impl<T: Copy> Kept<T> {
-    fn get(&self) -> T {
-        self.0
-    }
-}
-
-fn null_request() -> crate::error::MpiErr {
-    err(
-        MPI_ERR_ARG,
-        "collective: the request pointer is null; fix: pass the address of an MPI_Request",
-    )
-}
-
-fn not_started() -> crate::error::MpiErr {
-    err(
-        MPI_ERR_INTERN,
-        "collective: a nonblocking start returned no operation (a bug in rankwire, please report it)",
-    )
-}
-
-/// Starts a nonblocking collective and stores its request.
-fn nonblocking(comm: MPI_Comm, request: *mut MPI_Request, f: impl FnOnce() -> R<Out>) -> R {
-    if request.is_null() {
-        return Err(null_request());
-    }
-    let s = f()?.ok_or_else(not_started)?;
-    // SAFETY: checked non-null; the caller's variable.
-    unsafe { put(request, crate::request::insert(comm, s), "request") }
-}
-
-/// Creates a persistent collective request whose starts run `f`.
-fn persistent(
-    comm: MPI_Comm,
-    request: *mut MPI_Request,
-    f: impl Fn() -> R<Out> + Send + Sync + 'static,
-) -> R {
-    if request.is_null() {
-        return Err(null_request());
-    }
-    lookup(comm)?;
-    let start: StartFn = Box::new(move || f()?.ok_or_else(not_started));
-    // SAFETY: checked non-null; the caller's variable.
-    unsafe {
-        put(
-            request,
-            crate::request::insert_persistent(comm, start),
-            "request",
-        )
-    }
-}
-
-// The blocking, nonblocking and persistent entry points of one collective, from its
-// implementation `$imp(comm, mode, args...)`.
-macro_rules! coll_entries {
-    ($imp:ident; $b:ident, $i:ident, $p:ident; ($($a:ident: $t:ty),*)) => {
-        #[doc = concat!("`", stringify!($b), "` (MPI 4.1 chapter 6; see the module doc for paths, `MPI_IN_PLACE` and errors).")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $b($($a: $t,)* comm: MPI_Comm) -> c_int {
-            // SAFETY: the C caller's arguments.
-            guard(comm, || unsafe { $imp(comm, Mode::Block, $($a),*) }.map(|_| ()))
-        }
-
-        #[doc = concat!("`", stringify!($i), "`: the nonblocking form (MPI 4.1 §6.12); complete it with `MPI_Wait`/`MPI_Test`.")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $i($($a: $t,)* comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-            // SAFETY: the C caller's arguments.
-            guard(comm, || nonblocking(comm, request, || unsafe { $imp(comm, Mode::Start, $($a),*) }))
-        }
-
-        #[doc = concat!("`", stringify!($p), "`: the persistent form (MPI 4.1 §6.13); `MPI_Start` runs the nonblocking form with the arguments given here (`info` is not used).")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $p($($a: $t,)* comm: MPI_Comm, _info: MPI_Info, request: *mut MPI_Request) -> c_int {
-            let kept = Kept(($($a,)*));
-            guard(comm, || persistent(comm, request, move || {
-                #[allow(unused_parens, clippy::unused_unit)]
-                let ($($a,)*) = kept.get();
-                // SAFETY: the C caller keeps the arguments valid while the request lives.
-                unsafe { $imp(comm, Mode::Start, $($a),*) }
-            }))
-        }
-    };
-}
-
-coll_entries!(barrier; MPI_Barrier, MPI_Ibarrier, MPI_Barrier_init; ());
-
-coll_entries!(bcast; MPI_Bcast, MPI_Ibcast, MPI_Bcast_init;
-    (buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int));
-coll_entries!(bcast; MPI_Bcast_c, MPI_Ibcast_c, MPI_Bcast_init_c;
-    (buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int));
-
-coll_entries!(gather; MPI_Gather, MPI_Igather, MPI_Gather_init;
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int));
-coll_entries!(gather; MPI_Gather_c, MPI_Igather_c, MPI_Gather_init_c;
-    (sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int));
-
-coll_entries!(gatherv; MPI_Gatherv, MPI_Igatherv, MPI_Gatherv_init;
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int,
-     recvtype: MPI_Datatype, root: c_int));
-coll_entries!(gatherv; MPI_Gatherv_c, MPI_Igatherv_c, MPI_Gatherv_init_c;
-    (sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint,
-     recvtype: MPI_Datatype, root: c_int));
-
-coll_entries!(scatter; MPI_Scatter, MPI_Iscatter, MPI_Scatter_init;
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int));
-coll_entries!(scatter; MPI_Scatter_c, MPI_Iscatter_c, MPI_Scatter_init_c;
-    (sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int));
-
-coll_entries!(scatterv; MPI_Scatterv, MPI_Iscatterv, MPI_Scatterv_init;
-    (sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int,
-     sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int,
-     recvtype: MPI_Datatype, root: c_int));
-coll_entries!(scatterv; MPI_Scatterv_c, MPI_Iscatterv_c, MPI_Scatterv_init_c;
-    (sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint,
-     sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count,
-     recvtype: MPI_Datatype, root: c_int));
-
-coll_entries!(allgather; MPI_Allgather, MPI_Iallgather, MPI_Allgather_init;
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype));
-coll_entries!(allgather; MPI_Allgather_c, MPI_Iallgather_c, MPI_Allgather_init_c;
-    (sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype));
-
-coll_entries!(allgatherv; MPI_Allgatherv, MPI_Iallgatherv, MPI_Allgatherv_init;
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int,
-     recvtype: MPI_Datatype));
-coll_entries!(allgatherv; MPI_Allgatherv_c, MPI_Iallgatherv_c, MPI_Allgatherv_init_c;
-    (sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint,
-     recvtype: MPI_Datatype));
-
-coll_entries!(alltoall; MPI_Alltoall, MPI_Ialltoall, MPI_Alltoall_init;
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype));
-coll_entries!(alltoall; MPI_Alltoall_c, MPI_Ialltoall_c, MPI_Alltoall_init_c;
-    (sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype,
-     recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype));
-
-coll_entries!(alltoallv; MPI_Alltoallv, MPI_Ialltoallv, MPI_Alltoallv_init;
-    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int,
-     sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int,
-     rdispls: *const c_int, recvtype: MPI_Datatype));
-coll_entries!(alltoallv; MPI_Alltoallv_c, MPI_Ialltoallv_c, MPI_Alltoallv_init_c;
-    (sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint,
-     sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count,
-     rdispls: *const MPI_Aint, recvtype: MPI_Datatype));
-
-coll_entries!(alltoallw; MPI_Alltoallw, MPI_Ialltoallw, MPI_Alltoallw_init;
-    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int,
-     sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int,
-     rdispls: *const c_int, recvtypes: *const MPI_Datatype));
-coll_entries!(alltoallw; MPI_Alltoallw_c, MPI_Ialltoallw_c, MPI_Alltoallw_init_c;
-    (sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint,
-     sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count,
-     rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype));
-
-coll_entries!(reduce; MPI_Reduce, MPI_Ireduce, MPI_Reduce_init;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype,
-     op: MPI_Op, root: c_int));
-coll_entries!(reduce; MPI_Reduce_c, MPI_Ireduce_c, MPI_Reduce_init_c;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype,
-     op: MPI_Op, root: c_int));
-
-coll_entries!(allreduce; MPI_Allreduce, MPI_Iallreduce, MPI_Allreduce_init;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype,
-     op: MPI_Op));
-coll_entries!(allreduce; MPI_Allreduce_c, MPI_Iallreduce_c, MPI_Allreduce_init_c;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype,
-     op: MPI_Op));
-
-coll_entries!(reduce_scatter_block; MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block,
-    MPI_Reduce_scatter_block_init;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype,
-     op: MPI_Op));
-coll_entries!(reduce_scatter_block; MPI_Reduce_scatter_block_c, MPI_Ireduce_scatter_block_c,
-    MPI_Reduce_scatter_block_init_c;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype,
-     op: MPI_Op));
-
-coll_entries!(reduce_scatter; MPI_Reduce_scatter, MPI_Ireduce_scatter, MPI_Reduce_scatter_init;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int,
-     datatype: MPI_Datatype, op: MPI_Op));
-coll_entries!(reduce_scatter; MPI_Reduce_scatter_c, MPI_Ireduce_scatter_c,
-    MPI_Reduce_scatter_init_c;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count,
-     datatype: MPI_Datatype, op: MPI_Op));
-
-coll_entries!(scan; MPI_Scan, MPI_Iscan, MPI_Scan_init;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype,
-     op: MPI_Op));
-coll_entries!(scan; MPI_Scan_c, MPI_Iscan_c, MPI_Scan_init_c;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype,
-     op: MPI_Op));
-
-coll_entries!(exscan; MPI_Exscan, MPI_Iexscan, MPI_Exscan_init;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype,
-     op: MPI_Op));
-coll_entries!(exscan; MPI_Exscan_c, MPI_Iexscan_c, MPI_Exscan_init_c;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype,
-     op: MPI_Op));
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coll_api::*;
     use crate::datatype::{Basic, Envelope, TYPES, TypeInfo};
 
     /// `MPI_Type_vector(3, 1, 2, MPI_INT)` built by hand (the constructors live in

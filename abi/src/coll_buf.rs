@@ -172,12 +172,26 @@ pub fn empty_src() -> Src {
 /// # Errors
 /// As [`crate::buf::send_buf`]; `MPI_ERR_OTHER` when a device copy fails.
 pub unsafe fn src(ptr: *const u8, n: usize, dt: MPI_Datatype, copy: bool) -> R<Src> {
+    // SAFETY: caller's contract.
+    unsafe { src_on(ptr, n, dt, copy, false) }
+}
+
+/// [`src`] where `host` says the caller already found the data to be host memory
+/// (one pointer classification per buffer and call).
+///
+/// # Safety
+/// As [`src`].
+///
+/// # Errors
+/// As [`src`].
+pub unsafe fn src_on(ptr: *const u8, n: usize, dt: MPI_Datatype, copy: bool, host: bool) -> R<Src> {
     let n64 =
         i64::try_from(n).map_err(|_| err(MPI_ERR_COUNT, format!("count {n} is too large")))?;
     // SAFETY: caller's contract.
     let sb = unsafe { send_buf(ptr, n64, dt)? };
     let (p, len) = (sb.ptr, sb.len);
-    if len > 0 && is_device(p, len) {
+    // A packed copy is host memory (buf.rs stages non-contiguous device data).
+    if len > 0 && !host && sb.packed.is_none() && is_device(p, len) {
         let mut a = Aligned::new(len);
         // SAFETY: `a` has `len` bytes; the device range is the caller's.
         unsafe { dev_copy(a.ptr(), p as u64, len, false)? };
@@ -297,12 +311,26 @@ pub fn scratch_dst(len: usize) -> Dst {
 /// # Errors
 /// As [`crate::buf::recv_buf`]; `MPI_ERR_OTHER` when a device copy fails.
 pub unsafe fn dst(ptr: *mut u8, n: usize, dt: MPI_Datatype, inout: bool) -> R<Dst> {
+    // SAFETY: caller's contract.
+    unsafe { dst_on(ptr, n, dt, inout, false) }
+}
+
+/// [`dst`] where `host` says the caller already found the buffer to be host memory.
+///
+/// # Safety
+/// As [`dst`].
+///
+/// # Errors
+/// As [`dst`].
+pub unsafe fn dst_on(ptr: *mut u8, n: usize, dt: MPI_Datatype, inout: bool, host: bool) -> R<Dst> {
     let n64 =
         i64::try_from(n).map_err(|_| err(MPI_ERR_COUNT, format!("count {n} is too large")))?;
     // SAFETY: caller's contract.
     let rb = unsafe { recv_buf(ptr, n64, dt)? };
     let (p, len) = (rb.ptr, rb.len);
-    let device = len > 0 && is_device(p, len);
+    // A non-contiguous type receives into a host temporary (buf.rs).
+    let direct = !host && len > 0 && crate::datatype::for_comm(dt)?.contiguous_span(n).is_some();
+    let device = direct && is_device(p, len);
     let mut d = Dst {
         ptr: p,
         len,
@@ -318,7 +346,7 @@ pub unsafe fn dst(ptr: *mut u8, n: usize, dt: MPI_Datatype, inout: bool) -> R<Ds
     }
     if inout && len > 0 {
         // SAFETY: caller's contract; `src` reads the same elements.
-        let s = unsafe { src(ptr, n, dt, false)? };
+        let s = unsafe { src_on(ptr, n, dt, false, !device)? };
         if !std::ptr::eq(s.ptr, d.ptr) {
             // SAFETY: both hold `len` bytes (the packed size of the elements).
             unsafe { std::ptr::copy(s.ptr, d.ptr, len.min(s.len)) };
@@ -606,10 +634,45 @@ impl<T> Drop for Pinned<T> {
     }
 }
 
+/// Where the `n` elements of a buffer are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Span {
+    /// One contiguous run of device memory: address and length in bytes.
+    Device(u64, usize),
+    /// Host memory (or no bytes).
+    Host,
+    /// Not one contiguous run (a derived type): `src`/`dst` find out.
+    Unknown,
+}
+
+impl Span {
+    /// Whether the buffer is known to be host memory.
+    pub fn host(self) -> bool {
+        self == Span::Host
+    }
+}
+
+/// Where the `n` elements of type `t` at `p` are (one pointer classification).
+pub fn span(p: *const u8, n: usize, t: &crate::datatype::TypeInfo) -> Span {
+    match t.contiguous_span(n) {
+        None => Span::Unknown,
+        Some((_, 0)) => Span::Host,
+        Some((off, len)) => {
+            let start = (p as isize).wrapping_add(off) as *const u8;
+            if is_device(start, len) {
+                Span::Device(start as u64, len)
+            } else {
+                Span::Host
+            }
+        }
+    }
+}
+
 /// The contiguous device range of `n` elements of type `t` at `p`, if they are one
 /// (the device forms of rankwire's collectives take those).
 pub fn device_span(p: *const u8, n: usize, t: &crate::datatype::TypeInfo) -> Option<(u64, usize)> {
-    let (off, len) = t.contiguous_span(n)?;
-    let start = (p as isize).wrapping_add(off) as *const u8;
-    (len > 0 && is_device(start, len)).then_some((start as u64, len))
+    match span(p, n, t) {
+        Span::Device(a, l) => Some((a, l)),
+        _ => None,
+    }
 }

@@ -7,7 +7,10 @@
 //!   both contiguous device memory runs on rankwire's device collectives (GPU
 //!   kernels): blocking allreduce, reduce, reduce_scatter_block (also in place), and
 //!   nonblocking allreduce, reduce, reduce_scatter_block out of place. Every other
-//!   device case is staged through host memory.
+//!   device case is staged through host memory. The device collectives exchange
+//!   other messages than the host ones, so every rank of a call must pass device
+//!   buffers or every rank host buffers (mixing them across ranks, legal in MPI, is
+//!   not supported and hangs). Not yet run on a GPU.
 //! - **Core**: rankwire's typed reduction on `T` = the basic type (host memory).
 //! - **Packed**: rankwire's collective on packed records with `op.rs`'s combine as a
 //!   commutative rankwire user operation (complex, `long double`, `MPI_DOUBLE_INT`,
@@ -20,7 +23,10 @@
 //!   per rank (a fallback, not a tuned algorithm).
 
 use crate::coll::{Mode, Out, run};
-use crate::coll_buf::{Aligned, DevRaw, Dst, Pinned, Raw, Src, device_span, dst, empty_dst, src};
+use crate::coll_buf::{
+    Aligned, DevRaw, Dst, Pinned, Raw, Span, Src, device_span, dst, dst_on, empty_dst, span, src,
+    src_on,
+};
 use crate::comm::lookup;
 use crate::consts::*;
 use crate::error::{R, err};
@@ -230,15 +236,19 @@ pub unsafe fn allreduce(
     let red = plan(op, dt)?;
     let n = crate::datatype::count(count)?;
     let inplace = is_in_place(send);
+    let rs = span(recv, n, &red.ty);
+    let ss = if inplace { rs } else { span(send, n, &red.ty) };
     if let Some((d, o)) = device_plan(&red)
-        && let Some(r) = device_run(recv, n, &red)
+        && let Span::Device(r0, r1) = rs
     {
+        let r = (r0, r1);
         if inplace && matches!(mode, Mode::Block) {
             let mut rb = DevRaw(r.0, r.1);
             c.allreduce_device_in_place(&mut rb, d, o)?;
             return Ok(None);
         }
-        if !inplace && let Some(s) = device_run(send, n, &red) {
+        if !inplace && let Span::Device(s0, s1) = ss {
+            let s = (s0, s1);
             if matches!(mode, Mode::Block) {
                 c.allreduce_device(&DevRaw(s.0, s.1), &mut DevRaw(r.0, r.1), d, o)?;
                 return Ok(None);
@@ -254,15 +264,15 @@ pub unsafe fn allreduce(
         None
     } else {
         // SAFETY: the caller's buffer.
-        Some(unsafe { src(send, n, dt, false)? })
+        Some(unsafe { src_on(send, n, dt, false, ss.host())? })
     };
     // SAFETY: the caller's buffer.
-    let d = unsafe { dst(recv, n, dt, inplace)? };
+    let d = unsafe { dst_on(recv, n, dt, inplace, rs.host())? };
     if let Plan::User { op: u } = &red.plan {
         let s = match s {
             Some(s) => s,
             // SAFETY: the caller's buffer, read before the result is written at finish.
-            None => unsafe { src(recv, n, dt, false)? },
+            None => unsafe { src_on(recv, n, dt, false, rs.host())? },
         };
         let nb = s.len;
         let p = c.size();
@@ -355,16 +365,21 @@ pub unsafe fn reduce(
     let n = crate::datatype::count(count)?;
     let at_root = c.rank() == root;
     let inplace = at_root && is_in_place(send);
+    let rs = if at_root {
+        span(recv, n, &red.ty)
+    } else {
+        Span::Host
+    };
+    let ss = if inplace { rs } else { span(send, n, &red.ty) };
     if let Some((d, o)) = device_plan(&red) {
-        let r = if at_root {
-            device_run(recv, n, &red)
-        } else {
-            Some((0, 0))
+        let r = match rs {
+            Span::Device(a, l) => Some((a, l)),
+            _ if !at_root => Some((0, 0)),
+            _ => None,
         };
-        let s = if inplace {
-            r
-        } else {
-            device_run(send, n, &red)
+        let s = match ss {
+            Span::Device(a, l) => Some((a, l)),
+            _ => None,
         };
         if let (Some(r), Some(s)) = (r, s) {
             if matches!(mode, Mode::Block) {
@@ -392,11 +407,11 @@ pub unsafe fn reduce(
         None
     } else {
         // SAFETY: the caller's buffer.
-        Some(unsafe { src(send, n, dt, false)? })
+        Some(unsafe { src_on(send, n, dt, false, ss.host())? })
     };
     let d = if at_root {
         // SAFETY: the caller's buffer.
-        unsafe { dst(recv, n, dt, inplace)? }
+        unsafe { dst_on(recv, n, dt, inplace, rs.host())? }
     } else {
         empty_dst()
     };
@@ -404,7 +419,7 @@ pub unsafe fn reduce(
         let s = match s {
             Some(s) => s,
             // SAFETY: the caller's buffer, read before the result is written.
-            None => unsafe { src(recv, n, dt, false)? },
+            None => unsafe { src_on(recv, n, dt, false, rs.host())? },
         };
         let nb = s.len;
         let p = c.size();

@@ -18,6 +18,7 @@
 pub mod attr;
 pub mod buf;
 pub mod coll;
+pub mod coll_api;
 pub mod coll_buf;
 pub mod coll_red;
 pub mod comm;

@@ -74,6 +74,8 @@ int main(int argc, char **argv) {
     CHECK(commute == 1, "dop is commutative");
     OK(MPI_Op_commutative(MPI_SUM, &commute));
     CHECK(commute == 1, "MPI_SUM is commutative");
+    CHECK(MPI_Op_fromint(MPI_Op_toint(cat)) == cat, "op toint/fromint round trip");
+    CHECK(MPI_Op_fromint(MPI_Op_toint(MPI_MAXLOC)) == MPI_MAXLOC, "predefined op toint/fromint");
 
     /* The non-commutative op in every reduction collective. */
     {
