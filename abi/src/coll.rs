@@ -811,25 +811,20 @@ pub(crate) unsafe fn exscan<C: Num>(
 mod tests {
     use super::*;
     use crate::coll_api::*;
-    use crate::datatype::{Basic, Envelope, TYPES, TypeInfo};
 
-    /// `MPI_Type_vector(3, 1, 2, MPI_INT)` built by hand (the constructors live in
-    /// the datatype module): elements 0, 2, 4 of an int array, extent 20 bytes.
+    /// `MPI_Type_vector(3, 1, 2, MPI_INT)`, committed: elements 0, 2, 4 of an int
+    /// array, extent 20 bytes.
     fn vector3() -> MPI_Datatype {
-        TYPES.insert(TypeInfo {
-            size: 12,
-            lb: 0,
-            extent: 20,
-            true_lb: 0,
-            true_extent: 20,
-            segments: vec![(0, 4), (8, 4), (16, 4)],
-            basic: Some(Basic::I32),
-            nbasic: 3,
-            predefined: false,
-            committed: true,
-            name: "vector3".into(),
-            envelope: Envelope::default(),
-        })
+        let mut t = 0;
+        // SAFETY: plain constructor calls with valid out-pointers.
+        unsafe {
+            assert_eq!(
+                crate::dtype_ctor_c::MPI_Type_vector(3, 1, 2, INT, &mut t),
+                0
+            );
+            assert_eq!(crate::dtype_ctor_c::MPI_Type_commit(&mut t), 0);
+        }
+        t
     }
 
     const INT: MPI_Datatype = 0x209;
