@@ -33,10 +33,8 @@ impl From<rankwire::Error> for MpiErr {
     fn from(e: rankwire::Error) -> Self {
         use rankwire::Error as E;
         let class = match &e {
-            E::Matching(m) => match m {
-                rankwire::MatchError::Truncated { .. } => MPI_ERR_TRUNCATE,
-                _ => MPI_ERR_OTHER,
-            },
+            E::Matching(rankwire::MatchError::Truncated { .. }) => MPI_ERR_TRUNCATE,
+            E::Matching(_) => MPI_ERR_OTHER,
             E::Connection { .. } => MPI_ERR_PROC_ABORTED,
             E::Usage(m) if m.contains("rank") => MPI_ERR_RANK,
             E::Usage(m) if m.contains("tag") => MPI_ERR_TAG,

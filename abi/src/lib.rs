@@ -14,6 +14,8 @@
     unreachable_pub
 )]
 #![allow(clippy::missing_safety_doc)]
+// MPI's C signatures have as many arguments as the standard gives them.
+#![allow(clippy::too_many_arguments)]
 
 pub mod attr;
 pub mod buf;

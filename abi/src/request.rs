@@ -658,12 +658,11 @@ unsafe fn some_impl(
         }
         let mut k = 0usize;
         let mut failed = None;
-        for i in 0..arr.len() {
-            let h = arr[i];
-            if h == MPI_REQUEST_NULL || !is_active(h) || !is_done(h) {
+        for (i, h) in arr.iter_mut().enumerate() {
+            if *h == MPI_REQUEST_NULL || !is_active(*h) || !is_done(*h) {
                 continue;
             }
-            let o = complete(&mut arr[i], true)?;
+            let o = complete(h, true)?;
             // SAFETY: arrays of n entries.
             unsafe {
                 *indices.add(k) = i as c_int;
