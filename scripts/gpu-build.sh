@@ -9,6 +9,9 @@ cargo build --release -p rankwire-tests --bins
 cargo build --release -p rankwire-mpirun --bins
 cargo build --release -p rankwire-bench
 cargo build --release -p rankwire-gpu --features cuda --examples
+# The MPI standard-ABI library (issue 20): .device-bin/lib/libmpi_abi.so.1, linked by
+# abi/bin/mpicc with RANKWIRE_ABI_LIBDIR=.device-bin/lib on the GPU machine.
+cargo build --release -p rankwire-abi
 mkdir -p .device-bin
 for b in "$CARGO_TARGET_DIR/release/rw-gpuapp" "$CARGO_TARGET_DIR/release/rw-gpucoll" \
          "$CARGO_TARGET_DIR/release/rankwire-bench" "$CARGO_TARGET_DIR/release/rwrun" \
@@ -16,4 +19,12 @@ for b in "$CARGO_TARGET_DIR/release/rw-gpuapp" "$CARGO_TARGET_DIR/release/rw-gpu
   cp "$b" .device-bin/
   strip ".device-bin/$(basename "$b")"
 done
-ls -la .device-bin
+mkdir -p .device-bin/lib
+cp "$CARGO_TARGET_DIR/release/libmpi_abi.so" .device-bin/lib/libmpi_abi.so.1
+strip .device-bin/lib/libmpi_abi.so.1
+ln -sfn libmpi_abi.so.1 .device-bin/lib/libmpi_abi.so
+# OSU micro-benchmarks source for the CUDA build on the GPU machine (third-party test
+# input: copied into the git-ignored folder only, never committed).
+OSU_TARBALL=${OSU_TARBALL:-../shared/vendor/osu-micro-benchmarks-7.2.tar.gz}
+if [ -f "$OSU_TARBALL" ]; then cp "$OSU_TARBALL" .device-bin/; else echo "gpu-build.sh: $OSU_TARBALL absent: no OSU on the GPU machine"; fi
+ls -la .device-bin .device-bin/lib

@@ -152,3 +152,36 @@ mod tests {
         assert_eq!(t.live(), 1);
     }
 }
+
+/// `MPI_<Kind>_toint` / `MPI_<Kind>_fromint` (MPI 5.0 ABI: the Fortran integer of a
+/// handle): predefined handles keep their ABI value, created ones are
+/// `(index + 1) << 12 | kind`, which fits in 31 bits below 2^19 live objects of a kind
+/// (more than that is not supported by these conversions). A value that is not a handle
+/// converts to one that every later call rejects with the kind's error class.
+macro_rules! int_conversions {
+    ($($to:ident, $from:ident, $ty:ident;)*) => {$(
+        #[doc = concat!("`", stringify!($to), "`: the handle as an `int` (see the module).")]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $to(h: crate::consts::$ty) -> std::ffi::c_int {
+            h as std::ffi::c_int
+        }
+        #[doc = concat!("`", stringify!($from), "`: the handle of an `int` from `", stringify!($to), "`.")]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $from(i: std::ffi::c_int) -> crate::consts::$ty {
+            i as u32 as crate::consts::$ty
+        }
+    )*};
+}
+
+int_conversions! {
+    MPI_Comm_toint, MPI_Comm_fromint, MPI_Comm;
+    MPI_Errhandler_toint, MPI_Errhandler_fromint, MPI_Errhandler;
+    MPI_File_toint, MPI_File_fromint, MPI_File;
+    MPI_Group_toint, MPI_Group_fromint, MPI_Group;
+    MPI_Info_toint, MPI_Info_fromint, MPI_Info;
+    MPI_Message_toint, MPI_Message_fromint, MPI_Message;
+    MPI_Request_toint, MPI_Request_fromint, MPI_Request;
+    MPI_Session_toint, MPI_Session_fromint, MPI_Session;
+    MPI_Type_toint, MPI_Type_fromint, MPI_Datatype;
+    MPI_Win_toint, MPI_Win_fromint, MPI_Win;
+}
