@@ -28,13 +28,11 @@ abi_die() {
   exit 2
 }
 
-# rwrun of this checkout (debug build), built once.
+# rwrun of this checkout (debug build; cargo does nothing when it is up to date).
 abi_rwrun() {
-  local rw=$ABI_ROOT/target/debug/rwrun
-  if [ ! -x "$rw" ] || [ -n "$(find "$ABI_ROOT/mpirun/src" "$ABI_ROOT/core/src" -newer "$rw" -name '*.rs' 2>/dev/null | head -1)" ]; then
-    (cd "$ABI_ROOT" && cargo build -q -p rankwire-mpirun) >&2 || abi_die "building rwrun failed (cargo build -p rankwire-mpirun)"
-  fi
-  echo "$rw"
+  (cd "$ABI_ROOT" && cargo build -q -p rankwire-mpirun) >&2 ||
+    abi_die "building rwrun failed (cargo build -p rankwire-mpirun)"
+  echo "$ABI_ROOT/target/debug/rwrun"
 }
 
 abi_use_ours() {

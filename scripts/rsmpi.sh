@@ -15,6 +15,10 @@
 # `timeout ${RSMPI_TIMEOUT:-60}` seconds. Examples in ${RSMPI_SKIP:-spawn spawn_multiple}
 # (dynamic processes: outside issue 20's scope) are listed as skipped.
 #
+# mpi-sys 0.2.4 needs MPI_Fint and MPI_<handle>_c2f/_f2c, absent from the standard ABI:
+# when mpi.h lacks MPI_Fint the build maps them to int and _toint/_fromint by -D flags
+# (RSMPI_ABI_SHIM=0: no shim, and the build fails).
+#
 # Table (example x ranks: pass/fail/timeout/nobuild/skip) in target/rsmpi/summary.txt;
 # logs in target/rsmpi/logs/; exits 1 on any failure unless RSMPI_ALLOW_FAIL=1. When the
 # build itself fails (e.g. bindgen cannot read the header), the summary says so with
@@ -81,10 +85,26 @@ if ! dpkg -s libclang-dev >/dev/null 2>&1 && [ -z "${LIBCLANG_PATH:-}" ] &&
   ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
   echo "rsmpi.sh: warning: no libclang found (apt-get install libclang-dev, or set LIBCLANG_PATH); bindgen will fail" >&2
 fi
+# mpi-sys 0.2.4 (the newest) uses MPI_Fint and MPI_<handle>_c2f/_f2c, which the MPI 5.0
+# ABI does not have (its mpi.h leaves Fortran's INTEGER out; it has MPI_<handle>_toint and
+# _fromint instead). When the wrapper's mpi.h lacks MPI_Fint, the shim maps them with -D
+# flags for both the C shim (CFLAGS) and bindgen (BINDGEN_EXTRA_CLANG_ARGS); rsmpi itself
+# is unchanged. RSMPI_ABI_SHIM=0 builds without it.
+shim=()
+probe=$out/probe-fint.c
+printf '#include <mpi.h>\nMPI_Fint rsmpi_probe;\n' >"$probe"
+if [ "${RSMPI_ABI_SHIM:-1}" != 0 ] && ! "$MPICC" -fsyntax-only "$probe" >/dev/null 2>&1; then
+  shim=(-DMPI_Fint=int)
+  for h in Comm Errhandler File Group Info Message Op Request Type Win; do
+    shim+=("-DMPI_${h}_c2f=MPI_${h}_toint" "-DMPI_${h}_f2c=MPI_${h}_fromint")
+  done
+  echo "rsmpi.sh: the wrapper's mpi.h has no MPI_Fint (standard ABI): building with the shim MPI_Fint=int, MPI_<handle>_c2f/f2c -> _toint/_fromint"
+fi
 ctarget=$out/target-$ABI_IMPL
 echo "rsmpi.sh: MPICC=$MPICC cargo build --examples (log $out/build.log)"
 build_ok=1
-(cd "$crate" && MPICC=$MPICC CARGO_TARGET_DIR=$ctarget nice cargo build --examples \
+(cd "$crate" && MPICC=$MPICC CARGO_TARGET_DIR=$ctarget CFLAGS="${CFLAGS:-} ${shim[*]}" \
+  BINDGEN_EXTRA_CLANG_ARGS="${BINDGEN_EXTRA_CLANG_ARGS:-} ${shim[*]}" nice cargo build --examples \
   --features derive,complex --keep-going -j"${RSMPI_JOBS:-2}" >"$out/build.log" 2>&1) || build_ok=0
 build_s=$((SECONDS - start))
 
@@ -141,6 +161,7 @@ done
 {
   echo "# rsmpi (mpi $version) examples on $ABI_IMPL, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "# MPICC=$MPICC MPIEXEC=$MPIEXEC${ABI_LIBDIR:+ ABI_LIBDIR=$ABI_LIBDIR}; timeout ${tmo}s; skipped: ${skip# }"
+  [ ${#shim[@]} -gt 0 ] && echo "# built with the MPI_Fint/c2f shim (mpi-sys 0.2.4 needs them; the MPI 5.0 ABI has _toint/_fromint)"
   printf '%-32s' example
   for np in "${nps[@]}"; do printf ' %-8s' "np=$np"; done
   echo
