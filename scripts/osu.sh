@@ -5,14 +5,17 @@
 #   scripts/osu.sh --ref      the same with MPICH 5.0.2's ABI build (mpicc_abi, mpiexec)
 #   scripts/osu.sh --cuda     configure --enable-cuda --with-cuda=$CUDA_HOME and run with
 #                             device buffers (`-d cuda D D` point-to-point, `-d cuda`
-#                             collectives); for the GPU machine (needs nvcc/libcudart)
+#                             collectives); for the GPU machine (nvcc on PATH builds
+#                             OSU's CUDA kernels; OSU_CONFIGURE_ARGS=--enable-cuda=basic
+#                             does without them); not runnable on a machine without GPU
 #
 # Builds OSU from ${OSU_TARBALL:-../shared/vendor/osu-micro-benchmarks-7.2.tar.gz} (a path
 # relative to the repository root; when it is absent the script says so and exits 0) with
-# $MPICC/$MPICXX into target/osu/build-<impl>[-cuda] (configured once, `make -k` on every
-# run, so benchmarks that failed to link are retried and the rest still run), then runs
-# every benchmark of pt2pt/standard, pt2pt/persistent, collective/blocking,
-# collective/non_blocking and startup under `$MPIEXEC -n NP` for NP in ${OSU_NP:-2 4}, each
+# $MPICC/$MPICXX (plus ${OSU_CONFIGURE_ARGS} for configure) into
+# target/osu/build-<impl>[-cuda] (configured once, `make -k` on every run, so benchmarks
+# that failed to link are retried and the rest still run), then runs every benchmark of
+# pt2pt/standard, pt2pt/persistent, collective/blocking, collective/non_blocking and
+# startup under `$MPIEXEC -n NP` for NP in ${OSU_NP:-2 4}, each
 # bounded by `timeout ${OSU_TIMEOUT:-120}` seconds, at small sizes and iteration counts
 # (${OSU_ARGS:--m 1:4096 -i 10 -x 2}) with OSU's data validation `-c` wherever the
 # benchmark has it (all but osu_barrier, osu_ibarrier and startup's; osu_latency_mt gets
@@ -66,7 +69,8 @@ mkdir -p "$out" "$logs"
 rm -f "$logs"/*.log
 
 # --- build -------------------------------------------------------------------------------
-key="$(cksum <"$tarball" | cut -d' ' -f1) $MPICC $MPICXX cuda=$cuda ${CUDA_HOME:-}"
+read -r -a extra_conf <<<"${OSU_CONFIGURE_ARGS:-}"
+key="$(cksum <"$tarball" | cut -d' ' -f1) $MPICC $MPICXX cuda=$cuda ${CUDA_HOME:-} ${extra_conf[*]}"
 if [ ! -f "$build/.configured" ] || [ "$(cat "$build/.configured")" != "$key" ]; then
   rm -rf "$build"
   mkdir -p "$build"
@@ -76,6 +80,7 @@ if [ ! -f "$build/.configured" ] || [ "$(cat "$build/.configured")" != "$key" ];
     [ -n "${CUDA_HOME:-}" ] || abi_die "--cuda needs CUDA_HOME (the CUDA toolkit, e.g. /usr/local/cuda)"
     conf+=(--enable-cuda --with-cuda="$CUDA_HOME")
   fi
+  conf+=("${extra_conf[@]}")
   echo "osu.sh: configure ${conf[*]} (log $build/configure.log)"
   (cd "$build" && ./configure "${conf[@]}" >configure.log 2>&1) ||
     abi_die "configure failed: see $build/configure.log (tail: $(tail -3 "$build/configure.log" | tr '\n' ' '))"
