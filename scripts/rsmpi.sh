@@ -17,7 +17,9 @@
 #
 # mpi-sys 0.2.4 needs MPI_Fint and MPI_<handle>_c2f/_f2c, absent from the standard ABI:
 # when mpi.h lacks MPI_Fint the build maps them to int and _toint/_fromint by -D flags
-# (RSMPI_ABI_SHIM=0: no shim, and the build fails).
+# (RSMPI_ABI_SHIM=0: no shim, and the build fails). The -D flags of `$MPICC -show` are
+# passed to bindgen as well, and its -L directories become the examples' run path
+# (build-probe-mpi drops both).
 #
 # Table (example x ranks: pass/fail/timeout/nobuild/skip) in target/rsmpi/summary.txt;
 # logs in target/rsmpi/logs/; exits 1 on any failure unless RSMPI_ALLOW_FAIL=1. When the
@@ -100,11 +102,24 @@ if [ "${RSMPI_ABI_SHIM:-1}" != 0 ] && ! "$MPICC" -fsyntax-only "$probe" >/dev/nu
   done
   echo "rsmpi.sh: the wrapper's mpi.h has no MPI_Fint (standard ABI): building with the shim MPI_Fint=int, MPI_<handle>_c2f/f2c -> _toint/_fromint"
 fi
+# build-probe-mpi hands bindgen only the -I/-L/-l of `$MPICC -show`; its -D flags (MPICH's
+# mpicc_abi selects the ABI header with -DMPI_ABI) must reach bindgen too.
+# It also drops the wrapper's run path: give the examples one for each -L directory
+# (RUNPATH, so that ABI_LIBDIR on LD_LIBRARY_PATH still wins).
+defs=()
+rustflags=${RUSTFLAGS:-}
+for w in $("$MPICC" -show 2>/dev/null); do
+  case "$w" in
+    -D*) defs+=("$w") ;;
+    -L*) rustflags+=" -C link-arg=-Wl,-rpath,${w#-L}" ;;
+  esac
+done
+[ -n "$rustflags" ] && rustflags+=" -C link-arg=-Wl,--enable-new-dtags"
 ctarget=$out/target-$ABI_IMPL
 echo "rsmpi.sh: MPICC=$MPICC cargo build --examples (log $out/build.log)"
 build_ok=1
-(cd "$crate" && MPICC=$MPICC CARGO_TARGET_DIR=$ctarget CFLAGS="${CFLAGS:-} ${shim[*]}" \
-  BINDGEN_EXTRA_CLANG_ARGS="${BINDGEN_EXTRA_CLANG_ARGS:-} ${shim[*]}" nice cargo build --examples \
+(cd "$crate" && MPICC=$MPICC CARGO_TARGET_DIR=$ctarget CFLAGS="${CFLAGS:-} ${shim[*]}" RUSTFLAGS="$rustflags" \
+  BINDGEN_EXTRA_CLANG_ARGS="${BINDGEN_EXTRA_CLANG_ARGS:-} ${defs[*]} ${shim[*]}" nice cargo build --examples \
   --features derive,complex --keep-going -j"${RSMPI_JOBS:-2}" >"$out/build.log" 2>&1) || build_ok=0
 build_s=$((SECONDS - start))
 
