@@ -11,7 +11,8 @@
 # test/) into target/mpi4py/; a venv target/mpi4py/venv with numpy (MPI4PY_NUMPY=0: none);
 # `MPI4PY_BUILD_MPIABI=1 MPICC=$MPICC pip install` of the sdist (CFLAGS
 # ${MPI4PY_CFLAGS:--O1 -g0}; rebuilt only when MPICC or the flags change); then
-# `$MPIEXEC -n K python test/main.py -v $MPI4PY_TEST_ARGS` for K in ${MPI4PY_NP:-1 2 3 4}, each bounded by `timeout ${MPI4PY_TIMEOUT:-600}` seconds, every
+# `$MPIEXEC -n K python test/main.py -v $MPI4PY_TEST_ARGS` for K in ${MPI4PY_NP:-1 2 3 4},
+# each bounded by `timeout ${MPI4PY_TIMEOUT:-900}` seconds, every
 # rank's output in its own file (target/mpi4py/run-<impl>/nK/rank<R>.log; the rank comes
 # from RANKWIRE_RANK, PMI_RANK or OMPI_COMM_WORLD_RANK). Per-test outcomes (unittest's
 # `... ok/FAIL/ERROR/skipped`, worst over ranks; scripts/mpi4py-outcomes.py) go to
@@ -92,7 +93,7 @@ chmod +x "$wrap"
 
 read -r -a nps <<<"${MPI4PY_NP:-1 2 3 4}"
 read -r -a targs <<<"${MPI4PY_TEST_ARGS:-}"
-tmo=${MPI4PY_TIMEOUT:-600}
+tmo=${MPI4PY_TIMEOUT:-900}
 failed=0
 summary=()
 
