@@ -74,6 +74,8 @@ key="$version $MPICC $(cksum <"$MPICC" | cut -d' ' -f1) $cflags"
 if [ "$(cat "$venv/.mpi4py-build" 2>/dev/null)" != "$key" ]; then
   echo "mpi4py.sh: building mpi4py $version with MPI4PY_BUILD_MPIABI=1 MPICC=$MPICC (log $out/build.log)"
   b0=$SECONDS
+  # setuptools would reuse objects of an earlier build (another mpi.h, other flags).
+  rm -rf "$src/build"
   (cd "$src" && MPI4PY_BUILD_MPIABI=1 MPICC="$MPICC" CC="$MPICC" CFLAGS="$cflags" \
     "$py" -m pip install -v --no-deps --force-reinstall . >"$out/build.log" 2>&1) ||
     abi_die "building mpi4py failed: see $out/build.log ($(grep -m3 -i 'error' "$out/build.log" | tr '\n' ' ' | cut -c1-300))"
