@@ -38,6 +38,11 @@ Each rank runs PROGRAM with these variables set:
   RANKWIRE_LOCAL_RANK, RANKWIRE_LOCAL_SIZE  the same among ranks on this node
   RANKWIRE_BOOTSTRAP_ADDR                 127.0.0.1:PORT of rwrun's bootstrap server
   RANKWIRE_JOB_ID, RANKWIRE_JOB_SECRET    job id and the secret the server checks
+and, for programs that pick a GPU before MPI_Init, other launchers' names:
+  RANK, WORLD_SIZE, OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE  world rank and size
+  LOCAL_RANK, MPI_LOCALRANKID, OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK
+                                          rank among the ranks on this node
+  LOCAL_WORLD_SIZE, MPI_LOCALNRANKS, OMPI_COMM_WORLD_LOCAL_SIZE  ranks on this node
 Ranks inherit rwrun's environment; -x adds or overrides variables.
 
 I/O: stdin goes to rank 0 only (other ranks read /dev/null); stdout and stderr of

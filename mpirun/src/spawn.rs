@@ -4,7 +4,8 @@
 //! - `setpgid(0, 0)`: its own process group, so `killpg` reaches the rank and whatever
 //!   it started;
 //! - `prctl(PR_SET_PDEATHSIG, SIGKILL)`: it dies with rwrun, even if rwrun is SIGKILLed;
-//! - the `RANKWIRE_*` environment of [`rankwire::bootstrap::env`];
+//! - the `RANKWIRE_*` environment of [`rankwire::bootstrap::env`], and the rank and
+//!   local-rank variables of other launchers ([`launcher_compat_env`]);
 //! - piped stdout/stderr (close-on-exec in every other process), and for rank 0 the read
 //!   end of rwrun's stdin pipe.
 //!
@@ -130,6 +131,54 @@ pub(crate) fn raise_fd_limit(size: u32) -> Option<libc::rlimit> {
     Some(original)
 }
 
+/// The variables other launchers set and that programs read before `MPI_Init` (to pick
+/// a GPU, to size a thread pool): world rank and size, and rank and number of ranks on
+/// this node (local rank = the rank's index among the ranks placed on its node). Every
+/// value is a decimal integer; ranks are 0-based.
+///
+/// | name | value | set by |
+/// |---|---|---|
+/// | `RANK`, `WORLD_SIZE` | world rank, size | torchrun |
+/// | `LOCAL_RANK`, `LOCAL_WORLD_SIZE` | local rank, local size | torchrun |
+/// | `MPI_LOCALRANKID`, `MPI_LOCALNRANKS` | local rank, local size | MPICH's Hydra |
+/// | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE` | world rank, size | Open MPI |
+/// | `OMPI_COMM_WORLD_LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_SIZE` | local rank, local size | Open MPI |
+/// | `MV2_COMM_WORLD_LOCAL_RANK` | local rank | MVAPICH2 |
+///
+/// OSU micro-benchmarks 7.2 pick the GPU from the first of `MV2_COMM_WORLD_LOCAL_RANK`,
+/// `MVP_COMM_WORLD_LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_RANK`, `MPI_LOCALRANKID`,
+/// `SLURM_PROCID`, `LOCAL_RANK` (`omb_get_local_rank` in `c/util/osu_util_mpi.c`).
+///
+/// `PMI_RANK`/`PMI_SIZE` are deliberately not set: they are a PMI server's protocol
+/// (rankwire's own PMI-1 client and MPICH's read them next to `PMI_FD`), not a hint, and
+/// `PMI_RANK` is a world rank, useless for picking a GPU.
+pub(crate) fn launcher_compat_env(
+    rank: u32,
+    size: u32,
+    local_rank: u32,
+    local_size: u32,
+) -> [(&'static str, String); 11] {
+    let (r, n, lr, ln) = (
+        rank.to_string(),
+        size.to_string(),
+        local_rank.to_string(),
+        local_size.to_string(),
+    );
+    [
+        ("RANK", r.clone()),
+        ("WORLD_SIZE", n.clone()),
+        ("LOCAL_RANK", lr.clone()),
+        ("LOCAL_WORLD_SIZE", ln.clone()),
+        ("MPI_LOCALRANKID", lr.clone()),
+        ("MPI_LOCALNRANKS", ln.clone()),
+        ("OMPI_COMM_WORLD_RANK", r),
+        ("OMPI_COMM_WORLD_SIZE", n),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", lr.clone()),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", ln),
+        ("MV2_COMM_WORLD_LOCAL_RANK", lr),
+    ]
+}
+
 /// Start rank `rank` of the job with `stdin` as its standard input.
 ///
 /// # Errors
@@ -144,7 +193,13 @@ pub(crate) fn spawn_rank(
     setup: ChildSetup,
 ) -> io::Result<Spawned> {
     let (local_rank, local_size) = cfg.placement.local_rank(rank);
-    let mut vars: Vec<(OsString, OsString)> = cfg.env.clone();
+    // Other launchers' names first, so that `-x NAME[=VALUE]` can override them.
+    let mut vars: Vec<(OsString, OsString)> =
+        launcher_compat_env(rank, cfg.size, local_rank, local_size)
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+    vars.extend(cfg.env.iter().cloned());
     for (k, v) in [
         (env::RANK, rank.to_string()),
         (env::SIZE, cfg.size.to_string()),
@@ -417,6 +472,29 @@ mod tests {
         assert!(a.secret.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a.secret, b.secret);
         assert_ne!(a.job_id, b.job_id);
+    }
+
+    #[test]
+    fn launcher_compat_values() {
+        let v = launcher_compat_env(5, 8, 1, 3);
+        let get = |k: &str| v.iter().find(|(n, _)| *n == k).map(|(_, x)| x.as_str());
+        for (k, want) in [
+            ("RANK", "5"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "3"),
+            ("MPI_LOCALRANKID", "1"),
+            ("MPI_LOCALNRANKS", "3"),
+            ("OMPI_COMM_WORLD_RANK", "5"),
+            ("OMPI_COMM_WORLD_SIZE", "8"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "3"),
+            ("MV2_COMM_WORLD_LOCAL_RANK", "1"),
+        ] {
+            assert_eq!(get(k), Some(want), "{k}");
+        }
+        // Never the PMI protocol's own variables (our bootstrap's PMI detection).
+        assert!(v.iter().all(|(k, _)| !k.starts_with("PMI_")));
     }
 
     #[test]
