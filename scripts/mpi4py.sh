@@ -70,13 +70,18 @@ if [ "${MPI4PY_NUMPY:-1}" = 1 ] && ! "$py" -c 'import numpy' 2>/dev/null; then
 fi
 # The extension's speed does not matter here; -O1 without debug info halves its build.
 cflags=${MPI4PY_CFLAGS:--O1 -g0}
-key="$version $MPICC $(cksum <"$MPICC" | cut -d' ' -f1) $cflags"
+# MPI4PY_BUILD_CONFIGURE=1 (default): mpi4py probes at build time which MPI functions the
+# library has and leaves the others out (they raise NotImplementedError). Without it the
+# standard-ABI build links every function of the standard, and importing it fails on a
+# library that lacks one (rankwire's lacks one-sided, I/O, dynamic processes, sessions).
+configure=${MPI4PY_BUILD_CONFIGURE:-1}
+key="$version $MPICC $(cksum <"$MPICC" | cut -d' ' -f1) $cflags configure=$configure"
 if [ "$(cat "$venv/.mpi4py-build" 2>/dev/null)" != "$key" ]; then
   echo "mpi4py.sh: building mpi4py $version with MPI4PY_BUILD_MPIABI=1 MPICC=$MPICC (log $out/build.log)"
   b0=$SECONDS
   # setuptools would reuse objects of an earlier build (another mpi.h, other flags).
   rm -rf "$src/build"
-  (cd "$src" && MPI4PY_BUILD_MPIABI=1 MPICC="$MPICC" CC="$MPICC" CFLAGS="$cflags" \
+  (cd "$src" && MPI4PY_BUILD_MPIABI=1 MPI4PY_BUILD_CONFIGURE="$configure" MPICC="$MPICC" CC="$MPICC" CFLAGS="$cflags" \
     "$py" -m pip install -v --no-deps --force-reinstall . >"$out/build.log" 2>&1) ||
     abi_die "building mpi4py failed: see $out/build.log ($(grep -m3 -i 'error' "$out/build.log" | tr '\n' ' ' | cut -c1-300))"
   echo "$key" >"$venv/.mpi4py-build"
