@@ -31,6 +31,8 @@ pub enum Kind {
     Message = 0x7,
     /// `MPI_Info`.
     Info = 0x8,
+    /// `MPI_Win`.
+    Win = 0x9,
 }
 
 /// Objects of one kind, addressed by handle.

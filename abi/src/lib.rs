@@ -41,3 +41,4 @@ pub mod op;
 pub mod p2p;
 pub mod request;
 pub mod topo;
+pub mod win;

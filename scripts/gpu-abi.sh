@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The MPI standard ABI on the GPU machine (issue 20): run there from the repository root
+# after scripts/gpu-build.sh here (binaries in .device-bin/, carried):
+#   scripts/gpu-abi.sh OUTDIR
+# 1. abi/tests/gpu/gpu_buffers.c (device buffers through every kind of call) built with
+#    abi/bin/mpicc against .device-bin/lib/libmpi_abi.so.1 and libcudart, at 2 ranks
+#    without MPS, then at 2 and 4 ranks with MPS (scripts/mps.sh);
+# 2. the host-buffer C tests of abi/tests/c at 2 ranks (the same library on that machine);
+# 3. OSU 7.2 built with CUDA support (scripts/osu.sh --cuda; the tarball gpu-build.sh
+#    copied into .device-bin/) at 2 ranks with MPS: device-buffer latency, bandwidth and
+#    collectives, with validation, and the same benchmarks on host buffers.
+# Everything goes to OUTDIR (logs, summary.txt).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: scripts/gpu-abi.sh OUTDIR}
+mkdir -p "$out"
+B=$(pwd)/.device-bin
+export RANKWIRE_ABI_LIBDIR=$B/lib
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export PATH=$CUDA_HOME/bin:$PATH
+sum=$out/summary.txt
+: >"$sum"
+note() { echo "$*" | tee -a "$sum"; }
+run() { # name, command...
+  local name=$1; shift
+  local t0=$SECONDS
+  timeout 300 "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  note "$name: rc=$rc ($((SECONDS - t0)) s) $(grep -h -E 'ok, [0-9]+ checks|gpu_buffers:' "$out/$name.log" | tr '\n' ' ' | cut -c1-300)"
+}
+abi/bin/mpicc -O2 abi/tests/gpu/gpu_buffers.c -I"$CUDA_HOME/include" -L"$CUDA_HOME/lib64" -lcudart \
+  -Wl,-rpath,"$CUDA_HOME/lib64" -o /tmp/gpu_buffers >"$out/build.log" 2>&1 || note "gpu_buffers: build failed (build.log)"
+for c in abi/tests/c/*.c; do
+  n=$(basename "$c" .c)
+  abi/bin/mpicc -O1 "$c" -o "/tmp/abi-$n" -lm >>"$out/build.log" 2>&1 || note "$n: build failed"
+done
+run gpu_buffers_2 "$B/rwrun" -n 2 /tmp/gpu_buffers
+for c in abi/tests/c/*.c; do
+  n=$(basename "$c" .c)
+  run "host_${n}_2" "$B/rwrun" -n 2 "/tmp/abi-$n"
+done
+# shellcheck source=mps.sh
+. scripts/mps.sh
+if mps_start /tmp/mps-pipe /tmp/mps-log; then
+  note "MPS started"
+  run gpu_buffers_2_mps "$B/rwrun" -n 2 /tmp/gpu_buffers
+  run gpu_buffers_4_mps "$B/rwrun" -n 4 /tmp/gpu_buffers
+  if ls "$B"/osu-micro-benchmarks-7.2.tar.gz >/dev/null 2>&1; then
+    t0=$SECONDS
+    OSU_TARBALL=$B/osu-micro-benchmarks-7.2.tar.gz MPICC=$(pwd)/abi/bin/mpicc MPICXX=$(pwd)/abi/bin/mpicxx \
+      MPIEXEC="$B/rwrun" ABI_LIBDIR="$B/lib" OSU_NP=2 OSU_ALLOW_FAIL=1 \
+      OSU_ONLY='osu_latency$|osu_bw$|osu_bibw$|osu_allreduce$|osu_bcast$|osu_allgather$|osu_reduce$|osu_iallreduce$' \
+      OSU_ARGS='-m 1:4194304 -i 100 -x 10' \
+      timeout 900 scripts/osu.sh --cuda >"$out/osu_cuda.log" 2>&1
+    note "osu --cuda: rc=$? ($((SECONDS - t0)) s)"
+    cp target/osu/summary.txt "$out/osu_cuda_summary.txt" 2>/dev/null
+    cp -r target/osu/logs "$out/osu_cuda_logs" 2>/dev/null
+  else
+    note "osu: no tarball in .device-bin"
+  fi
+  mps_stop
+else
+  note "MPS could not be started: MPS runs skipped"
+fi
+cat "$sum"
