@@ -121,6 +121,7 @@ c_tests!(
     coll_ops,
     coll_nb,
     coll_derived,
+    edge_cases,
 );
 
 /// Every C program in abi/tests/c has a test above.

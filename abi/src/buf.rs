@@ -28,6 +28,22 @@ fn at(ptr: *const u8, off: isize) -> *const u8 {
     (ptr as isize).wrapping_add(off) as *const u8
 }
 
+/// `MPI_IN_PLACE` (the address 1) reaching a buffer argument: the calls that allow it
+/// handle it before they get here, so here it is misuse (a send, a receive, the
+/// output of a reduction, ...).
+///
+/// # Errors
+/// `MPI_ERR_BUFFER`.
+fn not_in_place(ptr: *const u8) -> R {
+    if ptr as usize == MPI_IN_PLACE {
+        return Err(err(
+            MPI_ERR_BUFFER,
+            "MPI_IN_PLACE passed as a buffer where this call does not allow it; fix: pass the buffer's address (MPI_IN_PLACE is only for the send buffer of collectives, or as the standard lists per collective)",
+        ));
+    }
+    Ok(())
+}
+
 /// A send buffer as contiguous bytes.
 pub struct SendBuf {
     /// First byte.
@@ -51,6 +67,7 @@ unsafe impl Send for SendBuf {}
 /// `MPI_ERR_COUNT` (negative), `MPI_ERR_TYPE` (bad or uncommitted type), `MPI_ERR_BUFFER`
 /// (null buffer with data), `MPI_ERR_OTHER` (device staging copy failed).
 pub unsafe fn send_buf(ptr: *const u8, n: i64, dt: MPI_Datatype) -> R<SendBuf> {
+    not_in_place(ptr)?;
     let n = count(n)?;
     let t = for_comm(dt)?;
     let bytes = n
@@ -104,6 +121,7 @@ unsafe impl Send for RecvBuf {}
 /// # Errors
 /// As [`send_buf`].
 pub unsafe fn recv_buf(ptr: *mut u8, n: i64, dt: MPI_Datatype) -> R<RecvBuf> {
+    not_in_place(ptr)?;
     let n = count(n)?;
     let t = for_comm(dt)?;
     let bytes = n
@@ -235,4 +253,30 @@ pub fn copy_device_to_host(src: *const u8, dst: &mut [u8]) -> R {
             .and_then(|()| s.synchronize())
             .map_err(|e| err(MPI_ERR_OTHER, format!("gpu: device-to-host copy: {e}")))
     }
+}
+
+/// `n` bytes at `p` as a slice; empty (and `p` unused) when `n == 0`, so that a
+/// zero-count call may pass a null buffer, as MPI allows.
+///
+/// # Safety
+/// For `n > 0`, `p` must be valid for reads of `n` bytes for `'a`.
+pub unsafe fn bytes<'a>(p: *const u8, n: usize) -> &'a [u8] {
+    if n == 0 {
+        return &[];
+    }
+    // SAFETY: caller's contract.
+    unsafe { std::slice::from_raw_parts(p, n) }
+}
+
+/// As [`bytes`], writable.
+///
+/// # Safety
+/// For `n > 0`, `p` must be valid for writes of `n` bytes for `'a` and not accessed
+/// otherwise meanwhile.
+pub unsafe fn bytes_mut<'a>(p: *mut u8, n: usize) -> &'a mut [u8] {
+    if n == 0 {
+        return &mut [];
+    }
+    // SAFETY: caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(p, n) }
 }

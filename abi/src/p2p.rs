@@ -68,7 +68,7 @@ fn start_send(c: &Communicator, b: SendBuf, dest: usize, tag: i32, mode: Mode) -
     }
     // SAFETY: the buffer is the C caller's (valid until completion, MPI's contract)
     // or owned by `b`, kept in the Started.
-    let slice: &'static [u8] = unsafe { std::slice::from_raw_parts(b.ptr, b.len) };
+    let slice: &'static [u8] = unsafe { crate::buf::bytes(b.ptr, b.len) };
     let req = if is_device(b.ptr, b.len) {
         // SAFETY: as above.
         unsafe { c.isend_raw(b.ptr, b.len, dest, tag)? }
@@ -90,7 +90,7 @@ fn start_recv(c: &Communicator, b: RecvBuf, src: Source, tag: Tag) -> R<Started>
         unsafe { c.irecv_raw(b.ptr, b.len, src, tag)? }
     } else {
         // SAFETY: as above.
-        let s: &'static mut [u8] = unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) };
+        let s: &'static mut [u8] = unsafe { crate::buf::bytes_mut(b.ptr, b.len) };
         c.irecv(s, src, tag)?
     };
     let b = Mutex::new(Some(b));
@@ -164,7 +164,7 @@ fn start_bsend(c: &Communicator, b: SendBuf, dest: usize, tag: i32) -> R<Started
         v
     } else {
         // SAFETY: the C caller's buffer of b.len bytes.
-        unsafe { std::slice::from_raw_parts(b.ptr, b.len) }.to_vec()
+        unsafe { crate::buf::bytes(b.ptr, b.len) }.to_vec()
     };
     let owned = SendBuf {
         ptr: copy.as_ptr(),
@@ -274,7 +274,7 @@ unsafe fn send_impl(
             return Ok(());
         }
         // SAFETY: the caller's buffer (or the packed copy in b) for the call.
-        let slice = unsafe { std::slice::from_raw_parts(b.ptr, b.len) };
+        let slice = unsafe { crate::buf::bytes(b.ptr, b.len) };
         if mode == Mode::Sync {
             c.ssend(slice, d, t)?;
         } else {
@@ -309,7 +309,7 @@ unsafe fn recv_impl(
             unsafe { c.irecv_raw(b.ptr, b.len, src, tg) }.and_then(|r| r.wait())
         } else {
             // SAFETY: as above.
-            let s = unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) };
+            let s = unsafe { crate::buf::bytes_mut(b.ptr, b.len) };
             c.recv(s, src, tg)
         };
         finish_recv(r, b, status)
@@ -816,7 +816,7 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace_c(
             v
         } else {
             // SAFETY: b describes readable bytes.
-            unsafe { std::slice::from_raw_parts(b.ptr, b.len) }.to_vec()
+            unsafe { crate::buf::bytes(b.ptr, b.len) }.to_vec()
         };
         drop(b);
         let n = copy.len();

@@ -138,11 +138,21 @@ pub unsafe fn write_status(
     unsafe { out.write(s) };
 }
 
-/// The status of an empty or `MPI_PROC_NULL` operation (MPI 4.1 §3.7.3: source
+/// The status of a completed operation with `MPI_PROC_NULL` (MPI 4.1 §3.10: source
 /// `MPI_PROC_NULL`, tag `MPI_ANY_TAG`, count 0).
 pub fn empty_status() -> rankwire::Status {
     rankwire::Status {
         source: MPI_PROC_NULL as isize as usize,
+        tag: MPI_ANY_TAG,
+        len_bytes: 0,
+    }
+}
+
+/// The *empty* status of a null or inactive request (MPI 4.1 §3.7.3: source
+/// `MPI_ANY_SOURCE`, tag `MPI_ANY_TAG`, count 0, error `MPI_SUCCESS`).
+pub fn inactive_status() -> rankwire::Status {
+    rankwire::Status {
+        source: MPI_ANY_SOURCE as isize as usize,
         tag: MPI_ANY_TAG,
         len_bytes: 0,
     }
@@ -304,7 +314,7 @@ unsafe fn report(o: &Outcome, status: *mut MPI_Status) -> R {
     match o {
         Outcome::Inactive | Outcome::Pending => {
             // SAFETY: caller's pointer.
-            unsafe { write_status(status, &empty_status(), false, MPI_SUCCESS) };
+            unsafe { write_status(status, &inactive_status(), false, MPI_SUCCESS) };
             Ok(())
         }
         Outcome::Completed(d) => {
@@ -598,7 +608,7 @@ unsafe fn any_impl(
                         *flag = (!any_active) as c_int;
                     }
                     if !any_active {
-                        write_status(status, &empty_status(), false, MPI_SUCCESS);
+                        write_status(status, &inactive_status(), false, MPI_SUCCESS);
                     }
                 }
                 Ok(())

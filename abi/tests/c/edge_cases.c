@@ -1,0 +1,61 @@
+/* rankwire-test: ranks=2 */
+/* Edge cases a reviewer found: zero-count messages with NULL buffers, MPI_IN_PLACE where
+ * it is not allowed (MPI_ERR_BUFFER, not a crash), the empty status of null and inactive
+ * requests (MPI 4.1 3.7.3). */
+#include <mpi.h>
+#include <stdio.h>
+
+static int checks = 0, rank;
+#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "rank %d: check failed at line %d: ", rank, __LINE__); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); MPI_Abort(MPI_COMM_WORLD, 1); } checks++; } while (0)
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int peer = 1 - rank, cls, rc, count;
+  MPI_Status st;
+  /* zero-count with NULL, blocking and nonblocking */
+  if (rank == 0) MPI_Send(NULL, 0, MPI_INT, peer, 1, MPI_COMM_WORLD);
+  else {
+    MPI_Recv(NULL, 0, MPI_INT, peer, 1, MPI_COMM_WORLD, &st);
+    MPI_Get_count(&st, MPI_INT, &count);
+    CHECK(count == 0 && st.MPI_SOURCE == peer && st.MPI_TAG == 1, "zero recv status");
+  }
+  MPI_Request rq[2];
+  MPI_Irecv(NULL, 0, MPI_BYTE, peer, 2, MPI_COMM_WORLD, &rq[0]);
+  MPI_Isend(NULL, 0, MPI_BYTE, peer, 2, MPI_COMM_WORLD, &rq[1]);
+  MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+  MPI_Sendrecv(NULL, 0, MPI_INT, peer, 3, NULL, 0, MPI_INT, peer, 3, MPI_COMM_WORLD, &st);
+  CHECK(st.MPI_SOURCE == peer, "zero sendrecv");
+  /* empty status of null and inactive requests */
+  MPI_Request r = MPI_REQUEST_NULL;
+  st.MPI_SOURCE = 99;
+  MPI_Wait(&r, &st);
+  MPI_Get_count(&st, MPI_INT, &count);
+  CHECK(st.MPI_SOURCE == MPI_ANY_SOURCE && st.MPI_TAG == MPI_ANY_TAG && count == 0, "null request status %d %d", st.MPI_SOURCE, st.MPI_TAG);
+  int x;
+  MPI_Recv_init(&x, 1, MPI_INT, peer, 4, MPI_COMM_WORLD, &r);
+  MPI_Wait(&r, &st);
+  CHECK(st.MPI_SOURCE == MPI_ANY_SOURCE && r != MPI_REQUEST_NULL, "inactive request status");
+  MPI_Request_free(&r);
+  int idx, flag;
+  MPI_Request nulls[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  MPI_Testany(2, nulls, &idx, &flag, &st);
+  CHECK(flag && idx == MPI_UNDEFINED && st.MPI_SOURCE == MPI_ANY_SOURCE, "testany on nulls");
+  /* MPI_IN_PLACE where not allowed */
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int v = 1;
+  rc = MPI_Send(MPI_IN_PLACE, 1, MPI_INT, peer, 5, MPI_COMM_WORLD);
+  MPI_Error_class(rc, &cls);
+  CHECK(cls == MPI_ERR_BUFFER, "send IN_PLACE class %d", cls);
+  rc = MPI_Allreduce(&v, MPI_IN_PLACE, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Error_class(rc, &cls);
+  CHECK(cls == MPI_ERR_BUFFER, "allreduce recvbuf IN_PLACE class %d", cls);
+  rc = MPI_Bcast(MPI_IN_PLACE, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Error_class(rc, &cls);
+  CHECK(cls == MPI_ERR_BUFFER, "bcast IN_PLACE class %d", cls);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) printf("edge_cases: ok, %d checks\n", checks);
+  MPI_Finalize();
+  return 0;
+}
