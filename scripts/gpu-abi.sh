@@ -55,6 +55,7 @@ if mps_start /tmp/mps-pipe /tmp/mps-log; then
     note "osu --cuda: rc=$? ($((SECONDS - t0)) s)"
     cp target/osu/summary.txt "$out/osu_cuda_summary.txt" 2>/dev/null
     cp -r target/osu/logs "$out/osu_cuda_logs" 2>/dev/null
+    cp target/osu/build-*-cuda/make.log "$out/osu_cuda_make.log" 2>/dev/null
   else
     note "osu: no tarball in .device-bin"
   fi

@@ -128,8 +128,8 @@ bench_args() {
 # Undefined MPI functions of a benchmark that did not link.
 undefined_of() {
   local dir=$1 b=$2
-  (cd "$dir" && make "$b" 2>&1) | grep -o "undefined reference to \`[A-Za-z_0-9]*'" |
-    sed "s/undefined reference to \`//; s/'//" | sort -u | tr '\n' ' '
+  { (cd "$dir" && make "$b" 2>&1) | grep -o "undefined reference to \`[A-Za-z_0-9]*'" |
+    sed "s/undefined reference to \`//; s/'//" | sort -u | tr '\n' ' '; } || true
 }
 
 declare -A result secs

@@ -12,14 +12,25 @@ use std::sync::Arc;
 
 /// Whether `[ptr, ptr + len)` is CUDA device memory (pinned and managed memory count as
 /// host: the CPU may touch them).
+///
+/// For device memory it first waits for the legacy default stream of that device
+/// ([`rankwire::gpu::synchronize_legacy_stream`]): data a C program produced with
+/// `cudaMemcpy`/`cudaMemset` or kernels on the default stream is complete before MPI
+/// reads it, and MPI's writes are not overtaken by such work queued earlier. Work on the
+/// program's own streams must be synchronized by the program before the call (the rule
+/// of every CUDA-aware MPI).
 pub fn is_device(ptr: *const u8, len: usize) -> bool {
     if len == 0 || ptr.is_null() || !rankwire::gpu::available() {
         return false;
     }
-    matches!(
-        rankwire::gpu::classify(ptr, len).map(|m| m.kind),
-        Ok(rankwire::gpu::PtrKind::Device { .. })
-    )
+    match rankwire::gpu::classify(ptr, len).map(|m| m.kind) {
+        Ok(rankwire::gpu::PtrKind::Device { ordinal }) => {
+            // A failure here shows again, with its message, in the copy that follows.
+            let _ = rankwire::gpu::synchronize_legacy_stream(ordinal);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Bytes `[off, off + len)` relative to `ptr` as a pointer (MPI_BOTTOM-relative
@@ -200,6 +211,9 @@ pub(crate) unsafe fn with_host_view(
             return Ok(());
         }
     };
+    // Work the program queued on the default stream comes first (see `is_device`).
+    rankwire::gpu::synchronize_legacy_stream(device)
+        .map_err(|e| err(MPI_ERR_OTHER, format!("gpu: waiting for the default stream: {e}")))?;
     let mut host = vec![0u8; span];
     let s = rankwire::gpu::Stream::new(device).map_err(|e| {
         err(

@@ -41,6 +41,24 @@ unsafe impl Sync for Stream {}
 // like the primary context it belongs to. Mirrors process-global state, hence a static.
 static RUNTIME_STREAMS: Mutex<Vec<(i32, &'static Stream)>> = Mutex::new(Vec::new());
 
+/// Waits until the work queued on `device`'s *legacy default stream* has finished: the
+/// NULL stream of the driver and runtime APIs (`cudaMemcpy`, `cudaMemset`, kernels
+/// launched without a stream, unless the program was built with per-thread default
+/// streams). The MPI standard ABI calls it before it reads or writes a user's device
+/// buffer, because a C program expects `cudaMemcpy(dev, host, ...)` followed by
+/// `MPI_Send(dev, ...)` to send the new data, and a pageable host-to-device
+/// `cudaMemcpy` may return before its copy has reached device memory (CUDA Runtime API,
+/// "API synchronization behavior"), while the runtime's own streams are non-blocking.
+///
+/// # Errors
+/// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], or [`GpuError::Driver`]
+/// (`cuDevicePrimaryCtxRetain`, `cuCtxSetCurrent`, `cuStreamSynchronize`).
+pub fn synchronize_legacy_stream(device: i32) -> Result<(), GpuError> {
+    result::bind_device(device)?;
+    // SAFETY: the NULL stream is the legacy default stream of the current context.
+    unsafe { result::stream_synchronize(std::ptr::null_mut()) }
+}
+
 impl Stream {
     /// A new non-blocking stream on `device`, destroyed on drop.
     ///
