@@ -79,6 +79,11 @@ if [ ! -f "$build/.configured" ] || [ "$(cat "$build/.configured")" != "$key" ];
   if [ "$cuda" = 1 ]; then
     [ -n "${CUDA_HOME:-}" ] || abi_die "--cuda needs CUDA_HOME (the CUDA toolkit, e.g. /usr/local/cuda)"
     conf+=(--enable-cuda --with-cuda="$CUDA_HOME")
+    # OSU 7.2 predates CUDA 13, whose cudaMemPrefetchAsync takes a cudaMemLocation and
+    # flags: adapt that one call (managed-memory prefetch) in the build copy, guarded by
+    # CUDART_VERSION so older toolkits compile the original.
+    perl -0pi -e 's/CUDA_CHECK\(cudaMemPrefetchAsync\(buf, length, devid, um_stream\)\);/#if CUDART_VERSION >= 13000\n    struct cudaMemLocation loc = {cudaMemLocationTypeDevice, devid};\n    CUDA_CHECK(cudaMemPrefetchAsync(buf, length, loc, 0, um_stream));\n#else\n    CUDA_CHECK(cudaMemPrefetchAsync(buf, length, devid, um_stream));\n#endif/' \
+      "$build/c/util/osu_util_mpi.c"
   fi
   conf+=("${extra_conf[@]}")
   echo "osu.sh: configure ${conf[*]} (log $build/configure.log)"

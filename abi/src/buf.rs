@@ -25,8 +25,11 @@ pub fn is_device(ptr: *const u8, len: usize) -> bool {
     }
     match rankwire::gpu::classify(ptr, len).map(|m| m.kind) {
         Ok(rankwire::gpu::PtrKind::Device { ordinal }) => {
-            // A failure here shows again, with its message, in the copy that follows.
-            let _ = rankwire::gpu::synchronize_legacy_stream(ordinal);
+            // Once per MPI call (several buffers of one call share it). A failure here
+            // shows again, with its message, in the copy that follows.
+            if crate::error::first_time_in_call() {
+                let _ = rankwire::gpu::synchronize_legacy_stream(ordinal);
+            }
             true
         }
         _ => false,
@@ -212,8 +215,12 @@ pub(crate) unsafe fn with_host_view(
         }
     };
     // Work the program queued on the default stream comes first (see `is_device`).
-    rankwire::gpu::synchronize_legacy_stream(device)
-        .map_err(|e| err(MPI_ERR_OTHER, format!("gpu: waiting for the default stream: {e}")))?;
+    rankwire::gpu::synchronize_legacy_stream(device).map_err(|e| {
+        err(
+            MPI_ERR_OTHER,
+            format!("gpu: waiting for the default stream: {e}"),
+        )
+    })?;
     let mut host = vec![0u8; span];
     let s = rankwire::gpu::Stream::new(device).map_err(|e| {
         err(

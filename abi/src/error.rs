@@ -235,6 +235,7 @@ pub fn class_name(class: c_int) -> &'static str {
 /// communicator pass `MPI_COMM_SELF` (MPI 4.1 §9.3: errors not tied to a communicator
 /// are raised on `MPI_COMM_SELF`).
 pub fn guard(comm: MPI_Comm, f: impl FnOnce() -> R) -> c_int {
+    CALL.with(|c| c.set(c.get().wrapping_add(1)));
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => MPI_SUCCESS,
         Ok(Err(e)) => raise(comm, e),
@@ -354,5 +355,23 @@ pub unsafe extern "C" fn MPI_Add_error_string(
             .into_owned();
         with_codes(|u| u.strings.insert(errorcode, s));
         Ok(())
+    })
+}
+
+thread_local! {
+    /// Number of exported calls this thread has entered (for once-per-call work).
+    static CALL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The call in which the default stream was last waited for.
+    static SYNCED_IN: std::cell::Cell<u64> = const { std::cell::Cell::new(u64::MAX) };
+}
+
+/// Whether the calling thread's current MPI call has not yet done its once-per-call
+/// work; marks it done.
+pub fn first_time_in_call() -> bool {
+    let call = CALL.with(|c| c.get());
+    SYNCED_IN.with(|s| {
+        let first = s.get() != call;
+        s.set(call);
+        first
     })
 }

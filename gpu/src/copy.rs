@@ -55,8 +55,14 @@ static RUNTIME_STREAMS: Mutex<Vec<(i32, &'static Stream)>> = Mutex::new(Vec::new
 /// (`cuDevicePrimaryCtxRetain`, `cuCtxSetCurrent`, `cuStreamSynchronize`).
 pub fn synchronize_legacy_stream(device: i32) -> Result<(), GpuError> {
     result::bind_device(device)?;
-    // SAFETY: the NULL stream is the legacy default stream of the current context.
-    unsafe { result::stream_synchronize(std::ptr::null_mut()) }
+    // SAFETY: the NULL stream is the legacy default stream of the current context. A
+    // query first: an idle stream (the common case) costs no wait.
+    unsafe {
+        if result::stream_query(std::ptr::null_mut())? {
+            return Ok(());
+        }
+        result::stream_synchronize(std::ptr::null_mut())
+    }
 }
 
 impl Stream {

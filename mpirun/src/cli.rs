@@ -450,6 +450,7 @@ pub(crate) fn settings_table() -> String {
             Reader::Rwrun => "rwrun",
             Reader::Both => "rwrun and ranks",
             Reader::Launcher => "set by rwrun for every rank",
+            Reader::Tools => "mpicc/mpicxx (compile time)",
         };
         out.push_str(&format!(
             "{}\n    {}\n    default: {}\n    valid: {}\n    read by: {who}\n",

@@ -35,6 +35,9 @@ pub enum Reader {
     /// Set by the launcher for each rank (not a user setting; never checked by rwrun,
     /// which overwrites it).
     Launcher,
+    /// The MPI standard-ABI tools (`abi/bin/mpicc`, `mpicxx`): read at compile time,
+    /// never by rwrun or a rank.
+    Tools,
 }
 
 /// How a value is checked.
@@ -172,8 +175,42 @@ macro_rules! algo {
     };
 }
 
+const fn tools(
+    name: &'static str,
+    default: &'static str,
+    valid: &'static str,
+    doc: &'static str,
+) -> Setting {
+    with_reader(Reader::Tools, name, default, valid, Check::Any, doc)
+}
+
 /// Every `RANKWIRE_*` setting.
 pub static SETTINGS: &[Setting] = &[
+    // The MPI standard-ABI wrappers (abi/bin/mpicc, mpicxx).
+    tools(
+        "RANKWIRE_ABI_LIBDIR",
+        "(the prefix's lib, or target/<profile> in the source tree)",
+        "a directory holding libmpi_abi.so.1",
+        "library directory mpicc/mpicxx link programs against",
+    ),
+    tools(
+        "RANKWIRE_ABI_PROFILE",
+        "debug",
+        "debug or release",
+        "which cargo profile's library mpicc uses in the source tree",
+    ),
+    tools(
+        "RANKWIRE_CC",
+        "$CC, else cc",
+        "a C compiler command",
+        "the C compiler mpicc runs",
+    ),
+    tools(
+        "RANKWIRE_CXX",
+        "$CXX, else c++",
+        "a C++ compiler command",
+        "the C++ compiler mpicxx runs",
+    ),
     Setting {
         name: "RANKWIRE_LOG",
         default: "warn",
