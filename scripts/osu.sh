@@ -171,6 +171,13 @@ for g in "${groups[@]}"; do
       secs[$row,$np]=$((SECONDS - t0))
       if [ "$rc" = 0 ] && ! grep -Eq '[[:space:]]Fail[[:space:]]*$' "$log"; then
         r=pass
+      elif [ "$b" = osu_latency_mt ] && grep -q "exited with status 0 without finalizing" "$log" &&
+        grep -Eq '[[:space:]]Pass[[:space:]]*$' "$log" && ! grep -Eq '[[:space:]]Fail[[:space:]]*$' "$log"; then
+        # OSU 7.2's osu_latency_mt returns from main without MPI_Finalize unless sessions
+        # are on (omb_lat_mt_session_finalize does nothing otherwise); rwrun reports such
+        # a rank as failed, as it does for any program. Every size passed validation.
+        r=pass
+        notes+=("$row -n $np: passed validation; the benchmark exits without MPI_Finalize (an OSU 7.2 bug), which rwrun reports")
       elif grep -q "MPI_Init_thread must return MPI_THREAD_MULTIPLE" "$log"; then
         r=skip
         notes+=("$row -n $np: skipped: the library does not provide MPI_THREAD_MULTIPLE")
