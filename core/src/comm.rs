@@ -75,9 +75,9 @@ pub struct Communicator {
 /// A message removed from the unexpected queue by [`Communicator::mprobe`]; only
 /// [`Message::recv`] can receive it (MPI_Mprobe / MPI_Mrecv, MPI 4.1 §3.8.2).
 pub struct Message {
-    inner: Arc<Inner>,
-    st: Arc<CommState>,
-    msg: Option<ProbedMessage>,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) st: Arc<CommState>,
+    pub(crate) msg: Option<ProbedMessage>,
 }
 
 impl Communicator {
@@ -467,26 +467,6 @@ impl Message {
             source: self.st.local(st.source as u32) as usize,
             ..st
         })
-    }
-}
-
-impl Message {
-    /// Receive this message into `len_bytes` bytes at `ptr`, host or device memory
-    /// (detected per call), without blocking (MPI_Imrecv).
-    ///
-    /// # Safety
-    /// `ptr` must be valid for writes of `len_bytes` bytes until the request completes.
-    ///
-    /// # Errors
-    /// [`Error::Gpu`] if the pointer cannot be classified; the request reports
-    /// truncation as [`Message::recv`] does.
-    pub unsafe fn irecv_raw<'a>(mut self, ptr: *mut u8, len_bytes: usize) -> Result<Request<'a>> {
-        let Some(m) = self.msg.take() else {
-            return Err(Error::usage("message already received"));
-        };
-        let kind = crate::device::kind_of_addr(ptr as u64, len_bytes)?;
-        let id = self.inner.mrecv(m, RawBuf::with_kind(ptr, len_bytes, kind));
-        Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(&self.st))
     }
 }
 

@@ -118,11 +118,6 @@ use crate::error::{Error, Result};
 use crate::protocol::{RawBuf, Status};
 use crate::request::Request;
 
-/// Memory kind of `len` bytes at `addr` (for the other modules of core).
-pub(crate) fn kind_of_addr(addr: u64, len: usize) -> Result<MemoryKind> {
-    kind_of(addr, len)
-}
-
 /// Memory kind of `len` bytes at `addr`, as the protocol needs it.
 fn kind_of(addr: u64, len: usize) -> Result<MemoryKind> {
     if len == 0 || !rankwire_gpu::available() {
@@ -245,5 +240,25 @@ impl Communicator {
         let (ptr, len) = buf.device_region_mut()?;
         // SAFETY: the buffer owns `len` bytes at `ptr` and stays mutably borrowed for 'a.
         unsafe { self.irecv_raw(ptr as *mut u8, len, source, tag) }
+    }
+}
+
+impl crate::comm::Message {
+    /// Receive this message into `len_bytes` bytes at `ptr`, host or device memory
+    /// (detected per call), without blocking (MPI_Imrecv).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len_bytes` bytes until the request completes.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] if the pointer cannot be classified; the request reports
+    /// truncation as [`crate::comm::Message::recv`] does.
+    pub unsafe fn irecv_raw<'a>(mut self, ptr: *mut u8, len_bytes: usize) -> Result<Request<'a>> {
+        let Some(m) = self.msg.take() else {
+            return Err(Error::usage("message already received"));
+        };
+        let kind = kind_of(ptr as u64, len_bytes)?;
+        let id = self.inner.mrecv(m, RawBuf::with_kind(ptr, len_bytes, kind));
+        Ok(Request::new(self.inner.clone(), id, true, std::marker::PhantomData).for_comm(&self.st))
     }
 }
