@@ -25,6 +25,46 @@ impl<T: Copy> Kept<T> {
     }
 }
 
+/// Arguments of a persistent collective as kept for its starts: the count,
+/// displacement and datatype arrays (`*const` int / count / address / handle) are
+/// copied at `…_init` (as MPICH does: programs such as mpi4py pass temporary arrays),
+/// with one entry per rank of the communicator; buffers and scalars are kept as given.
+trait Snapshot: Copy {
+    /// The value to keep; copies go into `store`, which lives as long as the request.
+    fn snapshot(self, n: usize, store: &mut Vec<Box<dyn std::any::Any + Send + Sync>>) -> Self;
+}
+
+macro_rules! keep_as_is {
+    ($($t:ty),*) => {$(
+        impl Snapshot for $t {
+            fn snapshot(self, _n: usize, _store: &mut Vec<Box<dyn std::any::Any + Send + Sync>>) -> Self {
+                self
+            }
+        }
+    )*};
+}
+keep_as_is!(c_int, i64, usize, *const c_void, *mut c_void);
+
+macro_rules! copy_array {
+    ($($t:ty),*) => {$(
+        impl Snapshot for *const $t {
+            fn snapshot(self, n: usize, store: &mut Vec<Box<dyn std::any::Any + Send + Sync>>) -> Self {
+                if self.is_null() || n == 0 {
+                    return self;
+                }
+                // SAFETY: an array argument of a collective has one entry per rank (the
+                // C caller's contract; null arrays, allowed where not significant, are
+                // kept as they are).
+                let copy: Box<[$t]> = unsafe { std::slice::from_raw_parts(self, n) }.into();
+                let p = copy.as_ptr();
+                store.push(Box::new(copy));
+                p
+            }
+        }
+    )*};
+}
+copy_array!(c_int, i64, isize, usize);
+
 fn null_request() -> crate::error::MpiErr {
     err(
         MPI_ERR_ARG,
@@ -88,16 +128,25 @@ macro_rules! coll_entries {
             guard(comm, || nonblocking(comm, request, || unsafe { $imp(comm, Mode::Start, $($a),*) }))
         }
 
-        #[doc = concat!("`", stringify!($p), "`: the persistent form (MPI 4.1 §6.13); `MPI_Start` runs the nonblocking form with the arguments given here (`info` is not used).")]
+        #[doc = concat!("`", stringify!($p), "`: the persistent form (MPI 4.1 §6.13); `MPI_Start` runs the nonblocking form with the arguments given here (count, displacement and type arrays copied at this call; `info` is not used).")]
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $p($($a: $t,)* comm: MPI_Comm, _info: MPI_Info, request: *mut MPI_Request) -> c_int {
+            guard(comm, || {
+            #[allow(unused_variables)]
+            let n = lookup(comm)?.size();
+            #[allow(unused_mut)]
+            let mut store: Vec<Box<dyn std::any::Any + Send + Sync>> = Vec::new();
+            $(let $a = Snapshot::snapshot($a, n, &mut store);)*
             let kept = Kept(($($a,)*));
-            guard(comm, || persistent(comm, request, move || {
+            persistent(comm, request, move || {
+                let _keep = &store;
                 #[allow(unused_parens, clippy::unused_unit)]
                 let ($($a,)*) = kept.get();
-                // SAFETY: the C caller keeps the arguments valid while the request lives.
+                // SAFETY: the C caller keeps the buffers valid while the request lives;
+                // the arrays are this request's copies.
                 unsafe { $imp(comm, Mode::Start, $($a),*) }
-            }))
+            })
+            })
         }
     };
 }
