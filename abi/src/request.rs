@@ -29,8 +29,9 @@ pub enum Active {
     Coll(rankwire::CollRequest<'static>),
     /// Completed when posted (e.g. with `MPI_PROC_NULL`), with this status.
     Ready(rankwire::Status),
-    /// Several point-to-point operations completing together (neighborhood
-    /// collectives); the status is empty.
+    /// Several point-to-point operations completing together (`MPI_Isendrecv`,
+    /// neighborhood collectives): the first error, else the first operation's status
+    /// (the receive of `MPI_Isendrecv`; empty when there is none).
     Multi(Vec<rankwire::Request<'static>>),
 }
 
@@ -169,6 +170,15 @@ pub fn set_status_bytes(s: &mut MPI_Status, bytes: u64) {
     s.MPI_internal[1] = (bytes >> 32) as c_int;
 }
 
+/// The outcome of an `Active::Multi`: its first error, else the status of its first
+/// operation (empty when there is none).
+fn multi_status(rs: Vec<rankwire::Result<rankwire::Status>>) -> rankwire::Result<rankwire::Status> {
+    if let Some(e) = rs.iter().find_map(|r| r.as_ref().err()) {
+        return Err(e.clone());
+    }
+    Ok(rs.into_iter().next().and_then(|r| r.ok()).unwrap_or_else(empty_status))
+}
+
 /// Outcome of one completion: the status, and whether the operation was cancelled.
 struct Done {
     st: rankwire::Status,
@@ -206,11 +216,7 @@ fn wait_started(mut s: Started) -> Done {
         Active::P2p(r) => r.wait(),
         Active::Coll(c) => c.wait().map(|()| empty_status()),
         Active::Ready(st) => Ok(st),
-        Active::Multi(v) => rankwire::wait_all_results(v)
-            .into_iter()
-            .find(|r| r.is_err())
-            .unwrap_or(Ok(empty_status()))
-            .map(|_| empty_status()),
+        Active::Multi(v) => multi_status(rankwire::wait_all_results(v)),
     };
     finish_started(s, r)
 }
@@ -239,11 +245,7 @@ fn test_started(mut s: Started) -> Result<Done, Started> {
                 s.active = Active::Multi(v);
                 return Err(s);
             }
-            rankwire::wait_all_results(v)
-                .into_iter()
-                .find(|r| r.is_err())
-                .unwrap_or(Ok(empty_status()))
-                .map(|_| empty_status())
+            multi_status(rankwire::wait_all_results(v))
         }
     };
     Ok(finish_started(s, r))

@@ -41,6 +41,20 @@ int main(int argc, char **argv) {
   MPI_Request nulls[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   MPI_Testany(2, nulls, &idx, &flag, &st);
   CHECK(flag && idx == MPI_UNDEFINED && st.MPI_SOURCE == MPI_ANY_SOURCE, "testany on nulls");
+  /* MPI_Isendrecv / MPI_Isendrecv_replace (MPI 4.0): the status is the receive's */
+  {
+    int a = rank + 10, b = -1, c[2] = {rank, rank * 2};
+    MPI_Request q;
+    MPI_Isendrecv(&a, 1, MPI_INT, peer, 6, &b, 1, MPI_INT, peer, 6, MPI_COMM_WORLD, &q);
+    MPI_Wait(&q, &st);
+    CHECK(b == peer + 10 && st.MPI_SOURCE == peer && st.MPI_TAG == 6, "isendrecv %d", b);
+    MPI_Isendrecv_replace(c, 2, MPI_INT, peer, 7, peer, 7, MPI_COMM_WORLD, &q);
+    MPI_Wait(&q, &st);
+    CHECK(c[0] == peer && c[1] == peer * 2 && st.MPI_SOURCE == peer, "isendrecv_replace %d %d", c[0], c[1]);
+    MPI_Isendrecv(&a, 1, MPI_INT, MPI_PROC_NULL, 8, &b, 1, MPI_INT, MPI_PROC_NULL, 8, MPI_COMM_WORLD, &q);
+    MPI_Wait(&q, &st);
+    CHECK(st.MPI_SOURCE == MPI_PROC_NULL, "isendrecv proc_null status %d", st.MPI_SOURCE);
+  }
   /* MPI_IN_PLACE where not allowed */
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int v = 1;
