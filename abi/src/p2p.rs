@@ -1083,7 +1083,7 @@ pub unsafe extern "C" fn MPI_Imrecv_c(
 /// status is the receive's.
 fn combine(r: Started, s: Started) -> Started {
     let recv_ready = match &r.active {
-        Active::Ready(st) => Some(st.clone()),
+        Active::Ready(st) => Some(*st),
         _ => None,
     };
     let mut v = Vec::new();
@@ -1114,19 +1114,70 @@ fn combine(r: Started, s: Started) -> Started {
 /// `MPI_Isendrecv` (MPI 4.0 §3.10.2): the receive is posted first; the request's
 /// status is the receive's.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+pub unsafe extern "C" fn MPI_Isendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
     // SAFETY: forwarded.
-    unsafe { MPI_Isendrecv_c(sendbuf, sendcount as MPI_Count, sendtype, dest, sendtag, recvbuf, recvcount as MPI_Count, recvtype, source, recvtag, comm, request) }
+    unsafe {
+        MPI_Isendrecv_c(
+            sendbuf,
+            sendcount as MPI_Count,
+            sendtype,
+            dest,
+            sendtag,
+            recvbuf,
+            recvcount as MPI_Count,
+            recvtype,
+            source,
+            recvtag,
+            comm,
+            request,
+        )
+    }
 }
 
 /// `MPI_Isendrecv_c`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Isendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+pub unsafe extern "C" fn MPI_Isendrecv_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
     guard(comm, || {
         // SAFETY: the C caller's buffers, valid until completion.
         let r = unsafe { post_recv(recvbuf, recvcount, recvtype, source, recvtag, comm)? };
         // SAFETY: as above.
-        let s = unsafe { post_send(sendbuf, sendcount, sendtype, dest, sendtag, comm, Mode::Standard)? };
+        let s = unsafe {
+            post_send(
+                sendbuf,
+                sendcount,
+                sendtype,
+                dest,
+                sendtag,
+                comm,
+                Mode::Standard,
+            )?
+        };
         // SAFETY: C caller's pointer.
         unsafe { put(request, insert(comm, combine(r, s)), "request") }
     })
@@ -1135,14 +1186,46 @@ pub unsafe extern "C" fn MPI_Isendrecv_c(sendbuf: *const c_void, sendcount: MPI_
 /// `MPI_Isendrecv_replace`: the outgoing data is copied first (packed for a derived
 /// type, staged for device memory), then received into `buf`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+pub unsafe extern "C" fn MPI_Isendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
     // SAFETY: forwarded.
-    unsafe { MPI_Isendrecv_replace_c(buf, count as MPI_Count, datatype, dest, sendtag, source, recvtag, comm, request) }
+    unsafe {
+        MPI_Isendrecv_replace_c(
+            buf,
+            count as MPI_Count,
+            datatype,
+            dest,
+            sendtag,
+            source,
+            recvtag,
+            comm,
+            request,
+        )
+    }
 }
 
 /// `MPI_Isendrecv_replace_c`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+pub unsafe extern "C" fn MPI_Isendrecv_replace_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
     guard(comm, || {
         // SAFETY: C caller's buffer.
         let b = unsafe { send_buf(buf as *const u8, count, datatype)? };
@@ -1159,7 +1242,17 @@ pub unsafe extern "C" fn MPI_Isendrecv_replace_c(buf: *mut c_void, count: MPI_Co
         let r = unsafe { post_recv(buf, count, datatype, source, recvtag, comm)? };
         let n = copy.len() as MPI_Count;
         // SAFETY: the copy stays alive in the request (kept below).
-        let mut s = unsafe { post_send(copy.as_ptr() as *const c_void, n, MPI_BYTE, dest, sendtag, comm, Mode::Standard)? };
+        let mut s = unsafe {
+            post_send(
+                copy.as_ptr() as *const c_void,
+                n,
+                MPI_BYTE,
+                dest,
+                sendtag,
+                comm,
+                Mode::Standard,
+            )?
+        };
         s.keep.push(Box::new(copy));
         // SAFETY: C caller's pointer.
         unsafe { put(request, insert(comm, combine(r, s)), "request") }

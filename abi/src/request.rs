@@ -176,7 +176,11 @@ fn multi_status(rs: Vec<rankwire::Result<rankwire::Status>>) -> rankwire::Result
     if let Some(e) = rs.iter().find_map(|r| r.as_ref().err()) {
         return Err(e.clone());
     }
-    Ok(rs.into_iter().next().and_then(|r| r.ok()).unwrap_or_else(empty_status))
+    Ok(rs
+        .into_iter()
+        .next()
+        .and_then(|r| r.ok())
+        .unwrap_or_else(empty_status))
 }
 
 /// Outcome of one completion: the status, and whether the operation was cancelled.
