@@ -107,6 +107,22 @@ fn start_recv(c: &Communicator, b: RecvBuf, src: Source, tag: Tag) -> R<Started>
     })
 }
 
+/// A host copy of the bytes of `b` (staged from device memory when it is there): the
+/// data of a buffered send, or of a sendrecv_replace before its receive overwrites it.
+///
+/// # Errors
+/// `MPI_ERR_OTHER` when the device-to-host copy fails.
+fn owned_copy(b: &SendBuf) -> R<Vec<u8>> {
+    if is_device(b.ptr, b.len) {
+        let mut v = vec![0u8; b.len];
+        crate::buf::copy_device_to_host(b.ptr, &mut v)?;
+        Ok(v)
+    } else {
+        // SAFETY: `b` describes readable bytes (send_buf's contract).
+        Ok(unsafe { crate::buf::bytes(b.ptr, b.len) }.to_vec())
+    }
+}
+
 // ---- buffered mode ----------------------------------------------------------------
 
 struct Attached {
@@ -158,14 +174,7 @@ fn start_bsend(c: &Communicator, b: SendBuf, dest: usize, tag: i32) -> R<Started
             ),
         ));
     }
-    let copy = if is_device(b.ptr, b.len) {
-        let mut v = vec![0u8; b.len];
-        crate::buf::copy_device_to_host(b.ptr, &mut v)?;
-        v
-    } else {
-        // SAFETY: the C caller's buffer of b.len bytes.
-        unsafe { crate::buf::bytes(b.ptr, b.len) }.to_vec()
-    };
+    let copy = owned_copy(&b)?;
     let owned = SendBuf {
         ptr: copy.as_ptr(),
         len: copy.len(),
@@ -810,14 +819,7 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace_c(
         // Pack (or copy) the outgoing data first: the receive overwrites `buf`.
         // SAFETY: C caller's buffer.
         let b = unsafe { send_buf(buf as *const u8, count, datatype)? };
-        let copy = if is_device(b.ptr, b.len) {
-            let mut v = vec![0u8; b.len];
-            crate::buf::copy_device_to_host(b.ptr, &mut v)?;
-            v
-        } else {
-            // SAFETY: b describes readable bytes.
-            unsafe { crate::buf::bytes(b.ptr, b.len) }.to_vec()
-        };
+        let copy = owned_copy(&b)?;
         drop(b);
         let n = copy.len();
         // SAFETY: the copy is contiguous bytes.
@@ -1229,14 +1231,7 @@ pub unsafe extern "C" fn MPI_Isendrecv_replace_c(
     guard(comm, || {
         // SAFETY: C caller's buffer.
         let b = unsafe { send_buf(buf as *const u8, count, datatype)? };
-        let copy = if is_device(b.ptr, b.len) {
-            let mut v = vec![0u8; b.len];
-            crate::buf::copy_device_to_host(b.ptr, &mut v)?;
-            v
-        } else {
-            // SAFETY: b describes readable bytes.
-            unsafe { crate::buf::bytes(b.ptr, b.len) }.to_vec()
-        };
+        let copy = owned_copy(&b)?;
         drop(b);
         // SAFETY: the C caller's buffer, valid until completion.
         let r = unsafe { post_recv(buf, count, datatype, source, recvtag, comm)? };
