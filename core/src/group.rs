@@ -303,6 +303,19 @@ impl Communicator {
     /// # Errors
     /// [`Error::Connection`] if a peer died; [`Error::Usage`] if context ids ran out.
     pub fn split_shared(&self) -> Result<Communicator> {
+        self.split_shared_keyed(true, 0)?
+            .ok_or_else(|| Error::usage("split_shared: no communicator for a member"))
+    }
+
+    /// [`Communicator::split_shared`] where ranks may opt out and the node
+    /// communicator is ordered by `key`, then by rank here (MPI_Comm_split_type with
+    /// `MPI_COMM_TYPE_SHARED` or `MPI_UNDEFINED`, MPI 4.1 §7.4.2). `member == false`
+    /// (MPI_UNDEFINED) takes part in the collective and gets `Ok(None)`. Collective over
+    /// this communicator: every rank calls it, members or not.
+    ///
+    /// # Errors
+    /// As [`Communicator::split_shared`].
+    pub fn split_shared_keyed(&self, member: bool, key: i32) -> Result<Option<Communicator>> {
         let node = crate::bootstrap::node::node_id().into_bytes();
         let mut lens = vec![0u64; self.size()];
         self.allgather(&[node.len() as u64], &mut lens)?;
@@ -321,8 +334,103 @@ impl Communicator {
         let color = (0..self.size())
             .find(|&r| name(r) == node.as_slice())
             .unwrap_or(self.rank());
-        self.split(Some(color as u32), 0)?
-            .ok_or_else(|| Error::usage("split_shared: no communicator for a defined color"))
+        self.split(member.then_some(color as u32), key)
+    }
+
+    /// A communicator of the ranks of `group` (MPI_Comm_create_group, MPI 4.1 §7.4.2),
+    /// ordered as in `group`. Collective over the members of `group` only: ranks of this
+    /// communicator outside it do not call it (a non-member that calls it gets
+    /// `Ok(None)` at once). Concurrent calls by overlapping groups are told apart by
+    /// `tag` (`0..=TAG_UB`), as MPI requires of the caller.
+    ///
+    /// The members agree on a context id as [`Communicator::dup`] does (bitwise AND of
+    /// the free-id masks, `crate::context_id`), by a gather to the group's first member
+    /// and a broadcast back, on this communicator's collective context with a negative
+    /// tag derived from `tag` (collective schedules use non-negative tags there).
+    ///
+    /// # Errors
+    /// [`Error::Usage`] if `group` has a process outside this communicator, `tag` is out
+    /// of range or context ids ran out; [`Error::Connection`] if a peer died.
+    pub fn create_group(&self, group: &Group, tag: i32) -> Result<Option<Communicator>> {
+        if !(0..=crate::comm::TAG_UB).contains(&tag) {
+            return Err(Error::usage(format!(
+                "create_group: tag {tag} is outside 0..={}",
+                crate::comm::TAG_UB
+            )));
+        }
+        let mut members = Vec::with_capacity(group.world.len());
+        for w in group.world.iter() {
+            match self.st.group.iter().position(|x| x == w) {
+                Some(r) => members.push(r),
+                None => {
+                    return Err(Error::usage(format!(
+                        "create_group: world rank {w} of the group is not in this communicator"
+                    )));
+                }
+            }
+        }
+        let Some(me) = members.iter().position(|&r| r == self.rank()) else {
+            return Ok(None);
+        };
+        let itag = -2 - tag;
+        let mut mask = {
+            let mut e = self.inner.lock();
+            reap_contexts(&mut e);
+            e.ctx_ids.mask()
+        };
+        let none = usize::MAX;
+        if me == 0 {
+            for &r in &members[1..] {
+                let mut theirs = [0u64; MASK_WORDS];
+                self.exchange(
+                    "create_group",
+                    itag,
+                    none,
+                    &[],
+                    r,
+                    bytemuck::cast_slice_mut(&mut theirs),
+                )?;
+                for (m, t) in mask.iter_mut().zip(theirs) {
+                    *m &= t;
+                }
+            }
+            for &r in &members[1..] {
+                self.exchange(
+                    "create_group",
+                    itag,
+                    r,
+                    bytemuck::cast_slice(&mask),
+                    none,
+                    &mut [],
+                )?;
+            }
+        } else {
+            let lead = members[0];
+            let out = mask;
+            self.exchange(
+                "create_group",
+                itag,
+                lead,
+                bytemuck::cast_slice(&out),
+                none,
+                &mut [],
+            )?;
+            self.exchange(
+                "create_group",
+                itag,
+                none,
+                &[],
+                lead,
+                bytemuck::cast_slice_mut(&mut mask),
+            )?;
+        }
+        let ctx = ContextIds::lowest(&mask).ok_or_else(|| {
+            Error::usage(format!(
+                "context ids exhausted: a rank of this group has {MAX_CONTEXTS} \
+                 communicators alive; fix: drop communicators that are no longer used"
+            ))
+        })?;
+        Ok(self.derive(ctx, group.world.clone()))
     }
 
     /// A communicator of the ranks of `group` (MPI_Comm_create, MPI 4.1 §7.4.2).

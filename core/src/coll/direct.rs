@@ -184,7 +184,7 @@ impl Communicator {
     /// (communicator ranks; `usize::MAX` leaves that side out), on the collective
     /// context with `tag`. The receive is posted before the send is waited for, so two
     /// ranks exchanging with each other cannot deadlock.
-    fn exchange(
+    pub(crate) fn exchange(
         &self,
         what: &'static str,
         tag: i32,
