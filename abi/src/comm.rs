@@ -175,28 +175,45 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
     comm: MPI_Comm,
     split_type: c_int,
     key: c_int,
-    _info: MPI_Info,
+    info: MPI_Info,
     newcomm: *mut MPI_Comm,
 ) -> c_int {
     guard(comm, || {
         let c = lookup(comm)?;
+        // Every split type is the node split underneath (the only level of the
+        // hardware hierarchy rankwire tells apart), so ranks passing different split
+        // types (MPI_UNDEFINED among them) run the same collective.
+        const RES: &str = "mpi_hw_resource_type";
+        const SHMEM: &str = "mpi_shared_memory";
         let h = match split_type {
             MPI_UNDEFINED => {
-                // Still collective: take part in the node split, then drop out.
-                let _ = c.split(None, key)?;
+                let _ = c.split_shared_keyed(false, key)?;
                 MPI_COMM_NULL
             }
-            MPI_COMM_TYPE_SHARED => {
-                let node = c.split_shared()?;
-                // Order by key (then rank), as MPI_Comm_split does.
-                let n = node.split(Some(0), key)?.expect("color 0 is a member");
-                register(comm, n, false)?
+            MPI_COMM_TYPE_SHARED => node(comm, &c, true, key)?,
+            // MPI 4.1 §7.4.2: the resource named by the info key "mpi_hw_resource_type";
+            // "mpi_shared_memory" is the one rankwire knows; any other value (or none)
+            // gives MPI_COMM_NULL.
+            MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_RESOURCE_GUIDED => {
+                let shm = crate::info::value_of(info, RES)?.as_deref() == Some(SHMEM);
+                node(comm, &c, shm, key)?
+            }
+            // A subset strictly smaller than `comm` (the node), or MPI_COMM_NULL when the
+            // node is all of `comm`; the info gets the resource type of the result.
+            MPI_COMM_TYPE_HW_UNGUIDED => {
+                let n = c.split_shared_keyed(true, key)?.expect("member");
+                if n.size() < c.size() {
+                    crate::info::set_value(info, RES, SHMEM)?;
+                    register(comm, n, false)?
+                } else {
+                    MPI_COMM_NULL
+                }
             }
             t => {
                 return Err(err(
                     MPI_ERR_ARG,
                     format!(
-                        "split type {t} is not supported (MPI_COMM_TYPE_SHARED and MPI_UNDEFINED are); fix: use MPI_COMM_TYPE_SHARED"
+                        "split type {t} is not a split type (MPI_COMM_TYPE_SHARED, MPI_COMM_TYPE_HW_GUIDED, MPI_COMM_TYPE_HW_UNGUIDED, MPI_COMM_TYPE_RESOURCE_GUIDED or MPI_UNDEFINED)"
                     ),
                 ));
             }
@@ -204,6 +221,113 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
         // SAFETY: C caller's pointer.
         unsafe { put(newcomm, h, "newcomm") }
     })
+}
+
+/// The node communicator of `c` ordered by `key` (`member == false`: take part, get
+/// `MPI_COMM_NULL`).
+fn node(parent: MPI_Comm, c: &Communicator, member: bool, key: c_int) -> R<MPI_Comm> {
+    match c.split_shared_keyed(member, key)? {
+        Some(n) => register(parent, n, false),
+        None => Ok(MPI_COMM_NULL),
+    }
+}
+
+/// `MPI_Comm_create_group` (MPI 4.1 §7.4.2): collective over the members of `group`
+/// only; `tag` tells concurrent calls apart. A caller outside `group` gets
+/// `MPI_COMM_NULL`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_create_group(
+    comm: MPI_Comm,
+    group: MPI_Group,
+    tag: c_int,
+    newcomm: *mut MPI_Comm,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        let g = crate::group::lookup_group(group)?;
+        if !(0..=c.tag_ub()).contains(&tag) {
+            return Err(err(
+                MPI_ERR_TAG,
+                format!("tag {tag} is outside 0..=MPI_TAG_UB ({})", c.tag_ub()),
+            ));
+        }
+        let h = match c.create_group(&g, tag)? {
+            Some(n) => register(comm, n, false)?,
+            None => MPI_COMM_NULL,
+        };
+        // SAFETY: C caller's pointer.
+        unsafe { put(newcomm, h, "newcomm") }
+    })
+}
+
+/// `MPI_Comm_create_from_group` (MPI 4.1 §7.4.2): collective over the members of
+/// `group` only, without a parent communicator. Every group of this library is a
+/// group of `MPI_COMM_WORLD`'s processes, so the members agree through it, with a tag
+/// hashed from `stringtag` (concurrent calls with different string tags that hash
+/// alike are serialized by MPI's ordering rule for the same members, never mixed).
+/// The new communicator gets `errhandler` (`MPI_ERRHANDLER_NULL`: fatal).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_create_from_group(
+    group: MPI_Group,
+    stringtag: *const std::ffi::c_char,
+    _info: MPI_Info,
+    errhandler: MPI_Errhandler,
+    newcomm: *mut MPI_Comm,
+) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        if stringtag.is_null() {
+            return Err(err(MPI_ERR_ARG, "stringtag is a null pointer"));
+        }
+        // SAFETY: NUL-terminated C string.
+        let tag = unsafe { std::ffi::CStr::from_ptr(stringtag) }.to_bytes();
+        // FNV-1a, folded into 0..=TAG_UB (the standard's minimum bound 32767 is
+        // far below rankwire's).
+        let h = tag.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        let w = crate::env::world()?;
+        let tag = (h % (w.tag_ub() as u64 + 1)) as c_int;
+        let g = crate::group::lookup_group(group)?;
+        let out = match w.create_group(&g, tag)? {
+            Some(n) => {
+                let h = COMMS.insert(n);
+                if errhandler != MPI_ERRHANDLER_NULL && errhandler != MPI_ERRORS_ARE_FATAL {
+                    crate::error::set_handler(h, errhandler)?;
+                }
+                h
+            }
+            None => MPI_COMM_NULL,
+        };
+        // SAFETY: C caller's pointer.
+        unsafe { put(newcomm, out, "newcomm") }
+    })
+}
+
+/// `MPI_Comm_remote_size`: rankwire has no intercommunicators, so every valid
+/// communicator is an intracommunicator and this is an `MPI_ERR_COMM` error (MPI 4.1
+/// §7.6.1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_remote_size(comm: MPI_Comm, _size: *mut c_int) -> c_int {
+    guard(comm, || {
+        lookup(comm)?;
+        Err(not_inter())
+    })
+}
+
+/// `MPI_Comm_remote_group`: as [`MPI_Comm_remote_size`], an `MPI_ERR_COMM` error.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_remote_group(comm: MPI_Comm, _group: *mut MPI_Group) -> c_int {
+    guard(comm, || {
+        lookup(comm)?;
+        Err(not_inter())
+    })
+}
+
+fn not_inter() -> crate::error::MpiErr {
+    err(
+        MPI_ERR_COMM,
+        "the communicator is an intracommunicator (rankwire has no intercommunicators); the remote group exists only for intercommunicators",
+    )
 }
 
 /// `MPI_Comm_create`: collective over `comm`; ranks outside `group` get `MPI_COMM_NULL`.
@@ -246,6 +370,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
         COMMS.remove(h);
         crate::topo::forget(h);
         crate::error::forget_comm(h);
+        crate::p2p::forget_comm_buffer(h);
         if let Some(m) = NAMES.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             m.remove(&h);
         }
@@ -322,7 +447,10 @@ pub unsafe extern "C" fn MPI_Comm_get_name(
     resultlen: *mut c_int,
 ) -> c_int {
     guard(comm, || {
-        lookup(comm)?;
+        // MPICH and Open MPI name the null handle too (mpi4py's tests expect it).
+        if comm != MPI_COMM_NULL {
+            lookup(comm)?;
+        }
         let set = NAMES
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -331,6 +459,7 @@ pub unsafe extern "C" fn MPI_Comm_get_name(
         let s = set.unwrap_or_else(|| match comm {
             MPI_COMM_WORLD => "MPI_COMM_WORLD".into(),
             MPI_COMM_SELF => "MPI_COMM_SELF".into(),
+            MPI_COMM_NULL => "MPI_COMM_NULL".into(),
             _ => String::new(),
         });
         // SAFETY: C caller's buffers of MPI_MAX_OBJECT_NAME bytes.
@@ -410,10 +539,11 @@ pub unsafe extern "C" fn MPI_Comm_call_errhandler(comm: MPI_Comm, errorcode: c_i
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
     guard(MPI_COMM_SELF, || {
-        if !(0..=MPI_ERR_LASTCODE).contains(&errorcode) {
+        let last = crate::error::LASTUSED.load(std::sync::atomic::Ordering::Relaxed);
+        if !(0..=last).contains(&errorcode) {
             return Err(err(
                 MPI_ERR_ARG,
-                format!("{errorcode} is not an error code"),
+                format!("{errorcode} is not an error code (0..={last})"),
             ));
         }
         // SAFETY: C caller's pointer.

@@ -310,3 +310,10 @@ pub extern "C" fn MPIX_Query_cuda_support() -> c_int {
         .map(|n| n > 0)
         .unwrap_or(false) as c_int
 }
+
+/// `MPI_Pcontrol` (MPI 4.1 §15.2.4): rankwire has no profiling layer of its own, and
+/// the standard gives the call no effect without one; `level` is accepted and ignored.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Pcontrol(_level: c_int) -> c_int {
+    MPI_SUCCESS
+}

@@ -16,7 +16,7 @@ fn lookup(i: MPI_Info) -> R<std::sync::Arc<Map>> {
     if i == MPI_INFO_ENV {
         static ENV: std::sync::OnceLock<std::sync::Arc<Map>> = std::sync::OnceLock::new();
         return Ok(ENV
-            .get_or_init(|| std::sync::Arc::new(Mutex::new(Vec::new())))
+            .get_or_init(|| std::sync::Arc::new(Mutex::new(env_entries(None))))
             .clone());
     }
     INFOS.get(i).ok_or_else(|| {
@@ -25,6 +25,133 @@ fn lookup(i: MPI_Info) -> R<std::sync::Arc<Map>> {
             format!("info {i:#x} is not an info object (MPI_INFO_NULL, freed, or unknown)"),
         )
     })
+}
+
+/// The keys of `MPI_INFO_ENV` (MPI 4.1 §11.2.3) that rankwire knows: `command` and
+/// `argv` (this process's, from `/proc/self/cmdline`, or `args` of
+/// `MPI_Info_create_env`), `maxprocs` (the size of `MPI_COMM_WORLD`), `host`, `wdir`,
+/// `thread_level`. Keys without a value here (`soft`, `arch`, `file`) are absent.
+fn env_entries(args: Option<Vec<String>>) -> Vec<(String, String)> {
+    let args = args.unwrap_or_else(|| {
+        std::fs::read("/proc/self/cmdline")
+            .map(|b| {
+                b.split(|&c| c == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
+    let mut v = Vec::new();
+    if let Some((cmd, rest)) = args.split_first() {
+        v.push(("command".to_string(), cmd.clone()));
+        if !rest.is_empty() {
+            v.push(("argv".to_string(), rest.join(" ")));
+        }
+    }
+    if let Ok(w) = crate::env::world() {
+        v.push(("maxprocs".to_string(), w.size().to_string()));
+    }
+    let mut b = [0u8; 256];
+    // SAFETY: a buffer of b.len() bytes.
+    if unsafe { libc::gethostname(b.as_mut_ptr() as *mut c_char, b.len()) } == 0 {
+        let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        v.push((
+            "host".to_string(),
+            String::from_utf8_lossy(&b[..n]).into_owned(),
+        ));
+    }
+    if let Ok(d) = std::env::current_dir() {
+        v.push(("wdir".to_string(), d.to_string_lossy().into_owned()));
+    }
+    let mut level = 0;
+    // SAFETY: a local int.
+    if unsafe { crate::env::MPI_Query_thread(&mut level) } == MPI_SUCCESS {
+        let name = match level {
+            MPI_THREAD_SINGLE => "MPI_THREAD_SINGLE",
+            MPI_THREAD_FUNNELED => "MPI_THREAD_FUNNELED",
+            MPI_THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
+            _ => "MPI_THREAD_MULTIPLE",
+        };
+        v.push(("thread_level".to_string(), name.to_string()));
+    }
+    v
+}
+
+/// `MPI_Info_create_env` (MPI 4.1 §11.2.3): a new info object with the keys of
+/// `MPI_INFO_ENV`, `command`/`argv` taken from `argv` when `argc > 0`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Info_create_env(
+    argc: c_int,
+    argv: *mut *mut c_char,
+    info: *mut MPI_Info,
+) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        let args = if argc > 0 && !argv.is_null() {
+            let mut a = Vec::with_capacity(argc as usize);
+            for k in 0..argc as usize {
+                // SAFETY: argc entries of NUL-terminated strings (C's argv).
+                let p = unsafe { *argv.add(k) };
+                if p.is_null() {
+                    break;
+                }
+                // SAFETY: as above.
+                a.push(unsafe { cstr(p, "argv entry")? });
+            }
+            Some(a)
+        } else {
+            None
+        };
+        let h = INFOS.insert(Mutex::new(env_entries(args)));
+        // SAFETY: C caller's pointer.
+        unsafe { put(info, h, "info") }
+    })
+}
+
+/// `MPI_Get_hw_resource_info` (MPI 4.1 §11.4): a new info object describing the
+/// hardware rankwire knows of: `mpi_hw_resource_type` = `mpi_shared_memory` (the node,
+/// the one level `MPI_Comm_split_type` splits on).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        let v = vec![(
+            "mpi_hw_resource_type".to_string(),
+            "mpi_shared_memory".to_string(),
+        )];
+        // SAFETY: C caller's pointer.
+        unsafe { put(hw_info, INFOS.insert(Mutex::new(v)), "hw_info") }
+    })
+}
+
+/// The value of `key` in info `i` (`MPI_INFO_NULL`: none).
+///
+/// # Errors
+/// `MPI_ERR_INFO` for a freed or unknown handle.
+pub fn value_of(i: MPI_Info, key: &str) -> R<Option<String>> {
+    if i == MPI_INFO_NULL {
+        return Ok(None);
+    }
+    let m = lookup(i)?;
+    let g = m.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(g.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()))
+}
+
+/// Sets `key` to `value` in info `i` (an output of the call, e.g. of
+/// `MPI_Comm_split_type`); `MPI_INFO_NULL` is left alone.
+///
+/// # Errors
+/// `MPI_ERR_INFO` for a freed or unknown handle.
+pub fn set_value(i: MPI_Info, key: &str, value: &str) -> R {
+    if i == MPI_INFO_NULL {
+        return Ok(());
+    }
+    let m = lookup(i)?;
+    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+    match g.iter_mut().find(|(k, _)| k == key) {
+        Some(e) => e.1 = value.to_string(),
+        None => g.push((key.to_string(), value.to_string())),
+    }
+    Ok(())
 }
 
 unsafe fn cstr(p: *const c_char, what: &str) -> R<String> {
