@@ -18,6 +18,7 @@ use crate::error::{R, err, guard, put};
 use crate::handles::{Kind, Table};
 use crate::request::{Active, Started, empty_status, insert, insert_persistent, write_status};
 use rankwire::{Communicator, Source, Tag};
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex};
 
@@ -62,9 +63,16 @@ fn recv_source(c: &Communicator, src: c_int) -> R<Source> {
 }
 
 /// A nonblocking send of `b` (kept alive by the returned operation).
-fn start_send(c: &Communicator, b: SendBuf, dest: usize, tag: i32, mode: Mode) -> R<Started> {
+fn start_send(
+    c: &Communicator,
+    comm: MPI_Comm,
+    b: SendBuf,
+    dest: usize,
+    tag: i32,
+    mode: Mode,
+) -> R<Started> {
     if mode == Mode::Buffered {
-        return start_bsend(c, b, dest, tag);
+        return start_bsend(c, comm, b, dest, tag);
     }
     // SAFETY: the buffer is the C caller's (valid until completion, MPI's contract)
     // or owned by `b`, kept in the Started.
@@ -112,6 +120,18 @@ fn start_recv(c: &Communicator, b: RecvBuf, src: Source, tag: Tag) -> R<Started>
 ///
 /// # Errors
 /// `MPI_ERR_OTHER` when the device-to-host copy fails.
+/// The C address of `v`'s bytes. An empty `Vec`'s pointer is dangling (the address 1
+/// for bytes, which is `MPI_IN_PLACE` in the standard ABI): an empty `v` gets the
+/// address of a static byte instead.
+fn c_addr(v: &[u8]) -> *const c_void {
+    static EMPTY: u8 = 0;
+    if v.is_empty() {
+        &EMPTY as *const u8 as *const c_void
+    } else {
+        v.as_ptr() as *const c_void
+    }
+}
+
 fn owned_copy(b: &SendBuf) -> R<Vec<u8>> {
     if is_device(b.ptr, b.len) {
         let mut v = vec![0u8; b.len];
@@ -124,9 +144,16 @@ fn owned_copy(b: &SendBuf) -> R<Vec<u8>> {
 }
 
 // ---- buffered mode ----------------------------------------------------------------
+//
+// MPI 4.1 §3.6: a buffered send on a communicator uses the buffer attached to that
+// communicator (`MPI_Comm_attach_buffer`), else the process's (`MPI_Buffer_attach`;
+// rankwire has no sessions). rankwire copies the message into its own memory, but
+// accounts it against the attached size as the standard requires, so a program that
+// would overflow its buffer elsewhere gets MPI_ERR_BUFFER here too.
+// `MPI_BUFFER_AUTOMATIC` attaches a buffer without a size limit.
 
 struct Attached {
-    /// User buffer of `MPI_Buffer_attach` (address, bytes).
+    /// User buffer (address, bytes); the address `MPI_BUFFER_AUTOMATIC` = no limit.
     buf: Option<(usize, usize)>,
     /// Bytes of buffered sends not yet completed.
     used: usize,
@@ -134,11 +161,25 @@ struct Attached {
     pending: Vec<(Started, usize)>,
 }
 
-static BSEND: Mutex<Attached> = Mutex::new(Attached {
-    buf: None,
-    used: 0,
-    pending: Vec::new(),
-});
+impl Attached {
+    const fn new() -> Attached {
+        Attached {
+            buf: None,
+            used: 0,
+            pending: Vec::new(),
+        }
+    }
+}
+
+/// Key of the process's buffer in [`BSEND`] (never a communicator handle).
+const PROCESS: MPI_Comm = usize::MAX;
+
+/// Attached buffers: the process's ([`PROCESS`]) and per communicator handle.
+static BSEND: Mutex<BTreeMap<MPI_Comm, Attached>> = Mutex::new(BTreeMap::new());
+
+fn bsend_table() -> std::sync::MutexGuard<'static, BTreeMap<MPI_Comm, Attached>> {
+    BSEND.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn reap_bsends(a: &mut Attached) {
     let pending = std::mem::take(&mut a.pending);
@@ -159,16 +200,26 @@ fn reap_bsends(a: &mut Attached) {
     }
 }
 
-fn start_bsend(c: &Communicator, b: SendBuf, dest: usize, tag: i32) -> R<Started> {
-    let mut a = BSEND.lock().unwrap_or_else(|e| e.into_inner());
-    reap_bsends(&mut a);
+fn start_bsend(c: &Communicator, comm: MPI_Comm, b: SendBuf, dest: usize, tag: i32) -> R<Started> {
+    let mut t = bsend_table();
+    let key = if t.get(&comm).is_some_and(|a| a.buf.is_some()) {
+        comm
+    } else {
+        PROCESS
+    };
+    let a = t.entry(key).or_insert_with(Attached::new);
+    reap_bsends(a);
     let need = b.len + MPI_BSEND_OVERHEAD as usize;
-    let cap = a.buf.map(|(_, n)| n).unwrap_or(0);
-    if a.used + need > cap {
+    let cap = match a.buf {
+        Some((MPI_BUFFER_AUTOMATIC, _)) => usize::MAX,
+        Some((_, n)) => n,
+        None => 0,
+    };
+    if a.used.saturating_add(need) > cap {
         return Err(err(
             MPI_ERR_BUFFER,
             format!(
-                "buffered send of {} bytes needs {need} bytes of attached buffer (incl. MPI_BSEND_OVERHEAD), {} of {cap} are free; fix: MPI_Buffer_attach a larger buffer (sum of message sizes + MPI_BSEND_OVERHEAD each)",
+                "buffered send of {} bytes needs {need} bytes of attached buffer (incl. MPI_BSEND_OVERHEAD), {} of {cap} are free; fix: MPI_Buffer_attach (or MPI_Comm_attach_buffer) a larger buffer (sum of message sizes + MPI_BSEND_OVERHEAD each), or MPI_BUFFER_AUTOMATIC",
                 b.len,
                 cap - a.used.min(cap)
             ),
@@ -180,14 +231,103 @@ fn start_bsend(c: &Communicator, b: SendBuf, dest: usize, tag: i32) -> R<Started
         len: copy.len(),
         packed: Some(copy),
     };
-    let s = start_send(c, owned, dest, tag, Mode::Standard)?;
+    let s = start_send(c, comm, owned, dest, tag, Mode::Standard)?;
     a.used += need;
     a.pending.push((s, need));
     Ok(Started::plain(Active::Ready(empty_status())))
 }
 
-/// `MPI_Buffer_attach`: space for buffered sends (rankwire copies into its own memory,
-/// but accounts the messages against this size as the standard requires).
+fn attach(key: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> R {
+    if size < 0 {
+        return Err(err(MPI_ERR_ARG, format!("buffer size {size} is negative")));
+    }
+    let mut t = bsend_table();
+    let a = t.entry(key).or_insert_with(Attached::new);
+    if a.buf.is_some() {
+        return Err(err(
+            MPI_ERR_BUFFER,
+            "a buffer is already attached; fix: detach it first",
+        ));
+    }
+    a.buf = Some((buffer as usize, size as usize));
+    Ok(())
+}
+
+/// The buffered sends of `key` still in flight, taken out of the accounting.
+fn take_pending(key: MPI_Comm) -> Vec<(Started, usize)> {
+    let mut t = bsend_table();
+    match t.get_mut(&key) {
+        Some(a) => {
+            let p = std::mem::take(&mut a.pending);
+            a.used -= p.iter().map(|(_, n)| n).sum::<usize>();
+            p
+        }
+        None => Vec::new(),
+    }
+}
+
+/// Waits until every buffered send of `key` is delivered (`MPI_Buffer_flush`).
+fn flush(key: MPI_Comm) -> R {
+    for (s, _) in take_pending(key) {
+        if let Active::P2p(r) = s.active {
+            r.wait()?;
+        }
+    }
+    Ok(())
+}
+
+/// A request completing when the buffered sends of `key` in flight now are delivered
+/// (`MPI_Buffer_iflush`). Their space is released from the accounting at once (the
+/// data lives in rankwire's own copies, so no user memory is reused early).
+fn iflush(key: MPI_Comm) -> Started {
+    let reqs = take_pending(key)
+        .into_iter()
+        .filter_map(|(s, _)| match s.active {
+            Active::P2p(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    Started::plain(Active::Multi(reqs))
+}
+
+/// Flushes, then detaches the buffer of `key`: (address, size) or (0, 0).
+fn detach(key: MPI_Comm) -> R<(usize, usize)> {
+    flush(key)?;
+    let mut t = bsend_table();
+    Ok(t.get_mut(&key)
+        .and_then(|a| {
+            a.used = 0;
+            a.buf.take()
+        })
+        .unwrap_or((0, 0)))
+}
+
+/// Writes a detached buffer to C's `void**` / size outputs.
+///
+/// # Safety
+/// `buffer_addr` null or a `void**`; `size` valid for a write.
+unsafe fn put_detached<T: TryFrom<usize>>(
+    (addr, n): (usize, usize),
+    buffer_addr: *mut c_void,
+    size: *mut T,
+) -> R {
+    if !buffer_addr.is_null() {
+        // SAFETY: buffer_addr is a `void**` in C.
+        unsafe { *(buffer_addr as *mut *mut c_void) = addr as *mut c_void };
+    }
+    let n = T::try_from(n).map_err(|_| {
+        err(
+            MPI_ERR_COUNT,
+            format!("the detached buffer's size {n} does not fit the int; fix: use the _c form"),
+        )
+    })?;
+    // SAFETY: caller's contract.
+    unsafe { put(size, n, "size") }
+}
+
+/// `MPI_Buffer_attach`: space for buffered sends of the process (rankwire copies into
+/// its own memory, but accounts the messages against this size as the standard
+/// requires); `MPI_BUFFER_AUTOMATIC`: no limit.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
     // SAFETY: forwarded.
@@ -197,34 +337,17 @@ pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> 
 /// `MPI_Buffer_attach_c`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
-    guard(MPI_COMM_SELF, || {
-        let mut a = BSEND.lock().unwrap_or_else(|e| e.into_inner());
-        if a.buf.is_some() {
-            return Err(err(
-                MPI_ERR_BUFFER,
-                "a buffer is already attached; fix: MPI_Buffer_detach it first",
-            ));
-        }
-        if size < 0 {
-            return Err(err(MPI_ERR_ARG, format!("buffer size {size} is negative")));
-        }
-        a.buf = Some((buffer as usize, size as usize));
-        Ok(())
-    })
+    guard(MPI_COMM_SELF, || attach(PROCESS, buffer, size))
 }
 
-/// `MPI_Buffer_detach`: waits until every buffered send has been delivered to the
-/// transport, then returns the attached buffer's address and size.
+/// `MPI_Buffer_detach`: waits until every buffered send of the process has been
+/// delivered to the transport, then returns the attached buffer's address and size.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    let mut n: MPI_Count = 0;
-    // SAFETY: forwarded.
-    let rc = unsafe { MPI_Buffer_detach_c(buffer_addr, &mut n) };
-    if rc == MPI_SUCCESS && !size.is_null() {
-        // SAFETY: C caller's pointer.
-        unsafe { *size = n as c_int };
-    }
-    rc
+    // SAFETY: C caller's pointers.
+    guard(MPI_COMM_SELF, || unsafe {
+        put_detached(detach(PROCESS)?, buffer_addr, size)
+    })
 }
 
 /// `MPI_Buffer_detach_c`.
@@ -233,26 +356,108 @@ pub unsafe extern "C" fn MPI_Buffer_detach_c(
     buffer_addr: *mut c_void,
     size: *mut MPI_Count,
 ) -> c_int {
-    guard(MPI_COMM_SELF, || {
-        let pending = {
-            let mut a = BSEND.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::take(&mut a.pending)
-        };
-        for (s, _) in pending {
-            if let Active::P2p(r) = s.active {
-                r.wait()?;
-            }
-        }
-        let mut a = BSEND.lock().unwrap_or_else(|e| e.into_inner());
-        a.used = 0;
-        let (addr, n) = a.buf.take().unwrap_or((0, 0));
-        if !buffer_addr.is_null() {
-            // SAFETY: buffer_addr is a `void**` in C.
-            unsafe { *(buffer_addr as *mut *mut c_void) = addr as *mut c_void };
-        }
-        // SAFETY: C caller's pointer.
-        unsafe { put(size, n as MPI_Count, "size") }
+    // SAFETY: C caller's pointers.
+    guard(MPI_COMM_SELF, || unsafe {
+        put_detached(detach(PROCESS)?, buffer_addr, size)
     })
+}
+
+/// `MPI_Buffer_flush` (MPI 4.1 §3.6.1): waits until the process's buffered sends are
+/// delivered; the buffer stays attached.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Buffer_flush() -> c_int {
+    guard(MPI_COMM_SELF, || flush(PROCESS))
+}
+
+/// `MPI_Buffer_iflush`: the nonblocking [`MPI_Buffer_flush`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
+    // SAFETY: C caller's pointer.
+    guard(MPI_COMM_SELF, || unsafe {
+        put(request, insert(MPI_COMM_SELF, iflush(PROCESS)), "request")
+    })
+}
+
+/// `MPI_Comm_attach_buffer` (MPI 4.1 §3.6.1): a buffer for the buffered sends on
+/// `comm`, used instead of the process's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_attach_buffer(
+    comm: MPI_Comm,
+    buffer: *mut c_void,
+    size: c_int,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { MPI_Comm_attach_buffer_c(comm, buffer, size as MPI_Count) }
+}
+
+/// `MPI_Comm_attach_buffer_c`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_attach_buffer_c(
+    comm: MPI_Comm,
+    buffer: *mut c_void,
+    size: MPI_Count,
+) -> c_int {
+    guard(comm, || {
+        lookup(comm)?;
+        attach(comm, buffer, size)
+    })
+}
+
+/// `MPI_Comm_detach_buffer`: flushes `comm`'s buffered sends, then returns its buffer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_detach_buffer(
+    comm: MPI_Comm,
+    buffer_addr: *mut c_void,
+    size: *mut c_int,
+) -> c_int {
+    // SAFETY: C caller's pointers.
+    guard(comm, || unsafe {
+        lookup(comm)?;
+        put_detached(detach(comm)?, buffer_addr, size)
+    })
+}
+
+/// `MPI_Comm_detach_buffer_c`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_detach_buffer_c(
+    comm: MPI_Comm,
+    buffer_addr: *mut c_void,
+    size: *mut MPI_Count,
+) -> c_int {
+    // SAFETY: C caller's pointers.
+    guard(comm, || unsafe {
+        lookup(comm)?;
+        put_detached(detach(comm)?, buffer_addr, size)
+    })
+}
+
+/// `MPI_Comm_flush_buffer`: waits until the buffered sends on `comm`'s buffer are
+/// delivered.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
+    guard(comm, || {
+        lookup(comm)?;
+        flush(comm)
+    })
+}
+
+/// `MPI_Comm_iflush_buffer`: the nonblocking [`MPI_Comm_flush_buffer`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_iflush_buffer(
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: C caller's pointer.
+    guard(comm, || unsafe {
+        lookup(comm)?;
+        put(request, insert(comm, iflush(comm)), "request")
+    })
+}
+
+/// Drops the buffer bookkeeping of a freed communicator (its sends were flushed by
+/// `MPI_Comm_free`'s caller or complete on their own).
+pub fn forget_comm_buffer(comm: MPI_Comm) {
+    bsend_table().remove(&comm);
 }
 
 // ---- blocking --------------------------------------------------------------------
@@ -276,7 +481,7 @@ unsafe fn send_impl(
         // SAFETY: C caller's buffer.
         let b = unsafe { send_buf(buf as *const u8, count, dt)? };
         if mode == Mode::Buffered || is_device(b.ptr, b.len) {
-            let s = start_send(&c, b, d, t, mode)?;
+            let s = start_send(&c, comm, b, d, t, mode)?;
             if let Active::P2p(r) = s.active {
                 r.wait()?;
             }
@@ -446,7 +651,7 @@ unsafe fn post_send(
     let t = tag_arg(tag)?;
     // SAFETY: C caller's buffer.
     let b = unsafe { send_buf(buf as *const u8, count, dt)? };
-    start_send(&c, b, d, t, mode)
+    start_send(&c, comm, b, d, t, mode)
 }
 
 unsafe fn post_recv(
@@ -825,7 +1030,7 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace_c(
         // SAFETY: the copy is contiguous bytes.
         let rc = unsafe {
             MPI_Sendrecv_c(
-                copy.as_ptr() as *const c_void,
+                c_addr(&copy),
                 n as MPI_Count,
                 MPI_BYTE,
                 dest,
@@ -1239,7 +1444,7 @@ pub unsafe extern "C" fn MPI_Isendrecv_replace_c(
         // SAFETY: the copy stays alive in the request (kept below).
         let mut s = unsafe {
             post_send(
-                copy.as_ptr() as *const c_void,
+                c_addr(&copy),
                 n,
                 MPI_BYTE,
                 dest,
