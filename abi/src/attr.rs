@@ -246,7 +246,6 @@ static TAG_UB_VAL: c_int = rankwire::TAG_UB;
 static HOST_VAL: c_int = MPI_PROC_NULL;
 static IO_VAL: c_int = MPI_ANY_SOURCE;
 static WTIME_GLOBAL_VAL: c_int = 0;
-static LASTUSED_VAL: c_int = MPI_ERR_LASTCODE;
 
 /// `MPI_Comm_get_attr`: `*(void**)value` = the attribute; predefined ones are pointers
 /// to ints (`MPI_TAG_UB` = 2^30 - 1, `MPI_WTIME_IS_GLOBAL` = 0, `MPI_UNIVERSE_SIZE` =
@@ -269,7 +268,8 @@ pub unsafe extern "C" fn MPI_Comm_get_attr(
             MPI_HOST => Some(&HOST_VAL as *const c_int as usize),
             MPI_IO => Some(&IO_VAL as *const c_int as usize),
             MPI_WTIME_IS_GLOBAL => Some(&WTIME_GLOBAL_VAL as *const c_int as usize),
-            MPI_LASTUSEDCODE => Some(&LASTUSED_VAL as *const c_int as usize),
+            // An AtomicI32 has the layout of a C int.
+            MPI_LASTUSEDCODE => Some(crate::error::LASTUSED.as_ptr() as usize),
             MPI_UNIVERSE_SIZE => {
                 let w = crate::env::world()?.size() as c_int;
                 Some(UNIVERSE.get_or_init(|| w) as *const c_int as usize)

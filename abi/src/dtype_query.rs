@@ -424,11 +424,19 @@ pub unsafe extern "C" fn MPI_Type_get_name(
     resultlen: *mut c_int,
 ) -> c_int {
     guard(MPI_COMM_SELF, || {
-        let t = info(datatype)?;
+        // The null handle has a name too (as in MPICH and Open MPI).
+        let t = if datatype == MPI_DATATYPE_NULL {
+            None
+        } else {
+            Some(info(datatype)?)
+        };
         if type_name.is_null() || resultlen.is_null() {
             return Err(null_arg("type_name or resultlen"));
         }
-        let b = t.name.as_bytes();
+        let b = t
+            .as_ref()
+            .map_or("MPI_DATATYPE_NULL", |t| t.name.as_str())
+            .as_bytes();
         let n = b.len().min(MPI_MAX_OBJECT_NAME as usize - 1);
         // SAFETY: the caller provides MPI_MAX_OBJECT_NAME bytes; n + 1 <= that.
         unsafe {
@@ -679,6 +687,99 @@ pub unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MPI_Status, flag:
         }
         // SAFETY: non-null, caller's contract. Slot 2 = cancelled (request.rs).
         unsafe { (*status).MPI_internal[2] = (flag != 0) as c_int };
+        Ok(())
+    })
+}
+
+/// `MPI_Status_set_source` (MPI 5.0 §3.2.5): sets the status's `MPI_SOURCE` field.
+///
+/// Errors: `MPI_ERR_ARG` (null status).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        if status.is_null() {
+            return Err(null_arg("status"));
+        }
+        // SAFETY: non-null, caller's contract.
+        unsafe { (*status).MPI_SOURCE = source };
+        Ok(())
+    })
+}
+
+/// `MPI_Status_get_source` (MPI 5.0 §3.2.5): the status's `MPI_SOURCE` field.
+///
+/// Errors: `MPI_ERR_ARG` (null pointer).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Status_get_source(
+    status: *const MPI_Status,
+    source: *mut c_int,
+) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        if status.is_null() || source.is_null() {
+            return Err(null_arg("status or source"));
+        }
+        // SAFETY: non-null, caller's contract.
+        unsafe { *source = (*status).MPI_SOURCE };
+        Ok(())
+    })
+}
+
+/// `MPI_Status_set_tag` (MPI 5.0 §3.2.5): sets the status's `MPI_TAG` field.
+///
+/// Errors: `MPI_ERR_ARG` (null status).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        if status.is_null() {
+            return Err(null_arg("status"));
+        }
+        // SAFETY: non-null, caller's contract.
+        unsafe { (*status).MPI_TAG = tag };
+        Ok(())
+    })
+}
+
+/// `MPI_Status_get_tag` (MPI 5.0 §3.2.5): the status's `MPI_TAG` field.
+///
+/// Errors: `MPI_ERR_ARG` (null pointer).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        if status.is_null() || tag.is_null() {
+            return Err(null_arg("status or tag"));
+        }
+        // SAFETY: non-null, caller's contract.
+        unsafe { *tag = (*status).MPI_TAG };
+        Ok(())
+    })
+}
+
+/// `MPI_Status_set_error` (MPI 5.0 §3.2.5): sets the status's `MPI_ERROR` field.
+///
+/// Errors: `MPI_ERR_ARG` (null status).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Status_set_error(status: *mut MPI_Status, err: c_int) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        if status.is_null() {
+            return Err(null_arg("status"));
+        }
+        // SAFETY: non-null, caller's contract.
+        unsafe { (*status).MPI_ERROR = err };
+        Ok(())
+    })
+}
+
+/// `MPI_Status_get_error` (MPI 5.0 §3.2.5): the status's `MPI_ERROR` field.
+///
+/// Errors: `MPI_ERR_ARG` (null pointer).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Status_get_error(status: *const MPI_Status, err: *mut c_int) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        if status.is_null() || err.is_null() {
+            return Err(null_arg("status or err"));
+        }
+        // SAFETY: non-null, caller's contract.
+        unsafe { *err = (*status).MPI_ERROR };
         Ok(())
     })
 }

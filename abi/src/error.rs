@@ -130,6 +130,12 @@ pub fn create_user(f: CommErrhandlerFn) -> MPI_Errhandler {
 /// # Errors
 /// `MPI_ERR_ARG` for an unknown handle.
 pub fn free_user(h: MPI_Errhandler) -> R {
+    if h == MPI_ERRHANDLER_NULL {
+        return Err(err(
+            MPI_ERR_ARG,
+            "MPI_ERRHANDLER_NULL cannot be freed; fix: pass a handler from MPI_*_create_errhandler",
+        ));
+    }
     if matches!(
         h,
         MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT | MPI_ERRORS_RETURN
@@ -280,6 +286,12 @@ struct UserCodes {
     next: c_int,
 }
 
+/// The value of the `MPI_LASTUSEDCODE` attribute: the largest error class or code
+/// added so far (`MPI_ERR_LASTCODE` before any). User classes and codes are numbered
+/// from `MPI_ERR_LASTCODE + 1`, above every predefined class.
+pub static LASTUSED: std::sync::atomic::AtomicI32 =
+    std::sync::atomic::AtomicI32::new(MPI_ERR_LASTCODE);
+
 static USER_CODES: Mutex<Option<UserCodes>> = Mutex::new(None);
 
 fn with_codes<T>(f: impl FnOnce(&mut UserCodes) -> T) -> T {
@@ -287,7 +299,7 @@ fn with_codes<T>(f: impl FnOnce(&mut UserCodes) -> T) -> T {
     f(g.get_or_insert_with(|| UserCodes {
         class_of: HashMap::new(),
         strings: HashMap::new(),
-        next: 100,
+        next: MPI_ERR_LASTCODE + 1,
     }))
 }
 
@@ -299,8 +311,19 @@ pub fn class_of(code: c_int) -> c_int {
 
 /// Text of `MPI_Error_string` for `code`.
 pub fn describe(code: c_int) -> String {
-    if let Some(s) = with_codes(|u| u.strings.get(&code).cloned()) {
+    let (set, user) = with_codes(|u| {
+        (
+            u.strings.get(&code).cloned(),
+            u.class_of.contains_key(&code),
+        )
+    });
+    if let Some(s) = set {
         return s;
+    }
+    // A user class or code without MPI_Add_error_string has the empty string (MPI 4.1
+    // §9.5).
+    if user {
+        return String::new();
     }
     let class = class_of(code);
     match last_message(class) {
@@ -316,6 +339,7 @@ pub unsafe extern "C" fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
         let c = with_codes(|u| {
             let c = u.next;
             u.next += 1;
+            LASTUSED.store(c, std::sync::atomic::Ordering::Relaxed);
             u.class_of.insert(c, c);
             c
         });
@@ -331,6 +355,7 @@ pub unsafe extern "C" fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c
         let c = with_codes(|u| {
             let c = u.next;
             u.next += 1;
+            LASTUSED.store(c, std::sync::atomic::Ordering::Relaxed);
             u.class_of.insert(c, errorclass);
             c
         });

@@ -33,6 +33,66 @@ pub enum Active {
     /// neighborhood collectives): the first error, else the first operation's status
     /// (the receive of `MPI_Isendrecv`; empty when there is none).
     Multi(Vec<rankwire::Request<'static>>),
+    /// A generalized request (`MPI_Grequest_start`), complete once the program calls
+    /// `MPI_Grequest_complete`.
+    Greq(Arc<Greq>),
+}
+
+/// `MPI_Grequest_query_function`.
+pub type GreqQueryFn = unsafe extern "C" fn(*mut std::ffi::c_void, *mut MPI_Status) -> c_int;
+/// `MPI_Grequest_free_function`.
+pub type GreqFreeFn = unsafe extern "C" fn(*mut std::ffi::c_void) -> c_int;
+/// `MPI_Grequest_cancel_function`.
+pub type GreqCancelFn = unsafe extern "C" fn(*mut std::ffi::c_void, c_int) -> c_int;
+
+/// A generalized request (MPI 4.1 §13.2): the program's callbacks and its state.
+pub struct Greq {
+    done: std::sync::atomic::AtomicBool,
+    query: Option<GreqQueryFn>,
+    free: Option<GreqFreeFn>,
+    cancel: Option<GreqCancelFn>,
+    extra: usize,
+}
+
+impl Greq {
+    fn is_done(&self) -> bool {
+        self.done.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Completion (MPI 4.1 §13.2): `query_fn` fills the status, then `free_fn` runs;
+    /// an error code either returns is the operation's error.
+    fn finish(&self) -> Done {
+        let mut c = MPI_Status {
+            MPI_SOURCE: MPI_ANY_SOURCE,
+            MPI_TAG: MPI_ANY_TAG,
+            MPI_ERROR: MPI_SUCCESS,
+            MPI_internal: [0; 5],
+        };
+        let extra = self.extra as *mut std::ffi::c_void;
+        // SAFETY: the program's callbacks with its own state (MPI's contract).
+        let q = self
+            .query
+            .map_or(MPI_SUCCESS, |f| unsafe { f(extra, &mut c) });
+        // SAFETY: as above.
+        let fr = self.free.map_or(MPI_SUCCESS, |f| unsafe { f(extra) });
+        let code = [q, fr].into_iter().find(|&r| r != MPI_SUCCESS);
+        let st = rankwire::Status {
+            source: c.MPI_SOURCE as isize as usize,
+            tag: c.MPI_TAG,
+            len_bytes: status_bytes(&c) as usize,
+        };
+        Done {
+            st,
+            cancelled: c.MPI_internal[2] != 0,
+            result: match code {
+                Some(e) => Err(err(
+                    crate::error::class_of(e),
+                    "a generalized request's query_fn or free_fn returned an error",
+                )),
+                None => Ok(()),
+            },
+        }
+    }
 }
 
 /// A started operation: what `MPI_Start` (or a nonblocking call) produces.
@@ -221,6 +281,12 @@ fn wait_started(mut s: Started) -> Done {
         Active::Coll(c) => c.wait().map(|()| empty_status()),
         Active::Ready(st) => Ok(st),
         Active::Multi(v) => multi_status(rankwire::wait_all_results(v)),
+        Active::Greq(g) => {
+            while !g.is_done() {
+                rankwire_progress_hint();
+            }
+            return g.finish();
+        }
     };
     finish_started(s, r)
 }
@@ -250,6 +316,13 @@ fn test_started(mut s: Started) -> Result<Done, Started> {
                 return Err(s);
             }
             multi_status(rankwire::wait_all_results(v))
+        }
+        Active::Greq(g) => {
+            if !g.is_done() {
+                s.active = Active::Greq(g);
+                return Err(s);
+            }
+            return Ok(g.finish());
         }
     };
     Ok(finish_started(s, r))
@@ -290,7 +363,7 @@ fn complete(h: &mut MPI_Request, block: bool) -> R<Outcome> {
             }
         }
     };
-    done.cancelled = std::mem::take(&mut g.cancelled);
+    done.cancelled |= std::mem::take(&mut g.cancelled);
     if g.start.is_none() {
         drop(g);
         REQUESTS.remove(*h);
@@ -508,6 +581,7 @@ fn is_done(h: MPI_Request) -> bool {
             Active::Coll(c) => c.is_complete(),
             Active::Ready(_) => true,
             Active::Multi(v) => v.iter().all(|r| r.is_complete()),
+            Active::Greq(g) => g.is_done(),
         },
     }
 }
@@ -757,6 +831,15 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
         let h = unsafe { *request };
         let req = REQUESTS.get(h).ok_or_else(|| bad_request(h))?;
         let mut g = lock(&req);
+        if let Some(Started {
+            active: Active::Greq(q),
+            ..
+        }) = &g.op
+        {
+            let q = q.clone();
+            drop(g);
+            return cancel_greq(&q);
+        }
         if let Some(s) = g.op.as_mut()
             && let Active::P2p(r) = &mut s.active
             && r.cancel()
@@ -844,16 +927,227 @@ pub unsafe extern "C" fn MPI_Request_get_status(
         if flag.is_null() {
             return Err(err(MPI_ERR_ARG, "flag is a null pointer"));
         }
-        let d = is_done(request);
+        let p = peek(request)?;
         // SAFETY: checked.
-        unsafe { *flag = d as c_int };
-        if d {
-            // The byte count is known only at completion; report what is known.
+        unsafe { *flag = p.is_some() as c_int };
+        if let Some(st) = p {
             // SAFETY: caller's pointer.
-            unsafe { write_status(status, &empty_status(), false, MPI_SUCCESS) };
+            unsafe { write_status(status, &st, false, MPI_SUCCESS) };
         }
         Ok(())
     })
+}
+
+/// The status of `h` without freeing it (`MPI_Request_get_status`): `None` while it
+/// is pending; the empty status (MPI 4.1 §3.7.3) for `MPI_REQUEST_NULL` or an inactive
+/// persistent request. A finished operation is completed inside the request (its
+/// status, or its error for the later wait/test, is kept there), so the status is the
+/// real one (source, tag, count) and the later wait or test returns the same.
+///
+/// # Errors
+/// `MPI_ERR_REQUEST` for a freed or unknown handle.
+fn peek(h: MPI_Request) -> R<Option<rankwire::Status>> {
+    if h == MPI_REQUEST_NULL {
+        return Ok(Some(inactive_status()));
+    }
+    let req = REQUESTS.get(h).ok_or_else(|| bad_request(h))?;
+    let mut g = lock(&req);
+    let Some(s) = g.op.as_mut() else {
+        return Ok(Some(inactive_status()));
+    };
+    let active = std::mem::replace(&mut s.active, Active::Ready(empty_status()));
+    let r: rankwire::Result<rankwire::Status> = match active {
+        Active::Ready(st) => Ok(st),
+        Active::P2p(r) => match r.test() {
+            Ok(res) => res,
+            Err(r) => {
+                s.active = Active::P2p(r);
+                return Ok(None);
+            }
+        },
+        Active::Coll(c) => match c.test() {
+            Ok(res) => res.map(|()| empty_status()),
+            Err(c) => {
+                s.active = Active::Coll(c);
+                return Ok(None);
+            }
+        },
+        Active::Multi(v) => {
+            if !v.iter().all(|r| r.is_complete()) {
+                s.active = Active::Multi(v);
+                return Ok(None);
+            }
+            multi_status(rankwire::wait_all_results(v))
+        }
+        // query_fn runs once, at the completing wait or test; until then the status
+        // is the empty one (MPI 4.1 §13.2 lets MPI_Request_get_status call query_fn;
+        // rankwire does not, so free_fn never precedes it).
+        Active::Greq(g) => {
+            let d = g.is_done();
+            s.active = Active::Greq(g);
+            return Ok(d.then(empty_status));
+        }
+    };
+    match r {
+        Ok(st) => {
+            s.active = Active::Ready(st);
+            Ok(Some(st))
+        }
+        Err(e) => {
+            // The wait or test that completes the request reports the error.
+            let e = MpiErr::from(e);
+            s.finish = Some(Box::new(move |_| Err(e)));
+            Ok(Some(empty_status()))
+        }
+    }
+}
+
+/// `MPI_Request_get_status_all` (MPI 4.1 §3.7.5): `*flag` true when every request is
+/// complete (null and inactive ones count as complete), then every status is written;
+/// the requests stay allocated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Request_get_status_all(
+    count: c_int,
+    reqs: *const MPI_Request,
+    flag: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        // SAFETY: C array of count handles.
+        let rs = unsafe { req_array(count, reqs)? };
+        if flag.is_null() {
+            return Err(err(MPI_ERR_ARG, "flag is a null pointer"));
+        }
+        let mut all = Vec::with_capacity(rs.len());
+        for &h in rs {
+            match peek(h)? {
+                Some(st) => all.push(st),
+                None => {
+                    // SAFETY: checked.
+                    unsafe { *flag = 0 };
+                    return Ok(());
+                }
+            }
+        }
+        // SAFETY: checked.
+        unsafe { *flag = 1 };
+        if !statuses.is_null() {
+            for (i, st) in all.iter().enumerate() {
+                // SAFETY: the caller's array of count statuses.
+                unsafe { write_status(statuses.add(i), st, false, MPI_SUCCESS) };
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Request_get_status_any`: the index of a complete active request (`*flag`
+/// true), or `*flag` false; with no active request, `*flag` true, `*index =
+/// MPI_UNDEFINED` and the empty status.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Request_get_status_any(
+    count: c_int,
+    reqs: *const MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        // SAFETY: C array of count handles.
+        let rs = unsafe { req_array(count, reqs)? };
+        if flag.is_null() || index.is_null() {
+            return Err(err(MPI_ERR_ARG, "flag or index is a null pointer"));
+        }
+        let mut any_active = false;
+        for (i, &h) in rs.iter().enumerate() {
+            if h == MPI_REQUEST_NULL || !is_active(h) {
+                continue;
+            }
+            any_active = true;
+            if let Some(st) = peek(h)? {
+                // SAFETY: checked pointers; caller's status.
+                unsafe {
+                    *flag = 1;
+                    *index = i as c_int;
+                    write_status(status, &st, false, MPI_SUCCESS);
+                }
+                return Ok(());
+            }
+        }
+        // SAFETY: checked pointers; caller's status.
+        unsafe {
+            *flag = (!any_active) as c_int;
+            *index = MPI_UNDEFINED;
+            if !any_active {
+                write_status(status, &inactive_status(), false, MPI_SUCCESS);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Request_get_status_some`: the indices and statuses of the complete active
+/// requests; `*outcount = MPI_UNDEFINED` when none is active.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Request_get_status_some(
+    incount: c_int,
+    reqs: *const MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        // SAFETY: C array of incount handles.
+        let rs = unsafe { req_array(incount, reqs)? };
+        if outcount.is_null() || (indices.is_null() && !rs.is_empty()) {
+            return Err(err(MPI_ERR_ARG, "outcount or indices is a null pointer"));
+        }
+        let mut any_active = false;
+        let mut n = 0usize;
+        for (i, &h) in rs.iter().enumerate() {
+            if h == MPI_REQUEST_NULL || !is_active(h) {
+                continue;
+            }
+            any_active = true;
+            if let Some(st) = peek(h)? {
+                // SAFETY: the caller's arrays of incount entries; n <= i.
+                unsafe {
+                    *indices.add(n) = i as c_int;
+                    if !statuses.is_null() {
+                        write_status(statuses.add(n), &st, false, MPI_SUCCESS);
+                    }
+                }
+                n += 1;
+            }
+        }
+        // SAFETY: checked.
+        unsafe {
+            *outcount = if any_active {
+                n as c_int
+            } else {
+                MPI_UNDEFINED
+            }
+        };
+        Ok(())
+    })
+}
+
+/// `count` request handles at `p`.
+///
+/// # Safety
+/// `p` valid for `count` reads when `count > 0`.
+unsafe fn req_array<'a>(count: c_int, p: *const MPI_Request) -> R<&'a [MPI_Request]> {
+    if count < 0 {
+        return Err(err(MPI_ERR_COUNT, format!("count {count} is negative")));
+    }
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(err(MPI_ERR_ARG, "array_of_requests is a null pointer"));
+    }
+    // SAFETY: caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, count as usize) })
 }
 
 /// Handle of the request table, for tests.
@@ -866,4 +1160,83 @@ fn _assert_send() {
     fn s<T: Send>() {}
     s::<Started>();
     let _ = Arc::new(0);
+}
+
+/// `MPI_Grequest_start` (MPI 4.1 §13.2): a new active request that completes when the
+/// program calls [`MPI_Grequest_complete`]; at the completing wait or test
+/// `query_fn` fills the status and `free_fn` releases `extra_state`; `MPI_Cancel`
+/// calls `cancel_fn`. Null function pointers are allowed (nothing is called).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Grequest_start(
+    query_fn: Option<GreqQueryFn>,
+    free_fn: Option<GreqFreeFn>,
+    cancel_fn: Option<GreqCancelFn>,
+    extra_state: *mut std::ffi::c_void,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        let g = Arc::new(Greq {
+            done: std::sync::atomic::AtomicBool::new(false),
+            query: query_fn,
+            free: free_fn,
+            cancel: cancel_fn,
+            extra: extra_state as usize,
+        });
+        let h = insert(MPI_COMM_SELF, Started::plain(Active::Greq(g)));
+        // SAFETY: C caller's pointer.
+        unsafe { crate::error::put(request, h, "request") }
+    })
+}
+
+/// `MPI_Grequest_complete`: marks a generalized request complete (any thread).
+///
+/// # Errors
+/// `MPI_ERR_REQUEST` when `request` is not an active generalized request.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Grequest_complete(request: MPI_Request) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        let g = greq_of(request).ok_or_else(|| {
+            err(
+                MPI_ERR_REQUEST,
+                format!(
+                    "{request:#x} is not an active generalized request (from MPI_Grequest_start)"
+                ),
+            )
+        })?;
+        g.done.store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    })
+}
+
+/// The generalized request behind `h`, also when it was freed while active.
+fn greq_of(h: MPI_Request) -> Option<Arc<Greq>> {
+    if let Some(req) = REQUESTS.get(h) {
+        let g = lock(&req);
+        if let Some(Started {
+            active: Active::Greq(q),
+            ..
+        }) = &g.op
+        {
+            return Some(q.clone());
+        }
+        return None;
+    }
+    None
+}
+
+/// `MPI_Cancel` of a generalized request: `cancel_fn(extra_state, complete)`; its error
+/// code is returned.
+pub(crate) fn cancel_greq(g: &Greq) -> R {
+    let Some(f) = g.cancel else {
+        return Ok(());
+    };
+    // SAFETY: the program's callback and state.
+    let rc = unsafe { f(g.extra as *mut std::ffi::c_void, g.is_done() as c_int) };
+    if rc != MPI_SUCCESS {
+        return Err(err(
+            crate::error::class_of(rc),
+            "a generalized request's cancel_fn returned an error",
+        ));
+    }
+    Ok(())
 }
