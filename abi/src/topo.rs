@@ -382,6 +382,37 @@ pub unsafe extern "C" fn MPI_Cart_map(
     })
 }
 
+/// `MPI_Graph_map`: ranks are not reordered: rank r < nnodes keeps r, the others get
+/// `MPI_UNDEFINED` (MPI 4.1 §8.5.8 allows any mapping; this one is the identity).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Graph_map(
+    comm: MPI_Comm,
+    nnodes: c_int,
+    _index: *const c_int,
+    _edges: *const c_int,
+    newrank: *mut c_int,
+) -> c_int {
+    guard(comm, || {
+        let c = lookup(comm)?;
+        if nnodes < 0 || nnodes as usize > c.size() {
+            return Err(err(
+                MPI_ERR_ARG,
+                format!(
+                    "nnodes {nnodes} is outside 0..={} (the communicator's size)",
+                    c.size()
+                ),
+            ));
+        }
+        let r = if c.rank() < nnodes as usize {
+            c.rank() as c_int
+        } else {
+            MPI_UNDEFINED
+        };
+        // SAFETY: C caller's pointer.
+        unsafe { put(newrank, r, "newrank") }
+    })
+}
+
 /// `MPI_Dims_create`: fills the zero entries of `dims` so that the product is
 /// `nnodes`, the dimensions as close to each other as possible, non-increasing.
 #[unsafe(no_mangle)]
@@ -936,6 +967,24 @@ fn run(comm: MPI_Comm, s: Started, request: *mut MPI_Request) -> R {
     }
 }
 
+unsafe fn allgather_start(
+    sb: *const std::ffi::c_void,
+    sc: c_int,
+    st: MPI_Datatype,
+    rb: *mut std::ffi::c_void,
+    rc: c_int,
+    rt: MPI_Datatype,
+    comm: MPI_Comm,
+) -> R<Started> {
+    let (ni, no) = degrees(comm)?;
+    let ext = extent(rt)? * rc as isize;
+    let sends = vec![(sb as usize, sc as i64, st); no];
+    let recvs = (0..ni)
+        .map(|k| ((rb as isize + k as isize * ext) as usize, rc as i64, rt))
+        .collect();
+    start_neighbor(comm, sends, recvs)
+}
+
 unsafe fn allgather_impl(
     sb: *const std::ffi::c_void,
     sc: c_int,
@@ -946,13 +995,12 @@ unsafe fn allgather_impl(
     comm: MPI_Comm,
     req: *mut MPI_Request,
 ) -> R {
-    let (ni, no) = degrees(comm)?;
-    let ext = extent(rt)? * rc as isize;
-    let sends = vec![(sb as usize, sc as i64, st); no];
-    let recvs = (0..ni)
-        .map(|k| ((rb as isize + k as isize * ext) as usize, rc as i64, rt))
-        .collect();
-    run(comm, start_neighbor(comm, sends, recvs)?, req)
+    // SAFETY: forwarded.
+    run(
+        comm,
+        unsafe { allgather_start(sb, sc, st, rb, rc, rt, comm)? },
+        req,
+    )
 }
 
 /// `MPI_Neighbor_allgather`.
@@ -1001,7 +1049,7 @@ pub unsafe extern "C" fn MPI_Ineighbor_allgather(
     })
 }
 
-unsafe fn allgatherv_impl(
+unsafe fn allgatherv_start(
     sb: *const std::ffi::c_void,
     sc: c_int,
     st: MPI_Datatype,
@@ -1010,8 +1058,7 @@ unsafe fn allgatherv_impl(
     displs: *const c_int,
     rt: MPI_Datatype,
     comm: MPI_Comm,
-    req: *mut MPI_Request,
-) -> R {
+) -> R<Started> {
     let (ni, no) = degrees(comm)?;
     let ext = extent(rt)?;
     // SAFETY: C arrays of indegree ints.
@@ -1031,7 +1078,26 @@ unsafe fn allgatherv_impl(
             )
         })
         .collect();
-    run(comm, start_neighbor(comm, sends, recvs)?, req)
+    start_neighbor(comm, sends, recvs)
+}
+
+unsafe fn allgatherv_impl(
+    sb: *const std::ffi::c_void,
+    sc: c_int,
+    st: MPI_Datatype,
+    rb: *mut std::ffi::c_void,
+    rcs: *const c_int,
+    displs: *const c_int,
+    rt: MPI_Datatype,
+    comm: MPI_Comm,
+    req: *mut MPI_Request,
+) -> R {
+    // SAFETY: forwarded.
+    run(
+        comm,
+        unsafe { allgatherv_start(sb, sc, st, rb, rcs, displs, rt, comm)? },
+        req,
+    )
 }
 
 /// `MPI_Neighbor_allgatherv`.
@@ -1083,6 +1149,26 @@ pub unsafe extern "C" fn MPI_Ineighbor_allgatherv(
     })
 }
 
+unsafe fn alltoall_start(
+    sb: *const std::ffi::c_void,
+    sc: c_int,
+    st: MPI_Datatype,
+    rb: *mut std::ffi::c_void,
+    rc: c_int,
+    rt: MPI_Datatype,
+    comm: MPI_Comm,
+) -> R<Started> {
+    let (ni, no) = degrees(comm)?;
+    let (se, re) = (extent(st)? * sc as isize, extent(rt)? * rc as isize);
+    let sends = (0..no)
+        .map(|k| ((sb as isize + k as isize * se) as usize, sc as i64, st))
+        .collect();
+    let recvs = (0..ni)
+        .map(|k| ((rb as isize + k as isize * re) as usize, rc as i64, rt))
+        .collect();
+    start_neighbor(comm, sends, recvs)
+}
+
 unsafe fn alltoall_impl(
     sb: *const std::ffi::c_void,
     sc: c_int,
@@ -1093,15 +1179,12 @@ unsafe fn alltoall_impl(
     comm: MPI_Comm,
     req: *mut MPI_Request,
 ) -> R {
-    let (ni, no) = degrees(comm)?;
-    let (se, re) = (extent(st)? * sc as isize, extent(rt)? * rc as isize);
-    let sends = (0..no)
-        .map(|k| ((sb as isize + k as isize * se) as usize, sc as i64, st))
-        .collect();
-    let recvs = (0..ni)
-        .map(|k| ((rb as isize + k as isize * re) as usize, rc as i64, rt))
-        .collect();
-    run(comm, start_neighbor(comm, sends, recvs)?, req)
+    // SAFETY: forwarded.
+    run(
+        comm,
+        unsafe { alltoall_start(sb, sc, st, rb, rc, rt, comm)? },
+        req,
+    )
 }
 
 /// `MPI_Neighbor_alltoall`.
@@ -1151,7 +1234,7 @@ pub unsafe extern "C" fn MPI_Ineighbor_alltoall(
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn alltoallv_impl(
+unsafe fn alltoallv_start(
     sb: *const std::ffi::c_void,
     scs: *const c_int,
     sds: *const c_int,
@@ -1161,8 +1244,7 @@ unsafe fn alltoallv_impl(
     rds: *const c_int,
     rt: MPI_Datatype,
     comm: MPI_Comm,
-    req: *mut MPI_Request,
-) -> R {
+) -> R<Started> {
     let (ni, no) = degrees(comm)?;
     let (se, re) = (extent(st)?, extent(rt)?);
     // SAFETY: C arrays of outdegree / indegree ints.
@@ -1192,7 +1274,27 @@ unsafe fn alltoallv_impl(
             )
         })
         .collect();
-    run(comm, start_neighbor(comm, sends, recvs)?, req)
+    start_neighbor(comm, sends, recvs)
+}
+
+unsafe fn alltoallv_impl(
+    sb: *const std::ffi::c_void,
+    scs: *const c_int,
+    sds: *const c_int,
+    st: MPI_Datatype,
+    rb: *mut std::ffi::c_void,
+    rcs: *const c_int,
+    rds: *const c_int,
+    rt: MPI_Datatype,
+    comm: MPI_Comm,
+    req: *mut MPI_Request,
+) -> R {
+    // SAFETY: forwarded.
+    run(
+        comm,
+        unsafe { alltoallv_start(sb, scs, sds, st, rb, rcs, rds, rt, comm)? },
+        req,
+    )
 }
 
 /// `MPI_Neighbor_alltoallv`.
@@ -1249,7 +1351,7 @@ pub unsafe extern "C" fn MPI_Ineighbor_alltoallv(
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn alltoallw_impl(
+unsafe fn alltoallw_start(
     sb: *const std::ffi::c_void,
     scs: *const c_int,
     sds: *const MPI_Aint,
@@ -1259,8 +1361,7 @@ unsafe fn alltoallw_impl(
     rds: *const MPI_Aint,
     rts: *const MPI_Datatype,
     comm: MPI_Comm,
-    req: *mut MPI_Request,
-) -> R {
+) -> R<Started> {
     let (ni, no) = degrees(comm)?;
     let arr = |p: *const usize, n: usize| -> R<Vec<usize>> {
         if n > 0 && p.is_null() {
@@ -1289,7 +1390,27 @@ unsafe fn alltoallw_impl(
     let recvs = (0..ni)
         .map(|k| ((rb as isize + rd[k] as isize) as usize, rc[k] as i64, rt[k]))
         .collect();
-    run(comm, start_neighbor(comm, sends, recvs)?, req)
+    start_neighbor(comm, sends, recvs)
+}
+
+unsafe fn alltoallw_impl(
+    sb: *const std::ffi::c_void,
+    scs: *const c_int,
+    sds: *const MPI_Aint,
+    sts: *const MPI_Datatype,
+    rb: *mut std::ffi::c_void,
+    rcs: *const c_int,
+    rds: *const MPI_Aint,
+    rts: *const MPI_Datatype,
+    comm: MPI_Comm,
+    req: *mut MPI_Request,
+) -> R {
+    // SAFETY: forwarded.
+    run(
+        comm,
+        unsafe { alltoallw_start(sb, scs, sds, sts, rb, rcs, rds, rts, comm)? },
+        req,
+    )
 }
 
 /// `MPI_Neighbor_alltoallw` (displacements in bytes).
@@ -1365,4 +1486,211 @@ pub fn copy_topology(old: MPI_Comm, new: MPI_Comm) -> R {
             }),
         );
     Ok(())
+}
+
+// ---- persistent neighborhood collectives (MPI 4.1 §8.7) ---------------------------
+//
+// `MPI_Neighbor_*_init` makes an inactive persistent request; each `MPI_Start` runs the
+// nonblocking form on the same buffers. The count, displacement and type arrays are
+// copied at init (the standard lets the caller change or free them afterwards); the
+// buffers themselves are the caller's until the request is freed.
+
+/// A C array of `n` elements as an owned copy (`n == 0`: empty, the pointer unread).
+///
+/// # Safety
+/// `p` valid for `n` reads when `n > 0`.
+unsafe fn copied<T: Copy>(n: usize, p: *const T, what: &str) -> R<Vec<T>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if p.is_null() {
+        return Err(err(
+            MPI_ERR_ARG,
+            format!("{what} is a null pointer with {n} neighbors"),
+        ));
+    }
+    // SAFETY: caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) }.to_vec())
+}
+
+/// Registers `start` as the persistent request of `comm` in `*request`.
+///
+/// # Safety
+/// `request` valid for a write.
+unsafe fn persistent(
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+    start: impl Fn() -> R<Started> + Send + Sync + 'static,
+) -> R {
+    // Errors of the arguments that do not change between starts show up here.
+    degrees(comm)?;
+    let h = crate::request::insert_persistent(comm, Box::new(start));
+    // SAFETY: caller's contract.
+    unsafe { put(request, h, "request") }
+}
+
+/// `MPI_Neighbor_allgather_init`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Neighbor_allgather_init(
+    sendbuf: *const std::ffi::c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut std::ffi::c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    _info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    let (sb, rb) = (sendbuf as usize, recvbuf as usize);
+    // SAFETY: the C caller's buffers stay valid while the request lives (MPI's contract).
+    guard(comm, || unsafe {
+        persistent(comm, request, move || {
+            allgather_start(
+                sb as _, sendcount, sendtype, rb as _, recvcount, recvtype, comm,
+            )
+        })
+    })
+}
+
+/// `MPI_Neighbor_alltoall_init`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Neighbor_alltoall_init(
+    sendbuf: *const std::ffi::c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut std::ffi::c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    _info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    let (sb, rb) = (sendbuf as usize, recvbuf as usize);
+    // SAFETY: as MPI_Neighbor_allgather_init.
+    guard(comm, || unsafe {
+        persistent(comm, request, move || {
+            alltoall_start(
+                sb as _, sendcount, sendtype, rb as _, recvcount, recvtype, comm,
+            )
+        })
+    })
+}
+
+/// `MPI_Neighbor_allgatherv_init`: `recvcounts` and `displs` (indegree ints each) are
+/// copied.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Neighbor_allgatherv_init(
+    sendbuf: *const std::ffi::c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut std::ffi::c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    _info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    let (sb, rb) = (sendbuf as usize, recvbuf as usize);
+    // SAFETY: C arrays of indegree ints; buffers as MPI_Neighbor_allgather_init.
+    guard(comm, || unsafe {
+        let (ni, _) = degrees(comm)?;
+        let rc = copied(ni, recvcounts, "recvcounts")?;
+        let dp = copied(ni, displs, "displs")?;
+        persistent(comm, request, move || {
+            allgatherv_start(
+                sb as _,
+                sendcount,
+                sendtype,
+                rb as _,
+                rc.as_ptr(),
+                dp.as_ptr(),
+                recvtype,
+                comm,
+            )
+        })
+    })
+}
+
+/// `MPI_Neighbor_alltoallv_init`: the count and displacement arrays (outdegree ints for
+/// the send side, indegree for the receive side) are copied.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Neighbor_alltoallv_init(
+    sendbuf: *const std::ffi::c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut std::ffi::c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    _info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    let (sb, rb) = (sendbuf as usize, recvbuf as usize);
+    // SAFETY: C arrays of the degrees' lengths; buffers as MPI_Neighbor_allgather_init.
+    guard(comm, || unsafe {
+        let (ni, no) = degrees(comm)?;
+        let sc = copied(no, sendcounts, "sendcounts")?;
+        let sd = copied(no, sdispls, "sdispls")?;
+        let rc = copied(ni, recvcounts, "recvcounts")?;
+        let rd = copied(ni, rdispls, "rdispls")?;
+        persistent(comm, request, move || {
+            alltoallv_start(
+                sb as _,
+                sc.as_ptr(),
+                sd.as_ptr(),
+                sendtype,
+                rb as _,
+                rc.as_ptr(),
+                rd.as_ptr(),
+                recvtype,
+                comm,
+            )
+        })
+    })
+}
+
+/// `MPI_Neighbor_alltoallw_init`: the count, byte-displacement and type arrays are
+/// copied.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Neighbor_alltoallw_init(
+    sendbuf: *const std::ffi::c_void,
+    sendcounts: *const c_int,
+    sdispls: *const MPI_Aint,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut std::ffi::c_void,
+    recvcounts: *const c_int,
+    rdispls: *const MPI_Aint,
+    recvtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+    _info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    let (sb, rb) = (sendbuf as usize, recvbuf as usize);
+    // SAFETY: C arrays of the degrees' lengths; buffers as MPI_Neighbor_allgather_init.
+    guard(comm, || unsafe {
+        let (ni, no) = degrees(comm)?;
+        let sc = copied(no, sendcounts, "sendcounts")?;
+        let sd = copied(no, sdispls, "sdispls")?;
+        let st = copied(no, sendtypes, "sendtypes")?;
+        let rc = copied(ni, recvcounts, "recvcounts")?;
+        let rd = copied(ni, rdispls, "rdispls")?;
+        let rt = copied(ni, recvtypes, "recvtypes")?;
+        persistent(comm, request, move || {
+            alltoallw_start(
+                sb as _,
+                sc.as_ptr(),
+                sd.as_ptr(),
+                st.as_ptr(),
+                rb as _,
+                rc.as_ptr(),
+                rd.as_ptr(),
+                rt.as_ptr(),
+                comm,
+            )
+        })
+    })
 }
