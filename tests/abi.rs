@@ -122,6 +122,7 @@ c_tests!(
     coll_nb,
     coll_derived,
     edge_cases,
+    mpi4_extras,
 );
 
 /// Every C program in abi/tests/c has a test above.
