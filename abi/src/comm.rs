@@ -323,6 +323,20 @@ pub unsafe extern "C" fn MPI_Comm_remote_group(comm: MPI_Comm, _group: *mut MPI_
     })
 }
 
+/// `MPI_Intercomm_merge`: as [`MPI_Comm_remote_size`], an `MPI_ERR_COMM` error (no
+/// communicator of this library is an intercommunicator).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Intercomm_merge(
+    intercomm: MPI_Comm,
+    _high: c_int,
+    _newintracomm: *mut MPI_Comm,
+) -> c_int {
+    guard(intercomm, || {
+        lookup(intercomm)?;
+        Err(not_inter())
+    })
+}
+
 fn not_inter() -> crate::error::MpiErr {
     err(
         MPI_ERR_COMM,

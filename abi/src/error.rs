@@ -383,6 +383,92 @@ pub unsafe extern "C" fn MPI_Add_error_string(
     })
 }
 
+/// `MPI_Remove_error_class` (MPI 4.1 §9.5): removes a user class that has no codes
+/// (other than itself) and no string left.
+///
+/// # Errors
+/// `MPI_ERR_ARG` for a predefined or unknown class, or one that still has codes or a
+/// string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        with_codes(|u| {
+            if u.class_of.get(&errorclass) != Some(&errorclass) {
+                return Err(err(
+                    MPI_ERR_ARG,
+                    format!("{errorclass} is not a user error class"),
+                ));
+            }
+            let codes = u
+                .class_of
+                .iter()
+                .filter(|&(&c, &k)| k == errorclass && c != errorclass)
+                .count();
+            if codes > 0 || u.strings.contains_key(&errorclass) {
+                return Err(err(
+                    MPI_ERR_ARG,
+                    format!(
+                        "error class {errorclass} still has {codes} code(s) or a string; fix: remove them first (MPI_Remove_error_code, MPI_Remove_error_string)"
+                    ),
+                ));
+            }
+            u.class_of.remove(&errorclass);
+            Ok(())
+        })
+    })
+}
+
+/// `MPI_Remove_error_code`: removes a user code without a string.
+///
+/// # Errors
+/// `MPI_ERR_ARG` for a class, a predefined or unknown code, or one with a string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        with_codes(|u| {
+            match u.class_of.get(&errorcode) {
+                Some(&k) if k != errorcode => {}
+                _ => {
+                    return Err(err(
+                        MPI_ERR_ARG,
+                        format!("{errorcode} is not a user error code"),
+                    ));
+                }
+            }
+            if u.strings.contains_key(&errorcode) {
+                return Err(err(
+                    MPI_ERR_ARG,
+                    format!(
+                        "error code {errorcode} still has a string; fix: MPI_Remove_error_string first"
+                    ),
+                ));
+            }
+            u.class_of.remove(&errorcode);
+            Ok(())
+        })
+    })
+}
+
+/// `MPI_Remove_error_string`: removes the string of a user class or code.
+///
+/// # Errors
+/// `MPI_ERR_ARG` for a predefined or unknown code.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
+    guard(MPI_COMM_SELF, || {
+        with_codes(|u| {
+            if !u.class_of.contains_key(&errorcode) {
+                return Err(err(
+                    MPI_ERR_ARG,
+                    format!("{errorcode} is not a user error class or code"),
+                ));
+            }
+            u.strings.remove(&errorcode);
+            Ok(())
+        })
+    })
+}
+
 thread_local! {
     /// Number of exported calls this thread has entered (for once-per-call work).
     static CALL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
