@@ -200,7 +200,10 @@ fn device_plan(red: &Reduction) -> Option<(rankwire::Datatype, rankwire::Op)> {
         return None;
     };
     let float = matches!(dt, D::F32 | D::F64);
-    let int = matches!(dt, D::I32 | D::I64 | D::U32 | D::U64);
+    let int = matches!(
+        dt,
+        D::I8 | D::U8 | D::I16 | D::U16 | D::I32 | D::I64 | D::U32 | D::U64
+    );
     let ok = (float || int)
         && match op {
             O::Sum | O::Prod | O::Min | O::Max => true,

@@ -49,6 +49,14 @@ pub enum DType {
     F32,
     /// IEEE 754 binary64 (8 bytes).
     F64,
+    /// Signed 8-bit integer (`MPI_INT8_T`, `MPI_SIGNED_CHAR`; `MPI_CHAR` in reductions).
+    I8,
+    /// Unsigned 8-bit integer (`MPI_UINT8_T`, `MPI_UNSIGNED_CHAR`, `MPI_BYTE`-sized).
+    U8,
+    /// Signed 16-bit integer.
+    I16,
+    /// Unsigned 16-bit integer.
+    U16,
     /// Signed 32-bit integer.
     I32,
     /// Signed 64-bit integer.
@@ -61,11 +69,15 @@ pub enum DType {
 
 impl DType {
     /// Every type, for tests and benchmarks.
-    pub const ALL: [DType; 8] = [
+    pub const ALL: [DType; 12] = [
         DType::F16,
         DType::BF16,
         DType::F32,
         DType::F64,
+        DType::I8,
+        DType::U8,
+        DType::I16,
+        DType::U16,
         DType::I32,
         DType::I64,
         DType::U32,
@@ -75,7 +87,8 @@ impl DType {
     /// Size of one element in bytes.
     pub fn size(self) -> usize {
         match self {
-            DType::F16 | DType::BF16 => 2,
+            DType::I8 | DType::U8 => 1,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
         }
@@ -93,6 +106,10 @@ impl DType {
             DType::BF16 => "bf16",
             DType::F32 => "f32",
             DType::F64 => "f64",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::U32 => "u32",
@@ -106,6 +123,12 @@ impl DType {
             DType::F16 | DType::BF16 => ("unsigned short", "float", "unsigned short"),
             DType::F32 => ("float", "float", "unsigned int"),
             DType::F64 => ("double", "double", "unsigned long long"),
+            // Narrow integers combine in 32 bits and are truncated when stored, which
+            // wraps like the type itself (two's complement, modulo 2^8 or 2^16).
+            DType::I8 => ("signed char", "int", "unsigned int"),
+            DType::U8 => ("unsigned char", "unsigned int", "unsigned int"),
+            DType::I16 => ("short", "int", "unsigned int"),
+            DType::U16 => ("unsigned short", "unsigned int", "unsigned int"),
             DType::I32 => ("int", "int", "unsigned int"),
             DType::I64 => ("long long", "long long", "unsigned long long"),
             DType::U32 => ("unsigned int", "unsigned int", "unsigned int"),
@@ -610,6 +633,10 @@ pub fn reduce_host(dt: DType, op: RedOp, a: &[u8], b: &[u8]) -> Vec<u8> {
         }};
     }
     match dt {
+        DType::I8 => int!(i8),
+        DType::U8 => int!(u8),
+        DType::I16 => int!(i16),
+        DType::U16 => int!(u16),
         DType::I32 => int!(i32),
         DType::I64 => int!(i64),
         DType::U32 => int!(u32),

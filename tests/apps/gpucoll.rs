@@ -56,6 +56,10 @@ fn datatype(dt: DType) -> Datatype {
         DType::BF16 => Datatype::BF16,
         DType::F32 => Datatype::F32,
         DType::F64 => Datatype::F64,
+        DType::I8 => Datatype::I8,
+        DType::U8 => Datatype::U8,
+        DType::I16 => Datatype::I16,
+        DType::U16 => Datatype::U16,
         DType::I32 => Datatype::I32,
         DType::I64 => Datatype::I64,
         DType::U32 => Datatype::U32,
@@ -91,6 +95,8 @@ fn make_input(rng: &mut Rng, dt: DType, op: RedOp, n: usize) -> Vec<u8> {
             DType::BF16 => out.extend_from_slice(&f32_to_bf16(f as f32).to_le_bytes()),
             DType::F32 => out.extend_from_slice(&(f as f32).to_le_bytes()),
             DType::F64 => out.extend_from_slice(&f.to_le_bytes()),
+            DType::I8 | DType::U8 => out.push(rng.next() as u8),
+            DType::I16 | DType::U16 => out.extend_from_slice(&(rng.next() as u16).to_le_bytes()),
             DType::I32 | DType::U32 => out.extend_from_slice(&(rng.next() as u32).to_le_bytes()),
             DType::I64 | DType::U64 => out.extend_from_slice(&rng.next().to_le_bytes()),
         }
@@ -111,6 +117,8 @@ fn float_at(dt: DType, b: &[u8], i: usize) -> f64 {
 
 fn int_at(dt: DType, b: &[u8], i: usize) -> u64 {
     match dt.size() {
+        1 => u64::from(b[i]),
+        2 => u64::from(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])),
         4 => u64::from(u32::from_le_bytes(b[4 * i..4 * i + 4].try_into().unwrap())),
         _ => u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap()),
     }
@@ -179,12 +187,13 @@ fn check_reduction(
             } else {
                 (1u64 << bits) - 1
             };
-            let signed = matches!(dt, DType::I32 | DType::I64);
+            let signed = matches!(dt, DType::I8 | DType::I16 | DType::I32 | DType::I64);
             let sx = |v: u64| -> i64 {
-                if bits == 32 {
-                    v as u32 as i32 as i64
-                } else {
-                    v as i64
+                match bits {
+                    8 => v as u8 as i8 as i64,
+                    16 => v as u16 as i16 as i64,
+                    32 => v as u32 as i32 as i64,
+                    _ => v as i64,
                 }
             };
             let xs: Vec<u64> = inputs.iter().map(|b| int_at(dt, b, i)).collect();

@@ -63,14 +63,18 @@ fn dtype_of(dt: Datatype) -> Result<DType> {
         Datatype::BF16 => DType::BF16,
         Datatype::F32 => DType::F32,
         Datatype::F64 => DType::F64,
+        Datatype::I8 => DType::I8,
+        Datatype::U8 => DType::U8,
+        Datatype::I16 => DType::I16,
+        Datatype::U16 => DType::U16,
         Datatype::I32 => DType::I32,
         Datatype::I64 => DType::I64,
         Datatype::U32 => DType::U32,
         Datatype::U64 => DType::U64,
         other => {
             return Err(Error::usage(format!(
-                "collectives on device buffers support f16, bf16, f32, f64, i32, i64, u32 \
-                 and u64, not {other:?}; copy to the host for other types"
+                "collectives on device buffers support f16, bf16, f32, f64 and the 8- to \
+                 64-bit integers, not {other:?}; copy to the host for other types"
             )));
         }
     })
@@ -1783,9 +1787,11 @@ mod tests {
     #[test]
     fn types_and_ops_map_or_say_why_not() {
         assert_eq!(dtype_of(Datatype::BF16).unwrap(), DType::BF16);
-        let e = dtype_of(Datatype::I8).unwrap_err();
+        assert_eq!(dtype_of(Datatype::I8).unwrap(), DType::I8);
+        assert_eq!(dtype_of(Datatype::U16).unwrap(), DType::U16);
+        let e = dtype_of(Datatype::LocF32).unwrap_err();
         assert!(
-            matches!(e, Error::Usage(_)) && e.to_string().contains("I8"),
+            matches!(e, Error::Usage(_)) && e.to_string().contains("LocF32"),
             "{e}"
         );
         assert_eq!(op_of(Op::BitXor, DType::U64).unwrap(), RedOp::Bxor);
