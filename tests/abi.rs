@@ -115,6 +115,7 @@ c_tests!(
     p2p_basic,
     p2p_modes,
     comm_group,
+    comm_create_group,
     topo,
     datatype,
     coll_basic,

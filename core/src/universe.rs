@@ -973,6 +973,32 @@ mod tests {
     }
 
     #[test]
+    fn create_group_of_the_members_only() {
+        let u = singleton();
+        let w = u.world();
+        let c = w
+            .create_group(&w.group(), 7)
+            .unwrap()
+            .expect("a member gets a communicator");
+        assert_eq!((c.rank(), c.size()), (0, 1));
+        assert_ne!(c.context_id(), w.context_id());
+        c.send(&[5u32], 0, 3).unwrap();
+        let mut got = [0u32];
+        c.recv(&mut got, 0, 3).unwrap();
+        assert_eq!(got, [5]);
+        let empty = w.group().incl(&[]).unwrap();
+        assert!(w.create_group(&empty, 7).unwrap().is_none(), "not a member");
+        assert!(matches!(
+            w.create_group(&w.group(), -1),
+            Err(crate::Error::Usage(_))
+        ));
+        assert!(matches!(
+            w.create_group(&w.group(), crate::TAG_UB + 1),
+            Err(crate::Error::Usage(_))
+        ));
+    }
+
+    #[test]
     fn watchdog_bound_is_set_once() {
         let u = singleton();
         assert_eq!(u.inner.watchdog_bound(), None);
