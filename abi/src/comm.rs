@@ -363,42 +363,6 @@ pub unsafe extern "C" fn MPI_Comm_create(
     })
 }
 
-/// `MPI_Comm_create_group`: collective over the members of `group` only (the other
-/// ranks of `comm` do not call it); a caller outside `group` (e.g. `MPI_GROUP_EMPTY`)
-/// gets `MPI_COMM_NULL`. `tag` tells concurrent calls apart; it never matches
-/// point-to-point messages on `comm`.
-///
-/// # Errors
-/// `MPI_ERR_TAG` for a tag outside `0..=MPI_TAG_UB`; `MPI_ERR_GROUP` for an unknown
-/// group; a group with processes outside `comm` is an error too.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Comm_create_group(
-    comm: MPI_Comm,
-    group: MPI_Group,
-    tag: c_int,
-    newcomm: *mut MPI_Comm,
-) -> c_int {
-    guard(comm, || {
-        let c = lookup(comm)?;
-        let g = crate::group::lookup_group(group)?;
-        if !(0..=rankwire::TAG_UB).contains(&tag) {
-            return Err(err(
-                MPI_ERR_TAG,
-                format!(
-                    "MPI_Comm_create_group: tag {tag} is invalid; fix: pass a tag in 0..={} (MPI_TAG_UB)",
-                    rankwire::TAG_UB
-                ),
-            ));
-        }
-        let h = match c.create_group(&g, tag)? {
-            Some(n) => register(comm, n, false)?,
-            None => MPI_COMM_NULL,
-        };
-        // SAFETY: C caller's pointer.
-        unsafe { put(newcomm, h, "newcomm") }
-    })
-}
-
 /// `MPI_Comm_free`: deletes the attributes (delete callbacks) and the handle; pending
 /// operations on the communicator complete normally.
 #[unsafe(no_mangle)]

@@ -512,44 +512,6 @@ fn bad_tag(tag: i32) -> Error {
     Error::usage(format!("tag {tag} is outside the valid range 0..={TAG_UB}"))
 }
 
-// Internal traffic of communicator creation (`crate::group`): blocking, on a context
-// and tag the caller picks (outside the user's ranges), to world ranks.
-impl Communicator {
-    /// Blocking send of `bytes` to world rank `dest` on context `ctx` with `tag`.
-    pub(crate) fn internal_send(&self, bytes: &[u8], dest: u32, ctx: u32, tag: i32) -> Result<()> {
-        self.inner.check_live()?;
-        let start = self
-            .inner
-            .lock()
-            .isend(dest, ctx, tag, RawBuf::from_slice(bytes), false);
-        match start {
-            SendStart::Done(_) => Ok(()),
-            SendStart::Queued(id) => wait_id(&self.inner, id).map(|_| ()),
-        }
-    }
-
-    /// Blocking receive into `bytes` from world rank `source` on context `ctx` with
-    /// `tag`.
-    pub(crate) fn internal_recv(
-        &self,
-        bytes: &mut [u8],
-        source: u32,
-        ctx: u32,
-        tag: i32,
-    ) -> Result<Status> {
-        self.inner.check_live()?;
-        let pat = Pattern {
-            ctx,
-            src: Some(source),
-            tag: Some(tag),
-        };
-        let id = self
-            .inner
-            .irecv(pat, RawBuf::new(bytes.as_mut_ptr(), bytes.len()));
-        wait_id(&self.inner, id)
-    }
-}
-
 // Entry points for buffers given as raw memory (device memory, FFI): used by
 // `crate::device`. The caller guarantees the memory stays valid for `'a`.
 impl Communicator {

@@ -32,10 +32,6 @@ use crate::context_id::{COLL_CTX_BIT, ContextIds, MASK_WORDS, MAX_CONTEXTS};
 use crate::error::{Error, Result};
 use crate::runtime::{Releaser, reap_contexts};
 
-/// Tag bit of [`Communicator::create_group`]'s agreement on the collective context
-/// (collective calls use the tags below it).
-const CREATE_GROUP_TAG: i32 = 1 << 30;
-
 /// A communicator's context id (MPI 4.1 §7.1.2). Collectives of the communicator use
 /// [`ContextId::collective`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -453,77 +449,6 @@ impl Communicator {
             )));
         }
         Ok(self.derive(ctx, group.world.clone()))
-    }
-
-    /// A communicator of the ranks of `group` (MPI_Comm_create_group, MPI 4.1 §7.4.2).
-    /// Collective over the members of `group` only: ranks of this communicator outside
-    /// it do not call it (and are not waited for). Concurrent calls with overlapping
-    /// groups must pass different `tag`s. A caller outside `group` (e.g. the empty
-    /// group) gets `Ok(None)` without communicating. The new communicator's ranks are
-    /// in `group`'s order.
-    ///
-    /// The members agree on a context id over this communicator's collective context
-    /// with tag `2^30 + tag` (collective calls use tags below `2^30`, see
-    /// [`crate::coll`]), so the agreement never matches user point-to-point messages,
-    /// nor this communicator's collectives, whatever the other ranks do meanwhile.
-    ///
-    /// # Errors
-    /// [`Error::Usage`] for a tag outside `0..=TAG_UB`, a process of `group` outside
-    /// this communicator, or context ids exhausted; [`Error::Connection`] if a member
-    /// died.
-    pub fn create_group(&self, group: &Group, tag: i32) -> Result<Option<Communicator>> {
-        if !(0..=crate::comm::TAG_UB).contains(&tag) {
-            return Err(Error::usage(format!(
-                "create_group: tag {tag} is outside 0..={}",
-                crate::comm::TAG_UB
-            )));
-        }
-        if let Some(w) = group.world.iter().find(|w| !self.st.group.contains(w)) {
-            return Err(Error::usage(format!(
-                "create_group: world rank {w} of the group is not in this communicator"
-            )));
-        }
-        if !group.world.contains(&self.inner.rank) {
-            return Ok(None);
-        }
-        let ctx = self.agree_ctx_among(&group.world, CREATE_GROUP_TAG | tag)?;
-        Ok(self.derive(ctx, group.world.clone()))
-    }
-
-    /// Agree on a context id free on every process of `members` (world ranks, this one
-    /// among them), by messages on this communicator's collective context with `tag`:
-    /// the first member gathers the free-id masks, intersects them and sends the
-    /// result back. Nothing is claimed yet.
-    fn agree_ctx_among(&self, members: &[u32], tag: i32) -> Result<u32> {
-        let mut all = {
-            let mut e = self.inner.lock();
-            reap_contexts(&mut e);
-            e.ctx_ids.mask()
-        };
-        let ctx = self.st.ctx | COLL_CTX_BIT;
-        let root = members[0];
-        if self.inner.rank == root {
-            for &w in &members[1..] {
-                let mut m = [0u64; MASK_WORDS];
-                self.internal_recv(bytemuck::cast_slice_mut(&mut m), w, ctx, tag)?;
-                for (a, b) in all.iter_mut().zip(m) {
-                    *a &= b;
-                }
-            }
-            for &w in &members[1..] {
-                self.internal_send(bytemuck::cast_slice(&all), w, ctx, tag)?;
-            }
-        } else {
-            let mine = all;
-            self.internal_send(bytemuck::cast_slice(&mine), root, ctx, tag)?;
-            self.internal_recv(bytemuck::cast_slice_mut(&mut all), root, ctx, tag)?;
-        }
-        ContextIds::lowest(&all).ok_or_else(|| {
-            Error::usage(format!(
-                "context ids exhausted: a member of the group has {MAX_CONTEXTS} \
-                 communicators alive; fix: drop communicators that are no longer used"
-            ))
-        })
     }
 
     /// Agree on a context id free on every rank of this communicator (see
