@@ -363,6 +363,18 @@ pub unsafe extern "C" fn MPI_Comm_create(
     })
 }
 
+/// `MPI_Comm_get_parent`: always `MPI_COMM_NULL`, the answer for a process not started
+/// by `MPI_Comm_spawn` (MPI 4.1, the dynamic process model); rankwire has no dynamic
+/// processes, so no process has a parent.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
+    guard(MPI_COMM_WORLD, || {
+        crate::env::world()?;
+        // SAFETY: C caller's pointer.
+        unsafe { put(parent, MPI_COMM_NULL, "parent") }
+    })
+}
+
 /// `MPI_Comm_free`: deletes the attributes (delete callbacks) and the handle; pending
 /// operations on the communicator complete normally.
 #[unsafe(no_mangle)]

@@ -1,6 +1,7 @@
 /* rankwire-test: ranks=1,3,4 */
 /* MPI_Comm_create_group (collective over the group's members only, its tag apart from
- * point-to-point tags): rsmpi 0.8 calls it from every program. */
+ * point-to-point tags) and MPI_Comm_get_parent (no process here was spawned): rsmpi 0.8
+ * calls both from every program. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,10 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  MPI_Comm parent = MPI_COMM_WORLD;
+  CHECK(MPI_Comm_get_parent(&parent) == MPI_SUCCESS, "get_parent failed");
+  CHECK(parent == MPI_COMM_NULL, "a process started by mpiexec has no parent");
 
   /* A receive of any source and any tag on the parent, pending across every
    * create_group below: their internal messages must not match it. */
