@@ -60,44 +60,66 @@ fn ranks_of(src: &str) -> Vec<usize> {
         .collect()
 }
 
-/// Compiles `abi/tests/c/<name>.c` with our mpicc and runs it at each of its rank
-/// counts; asserts exit 0 and the `ok` line.
-fn run_c(name: &str) {
+/// Compiles `abi/tests/c/<name>.c` with the wrapper `mpicc` into `exe`; panics with
+/// the compiler's output when it fails.
+fn compile_c(mpicc: &Path, name: &str, exe: &Path) {
     let src_path = repo().join("abi/tests/c").join(format!("{name}.c"));
-    let src = std::fs::read_to_string(&src_path).expect("read C test");
-    let p = prefix();
-    let out_dir = bin_dir().parent().unwrap().join("abi-tests");
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let exe = out_dir.join(name);
-    let o = Command::new(p.join("bin/mpicc"))
+    let o = Command::new(mpicc)
         .args(["-O1", "-Wall", "-o"])
-        .arg(&exe)
+        .arg(exe)
         .arg(&src_path)
         .arg("-lm")
         .output()
-        .expect("run mpicc");
+        .unwrap_or_else(|e| panic!("run {}: {e}", mpicc.display()));
     assert!(
         o.status.success(),
-        "mpicc {name}.c failed:\n{}{}",
+        "{} {name}.c failed:\n{}{}",
+        mpicc.display(),
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    for n in ranks_of(&src) {
+}
+
+/// The rank counts of `abi/tests/c/<name>.c` (its first line).
+fn ranks_of_c(name: &str) -> Vec<usize> {
+    let src_path = repo().join("abi/tests/c").join(format!("{name}.c"));
+    ranks_of(&std::fs::read_to_string(&src_path).expect("read C test"))
+}
+
+/// Asserts that one run of C test `name` at `n` ranks exited 0 with its `ok` line.
+fn assert_c_ok(name: &str, n: usize, how: &str, out: &rankwire_tests::RunOutput) {
+    assert_eq!(
+        out.code(),
+        0,
+        "{name} at {n} ranks ({how}) failed\n--- stdout\n{}\n--- stderr\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        out.stdout.contains(&format!("{name}: ok")),
+        "{name} at {n} ranks ({how}): no ok line\n{}",
+        out.stdout
+    );
+}
+
+/// A directory under the target directory for compiled C tests.
+fn out_dir(sub: &str) -> PathBuf {
+    let d = bin_dir().parent().unwrap().join(sub);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Compiles `abi/tests/c/<name>.c` with our mpicc and runs it at each of its rank
+/// counts; asserts exit 0 and the `ok` line.
+fn run_c(name: &str) {
+    let p = prefix();
+    let exe = out_dir("abi-tests").join(name);
+    compile_c(&p.join("bin/mpicc"), name, &exe);
+    for n in ranks_of_c(name) {
         let out = rwrun(["-n".to_string(), n.to_string(), exe.display().to_string()])
             .timeout(Duration::from_secs(120))
             .run();
-        assert_eq!(
-            out.code(),
-            0,
-            "{name} at {n} ranks failed\n--- stdout\n{}\n--- stderr\n{}",
-            out.stdout,
-            out.stderr
-        );
-        assert!(
-            out.stdout.contains(&format!("{name}: ok")),
-            "{name} at {n} ranks: no ok line\n{}",
-            out.stdout
-        );
+        assert_c_ok(name, n, "our mpicc, rwrun", &out);
     }
 }
 
@@ -144,6 +166,157 @@ fn every_c_program_is_listed() {
                 list.split(',').any(|x| x.trim() == stem),
                 "abi/tests/c/{stem}.c has no test: add it to c_tests! in tests/abi.rs"
             );
+        }
+    }
+}
+
+/// The C programs of `abi/tests/c/` (names without `.c`), sorted.
+fn c_programs() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(repo().join("abi/tests/c"))
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            (p.extension()? == "c").then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// MPICH 5.0.2's standard-ABI build (the `data` folder of PyPI's `mpich` wheel: bin/
+/// mpicc_abi, bin/mpiexec, lib/libmpi_abi.so.1), fetched once by scripts/abi-env.sh's
+/// `abi_mpich_dir` into target/mpich-ref (the cache the outside suites use; `flock`
+/// keeps parallel tests from fetching twice). `None`, with the reason printed, where the
+/// wheel cannot be had (no pip, PyPI unreachable, not Linux x86_64).
+fn mpich_abi_dir() -> Option<PathBuf> {
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        eprintln!("SKIP: the mpich 5.0.2 wheel is for Linux x86_64 only");
+        return None;
+    }
+    let lock = bin_dir().parent().unwrap().join("mpich-ref.lock");
+    let o = Command::new("flock")
+        .arg(&lock)
+        .args([
+            "bash",
+            "-c",
+            ". scripts/abi-env.sh; ABI_SUITE=tests/abi.rs; abi_mpich_dir",
+        ])
+        .current_dir(repo())
+        .output()
+        .expect("run flock + bash");
+    if !o.status.success() {
+        eprintln!(
+            "SKIP: MPICH 5.0.2's standard-ABI build cannot be had (PyPI unreachable or pip \
+             missing? fix: apt-get install python3-pip and allow access to PyPI, or set \
+             MPICH_ABI_DIR): {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+        return None;
+    }
+    let dir = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    assert!(
+        dir.join("bin/mpicc_abi").exists() && dir.join("lib/libmpi_abi.so.1").exists(),
+        "abi_mpich_dir printed {}, which lacks bin/mpicc_abi or lib/libmpi_abi.so.1",
+        dir.display()
+    );
+    Some(dir)
+}
+
+/// Asserts that the dynamic loader resolves `exe`'s libmpi_abi.so.1 to `libdir`'s,
+/// with `LD_LIBRARY_PATH=libdir` when `via_path`, else with no LD_LIBRARY_PATH (the
+/// program's own run path).
+fn assert_loads_from(exe: &Path, libdir: &Path, via_path: bool) {
+    let mut c = Command::new("ldd");
+    c.arg(exe).env_remove("LD_LIBRARY_PATH");
+    if via_path {
+        c.env("LD_LIBRARY_PATH", libdir);
+    }
+    let o = c.output().expect("run ldd");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let want = format!("libmpi_abi.so.1 => {}/libmpi_abi.so.1", libdir.display());
+    assert!(
+        text.contains(&want),
+        "ldd {} (LD_LIBRARY_PATH {}): want `{want}`, got\n{text}",
+        exe.display(),
+        if via_path { "set" } else { "unset" }
+    );
+}
+
+/// Binary compatibility, MPICH to rankwire: every C test compiled once with MPICH
+/// 5.0.2's `mpicc_abi` (MPICH's `mpi_abi.h`, linked to MPICH's library) runs on our
+/// library (LD_LIBRARY_PATH swapped to it) under rwrun.
+#[test]
+fn mpich_compiled_c_tests_run_on_ours() {
+    let Some(mpich) = mpich_abi_dir() else {
+        return;
+    };
+    let lib = prefix().join("lib");
+    let dir = out_dir("abi-tests-mpich-built");
+    for name in c_programs() {
+        let exe = dir.join(&name);
+        compile_c(&mpich.join("bin/mpicc_abi"), &name, &exe);
+        assert_loads_from(&exe, &mpich.join("lib"), false);
+        assert_loads_from(&exe, &lib, true);
+        for n in ranks_of_c(&name) {
+            let out = rwrun(["-n".to_string(), n.to_string(), exe.display().to_string()])
+                .env("LD_LIBRARY_PATH", &lib.display().to_string())
+                .timeout(Duration::from_secs(120))
+                .run();
+            assert_c_ok(&name, n, "MPICH's mpicc_abi, our library, rwrun", &out);
+        }
+    }
+}
+
+/// C tests that check what the standard leaves to the implementation, where MPICH
+/// 5.0.2 answers otherwise than rankwire: compiled but not run on MPICH's library.
+const NOT_ON_MPICH: &[(&str, &str)] = &[
+    (
+        "comm_group",
+        "checks that a call whose user error handler returned gives the error code; \
+         MPICH 5.0.2 returns MPI_SUCCESS",
+    ),
+    (
+        "edge_cases",
+        "checks MPI_Isendrecv's status (the receive's source and tag); MPICH 5.0.2 \
+         reports another",
+    ),
+    (
+        "p2p_modes",
+        "checks that MPI_Error_string names the class (MPI_ERR_TAG); MPICH 5.0.2 says \
+         \"Invalid tag\"",
+    ),
+];
+
+/// Binary compatibility, rankwire to MPICH: every C test compiled once with our
+/// `mpicc` (our `mpi.h`, linked to our library) runs on MPICH 5.0.2's libmpi_abi.so.1
+/// (LD_LIBRARY_PATH swapped to it) under MPICH's `mpiexec`, but those of
+/// [`NOT_ON_MPICH`] (compiled and linked only).
+#[test]
+fn our_compiled_c_tests_run_on_mpich() {
+    let Some(mpich) = mpich_abi_dir() else {
+        return;
+    };
+    let p = prefix();
+    let mlib = mpich.join("lib");
+    let dir = out_dir("abi-tests-ours-built");
+    for name in c_programs() {
+        let exe = dir.join(&name);
+        compile_c(&p.join("bin/mpicc"), &name, &exe);
+        assert_loads_from(&exe, &p.join("lib"), false);
+        assert_loads_from(&exe, &mlib, true);
+        if let Some((_, why)) = NOT_ON_MPICH.iter().find(|(n, _)| *n == name) {
+            eprintln!("SKIP on MPICH's library: {name}: {why}");
+            continue;
+        }
+        for n in ranks_of_c(&name) {
+            let out = rankwire_tests::command(
+                mpich.join("bin/mpiexec"),
+                ["-n".to_string(), n.to_string(), exe.display().to_string()],
+            )
+            .env("LD_LIBRARY_PATH", &mlib.display().to_string())
+            .timeout(Duration::from_secs(120))
+            .run();
+            assert_c_ok(&name, n, "our mpicc, MPICH's library and mpiexec", &out);
         }
     }
 }
