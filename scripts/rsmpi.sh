@@ -8,12 +8,24 @@
 # Fetches `mpi` ${RSMPI_VERSION:-0.8.2} with cargo (a scratch project under target/rsmpi),
 # copies the unpacked crate (its examples/ and Cargo.lock come with it) to
 # target/rsmpi/mpi-<version> as a workspace of its own, and builds every example there
-# with `MPICC=$MPICC cargo build --examples --features derive,complex --keep-going`
-# (mpi-sys reads `$MPICC -show` and runs bindgen over the wrapper's mpi.h: it needs
-# libclang, Debian's libclang-dev). Then runs each example under `$MPIEXEC -n NP` for NP in
-# ${RSMPI_NP:-2 3 4} (rsmpi's own CI runs them at 2..4), each bounded by
-# `timeout ${RSMPI_TIMEOUT:-60}` seconds. Examples in ${RSMPI_SKIP:-spawn spawn_multiple}
-# (dynamic processes: outside issue 20's scope) are listed as skipped.
+# but the skipped ones with `MPICC=$MPICC cargo build --example E... --features
+# derive,complex --keep-going` (mpi-sys reads `$MPICC -show` and runs bindgen over the
+# wrapper's mpi.h: it needs libclang, Debian's libclang-dev). Then runs each example under
+# `$MPIEXEC -n NP` for NP in ${RSMPI_NP:-2 3 4} (rsmpi's own CI runs them at 2..4), each
+# bounded by `timeout ${RSMPI_TIMEOUT:-60}` seconds. Examples in
+# ${RSMPI_SKIP:-spawn spawn_multiple} are listed as skipped and not built: they need
+# dynamic processes (MPI_Comm_spawn, MPI_Comm_spawn_multiple, and intercommunicators:
+# MPI_Comm_remote_size, MPI_Intercomm_merge), which rankwire does not provide.
+#
+# Binary compatibility (the build directory is ${RSMPI_BUILD_DIR:-target/rsmpi/
+# target-$ABI_IMPL}; cargo reuses a build made with the same MPICC):
+#   MPICH-built on rankwire: ABI_IMPL=mpich-built MPICC=<mpich>/bin/mpicc_abi
+#     ABI_LIBDIR=target/abi-prefix/lib scripts/rsmpi.sh   (rwrun, our library first)
+#   rankwire-built on MPICH: MPICC=target/abi-prefix/bin/mpicc ABI_LIBDIR=<mpich>/lib
+#     RSMPI_BUILD_DIR=target/rsmpi/target-rankwire scripts/rsmpi.sh --ref
+#     (MPICH's mpiexec, MPICH's library first)
+# where <mpich> is the wheel's data folder (target/mpich-ref/mpich-5.0.2.data/data
+# after a --ref run).
 #
 # mpi-sys 0.2.4 needs MPI_Fint and MPI_<handle>_c2f/_f2c, absent from the standard ABI:
 # when mpi.h lacks MPI_Fint the build maps them to int and _toint/_fromint by -D flags
@@ -115,17 +127,22 @@ for w in $("$MPICC" -show 2>/dev/null); do
   esac
 done
 [ -n "$rustflags" ] && rustflags+=" -C link-arg=-Wl,--enable-new-dtags"
-ctarget=$out/target-$ABI_IMPL
-echo "rsmpi.sh: MPICC=$MPICC cargo build --examples (log $out/build.log)"
+ctarget=${RSMPI_BUILD_DIR:-$out/target-$ABI_IMPL}
+skip=" ${RSMPI_SKIP:-spawn spawn_multiple} "
+want=()
+for src in "$crate"/examples/*.rs; do
+  ex=$(basename "$src" .rs)
+  [[ "$skip" == *" $ex "* ]] || want+=(--example "$ex")
+done
+echo "rsmpi.sh: MPICC=$MPICC cargo build of $((${#want[@]} / 2)) examples (log $out/build.log)"
 build_ok=1
 (cd "$crate" && MPICC=$MPICC CARGO_TARGET_DIR=$ctarget CFLAGS="${CFLAGS:-} ${shim[*]}" RUSTFLAGS="$rustflags" \
-  BINDGEN_EXTRA_CLANG_ARGS="${BINDGEN_EXTRA_CLANG_ARGS:-} ${defs[*]} ${shim[*]}" nice cargo build --examples \
+  BINDGEN_EXTRA_CLANG_ARGS="${BINDGEN_EXTRA_CLANG_ARGS:-} ${defs[*]} ${shim[*]}" nice cargo build "${want[@]}" \
   --features derive,complex --keep-going -j"${RSMPI_JOBS:-2}" >"$out/build.log" 2>&1) || build_ok=0
 build_s=$((SECONDS - start))
 
 # --- run ---------------------------------------------------------------------------------
 read -r -a nps <<<"${RSMPI_NP:-2 3 4}"
-skip=" ${RSMPI_SKIP:-spawn spawn_multiple} "
 tmo=${RSMPI_TIMEOUT:-60}
 run_env=$(abi_run_env)
 declare -A result
@@ -186,7 +203,16 @@ done
     echo
   done
   for n in "${notes[@]}"; do echo "# $n"; done
-  echo "# pass $npass, fail $nfail, skip $nskip; build ${build_s}s, total $((SECONDS - start))s"
+  for np in "${nps[@]}"; do
+    line="# np=$np:"
+    for r in pass fail timeout nobuild skip; do
+      c=0
+      for ex in "${examples[@]}"; do [ "${result[$ex,$np]}" = "$r" ] && c=$((c + 1)); done
+      line+=" $r $c"
+    done
+    echo "$line"
+  done
+  echo "# pass $npass, fail $nfail, skip $nskip; build ${build_s}s, runs $((SECONDS - start - build_s))s, total $((SECONDS - start))s"
 } | tee "$out/summary.txt"
 
 if [ "$nfail" -gt 0 ] && [ "${RSMPI_ALLOW_FAIL:-0}" != 1 ]; then
