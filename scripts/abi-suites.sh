@@ -3,11 +3,11 @@
 # libmpi_abi.so.1, built and installed once (`scripts/install.sh --debug --prefix
 # target/abi-prefix`, through scripts/abi-env.sh), launched by rwrun:
 #
-#   scripts/osu.sh      always
-#   scripts/mpi4py.sh   and scripts/rsmpi.sh as well with RANKWIRE_CI_ABI_SUITES=all;
-#                       mpi4py with --ref (the same build on MPICH's library too, and the
-#                       list of tests that pass there and not on ours) unless
-#                       RANKWIRE_CI_ABI_REF=0
+#   scripts/osu.sh, scripts/mpi4py.sh, scripts/rsmpi.sh   by default;
+#                       RANKWIRE_CI_ABI_SUITES="osu mpi4py" (any subset) picks some;
+#                       RANKWIRE_CI_ABI_REF=1 runs mpi4py with --ref as well (the same
+#                       build on MPICH's library, and the list of tests that pass there
+#                       and not on ours)
 #
 # Each suite runs even when an earlier one failed; the stage fails if any failed. Every
 # suite's status and wall time go to target/abi-suites.txt (and stdout). .ci/run calls this
@@ -22,17 +22,18 @@ start=$SECONDS
 abi_use_ours
 abi_describe
 
-suites=(osu)
-if [ "${RANKWIRE_CI_ABI_SUITES:-osu}" = all ]; then
-  suites=(osu mpi4py rsmpi)
-fi
+read -r -a suites <<<"${RANKWIRE_CI_ABI_SUITES:-osu mpi4py rsmpi}"
+[ "${suites[*]}" = all ] && suites=(osu mpi4py rsmpi)
+for s in "${suites[@]}"; do
+  case "$s" in osu | mpi4py | rsmpi) ;; *) abi_die "RANKWIRE_CI_ABI_SUITES: unknown suite '$s' (osu, mpi4py, rsmpi)" ;; esac
+done
 lines=()
 failed=0
 for s in "${suites[@]}"; do
   t0=$SECONDS
   echo "=== abi-suites: scripts/$s.sh"
   args=()
-  if [ "$s" = mpi4py ] && [ "${RANKWIRE_CI_ABI_REF:-1}" != 0 ]; then args=(--ref); fi
+  if [ "$s" = mpi4py ] && [ "${RANKWIRE_CI_ABI_REF:-0}" != 0 ]; then args=(--ref); fi
   rc=0
   "scripts/$s.sh" "${args[@]}" || rc=$?
   status=pass

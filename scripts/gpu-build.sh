@@ -27,4 +27,8 @@ ln -sfn libmpi_abi.so.1 .device-bin/lib/libmpi_abi.so
 # input: copied into the git-ignored folder only, never committed).
 OSU_TARBALL=${OSU_TARBALL:-../shared/vendor/osu-micro-benchmarks-7.2.tar.gz}
 if [ -f "$OSU_TARBALL" ]; then cp "$OSU_TARBALL" .device-bin/; else echo "gpu-build.sh: $OSU_TARBALL absent: no OSU on the GPU machine"; fi
+# mpi4py 4.1.2's sdist for scripts/gpu-mpi4py.sh (the GPU machine has no network).
+M4=target/mpi4py/mpi4py-4.1.2.tar.gz
+[ -f "$M4" ] || python3 -m pip download -q --no-deps --no-binary mpi4py -d target/mpi4py mpi4py==4.1.2 || true
+if [ -f "$M4" ]; then cp "$M4" .device-bin/; else echo "gpu-build.sh: no mpi4py sdist: no mpi4py on the GPU machine"; fi
 ls -la .device-bin .device-bin/lib
