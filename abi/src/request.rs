@@ -291,41 +291,42 @@ fn wait_started(mut s: Started) -> Done {
     finish_started(s, r)
 }
 
+/// The outcome of `a` if it is done (a generalized request excepted: it is given back
+/// whether done or not, its completion runs its callbacks); else `a` back.
+fn poll(a: Active) -> Result<rankwire::Result<rankwire::Status>, Active> {
+    match a {
+        Active::P2p(r) => r.test().map_err(Active::P2p),
+        Active::Coll(c) => c
+            .test()
+            .map(|r| r.map(|()| empty_status()))
+            .map_err(Active::Coll),
+        Active::Ready(st) => Ok(Ok(st)),
+        Active::Multi(v) => {
+            if v.iter().all(|r| r.is_complete()) {
+                Ok(multi_status(rankwire::wait_all_results(v)))
+            } else {
+                Err(Active::Multi(v))
+            }
+        }
+        g @ Active::Greq(_) => Err(g),
+    }
+}
+
 /// Completes `s` if it is done; gives it back otherwise.
 fn test_started(mut s: Started) -> Result<Done, Started> {
     let active = std::mem::replace(&mut s.active, Active::Ready(empty_status()));
-    let r = match active {
-        Active::P2p(r) => match r.test() {
-            Ok(r) => r,
-            Err(r) => {
-                s.active = Active::P2p(r);
-                return Err(s);
-            }
-        },
-        Active::Coll(c) => match c.test() {
-            Ok(r) => r.map(|()| empty_status()),
-            Err(c) => {
-                s.active = Active::Coll(c);
-                return Err(s);
-            }
-        },
-        Active::Ready(st) => Ok(st),
-        Active::Multi(v) => {
-            if !v.iter().all(|r| r.is_complete()) {
-                s.active = Active::Multi(v);
-                return Err(s);
-            }
-            multi_status(rankwire::wait_all_results(v))
+    if let Active::Greq(g) = &active
+        && g.is_done()
+    {
+        return Ok(g.finish());
+    }
+    match poll(active) {
+        Ok(r) => Ok(finish_started(s, r)),
+        Err(a) => {
+            s.active = a;
+            Err(s)
         }
-        Active::Greq(g) => {
-            if !g.is_done() {
-                s.active = Active::Greq(g);
-                return Err(s);
-            }
-            return Ok(g.finish());
-        }
-    };
-    Ok(finish_started(s, r))
+    }
 }
 
 /// What a wait or test did with one request handle.
@@ -956,36 +957,19 @@ fn peek(h: MPI_Request) -> R<Option<rankwire::Status>> {
         return Ok(Some(inactive_status()));
     };
     let active = std::mem::replace(&mut s.active, Active::Ready(empty_status()));
-    let r: rankwire::Result<rankwire::Status> = match active {
-        Active::Ready(st) => Ok(st),
-        Active::P2p(r) => match r.test() {
-            Ok(res) => res,
-            Err(r) => {
-                s.active = Active::P2p(r);
-                return Ok(None);
-            }
-        },
-        Active::Coll(c) => match c.test() {
-            Ok(res) => res.map(|()| empty_status()),
-            Err(c) => {
-                s.active = Active::Coll(c);
-                return Ok(None);
-            }
-        },
-        Active::Multi(v) => {
-            if !v.iter().all(|r| r.is_complete()) {
-                s.active = Active::Multi(v);
-                return Ok(None);
-            }
-            multi_status(rankwire::wait_all_results(v))
-        }
-        // query_fn runs once, at the completing wait or test; until then the status
-        // is the empty one (MPI 4.1 §13.2 lets MPI_Request_get_status call query_fn;
-        // rankwire does not, so free_fn never precedes it).
-        Active::Greq(g) => {
-            let d = g.is_done();
-            s.active = Active::Greq(g);
-            return Ok(d.then(empty_status));
+    // query_fn runs once, at the completing wait or test; until then a generalized
+    // request's status is the empty one (MPI 4.1 §13.2 lets MPI_Request_get_status call
+    // query_fn; rankwire does not, so free_fn never precedes it).
+    if let Active::Greq(g) = &active {
+        let d = g.is_done();
+        s.active = active;
+        return Ok(d.then(empty_status));
+    }
+    let r = match poll(active) {
+        Ok(r) => r,
+        Err(a) => {
+            s.active = a;
+            return Ok(None);
         }
     };
     match r {
