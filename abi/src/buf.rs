@@ -83,6 +83,20 @@ unsafe impl Send for SendBuf {}
 pub unsafe fn send_buf(ptr: *const u8, n: i64, dt: MPI_Datatype) -> R<SendBuf> {
     not_in_place(ptr)?;
     let n = count(n)?;
+    if let Some(size) = crate::datatype::contiguous_predefined(dt) {
+        let len = contiguous_len(n, size)?;
+        if len > 0 && ptr.is_null() {
+            return Err(err(
+                MPI_ERR_BUFFER,
+                format!("buffer is NULL with {len} bytes to send; fix: pass the data's address"),
+            ));
+        }
+        return Ok(SendBuf {
+            ptr,
+            len,
+            packed: None,
+        });
+    }
     let t = for_comm(dt)?;
     let bytes = n
         .checked_mul(t.size)
@@ -110,6 +124,15 @@ pub unsafe fn send_buf(ptr: *const u8, n: i64, dt: MPI_Datatype) -> R<SendBuf> {
     })
 }
 
+/// `n` elements of `size` bytes, in bytes.
+///
+/// # Errors
+/// `MPI_ERR_COUNT` when the product overflows.
+fn contiguous_len(n: usize, size: usize) -> R<usize> {
+    n.checked_mul(size)
+        .ok_or_else(|| err(MPI_ERR_COUNT, "count × type size overflows"))
+}
+
 /// A receive buffer as contiguous bytes.
 pub struct RecvBuf {
     /// First byte to receive into.
@@ -120,7 +143,8 @@ pub struct RecvBuf {
     packed: Option<Vec<u8>>,
     user: *mut u8,
     n: usize,
-    ty: Arc<TypeInfo>,
+    /// The layout, for unpacking (`None` for a predefined contiguous type).
+    ty: Option<Arc<TypeInfo>>,
 }
 
 // SAFETY: as SendBuf.
@@ -137,6 +161,25 @@ unsafe impl Send for RecvBuf {}
 pub unsafe fn recv_buf(ptr: *mut u8, n: i64, dt: MPI_Datatype) -> R<RecvBuf> {
     not_in_place(ptr)?;
     let n = count(n)?;
+    if let Some(size) = crate::datatype::contiguous_predefined(dt) {
+        let len = contiguous_len(n, size)?;
+        if len > 0 && ptr.is_null() {
+            return Err(err(
+                MPI_ERR_BUFFER,
+                format!(
+                    "buffer is NULL with room for {len} bytes; fix: pass the receive buffer's address"
+                ),
+            ));
+        }
+        return Ok(RecvBuf {
+            ptr,
+            len,
+            packed: None,
+            user: ptr,
+            n,
+            ty: None,
+        });
+    }
     let t = for_comm(dt)?;
     let bytes = n
         .checked_mul(t.size)
@@ -156,7 +199,7 @@ pub unsafe fn recv_buf(ptr: *mut u8, n: i64, dt: MPI_Datatype) -> R<RecvBuf> {
             packed: None,
             user: ptr,
             n,
-            ty: t,
+            ty: Some(t),
         });
     }
     let mut v = vec![0u8; bytes];
@@ -166,19 +209,25 @@ pub unsafe fn recv_buf(ptr: *mut u8, n: i64, dt: MPI_Datatype) -> R<RecvBuf> {
         packed: Some(v),
         user: ptr,
         n,
-        ty: t,
+        ty: Some(t),
     })
 }
 
 impl RecvBuf {
+    /// Whether [`RecvBuf::finish`] has work to do (unpacking a temporary).
+    pub fn needs_finish(&self) -> bool {
+        self.packed.is_some()
+    }
+
     /// Unpacks the first `received` bytes into the user's buffer (no-op when the data
     /// was received in place).
     ///
     /// # Errors
     /// `MPI_ERR_OTHER` when staging through host memory for a device buffer fails.
     pub fn finish(self, received: usize) -> R {
-        let Some(v) = self.packed else { return Ok(()) };
-        let t = self.ty.clone();
+        let (Some(v), Some(t)) = (self.packed, self.ty) else {
+            return Ok(());
+        };
         let n = self.n;
         let src = &v[..received.min(v.len())];
         // SAFETY: recv_buf's contract.

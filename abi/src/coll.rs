@@ -619,10 +619,16 @@ pub(crate) unsafe fn alltoall<C: Num>(
 }
 
 /// The shared part of alltoallv and alltoallw: per-rank send and receive blocks.
-fn alltoall_blocks(c: Communicator, mode: Mode, sb: &[Block], rb: &[Block], copy: bool) -> R<Out> {
+fn alltoall_blocks(
+    c: crate::comm::CommRef,
+    mode: Mode,
+    sb: &[Block],
+    rb: &[Block],
+    copy: bool,
+) -> R<Out> {
     // SAFETY: the caller's buffers (an in-place input is copied: it is the output).
     let (s, v) = unsafe { (vsrc(sb, copy)?, vdst(rb)?) };
-    let (sr, vr, c2): (Raw, Raw, Communicator) = (s.raw(), v.raw(), c.clone());
+    let (sr, vr, c2): (Raw, Raw, crate::comm::CommRef) = (s.raw(), v.raw(), c.clone());
     let (sk, sd, rk, rd) = (
         s.counts.clone(),
         s.displs.clone(),

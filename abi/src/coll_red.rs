@@ -33,7 +33,7 @@ use crate::error::{R, err};
 use crate::op::{Plan, Reduction, UserOp, combine_builtin, plan, record_bytes, with_core_type};
 use crate::request::{Finish, Keep};
 use rankwire::bytemuck::{Pod, cast_slice, cast_slice_mut};
-use rankwire::{CollRequest, Communicator, ReduceOp};
+use rankwire::{CollRequest, ReduceOp};
 use std::ffi::c_int;
 
 /// `dst = src ∘ dst` (`src_left`) for `n` elements of the reduction's datatype, both
@@ -309,7 +309,7 @@ pub unsafe fn allreduce(
         );
     }
     struct T0 {
-        c: Communicator,
+        c: crate::comm::CommRef,
         mode: Mode,
         s: Option<Src>,
         d: Dst,
@@ -459,7 +459,7 @@ pub unsafe fn reduce(
         );
     }
     struct T0 {
-        c: Communicator,
+        c: crate::comm::CommRef,
         mode: Mode,
         s: Option<Src>,
         d: Dst,
@@ -575,7 +575,7 @@ pub unsafe fn reduce_scatter_block(
         );
     }
     struct T0 {
-        c: Communicator,
+        c: crate::comm::CommRef,
         mode: Mode,
         s: Src,
         d: Dst,
@@ -699,7 +699,7 @@ pub unsafe fn reduce_scatter(
         );
     }
     struct T0 {
-        c: Communicator,
+        c: crate::comm::CommRef,
         mode: Mode,
         s: Src,
         d: Dst,
@@ -814,7 +814,7 @@ pub unsafe fn scan(
         );
     }
     struct T0 {
-        c: Communicator,
+        c: crate::comm::CommRef,
         mode: Mode,
         s: Option<Src>,
         d: Dst,

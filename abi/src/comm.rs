@@ -14,11 +14,11 @@ pub static COMMS: Table<Communicator> = Table::new(Kind::Comm);
 /// # Errors
 /// `MPI_ERR_COMM` for `MPI_COMM_NULL`, a freed or unknown handle; `MPI_ERR_OTHER`
 /// before `MPI_Init` / after `MPI_Finalize`.
-pub fn lookup(c: MPI_Comm) -> R<Communicator> {
+pub fn lookup(c: MPI_Comm) -> R<CommRef> {
     match c {
-        MPI_COMM_WORLD => crate::env::world(),
-        MPI_COMM_SELF => crate::env::self_comm(),
-        _ => COMMS.get(c).map(|x| (*x).clone()).ok_or_else(|| {
+        MPI_COMM_WORLD => crate::env::world().map(CommRef::Predefined),
+        MPI_COMM_SELF => crate::env::self_comm().map(CommRef::Predefined),
+        _ => COMMS.get(c).map(CommRef::Created).ok_or_else(|| {
             err(
                 MPI_ERR_COMM,
                 format!(
@@ -26,6 +26,27 @@ pub fn lookup(c: MPI_Comm) -> R<Communicator> {
                 ),
             )
         }),
+    }
+}
+
+/// The communicator behind a handle, borrowed for a call: `MPI_COMM_WORLD` and
+/// `MPI_COMM_SELF` without a lock or reference count, created ones by their table
+/// entry. Dereferences to the [`Communicator`].
+#[derive(Clone)]
+pub enum CommRef {
+    /// `MPI_COMM_WORLD` or `MPI_COMM_SELF`.
+    Predefined(&'static Communicator),
+    /// A communicator from `MPI_Comm_dup`/`split`/`create`/...
+    Created(std::sync::Arc<Communicator>),
+}
+
+impl std::ops::Deref for CommRef {
+    type Target = Communicator;
+    fn deref(&self) -> &Communicator {
+        match self {
+            CommRef::Predefined(c) => c,
+            CommRef::Created(c) => c,
+        }
     }
 }
 

@@ -506,6 +506,34 @@ fn predefined_info(dt: MPI_Datatype, b: Basic, name: &str) -> Arc<TypeInfo> {
         .clone()
 }
 
+/// Element size in bytes of predefined type `dt` when `n` elements of it are always
+/// `n * size` contiguous bytes at the buffer's address (every predefined type but the
+/// pair types of `MPI_MINLOC`/`MPI_MAXLOC` and the like); `None` otherwise, and for
+/// created types. The hot path of every communication call: one relaxed load once the
+/// type has been seen, no lock or reference count (the layout of a predefined type
+/// never changes; renaming it does not touch the layout).
+pub fn contiguous_predefined(dt: MPI_Datatype) -> Option<usize> {
+    /// Per predefined handle: 0 = not looked at yet, `usize::MAX` = not contiguous,
+    /// otherwise the element size.
+    static SIZES: [std::sync::atomic::AtomicUsize; 256] =
+        [const { std::sync::atomic::AtomicUsize::new(0) }; 256];
+    let i = dt.checked_sub(0x200).filter(|&i| i < 256)?;
+    match SIZES[i].load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {
+            let (b, name) = predefined(dt)?;
+            let t = predefined_info(dt, b, name);
+            let contiguous = t.size > 0
+                && t.extent == t.size as isize
+                && t.contiguous_span(2) == Some((0, 2 * t.size));
+            let v = if contiguous { t.size } else { usize::MAX };
+            SIZES[i].store(v, std::sync::atomic::Ordering::Relaxed);
+            contiguous.then_some(v)
+        }
+        usize::MAX => None,
+        size => Some(size),
+    }
+}
+
 /// Renames predefined type `dt` (`MPI_Type_set_name`); other handles are ignored.
 pub fn set_predefined_name(dt: MPI_Datatype, name: String) {
     let Some((b, n)) = predefined(dt) else {

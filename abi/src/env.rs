@@ -10,8 +10,8 @@ use crate::consts::*;
 use crate::error::{R, err, guard, put};
 use rankwire::{Communicator, Universe};
 use std::ffi::{c_char, c_int};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 /// 0 = never initialized, 1 = initialized, 2 = finalized.
@@ -19,8 +19,6 @@ static PHASE: AtomicU8 = AtomicU8::new(0);
 
 struct Env {
     universe: Option<Universe>,
-    world: Communicator,
-    selfc: Communicator,
     t0: Instant,
     thread_level: c_int,
     main_thread: std::thread::ThreadId,
@@ -36,14 +34,34 @@ fn env<T>(f: impl FnOnce(&Env) -> T) -> R<T> {
     let g = ENV.lock().unwrap_or_else(|e| e.into_inner());
     match (&*g, PHASE.load(Ordering::SeqCst)) {
         (Some(e), 1) => Ok(f(e)),
-        (_, 2) => Err(err(
+        (_, phase) => Err(not_live(phase)),
+    }
+}
+
+/// The error of a call outside `MPI_Init` .. `MPI_Finalize` (`phase` as in `PHASE`).
+fn not_live(phase: u8) -> crate::error::MpiErr {
+    if phase == 2 {
+        err(
             MPI_ERR_OTHER,
             "MPI called after MPI_Finalize; fix: make every MPI call before MPI_Finalize",
-        )),
-        _ => Err(err(
+        )
+    } else {
+        err(
             MPI_ERR_OTHER,
             "MPI called before MPI_Init; fix: call MPI_Init (or MPI_Init_thread) first",
-        )),
+        )
+    }
+}
+
+/// `MPI_COMM_WORLD` and `MPI_COMM_SELF`, set once by `MPI_Init` (MPI cannot be
+/// initialized twice), so that every call on them reaches them without a lock or a
+/// reference count.
+static PREDEFINED_COMMS: OnceLock<(Communicator, Communicator)> = OnceLock::new();
+
+fn predefined_comms() -> R<&'static (Communicator, Communicator)> {
+    match (PREDEFINED_COMMS.get(), PHASE.load(Ordering::Acquire)) {
+        (Some(c), 1) => Ok(c),
+        (_, phase) => Err(not_live(phase)),
     }
 }
 
@@ -51,16 +69,16 @@ fn env<T>(f: impl FnOnce(&Env) -> T) -> R<T> {
 ///
 /// # Errors
 /// `MPI_ERR_OTHER` before `MPI_Init` or after `MPI_Finalize`.
-pub fn world() -> R<Communicator> {
-    env(|e| e.world.clone())
+pub fn world() -> R<&'static Communicator> {
+    predefined_comms().map(|c| &c.0)
 }
 
 /// The communicator of `MPI_COMM_SELF` (this rank alone).
 ///
 /// # Errors
 /// As [`world`].
-pub fn self_comm() -> R<Communicator> {
-    env(|e| e.selfc.clone())
+pub fn self_comm() -> R<&'static Communicator> {
+    predefined_comms().map(|c| &c.1)
 }
 
 /// Whether `MPI_Init` has completed and `MPI_Finalize` has not.
@@ -95,10 +113,9 @@ fn do_init(required: c_int) -> R<c_int> {
         .split(Some(world.rank() as u32), 0)?
         .expect("a rank with a color is in its split");
     let provided = required.clamp(MPI_THREAD_SINGLE, PROVIDED_MAX);
+    let _ = PREDEFINED_COMMS.set((world, selfc));
     *ENV.lock().unwrap_or_else(|e| e.into_inner()) = Some(Env {
         universe: Some(u),
-        world,
-        selfc,
         t0: Instant::now(),
         thread_level: provided,
         main_thread: std::thread::current().id(),

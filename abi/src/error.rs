@@ -241,8 +241,18 @@ pub fn class_name(class: c_int) -> &'static str {
 /// communicator pass `MPI_COMM_SELF` (MPI 4.1 §9.3: errors not tied to a communicator
 /// are raised on `MPI_COMM_SELF`).
 pub fn guard(comm: MPI_Comm, f: impl FnOnce() -> R) -> c_int {
+    guard_on(|c| {
+        *c = comm;
+        f()
+    })
+}
+
+/// As [`guard`], for a call that learns whose error handler applies while it runs
+/// (the communicator of a request): `f` may set it, starting from `MPI_COMM_WORLD`.
+pub fn guard_on(f: impl FnOnce(&mut MPI_Comm) -> R) -> c_int {
     CALL.with(|c| c.set(c.get().wrapping_add(1)));
-    match catch_unwind(AssertUnwindSafe(f)) {
+    let mut comm = MPI_COMM_WORLD;
+    match catch_unwind(AssertUnwindSafe(|| f(&mut comm))) {
         Ok(Ok(())) => MPI_SUCCESS,
         Ok(Err(e)) => raise(comm, e),
         Err(p) => {

@@ -85,10 +85,16 @@ fn start_send(
     } else {
         c.isend(slice, dest, tag)?
     };
+    // In place (contiguous): the C caller owns the buffer, nothing to keep.
+    let keep: crate::request::Keep = if b.packed.is_some() {
+        vec![Box::new(b)]
+    } else {
+        Vec::new()
+    };
     Ok(Started {
         active: Active::P2p(req),
         finish: None,
-        keep: vec![Box::new(b)],
+        keep,
     })
 }
 
@@ -101,6 +107,9 @@ fn start_recv(c: &Communicator, b: RecvBuf, src: Source, tag: Tag) -> R<Started>
         let s: &'static mut [u8] = unsafe { crate::buf::bytes_mut(b.ptr, b.len) };
         c.irecv(s, src, tag)?
     };
+    if !b.needs_finish() {
+        return Ok(Started::plain(Active::P2p(req)));
+    }
     let b = Mutex::new(Some(b));
     Ok(Started {
         active: Active::P2p(req),

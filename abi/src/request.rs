@@ -9,8 +9,8 @@
 //! new operation at each `MPI_Start`.
 
 use crate::consts::*;
-use crate::error::{MpiErr, R, err, guard};
-use crate::handles::{Kind, Table};
+use crate::error::{MpiErr, R, err, guard, guard_on};
+use crate::handles::Kind;
 use std::any::Any;
 use std::ffi::c_int;
 use std::sync::{Arc, Mutex};
@@ -119,52 +119,144 @@ impl Started {
 /// Posts the operation of a persistent request (called at each `MPI_Start`).
 pub type StartFn = Box<dyn Fn() -> R<Started> + Send + Sync>;
 
-struct State {
+/// The object behind a created `MPI_Request`: one slot of the request slab.
+struct Slot {
+    /// Whose error handler reports its errors.
+    comm: MPI_Comm,
+    /// The operation in flight; `None` when inactive (persistent) or while `busy`.
     op: Option<Started>,
     /// Persistent requests: how to start again; `None` for one-shot requests.
-    start: Option<StartFn>,
+    start: Option<Arc<StartFn>>,
     /// `MPI_Cancel` withdrew the operation.
     cancelled: bool,
-    /// `MPI_Request_free` was called on a still-active request: complete and drop it.
-    freed: bool,
+    /// A call has taken `op` out to wait for, test or start it without holding the
+    /// table's lock (the runtime may run user callbacks meanwhile); other calls on the
+    /// same handle see it active and do not touch it.
+    busy: bool,
+    /// A generalized request's state, reachable by `MPI_Grequest_complete` from another
+    /// thread while a wait holds the operation.
+    greq: Option<Arc<Greq>>,
 }
 
-/// The object behind a created `MPI_Request`.
-pub struct Req {
-    comm: MPI_Comm,
-    state: Mutex<State>,
+/// Every created request: a slab (dense keys, slots reused, no allocation per
+/// request once it has grown) behind one mutex, held only for the few instructions that
+/// move an operation in or out of its slot, never while the runtime waits or
+/// progresses. A handle is `(key + 1) << 12 | Kind::Request` (see `handles.rs`).
+static REQUESTS: Mutex<slab::Slab<Slot>> = Mutex::new(slab::Slab::new());
+
+fn table() -> std::sync::MutexGuard<'static, slab::Slab<Slot>> {
+    REQUESTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-static REQUESTS: Table<Req> = Table::new(Kind::Request);
+fn handle_of(key: usize) -> MPI_Request {
+    ((key + 1) << 12) | Kind::Request as usize
+}
 
-fn lock(r: &Req) -> std::sync::MutexGuard<'_, State> {
-    r.state.lock().unwrap_or_else(|e| e.into_inner())
+/// The slab key of a created request handle (`None` for any other value).
+fn key_of(h: MPI_Request) -> Option<usize> {
+    if h & 0xfff != Kind::Request as usize || h >> 12 == 0 {
+        return None;
+    }
+    Some((h >> 12) - 1)
+}
+
+fn slot_mut(t: &mut slab::Slab<Slot>, h: MPI_Request) -> R<&mut Slot> {
+    key_of(h)
+        .and_then(|k| t.get_mut(k))
+        .ok_or_else(|| bad_request(h))
+}
+
+fn new_slot(comm: MPI_Comm, op: Option<Started>, start: Option<Arc<StartFn>>) -> MPI_Request {
+    let greq = match &op {
+        Some(Started {
+            active: Active::Greq(g),
+            ..
+        }) => Some(g.clone()),
+        _ => None,
+    };
+    handle_of(table().insert(Slot {
+        comm,
+        op,
+        start,
+        cancelled: false,
+        busy: false,
+        greq,
+    }))
 }
 
 /// A new active request for `s`, whose errors go to `comm`'s handler.
 pub fn insert(comm: MPI_Comm, s: Started) -> MPI_Request {
-    REQUESTS.insert(Req {
-        comm,
-        state: Mutex::new(State {
-            op: Some(s),
-            start: None,
-            cancelled: false,
-            freed: false,
-        }),
-    })
+    new_slot(comm, Some(s), None)
 }
 
 /// A new inactive persistent request; `MPI_Start` runs `start`.
 pub fn insert_persistent(comm: MPI_Comm, start: StartFn) -> MPI_Request {
-    REQUESTS.insert(Req {
-        comm,
-        state: Mutex::new(State {
-            op: None,
-            start: Some(start),
-            cancelled: false,
-            freed: false,
-        }),
-    })
+    new_slot(comm, None, Some(Arc::new(start)))
+}
+
+fn busy_error(h: MPI_Request) -> MpiErr {
+    err(
+        MPI_ERR_REQUEST,
+        format!(
+            "matching: request {h:#x} is being completed or started by another thread; fix: complete a request from one thread at a time"
+        ),
+    )
+}
+
+/// What [`take_op`] found.
+enum Taken {
+    /// `MPI_REQUEST_NULL` or an inactive persistent request.
+    Inactive,
+    /// The operation, now out of its slot (which is marked busy until [`put_back`] or
+    /// [`retire`]), and the communicator of its error handler.
+    Op(MPI_Comm, Started),
+}
+
+/// Takes the operation of `h` out of its slot.
+///
+/// # Errors
+/// `MPI_ERR_REQUEST` for a handle that is not a live request, or one another thread is
+/// completing.
+fn take_op(h: MPI_Request) -> R<Taken> {
+    if h == MPI_REQUEST_NULL {
+        return Ok(Taken::Inactive);
+    }
+    let mut t = table();
+    let s = slot_mut(&mut t, h)?;
+    if s.busy {
+        return Err(busy_error(h));
+    }
+    match s.op.take() {
+        None => Ok(Taken::Inactive),
+        Some(op) => {
+            s.busy = true;
+            Ok(Taken::Op(s.comm, op))
+        }
+    }
+}
+
+/// Puts a still-pending operation back into its slot.
+fn put_back(h: MPI_Request, op: Started) {
+    let mut t = table();
+    if let Ok(s) = slot_mut(&mut t, h) {
+        s.op = Some(op);
+        s.busy = false;
+    }
+}
+
+/// After the operation of `*h` completed: frees a one-shot request (`*h` becomes
+/// `MPI_REQUEST_NULL`) or makes a persistent one inactive. Returns whether
+/// `MPI_Cancel` had withdrawn it.
+fn retire(t: &mut slab::Slab<Slot>, h: &mut MPI_Request) -> bool {
+    let Some(k) = key_of(*h) else { return false };
+    let Some(s) = t.get_mut(k) else { return false };
+    let cancelled = std::mem::take(&mut s.cancelled);
+    s.busy = false;
+    if s.start.is_none() {
+        t.remove(k);
+        *h = MPI_REQUEST_NULL;
+    }
+    cancelled
 }
 
 /// Writes the status of a completed operation into a C `MPI_Status` (null =
@@ -345,32 +437,28 @@ enum Outcome {
 /// # Errors
 /// `MPI_ERR_REQUEST` for a handle that is not a request.
 fn complete(h: &mut MPI_Request, block: bool) -> R<Outcome> {
-    if *h == MPI_REQUEST_NULL {
-        return Ok(Outcome::Inactive);
+    match take_op(*h)? {
+        Taken::Inactive => Ok(Outcome::Inactive),
+        Taken::Op(_, op) => Ok(finish_taken(h, op, block)),
     }
-    let req = REQUESTS.get(*h).ok_or_else(|| bad_request(*h))?;
-    let mut g = lock(&req);
-    let Some(op) = g.op.take() else {
-        return Ok(Outcome::Inactive);
-    };
+}
+
+/// Waits for (or tests) `op`, taken out of `*h` by [`take_op`], and retires `*h` when
+/// it completed (or puts `op` back).
+fn finish_taken(h: &mut MPI_Request, op: Started, block: bool) -> Outcome {
     let mut done = if block {
         wait_started(op)
     } else {
         match test_started(op) {
             Ok(d) => d,
             Err(op) => {
-                g.op = Some(op);
-                return Ok(Outcome::Pending);
+                put_back(*h, op);
+                return Outcome::Pending;
             }
         }
     };
-    done.cancelled |= std::mem::take(&mut g.cancelled);
-    if g.start.is_none() {
-        drop(g);
-        REQUESTS.remove(*h);
-        *h = MPI_REQUEST_NULL;
-    }
-    Ok(Outcome::Completed(done))
+    done.cancelled |= retire(&mut table(), h);
+    Outcome::Completed(done)
 }
 
 fn bad_request(h: MPI_Request) -> MpiErr {
@@ -380,10 +468,6 @@ fn bad_request(h: MPI_Request) -> MpiErr {
             "matching: {h:#x} is not an active or persistent request (freed, completed, or never created); fix: pass a request from a nonblocking call and complete it once"
         ),
     )
-}
-
-fn comm_of(h: MPI_Request) -> MPI_Comm {
-    REQUESTS.get(h).map(|r| r.comm).unwrap_or(MPI_COMM_WORLD)
 }
 
 /// Writes `o`'s status and returns its error, if any.
@@ -415,7 +499,7 @@ unsafe fn report(o: &Outcome, status: *mut MPI_Status) -> R {
 /// buffers of a finished job); a program that leaves requests pending is wrong, and
 /// its pending receives are withdrawn.
 pub fn finalize_check() {
-    let n = REQUESTS.live();
+    let n = table().len();
     if n > 0 {
         tracing::debug!("MPI_Finalize with {n} requests not completed or freed");
     }
@@ -424,16 +508,19 @@ pub fn finalize_check() {
 /// `MPI_Wait`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
-    if request.is_null() {
-        return guard(MPI_COMM_WORLD, || {
-            Err(err(MPI_ERR_REQUEST, "request is a null pointer"))
-        });
-    }
-    // SAFETY: non-null C pointer.
-    let h = unsafe { &mut *request };
-    let comm = comm_of(*h);
-    guard(comm, || {
-        let o = complete(h, true)?;
+    guard_on(|ec| {
+        if request.is_null() {
+            return Err(err(MPI_ERR_REQUEST, "request is a null pointer"));
+        }
+        // SAFETY: non-null C pointer.
+        let h = unsafe { &mut *request };
+        let o = match take_op(*h)? {
+            Taken::Inactive => Outcome::Inactive,
+            Taken::Op(comm, op) => {
+                *ec = comm;
+                finish_taken(h, op, true)
+            }
+        };
         // SAFETY: caller's pointer.
         unsafe { report(&o, status) }
     })
@@ -446,16 +533,19 @@ pub unsafe extern "C" fn MPI_Test(
     flag: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    if request.is_null() || flag.is_null() {
-        return guard(MPI_COMM_WORLD, || {
-            Err(err(MPI_ERR_ARG, "request or flag is a null pointer"))
-        });
-    }
-    // SAFETY: non-null C pointers.
-    let (h, flag) = unsafe { (&mut *request, &mut *flag) };
-    let comm = comm_of(*h);
-    guard(comm, || {
-        let o = complete(h, false)?;
+    guard_on(|ec| {
+        if request.is_null() || flag.is_null() {
+            return Err(err(MPI_ERR_ARG, "request or flag is a null pointer"));
+        }
+        // SAFETY: non-null C pointers.
+        let (h, flag) = unsafe { (&mut *request, &mut *flag) };
+        let o = match take_op(*h)? {
+            Taken::Inactive => Outcome::Inactive,
+            Taken::Op(comm, op) => {
+                *ec = comm;
+                finish_taken(h, op, false)
+            }
+        };
         *flag = !matches!(o, Outcome::Pending) as c_int;
         if matches!(o, Outcome::Pending) {
             return Ok(());
@@ -495,34 +585,105 @@ fn status_at(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
 
 /// `MPI_Waitall`: completes every request; on any failure returns
 /// `MPI_ERR_IN_STATUS` with each status's `MPI_ERROR` set (MPI 4.1 §3.7.5).
+///
+/// The operations are taken out of the table under one lock, the point-to-point ones
+/// are waited for together ([`rankwire::wait_all_results`]: every large send may help
+/// its receiver copy), the others one by one, and the requests are retired under one
+/// lock again. Errors go to the handler of the first request's communicator.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Waitall(
     count: c_int,
     reqs: *mut MPI_Request,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    // SAFETY: C arrays of `count` entries.
-    let arr = match unsafe { arrays(count, reqs) } {
-        Ok(a) => a,
-        Err(e) => return crate::error::raise(MPI_COMM_WORLD, e),
-    };
-    let comm = arr
-        .iter()
-        .map(|&h| comm_of(h))
-        .find(|&c| c != MPI_COMM_WORLD)
-        .unwrap_or(MPI_COMM_WORLD);
-    guard(comm, || {
+    guard_on(|ec| {
+        // SAFETY: C arrays of `count` entries.
+        let arr = unsafe { arrays(count, reqs)? };
         let mut failed: Option<MpiErr> = None;
-        for (i, h) in arr.iter_mut().enumerate() {
-            let o = match complete(h, true) {
-                Ok(o) => o,
-                Err(e) => {
-                    failed.get_or_insert(e);
+        // (index in arr, operation)
+        let mut ops: Vec<(usize, Started)> = Vec::with_capacity(arr.len());
+        {
+            let mut t = table();
+            let mut comm_set = false;
+            for (i, &h) in arr.iter().enumerate() {
+                // SAFETY (both writes below): the status array has `count` entries (or
+                // is ignored).
+                let empty = || unsafe {
+                    write_status(
+                        status_at(statuses, i),
+                        &inactive_status(),
+                        false,
+                        MPI_SUCCESS,
+                    )
+                };
+                if h == MPI_REQUEST_NULL {
+                    empty();
                     continue;
                 }
+                let s = match slot_mut(&mut t, h) {
+                    Ok(s) if s.busy => Err(busy_error(h)),
+                    other => other,
+                };
+                match s {
+                    Ok(s) => {
+                        if !comm_set {
+                            *ec = s.comm;
+                            comm_set = true;
+                        }
+                        match s.op.take() {
+                            Some(op) => {
+                                s.busy = true;
+                                ops.push((i, op));
+                            }
+                            None => empty(),
+                        }
+                    }
+                    Err(e) => {
+                        // SAFETY: the status array has `count` entries (or is ignored).
+                        unsafe {
+                            write_status(status_at(statuses, i), &inactive_status(), false, e.class)
+                        };
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        // The point-to-point operations, waited for as one batch.
+        let mut batch = Vec::new();
+        let mut in_batch = Vec::new();
+        for (j, (_, op)) in ops.iter_mut().enumerate() {
+            if matches!(op.active, Active::P2p(_))
+                && let Active::P2p(r) =
+                    std::mem::replace(&mut op.active, Active::Ready(empty_status()))
+            {
+                batch.push(r);
+                in_batch.push(j);
+            }
+        }
+        let mut results: Vec<Option<rankwire::Result<rankwire::Status>>> = Vec::new();
+        if !batch.is_empty() {
+            results.resize_with(ops.len(), || None);
+            for (j, r) in in_batch.into_iter().zip(rankwire::wait_all_results(batch)) {
+                results[j] = Some(r);
+            }
+        }
+        let mut dones = Vec::with_capacity(ops.len());
+        for (j, (i, op)) in ops.into_iter().enumerate() {
+            let d = match results.get_mut(j).and_then(Option::take) {
+                Some(r) => finish_started(op, r),
+                None => wait_started(op),
             };
+            dones.push((i, d));
+        }
+        {
+            let mut t = table();
+            for (i, d) in dones.iter_mut() {
+                d.cancelled |= retire(&mut t, &mut arr[*i]);
+            }
+        }
+        for (i, d) in dones {
             // SAFETY: the status array has `count` entries (or is ignored).
-            if let Err(e) = unsafe { report(&o, status_at(statuses, i)) } {
+            if let Err(e) = unsafe { report(&Outcome::Completed(d), status_at(statuses, i)) } {
                 failed.get_or_insert(e);
             }
         }
@@ -568,23 +729,20 @@ pub unsafe extern "C" fn MPI_Testall(
 
 /// Whether request `h` would complete without blocking (null and inactive: yes).
 fn is_done(h: MPI_Request) -> bool {
-    if h == MPI_REQUEST_NULL {
-        return true;
-    }
-    let Some(req) = REQUESTS.get(h) else {
-        return true; // reported as an error when completed
+    let op = match take_op(h) {
+        Ok(Taken::Op(_, op)) => op,
+        // Bad handles are reported as errors when completed.
+        _ => return true,
     };
-    let g = lock(&req);
-    match &g.op {
-        None => true,
-        Some(s) => match &s.active {
-            Active::P2p(r) => r.is_complete(),
-            Active::Coll(c) => c.is_complete(),
-            Active::Ready(_) => true,
-            Active::Multi(v) => v.iter().all(|r| r.is_complete()),
-            Active::Greq(g) => g.is_done(),
-        },
-    }
+    let d = match &op.active {
+        Active::P2p(r) => r.is_complete(),
+        Active::Coll(c) => c.is_complete(),
+        Active::Ready(_) => true,
+        Active::Multi(v) => v.iter().all(|r| r.is_complete()),
+        Active::Greq(g) => g.is_done(),
+    };
+    put_back(h, op);
+    d
 }
 
 fn rankwire_progress_hint() {
@@ -612,9 +770,9 @@ fn any_index(arr: &[MPI_Request], block: bool) -> Option<usize> {
 }
 
 fn is_active(h: MPI_Request) -> bool {
-    REQUESTS
-        .get(h)
-        .map(|r| lock(&r).op.is_some())
+    let mut t = table();
+    slot_mut(&mut t, h)
+        .map(|s| s.op.is_some() || s.busy)
         .unwrap_or(true)
 }
 
@@ -784,14 +942,19 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         }
         // SAFETY: non-null C pointer.
         let h = unsafe { &mut *request };
-        let req = REQUESTS.remove(*h).ok_or_else(|| bad_request(*h))?;
-        let mut g = lock(&req);
-        g.freed = true;
-        if let Some(op) = g.op.take() {
+        let op = {
+            let mut t = table();
+            let s = slot_mut(&mut t, *h)?;
+            if s.busy {
+                return Err(busy_error(*h));
+            }
+            let k = key_of(*h).expect("a live slot has a key");
+            t.remove(k).op
+        };
+        if let Some(op) = op {
             DETACHED.lock().unwrap_or_else(|e| e.into_inner()).push(op);
         }
         *h = MPI_REQUEST_NULL;
-        drop(g);
         reap_detached();
         Ok(())
     })
@@ -830,25 +993,35 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
         }
         // SAFETY: non-null C pointer.
         let h = unsafe { *request };
-        let req = REQUESTS.get(h).ok_or_else(|| bad_request(h))?;
-        let mut g = lock(&req);
-        if let Some(Started {
-            active: Active::Greq(q),
-            ..
-        }) = &g.op
-        {
-            let q = q.clone();
-            drop(g);
+        let greq = {
+            let mut t = table();
+            let s = slot_mut(&mut t, h)?;
+            if s.op.is_some() || s.busy {
+                s.greq.clone()
+            } else {
+                None
+            }
+        };
+        if let Some(q) = greq {
             return cancel_greq(&q);
         }
-        if let Some(s) = g.op.as_mut()
-            && let Active::P2p(r) = &mut s.active
+        let Taken::Op(_, mut op) = take_op(h)? else {
+            return Ok(());
+        };
+        let mut withdrawn = false;
+        if let Active::P2p(r) = &mut op.active
             && r.cancel()
         {
             // The receive is withdrawn: complete with an empty, cancelled status.
-            s.active = Active::Ready(empty_status());
-            s.finish = None;
-            g.cancelled = true;
+            op.active = Active::Ready(empty_status());
+            op.finish = None;
+            withdrawn = true;
+        }
+        let mut t = table();
+        if let Ok(s) = slot_mut(&mut t, h) {
+            s.op = Some(op);
+            s.busy = false;
+            s.cancelled |= withdrawn;
         }
         Ok(())
     })
@@ -877,31 +1050,45 @@ pub unsafe extern "C" fn MPI_Start(request: *mut MPI_Request) -> c_int {
     }
     // SAFETY: non-null.
     let h = unsafe { *request };
-    guard(comm_of(h), || start(h))
+    guard_on(|ec| start(h, ec))
 }
 
-fn start(h: MPI_Request) -> R {
-    let req = REQUESTS.get(h).ok_or_else(|| bad_request(h))?;
-    let mut g = lock(&req);
-    if g.op.is_some() {
-        return Err(err(
-            MPI_ERR_REQUEST,
-            format!(
-                "MPI_Start on request {h:#x}, which is still active; fix: complete it (MPI_Wait/MPI_Test) before starting it again"
-            ),
-        ));
-    }
-    let Some(f) = g.start.as_ref() else {
-        return Err(err(
-            MPI_ERR_REQUEST,
-            format!(
-                "MPI_Start on request {h:#x}, which is not persistent; fix: create it with MPI_Send_init/MPI_Recv_init/..._init"
-            ),
-        ));
+/// Starts persistent request `h`; `*ec` becomes its communicator (error handler).
+fn start(h: MPI_Request, ec: &mut MPI_Comm) -> R {
+    let f = {
+        let mut t = table();
+        let s = slot_mut(&mut t, h)?;
+        *ec = s.comm;
+        if s.op.is_some() || s.busy {
+            return Err(err(
+                MPI_ERR_REQUEST,
+                format!(
+                    "MPI_Start on request {h:#x}, which is still active; fix: complete it (MPI_Wait/MPI_Test) before starting it again"
+                ),
+            ));
+        }
+        let Some(f) = s.start.clone() else {
+            return Err(err(
+                MPI_ERR_REQUEST,
+                format!(
+                    "MPI_Start on request {h:#x}, which is not persistent; fix: create it with MPI_Send_init/MPI_Recv_init/..._init"
+                ),
+            ));
+        };
+        s.busy = true;
+        f
     };
-    let s = f()?;
-    g.op = Some(s);
-    Ok(())
+    // Posting runs without the table's lock (it may create requests of its own).
+    let r = f();
+    let mut t = table();
+    if let Ok(s) = slot_mut(&mut t, h) {
+        s.busy = false;
+        if let Ok(op) = r {
+            s.op = Some(op);
+            return Ok(());
+        }
+    }
+    r.map(|_| ())
 }
 
 /// `MPI_Startall`.
@@ -910,8 +1097,9 @@ pub unsafe extern "C" fn MPI_Startall(count: c_int, reqs: *mut MPI_Request) -> c
     guard(MPI_COMM_WORLD, || {
         // SAFETY: C array.
         let arr = unsafe { arrays(count, reqs)? };
+        let mut ec = MPI_COMM_WORLD;
         for &h in arr.iter() {
-            start(h)?;
+            start(h, &mut ec)?;
         }
         Ok(())
     })
@@ -951,11 +1139,17 @@ fn peek(h: MPI_Request) -> R<Option<rankwire::Status>> {
     if h == MPI_REQUEST_NULL {
         return Ok(Some(inactive_status()));
     }
-    let req = REQUESTS.get(h).ok_or_else(|| bad_request(h))?;
-    let mut g = lock(&req);
-    let Some(s) = g.op.as_mut() else {
-        return Ok(Some(inactive_status()));
+    let mut op = match take_op(h)? {
+        Taken::Inactive => return Ok(Some(inactive_status())),
+        Taken::Op(_, op) => op,
     };
+    let r = peek_op(&mut op);
+    put_back(h, op);
+    r
+}
+
+/// [`peek`] of an operation taken out of its slot.
+fn peek_op(s: &mut Started) -> R<Option<rankwire::Status>> {
     let active = std::mem::replace(&mut s.active, Active::Ready(empty_status()));
     // query_fn runs once, at the completing wait or test; until then a generalized
     // request's status is the empty one (MPI 4.1 §13.2 lets MPI_Request_get_status call
@@ -1136,7 +1330,7 @@ unsafe fn req_array<'a>(count: c_int, p: *const MPI_Request) -> R<&'a [MPI_Reque
 
 /// Handle of the request table, for tests.
 pub fn live_requests() -> usize {
-    REQUESTS.live()
+    table().len()
 }
 
 #[allow(dead_code)]
@@ -1194,18 +1388,13 @@ pub unsafe extern "C" fn MPI_Grequest_complete(request: MPI_Request) -> c_int {
 
 /// The generalized request behind `h`, also when it was freed while active.
 fn greq_of(h: MPI_Request) -> Option<Arc<Greq>> {
-    if let Some(req) = REQUESTS.get(h) {
-        let g = lock(&req);
-        if let Some(Started {
-            active: Active::Greq(q),
-            ..
-        }) = &g.op
-        {
-            return Some(q.clone());
-        }
-        return None;
+    let mut t = table();
+    let s = slot_mut(&mut t, h).ok()?;
+    if s.op.is_some() || s.busy {
+        s.greq.clone()
+    } else {
+        None
     }
-    None
 }
 
 /// `MPI_Cancel` of a generalized request: `cancel_fn(extra_state, complete)`; its error

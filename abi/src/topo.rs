@@ -600,7 +600,7 @@ pub unsafe extern "C" fn MPI_Graph_neighbors_count(
 ) -> c_int {
     guard(comm, || {
         let (i, e) = graph(comm)?;
-        rank_arg(&lookup(comm)?, rank, "rank")?;
+        rank_arg(&*lookup(comm)?, rank, "rank")?;
         // SAFETY: C caller's pointer.
         unsafe {
             put(
@@ -622,7 +622,7 @@ pub unsafe extern "C" fn MPI_Graph_neighbors(
 ) -> c_int {
     guard(comm, || {
         let (i, e) = graph(comm)?;
-        rank_arg(&lookup(comm)?, rank, "rank")?;
+        rank_arg(&*lookup(comm)?, rank, "rank")?;
         // SAFETY: C array.
         unsafe { out_ints(neighbors, max, &graph_neighbors(&i, &e, rank as usize)) }
     })

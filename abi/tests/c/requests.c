@@ -1,0 +1,215 @@
+/* rankwire-test: ranks=2 */
+/* The request table and the wait/test families: MPI_Waitall over a mix of
+ * MPI_REQUEST_NULL, an inactive persistent request, active sends and receives and an
+ * operation with MPI_PROC_NULL (statuses of the null and inactive ones empty, one-shot
+ * handles set to MPI_REQUEST_NULL, the persistent one kept); MPI_Waitall with a handle
+ * that is not a request under MPI_ERRORS_RETURN (MPI_ERR_IN_STATUS, that status's
+ * MPI_ERROR = MPI_ERR_REQUEST, the others completed); a window of 64 nonblocking
+ * operations per direction completed by one MPI_Waitall, 200 times (handles reused,
+ * data checked); MPI_Testall / MPI_Testany / MPI_Waitsome on a mix; MPI_Request_free
+ * of an active receive; and MPI_Grequest_complete called by another thread while the
+ * main thread waits in MPI_Wait on that request (MPI_THREAD_MULTIPLE). Each rank
+ * checks its results. */
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int checks = 0, fails = 0, rank = 0, size = 0;
+#define CHECK(c, ...)                                                          \
+    do {                                                                       \
+        checks++;                                                              \
+        if (!(c)) {                                                            \
+            fails++;                                                           \
+            fprintf(stderr, "requests rank %d line %d: ", rank, __LINE__);     \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fprintf(stderr, "\n");                                             \
+        }                                                                      \
+    } while (0)
+#define OK(call) CHECK((call) == MPI_SUCCESS, "%s failed", #call)
+
+static int is_empty(const MPI_Status *st) {
+    int n = -1;
+    MPI_Get_count(st, MPI_INT, &n);
+    return st->MPI_SOURCE == MPI_ANY_SOURCE && st->MPI_TAG == MPI_ANY_TAG && n == 0;
+}
+
+static int g_query(void *extra, MPI_Status *st) {
+    (void)extra;
+    MPI_Status_set_elements(st, MPI_INT, 3);
+    st->MPI_SOURCE = 7;
+    st->MPI_TAG = 8;
+    return MPI_SUCCESS;
+}
+static int g_free(void *extra) { (void)extra; return MPI_SUCCESS; }
+static int g_cancel(void *extra, int complete) { (void)extra; (void)complete; return MPI_SUCCESS; }
+
+static void *completer(void *arg) {
+    usleep(100 * 1000); /* the main thread is inside MPI_Wait by then */
+    MPI_Grequest_complete(*(MPI_Request *)arg);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    int provided = 0;
+    OK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int peer = 1 - rank;
+
+    /* Waitall over a mix. */
+    {
+        int out = 100 + rank, in = -1, pin = -1, dummy = 0;
+        MPI_Request q[5];
+        MPI_Status st[5];
+        q[0] = MPI_REQUEST_NULL;
+        OK(MPI_Recv_init(&pin, 1, MPI_INT, peer, 9, MPI_COMM_WORLD, &q[1])); /* never started */
+        OK(MPI_Irecv(&in, 1, MPI_INT, peer, 1, MPI_COMM_WORLD, &q[2]));
+        OK(MPI_Isend(&out, 1, MPI_INT, peer, 1, MPI_COMM_WORLD, &q[3]));
+        OK(MPI_Irecv(&dummy, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &q[4]));
+        MPI_Request persistent = q[1];
+        memset(st, 0x5a, sizeof st);
+        OK(MPI_Waitall(5, q, st));
+        CHECK(in == 100 + peer, "received %d, want %d", in, 100 + peer);
+        CHECK(q[0] == MPI_REQUEST_NULL && q[2] == MPI_REQUEST_NULL && q[3] == MPI_REQUEST_NULL &&
+                  q[4] == MPI_REQUEST_NULL,
+              "one-shot requests not set to MPI_REQUEST_NULL");
+        CHECK(q[1] == persistent, "the persistent request's handle changed");
+        CHECK(is_empty(&st[0]), "status of MPI_REQUEST_NULL not empty");
+        CHECK(is_empty(&st[1]), "status of an inactive persistent request not empty");
+        CHECK(st[2].MPI_SOURCE == peer && st[2].MPI_TAG == 1, "receive status %d/%d",
+              st[2].MPI_SOURCE, st[2].MPI_TAG);
+        CHECK(st[4].MPI_SOURCE == MPI_PROC_NULL && st[4].MPI_TAG == MPI_ANY_TAG,
+              "MPI_PROC_NULL receive status %d/%d", st[4].MPI_SOURCE, st[4].MPI_TAG);
+        /* The persistent request still works. */
+        int pout = 55 + rank;
+        MPI_Request s;
+        OK(MPI_Start(&q[1]));
+        OK(MPI_Isend(&pout, 1, MPI_INT, peer, 9, MPI_COMM_WORLD, &s));
+        OK(MPI_Wait(&q[1], &st[1]));
+        OK(MPI_Wait(&s, MPI_STATUS_IGNORE));
+        CHECK(pin == 55 + peer && st[1].MPI_TAG == 9, "persistent receive got %d", pin);
+        OK(MPI_Request_free(&q[1]));
+        CHECK(q[1] == MPI_REQUEST_NULL, "MPI_Request_free did not null the handle");
+    }
+
+    /* A handle that is not a request, under MPI_ERRORS_RETURN. */
+    {
+        OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+        int out = 3, in = -1;
+        MPI_Request q[3];
+        MPI_Status st[3];
+        OK(MPI_Irecv(&in, 1, MPI_INT, peer, 2, MPI_COMM_WORLD, &q[0]));
+        MPI_Request stale;
+        OK(MPI_Isend(&out, 1, MPI_INT, MPI_PROC_NULL, 2, MPI_COMM_WORLD, &stale));
+        OK(MPI_Wait(&stale, MPI_STATUS_IGNORE));
+        /* A request value that was completed and freed: the slot may be reused, so
+         * make an invalid one instead (a datatype handle). */
+        q[1] = (MPI_Request)(void *)MPI_INT;
+        OK(MPI_Isend(&out, 1, MPI_INT, peer, 2, MPI_COMM_WORLD, &q[2]));
+        int rc = MPI_Waitall(3, q, st);
+        CHECK(rc == MPI_ERR_IN_STATUS, "Waitall with a bad handle returned %d", rc);
+        CHECK(st[1].MPI_ERROR == MPI_ERR_REQUEST, "bad handle's MPI_ERROR %d", st[1].MPI_ERROR);
+        CHECK(st[0].MPI_ERROR == MPI_SUCCESS && st[2].MPI_ERROR == MPI_SUCCESS,
+              "good requests' MPI_ERROR %d %d", st[0].MPI_ERROR, st[2].MPI_ERROR);
+        CHECK(in == 3 && q[0] == MPI_REQUEST_NULL && q[2] == MPI_REQUEST_NULL,
+              "the good requests did not complete (in %d)", in);
+        OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+    }
+
+    /* Windows of 64 operations each way, one Waitall per window. */
+    {
+        enum { W = 64, ROUNDS = 200 };
+        int sbuf[W], rbuf[W];
+        MPI_Request q[2 * W];
+        int bad = 0;
+        for (int r = 0; r < ROUNDS; r++) {
+            for (int i = 0; i < W; i++) {
+                rbuf[i] = -1;
+                OK(MPI_Irecv(&rbuf[i], 1, MPI_INT, peer, i, MPI_COMM_WORLD, &q[i]));
+            }
+            for (int i = 0; i < W; i++) {
+                sbuf[i] = r * 1000 + i * 10 + rank;
+                OK(MPI_Isend(&sbuf[i], 1, MPI_INT, peer, i, MPI_COMM_WORLD, &q[W + i]));
+            }
+            OK(MPI_Waitall(2 * W, q, MPI_STATUSES_IGNORE));
+            for (int i = 0; i < W; i++) {
+                if (rbuf[i] != r * 1000 + i * 10 + peer) bad++;
+                if (q[i] != MPI_REQUEST_NULL || q[W + i] != MPI_REQUEST_NULL) bad++;
+            }
+        }
+        CHECK(bad == 0, "%d wrong values or handles over %d windows", bad, ROUNDS);
+    }
+
+    /* Testall / Testany / Waitsome. */
+    {
+        int in[3] = {-1, -1, -1}, out[3] = {10, 20, 30};
+        MPI_Request q[4];
+        MPI_Status st[4];
+        int flag = 1, idx = -2, outcount = 0, indices[4];
+        q[0] = MPI_REQUEST_NULL;
+        for (int i = 0; i < 3; i++) OK(MPI_Irecv(&in[i], 1, MPI_INT, peer, 20 + i, MPI_COMM_WORLD, &q[1 + i]));
+        OK(MPI_Testall(4, q, &flag, st));
+        CHECK(flag == 0, "Testall true before any send");
+        CHECK(q[1] != MPI_REQUEST_NULL, "Testall false completed a request");
+        OK(MPI_Testany(4, q, &idx, &flag, st));
+        CHECK(flag == 0 && idx == MPI_UNDEFINED, "Testany before sends: flag %d idx %d", flag, idx);
+        OK(MPI_Barrier(MPI_COMM_WORLD)); /* both ranks tested before anything was sent */
+        MPI_Request s[3];
+        for (int i = 0; i < 3; i++) OK(MPI_Isend(&out[i], 1, MPI_INT, peer, 20 + i, MPI_COMM_WORLD, &s[i]));
+        int got = 0;
+        while (got < 3) {
+            OK(MPI_Waitsome(4, q, &outcount, indices, st));
+            CHECK(outcount >= 1 && outcount != MPI_UNDEFINED, "Waitsome outcount %d", outcount);
+            for (int k = 0; k < outcount; k++) {
+                int i = indices[k];
+                CHECK(i >= 1 && i <= 3 && q[i] == MPI_REQUEST_NULL, "Waitsome index %d", i);
+                CHECK(st[k].MPI_TAG == 19 + i, "Waitsome status tag %d for index %d", st[k].MPI_TAG, i);
+            }
+            got += outcount;
+        }
+        OK(MPI_Waitsome(4, q, &outcount, indices, st));
+        CHECK(outcount == MPI_UNDEFINED, "Waitsome with nothing active: %d", outcount);
+        CHECK(in[0] == 10 && in[1] == 20 && in[2] == 30, "values %d %d %d", in[0], in[1], in[2]);
+        OK(MPI_Waitall(3, s, MPI_STATUSES_IGNORE));
+    }
+
+    /* MPI_Request_free of an active receive: the data still arrives. */
+    {
+        static int v = -1; /* written whenever the freed receive completes */
+        int w = 77;
+        MPI_Request q;
+        OK(MPI_Irecv(&v, 1, MPI_INT, peer, 30, MPI_COMM_WORLD, &q));
+        OK(MPI_Request_free(&q));
+        CHECK(q == MPI_REQUEST_NULL, "freed request not null");
+        OK(MPI_Send(&w, 1, MPI_INT, peer, 30, MPI_COMM_WORLD));
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+        /* The freed receive matched the peer's send; a second message goes elsewhere. */
+        int x = -1;
+        OK(MPI_Sendrecv(&w, 1, MPI_INT, peer, 31, &x, 1, MPI_INT, peer, 31, MPI_COMM_WORLD,
+                        MPI_STATUS_IGNORE));
+        CHECK(x == 77, "message after a freed receive: %d", x);
+    }
+
+    /* A generalized request completed by another thread during MPI_Wait. */
+    if (provided == MPI_THREAD_MULTIPLE) {
+        MPI_Request g;
+        MPI_Status st;
+        OK(MPI_Grequest_start(g_query, g_free, g_cancel, NULL, &g));
+        MPI_Request copy = g;
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, completer, &copy) == 0, "pthread_create");
+        OK(MPI_Wait(&g, &st));
+        pthread_join(t, NULL);
+        int n = -1;
+        MPI_Get_count(&st, MPI_INT, &n);
+        CHECK(g == MPI_REQUEST_NULL && st.MPI_SOURCE == 7 && st.MPI_TAG == 8 && n == 3,
+              "generalized request status %d/%d/%d", st.MPI_SOURCE, st.MPI_TAG, n);
+    }
+
+    OK(MPI_Finalize());
+    if (rank == 0 && fails == 0) printf("requests: ok, %d checks\n", checks);
+    return fails ? 1 : 0;
+}
