@@ -147,6 +147,7 @@ c_tests!(
     edge_cases,
     mpi4_extras,
     requests,
+    pmpi,
 );
 
 /// Every C program in abi/tests/c has a test above.
@@ -169,6 +170,51 @@ fn every_c_program_is_listed() {
             );
         }
     }
+}
+
+/// `abi/exports.txt` (the list build.rs makes the `PMPI_` names from) is exactly the
+/// set of `MPI_` functions the library exports, and each has its `PMPI_` twin at the
+/// same code (MPI 5.0 §15.2).
+#[test]
+fn every_mpi_function_has_its_pmpi_name() {
+    let lib = prefix().join("lib/libmpi_abi.so.1");
+    let o = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(o.status.success(), "nm -D {}", lib.display());
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut addr = std::collections::BTreeMap::new();
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if let [a, _, name] = f[..] {
+            addr.insert(name.to_string(), a.to_string());
+        }
+    }
+    let exported: std::collections::BTreeSet<&str> = addr
+        .keys()
+        .map(String::as_str)
+        .filter(|n| n.starts_with("MPI_"))
+        .collect();
+    let listed_text = std::fs::read_to_string(repo().join("abi/exports.txt")).unwrap();
+    let listed: std::collections::BTreeSet<&str> = listed_text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let unlisted: Vec<_> = exported.difference(&listed).collect();
+    let gone: Vec<_> = listed.difference(&exported).collect();
+    assert!(
+        unlisted.is_empty() && gone.is_empty(),
+        "abi/exports.txt is out of date (regenerate it as its header says): exported but not \
+         listed {unlisted:?}; listed but not exported {gone:?}"
+    );
+    let missing: Vec<_> = exported
+        .iter()
+        .filter(|n| !addr.contains_key(&format!("P{n}")))
+        .collect();
+    assert!(missing.is_empty(), "no PMPI_ twin for {missing:?}");
 }
 
 /// The C programs of `abi/tests/c/` (names without `.c`), sorted.

@@ -39,6 +39,7 @@ pub mod handles;
 pub mod info;
 pub mod op;
 pub mod p2p;
+pub mod pmpi;
 pub mod request;
 pub mod topo;
 pub mod win;
