@@ -583,13 +583,20 @@ fn status_at(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
     }
 }
 
+thread_local! {
+    /// The operations and outcomes of the thread's last `MPI_Waitall`, kept (empty) so
+    /// that the next one does not allocate.
+    static WAITALL_SCRATCH: std::cell::Cell<(Vec<(usize, Started)>, Vec<(usize, Done)>)> =
+        const { std::cell::Cell::new((Vec::new(), Vec::new())) };
+}
+
 /// `MPI_Waitall`: completes every request; on any failure returns
 /// `MPI_ERR_IN_STATUS` with each status's `MPI_ERROR` set (MPI 4.1 §3.7.5).
 ///
-/// The operations are taken out of the table under one lock, the point-to-point ones
-/// are waited for together ([`rankwire::wait_all_results`]: every large send may help
-/// its receiver copy), the others one by one, and the requests are retired under one
-/// lock again. Errors go to the handler of the first request's communicator.
+/// The operations are taken out of the table under one lock, every pending send is
+/// offered to help its receiver ([`rankwire::help_sends`], as `wait_all` does), the
+/// operations are completed one by one, and the requests are retired under one lock
+/// again. Errors go to the handler of the first request's communicator.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Waitall(
     count: c_int,
@@ -600,8 +607,10 @@ pub unsafe extern "C" fn MPI_Waitall(
         // SAFETY: C arrays of `count` entries.
         let arr = unsafe { arrays(count, reqs)? };
         let mut failed: Option<MpiErr> = None;
-        // (index in arr, operation)
-        let mut ops: Vec<(usize, Started)> = Vec::with_capacity(arr.len());
+        // Vectors reused from the thread's previous MPI_Waitall (a nested call, from a
+        // callback the runtime runs meanwhile, finds them taken and allocates its own).
+        let mut scratch = WAITALL_SCRATCH.with(|c| c.take());
+        let mut ops = std::mem::take(&mut scratch.0);
         {
             let mut t = table();
             let mut comm_set = false;
@@ -648,45 +657,29 @@ pub unsafe extern "C" fn MPI_Waitall(
                 }
             }
         }
-        // The point-to-point operations, waited for as one batch.
-        let mut batch = Vec::new();
-        let mut in_batch = Vec::new();
-        for (j, (_, op)) in ops.iter_mut().enumerate() {
-            if matches!(op.active, Active::P2p(_))
-                && let Active::P2p(r) =
-                    std::mem::replace(&mut op.active, Active::Ready(empty_status()))
-            {
-                batch.push(r);
-                in_batch.push(j);
-            }
-        }
-        let mut results: Vec<Option<rankwire::Result<rankwire::Status>>> = Vec::new();
-        if !batch.is_empty() {
-            results.resize_with(ops.len(), || None);
-            for (j, r) in in_batch.into_iter().zip(rankwire::wait_all_results(batch)) {
-                results[j] = Some(r);
-            }
-        }
-        let mut dones = Vec::with_capacity(ops.len());
-        for (j, (i, op)) in ops.into_iter().enumerate() {
-            let d = match results.get_mut(j).and_then(Option::take) {
-                Some(r) => finish_started(op, r),
-                None => wait_started(op),
-            };
-            dones.push((i, d));
-        }
+        // Every pending send may help its receiver copy while the others are waited
+        // for (as rankwire::wait_all does), then each operation is completed.
+        rankwire::help_sends(ops.iter().filter_map(|(_, s)| match &s.active {
+            Active::P2p(r) => Some(r),
+            _ => None,
+        }));
+        let mut dones = std::mem::take(&mut scratch.1);
+        dones.extend(ops.drain(..).map(|(i, op)| (i, wait_started(op))));
         {
             let mut t = table();
             for (i, d) in dones.iter_mut() {
                 d.cancelled |= retire(&mut t, &mut arr[*i]);
             }
         }
-        for (i, d) in dones {
+        for (i, d) in dones.drain(..) {
             // SAFETY: the status array has `count` entries (or is ignored).
             if let Err(e) = unsafe { report(&Outcome::Completed(d), status_at(statuses, i)) } {
                 failed.get_or_insert(e);
             }
         }
+        scratch.0 = ops;
+        scratch.1 = dones;
+        WAITALL_SCRATCH.with(|c| c.set(scratch));
         match failed {
             Some(e) if !statuses.is_null() => Err(err(MPI_ERR_IN_STATUS, e.msg)),
             Some(e) => Err(e),

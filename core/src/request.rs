@@ -188,15 +188,23 @@ pub fn wait_all(reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
 /// Wait for every request and return each one's result, in order (MPI_Waitall with
 /// MPI_ERR_IN_STATUS).
 pub fn wait_all_results(reqs: Vec<Request<'_>>) -> Vec<Result<Status>> {
-    // Every send waited for may help its receiver copy, not only the first one's.
-    if let Some(inner) = reqs.iter().find_map(|r| r.inner.as_ref()) {
-        inner.help_sends(
-            reqs.iter()
-                .filter(|r| !r.is_recv && r.ready.is_none())
-                .map(|r| r.id),
-        );
-    }
+    help_sends(&reqs);
     reqs.into_iter().map(Request::wait).collect()
+}
+
+/// Before waiting for several requests one at a time (what [`wait_all`] does): lets
+/// every pending send among them help its receiver copy (large messages over shared
+/// memory), not only the one waited for first. Takes the runtime's lock once, and not
+/// at all when no send is pending (eager sends a transport took at once).
+pub fn help_sends<'r, 'a: 'r>(reqs: impl IntoIterator<Item = &'r Request<'a>>) {
+    let mut pending = reqs
+        .into_iter()
+        .filter(|r| !r.is_recv && !r.done && r.ready.is_none() && r.inner.is_some());
+    let Some(first) = pending.next() else { return };
+    let Some(inner) = first.inner.as_ref() else {
+        return;
+    };
+    inner.help_sends(std::iter::once(first.id).chain(pending.map(|r| r.id)));
 }
 
 /// Wait until one of the requests completes (MPI_Waitany). Completed slots become
