@@ -56,6 +56,22 @@ if mps_start /tmp/mps-pipe /tmp/mps-log; then
     cp target/osu/summary.txt "$out/osu_cuda_summary.txt" 2>/dev/null
     cp -r target/osu/logs "$out/osu_cuda_logs" 2>/dev/null
     cp target/osu/build-*-cuda/make.log "$out/osu_cuda_make.log" 2>/dev/null
+    # Timing pass: the same CUDA-mode binaries without validation (`-c` rewrites and
+    # checks the buffers around every call), device buffers and then host buffers, at
+    # OSU's own iteration counts (sizes up to 4 MiB). Figures in osu_time_*.log.
+    ob=$(ls -d target/osu/build-*-cuda 2>/dev/null | head -1)
+    if [ -n "$ob" ]; then
+      for spec in "latency:pt2pt/standard/osu_latency" "bw:pt2pt/standard/osu_bw" \
+                  "allreduce:collective/blocking/osu_allreduce" "bcast:collective/blocking/osu_bcast"; do
+        b=${spec%%:*} exe=$ob/c/mpi/${spec#*:}
+        case $b in latency | bw) dev=(-d cuda D D) ;; *) dev=(-d cuda) ;; esac
+        run "osu_time_${b}_D" env LD_LIBRARY_PATH="$B/lib" "$B/rwrun" -n 2 "$exe" -m 1:4194304 "${dev[@]}"
+        run "osu_time_${b}_H" env LD_LIBRARY_PATH="$B/lib" "$B/rwrun" -n 2 "$exe" -m 1:4194304
+      done
+      for f in "$out"/osu_time_*.log; do
+        note "$(basename "$f" .log): $(grep -E '^(1|8|1024|65536|1048576|4194304)[[:space:]]' "$f" | awk '{printf "%s=%s ", $1, $2}')"
+      done
+    fi
   else
     note "osu: no tarball in .device-bin"
   fi

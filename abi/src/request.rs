@@ -583,10 +583,14 @@ fn status_at(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
     }
 }
 
+/// `MPI_Waitall`'s working vectors: (index in the array, operation taken out) and
+/// (index, outcome).
+type WaitallScratch = (Vec<(usize, Started)>, Vec<(usize, Done)>);
+
 thread_local! {
-    /// The operations and outcomes of the thread's last `MPI_Waitall`, kept (empty) so
-    /// that the next one does not allocate.
-    static WAITALL_SCRATCH: std::cell::Cell<(Vec<(usize, Started)>, Vec<(usize, Done)>)> =
+    /// The vectors of the thread's last `MPI_Waitall`, kept (empty) so that the next one
+    /// does not allocate.
+    static WAITALL_SCRATCH: std::cell::Cell<WaitallScratch> =
         const { std::cell::Cell::new((Vec::new(), Vec::new())) };
 }
 

@@ -17,6 +17,10 @@
 #   ompi        OSU built with mpicc.openmpi, mpirun.openmpi (ob1, btl self,vader)
 #   mpich       OSU built with mpicc.mpich, mpirun.mpich (Debian's ch4:ucx)
 #   rw-bench    rankwire-bench (the native Rust benchmark), same modes and sizes
+#   rw-abi-base the rw-abi OSU binaries on the library and rwrun of another rankwire
+#               build: RW_ABI_BASE=DIR, a prefix made by `scripts/install.sh --prefix
+#               DIR` in a checkout of the commit to compare with (before/after ratios
+#               of a change in the same interleaved run; not in the default list)
 # Ranks are bound to cores as run.sh binds them (none when ranks > cores). Which
 # library each configuration really loaded is checked before the run (libver.c under
 # the same launcher and environment, and LD_DEBUG=libs of one OSU run) and written to
@@ -114,12 +118,13 @@ launcher() {
     case $c in
     rw-abi) echo "env LD_LIBRARY_PATH=$PREFIX/lib $PREFIX/bin/rwrun -n $np $wrap" ;;
     rw-bench) echo "$PREFIX/bin/rwrun -n $np $wrap" ;;
+    rw-abi-base) echo "env LD_LIBRARY_PATH=$RW_ABI_BASE/lib $RW_ABI_BASE/bin/rwrun -n $np $wrap" ;;
     mpich-abi) echo "env LD_LIBRARY_PATH=$MPICH_ABI/lib $MPICH_ABI/bin/mpiexec -n $np $mb " ;;
     ompi) echo "$OMPI_RUN -n $np $ob --mca pml ob1 --mca btl self,vader " ;;
     mpich) echo "env UCX_NET_DEVICES=lo $MPICH_RUN -n $np $mb " ;;
     esac
 }
-osu_dir() { case $1 in rw-abi | mpich-abi) echo "$B/osu-abi" ;; ompi) echo "$B/osu-ompi" ;; mpich) echo "$B/osu-mpich" ;; esac; }
+osu_dir() { case $1 in rw-abi | rw-abi-base | mpich-abi) echo "$B/osu-abi" ;; ompi) echo "$B/osu-ompi" ;; mpich) echo "$B/osu-mpich" ;; esac; }
 osu_path() { case $1 in latency | bw | bibw) echo "c/mpi/pt2pt/standard/osu_$1" ;; *) echo "c/mpi/collective/blocking/osu_$1" ;; esac; }
 minsize() { case $1 in latency) echo 1 ;; bw | bibw) echo 1 ;; allreduce) echo 4 ;; *) echo 1 ;; esac; }
 is_coll() { case $1 in latency | bw | bibw) return 1 ;; esac; return 0; }
@@ -265,7 +270,13 @@ build_osu() {
 }
 say "building OSU 7.2 (standard ABI: $PREFIX/bin/mpicc; mpicc.openmpi; mpicc.mpich)"
 declare -A BROKEN=()
-build_osu "$B/osu-abi" "$PREFIX/bin/mpicc" "$PREFIX/bin/mpicxx" || { BROKEN[rw-abi]="OSU build failed"; BROKEN[mpich-abi]="OSU build failed"; }
+build_osu "$B/osu-abi" "$PREFIX/bin/mpicc" "$PREFIX/bin/mpicxx" || { BROKEN[rw-abi]="OSU build failed"; BROKEN[mpich-abi]="OSU build failed"; BROKEN[rw-abi-base]="OSU build failed"; }
+if [[ ",$CONFIGS," == *,rw-abi-base,* ]]; then
+    if [ -z "${RW_ABI_BASE:-}" ] || [ ! -f "$RW_ABI_BASE/lib/libmpi_abi.so.1" ] || [ ! -x "$RW_ABI_BASE/bin/rwrun" ]; then
+        say "rw-abi-base: RW_ABI_BASE (${RW_ABI_BASE:-unset}) is not a prefix of scripts/install.sh (lib/libmpi_abi.so.1, bin/rwrun); skipping it"
+        BROKEN[rw-abi-base]="RW_ABI_BASE is not an install prefix"
+    fi
+fi
 build_osu "$B/osu-ompi" mpicc.openmpi mpicxx.openmpi || BROKEN[ompi]="OSU build failed"
 build_osu "$B/osu-mpich" mpicc.mpich mpicxx.mpich || BROKEN[mpich]="OSU build failed"
 "$PREFIX/bin/mpicc" -O2 -o "$B/libver.abi" $P/libver.c -ldl >>"$LOG" 2>&1 || die "libver.c with our mpicc failed"
@@ -278,7 +289,7 @@ printf 'config\tnp\tlibver (MPI_Get_library_version, dladdr(MPI_Init))\tLD_DEBUG
 for c in "${CONFIG_LIST[@]}"; do
     [ "$c" = rw-bench ] && continue
     [ -n "${BROKEN[$c]:-}" ] && continue
-    case $c in rw-abi | mpich-abi) lv=$B/libver.abi ;; ompi) lv=$B/libver.ompi ;; mpich) lv=$B/libver.mpich ;; esac
+    case $c in rw-abi | rw-abi-base | mpich-abi) lv=$B/libver.abi ;; ompi) lv=$B/libver.ompi ;; mpich) lv=$B/libver.mpich ;; esac
     v=$(env RWPB_RUN="$RUN_ID" timeout -k 5 60 bash -c "exec $(launcher "$c" 2)$lv" 2>&1 </dev/null | grep -m1 '^size=' | tr '\t' ' ')
     # the OSU binary itself: the dynamic loader's own list of what it loaded (rank 0)
     d=$(env RWPB_RUN="$RUN_ID" LD_DEBUG=libs LD_DEBUG_OUTPUT=$RAW/lddebug.$c timeout -k 5 60 bash -c \

@@ -7,7 +7,7 @@ matplotlib and is skipped (with a note in table.md) without it.
 
 Ratios (per row: benchmark x ranks x size, median over the repeats; the same from the
 best repeat at the end): `abi/peer` = rw-abi divided by the best of the peers (Open MPI,
-MPICH, MPICH through the standard ABI), `abi/bench` = rw-abi divided by rankwire-bench,
+MPICH, MPICH through the standard ABI), `abi/bench` = rw-abi divided by rankwire-bench, `abi/base` (with the rw-abi-base configuration) = rw-abi divided by rw-abi-base,
 `bench/peer` = rankwire-bench divided by the best peer. For times (latency and the
 collectives) < 1 means rw-abi (or rankwire-bench) is faster; for bandwidths (bw, bibw)
 > 1 means it moves more.
@@ -23,7 +23,8 @@ from collections import defaultdict
 OURS = "rw-abi"
 BENCH = "rw-bench"
 PEERS = ["ompi", "mpich", "mpich-abi"]
-ORDER = ["rw-abi", "rw-bench", "mpich-abi", "ompi", "mpich"]
+BASE = "rw-abi-base"
+ORDER = ["rw-abi", "rw-abi-base", "rw-bench", "mpich-abi", "ompi", "mpich"]
 INFO = {
     # bench: (what, higher_is_better)
     "latency": ("osu_latency: one-way latency, µs", False),
@@ -152,9 +153,12 @@ def main():
             w(f"| {cols[0]} | `{cols[2]}` | `{cols[3]}` |")
         w("")
 
+    has_base = BASE in configs
+    base_h = " abi/base |" if has_base else ""
+
     def table(which):
-        w("| bench | np | size | " + " | ".join(configs) + " | abi/peer (best) | abi/bench | bench/peer |")
-        w("|---|---|---|" + "---|" * len(configs) + "---|---|---|")
+        w("| bench | np | size | " + " | ".join(configs) + " | abi/peer (best) | abi/bench | bench/peer |" + base_h)
+        w("|---|---|---|" + "---|" * len(configs) + "---|---|---|" + ("---|" if has_base else ""))
         for b, np, s in cells:
             v = {c: stat(c, b, np, s, which) for c in configs}
             pv, pn = best_peer(b, np, s, which)
@@ -162,7 +166,8 @@ def main():
             rb = ratio(v.get(OURS), v.get(BENCH))
             rbp = ratio(v.get(BENCH), pv)
             w(f"| {b} | {np} | {size_label(s)} | " + " | ".join(fmt(v[c]) for c in configs)
-              + f" | {fmt(ra)} ({pn or '–'}) | {fmt(rb)} | {fmt(rbp)} |")
+              + f" | {fmt(ra)} ({pn or '–'}) | {fmt(rb)} | {fmt(rbp)} |"
+              + (f" {fmt(ratio(v.get(OURS), v.get(BASE)))} |" if has_base else ""))
         w("")
 
     # headline: per benchmark x ranks, geometric means of the ratios, and how many rows
@@ -172,8 +177,8 @@ def main():
     w("Per benchmark and rank count: geometric mean over the sizes of each ratio; `abi≈bench` = rows where rw-abi is within 5 % of rankwire-bench "
       "(or better); `abi≥peer | bench≥peer` = rows where rw-abi is at least the best peer, counted among the rows where rankwire-bench is.")
     w("")
-    w("| bench | np | rows | abi/peer | abi/bench | bench/peer | abi≈bench | abi≥peer \\| bench≥peer |")
-    w("|---|---|---|---|---|---|---|---|")
+    w("| bench | np | rows | abi/peer | abi/bench | bench/peer | abi≈bench | abi≥peer \\| bench≥peer |" + base_h)
+    w("|---|---|---|---|---|---|---|---|" + ("---|" if has_base else ""))
     groups = defaultdict(list)
     for b, np, s in cells:
         groups[(b, np)].append(s)
@@ -193,7 +198,9 @@ def main():
                 if (n >= pv) if hib else (n <= pv):
                     base += 1
                     good += (o >= pv) if hib else (o <= pv)
-        w(f"| {b} | {np} | {len(sizes)} | {fmt(geomean(ra))} | {fmt(geomean(rb))} | {fmt(geomean(rbp))} | {within}/{len(sizes)} | {good}/{base} |")
+        rbase = [ratio(stat(OURS, b, np, s, "median"), stat(BASE, b, np, s, "median")) for s in sizes]
+        w(f"| {b} | {np} | {len(sizes)} | {fmt(geomean(ra))} | {fmt(geomean(rb))} | {fmt(geomean(rbp))} | {within}/{len(sizes)} | {good}/{base} |"
+          + (f" {fmt(geomean(rbase))} |" if has_base else ""))
     w("")
     w("## All rows: median over the repeats")
     w("")
@@ -226,7 +233,7 @@ def plot(out, vals, configs, cells, stat):
     ncol = 3
     nrow = (len(panels) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 3.6 * nrow), squeeze=False)
-    styles = {"rw-abi": ("C0", "-"), "rw-bench": ("C0", ":"), "mpich-abi": ("C1", "--"), "ompi": ("C2", "-"), "mpich": ("C1", "-")}
+    styles = {"rw-abi": ("C0", "-"), "rw-abi-base": ("C3", "-."), "rw-bench": ("C0", ":"), "mpich-abi": ("C1", "--"), "ompi": ("C2", "-"), "mpich": ("C1", "-")}
     for ax, (b, np) in zip(axes.flat, panels):
         for c in configs:
             xs, ys = [], []
