@@ -24,7 +24,7 @@ note() { echo "$*" | tee -a "$sum"; }
 run() { # name, command...
   local name=$1; shift
   local t0=$SECONDS
-  timeout 300 "$@" >"$out/$name.log" 2>&1
+  timeout -k 5 "${RUN_TIMEOUT:-300}" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   note "$name: rc=$rc ($((SECONDS - t0)) s) $(grep -h -E 'ok, [0-9]+ checks|gpu_buffers:' "$out/$name.log" | tr '\n' ' ' | cut -c1-300)"
 }
@@ -68,7 +68,22 @@ if mps_start /tmp/mps-pipe /tmp/mps-log; then
         run "osu_time_${b}_D" env LD_LIBRARY_PATH="$B/lib" "$B/rwrun" -n 2 "$exe" -m 1:4194304 "${dev[@]}"
         run "osu_time_${b}_H" env LD_LIBRARY_PATH="$B/lib" "$B/rwrun" -n 2 "$exe" -m 1:4194304
       done
-      for f in "$out"/osu_time_*.log; do
+      # Reference: the same binaries on MPICH 5.0.2's ABI library (not CUDA-aware),
+      # launched by its mpiexec: what a user of these binaries gets from another MPI.
+      if [ -f "$B/mpich-abi.tgz" ]; then
+        m=/tmp/mpich-abi && rm -rf "$m" && mkdir -p "$m" && tar xzf "$B/mpich-abi.tgz" -C "$m"
+        for spec in "latency:pt2pt/standard/osu_latency" "bw:pt2pt/standard/osu_bw" \
+                    "allreduce:collective/blocking/osu_allreduce"; do
+          b=${spec%%:*} exe=$ob/c/mpi/${spec#*:}
+          case $b in latency | bw) dev=(-d cuda D D) ;; *) dev=(-d cuda) ;; esac
+          RUN_TIMEOUT=60 run "osu_mpich_${b}_D" env LD_LIBRARY_PATH="$m/lib" "$m/bin/mpiexec" -n 2 "$exe" -m 1:4194304 "${dev[@]}"
+          run "osu_mpich_${b}_H" env LD_LIBRARY_PATH="$m/lib" "$m/bin/mpiexec" -n 2 "$exe" -m 1:4194304
+        done
+        for f in "$out"/osu_mpich_*.log; do
+          note "$(basename "$f" .log): last lines: $(tail -3 "$f" | tr '\n' ' ' | cut -c1-240)"
+        done
+      fi
+      for f in "$out"/osu_time_*.log "$out"/osu_mpich_*.log; do
         note "$(basename "$f" .log): $(grep -E '^(1|8|1024|65536|1048576|4194304)[[:space:]]' "$f" | awk '{printf "%s=%s ", $1, $2}')"
       done
     fi

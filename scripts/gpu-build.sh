@@ -31,4 +31,12 @@ if [ -f "$OSU_TARBALL" ]; then cp "$OSU_TARBALL" .device-bin/; else echo "gpu-bu
 M4=target/mpi4py/mpi4py-4.1.2.tar.gz
 [ -f "$M4" ] || python3 -m pip download -q --no-deps --no-binary mpi4py -d target/mpi4py mpi4py==4.1.2 || true
 if [ -f "$M4" ]; then cp "$M4" .device-bin/; else echo "gpu-build.sh: no mpi4py sdist: no mpi4py on the GPU machine"; fi
+# MPICH 5.0.2's standard-ABI build (PyPI wheel; not CUDA-aware) for the reference pass
+# of scripts/gpu-abi.sh: what the same OSU binaries give on another MPI's library.
+# Its lib/ (without the MPICH-ABI libmpi.so.12) and bin/, packed (about 10 MB).
+if data=$(ABI_SUITE=gpu-build.sh bash -c '. scripts/abi-env.sh; abi_mpich_dir' 2>/dev/null); then
+  tar czf .device-bin/mpich-abi.tgz -C "$data" --exclude 'libmpi.so*' --exclude include lib bin
+else
+  echo "gpu-build.sh: MPICH's ABI wheel cannot be had: no MPICH reference on the GPU machine"
+fi
 ls -la .device-bin .device-bin/lib
