@@ -148,6 +148,8 @@ c_tests!(
     mpi4_extras,
     requests,
     pmpi,
+    null_noncontig,
+    request_errhandler,
 );
 
 /// Every C program in abi/tests/c has a test above.
@@ -342,6 +344,12 @@ const NOT_ON_MPICH: &[(&str, &str)] = &[
         "p2p_modes",
         "checks that MPI_Error_string names the class (MPI_ERR_TAG); MPICH 5.0.2 says \
          \"Invalid tag\"",
+    ),
+    (
+        "request_errhandler",
+        "checks that MPI_Waitany/Testany/Waitsome/Testsome/Testall and MPI_Startall raise a \
+         request's error on the request's communicator (as MPI_Wait does); MPICH 5.0.2 \
+         raises them on MPI_COMM_WORLD (fatal)",
     ),
 ];
 

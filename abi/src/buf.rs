@@ -114,6 +114,12 @@ pub unsafe fn send_buf(ptr: *const u8, n: i64, dt: MPI_Datatype) -> R<SendBuf> {
             packed: None,
         });
     }
+    if null_with_data(ptr, &t, n) {
+        return Err(err(
+            MPI_ERR_BUFFER,
+            format!("buffer is NULL with {bytes} bytes to send; fix: pass the data's address"),
+        ));
+    }
     let mut v = vec![0u8; bytes];
     // SAFETY: caller's contract.
     unsafe { with_host_view(&t, n, ptr as *mut u8, false, |host| t.pack(n, host, &mut v))? };
@@ -122,6 +128,19 @@ pub unsafe fn send_buf(ptr: *const u8, n: i64, dt: MPI_Datatype) -> R<SendBuf> {
         len: bytes,
         packed: Some(v),
     })
+}
+
+/// Whether `n` elements of the non-contiguous type `t` at `ptr` would be packed from
+/// or unpacked to the zero page: a NULL buffer with data, which would crash the
+/// process. A NULL `ptr` with absolute displacements (`MPI_BOTTOM`) touches real
+/// addresses and is allowed.
+fn null_with_data(ptr: *const u8, t: &TypeInfo, n: usize) -> bool {
+    if !ptr.is_null() || n == 0 || t.size == 0 {
+        return false;
+    }
+    let last = (n as isize - 1).saturating_mul(t.extent);
+    let lo = t.true_lb.min(t.true_lb.saturating_add(last));
+    (0..4096).contains(&lo)
 }
 
 /// `n` elements of `size` bytes, in bytes.
@@ -201,6 +220,14 @@ pub unsafe fn recv_buf(ptr: *mut u8, n: i64, dt: MPI_Datatype) -> R<RecvBuf> {
             n,
             ty: Some(t),
         });
+    }
+    if null_with_data(ptr, &t, n) {
+        return Err(err(
+            MPI_ERR_BUFFER,
+            format!(
+                "buffer is NULL with room for {bytes} bytes; fix: pass the receive buffer's address"
+            ),
+        ));
     }
     let mut v = vec![0u8; bytes];
     Ok(RecvBuf {

@@ -436,10 +436,13 @@ enum Outcome {
 ///
 /// # Errors
 /// `MPI_ERR_REQUEST` for a handle that is not a request.
-fn complete(h: &mut MPI_Request, block: bool) -> R<Outcome> {
+fn complete(h: &mut MPI_Request, block: bool, ec: &mut MPI_Comm) -> R<Outcome> {
     match take_op(*h)? {
         Taken::Inactive => Ok(Outcome::Inactive),
-        Taken::Op(_, op) => Ok(finish_taken(h, op, block)),
+        Taken::Op(comm, op) => {
+            *ec = comm;
+            Ok(finish_taken(h, op, block))
+        }
     }
 }
 
@@ -607,89 +610,102 @@ pub unsafe extern "C" fn MPI_Waitall(
     reqs: *mut MPI_Request,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    guard_on(|ec| {
-        // SAFETY: C arrays of `count` entries.
-        let arr = unsafe { arrays(count, reqs)? };
-        let mut failed: Option<MpiErr> = None;
-        // Vectors reused from the thread's previous MPI_Waitall (a nested call, from a
-        // callback the runtime runs meanwhile, finds them taken and allocates its own).
-        let mut scratch = WAITALL_SCRATCH.with(|c| c.take());
-        let mut ops = std::mem::take(&mut scratch.0);
-        {
-            let mut t = table();
-            let mut comm_set = false;
-            for (i, &h) in arr.iter().enumerate() {
-                // SAFETY (both writes below): the status array has `count` entries (or
-                // is ignored).
-                let empty = || unsafe {
-                    write_status(
-                        status_at(statuses, i),
-                        &inactive_status(),
-                        false,
-                        MPI_SUCCESS,
-                    )
-                };
-                if h == MPI_REQUEST_NULL {
-                    empty();
-                    continue;
-                }
-                let s = match slot_mut(&mut t, h) {
-                    Ok(s) if s.busy => Err(busy_error(h)),
-                    other => other,
-                };
-                match s {
-                    Ok(s) => {
-                        if !comm_set {
-                            *ec = s.comm;
-                            comm_set = true;
-                        }
-                        match s.op.take() {
-                            Some(op) => {
-                                s.busy = true;
-                                ops.push((i, op));
-                            }
-                            None => empty(),
-                        }
+    // SAFETY: the caller's arrays.
+    guard_on(|ec| unsafe { waitall_impl(ec, count, reqs, statuses) })
+}
+
+/// The body of [`MPI_Waitall`] (also [`MPI_Testall`]'s, once every request is done):
+/// `*ec` becomes the communicator of the first request.
+///
+/// # Safety
+/// As `MPI_Waitall`'s arguments.
+unsafe fn waitall_impl(
+    ec: &mut MPI_Comm,
+    count: c_int,
+    reqs: *mut MPI_Request,
+    statuses: *mut MPI_Status,
+) -> R {
+    // SAFETY: C arrays of `count` entries.
+    let arr = unsafe { arrays(count, reqs)? };
+    let mut failed: Option<MpiErr> = None;
+    // Vectors reused from the thread's previous MPI_Waitall (a nested call, from a
+    // callback the runtime runs meanwhile, finds them taken and allocates its own).
+    let mut scratch = WAITALL_SCRATCH.with(|c| c.take());
+    let mut ops = std::mem::take(&mut scratch.0);
+    {
+        let mut t = table();
+        let mut comm_set = false;
+        for (i, &h) in arr.iter().enumerate() {
+            // SAFETY (both writes below): the status array has `count` entries (or
+            // is ignored).
+            let empty = || unsafe {
+                write_status(
+                    status_at(statuses, i),
+                    &inactive_status(),
+                    false,
+                    MPI_SUCCESS,
+                )
+            };
+            if h == MPI_REQUEST_NULL {
+                empty();
+                continue;
+            }
+            let s = match slot_mut(&mut t, h) {
+                Ok(s) if s.busy => Err(busy_error(h)),
+                other => other,
+            };
+            match s {
+                Ok(s) => {
+                    if !comm_set {
+                        *ec = s.comm;
+                        comm_set = true;
                     }
-                    Err(e) => {
-                        // SAFETY: the status array has `count` entries (or is ignored).
-                        unsafe {
-                            write_status(status_at(statuses, i), &inactive_status(), false, e.class)
-                        };
-                        failed.get_or_insert(e);
+                    match s.op.take() {
+                        Some(op) => {
+                            s.busy = true;
+                            ops.push((i, op));
+                        }
+                        None => empty(),
                     }
+                }
+                Err(e) => {
+                    // SAFETY: the status array has `count` entries (or is ignored).
+                    unsafe {
+                        write_status(status_at(statuses, i), &inactive_status(), false, e.class)
+                    };
+                    failed.get_or_insert(e);
                 }
             }
         }
-        // Every pending send may help its receiver copy while the others are waited
-        // for (as rankwire::wait_all does), then each operation is completed.
-        rankwire::help_sends(ops.iter().filter_map(|(_, s)| match &s.active {
-            Active::P2p(r) => Some(r),
-            _ => None,
-        }));
-        let mut dones = std::mem::take(&mut scratch.1);
-        dones.extend(ops.drain(..).map(|(i, op)| (i, wait_started(op))));
-        {
-            let mut t = table();
-            for (i, d) in dones.iter_mut() {
-                d.cancelled |= retire(&mut t, &mut arr[*i]);
-            }
+    }
+    // Every pending send may help its receiver copy while the others are waited
+    // for (as rankwire::wait_all does), then each operation is completed.
+    rankwire::help_sends(ops.iter().filter_map(|(_, s)| match &s.active {
+        Active::P2p(r) => Some(r),
+        _ => None,
+    }));
+    let mut dones = std::mem::take(&mut scratch.1);
+    dones.extend(ops.drain(..).map(|(i, op)| (i, wait_started(op))));
+    {
+        let mut t = table();
+        for (i, d) in dones.iter_mut() {
+            d.cancelled |= retire(&mut t, &mut arr[*i]);
         }
-        for (i, d) in dones.drain(..) {
-            // SAFETY: the status array has `count` entries (or is ignored).
-            if let Err(e) = unsafe { report(&Outcome::Completed(d), status_at(statuses, i)) } {
-                failed.get_or_insert(e);
-            }
+    }
+    for (i, d) in dones.drain(..) {
+        // SAFETY: the status array has `count` entries (or is ignored).
+        if let Err(e) = unsafe { report(&Outcome::Completed(d), status_at(statuses, i)) } {
+            failed.get_or_insert(e);
         }
-        scratch.0 = ops;
-        scratch.1 = dones;
-        WAITALL_SCRATCH.with(|c| c.set(scratch));
-        match failed {
-            Some(e) if !statuses.is_null() => Err(err(MPI_ERR_IN_STATUS, e.msg)),
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    })
+    }
+    scratch.0 = ops;
+    scratch.1 = dones;
+    WAITALL_SCRATCH.with(|c| c.set(scratch));
+    match failed {
+        Some(e) if !statuses.is_null() => Err(err(MPI_ERR_IN_STATUS, e.msg)),
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// `MPI_Testall`: `*flag` = 1 and every request completed when all are done;
@@ -701,7 +717,7 @@ pub unsafe extern "C" fn MPI_Testall(
     flag: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    guard(MPI_COMM_WORLD, || {
+    guard_on(|ec| {
         // SAFETY: C arrays of `count` entries.
         let arr = unsafe { arrays(count, reqs)? };
         if flag.is_null() {
@@ -714,13 +730,8 @@ pub unsafe extern "C" fn MPI_Testall(
             rankwire_progress_hint();
             return Ok(());
         }
-        // SAFETY: as MPI_Waitall.
-        let rc = unsafe { MPI_Waitall(count, reqs, statuses) };
-        if rc == MPI_SUCCESS {
-            Ok(())
-        } else {
-            Err(err(rc, "a request of MPI_Testall failed"))
-        }
+        // SAFETY: as MPI_Waitall. Its errors go to the first request's communicator.
+        unsafe { waitall_impl(ec, count, reqs, statuses) }
     })
 }
 
@@ -816,7 +827,7 @@ unsafe fn any_impl(
     status: *mut MPI_Status,
     block: bool,
 ) -> c_int {
-    guard(MPI_COMM_WORLD, || {
+    guard_on(|ec| {
         // SAFETY: C arrays.
         let arr = unsafe { arrays(count, reqs)? };
         if index.is_null() {
@@ -832,7 +843,8 @@ unsafe fn any_impl(
                         *flag = 1;
                     }
                 }
-                let o = complete(&mut arr[i], true)?;
+                // Errors go to the handler of the completed request's communicator.
+                let o = complete(&mut arr[i], true, ec)?;
                 // SAFETY: caller's pointer.
                 unsafe { report(&o, status) }
             }
@@ -888,7 +900,7 @@ unsafe fn some_impl(
     statuses: *mut MPI_Status,
     block: bool,
 ) -> c_int {
-    guard(MPI_COMM_WORLD, || {
+    guard_on(|ec| {
         // SAFETY: C arrays.
         let arr = unsafe { arrays(n, reqs)? };
         if outcount.is_null() || (n > 0 && indices.is_null()) {
@@ -904,22 +916,30 @@ unsafe fn some_impl(
         }
         let mut k = 0usize;
         let mut failed = None;
+        // Errors go to the handler of the first failed request's communicator.
+        let mut failed_comm = None;
         for (i, h) in arr.iter_mut().enumerate() {
             if *h == MPI_REQUEST_NULL || !is_active(*h) || !is_done(*h) {
                 continue;
             }
-            let o = complete(h, true)?;
+            let mut comm = *ec;
+            let o = complete(h, true, &mut comm);
+            let o = o.inspect_err(|_| *ec = failed_comm.unwrap_or(comm))?;
             // SAFETY: arrays of n entries.
             unsafe {
                 *indices.add(k) = i as c_int;
                 if let Err(e) = report(&o, status_at(statuses, k)) {
                     failed.get_or_insert(e);
+                    failed_comm.get_or_insert(comm);
                 }
             }
             k += 1;
         }
         // SAFETY: checked.
         unsafe { *outcount = k as c_int };
+        if let Some(c) = failed_comm {
+            *ec = c;
+        }
         match failed {
             Some(e) if !statuses.is_null() => Err(err(MPI_ERR_IN_STATUS, e.msg)),
             Some(e) => Err(e),
@@ -1091,12 +1111,12 @@ fn start(h: MPI_Request, ec: &mut MPI_Comm) -> R {
 /// `MPI_Startall`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Startall(count: c_int, reqs: *mut MPI_Request) -> c_int {
-    guard(MPI_COMM_WORLD, || {
+    // Errors go to the handler of the failing request's communicator (as MPI_Start).
+    guard_on(|ec| {
         // SAFETY: C array.
         let arr = unsafe { arrays(count, reqs)? };
-        let mut ec = MPI_COMM_WORLD;
         for &h in arr.iter() {
-            start(h, &mut ec)?;
+            start(h, ec)?;
         }
         Ok(())
     })
