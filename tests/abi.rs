@@ -150,6 +150,7 @@ c_tests!(
     pmpi,
     null_noncontig,
     request_errhandler,
+    request_free,
 );
 
 /// Every C program in abi/tests/c has a test above.

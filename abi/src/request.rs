@@ -59,6 +59,24 @@ impl Greq {
         self.done.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// The end of a request freed by `MPI_Request_free`: only `free_fn` runs (nobody
+    /// asks for the status).
+    ///
+    /// # Errors
+    /// The class of the code `free_fn` returned, if not `MPI_SUCCESS`.
+    fn release(&self) -> R {
+        let extra = self.extra as *mut std::ffi::c_void;
+        // SAFETY: the program's callback with its own state (MPI's contract).
+        let rc = self.free.map_or(MPI_SUCCESS, |f| unsafe { f(extra) });
+        if rc != MPI_SUCCESS {
+            return Err(err(
+                crate::error::class_of(rc),
+                "a generalized request's free_fn returned an error",
+            ));
+        }
+        Ok(())
+    }
+
     /// Completion (MPI 4.1 §13.2): `query_fn` fills the status, then `free_fn` runs;
     /// an error code either returns is the operation's error.
     fn finish(&self) -> Done {
@@ -136,6 +154,10 @@ struct Slot {
     /// A generalized request's state, reachable by `MPI_Grequest_complete` from another
     /// thread while a wait holds the operation.
     greq: Option<Arc<Greq>>,
+    /// `MPI_Request_free` was called on this active generalized request: the slot stays
+    /// (the program may still call `MPI_Grequest_complete` with a copy of the handle)
+    /// until that completion, which runs `free_fn` and removes it.
+    freed: bool,
 }
 
 /// Every created request: a slab (dense keys, slots reused, no allocation per
@@ -181,6 +203,7 @@ fn new_slot(comm: MPI_Comm, op: Option<Started>, start: Option<Arc<StartFn>>) ->
         cancelled: false,
         busy: false,
         greq,
+        freed: false,
     }))
 }
 
@@ -959,21 +982,39 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         }
         // SAFETY: non-null C pointer.
         let h = unsafe { &mut *request };
-        let op = {
+        let (op, release) = {
             let mut t = table();
             let s = slot_mut(&mut t, *h)?;
             if s.busy {
                 return Err(busy_error(*h));
             }
+            match (&s.op, &s.greq) {
+                // An active generalized request not yet completed: kept for
+                // MPI_Grequest_complete (MPI 4.1 §13.2), which then frees it.
+                (Some(_), Some(g)) if !g.is_done() => {
+                    s.freed = true;
+                    *h = MPI_REQUEST_NULL;
+                    return Ok(());
+                }
+                _ => {}
+            }
             let k = key_of(*h).expect("a live slot has a key");
-            t.remove(k).op
+            let slot = t.remove(k);
+            match (slot.op, slot.greq) {
+                // Completed but not waited for: only free_fn is left to run.
+                (Some(_), Some(g)) => (None, Some(g)),
+                (op, _) => (op, None),
+            }
         };
+        *h = MPI_REQUEST_NULL;
         if let Some(op) = op {
             DETACHED.lock().unwrap_or_else(|e| e.into_inner()).push(op);
         }
-        *h = MPI_REQUEST_NULL;
         reap_detached();
-        Ok(())
+        match release {
+            Some(g) => g.release(),
+            None => Ok(()),
+        }
     })
 }
 
@@ -993,12 +1034,42 @@ pub fn reap_detached() {
 }
 
 /// Waits for every freed operation (at `MPI_Finalize`).
+///
+/// A freed receive that has not matched is withdrawn (MPI 4.1 §11.2: the program must
+/// have completed its communication; no message will come for it). Any other freed
+/// operation gets [`DRAIN_LIMIT`] to finish; one still pending then (a freed send no
+/// rank receives) is left behind with a warning, so that `MPI_Finalize` returns.
 pub fn drain_detached() {
     let ops = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|e| e.into_inner()));
-    for op in ops {
-        let _ = wait_started(op);
+    let deadline = std::time::Instant::now() + DRAIN_LIMIT;
+    for mut op in ops {
+        if let Active::P2p(r) = &mut op.active
+            && r.cancel()
+        {
+            continue;
+        }
+        loop {
+            match test_started(op) {
+                Ok(_) => break,
+                Err(o) if std::time::Instant::now() >= deadline => {
+                    tracing::warn!(
+                        "MPI_Finalize: an operation whose request was freed (MPI_Request_free) is still pending after {} s; it is abandoned (fix: complete or match every send before MPI_Finalize)",
+                        DRAIN_LIMIT.as_secs()
+                    );
+                    std::mem::forget(o);
+                    break;
+                }
+                Err(o) => {
+                    op = o;
+                    rankwire_progress_hint();
+                }
+            }
+        }
     }
 }
+
+/// How long `MPI_Finalize` waits for operations whose requests were freed.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `MPI_Cancel`: withdraws a receive that has not matched; a send or a matched
 /// receive completes normally (its status then says "not cancelled").
@@ -1399,7 +1470,20 @@ pub unsafe extern "C" fn MPI_Grequest_complete(request: MPI_Request) -> c_int {
             )
         })?;
         g.done.store(true, std::sync::atomic::Ordering::Release);
-        Ok(())
+        // Freed before this completion: nobody will wait for it; free_fn runs now and
+        // the slot goes.
+        let freed = {
+            let mut t = table();
+            match slot_mut(&mut t, request) {
+                Ok(s) if s.freed && !s.busy => {
+                    let k = key_of(request).expect("a live slot has a key");
+                    t.remove(k);
+                    true
+                }
+                _ => false,
+            }
+        };
+        if freed { g.release() } else { Ok(()) }
     })
 }
 
