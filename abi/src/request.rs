@@ -946,15 +946,23 @@ unsafe fn some_impl(
                 continue;
             }
             let mut comm = *ec;
-            let o = complete(h, true, &mut comm);
-            let o = o.inspect_err(|_| *ec = failed_comm.unwrap_or(comm))?;
-            // SAFETY: arrays of n entries.
-            unsafe {
-                *indices.add(k) = i as c_int;
-                if let Err(e) = report(&o, status_at(statuses, k)) {
-                    failed.get_or_insert(e);
-                    failed_comm.get_or_insert(comm);
+            // A handle that is not a request is reported in its slot of the output
+            // (MPI_ERR_IN_STATUS), after the requests completed before it.
+            let r = complete(h, true, &mut comm).and_then(|o| {
+                // SAFETY: the status array has n entries (or is ignored).
+                unsafe { report(&o, status_at(statuses, k)) }
+            });
+            // SAFETY: arrays of n entries; k <= i.
+            unsafe { *indices.add(k) = i as c_int };
+            if let Err(e) = r {
+                // SAFETY: as above.
+                unsafe {
+                    if !statuses.is_null() {
+                        (*status_at(statuses, k)).MPI_ERROR = e.class;
+                    }
                 }
+                failed.get_or_insert(e);
+                failed_comm.get_or_insert(comm);
             }
             k += 1;
         }
@@ -976,7 +984,7 @@ unsafe fn some_impl(
 /// `MPI_REQUEST_NULL`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
-    guard(MPI_COMM_WORLD, || {
+    guard_on(|ec| {
         if request.is_null() {
             return Err(err(MPI_ERR_REQUEST, "request is a null pointer"));
         }
@@ -985,6 +993,7 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         let (op, release) = {
             let mut t = table();
             let s = slot_mut(&mut t, *h)?;
+            *ec = s.comm;
             if s.busy {
                 return Err(busy_error(*h));
             }
@@ -1075,7 +1084,7 @@ const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// receive completes normally (its status then says "not cancelled").
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
-    guard(MPI_COMM_WORLD, || {
+    guard_on(|ec| {
         if request.is_null() {
             return Err(err(MPI_ERR_REQUEST, "request is a null pointer"));
         }
@@ -1084,6 +1093,7 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
         let greq = {
             let mut t = table();
             let s = slot_mut(&mut t, h)?;
+            *ec = s.comm;
             if s.op.is_some() || s.busy {
                 s.greq.clone()
             } else {

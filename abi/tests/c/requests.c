@@ -116,6 +116,21 @@ int main(int argc, char **argv) {
               "good requests' MPI_ERROR %d %d", st[0].MPI_ERROR, st[2].MPI_ERROR);
         CHECK(in == 3 && q[0] == MPI_REQUEST_NULL && q[2] == MPI_REQUEST_NULL,
               "the good requests did not complete (in %d)", in);
+        /* The same through MPI_Waitsome: the completed request and the bad handle are
+         * both reported (outcount 2), the bad one with its MPI_ERROR. */
+        int in2 = -1, outcount = -1, idx[2] = {-1, -1};
+        MPI_Request q2[2];
+        MPI_Status st2[2];
+        OK(MPI_Irecv(&in2, 1, MPI_INT, peer, 3, MPI_COMM_WORLD, &q2[0]));
+        OK(MPI_Send(&out, 1, MPI_INT, peer, 3, MPI_COMM_WORLD));
+        OK(MPI_Wait(&q2[0], MPI_STATUS_IGNORE)); /* complete it, then make a fresh one */
+        OK(MPI_Irecv(&in2, 1, MPI_INT, MPI_PROC_NULL, 3, MPI_COMM_WORLD, &q2[0]));
+        q2[1] = (MPI_Request)(void *)MPI_INT;
+        rc = MPI_Waitsome(2, q2, &outcount, idx, st2);
+        CHECK(rc == MPI_ERR_IN_STATUS && outcount == 2, "Waitsome with a bad handle: rc %d outcount %d", rc, outcount);
+        CHECK(idx[0] == 0 && idx[1] == 1 && q2[0] == MPI_REQUEST_NULL, "Waitsome indices %d %d", idx[0], idx[1]);
+        CHECK(st2[1].MPI_ERROR == MPI_ERR_REQUEST && st2[0].MPI_ERROR == MPI_SUCCESS,
+              "Waitsome MPI_ERROR %d %d", st2[0].MPI_ERROR, st2[1].MPI_ERROR);
         OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
     }
 
