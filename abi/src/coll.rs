@@ -90,6 +90,38 @@ pub fn run(
     }
 }
 
+/// As [`run`], with the completion step and what to keep alive unboxed: a blocking
+/// call runs `finish` and drops `keep` right away without a heap allocation for either
+/// (the common case of `MPI_Allreduce` & co on small buffers); a nonblocking one boxes
+/// them into the request.
+///
+/// # Errors
+/// The operation's errors, then those of `finish`.
+pub fn run_with<K: std::any::Any + Send>(
+    mode: Mode,
+    block: impl FnOnce() -> rankwire::Result<()>,
+    start: impl FnOnce() -> rankwire::Result<CollRequest<'static>>,
+    finish: impl FnOnce() -> R + Send + 'static,
+    keep: K,
+) -> R<Out> {
+    match mode {
+        Mode::Block => {
+            block()?;
+            finish()?;
+            drop(keep);
+            Ok(None)
+        }
+        Mode::Start => {
+            let q = start()?;
+            Ok(Some(Started {
+                active: Active::Coll(q),
+                finish: Some(Box::new(move |_| finish())),
+                keep: vec![Box::new(keep)],
+            }))
+        }
+    }
+}
+
 /// A root argument.
 ///
 /// # Errors

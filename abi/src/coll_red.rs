@@ -22,7 +22,7 @@
 //!   layout. Correct for non-commutative operations; traffic and memory are O(p × n)
 //!   per rank (a fallback, not a tuned algorithm).
 
-use crate::coll::{Mode, Out, run};
+use crate::coll::{Mode, Out, run, run_with};
 use crate::coll_buf::{
     Aligned, DevRaw, Dst, Pinned, Raw, Span, Src, device_span, dst, dst_on, empty_dst, span, src,
     src_on,
@@ -176,10 +176,6 @@ fn elems<T>(bytes: usize) -> usize {
     bytes / std::mem::size_of::<T>().max(1)
 }
 
-fn finish_dst(d: Dst) -> Option<Finish> {
-    Some(Box::new(move |_st: &mut rankwire::Status| d.finish()))
-}
-
 fn keep(s: Option<Src>) -> Keep {
     match s {
         Some(s) => vec![Box::new(s)],
@@ -322,7 +318,7 @@ pub unsafe fn allreduce(
             let (sr, dr) = (s.as_ref().map(|s| s.raw()), d.raw());
             let (c, c2, op2) = (self.c.clone(), self.c, op.clone());
             // SAFETY (both closures): s and d live in the request until completion.
-            run(
+            run_with(
                 self.mode,
                 move || match sr {
                     Some(sr) => c.allreduce::<T>(unsafe { sr.t() }, unsafe { dr.t() }, op),
@@ -334,8 +330,8 @@ pub unsafe fn allreduce(
                         None => c2.iallreduce_in_place::<T>(unsafe { dr.t() }, op2),
                     }
                 },
-                finish_dst(d),
-                keep(s),
+                move || d.finish(),
+                s,
             )
         }
     }
@@ -473,7 +469,7 @@ pub unsafe fn reduce(
             let (sr, dr, root) = (s.as_ref().map(|s| s.raw()), d.raw(), self.root);
             let (c, c2, op2) = (self.c.clone(), self.c, op.clone());
             // SAFETY (both closures): s and d live in the request until completion.
-            run(
+            run_with(
                 self.mode,
                 move || match sr {
                     Some(sr) => c.reduce::<T>(unsafe { sr.t() }, unsafe { dr.t() }, op, root),
@@ -487,8 +483,8 @@ pub unsafe fn reduce(
                         None => c2.ireduce_in_place::<T>(unsafe { dr.t() }, op2, root),
                     }
                 },
-                finish_dst(d),
-                keep(s),
+                move || d.finish(),
+                s,
             )
         }
     }
@@ -588,12 +584,12 @@ pub unsafe fn reduce_scatter_block(
             let (sr, dr) = (s.raw(), d.raw());
             let (c, c2, op2) = (self.c.clone(), self.c, op.clone());
             // SAFETY (both closures): s and d live in the request until completion.
-            run(
+            run_with(
                 self.mode,
                 move || c.reduce_scatter_block::<T>(unsafe { sr.t() }, unsafe { dr.t() }, op),
                 move || c2.ireduce_scatter_block::<T>(unsafe { sr.t() }, unsafe { dr.t() }, op2),
-                finish_dst(d),
-                keep(Some(s)),
+                move || d.finish(),
+                s,
             )
         }
     }
@@ -717,12 +713,12 @@ pub unsafe fn reduce_scatter(
             let ct2 = ct.clone();
             let (c, c2, op2) = (self.c.clone(), self.c, op.clone());
             // SAFETY (both closures): s and d live in the request until completion.
-            run(
+            run_with(
                 self.mode,
                 move || c.reduce_scatter::<T>(unsafe { sr.t() }, unsafe { dr.t() }, &ct, op),
                 move || c2.ireduce_scatter::<T>(unsafe { sr.t() }, unsafe { dr.t() }, &ct2, op2),
-                finish_dst(d),
-                keep(Some(s)),
+                move || d.finish(),
+                s,
             )
         }
     }
@@ -828,7 +824,7 @@ pub unsafe fn scan(
             let (sr, dr, x) = (s.as_ref().map(|s| s.raw()), d.raw(), self.exclusive);
             let (c, c2, op2) = (self.c.clone(), self.c, op.clone());
             // SAFETY (both closures): s and d live in the request until completion.
-            run(
+            run_with(
                 self.mode,
                 move || match (sr, x) {
                     (Some(sr), false) => c.scan::<T>(unsafe { sr.t() }, unsafe { dr.t() }, op),
@@ -848,8 +844,8 @@ pub unsafe fn scan(
                         (None, true) => c2.iexscan_in_place::<T>(unsafe { dr.t() }, op2),
                     }
                 },
-                finish_dst(d),
-                keep(s),
+                move || d.finish(),
+                s,
             )
         }
     }
