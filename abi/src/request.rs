@@ -65,9 +65,7 @@ impl Greq {
     /// # Errors
     /// The class of the code `free_fn` returned, if not `MPI_SUCCESS`.
     fn release(&self) -> R {
-        let extra = self.extra as *mut std::ffi::c_void;
-        // SAFETY: the program's callback with its own state (MPI's contract).
-        let rc = self.free.map_or(MPI_SUCCESS, |f| unsafe { f(extra) });
+        let rc = self.call_free();
         if rc != MPI_SUCCESS {
             return Err(err(
                 crate::error::class_of(rc),
@@ -75,6 +73,13 @@ impl Greq {
             ));
         }
         Ok(())
+    }
+
+    /// Runs `free_fn` (if any) on the program's state; its return code.
+    fn call_free(&self) -> c_int {
+        let extra = self.extra as *mut std::ffi::c_void;
+        // SAFETY: the program's callback with its own state (MPI's contract).
+        self.free.map_or(MPI_SUCCESS, |f| unsafe { f(extra) })
     }
 
     /// Completion (MPI 4.1 §13.2): `query_fn` fills the status, then `free_fn` runs;
@@ -91,8 +96,7 @@ impl Greq {
         let q = self
             .query
             .map_or(MPI_SUCCESS, |f| unsafe { f(extra, &mut c) });
-        // SAFETY: as above.
-        let fr = self.free.map_or(MPI_SUCCESS, |f| unsafe { f(extra) });
+        let fr = self.call_free();
         let code = [q, fr].into_iter().find(|&r| r != MPI_SUCCESS);
         let st = rankwire::Status {
             source: c.MPI_SOURCE as isize as usize,
