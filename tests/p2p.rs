@@ -43,6 +43,11 @@ fn any_source_window_non_overtaking_b003() {
 }
 
 #[test]
+fn wait_all_over_a_window_completing_out_of_order_with_a_truncation() {
+    run_ok(2, &["waitall_window", "20"]);
+}
+
+#[test]
 fn truncation_is_an_error_and_corrupts_nothing_b001() {
     run_ok(2, &["truncation"]);
 }

@@ -627,10 +627,11 @@ thread_local! {
 /// `MPI_Waitall`: completes every request; on any failure returns
 /// `MPI_ERR_IN_STATUS` with each status's `MPI_ERROR` set (MPI 4.1 §3.7.5).
 ///
-/// The operations are taken out of the table under one lock, every pending send is
-/// offered to help its receiver ([`rankwire::help_sends`], as `wait_all` does), the
-/// operations are completed one by one, and the requests are retired under one lock
-/// again. Errors go to the handler of the first request's communicator.
+/// The operations are taken out of the table under one lock, the runtime progresses
+/// until every point-to-point operation among them is complete
+/// ([`rankwire::wait_complete`]: pending sends offered to help their receivers, a
+/// window of arrivals per progress round), the operations are completed one by one,
+/// and the requests are retired under one lock again. Errors go to the handler of the first request's communicator.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Waitall(
     count: c_int,
@@ -705,11 +706,14 @@ unsafe fn waitall_impl(
             }
         }
     }
-    // Every pending send may help its receiver copy while the others are waited
-    // for (as rankwire::wait_all does), then each operation is completed.
-    rankwire::help_sends(ops.iter().filter_map(|(_, s)| match &s.active {
-        Active::P2p(r) => Some(r),
-        _ => None,
+    // Progress until every point-to-point operation is complete (its pending sends
+    // first offered to help their receivers copy, a window of arrivals taken per
+    // round, the runtime locked once: rankwire::wait_complete), then each operation
+    // is completed (those return at once).
+    rankwire::wait_complete(ops.iter().flat_map(|(_, s)| match &s.active {
+        Active::P2p(r) => std::slice::from_ref(r),
+        Active::Multi(rs) => rs.as_slice(),
+        _ => &[],
     }));
     let mut dones = std::mem::take(&mut scratch.1);
     dones.extend(ops.drain(..).map(|(i, op)| (i, wait_started(op))));

@@ -31,7 +31,10 @@
 //!   watches that peer's ring and takes the in-order eager message straight into its
 //!   buffer.
 //! - A round that completed a request returns before the next ring record is looked at
-//!   (looking costs a cache miss while the sender may be writing it).
+//!   (looking costs a cache miss while the sender may be writing it), unless a wait for
+//!   several requests ([`crate::request::wait_all`]) asked for more completions
+//!   ([`Engine::want_completions`]): then a window of arrivals is taken in one round
+//!   instead of a round per message.
 //!
 //! # Progress policy
 //! Waiting calls spin on `progress` a bounded number of times, then yield the core,
@@ -170,6 +173,11 @@ pub(crate) struct Engine {
     ipc_events: Vec<Event>,
     /// Context ids of this process's communicators (see [`crate::context_id`]).
     pub(crate) ctx_ids: crate::context_id::ContextIds,
+    /// Completions after which a progress round stops taking shared-memory frames
+    /// (module doc, "Fast paths"): 1, except while a wait for several requests
+    /// ([`crate::request::wait_all`]) sets how many of its requests are still pending,
+    /// so that a window of arrivals is taken in one round.
+    completions_wanted: u64,
 }
 
 impl Engine {
@@ -244,6 +252,7 @@ impl Engine {
             ipc_events: Vec::new(),
             gpu_pool,
             ctx_ids: crate::context_id::ContextIds::new(),
+            completions_wanted: 1,
         };
         e.eager = (0..size)
             .map(|p| e.host_caps(p).map_or(0, |c| c.eager_limit_bytes))
@@ -408,13 +417,20 @@ impl Engine {
         SendStart::Queued(id)
     }
 
+    /// Let progress rounds take shared-memory frames until `n` requests have completed
+    /// (at least 1; see `completions_wanted`), rather than stop at the first.
+    #[inline]
+    pub(crate) fn want_completions(&mut self, n: usize) {
+        self.completions_wanted = (n as u64).max(1);
+    }
+
     /// One round of progress. Returns whether anything happened.
     pub(crate) fn progress(&mut self) -> bool {
         let mut any = false;
         // Arrivals lent in place by shared memory first: the common small message is
         // copied once, from the ring into the posted receive buffer.
         if let Some(t) = self.tp.shm_mut() {
-            let completions = self.proto.completions();
+            let stop_at = self.proto.completions() + self.completions_wanted;
             for _ in 0..FRAMES_PER_PROGRESS {
                 let Some(f) = t.next_frame() else {
                     break;
@@ -427,7 +443,7 @@ impl Engine {
                     tracing::error!("rank {peer} sent a bad frame: {e}");
                     self.backlog[peer as usize].clear();
                 }
-                if self.proto.completions() != completions {
+                if self.proto.completions() >= stop_at {
                     // A waiting call may return now; more frames are for the next
                     // round (looking at the next record would cost a cache miss now).
                     break;

@@ -77,6 +77,13 @@ impl<'a> Request<'a> {
         self
     }
 
+    /// The runtime's id of this request while the runtime may still have to complete
+    /// it (`None`: completed as it started, or finished already).
+    #[inline]
+    fn pending_id(&self) -> Option<ReqId> {
+        (!self.done && self.ready.is_none() && self.inner.is_some()).then_some(self.id)
+    }
+
     /// The runtime this request waits in (every request that is not ready has one).
     fn runtime(&self) -> &Arc<Inner> {
         // Invariant: only `completed` builds a request without a runtime, and it is
@@ -181,25 +188,120 @@ impl Drop for Request<'_> {
 /// # Errors
 /// The first failure, after all requests have completed (the others' results are
 /// dropped; use [`wait_all_results`] to see each one).
-pub fn wait_all(reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
+pub fn wait_all(mut reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
+    if reqs.iter().all(|r| r.ready.is_some()) {
+        // Every operation completed as it started (eager sends a transport took at
+        // once): no runtime call, one pass.
+        let mut out = Vec::with_capacity(reqs.len());
+        for r in reqs.iter_mut() {
+            let Some(st) = r.ready.take() else { continue };
+            r.done = true;
+            out.push(match &r.comm {
+                None => st,
+                Some(c) => Status {
+                    source: c.local(st.source as u32) as usize,
+                    ..st
+                },
+            });
+        }
+        return Ok(out);
+    }
     wait_all_results(reqs).into_iter().collect()
 }
 
 /// Wait for every request and return each one's result, in order (MPI_Waitall with
 /// MPI_ERR_IN_STATUS).
-pub fn wait_all_results(reqs: Vec<Request<'_>>) -> Vec<Result<Status>> {
-    help_sends(&reqs);
-    reqs.into_iter().map(Request::wait).collect()
+///
+/// The runtime is locked once for the whole wait and once more never: every pending
+/// send first offers its receiver a share of the copy (as [`help_sends`]), progress
+/// rounds take a window of arrivals each (not one round per message), and the outcomes
+/// are taken under the same lock.
+pub fn wait_all_results(mut reqs: Vec<Request<'_>>) -> Vec<Result<Status>> {
+    let Some(inner) = common_runtime(&reqs) else {
+        return reqs.into_iter().map(Request::wait).collect();
+    };
+    let sends = reqs
+        .iter()
+        .filter(|r| !r.is_recv && r.pending_id().is_some())
+        .map(|r| r.id);
+    let outcomes = inner.wait_all_then(
+        reqs.len(),
+        |i| reqs[i].pending_id(),
+        sends,
+        |e| {
+            reqs.iter()
+                .map(|r| r.pending_id().map(|id| e.proto.take_done(id)))
+                .collect::<Vec<_>>()
+        },
+    );
+    reqs.iter_mut()
+        .zip(outcomes)
+        .map(|(r, taken)| match taken {
+            Some(outcome) => {
+                r.done = true;
+                // Invariant: wait_all_then returned once every pending id was done,
+                // and only this request takes its own outcome.
+                let outcome = outcome.unwrap_or_else(|| Err(lost_outcome()));
+                r.localize(outcome)
+            }
+            None => r
+                .take_ready()
+                .unwrap_or_else(|| Err(crate::Error::usage("request completed twice"))),
+        })
+        .collect()
 }
 
-/// Before waiting for several requests one at a time (what [`wait_all`] does): lets
+/// The runtime all pending requests of `reqs` wait in, if there is one and only one
+/// (`None`: none is pending, or they belong to different runtimes; then they are
+/// completed one by one).
+fn common_runtime(reqs: &[Request<'_>]) -> Option<Arc<Inner>> {
+    let mut pending = reqs.iter().filter(|r| r.pending_id().is_some());
+    let inner = pending.next()?.inner.clone()?;
+    pending
+        .all(|r| r.inner.as_ref().is_some_and(|i| Arc::ptr_eq(i, &inner)))
+        .then_some(inner)
+}
+
+#[cold]
+fn lost_outcome() -> crate::Error {
+    crate::Error::usage("internal: a completed request's outcome was taken elsewhere")
+}
+
+/// Progress until every request of `reqs` has completed, without completing any
+/// (each one's [`Request::wait`] then returns at once, without a progress round). Its
+/// pending sends first offer their receivers a share of the copy ([`help_sends`]). For
+/// callers that keep their own request objects (the MPI ABI's `MPI_Waitall`); it locks
+/// the runtime once and takes a window of arrivals per progress round, as
+/// [`wait_all_results`] does.
+pub fn wait_complete<'r, 'a: 'r>(reqs: impl IntoIterator<Item = &'r Request<'a>>) {
+    // A window's ids on the stack (the common MPI_Waitall), a larger set on the heap.
+    let mut ids: smallvec::SmallVec<[ReqId; 64]> = smallvec::SmallVec::new();
+    let mut inner: Option<&Arc<Inner>> = None;
+    for r in reqs {
+        let (Some(id), Some(i)) = (r.pending_id(), r.inner.as_ref()) else {
+            continue;
+        };
+        match inner {
+            // Several runtimes (not made by this crate's API): each wait progresses.
+            Some(first) if !Arc::ptr_eq(first, i) => continue,
+            _ => inner = Some(i),
+        }
+        ids.push(id);
+    }
+    if let Some(inner) = inner {
+        // Offering help is a no-op for a receive's id.
+        inner.wait_all_then(ids.len(), |i| Some(ids[i]), ids.iter().copied(), |_| ());
+    }
+}
+
+/// Before waiting for several requests one at a time: lets
 /// every pending send among them help its receiver copy (large messages over shared
 /// memory), not only the one waited for first. Takes the runtime's lock once, and not
 /// at all when no send is pending (eager sends a transport took at once).
 pub fn help_sends<'r, 'a: 'r>(reqs: impl IntoIterator<Item = &'r Request<'a>>) {
     let mut pending = reqs
         .into_iter()
-        .filter(|r| !r.is_recv && !r.done && r.ready.is_none() && r.inner.is_some());
+        .filter(|r| !r.is_recv && r.pending_id().is_some());
     let Some(first) = pending.next() else { return };
     let Some(inner) = first.inner.as_ref() else {
         return;

@@ -32,6 +32,7 @@ fn main() {
         "probe" => probe(world),
         "usage" => usage(world),
         "split_status" => split_status(world),
+        "waitall_window" => waitall_window(world, arg(args, 2, 20)),
         "exit_at" => exit_at(world, arg(args, 2, 2), arg(args, 3, 3)),
         "panic_at" => panic_at(world, arg(args, 2, 1)),
         "hold" => hold(world, arg(args, 2, 60)),
@@ -604,6 +605,117 @@ fn split_status(w: &Communicator) -> Result<()> {
         })?;
     } else {
         w.barrier()?;
+    }
+    Ok(())
+}
+
+/// `rounds` windows of 64 messages between ranks 0 and 1 of a communicator that
+/// numbers them the other way round, each window completed by one `wait_all`: the
+/// receives are posted in one tag order and the messages sent in the reverse one (so
+/// they complete out of the order they are waited in), each rank's own sends to the
+/// other are in the same list, and in every other window one receive (index 17) is
+/// too small: `wait_all_results` reports its truncation at its index, in communicator
+/// ranks, and every other entry has its message. Then `wait_complete` followed by each
+/// request's `wait`.
+fn waitall_window(w: &Communicator, rounds: usize) -> Result<()> {
+    const WINDOW: usize = 64;
+    const SHORT: usize = 17;
+    if w.size() < 2 {
+        fail("waitall_window needs 2 ranks");
+    }
+    let key = (w.size() - w.rank()) as i32;
+    let color = (w.rank() < 2).then_some(0);
+    let Some(c) = w.split(color, key)? else {
+        return Ok(());
+    };
+    // World rank 0 is c's rank 1 and world rank 1 is c's rank 0.
+    let peer = 1 - c.rank();
+    let me = c.rank() as u64;
+    for round in 0..rounds {
+        let truncate = round % 2 == 1;
+        let out: Vec<[u64; 2]> = (0..WINDOW)
+            .map(|t| [me << 32 | round as u64, t as u64])
+            .collect();
+        let mut bufs: Vec<Vec<u64>> = (0..WINDOW)
+            .map(|t| vec![u64::MAX; if truncate && t == SHORT { 1 } else { 2 }])
+            .collect();
+        let mut reqs = Vec::with_capacity(2 * WINDOW);
+        for (t, b) in bufs.iter_mut().enumerate() {
+            reqs.push(c.irecv(b, peer, t as i32)?);
+        }
+        for t in (0..WINDOW).rev() {
+            reqs.push(c.isend(&out[t], peer, t as i32)?);
+        }
+        let results = rankwire::wait_all_results(reqs);
+        check(results.len() == 2 * WINDOW, || {
+            format!("{} results for {} requests", results.len(), 2 * WINDOW)
+        })?;
+        for (t, r) in results.iter().enumerate().take(WINDOW) {
+            match r {
+                Err(Error::Matching(MatchError::Truncated {
+                    source_rank,
+                    tag,
+                    message_bytes,
+                    buffer_bytes,
+                })) if truncate && t == SHORT => {
+                    check(
+                        *source_rank as usize == peer
+                            && *tag == t as i32
+                            && *message_bytes == 16
+                            && *buffer_bytes == 8,
+                        || format!("round {round}: truncation reported as {r:?}"),
+                    )?;
+                }
+                Ok(st) if !(truncate && t == SHORT) => {
+                    check(
+                        st.source == peer && st.tag == t as i32 && st.len_bytes == 16,
+                        || format!("round {round}: receive {t} status {st:?}"),
+                    )?;
+                    let want = [(peer as u64) << 32 | round as u64, t as u64];
+                    check(bufs[t][..] == want[..], || {
+                        format!(
+                            "round {round}: receive {t} got {:?}, want {want:?}",
+                            bufs[t]
+                        )
+                    })?;
+                }
+                other => fail(&format!("round {round}: receive {t}: {other:?}")),
+            }
+        }
+        for (k, r) in results.iter().enumerate().skip(WINDOW) {
+            let t = 2 * WINDOW - 1 - k;
+            match r {
+                Ok(st) => check(st.source == peer && st.tag == t as i32, || {
+                    format!("round {round}: send {t} status {st:?}")
+                })?,
+                Err(e) => fail(&format!("round {round}: send {t}: {e}")),
+            }
+        }
+    }
+    // wait_complete, then each wait returns at once with its own outcome.
+    let mut bufs = vec![[0u64; 2]; WINDOW];
+    let out: Vec<[u64; 2]> = (0..WINDOW).map(|t| [me, t as u64]).collect();
+    let mut reqs = Vec::new();
+    for (t, b) in bufs.iter_mut().enumerate() {
+        reqs.push(c.irecv(b, ANY_SOURCE, t as i32)?);
+    }
+    for t in (0..WINDOW).rev() {
+        reqs.push(c.isend(&out[t], peer, t as i32)?);
+    }
+    rankwire::wait_complete(&reqs);
+    check(reqs.iter().all(|r| r.is_complete()), || {
+        "wait_complete returned with a request pending".into()
+    })?;
+    for (t, r) in reqs.into_iter().enumerate().take(WINDOW) {
+        let st = r.wait()?;
+        check(st.source == peer && st.tag == t as i32, || {
+            format!("after wait_complete: receive {t} status {st:?}")
+        })?;
+    }
+    for (t, b) in bufs.iter().enumerate() {
+        check(*b == [peer as u64, t as u64], || {
+            format!("after wait_complete: receive {t} got {b:?}")
+        })?;
     }
     Ok(())
 }

@@ -109,6 +109,39 @@ impl Inner {
         }
     }
 
+    /// Wait until every request `id_at(0..n)` names has completed (`None`: nothing to
+    /// wait for at that index), then run `finish` with the engine still locked (to take
+    /// the outcomes under the same lock). The sends of `help` first offer their
+    /// receivers a share of the copy. The engine is locked once for the whole wait (let
+    /// go only to yield or sleep), and while requests remain a progress round takes a
+    /// window of arrivals instead of stopping at the first completion
+    /// ([`Engine::want_completions`]): one round per window, not per message.
+    pub(crate) fn wait_all_then<T>(
+        &self,
+        n: usize,
+        id_at: impl Fn(usize) -> Option<ReqId>,
+        help: impl Iterator<Item = ReqId>,
+        finish: impl FnOnce(&mut Engine) -> T,
+    ) -> T {
+        let mut e = self.lock();
+        for id in help {
+            e.proto.help(id);
+        }
+        let mut next = 0;
+        let mut finish = Some(finish);
+        self.wait_with(e, |e| {
+            while next < n && id_at(next).is_none_or(|id| e.proto.is_done(id)) {
+                next += 1;
+            }
+            if next < n {
+                e.want_completions(n - next);
+                return None;
+            }
+            e.want_completions(1);
+            finish.take().map(|f| f(e))
+        })
+    }
+
     /// Wait until one of `ids` (tagged with the caller's index) completes; returns its
     /// index and outcome.
     pub(crate) fn wait_any_request(&self, ids: &[(usize, ReqId)]) -> (usize, Result<Status>) {
