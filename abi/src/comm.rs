@@ -599,7 +599,8 @@ pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_in
 }
 
 /// `MPI_Error_string`: the class name and, when this process raised an error of that
-/// class, rankwire's message (layer, numbers, fix).
+/// class, rankwire's message (layer, numbers, fix); for a value that is no error code
+/// (outside 0..=`MPI_LASTUSEDCODE`), a string saying so.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Error_string(
     errorcode: c_int,

@@ -335,6 +335,12 @@ pub fn describe(code: c_int) -> String {
     if user {
         return String::new();
     }
+    let last = LASTUSED.load(std::sync::atomic::Ordering::Relaxed);
+    if !(0..=last).contains(&code) {
+        // Not a code this library hands out (a typo, an uninitialized variable, another
+        // MPI's value): say so rather than name a class.
+        return format!("{code} is not an MPI error code (codes are 0..={last})");
+    }
     let class = class_of(code);
     match last_message(class) {
         Some(m) if code == class => format!("{}: {m}", class_name(class)),

@@ -216,6 +216,12 @@ int main(int argc, char **argv) {
         int c2 = -1;
         OK(MPI_Error_class(code, &c2));
         CHECK(c2 == cls, "class of the new code");
+        /* A value that is no error code gets a string that says so. */
+        OK(MPI_Error_string(code + 1000, s, &len));
+        CHECK(len > 0 && strstr(s, "is not an MPI error code") != NULL,
+              "string of an unknown code: '%s'", s);
+        OK(MPI_Error_string(-5, s, &len));
+        CHECK(strstr(s, "is not an MPI error code") != NULL, "string of -5: '%s'", s);
     }
 
     /* Info_create_env; null handle names; Pcontrol. */
