@@ -89,6 +89,11 @@ fn start_send(
     let keep: crate::request::Keep = if b.packed.is_some() {
         vec![Box::new(b)]
     } else {
+        // A send the transport took at once (the common eager send) is done: its
+        // wait needs no runtime call.
+        if let Some(st) = req.completed_at_post() {
+            return Ok(Started::plain(Active::Ready(st)));
+        }
         Vec::new()
     };
     Ok(Started {

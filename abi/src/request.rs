@@ -663,7 +663,8 @@ unsafe fn waitall_impl(
     {
         let mut t = table();
         let mut comm_set = false;
-        for (i, &h) in arr.iter().enumerate() {
+        for (i, hp) in arr.iter_mut().enumerate() {
+            let h = *hp;
             // SAFETY (both writes below): the status array has `count` entries (or
             // is ignored).
             let empty = || unsafe {
@@ -687,6 +688,25 @@ unsafe fn waitall_impl(
                     if !comm_set {
                         *ec = s.comm;
                         comm_set = true;
+                    }
+                    // Done when it was posted (an eager send, MPI_PROC_NULL, a
+                    // withdrawn receive) with nothing to run at completion: complete
+                    // and retire it here, under this lock, without moving it out.
+                    if let Some(Started {
+                        active: Active::Ready(st),
+                        finish: None,
+                        keep,
+                    }) = &s.op
+                        && keep.is_empty()
+                    {
+                        let st = *st;
+                        s.op = None;
+                        let cancelled = retire(&mut t, hp);
+                        // SAFETY: the status array has `count` entries (or is ignored).
+                        unsafe {
+                            write_status(status_at(statuses, i), &st, cancelled, MPI_SUCCESS)
+                        };
+                        continue;
                     }
                     match s.op.take() {
                         Some(op) => {
