@@ -48,6 +48,11 @@ fn wait_all_over_a_window_completing_out_of_order_with_a_truncation() {
 }
 
 #[test]
+fn waiting_for_a_cancelled_receive_is_an_error_not_a_hang() {
+    run_ok(2, &["cancelled_wait"]);
+}
+
+#[test]
 fn truncation_is_an_error_and_corrupts_nothing_b001() {
     run_ok(2, &["truncation"]);
 }

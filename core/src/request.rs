@@ -109,6 +109,9 @@ impl<'a> Request<'a> {
         if let Some(r) = self.take_ready() {
             return r;
         }
+        if self.done {
+            return Err(finished_request());
+        }
         // Waiting for a large send: offer the receiver a share of the copy.
         let r = if self.is_recv {
             self.runtime().wait_request_quietly(self.id)
@@ -128,6 +131,9 @@ impl<'a> Request<'a> {
     pub fn test(mut self) -> std::result::Result<Result<Status>, Self> {
         if let Some(r) = self.take_ready() {
             return Ok(r);
+        }
+        if self.done {
+            return Ok(Err(finished_request()));
         }
         let r = self.runtime().test_request(self.id);
         match r {
@@ -177,7 +183,7 @@ impl<'a> Request<'a> {
 
     /// Whether the operation has completed (without consuming the request).
     pub fn is_complete(&self) -> bool {
-        if self.ready.is_some() {
+        if self.ready.is_some() || self.done {
             return true;
         }
         self.runtime().requests_done(std::iter::once(self.id))
@@ -257,9 +263,7 @@ pub fn wait_all_results(mut reqs: Vec<Request<'_>>) -> Vec<Result<Status>> {
                 let outcome = outcome.unwrap_or_else(|| Err(lost_outcome()));
                 r.localize(outcome)
             }
-            None => r
-                .take_ready()
-                .unwrap_or_else(|| Err(crate::Error::usage("request completed twice"))),
+            None => r.take_ready().unwrap_or_else(|| Err(finished_request())),
         })
         .collect()
 }
@@ -273,6 +277,16 @@ fn common_runtime(reqs: &[Request<'_>]) -> Option<Arc<Inner>> {
     pending
         .all(|r| r.inner.as_ref().is_some_and(|i| Arc::ptr_eq(i, &inner)))
         .then_some(inner)
+}
+
+/// The outcome of waiting for or testing a request that is finished already: a
+/// receive withdrawn by [`Request::cancel`] (whose request must then be dropped).
+#[cold]
+fn finished_request() -> crate::Error {
+    crate::Error::usage(
+        "this request is finished already (a receive withdrawn by Request::cancel): nothing \
+         was received into its buffer; fix: drop a cancelled request instead of waiting for it",
+    )
 }
 
 #[cold]
@@ -329,10 +343,11 @@ pub fn wait_any<'a>(reqs: &mut [Option<Request<'a>>]) -> Option<(usize, Result<S
     reqs.iter().flatten().next()?;
     if let Some(i) = reqs
         .iter()
-        .position(|r| r.as_ref().is_some_and(|r| r.ready.is_some()))
+        .position(|r| r.as_ref().is_some_and(|r| r.pending_id().is_none()))
         && let Some(mut req) = reqs[i].take()
-        && let Some(r) = req.take_ready()
     {
+        // Completed as it started, or finished already (a cancelled receive).
+        let r = req.take_ready().unwrap_or_else(|| Err(finished_request()));
         return Some((i, r));
     }
     // None is ready, so every one left has its runtime.
@@ -357,12 +372,12 @@ pub fn wait_any<'a>(reqs: &mut [Option<Request<'a>>]) -> Option<(usize, Result<S
 /// result in order and empties the vector; otherwise leaves it untouched and returns
 /// `None`.
 pub fn test_all(reqs: &mut Vec<Request<'_>>) -> Option<Vec<Result<Status>>> {
-    let Some(first) = reqs.iter().find(|r| r.ready.is_none()) else {
+    let Some(first) = reqs.iter().find(|r| r.pending_id().is_some()) else {
         return Some(reqs.drain(..).map(Request::wait).collect());
     };
     let all = first
         .runtime()
-        .requests_done(reqs.iter().filter(|r| r.ready.is_none()).map(|r| r.id));
+        .requests_done(reqs.iter().filter_map(|r| r.pending_id()));
     if !all {
         return None;
     }

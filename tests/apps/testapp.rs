@@ -33,6 +33,7 @@ fn main() {
         "usage" => usage(world),
         "split_status" => split_status(world),
         "waitall_window" => waitall_window(world, arg(args, 2, 20)),
+        "cancelled_wait" => cancelled_wait(world),
         "exit_at" => exit_at(world, arg(args, 2, 2), arg(args, 3, 3)),
         "panic_at" => panic_at(world, arg(args, 2, 1)),
         "hold" => hold(world, arg(args, 2, 60)),
@@ -716,6 +717,63 @@ fn waitall_window(w: &Communicator, rounds: usize) -> Result<()> {
         check(*b == [peer as u64, t as u64], || {
             format!("after wait_complete: receive {t} got {b:?}")
         })?;
+    }
+    Ok(())
+}
+
+/// Waiting for or testing a receive that `cancel` withdrew returns a usage error at
+/// once, through every completion call (it used to wait forever for the freed request),
+/// and the other requests of the same call complete as usual.
+fn cancelled_wait(w: &Communicator) -> Result<()> {
+    let me = w.rank();
+    let is_finished = |r: &Result<rankwire::Status>| matches!(r, Err(Error::Usage(m)) if m.contains("finished already"));
+    let mut b = [0u8; 4];
+    let mut r = w.irecv(&mut b, me, 99)?;
+    check(r.cancel(), || "cancel of an unmatched receive".into())?;
+    check(r.is_complete(), || "a cancelled request is complete".into())?;
+    let out = r.wait();
+    check(is_finished(&out), || {
+        format!("wait of a cancelled receive: {out:?}")
+    })?;
+
+    let mut b = [0u8; 4];
+    let mut r = w.irecv(&mut b, me, 99)?;
+    r.cancel();
+    match r.test() {
+        Ok(out) => check(is_finished(&out), || format!("test: {out:?}"))?,
+        Err(_) => fail("test of a cancelled receive left it pending"),
+    }
+
+    let (mut b1, mut b2) = ([0u8; 4], [0u8; 4]);
+    let mut c = w.irecv(&mut b1, me, 99)?;
+    c.cancel();
+    let ok = w.irecv(&mut b2, me, 7)?;
+    let s = w.isend(&[5u8; 4], me, 7)?;
+    let res = rankwire::wait_all_results(vec![c, ok, s]);
+    check(
+        is_finished(&res[0]) && res[1].is_ok() && res[2].is_ok(),
+        || format!("wait_all_results with a cancelled receive: {res:?}"),
+    )?;
+    check(b2 == [5u8; 4], || format!("the other receive got {b2:?}"))?;
+
+    let mut b = [0u8; 4];
+    let mut c = w.irecv(&mut b, me, 99)?;
+    c.cancel();
+    let mut set = vec![Some(c)];
+    match rankwire::wait_any(&mut set) {
+        Some((0, out)) => check(is_finished(&out), || format!("wait_any: {out:?}"))?,
+        other => fail(&format!("wait_any of a cancelled receive: {other:?}")),
+    }
+
+    let mut b = [0u8; 4];
+    let mut c = w.irecv(&mut b, me, 99)?;
+    c.cancel();
+    let mut v = vec![c];
+    match rankwire::test_all(&mut v) {
+        Some(res) => check(res.len() == 1 && is_finished(&res[0]), || {
+            format!("test_all: {res:?}")
+        })?,
+        None => fail("test_all of a cancelled receive is never done"),
     }
     Ok(())
 }

@@ -134,6 +134,12 @@ impl Inner {
                 next += 1;
             }
             if next < n {
+                // The first one still pending is offered help again each round, as a
+                // wait for it alone does (a send that was not waiting for its receiver
+                // yet at the start may be now; a no-op for a receive).
+                if let Some(id) = id_at(next) {
+                    e.proto.help(id);
+                }
                 e.want_completions(n - next);
                 return None;
             }
