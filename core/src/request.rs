@@ -147,7 +147,8 @@ impl<'a> Request<'a> {
 
     /// Withdraw a receive that has not matched a message yet (MPI_Cancel on a receive,
     /// MPI 4.1 §3.8.4). Returns `true` when it was withdrawn: nothing was or will be
-    /// written to its buffer and the request is finished (drop it). Returns `false` for
+    /// written to its buffer and the request is finished (drop it; waiting for or
+    /// testing it returns [`crate::Error::Usage`] at once). Returns `false` for
     /// a send (sends cannot be cancelled here) or a receive that already matched: the
     /// request must then be completed as usual.
     pub fn cancel(&mut self) -> bool {
