@@ -631,7 +631,8 @@ thread_local! {
 /// until every point-to-point operation among them is complete
 /// ([`rankwire::wait_complete`]: pending sends offered to help their receivers, a
 /// window of arrivals per progress round), the operations are completed one by one,
-/// and the requests are retired under one lock again. Errors go to the handler of the first request's communicator.
+/// and the requests are retired under one lock again. Errors go to the handler of the
+/// first request's communicator.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Waitall(
     count: c_int,

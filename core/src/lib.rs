@@ -95,7 +95,5 @@ pub use protocol::Status;
 /// `cuda` feature, otherwise every call reports that GPU support is not built.
 pub use rankwire_gpu as gpu;
 pub use rankwire_transports::settings;
-pub use request::{
-    Request, help_sends, test_all, wait_all, wait_all_results, wait_any, wait_complete,
-};
+pub use request::{Request, test_all, wait_all, wait_all_results, wait_any, wait_complete};
 pub use universe::{Universe, init};

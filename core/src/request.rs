@@ -233,7 +233,8 @@ pub fn wait_all(mut reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
 /// MPI_ERR_IN_STATUS).
 ///
 /// The runtime is locked once for the whole wait and once more never: every pending
-/// send first offers its receiver a share of the copy (as [`help_sends`]), progress
+/// send first offers its receiver a share of the copy (large messages over shared
+/// memory), progress
 /// rounds take a window of arrivals each (not one round per message), and the outcomes
 /// are taken under the same lock.
 pub fn wait_all_results(mut reqs: Vec<Request<'_>>) -> Vec<Result<Status>> {
@@ -297,7 +298,7 @@ fn lost_outcome() -> crate::Error {
 
 /// Progress until every request of `reqs` has completed, without completing any
 /// (each one's [`Request::wait`] then returns at once, without a progress round). Its
-/// pending sends first offer their receivers a share of the copy ([`help_sends`]). For
+/// pending sends first offer their receivers a share of the copy. For
 /// callers that keep their own request objects (the MPI ABI's `MPI_Waitall`); it locks
 /// the runtime once and takes a window of arrivals per progress round, as
 /// [`wait_all_results`] does.
@@ -320,21 +321,6 @@ pub fn wait_complete<'r, 'a: 'r>(reqs: impl IntoIterator<Item = &'r Request<'a>>
         // Offering help is a no-op for a receive's id.
         inner.wait_all_then(ids.len(), |i| Some(ids[i]), ids.iter().copied(), |_| ());
     }
-}
-
-/// Before waiting for several requests one at a time: lets
-/// every pending send among them help its receiver copy (large messages over shared
-/// memory), not only the one waited for first. Takes the runtime's lock once, and not
-/// at all when no send is pending (eager sends a transport took at once).
-pub fn help_sends<'r, 'a: 'r>(reqs: impl IntoIterator<Item = &'r Request<'a>>) {
-    let mut pending = reqs
-        .into_iter()
-        .filter(|r| !r.is_recv && r.pending_id().is_some());
-    let Some(first) = pending.next() else { return };
-    let Some(inner) = first.inner.as_ref() else {
-        return;
-    };
-    inner.help_sends(std::iter::once(first.id).chain(pending.map(|r| r.id)));
 }
 
 /// Wait until one of the requests completes (MPI_Waitany). Completed slots become

@@ -100,15 +100,6 @@ impl Inner {
         ids.all(|id| e.proto.is_done(id))
     }
 
-    /// Let every send of `ids` offer its receiver a share of the copy now (before
-    /// waiting for them one by one).
-    pub(crate) fn help_sends(&self, ids: impl Iterator<Item = ReqId>) {
-        let mut e = self.lock();
-        for id in ids {
-            e.proto.help(id);
-        }
-    }
-
     /// Wait until every request `id_at(0..n)` names has completed (`None`: nothing to
     /// wait for at that index), then run `finish` with the engine still locked (to take
     /// the outcomes under the same lock). The sends of `help` first offer their
