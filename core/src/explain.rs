@@ -5,5 +5,9 @@
 //! module keeps the public paths (`rankwire::explain::*`).
 
 pub use crate::select::{EXPLAIN_ENV, REQUIRABLE, REQUIRE_ENV, Row, render};
+/// The shared-memory transport's settings: [`ShmConfig::ring_bytes_for`] and
+/// [`ShmConfig::node_bytes`] say how much of `/dev/shm` a node with `n` ranks takes
+/// (`rwrun --doctor` relates it to the free space).
+pub use rankwire_transports::ShmConfig;
 
 pub(crate) use crate::select::Paths;

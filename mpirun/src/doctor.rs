@@ -64,7 +64,7 @@ pub(crate) fn all_checks(root: &Path, local_ranks: Option<u32>) -> Vec<Check> {
     v.push(pcie_distance(root));
     v.push(peermem(root, found));
     v.push(memlock(found));
-    v.push(dev_shm());
+    v.push(dev_shm(local_ranks));
     v.push(ptrace_scope(root));
     v.push(iommu(root));
     v.push(hugepages(root));
@@ -646,7 +646,7 @@ fn memlock(found: Found) -> Check {
     )
 }
 
-fn dev_shm() -> Check {
+fn dev_shm(local_ranks: Option<u32>) -> Check {
     // SAFETY: statvfs(3) on a NUL-terminated path into a zeroed struct.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut s) } != 0 {
@@ -659,20 +659,92 @@ fn dev_shm() -> Check {
     }
     let total = s.f_blocks as u64 * s.f_frsize as u64;
     let free = s.f_bavail as u64 * s.f_frsize as u64;
+    // An invalid RANKWIRE_SHM_RING_BYTES is reported by the settings check; size with
+    // the default then.
+    let cfg = rankwire::explain::ShmConfig::from_env().unwrap_or_default();
+    let (detail, level) = shm_fit(&cfg, total, free, local_ranks);
+    check(
+        level,
+        "/dev/shm",
+        detail,
+        (level != Level::Pass).then_some("each rank's segment holds one ring per other rank of its node (RANKWIRE_SHM_RING_BYTES; unset, about 4 MiB per rank up to 256 ranks per node); enlarge /dev/shm (docker --shm-size=8g), run fewer ranks per node, or remove stale rankwire-* files"),
+    )
+}
+
+/// The `/dev/shm` verdict: sizes, how many ranks per node fit in `free` bytes, and what
+/// `local_ranks` (when planned) would take.
+fn shm_fit(
+    cfg: &rankwire::explain::ShmConfig,
+    total: u64,
+    free: u64,
+    local_ranks: Option<u32>,
+) -> (String, Level) {
     let mib = |b: u64| b >> 20;
-    let level = if free < (64 << 20) {
+    // The node's footprint grows with the rank count: the largest count that fits.
+    let fits = (2..=4096usize)
+        .take_while(|&n| cfg.node_bytes(n) <= free)
+        .last()
+        .unwrap_or(1);
+    let mut detail = format!(
+        "{} MiB total, {} MiB free: room for the rings of {}{fits} ranks per node",
+        mib(total),
+        mib(free),
+        if fits == 4096 { "at least " } else { "" },
+    );
+    let mut level = if free < (64 << 20) {
         Level::Fail
     } else if total < (1 << 30) {
         Level::Warn
     } else {
         Level::Pass
     };
-    check(
-        level,
-        "/dev/shm",
-        format!("{} MiB total, {} MiB free", mib(total), mib(free)),
-        (level != Level::Pass).then_some("each pair of ranks on a node needs 2 rings (RANKWIRE_SHM_RING_BYTES, default 1 MiB); enlarge it (docker --shm-size=8g) or remove stale rankwire-* files"),
-    )
+    if let Some(n) = local_ranks.filter(|&n| n >= 2) {
+        let need = cfg.node_bytes(n as usize);
+        detail += &format!(
+            "; {n} ranks need {} MiB (rings of {} KiB)",
+            mib(need).max(1),
+            cfg.ring_bytes_for(n as usize) >> 10
+        );
+        if need > free {
+            level = Level::Fail;
+        }
+    }
+    (detail, level)
+}
+
+#[cfg(test)]
+mod shm_fit_tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_relates_free_space_to_the_planned_ranks() {
+        let cfg = rankwire::explain::ShmConfig::default();
+        let g = 1u64 << 30;
+        // 128 ranks take about 537 MB with the derived ring size.
+        let (d, l) = shm_fit(&cfg, 8 * g, 8 * g, Some(128));
+        assert_eq!(l, Level::Pass, "{d}");
+        assert!(
+            d.contains("128 ranks need 512 MiB (rings of 32 KiB)"),
+            "{d}"
+        );
+        // 512 ranks take 4.4 GB: more than 2 GiB free.
+        let (d, l) = shm_fit(&cfg, 2 * g, 2 * g, Some(512));
+        assert_eq!(l, Level::Fail, "{d}");
+        let fits: usize = d
+            .split("room for the rings of ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap();
+        assert!(
+            cfg.node_bytes(fits) <= 2 * g && cfg.node_bytes(fits + 1) > 2 * g,
+            "{d}"
+        );
+        // Nothing planned: no rank count in the verdict.
+        let (d, l) = shm_fit(&cfg, 8 * g, 8 * g, None);
+        assert_eq!(l, Level::Pass);
+        assert!(!d.contains("ranks need"), "{d}");
+    }
 }
 
 fn ptrace_scope(root: &Path) -> Check {

@@ -49,6 +49,7 @@ fn main() {
         "soak" => soak(world, common::arg(args, 2, 10_000)),
         "reuse" => reuse(world),
         "exhaust" => exhaust(world),
+        "scale" => scale(world),
         other => fail(&format!("unknown scenario {other:?}")),
     });
 }
@@ -971,4 +972,36 @@ fn exhaust(w: &Communicator) -> Result<()> {
     drop(again);
     expect("ids taken at the end", &w.context_stats().0, &1)?;
     w.barrier()
+}
+
+/// Issue 21: what a job of many ranks on one node does first. An allreduce of the ranks,
+/// a ring that passes 64 KiB (rendezvous at every derived ring size) and 8 bytes (eager)
+/// to the next rank, a small alltoall (every pair talks) and a barrier, each checked.
+fn scale(world: &Communicator) -> Result<()> {
+    let (me, n) = (world.rank(), world.size());
+    let mut sum = [0u64];
+    world.allreduce(&[me as u64 + 1], &mut sum, Op::Sum)?;
+    expect(
+        "allreduce of rank + 1",
+        &sum[0],
+        &((n * (n + 1) / 2) as u64),
+    )?;
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    for len in [64 << 10, 1] {
+        let out: Vec<u64> = (0..len).map(|i| (me * 1_000_003 + i) as u64).collect();
+        let mut got = vec![0u64; len];
+        world.sendrecv(&out, next, 7, &mut got, prev, 7)?;
+        let want: Vec<u64> = (0..len).map(|i| (prev * 1_000_003 + i) as u64).collect();
+        if got != want {
+            fail(&format!(
+                "ring of {len} elements: wrong data from rank {prev}"
+            ));
+        }
+    }
+    let send: Vec<u32> = (0..n).map(|j| (me * n + j) as u32).collect();
+    let mut recv = vec![0u32; n];
+    world.alltoall(&send, &mut recv)?;
+    let want: Vec<u32> = (0..n).map(|j| (j * n + me) as u32).collect();
+    expect("alltoall", &recv, &want)?;
+    world.barrier()
 }

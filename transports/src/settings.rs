@@ -286,13 +286,13 @@ pub static SETTINGS: &[Setting] = &[
     // Shared memory and single copy.
     rank(
         "RANKWIRE_SHM_RING_BYTES",
-        "1M",
+        "from the local rank count (1M up to 4 ranks, 32K at 128, 16K above 128)",
         "a byte count from 16K to 1G (suffix K, M or G optional)",
         Check::Bytes {
             min: 16 << 10,
             max: G,
         },
-        "bytes of each inbound shared-memory ring (rounded up to a power of two)",
+        "bytes of each inbound shared-memory ring (rounded up to a power of two); unset, a rank's rings take about 4 MiB in all",
     ),
     rank(
         "RANKWIRE_CMA",
@@ -970,10 +970,12 @@ mod tests {
     fn defaults_match_the_transports() {
         let d = |n: &str| find(n).unwrap().default;
         let shm = crate::ShmConfig::default();
-        assert_eq!(
-            parse_bytes(d("RANKWIRE_SHM_RING_BYTES")),
-            Some(shm.ring_bytes as u64)
-        );
+        assert_eq!(shm.ring_bytes, None);
+        let stated = d("RANKWIRE_SHM_RING_BYTES");
+        for (n, b) in [(4, "1M"), (128, "32K"), (129, "16K")] {
+            assert!(stated.contains(b), "{stated}");
+            assert_eq!(parse_bytes(b), Some(shm.ring_bytes_for(n) as u64), "{n}");
+        }
         let tcp = crate::TcpConfig::default();
         assert_eq!(
             parse_duration(d("RANKWIRE_CONNECT_TIMEOUT")),

@@ -115,7 +115,7 @@ fn job(tag: &str) -> String {
 
 fn ring_cfg(ring_bytes: usize) -> ShmConfig {
     ShmConfig {
-        ring_bytes,
+        ring_bytes: Some(ring_bytes),
         ..ShmConfig::default()
     }
 }
@@ -331,6 +331,51 @@ fn shm_caps_reach_and_no_segment_left_after_setup() {
         assert!(l.is_empty(), "left in /dev/shm after setup: {l:?}");
     }
     assert!(leftovers(&job).is_empty());
+}
+
+/// Issue 21: with the ring size left unset, 40 ranks on a node get 64 KiB rings (39 × (64
+/// KiB + 256) ≤ 4 MiB < 39 × (128 KiB + 256)), the frame limit follows, and a message
+/// around the ring goes through.
+#[test]
+fn shm_ring_size_follows_the_local_rank_count() {
+    let job = job("auto");
+    const N: u32 = 40;
+    run_ranks(
+        N,
+        &job,
+        |_| ShmConfig::default(),
+        |_| None,
+        |me, ex, t| {
+            let mut t = t.unwrap();
+            assert_eq!(t.ring_bytes(), 64 << 10, "rank {me}");
+            assert_eq!(max_payload(&t), 16 << 10, "rank {me}");
+            // Each rank sends 8 frames of the frame limit to the next: twice the ring.
+            let next = (me + 1) % N;
+            let prev = (me + N - 1) % N;
+            let mut sink = Vec::new();
+            for k in 0..8 {
+                let p = pattern(me, next, k, 16 << 10);
+                send_blocking(&mut t, next, &header(me, next, k), &p, &mut sink, "auto");
+            }
+            pump_until(&mut t, &mut sink, Duration::from_secs(60), "auto", |s| {
+                s.len() >= 8
+            });
+            for (k, e) in sink.drain(..).enumerate() {
+                match e {
+                    Event::Recv {
+                        peer,
+                        header: h,
+                        payload,
+                    } => {
+                        assert_eq!((peer, h), (prev, header(prev, me, k)), "rank {me}");
+                        assert!(payload == pattern(prev, me, k, 16 << 10), "content");
+                    }
+                    other => panic!("rank {me}: unexpected {}", short(&other)),
+                }
+            }
+            finalize(ex, t);
+        },
+    );
 }
 
 #[test]
@@ -908,7 +953,7 @@ fn raw_rank1(ex: &mut Ex, job: &str, garbage: &[u8; 16]) {
     const RING: usize = 16 << 10;
     let name = format!("/rankwire-{job}-1-shm");
     let cname = std::ffi::CString::new(name.clone()).unwrap();
-    let total = 4096 + (256 + RING).next_multiple_of(4096);
+    let total = 4096 + (256 + RING).next_multiple_of(128);
     // SAFETY (test): plain libc calls on a fresh shared-memory object we own.
     let mine = unsafe {
         let fd = libc::shm_open(
@@ -944,10 +989,7 @@ fn raw_rank1(ex: &mut Ex, job: &str, garbage: &[u8; 16]) {
     u32_at(mine, 20).store(1, Ordering::Relaxed); // one slot
     u64_at(mine, 24).store(RING as u64, Ordering::Relaxed);
     u64_at(mine, 32).store(4096, Ordering::Relaxed); // rings offset
-    u64_at(mine, 40).store(
-        (256 + RING).next_multiple_of(4096) as u64,
-        Ordering::Relaxed,
-    );
+    u64_at(mine, 40).store((256 + RING).next_multiple_of(128) as u64, Ordering::Relaxed);
     u32_at(mine, 192).store(0, Ordering::Relaxed); // slot 0: rank 0
     u64_at(mine, 0).store(u64::from_le_bytes(*b"RWSHMv02"), Ordering::Release);
     ex.put("shm-pid-1", std::process::id().to_string().as_bytes())
@@ -1080,7 +1122,7 @@ fn shm_a_sender_blocked_on_a_full_ring_is_woken_when_space_frees() {
         2,
         &job,
         |_| ShmConfig {
-            ring_bytes: 16 << 10,
+            ring_bytes: Some(16 << 10),
             liveness_interval: Duration::from_secs(30),
         },
         |_| None,
@@ -1133,7 +1175,7 @@ fn shm_eight_ranks_pass_a_token_sleeping_without_lost_wakeups() {
         N,
         &job,
         |_| ShmConfig {
-            ring_bytes: 16 << 10,
+            ring_bytes: Some(16 << 10),
             liveness_interval: Duration::from_secs(30),
         },
         |_| None,

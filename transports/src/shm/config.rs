@@ -7,8 +7,14 @@ use std::time::Duration;
 /// number or with a binary suffix (`K`, `KiB`, `M`, `MiB`, `G`, `GiB`; case-insensitive).
 pub const ENV_RING_BYTES: &str = "RANKWIRE_SHM_RING_BYTES";
 
-/// Default bytes of one ring: 1 MiB.
+/// Largest ring the derived size picks, in bytes: 1 MiB (the size of every ring before
+/// the size was derived from the local rank count).
 pub const DEFAULT_RING_BYTES: usize = 1 << 20;
+/// Ring bytes (data and control blocks) of one rank's segment that the derived ring size
+/// aims at: 4 MiB. With `n` local ranks a segment holds `n - 1` rings, so the node's
+/// shared memory is about `n × 4 MiB`, linear in `n`, as long as the rings stay above
+/// [`MIN_RING_BYTES`] (up to 256 local ranks); see [`ShmConfig::ring_bytes_for`].
+pub const SEGMENT_BUDGET_BYTES: usize = 4 << 20;
 /// Smallest ring, in bytes (its largest frame payload is then 4 KiB; a frame record of a
 /// full [`crate::MAX_HEADER_BYTES`] header and that payload still fits).
 pub const MIN_RING_BYTES: usize = 16 << 10;
@@ -20,11 +26,13 @@ pub const MAX_RING_BYTES: usize = 1 << 30;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShmConfig {
     /// Bytes of each inbound ring this rank offers (one ring per local peer, in this
-    /// rank's segment). Rounded up to a power of two and clamped to
-    /// [`MIN_RING_BYTES`]..=[`MAX_RING_BYTES`] ([`ShmConfig::effective_ring_bytes`]).
+    /// rank's segment). `None` (the default): derived from the number of ranks on the
+    /// node, so that the node's shared memory grows linearly with it
+    /// ([`ShmConfig::ring_bytes_for`]). `Some(b)`: `b` rounded up to a power of two and
+    /// clamped to [`MIN_RING_BYTES`]..=[`MAX_RING_BYTES`], whatever the rank count.
     /// The largest frame payload is a quarter of the smallest ring of the node.
-    /// Default [`DEFAULT_RING_BYTES`]. Env: `RANKWIRE_SHM_RING_BYTES`.
-    pub ring_bytes: usize,
+    /// Env: `RANKWIRE_SHM_RING_BYTES`.
+    pub ring_bytes: Option<usize>,
     /// How often `poll` checks that local peers are still alive (at most once per this
     /// interval; the check is one `poll(2)` over the peers' pidfds). Default 100 ms.
     pub liveness_interval: Duration,
@@ -33,7 +41,7 @@ pub struct ShmConfig {
 impl Default for ShmConfig {
     fn default() -> Self {
         ShmConfig {
-            ring_bytes: DEFAULT_RING_BYTES,
+            ring_bytes: None,
             liveness_interval: Duration::from_millis(100),
         }
     }
@@ -59,34 +67,73 @@ impl ShmConfig {
     ) -> Result<Self, ConfigError> {
         let mut cfg = ShmConfig::default();
         if let Some(v) = lookup(ENV_RING_BYTES).filter(|v| !v.trim().is_empty()) {
-            cfg.ring_bytes = parse_bytes(&v)
-                .filter(|b| (MIN_RING_BYTES..=MAX_RING_BYTES).contains(b))
-                .ok_or(ConfigError {
-                    var: ENV_RING_BYTES,
-                    value: v,
-                    expected: "a byte count from 16K to 1G (suffix K, M or G optional)",
-                })?;
+            cfg.ring_bytes = Some(
+                parse_bytes(&v)
+                    .filter(|b| (MIN_RING_BYTES..=MAX_RING_BYTES).contains(b))
+                    .ok_or(ConfigError {
+                        var: ENV_RING_BYTES,
+                        value: v,
+                        expected: "a byte count from 16K to 1G (suffix K, M or G optional)",
+                    })?,
+            );
         }
         Ok(cfg)
     }
 
-    /// The ring size actually used: `ring_bytes` rounded up to a power of two, clamped
-    /// to [`MIN_RING_BYTES`]..=[`MAX_RING_BYTES`].
-    pub fn effective_ring_bytes(&self) -> usize {
-        self.ring_bytes
-            .clamp(MIN_RING_BYTES, MAX_RING_BYTES)
-            .next_power_of_two()
+    /// Bytes of each inbound ring of a rank whose node runs `local_ranks` ranks of the
+    /// job (itself included).
+    ///
+    /// - [`ShmConfig::ring_bytes`] set: that size, rounded up to a power of two and
+    ///   clamped to [`MIN_RING_BYTES`]..=[`MAX_RING_BYTES`].
+    /// - Unset: the largest power of two `r` with `(local_ranks - 1) × (r + 256)` ≤
+    ///   [`SEGMENT_BUDGET_BYTES`] (256 bytes: a ring's control block), clamped to
+    ///   [`MIN_RING_BYTES`]..=[`DEFAULT_RING_BYTES`]. With 4 MiB that is 1 MiB up to 4
+    ///   local ranks, 512 KiB up to 8, 128 KiB up to 32 (the eager limit, a quarter of
+    ///   the ring up to 32 KiB, is unchanged so far), 32 KiB at 128 and 16 KiB from 129
+    ///   on. The node's rings then take `local_ranks × (local_ranks - 1) × (r + 256)`
+    ///   bytes: about 537 MB at 128 ranks, 1.09 GB at 256 and 4.4 GB at 512 (from 257
+    ///   local ranks on, the 16 KiB floor makes it grow as the square again).
+    ///
+    /// The idea of sizing per-pair buffers from the local rank count is the one of
+    /// Open MPI's vader BTL (its fast boxes are limited to the first peers); the budget
+    /// is ours, chosen for "/dev/shm at 128 ranks ≤ 1 GiB" (issue 21).
+    pub fn ring_bytes_for(&self, local_ranks: usize) -> usize {
+        if let Some(b) = self.ring_bytes {
+            return b.clamp(MIN_RING_BYTES, MAX_RING_BYTES).next_power_of_two();
+        }
+        let peers = local_ranks.saturating_sub(1).max(1);
+        let per_ring = (SEGMENT_BUDGET_BYTES / peers).saturating_sub(super::ring::CTRL_BYTES);
+        // largest power of two <= per_ring (0 stays below the floor)
+        let pow2 = if per_ring == 0 {
+            0
+        } else {
+            1usize << (usize::BITS - 1 - per_ring.leading_zeros())
+        };
+        pow2.clamp(MIN_RING_BYTES, DEFAULT_RING_BYTES)
+    }
+
+    /// Bytes of shared memory the rings of a node with `local_ranks` ranks take in all
+    /// (every rank's segment: one page of header plus `local_ranks - 1` rings of
+    /// [`ShmConfig::ring_bytes_for`] and their 256-byte control blocks). 0 for one rank.
+    pub fn node_bytes(&self, local_ranks: usize) -> u64 {
+        if local_ranks < 2 {
+            return 0;
+        }
+        let peers = local_ranks - 1;
+        super::segment::Layout::new(peers, self.ring_bytes_for(local_ranks))
+            .map(|l| l.total as u64)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(local_ranks as u64)
     }
 }
 
 impl fmt::Display for ShmConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "ring {} bytes, liveness every {:?}",
-            self.effective_ring_bytes(),
-            self.liveness_interval
-        )
+        match self.ring_bytes {
+            Some(_) => write!(f, "ring {} bytes", self.ring_bytes_for(2))?,
+            None => write!(f, "ring size from the local rank count")?,
+        }
+        write!(f, ", liveness every {:?}", self.liveness_interval)
     }
 }
 
@@ -113,7 +160,7 @@ mod tests {
     #[test]
     fn env_overrides_and_rejects() {
         let cfg = ShmConfig::from_lookup(|_| Some("256K".into())).unwrap();
-        assert_eq!(cfg.ring_bytes, 256 << 10);
+        assert_eq!(cfg.ring_bytes, Some(256 << 10));
         let cfg = ShmConfig::from_lookup(|_| Some("  ".into())).unwrap();
         assert_eq!(cfg, ShmConfig::default());
         let err = ShmConfig::from_lookup(|_| Some("1K".into())).unwrap_err();
@@ -122,17 +169,49 @@ mod tests {
     }
 
     #[test]
-    fn effective_size_is_a_clamped_power_of_two() {
-        let eff = |b| {
+    fn a_set_size_is_a_clamped_power_of_two_whatever_the_rank_count() {
+        let eff = |b, n| {
             ShmConfig {
-                ring_bytes: b,
+                ring_bytes: Some(b),
                 ..ShmConfig::default()
             }
-            .effective_ring_bytes()
+            .ring_bytes_for(n)
         };
-        assert_eq!(eff(0), MIN_RING_BYTES);
-        assert_eq!(eff(1 << 20), 1 << 20);
-        assert_eq!(eff((1 << 20) + 1), 2 << 20);
-        assert_eq!(eff(usize::MAX), MAX_RING_BYTES);
+        assert_eq!(eff(0, 2), MIN_RING_BYTES);
+        assert_eq!(eff(1 << 20, 2), 1 << 20);
+        assert_eq!(eff(1 << 20, 512), 1 << 20);
+        assert_eq!(eff((1 << 20) + 1, 2), 2 << 20);
+        assert_eq!(eff(usize::MAX, 2), MAX_RING_BYTES);
+    }
+
+    #[test]
+    fn the_derived_size_keeps_a_segment_within_the_budget() {
+        let cfg = ShmConfig::default();
+        let r = |n| cfg.ring_bytes_for(n);
+        // The figures the doc comment gives.
+        assert_eq!((r(1), r(2), r(4)), (1 << 20, 1 << 20, 1 << 20));
+        assert_eq!((r(5), r(8)), (512 << 10, 512 << 10));
+        assert_eq!((r(32), r(33)), (128 << 10, 64 << 10));
+        assert_eq!(
+            (r(128), r(129), r(256), r(4096)),
+            (32 << 10, 16 << 10, 16 << 10, 16 << 10)
+        );
+        for n in 2..=256usize {
+            let ring = r(n);
+            assert!(ring.is_power_of_two());
+            assert!(
+                (n - 1) * (ring + 256) <= SEGMENT_BUDGET_BYTES || ring == MIN_RING_BYTES,
+                "{n} ranks: ring {ring}"
+            );
+            // and it is the largest such power of two (below the 1 MiB cap)
+            if ring < DEFAULT_RING_BYTES {
+                assert!((n - 1) * (2 * ring + 256) > SEGMENT_BUDGET_BYTES, "{n}");
+            }
+        }
+        // Issue 21's target: /dev/shm at 128 ranks at most 1 GiB.
+        assert!(cfg.node_bytes(128) <= 1 << 30, "{}", cfg.node_bytes(128));
+        assert_eq!(cfg.node_bytes(1), 0);
+        // 2 ranks: two segments of one page of header and one 1 MiB ring.
+        assert_eq!(cfg.node_bytes(2), 2 * (4096 + (1 << 20) + 256));
     }
 }

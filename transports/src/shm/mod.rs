@@ -30,8 +30,10 @@
 //! `s` to receiver `r` lives in `r`'s segment at slot `i`, where `i` is the position of
 //! `s` in `r`'s local peers sorted ascending (`r` excluded); `r` writes that list into
 //! its segment header and `s` looks itself up there, so both agree by construction.
-//! Ring size: [`ShmConfig::ring_bytes`] (default 1 MiB, `RANKWIRE_SHM_RING_BYTES`),
-//! rounded up to a power of two. The largest frame payload is a quarter of the smallest
+//! Ring size: [`ShmConfig::ring_bytes_for`]: by default derived from the number of
+//! local ranks so that a segment stays near 4 MiB (1 MiB rings up to 4 local ranks,
+//! 32 KiB at 128, 16 KiB from 129 on), or `RANKWIRE_SHM_RING_BYTES` rounded up to a
+//! power of two. The largest frame payload is a quarter of the smallest
 //! ring of this rank and its local peers ([`KindCaps::max_frame_payload_bytes`]); the
 //! core splits rendezvous data to that size.
 //!
@@ -120,7 +122,8 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 pub use config::{
-    ConfigError, DEFAULT_RING_BYTES, ENV_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES, ShmConfig,
+    ConfigError, DEFAULT_RING_BYTES, ENV_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES,
+    SEGMENT_BUDGET_BYTES, ShmConfig,
 };
 
 use crate::{
@@ -241,7 +244,7 @@ impl ShmTransport {
             .collect();
         peer_ranks.sort_unstable();
         peer_ranks.dedup();
-        let ring_bytes = config.effective_ring_bytes();
+        let ring_bytes = config.ring_bytes_for(peer_ranks.len() + 1);
         let name = segment_name(job_id, my_rank);
 
         // 1. Create and publish. An error is kept until both fences are done.

@@ -10,7 +10,7 @@
 //!    20  slot_count   u32  number of inbound rings = number of the owner's local peers
 //!    24  ring_bytes   u64  data bytes of every ring (a power of two)
 //!    32  rings_offset u64  offset of ring 0
-//!    40  ring_stride  u64  offset between rings (CTRL_BYTES + ring_bytes, rounded up to 4096)
+//!    40  ring_stride  u64  offset between rings (CTRL_BYTES + ring_bytes, rounded up to 128)
 //!    64  bell         u32  futex doorbell word (senders bump it; own cache line)
 //!   128  sleeping     u32  1 while the owner is (about to be) asleep on `bell` (own line)
 //!   192  slot table   u32 × slot_count: the sender rank of each ring, ascending
@@ -33,6 +33,9 @@ use super::sys;
 const MAGIC: u64 = u64::from_le_bytes(*b"RWSHMv02");
 const VERSION: u32 = 2;
 const PAGE: usize = 4096;
+/// Rings start on multiples of this many bytes (two cache lines: a ring's control block
+/// never shares a line pair with the previous ring's data).
+const RING_ALIGN: usize = 128;
 /// Most inbound rings one segment may declare (bounds what a peer's header can claim).
 pub(super) const MAX_SLOTS: usize = 4096;
 
@@ -69,7 +72,7 @@ impl Layout {
             return None;
         }
         let rings_offset = (OFF_SLOT_TABLE + 4 * slots).next_multiple_of(PAGE);
-        let stride = (CTRL_BYTES + ring_bytes).next_multiple_of(PAGE);
+        let stride = (CTRL_BYTES + ring_bytes).next_multiple_of(RING_ALIGN);
         let total = stride.checked_mul(slots)?.checked_add(rings_offset)?;
         Some(Layout {
             slots,
@@ -130,7 +133,7 @@ impl Mapping {
         // Invariant, not input: slots come from the validated slot table or our own list.
         assert!(slot < self.layout.slots, "ring slot out of range");
         let off = self.layout.rings_offset + slot * self.layout.stride;
-        // SAFETY: `Layout` puts ring `slot` (CTRL_BYTES + ring_bytes, page-aligned start)
+        // SAFETY: `Layout` puts ring `slot` (CTRL_BYTES + ring_bytes, 128-aligned start)
         // inside `total <= len` bytes of the mapping; the transport keeps the mapping
         // alive as long as it uses the ring; ring_bytes is a valid ring size (checked in
         // `Layout::new`).
