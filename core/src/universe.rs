@@ -260,8 +260,15 @@ struct Joined {
     /// Ranks on this node, if the launcher said (`None`: count same-node identities).
     local_size: Option<usize>,
     job_id: String,
+    /// The job secret the TCP handshake proves knowledge of: rwrun's
+    /// `RANKWIRE_JOB_SECRET`; `None` under PMI, where rank 0 makes one and shares it
+    /// through the PMI key-value space (readable only by the job's tasks).
+    secret: Option<String>,
     wireup: Wireup,
 }
+
+/// Key under which rank 0 shares the job secret when the launcher gave none (PMI).
+const SECRET_KEY: &str = "job-secret";
 
 fn init_inner() -> Result<Universe> {
     crate::settings_check::at_init()?;
@@ -340,6 +347,7 @@ fn join_rwrun() -> Result<Joined> {
         size,
         local_size,
         job_id,
+        secret: Some(secret),
         wireup: Wireup::Rwrun(client),
     })
 }
@@ -384,6 +392,7 @@ fn join_pmi() -> Result<Joined> {
         size,
         local_size: None,
         job_id,
+        secret: None,
         wireup: Wireup::Pmi(client),
     })
 }
@@ -394,10 +403,16 @@ fn build(joined: Joined) -> Result<Universe> {
         size,
         local_size,
         job_id,
+        secret,
         wireup: mut client,
     } = joined;
     let boot = |e: String| Error::Bootstrap(e);
     use rankwire_transports::Exchange as _;
+    if secret.is_none() && rank == 0 && size > 1 {
+        let bytes: [u8; 16] = rand::random();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        client.put(SECRET_KEY, hex.as_bytes()).map_err(boot)?;
+    }
     let me = node_id();
     // The node identity, the CPUs this process may run on, and its pid and the
     // address of its cross-memory-attach probe word, tab-separated: ranks of one node
@@ -433,9 +448,19 @@ fn build(joined: Joined) -> Result<Universe> {
     let mut probe_at: Vec<Option<(u32, u64)>> = Vec::with_capacity(size as usize);
     // What each rank published about its GPUs (with --explain only).
     let mut gpu_facts: Vec<Option<select::sharing::GpuFacts>> = Vec::with_capacity(size as usize);
-    for r in 0..size {
-        let v = client.get(&format!("node-{r}")).map_err(boot)?;
-        let v = String::from_utf8_lossy(&v);
+    // One round trip per 1024 ranks (GetMany), not one per rank.
+    let keys: Vec<String> = (0..size).map(|r| format!("node-{r}")).collect();
+    let values = client.get_many(&keys).map_err(boot)?;
+    // Published by rank 0 before the fence above where the launcher gave none.
+    let secret = match secret {
+        Some(s) => s,
+        None if size > 1 => {
+            String::from_utf8_lossy(&client.get(SECRET_KEY).map_err(boot)?).into_owned()
+        }
+        None => String::new(),
+    };
+    for v in &values {
+        let v = String::from_utf8_lossy(v);
         let mut parts = v.split('\t');
         let id = parts.next().unwrap_or_default();
         let cpus = parts.next().unwrap_or_default();
@@ -467,6 +492,18 @@ fn build(joined: Joined) -> Result<Universe> {
     // (process_vm_readv); a receiver that is refused falls back to copying through the
     // transport. RANKWIRE_CMA=0 turns it off.
     let cma = env_switch("RANKWIRE_CMA") != Some(false);
+    // One descriptor per peer from here on (a pidfd per same-node peer, a socket per TCP
+    // peer): raise the soft limit, and say so clearly if even the hard one is too low,
+    // before a connect fails with EMFILE deep in a transport.
+    if let Some((soft, hard)) = crate::bootstrap::node::raise_nofile() {
+        let need = crate::bootstrap::node::nofile_needed(size, crate::bootstrap::node::open_fds());
+        crate::bootstrap::node::check_nofile(size, need, soft, hard).map_err(|detail| {
+            Error::Connection {
+                peer: size.saturating_sub(1),
+                detail,
+            }
+        })?;
+    }
     let shm = if allowed.contains(&"shm") && size > 1 {
         let cfg = ShmConfig::from_env()
             .map_err(|e| Error::usage(format!("shared-memory transport settings: {e}")))?;
@@ -540,6 +577,7 @@ fn build(joined: Joined) -> Result<Universe> {
             rank,
             size,
             &job_id,
+            secret.as_bytes(),
             cfg,
             &mut client,
             &tcp_peers,

@@ -698,6 +698,20 @@ fn spawn_failure(cfg: &JobConfig, rank: u32, e: &std::io::Error) -> Ending {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::OutOfMemory => {
             ("cannot be started", 1)
         }
+        _ if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+            // SAFETY: rlimit is plain data, filled by getrlimit (zeros if it fails).
+            let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+            // SAFETY: valid pointer.
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+            let want = spawn::fds_needed(cfg.size);
+            note!(
+                "rwrun: cannot start rank {rank}: {prog}: out of file descriptors ({e}): RLIMIT_NOFILE is {} (hard limit {}), and {} ranks need about {want} in rwrun; raise the hard limit (`ulimit -Hn {want}` as root, LimitNOFILE= for systemd, docker --ulimit nofile={want}:{want})",
+                lim.rlim_cur,
+                lim.rlim_max,
+                cfg.size
+            );
+            return Ending::SpawnFailed { code: 1 };
+        }
         // exec failed otherwise (not an executable format, ...), as shells report it.
         _ => ("cannot be executed", 126),
     };

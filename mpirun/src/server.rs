@@ -258,6 +258,30 @@ async fn serve_requests(stream: &mut TcpStream, rank: u32, shared: &Shared) -> i
                     None => return Ok(()),
                 }
             }
+            Request::GetMany { keys } if keys.len() > proto::MAX_GET_MANY_KEYS => Response::Error {
+                message: format!(
+                    "GetMany of {} keys (at most {})",
+                    keys.len(),
+                    proto::MAX_GET_MANY_KEYS
+                ),
+            },
+            Request::GetMany { keys } => {
+                let all = async {
+                    let mut values = Vec::with_capacity(keys.len());
+                    for key in keys {
+                        values.push(shared.get(key).await?);
+                    }
+                    Some(values)
+                };
+                let got = tokio::select! {
+                    v = all => v,
+                    () = closed(stream) => None,
+                };
+                match got {
+                    Some(values) => Response::Values { values },
+                    None => return Ok(()),
+                }
+            }
             Request::Fence => {
                 let passed = tokio::select! {
                     v = shared.fence(rank) => v,
@@ -466,6 +490,31 @@ mod tests {
             events.recv_timeout(Duration::from_secs(10)).unwrap(),
             ServerEvent::Disconnected { rank: 1 }
         );
+    }
+
+    /// GetMany is answered once every key exists, with the values in the keys' order.
+    #[test]
+    fn get_many_waits_for_every_key() {
+        let (addr, _events) = server(2);
+        let mut a = client(addr, 0);
+        let mut b = client(addr, 1);
+        a.put("k-1", b"one").unwrap();
+        let keys: Vec<String> = ["k-1", "k-0"].iter().map(|k| k.to_string()).collect();
+        let reader = std::thread::spawn(move || (b.get_many(&keys), b));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!reader.is_finished(), "answered before k-0 existed");
+        a.put("k-0", b"zero").unwrap();
+        let (got, mut b) = reader.join().unwrap();
+        assert_eq!(got.unwrap(), vec![b"one".to_vec(), b"zero".to_vec()]);
+        // More keys than one request may carry: the client splits them.
+        let keys: Vec<String> = (0..proto::MAX_GET_MANY_KEYS + 1)
+            .map(|i| format!("x{i}"))
+            .collect();
+        b.set_timeout(Duration::from_secs(5));
+        for k in &keys {
+            b.put(k, b"v").unwrap();
+        }
+        assert_eq!(b.get_many(&keys).unwrap().len(), keys.len());
     }
 
     #[test]

@@ -99,22 +99,35 @@ pub(crate) struct ChildSetup {
     pub(crate) restore_nofile: Option<libc::rlimit>,
 }
 
-/// Raise the soft open-file limit so that `size` ranks (a pidfd and two pipes each, plus
-/// the bootstrap connections) fit. Returns the original limit when it was changed, for
-/// the ranks to get back.
+/// Descriptors rwrun needs for a job of `size` ranks: a pidfd and two pipes per rank,
+/// its two bootstrap connections, and 256 for everything else.
+pub(crate) fn fds_needed(size: u32) -> u64 {
+    (size as u64).saturating_mul(6).saturating_add(256)
+}
+
+/// Raise the soft open-file limit to the hard limit (issue 21: many ranks per node, one
+/// descriptor per peer in each rank). Returns the original limit when it was changed,
+/// for the ranks to get back (each rank raises its own at init, `rankwire::init`), and
+/// warns when even the hard limit is below [`fds_needed`] for `size` ranks.
 pub(crate) fn raise_fd_limit(size: u32) -> Option<libc::rlimit> {
-    let want = (size as u64).saturating_mul(6).saturating_add(256);
+    let want = fds_needed(size);
     // SAFETY: rlimit is plain data, filled by getrlimit.
     let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur >= want {
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return None;
+    }
+    if lim.rlim_max < want {
+        note!(
+            "rwrun: warning: RLIMIT_NOFILE allows {} open files (hard limit), but {size} ranks need about {want} in rwrun (a pidfd, two pipes and two bootstrap connections each); raise the hard limit (`ulimit -Hn {want}` as root, LimitNOFILE= for systemd, docker --ulimit nofile={want}:{want})",
+            lim.rlim_max
+        );
+    }
+    if lim.rlim_cur >= lim.rlim_max {
         return None;
     }
     let original = lim;
-    lim.rlim_cur = want.min(lim.rlim_max);
-    if lim.rlim_cur <= original.rlim_cur {
-        return None;
-    }
+    lim.rlim_cur = lim.rlim_max;
     // SAFETY: valid pointer.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
         tracing::debug!(

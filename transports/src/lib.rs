@@ -548,6 +548,15 @@ pub trait Exchange {
     /// Read the value of `key`, waiting until some rank has put it (bounded by the
     /// bootstrap timeout).
     fn get(&mut self, key: &str) -> Result<Vec<u8>, String>;
+    /// Read every key of `keys`, in their order, as [`Exchange::get`] does each. The
+    /// default gets them one by one; rwrun's bootstrap answers them in one round trip
+    /// per 1024 keys, so learning about `n` peers costs no `n` round trips.
+    ///
+    /// # Errors
+    /// The first failing key's error.
+    fn get_many(&mut self, keys: &[String]) -> Result<Vec<Vec<u8>>, String> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
     /// Wait until every rank has called `fence` (makes earlier puts visible).
     fn fence(&mut self) -> Result<(), String>;
 }

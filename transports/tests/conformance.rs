@@ -123,6 +123,9 @@ impl Exchange for MemExchange {
 }
 
 /// A job id no other test (or earlier run) uses.
+/// The job secret of these tests' jobs (the TCP handshake proves knowledge of it).
+const SECRET: &[u8] = b"tests-job-secret-0123456789abcdef";
+
 fn job(tag: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     format!(
@@ -182,7 +185,7 @@ fn tcp_pair() -> Result<Pair<AnyTransport>, String> {
             connect_timeout: Duration::from_secs(20),
             ..TcpConfig::default()
         };
-        TcpTransport::new(r, 2, &job, cfg, ex, &[1 - r]).map_err(|e| e.to_string())
+        TcpTransport::new(r, 2, &job, SECRET, cfg, ex, &[1 - r]).map_err(|e| e.to_string())
     })?;
     Ok(Pair {
         ends: vec![a.into(), b.into()],

@@ -40,6 +40,9 @@ struct Ex {
     rewrite: Option<Rewrite>,
 }
 
+/// The job secret of these tests' jobs (the TCP handshake proves knowledge of it).
+const SECRET: &[u8] = b"tests-job-secret-0123456789abcdef";
+
 fn kv(ranks: usize) -> Arc<Kv> {
     Arc::new(Kv {
         state: Mutex::new(KvState {
@@ -138,7 +141,7 @@ fn run_ranks<R: Send>(
                 let (kv, cfg, body) = (&kv, &cfg, &body);
                 s.spawn(move || {
                     let mut ex = Ex::new(kv);
-                    let t = TcpTransport::new(r, n, job, cfg(r), &mut ex, &all_but(r, n));
+                    let t = TcpTransport::new(r, n, job, SECRET, cfg(r), &mut ex, &all_but(r, n));
                     body(r, &mut ex, t)
                 })
             })
@@ -252,10 +255,11 @@ fn fnv1a(s: &str) -> u64 {
     h
 }
 
-fn hello(connector: u32, acceptor: u32, size: u32, job: &str) -> [u8; 32] {
-    let mut b = [0u8; 32];
+/// A hello of protocol version 2 (48 bytes; the connector's nonce is 0x11 bytes).
+fn hello(connector: u32, acceptor: u32, size: u32, job: &str) -> [u8; 48] {
+    let mut b = [0x11u8; 48];
     b[0..8].copy_from_slice(b"RWTCPHI\0");
-    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    b[8..12].copy_from_slice(&2u32.to_le_bytes());
     b[12..16].copy_from_slice(&connector.to_le_bytes());
     b[16..20].copy_from_slice(&acceptor.to_le_bytes());
     b[20..24].copy_from_slice(&size.to_le_bytes());
@@ -263,10 +267,29 @@ fn hello(connector: u32, acceptor: u32, size: u32, job: &str) -> [u8; 32] {
     b
 }
 
-fn ack(status: u32, acceptor: u32, size: u32, job: &str) -> [u8; 32] {
-    let mut b = hello(status, acceptor, size, job);
+/// The first 32 bytes of an ack (magic to job hash).
+fn ack_base(status: u32, acceptor: u32, size: u32, job: &str) -> [u8; 32] {
+    let mut b = [0u8; 32];
+    b.copy_from_slice(&hello(status, acceptor, size, job)[..32]);
     b[0..8].copy_from_slice(b"RWTCPACK");
     b
+}
+
+/// A whole ack (80 bytes) with a zero nonce and a MAC that is not one.
+fn ack(status: u32, acceptor: u32, size: u32, job: &str) -> [u8; 80] {
+    let mut b = [0u8; 80];
+    b[..32].copy_from_slice(&ack_base(status, acceptor, size, job));
+    b
+}
+
+/// HMAC-SHA256 of `parts` under `key` (the handshake's MACs, from the module doc).
+fn mac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    use hmac::Mac;
+    let mut m = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(key).unwrap();
+    for p in parts {
+        m.update(p);
+    }
+    m.finalize().into_bytes().into()
 }
 
 fn envelope(header_len: u32, flags: u32, payload_len: u64) -> Vec<u8> {
@@ -294,14 +317,29 @@ fn raw_rank1(ex: &mut Ex, job: &str) -> TcpStream {
     let addrs = record_addrs(&ex.get("tcp-addr-0").unwrap());
     let mut s = TcpStream::connect_timeout(&addrs[0], Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&hello(1, 0, 2, job)).unwrap();
-    let mut a = [0u8; 32];
+    let h = hello(1, 0, 2, job);
+    s.write_all(&h).unwrap();
+    let mut a = [0u8; 80];
     s.read_exact(&mut a).unwrap();
     assert_eq!(
-        a,
-        ack(0, 0, 2, job),
+        a[..32],
+        ack_base(0, 0, 2, job),
         "rank 0 should accept the hand-made hello"
     );
+    let na = &a[32..48];
+    let want = mac(
+        SECRET,
+        &[
+            b"rankwire-tcp-ack-v2",
+            &h[8..],
+            &0u32.to_le_bytes(),
+            &0u32.to_le_bytes(),
+            na,
+        ],
+    );
+    assert_eq!(a[48..], want, "the ack's MAC");
+    s.write_all(&mac(SECRET, &[b"rankwire-tcp-proof-v2", &h[8..], na]))
+        .unwrap();
     s
 }
 
@@ -535,7 +573,7 @@ fn rank0_vs_raw_rank1(job: &str, garbage: Vec<u8>) -> Vec<Event> {
             assert_eq!(n, 0, "rank 0 should have closed the connection");
         });
         let mut ex = Ex::new(kv);
-        let mut t = TcpTransport::new(0, 2, job, lo_cfg(), &mut ex, &[1]).unwrap();
+        let mut t = TcpTransport::new(0, 2, job, SECRET, lo_cfg(), &mut ex, &[1]).unwrap();
         let mut sink = Vec::new();
         let started = Instant::now();
         pump_until(&mut t, &mut sink, Duration::from_secs(10), |_, s| {
@@ -620,7 +658,7 @@ fn foreign_connection_with_wrong_job_is_rejected_and_job_connects() {
             go_tx.send(()).unwrap();
             sock.set_read_timeout(Some(Duration::from_secs(20)))
                 .unwrap();
-            let mut a = [0u8; 32];
+            let mut a = [0u8; 80];
             match sock.read_exact(&mut a) {
                 Ok(()) => {
                     assert_eq!(&a[0..8], b"RWTCPACK");
@@ -635,12 +673,12 @@ fn foreign_connection_with_wrong_job_is_rejected_and_job_connects() {
             let kv = kv_ref;
             go_rx.recv().unwrap();
             let mut ex = Ex::new(kv);
-            let mut t = TcpTransport::new(1, 2, job, lo_cfg(), &mut ex, &[0]).unwrap();
+            let mut t = TcpTransport::new(1, 2, job, SECRET, lo_cfg(), &mut ex, &[0]).unwrap();
             send_blocking(&mut t, 0, b"real", b"1", &mut Vec::new());
             finalize(&mut ex, t);
         });
         let mut ex = Ex::new(&kv);
-        let mut t = TcpTransport::new(0, 2, job, lo_cfg(), &mut ex, &[1]).unwrap();
+        let mut t = TcpTransport::new(0, 2, job, SECRET, lo_cfg(), &mut ex, &[1]).unwrap();
         let mut sink = Vec::new();
         pump_until(&mut t, &mut sink, Duration::from_secs(10), |_, s| {
             !s.is_empty()
@@ -650,6 +688,99 @@ fn foreign_connection_with_wrong_job_is_rejected_and_job_connects() {
         foreign.join().unwrap();
         real1.join().unwrap();
     });
+}
+
+/// Issue 21: a process that knows the job id and rank 0's address (both are easy to
+/// learn) but not the job secret claims to be rank 1. Rank 0 answers its hello, refuses
+/// its proof (logged as a warning) and closes; the real rank 1 connects and the job runs
+/// on. (Replays: `setup.rs`'s unit test.)
+#[test]
+fn impostor_without_the_secret_is_refused_and_the_job_connects() {
+    let kv = kv(2);
+    let job = "the-job";
+    thread::scope(|s| {
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let kv_f = &kv;
+        let impostor = s.spawn(move || {
+            let mut ex = Ex::new(kv_f);
+            let addrs = record_addrs(&ex.get("tcp-addr-0").unwrap());
+            let mut sock = TcpStream::connect(addrs[0]).unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            let h = hello(1, 0, 2, job);
+            sock.write_all(&h).unwrap();
+            // Rank 0 accepts only once both ranks passed the bootstrap fence.
+            go_tx.send(()).unwrap();
+            let mut a = [0u8; 80];
+            sock.read_exact(&mut a).unwrap();
+            // Accepted so far (right job, expected rank): now the proof it cannot make.
+            assert_eq!(a[..32], ack_base(0, 0, 2, job));
+            sock.write_all(&mac(b"a guess at the secret", &[&h[8..], &a[32..48]]))
+                .unwrap();
+            let mut b = [0u8; 1];
+            match sock.read(&mut b) {
+                Ok(0) | Err(_) => {}
+                Ok(_) => panic!("rank 0 sent data to an impostor"),
+            }
+        });
+        let kv_ref = &kv;
+        let real1 = s.spawn(move || {
+            let kv = kv_ref;
+            go_rx.recv().unwrap();
+            let mut ex = Ex::new(kv);
+            let mut t = TcpTransport::new(1, 2, job, SECRET, lo_cfg(), &mut ex, &[0]).unwrap();
+            send_blocking(&mut t, 0, b"real", b"1", &mut Vec::new());
+            finalize(&mut ex, t);
+        });
+        let mut ex = Ex::new(&kv);
+        let mut t = TcpTransport::new(0, 2, job, SECRET, lo_cfg(), &mut ex, &[1]).unwrap();
+        let mut sink = Vec::new();
+        pump_until(&mut t, &mut sink, Duration::from_secs(10), |_, s| {
+            !s.is_empty()
+        });
+        assert!(matches!(&sink[0], Event::Recv { peer: 1, header, .. } if header == b"real"));
+        finalize(&mut ex, t);
+        impostor.join().unwrap();
+        real1.join().unwrap();
+    });
+}
+
+/// Two ranks started with different secrets do not connect: the error says why.
+#[test]
+fn ranks_with_different_secrets_do_not_connect() {
+    let kv = kv(2);
+    let cfg = || TcpConfig {
+        connect_timeout: Duration::from_secs(2),
+        addr_timeout: Duration::from_millis(500),
+        ..lo_cfg()
+    };
+    thread::scope(|s| {
+        let kv_ref = &kv;
+        let r1 = s.spawn(move || {
+            let mut ex = Ex::new(kv_ref);
+            TcpTransport::new(
+                1,
+                2,
+                "j",
+                b"another secret of 16+ bytes",
+                cfg(),
+                &mut ex,
+                &[0],
+            )
+            .unwrap_err()
+        });
+        let mut ex = Ex::new(&kv);
+        let e0 = TcpTransport::new(0, 2, "j", SECRET, cfg(), &mut ex, &[1]).unwrap_err();
+        let e1 = r1.join().unwrap();
+        assert!(
+            e1.to_string().contains("does not know this job's secret"),
+            "{e1}"
+        );
+        assert!(e0.to_string().contains("did not connect"), "{e0}");
+    });
+    let mut ex = Ex::new(&kv);
+    let e = TcpTransport::new(0, 2, "j", b"short", cfg(), &mut ex, &[1]).unwrap_err();
+    assert!(e.to_string().contains("at least 16"), "{e}");
 }
 
 /// Bogus candidate addresses put in front of rank 0's real ones, as rank 1 sees them:
@@ -685,7 +816,7 @@ fn decoys() -> Decoys {
             }
             if let Ok((mut c, _)) = o.accept() {
                 c.set_nonblocking(false).unwrap();
-                let mut b = [0u8; 32];
+                let mut b = [0u8; 48];
                 if c.read_exact(&mut b).is_ok() {
                     let _ = c.write_all(&ack(1, 0, 2, "someone-else"));
                 }
@@ -732,7 +863,7 @@ fn wrong_candidates_are_skipped_b019() {
             let mut ex = Ex::new(kv);
             ex.rewrite = Some(with_decoys(&addrs, true));
             let started = Instant::now();
-            let mut t = TcpTransport::new(1, 2, "b019", cfg(), &mut ex, &[0]).unwrap();
+            let mut t = TcpTransport::new(1, 2, "b019", SECRET, cfg(), &mut ex, &[0]).unwrap();
             eprintln!(
                 "rank 1 connected past the decoys in {:?}",
                 started.elapsed()
@@ -741,7 +872,7 @@ fn wrong_candidates_are_skipped_b019() {
             finalize(&mut ex, t);
         });
         let mut ex = Ex::new(kv);
-        let mut t = TcpTransport::new(0, 2, "b019", cfg(), &mut ex, &[1]).unwrap();
+        let mut t = TcpTransport::new(0, 2, "b019", SECRET, cfg(), &mut ex, &[1]).unwrap();
         let mut sink = Vec::new();
         pump_until(&mut t, &mut sink, Duration::from_secs(10), |_, s| {
             !s.is_empty()
@@ -767,10 +898,10 @@ fn no_working_candidate_fails_in_time_with_a_useful_error() {
         let rank1 = s.spawn(move || {
             let mut ex = Ex::new(kv);
             ex.rewrite = Some(with_decoys(&addrs, false));
-            TcpTransport::new(1, 2, "b019-fail", cfg(), &mut ex, &[0]).unwrap_err()
+            TcpTransport::new(1, 2, "b019-fail", SECRET, cfg(), &mut ex, &[0]).unwrap_err()
         });
         let mut ex = Ex::new(kv);
-        let e0 = TcpTransport::new(0, 2, "b019-fail", cfg(), &mut ex, &[1]).unwrap_err();
+        let e0 = TcpTransport::new(0, 2, "b019-fail", SECRET, cfg(), &mut ex, &[1]).unwrap_err();
         let e1 = rank1.join().unwrap();
         let elapsed = started.elapsed();
         eprintln!("rank 1: {e1}\nrank 0: {e0}\nafter {elapsed:?}");
@@ -1112,7 +1243,7 @@ fn rank0_vs_closing_rank1(job: &str, cut: Vec<u8>) -> Vec<Event> {
             drop(sock); // closes mid-frame
         });
         let mut ex = Ex::new(kv);
-        let mut t = TcpTransport::new(0, 2, job, lo_cfg(), &mut ex, &[1]).unwrap();
+        let mut t = TcpTransport::new(0, 2, job, SECRET, lo_cfg(), &mut ex, &[1]).unwrap();
         let mut sink = Vec::new();
         let started = Instant::now();
         pump_until(&mut t, &mut sink, Duration::from_secs(10), |_, s| {

@@ -242,6 +242,26 @@ impl BootstrapClient {
         }
     }
 
+    /// Read every key of `keys` (waiting, up to the timeout per request, until each
+    /// exists), in one round trip per [`proto::MAX_GET_MANY_KEYS`] keys. Returns the
+    /// values in the order of `keys`.
+    ///
+    /// # Errors
+    /// As [`BootstrapClient::get`]; a short or long answer is a protocol error.
+    pub fn get_many(&mut self, keys: &[String]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(proto::MAX_GET_MANY_KEYS) {
+            let req = Request::GetMany {
+                keys: chunk.to_vec(),
+            };
+            match self.call("get", &req, self.timeout)? {
+                Response::Values { values } if values.len() == chunk.len() => out.extend(values),
+                other => return Err(self.unexpected("get", &other)),
+            }
+        }
+        Ok(out)
+    }
+
     /// Barrier over all ranks of the job: returns when every rank has called `fence` the
     /// same number of times. Puts made before the fence are visible after it.
     ///
@@ -367,6 +387,10 @@ impl rankwire_transports::Exchange for BootstrapClient {
 
     fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
         BootstrapClient::get(self, key).map_err(|e| e.to_string())
+    }
+
+    fn get_many(&mut self, keys: &[String]) -> Result<Vec<Vec<u8>>, String> {
+        BootstrapClient::get_many(self, keys).map_err(|e| e.to_string())
     }
 
     fn fence(&mut self) -> Result<(), String> {
@@ -617,6 +641,15 @@ mod tests {
                             },
                         },
                         Request::Get { .. } => continue,
+                        Request::GetMany { keys } => {
+                            assert!(keys.len() <= proto::MAX_GET_MANY_KEYS);
+                            match keys.iter().map(|k| kv.get(k).cloned()).collect() {
+                                Some(values) => Response::Values { values },
+                                None => Response::Error {
+                                    message: "no such key".into(),
+                                },
+                            }
+                        }
                         Request::Fence => Response::Ok,
                         Request::Abort { .. } => return,
                         Request::Finalize => {
@@ -652,6 +685,20 @@ mod tests {
         let x: &mut dyn rankwire_transports::Exchange = &mut c;
         x.put("big", &vec![7u8; 1 << 20]).unwrap();
         assert_eq!(x.get("big").unwrap().len(), 1 << 20);
+        // More keys than one GetMany may carry: the client splits them, in order.
+        let keys: Vec<String> = (0..2500).map(|r| format!("node-{r}")).collect();
+        for (r, k) in keys.iter().enumerate() {
+            c.put(k, r.to_string().as_bytes()).unwrap();
+        }
+        let values = c.get_many(&keys).unwrap();
+        assert_eq!(values.len(), 2500);
+        assert!(
+            values
+                .iter()
+                .enumerate()
+                .all(|(r, v)| *v == r.to_string().as_bytes())
+        );
+        assert!(c.get_many(&["node-1".into(), "missing".into()]).is_err());
         c.finalize().unwrap();
         server.join().unwrap();
     }

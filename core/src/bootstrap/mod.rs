@@ -81,6 +81,17 @@ impl rankwire_transports::Exchange for Wireup {
         }
     }
 
+    fn get_many(&mut self, keys: &[String]) -> Result<Vec<Vec<u8>>, String> {
+        match self {
+            Wireup::Rwrun(c) => c.get_many(keys).map_err(|e| e.to_string()),
+            // PMI-1 and PMI-2 have no bulk get: one get per key.
+            Wireup::Pmi(c) => keys
+                .iter()
+                .map(|k| c.get(k).map_err(|e| e.to_string()))
+                .collect(),
+        }
+    }
+
     fn fence(&mut self) -> Result<(), String> {
         Wireup::fence(self)
     }

@@ -87,3 +87,92 @@ mod tests {
         assert!(!affinity_cpus().is_empty(), "this process runs somewhere");
     }
 }
+
+/// Raise this process's soft `RLIMIT_NOFILE` to its hard limit (as `rwrun` does for
+/// itself): a rank keeps one descriptor per peer (a pidfd per same-node peer, a socket
+/// per TCP peer), so a job of a few thousand ranks outgrows the usual soft limit of 1024.
+/// Returns the (soft, hard) limits in force afterwards; `None` if they cannot be read.
+pub(crate) fn raise_nofile() -> Option<(u64, u64)> {
+    // SAFETY: rlimit is plain data, filled by getrlimit.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return None;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: valid pointer; raising the soft limit up to the hard one needs no
+        // privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            tracing::debug!(
+                "open-file limit raised from {} to {}",
+                lim.rlim_cur,
+                lim.rlim_max
+            );
+            lim = raised;
+        } else {
+            tracing::debug!(
+                "cannot raise the open-file limit: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Some((lim.rlim_cur as u64, lim.rlim_max as u64))
+}
+
+/// Descriptors this process has open now (entries of `/proc/self/fd`; 0 if unreadable).
+pub(crate) fn open_fds() -> u64 {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
+}
+
+/// Descriptors a rank of a job of `size` ranks needs beyond the `open` it has: one per
+/// peer (pidfd or socket), the TCP listener and a margin of 16 for the program.
+pub(crate) fn nofile_needed(size: u32, open: u64) -> u64 {
+    open + u64::from(size.saturating_sub(1)) + 1 + 16
+}
+
+/// `Err` with the message a user needs when the soft limit `soft` (hard `hard`, after
+/// [`raise_nofile`]) is below `need` descriptors for a job of `size` ranks.
+pub(crate) fn check_nofile(size: u32, need: u64, soft: u64, hard: u64) -> Result<(), String> {
+    if soft >= need {
+        return Ok(());
+    }
+    Err(format!(
+        "too few file descriptors: RLIMIT_NOFILE is {soft} (hard limit {hard}), but a rank \
+         of a job of {size} ranks needs about {need} (one per peer, plus those open now); \
+         raise the hard limit: `ulimit -Hn {need}` as root, LimitNOFILE= for systemd, \
+         `nofile` in /etc/security/limits.conf, docker --ulimit nofile={need}:{need}"
+    ))
+}
+
+#[cfg(test)]
+mod nofile_tests {
+    use super::*;
+
+    #[test]
+    fn the_limit_check_names_the_limit_the_need_and_the_fix() {
+        assert_eq!(nofile_needed(2000, 23), 23 + 1999 + 17);
+        assert!(check_nofile(2000, 2039, 4096, 4096).is_ok());
+        assert!(check_nofile(2000, 2039, 2039, 2039).is_ok());
+        let e = check_nofile(2000, 2039, 1024, 1024).unwrap_err();
+        for want in [
+            "RLIMIT_NOFILE is 1024",
+            "hard limit 1024",
+            "2000 ranks",
+            "about 2039",
+            "ulimit -Hn 2039",
+        ] {
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
+
+    #[test]
+    fn raising_reaches_the_hard_limit() {
+        let (soft, hard) = raise_nofile().expect("getrlimit");
+        assert_eq!(soft, hard);
+        assert!(open_fds() >= 3);
+    }
+}

@@ -11,9 +11,10 @@
 //! 1. The client's first message is [`Request::Hello`] carrying the job id, the job
 //!    secret and its rank. The server compares the secret in constant time; on mismatch
 //!    it answers [`Response::Error`], logs the refusal and closes the connection.
-//! 2. Then any number of `Put`, `Get`, `Fence`, `Abort`, `Finalize`, each answered by
-//!    exactly one response, in order. `Get` is answered when the key exists (the server
-//!    holds the answer back until some rank puts it). `Fence` is answered when every
+//! 2. Then any number of `Put`, `Get`, `GetMany`, `Fence`, `Abort`, `Finalize`, each
+//!    answered by exactly one response, in order. `Get` is answered when the key exists
+//!    (the server holds the answer back until some rank puts it), `GetMany` when all its
+//!    keys do. `Fence` is answered when every
 //!    rank of the job has sent its `Fence` of the same generation.
 //! 3. [`Request::Watch`] turns the connection into a liveness watch: the server never
 //!    answers it, and a rank whose watch connection hits EOF knows the launcher is gone.
@@ -23,6 +24,11 @@ use std::io::{self, Read, Write};
 
 /// Largest encoded message, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Most keys one [`Request::GetMany`] may name (the client splits longer lists). With
+/// values of up to a few hundred bytes (JSON spends up to 4 bytes per value byte), an
+/// answer stays far below [`MAX_MESSAGE_BYTES`].
+pub const MAX_GET_MANY_KEYS: usize = 1024;
 
 /// Client → server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +54,13 @@ pub enum Request {
         /// Key.
         key: String,
     },
+    /// Read every key of `keys`, waiting until each exists; answered by one
+    /// [`Response::Values`] in the order of `keys`. One round trip instead of
+    /// `keys.len()` (a rank learns about all its peers at init without N gets, issue 21).
+    GetMany {
+        /// Keys, at most [`MAX_GET_MANY_KEYS`].
+        keys: Vec<String>,
+    },
     /// Barrier over all ranks of the job.
     Fence,
     /// Ask the launcher to abort the whole job with exit status `code`.
@@ -72,6 +85,11 @@ pub enum Response {
     Value {
         /// The stored bytes.
         value: Vec<u8>,
+    },
+    /// Answer to `GetMany`: the values, in the order of its keys.
+    Values {
+        /// The stored bytes of each key.
+        values: Vec<Vec<u8>>,
     },
     /// The request failed (wrong secret, unknown job, bad rank, ...).
     Error {

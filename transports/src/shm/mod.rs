@@ -276,11 +276,32 @@ impl ShmTransport {
             return Err(first_err.unwrap_or(os("bootstrap fence", e)));
         }
 
-        // 2. Map every local peer's segment.
+        // 2. Map every local peer's segment. Their names and pids in one bootstrap
+        // round trip (per 512 peers), not two per peer.
         let mut attached = Vec::with_capacity(peer_ranks.len());
+        let published = if first_err.is_none() {
+            let keys: Vec<String> = peer_ranks
+                .iter()
+                .flat_map(|p| [format!("shm-{p}"), format!("shm-pid-{p}")])
+                .collect();
+            match ex.get_many(&keys) {
+                Ok(v) if v.len() == keys.len() => v,
+                Ok(v) => {
+                    let e = format!("{} values for {} keys", v.len(), keys.len());
+                    first_err = Some(os("bootstrap get", e));
+                    Vec::new()
+                }
+                Err(e) => {
+                    first_err = Some(os("bootstrap get", e));
+                    Vec::new()
+                }
+            }
+        } else {
+            Vec::new()
+        };
         if first_err.is_none() {
-            for &p in &peer_ranks {
-                match attach(ex, job_id, my_rank, p) {
+            for (&p, kv) in peer_ranks.iter().zip(published.chunks(2)) {
+                match attach(job_id, my_rank, p, &kv[0], &kv[1]) {
                     Ok(a) => attached.push(a),
                     Err(e) => {
                         first_err = Some(e);
@@ -854,20 +875,18 @@ fn check_job_id(job_id: &str) -> Result<(), TransportError> {
 
 /// Learn peer `p`'s segment and pid from the exchange and map the segment.
 fn attach(
-    ex: &mut dyn Exchange,
     job_id: &str,
     my_rank: u32,
     p: u32,
+    raw: &[u8],
+    raw_pid: &[u8],
 ) -> Result<(u32, Mapping, usize, Watch), TransportError> {
     let connect = |reason: String| TransportError::Connect {
         transport: NAME,
         peer: p,
         reason,
     };
-    let raw = ex
-        .get(&format!("shm-{p}"))
-        .map_err(|e| connect(format!("bootstrap get shm-{p} failed: {e}")))?;
-    let published = String::from_utf8_lossy(&raw);
+    let published = String::from_utf8_lossy(raw);
     let expected = segment_name(job_id, p);
     if let Some(err) = published.strip_prefix('!') {
         return Err(connect(format!("rank {p} could not set up shm: {err}")));
@@ -882,10 +901,7 @@ fn attach(
             "rank {p} published segment {published:?}, expected {expected:?}"
         )));
     }
-    let raw_pid = ex
-        .get(&format!("shm-pid-{p}"))
-        .map_err(|e| connect(format!("bootstrap get shm-pid-{p} failed: {e}")))?;
-    let pid = std::str::from_utf8(&raw_pid)
+    let pid = std::str::from_utf8(raw_pid)
         .ok()
         .and_then(|s| s.trim().parse::<libc::pid_t>().ok())
         .filter(|&pid| pid > 0)

@@ -3,29 +3,73 @@
 //!
 //! # Wire format (all integers little-endian)
 //! ```text
-//! hello (connector → acceptor, 32 bytes)       ack (acceptor → connector, 32 bytes)
+//! hello (connector → acceptor, 48 bytes)       ack (acceptor → connector, 80 bytes)
 //!  0  magic     b"RWTCPHI\0"                     0  magic     b"RWTCPACK"
-//!  8  u32 protocol version (1)                   8  u32 protocol version
+//!  8  u32 protocol version (2)                   8  u32 protocol version
 //! 12  u32 connector rank                        12  u32 status (0 = accepted, see AckStatus)
 //! 16  u32 expected acceptor rank                16  u32 acceptor rank
 //! 20  u32 world size                            20  u32 world size
 //! 24  u64 job hash (FNV-1a 64 of the job id)    24  u64 job hash
+//! 32  16 bytes: connector's nonce Nc            32  16 bytes: acceptor's nonce Na
+//!                                               48  32 bytes: HMAC-SHA256(secret, "rankwire-tcp-ack-v2"
+//!                                                   ‖ hello[8..48] ‖ status ‖ acceptor ‖ Na)
+//! proof (connector → acceptor, 32 bytes, only after an accepting ack)
+//!  0  32 bytes: HMAC-SHA256(secret, "rankwire-tcp-proof-v2" ‖ hello[8..48] ‖ Na)
 //! ```
 //! The acceptor checks magic (else closes silently: not one of us), version, job, world
 //! size, that it is the rank the connector wanted, that the connector is a rank it
 //! expects (a higher rank in its peer list) and that it is not a duplicate of a live
-//! connection; it answers with an ack either way. The connector checks the ack. A
-//! rejection on either side makes the connector try its next candidate address (B019:
-//! an address that leads to another process, another job or back to itself).
+//! connection; it answers with an ack either way. The connector checks the ack, its MAC
+//! first: a process that does not know the job secret cannot make it. A rejection on
+//! either side makes the connector try its next candidate address (B019: an address
+//! that leads to another process, another job or back to itself).
+//!
+//! # Authentication
+//! The job id is not secret (it is part of every `/dev/shm/rankwire-<job>-*` name), so the
+//! job hash only tells jobs apart. What admits a connection is the challenge-response on
+//! the job secret (`RANKWIRE_JOB_SECRET` under rwrun; shared through PMI under srun):
+//! each side proves knowledge of it by an HMAC-SHA256 over the other side's fresh random
+//! nonce and both ranks (the mutual challenge-response of RFC 2104's HMAC, as in e.g.
+//! SCRAM's client and server proofs, RFC 5802). The two MACs carry different labels, so
+//! one cannot stand in for the other; a recorded handshake replayed later meets a new
+//! nonce and fails. MACs are compared in constant time (`hmac`'s `verify_slice`). The
+//! acceptor takes a connection only after a valid proof; a failed proof is logged as a
+//! warning and the connection dropped, and setup goes on.
 
 use std::net::SocketAddr;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
 const HELLO_MAGIC: [u8; 8] = *b"RWTCPHI\0";
 const ACK_MAGIC: [u8; 8] = *b"RWTCPACK";
 /// Version of the handshake and framing; bump on any incompatible change.
-pub(crate) const PROTOCOL_VERSION: u32 = 1;
-/// Size of a hello and of an ack, in bytes.
-pub(crate) const HANDSHAKE_LEN: usize = 32;
+pub(crate) const PROTOCOL_VERSION: u32 = 2;
+/// Size of the fields a hello and an ack share (magic to job hash), in bytes.
+const BASE_LEN: usize = 32;
+/// Size of a nonce, in bytes.
+pub(crate) const NONCE_LEN: usize = 16;
+/// Size of an HMAC-SHA256, in bytes.
+pub(crate) const MAC_LEN: usize = 32;
+/// Size of a hello, in bytes.
+pub(crate) const HELLO_LEN: usize = BASE_LEN + NONCE_LEN;
+/// Size of an ack, in bytes.
+pub(crate) const ACK_LEN: usize = BASE_LEN + NONCE_LEN + MAC_LEN;
+/// Size of the connector's proof, in bytes.
+pub(crate) const PROOF_LEN: usize = MAC_LEN;
+const ACK_LABEL: &[u8] = b"rankwire-tcp-ack-v2";
+const PROOF_LABEL: &[u8] = b"rankwire-tcp-proof-v2";
+
+/// Whether the first bytes read as an answer can still be an ack (its magic so far).
+pub(crate) fn may_be_ack(b: &[u8]) -> bool {
+    let n = b.len().min(ACK_MAGIC.len());
+    b[..n] == ACK_MAGIC[..n]
+}
+
+/// A fresh random nonce (the thread-local CSPRNG of `rand`, seeded from the OS).
+pub(crate) fn nonce() -> [u8; NONCE_LEN] {
+    rand::random()
+}
 /// Prefix of the address record published under `tcp-addr-<rank>`.
 const RECORD_PREFIX: &str = "rankwire-tcp/1";
 
@@ -47,6 +91,8 @@ pub(crate) struct Hello {
     pub(crate) acceptor: u32,
     pub(crate) world_size: u32,
     pub(crate) job_hash: u64,
+    /// The connector's nonce.
+    pub(crate) nonce: [u8; NONCE_LEN],
 }
 
 /// Why an acceptor rejected a hello (or `Accepted`).
@@ -71,56 +117,138 @@ pub(crate) struct Ack {
     pub(crate) acceptor: u32,
     pub(crate) world_size: u32,
     pub(crate) job_hash: u64,
+    /// The acceptor's nonce.
+    pub(crate) nonce: [u8; NONCE_LEN],
+    /// [`ack_mac`] of the ack.
+    pub(crate) mac: [u8; MAC_LEN],
 }
 
 impl Hello {
-    pub(crate) fn encode(&self) -> [u8; HANDSHAKE_LEN] {
-        encode(
+    pub(crate) fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[..BASE_LEN].copy_from_slice(&encode(
             HELLO_MAGIC,
             self.version,
             [self.connector, self.acceptor, self.world_size],
             self.job_hash,
-        )
+        ));
+        b[BASE_LEN..].copy_from_slice(&self.nonce);
+        b
     }
 
     /// `None` if the magic is wrong (not a rankwire TCP connector).
-    pub(crate) fn decode(b: &[u8; HANDSHAKE_LEN]) -> Option<Hello> {
+    pub(crate) fn decode(b: &[u8; HELLO_LEN]) -> Option<Hello> {
         let (version, [connector, acceptor, world_size], job_hash) = decode(HELLO_MAGIC, b)?;
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&b[BASE_LEN..]);
         Some(Hello {
             version,
             connector,
             acceptor,
             world_size,
             job_hash,
+            nonce,
         })
     }
 }
 
 impl Ack {
-    pub(crate) fn encode(&self) -> [u8; HANDSHAKE_LEN] {
-        encode(
+    pub(crate) fn encode(&self) -> [u8; ACK_LEN] {
+        let mut b = [0u8; ACK_LEN];
+        b[..BASE_LEN].copy_from_slice(&encode(
             ACK_MAGIC,
             self.version,
             [self.status, self.acceptor, self.world_size],
             self.job_hash,
-        )
+        ));
+        b[BASE_LEN..BASE_LEN + NONCE_LEN].copy_from_slice(&self.nonce);
+        b[BASE_LEN + NONCE_LEN..].copy_from_slice(&self.mac);
+        b
     }
 
     /// `None` if the magic is wrong.
-    pub(crate) fn decode(b: &[u8; HANDSHAKE_LEN]) -> Option<Ack> {
+    pub(crate) fn decode(b: &[u8; ACK_LEN]) -> Option<Ack> {
         let (version, [status, acceptor, world_size], job_hash) = decode(ACK_MAGIC, b)?;
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&b[BASE_LEN..BASE_LEN + NONCE_LEN]);
+        let mut mac = [0u8; MAC_LEN];
+        mac.copy_from_slice(&b[BASE_LEN + NONCE_LEN..]);
         Some(Ack {
             version,
             status,
             acceptor,
             world_size,
             job_hash,
+            nonce,
+            mac,
         })
     }
 }
 
-fn encode(magic: [u8; 8], version: u32, mid: [u32; 3], hash: u64) -> [u8; HANDSHAKE_LEN] {
-    let mut b = [0u8; HANDSHAKE_LEN];
+fn hmac(secret: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
+    // HMAC takes keys of any length (RFC 2104); `new_from_slice` cannot fail for it.
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+    m.update(label);
+    for p in parts {
+        m.update(p);
+    }
+    m
+}
+
+/// The acceptor's MAC over the hello it got (`hello[8..48]`), its answer and its nonce.
+pub(crate) fn ack_mac(
+    secret: &[u8],
+    hello: &Hello,
+    status: u32,
+    acceptor: u32,
+    nonce: &[u8; NONCE_LEN],
+) -> [u8; MAC_LEN] {
+    let h = hello.encode();
+    hmac(
+        secret,
+        ACK_LABEL,
+        &[
+            &h[8..],
+            &status.to_le_bytes(),
+            &acceptor.to_le_bytes(),
+            nonce,
+        ],
+    )
+    .finalize()
+    .into_bytes()
+    .into()
+}
+
+/// The connector's proof: its MAC over its hello and the acceptor's nonce.
+pub(crate) fn proof_mac(
+    secret: &[u8],
+    hello: &Hello,
+    ack_nonce: &[u8; NONCE_LEN],
+) -> [u8; MAC_LEN] {
+    let h = hello.encode();
+    hmac(secret, PROOF_LABEL, &[&h[8..], ack_nonce])
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// Whether `proof` is the connector's valid proof for `hello` and our nonce (constant
+/// time).
+pub(crate) fn check_proof(
+    secret: &[u8],
+    hello: &Hello,
+    ack_nonce: &[u8; NONCE_LEN],
+    proof: &[u8; PROOF_LEN],
+) -> bool {
+    let h = hello.encode();
+    hmac(secret, PROOF_LABEL, &[&h[8..], ack_nonce])
+        .verify_slice(proof)
+        .is_ok()
+}
+
+fn encode(magic: [u8; 8], version: u32, mid: [u32; 3], hash: u64) -> [u8; BASE_LEN] {
+    let mut b = [0u8; BASE_LEN];
     b[0..8].copy_from_slice(&magic);
     b[8..12].copy_from_slice(&version.to_le_bytes());
     for (i, v) in mid.iter().enumerate() {
@@ -130,8 +258,8 @@ fn encode(magic: [u8; 8], version: u32, mid: [u32; 3], hash: u64) -> [u8; HANDSH
     b
 }
 
-fn decode(magic: [u8; 8], b: &[u8; HANDSHAKE_LEN]) -> Option<(u32, [u32; 3], u64)> {
-    if b[0..8] != magic {
+fn decode(magic: [u8; 8], b: &[u8]) -> Option<(u32, [u32; 3], u64)> {
+    if b.len() < BASE_LEN || b[0..8] != magic {
         return None;
     }
     let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
@@ -170,8 +298,14 @@ pub(crate) fn decode_record(v: &[u8]) -> Result<Vec<SocketAddr>, String> {
     })
     .collect()
 }
-/// Check an ack received in answer to `hello` sent to `peer`; `Err` says what was reached.
-pub(crate) fn check_ack(buf: &[u8; HANDSHAKE_LEN], hello: &Hello, peer: u32) -> Result<(), String> {
+/// Check an ack received in answer to `hello` sent to `peer`; `Ok` carries the
+/// acceptor's nonce (for the proof), `Err` says what was reached.
+pub(crate) fn check_ack(
+    buf: &[u8; ACK_LEN],
+    hello: &Hello,
+    peer: u32,
+    secret: &[u8],
+) -> Result<[u8; NONCE_LEN], String> {
     let Some(ack) = Ack::decode(buf) else {
         return Err("reached a process that is not a rankwire TCP rank (bad ack magic)".into());
     };
@@ -183,6 +317,25 @@ pub(crate) fn check_ack(buf: &[u8; HANDSHAKE_LEN], hello: &Hello, peer: u32) -> 
     }
     if ack.job_hash != hello.job_hash {
         return Err("reached a rank of another job".into());
+    }
+    let h = hello.encode();
+    if hmac(
+        secret,
+        ACK_LABEL,
+        &[
+            &h[8..],
+            &ack.status.to_le_bytes(),
+            &ack.acceptor.to_le_bytes(),
+            &ack.nonce,
+        ],
+    )
+    .verify_slice(&ack.mac)
+    .is_err()
+    {
+        return Err(
+            "the acceptor does not know this job's secret (not a rank of this job, or one started with another RANKWIRE_JOB_SECRET)"
+                .into(),
+        );
     }
     if ack.acceptor == hello.connector && ack.status != AckStatus::Accepted as u32 {
         return Err(format!(
@@ -197,7 +350,7 @@ pub(crate) fn check_ack(buf: &[u8; HANDSHAKE_LEN], hello: &Hello, peer: u32) -> 
         ));
     }
     match ack.status {
-        s if s == AckStatus::Accepted as u32 => Ok(()),
+        s if s == AckStatus::Accepted as u32 => Ok(ack.nonce),
         s if s == AckStatus::WrongJob as u32 => Err("rejected: another job".into()),
         s if s == AckStatus::WrongRank as u32 => Err("rejected: wrong rank".into()),
         s if s == AckStatus::UnexpectedConnector as u32 => Err(format!(
@@ -221,6 +374,8 @@ pub(crate) fn check_ack(buf: &[u8; HANDSHAKE_LEN], hello: &Hello, peer: u32) -> 
 mod tests {
     use super::*;
 
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
     #[test]
     fn hello_and_ack_roundtrip_and_reject_bad_magic() {
         let h = Hello {
@@ -229,20 +384,70 @@ mod tests {
             acceptor: 1,
             world_size: 4,
             job_hash: job_hash("job-7"),
+            nonce: [5; NONCE_LEN],
         };
         let b = h.encode();
         assert_eq!(Hello::decode(&b), Some(h));
-        assert_eq!(Ack::decode(&b), None);
         let a = Ack {
             version: 1,
             status: AckStatus::Duplicate as u32,
             acceptor: 1,
             world_size: 4,
             job_hash: 9,
+            nonce: [6; NONCE_LEN],
+            mac: [7; MAC_LEN],
         };
-        assert_eq!(Ack::decode(&a.encode()), Some(a));
+        let ab = a.encode();
+        assert_eq!(Ack::decode(&ab), Some(a));
+        let mut as_ack = [0u8; ACK_LEN];
+        as_ack[..HELLO_LEN].copy_from_slice(&b);
+        assert_eq!(Ack::decode(&as_ack), None);
         assert_eq!(&b[0..8], b"RWTCPHI\0");
         assert_eq!(&b[12..16], &3u32.to_le_bytes());
+        assert_eq!(&b[32..48], &[5; NONCE_LEN]);
+    }
+
+    /// The challenge-response: MACs depend on the secret, both nonces, both ranks and
+    /// the label; a proof made for one nonce fails for another (replay).
+    #[test]
+    fn macs_bind_the_secret_the_nonces_and_the_ranks() {
+        let h = Hello {
+            version: PROTOCOL_VERSION,
+            connector: 2,
+            acceptor: 0,
+            world_size: 3,
+            job_hash: 42,
+            nonce: [1; NONCE_LEN],
+        };
+        let na = [9; NONCE_LEN];
+        let proof = proof_mac(SECRET, &h, &na);
+        assert!(check_proof(SECRET, &h, &na, &proof));
+        // another secret, another acceptor nonce (a replay), another connector rank
+        assert!(!check_proof(b"another secret", &h, &na, &proof));
+        assert!(!check_proof(SECRET, &h, &[8; NONCE_LEN], &proof));
+        assert!(!check_proof(
+            SECRET,
+            &Hello { connector: 1, ..h },
+            &na,
+            &proof
+        ));
+        assert!(!check_proof(
+            SECRET,
+            &Hello {
+                nonce: [2; NONCE_LEN],
+                ..h
+            },
+            &na,
+            &proof
+        ));
+        // an ack's MAC is not a proof (labels differ)
+        assert!(!check_proof(
+            SECRET,
+            &h,
+            &na,
+            &ack_mac(SECRET, &h, 0, 0, &na)
+        ));
+        assert_ne!(nonce(), nonce());
     }
 
     #[test]
@@ -276,31 +481,47 @@ mod tests {
             acceptor: 0,
             world_size: 3,
             job_hash: 42,
+            nonce: [3; NONCE_LEN],
         };
-        let ok = Ack {
-            version: PROTOCOL_VERSION,
-            status: 0,
-            acceptor: 0,
-            world_size: 3,
-            job_hash: 42,
+        let ack = |status: u32, acceptor: u32, job_hash: u64, secret: &[u8]| {
+            let nonce = [4; NONCE_LEN];
+            Ack {
+                version: PROTOCOL_VERSION,
+                status,
+                acceptor,
+                world_size: 3,
+                job_hash,
+                nonce,
+                mac: ack_mac(secret, &h, status, acceptor, &nonce),
+            }
+            .encode()
         };
-        assert!(check_ack(&ok.encode(), &h, 0).is_ok());
-        let e = check_ack(&Ack { job_hash: 1, ..ok }.encode(), &h, 0).unwrap_err();
+        assert_eq!(
+            check_ack(&ack(0, 0, 42, SECRET), &h, 0, SECRET),
+            Ok([4; NONCE_LEN])
+        );
+        let e = check_ack(&ack(0, 0, 1, SECRET), &h, 0, SECRET).unwrap_err();
         assert!(e.contains("another job"), "{e}");
-        let e = check_ack(&Ack { acceptor: 1, ..ok }.encode(), &h, 0).unwrap_err();
+        let e = check_ack(&ack(0, 0, 42, b"not the secret"), &h, 0, SECRET).unwrap_err();
+        assert!(e.contains("secret"), "{e}");
+        // a valid MAC over other fields than those sent
+        let mut forged = ack(AckStatus::Duplicate as u32, 0, 42, SECRET);
+        forged[12..16].copy_from_slice(&0u32.to_le_bytes());
+        assert!(
+            check_ack(&forged, &h, 0, SECRET)
+                .unwrap_err()
+                .contains("secret")
+        );
+        let e = check_ack(&ack(0, 1, 42, SECRET), &h, 0, SECRET).unwrap_err();
         assert!(e.contains("reached rank 1 instead of rank 0"), "{e}");
         let e = check_ack(
-            &Ack {
-                acceptor: 2,
-                status: AckStatus::WrongRank as u32,
-                ..ok
-            }
-            .encode(),
+            &ack(AckStatus::WrongRank as u32, 2, 42, SECRET),
             &h,
             0,
+            SECRET,
         )
         .unwrap_err();
         assert!(e.contains("itself"), "{e}");
-        assert!(check_ack(&[7; HANDSHAKE_LEN], &h, 0).is_err());
+        assert!(check_ack(&[7; ACK_LEN], &h, 0, SECRET).is_err());
     }
 }

@@ -152,16 +152,23 @@ enum Slot {
     Closed,
 }
 
+/// Shortest job secret [`TcpTransport::new`] accepts, in bytes (rwrun's is 32 hex
+/// digits of 16 random bytes).
+pub const MIN_SECRET_BYTES: usize = 16;
+
 impl TcpTransport {
     /// Set up the TCP connections of rank `my_rank` of a job of `size` ranks (module doc,
-    /// "Lifecycle"). `job_id` tells jobs apart in the handshake. `peers_to_connect` lists
+    /// "Lifecycle"). `job_id` tells jobs apart in the handshake; `secret` (at least
+    /// [`MIN_SECRET_BYTES`] bytes, the same in every rank of the job) admits only ranks of
+    /// this job: both ends of every connection prove knowledge of it by HMAC-SHA256 over
+    /// the other's nonce (`handshake.rs`, "Authentication"). `peers_to_connect` lists
     /// the world ranks to connect with; every listed peer must list `my_rank` too. `my_rank`
     /// in the list is ignored. Blocks until every connection is up or
     /// `config.connect_timeout` passes.
     ///
     /// # Errors
     /// - [`TransportError::NoSuchPeer`]: `my_rank` or a listed peer is not below `size`.
-    /// - [`TransportError::Os`]: the listener, `getifaddrs`, epoll or the bootstrap
+    /// - [`TransportError::Os`]: `secret` is too short, the listener, `getifaddrs`, epoll or the bootstrap
     ///   exchange failed.
     /// - [`TransportError::Connect`]: a peer could not be reached or did not connect; the
     ///   message names it, every address tried with its error, and the settings to change.
@@ -169,6 +176,7 @@ impl TcpTransport {
         my_rank: u32,
         size: u32,
         job_id: &str,
+        secret: &[u8],
         config: TcpConfig,
         ex: &mut dyn Exchange,
         peers_to_connect: &[u32],
@@ -180,6 +188,12 @@ impl TcpTransport {
                 reason: e.to_string(),
             }
         };
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(os("job secret")(&format!(
+                "{} bytes, at least {MIN_SECRET_BYTES} needed",
+                secret.len()
+            )));
+        }
         if my_rank >= size {
             return Err(TransportError::NoSuchPeer {
                 transport: NAME,
@@ -241,17 +255,21 @@ impl TcpTransport {
             });
         }
 
-        // 2. Learn the lower peers' addresses, then dial and accept.
+        // 2. Learn the lower peers' addresses (one bootstrap round trip per 1024 peers),
+        // then dial and accept.
+        let lower: Vec<u32> = peers.iter().copied().filter(|&p| p < my_rank).collect();
+        let keys: Vec<String> = lower.iter().map(|p| format!("tcp-addr-{p}")).collect();
+        let raws = ex.get_many(&keys).map_err(|e| TransportError::Connect {
+            transport: NAME,
+            peer: lower.first().copied().unwrap_or(my_rank),
+            reason: format!(
+                "bootstrap get of the addresses of the {} lower ranks failed: {e}",
+                lower.len()
+            ),
+        })?;
         let mut dial = Vec::new();
-        for &p in peers.iter().filter(|&&p| p < my_rank) {
-            let raw = ex
-                .get(&format!("tcp-addr-{p}"))
-                .map_err(|e| TransportError::Connect {
-                    transport: NAME,
-                    peer: p,
-                    reason: format!("bootstrap get tcp-addr-{p} failed: {e}"),
-                })?;
-            let addrs = handshake::decode_record(&raw).map_err(|e| TransportError::Connect {
+        for (&p, raw) in lower.iter().zip(&raws) {
+            let addrs = handshake::decode_record(raw).map_err(|e| TransportError::Connect {
                 transport: NAME,
                 peer: p,
                 reason: e,
@@ -259,10 +277,18 @@ impl TcpTransport {
             debug!("tcp: rank {my_rank} dials rank {p} at {addrs:?}");
             dial.push((p, addrs));
         }
+        if dial.len() != lower.len() {
+            return Err(os("bootstrap get")(&format!(
+                "{} addresses for {} ranks",
+                raws.len(),
+                lower.len()
+            )));
+        }
         let socks = setup::establish(setup::Setup {
             my_rank,
             size,
             job_hash: handshake::job_hash(job_id),
+            secret,
             cfg: &config,
             listener,
             my_addrs: &local_addrs,

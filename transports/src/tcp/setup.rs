@@ -20,7 +20,10 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tracing::debug;
 
 use super::config::TcpConfig;
-use super::handshake::{Ack, AckStatus, HANDSHAKE_LEN, Hello, PROTOCOL_VERSION, check_ack};
+use super::handshake::{
+    ACK_LEN, Ack, AckStatus, HELLO_LEN, Hello, NONCE_LEN, PROOF_LEN, PROTOCOL_VERSION, ack_mac,
+    check_ack, check_proof, may_be_ack, nonce, proof_mac,
+};
 use crate::TransportError;
 
 /// Bind the listening socket: `[::]:0` dual-stack (IPV6_V6ONLY off), or `0.0.0.0:0`
@@ -93,6 +96,8 @@ pub(crate) struct Setup<'a> {
     pub(crate) my_rank: u32,
     pub(crate) size: u32,
     pub(crate) job_hash: u64,
+    /// The job secret both sides prove knowledge of (handshake.rs, "Authentication").
+    pub(crate) secret: &'a [u8],
     pub(crate) cfg: &'a TcpConfig,
     pub(crate) listener: Socket,
     /// Our own published addresses (for error messages).
@@ -113,6 +118,7 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
         my_rank,
         size,
         job_hash,
+        secret,
         cfg,
         listener,
         my_addrs,
@@ -127,6 +133,7 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
         acceptor: 0,
         world_size: size,
         job_hash,
+        nonce: [0; NONCE_LEN],
     };
     let mut dials: Vec<Dial> = dial
         .into_iter()
@@ -145,6 +152,7 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
         my_rank,
         size,
         job_hash,
+        secret,
         expect: &expect,
     };
 
@@ -154,7 +162,7 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
         let mut i = 0;
         while i < dials.len() {
             let d = &mut dials[i];
-            match d.progress(&me, cfg, now) {
+            match d.progress(&me, secret, cfg, now) {
                 DialState::Pending => i += 1,
                 DialState::Connected(sock) => {
                     debug!(
@@ -182,9 +190,10 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
                         sock,
                         from: from.as_socket(),
                         deadline: now + cfg.addr_timeout,
-                        buf: [0; HANDSHAKE_LEN],
-                        got: 0,
-                        reply: None,
+                        phase: InPhase::ReadHello {
+                            buf: [0; HELLO_LEN],
+                            got: 0,
+                        },
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -204,6 +213,13 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
                 InState::Drop(why) => {
                     debug!(
                         "tcp: rank {my_rank} rejected connection from {:?}: {why}",
+                        inbound[i].from
+                    );
+                    inbound.swap_remove(i);
+                }
+                InState::Refused(why) => {
+                    tracing::warn!(
+                        "tcp: rank {my_rank} refused a connection from {:?}: {why}",
                         inbound[i].from
                     );
                     inbound.swap_remove(i);
@@ -245,7 +261,7 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
         }
         for ib in &inbound {
             wake = wake.min(ib.deadline);
-            let ev = if ib.reply.is_some() {
+            let ev = if matches!(ib.phase, InPhase::WriteAck { .. }) {
                 PollFlags::POLLOUT
             } else {
                 PollFlags::POLLIN
@@ -286,6 +302,8 @@ struct Dial {
 struct Attempt {
     sock: Socket,
     deadline: Instant,
+    /// This attempt's nonce (fresh for every attempt).
+    nonce: [u8; NONCE_LEN],
     phase: DialPhase,
 }
 
@@ -295,8 +313,13 @@ enum DialPhase {
         sent: usize,
     },
     ReadAck {
-        buf: [u8; HANDSHAKE_LEN],
+        buf: [u8; ACK_LEN],
         got: usize,
+    },
+    /// The ack was valid: our proof for the acceptor's nonce.
+    SendProof {
+        proof: [u8; PROOF_LEN],
+        sent: usize,
     },
 }
 
@@ -307,7 +330,7 @@ enum DialState {
 }
 
 impl Dial {
-    fn progress(&mut self, me: &Hello, cfg: &TcpConfig, now: Instant) -> DialState {
+    fn progress(&mut self, me: &Hello, secret: &[u8], cfg: &TcpConfig, now: Instant) -> DialState {
         loop {
             if self.attempt.is_none() {
                 let Some(&addr) = self.addrs.get(self.next) else {
@@ -319,6 +342,7 @@ impl Dial {
                         self.attempt = Some(Attempt {
                             sock,
                             deadline: now + cfg.addr_timeout,
+                            nonce: nonce(),
                             phase: DialPhase::Connecting,
                         })
                     }
@@ -329,14 +353,15 @@ impl Dial {
                 }
             }
             let addr = self.addrs[self.next - 1];
-            let hello = Hello {
-                acceptor: self.peer,
-                ..*me
-            };
             let Some(a) = self.attempt.as_mut() else {
                 continue;
             };
-            match a.step(&hello, self.peer) {
+            let hello = Hello {
+                acceptor: self.peer,
+                nonce: a.nonce,
+                ..*me
+            };
+            match a.step(&hello, self.peer, secret) {
                 Ok(true) => {
                     let Some(a) = self.attempt.take() else {
                         continue;
@@ -367,8 +392,9 @@ impl Dial {
 }
 
 impl Attempt {
-    /// Advance as far as possible without blocking: `Ok(true)` once the ack is checked.
-    fn step(&mut self, hello: &Hello, peer: u32) -> Result<bool, String> {
+    /// Advance as far as possible without blocking: `Ok(true)` once the ack is checked
+    /// and our proof written.
+    fn step(&mut self, hello: &Hello, peer: u32, secret: &[u8]) -> Result<bool, String> {
         loop {
             match &mut self.phase {
                 DialPhase::Connecting => {
@@ -387,9 +413,9 @@ impl Attempt {
                     match (&self.sock).write(&bytes[*sent..]) {
                         Ok(n) => {
                             *sent += n;
-                            if *sent == HANDSHAKE_LEN {
+                            if *sent == HELLO_LEN {
                                 self.phase = DialPhase::ReadAck {
-                                    buf: [0; HANDSHAKE_LEN],
+                                    buf: [0; ACK_LEN],
                                     got: 0,
                                 };
                             }
@@ -410,10 +436,30 @@ impl Attempt {
                         Err(e) if would_block(&e) => return Ok(false),
                         Err(e) => return Err(format!("reading ack: {e}")),
                     }
-                    if *got == HANDSHAKE_LEN {
-                        return check_ack(buf, hello, peer).map(|()| true);
+                    if !may_be_ack(&buf[..*got]) {
+                        return Err(
+                            "reached a process that is not a rankwire TCP rank (bad ack magic)"
+                                .into(),
+                        );
+                    }
+                    if *got == ACK_LEN {
+                        let ack_nonce = check_ack(buf, hello, peer, secret)?;
+                        self.phase = DialPhase::SendProof {
+                            proof: proof_mac(secret, hello, &ack_nonce),
+                            sent: 0,
+                        };
                     }
                 }
+                DialPhase::SendProof { proof, sent } => match (&self.sock).write(&proof[*sent..]) {
+                    Ok(n) => {
+                        *sent += n;
+                        if *sent == PROOF_LEN {
+                            return Ok(true);
+                        }
+                    }
+                    Err(e) if would_block(&e) => return Ok(false),
+                    Err(e) => return Err(format!("sending proof: {e}")),
+                },
             }
         }
     }
@@ -432,20 +478,42 @@ fn start_connect(addr: SocketAddr, cfg: &TcpConfig) -> io::Result<Socket> {
     }
 }
 
-// An accepted socket in its handshake: reading the hello, then writing the ack.
+// An accepted socket in its handshake: reading the hello, writing the ack, and (if the
+// ack accepts) reading the connector's proof.
 struct Inbound {
     sock: Socket,
     from: Option<SocketAddr>,
     deadline: Instant,
-    buf: [u8; HANDSHAKE_LEN],
-    got: usize,
-    /// The ack being written, how much of it is written, and the rank it accepts.
-    reply: Option<([u8; HANDSHAKE_LEN], usize, Option<u32>)>,
+    phase: InPhase,
+}
+
+enum InPhase {
+    ReadHello {
+        buf: [u8; HELLO_LEN],
+        got: usize,
+    },
+    /// The ack being written and how much of it is; `accept`: the hello and our nonce
+    /// when the ack accepts (a proof follows).
+    WriteAck {
+        ack: [u8; ACK_LEN],
+        sent: usize,
+        accept: Option<(Hello, [u8; NONCE_LEN])>,
+    },
+    ReadProof {
+        buf: [u8; PROOF_LEN],
+        got: usize,
+        hello: Hello,
+        nonce: [u8; NONCE_LEN],
+    },
 }
 
 enum InState {
     Pending,
+    /// Not one of this job's connectors, or not accepted (debug log).
     Drop(String),
+    /// A connector that claimed to be a rank of this job but did not prove it knows the
+    /// secret (warning).
+    Refused(String),
     Accepted(u32),
 }
 
@@ -453,6 +521,7 @@ struct Acceptor<'a> {
     my_rank: u32,
     size: u32,
     job_hash: u64,
+    secret: &'a [u8],
     expect: &'a [u32],
 }
 
@@ -464,51 +533,111 @@ impl Inbound {
         now: Instant,
     ) -> InState {
         loop {
-            if let Some((ack, sent, accept_as)) = &mut self.reply {
-                if *sent == HANDSHAKE_LEN {
-                    return match accept_as {
-                        Some(r) => InState::Accepted(*r),
-                        None => InState::Drop("rejected (ack sent)".into()),
+            match &mut self.phase {
+                InPhase::ReadHello { buf, got } => {
+                    match (&self.sock).read(&mut buf[*got..]) {
+                        Ok(0) => return InState::Drop("closed before a full hello".into()),
+                        Ok(n) => *got += n,
+                        Err(e) if would_block(&e) => break,
+                        Err(e) => return InState::Drop(format!("reading hello: {e}")),
+                    }
+                    if *got < HELLO_LEN {
+                        continue;
+                    }
+                    let Some(hello) = Hello::decode(buf) else {
+                        return InState::Drop(
+                            "bad hello magic (not a rankwire TCP connector)".into(),
+                        );
+                    };
+                    let status = acc.judge(&hello, accepted);
+                    let nonce = nonce();
+                    let ack = Ack {
+                        version: PROTOCOL_VERSION,
+                        status: status as u32,
+                        acceptor: acc.my_rank,
+                        world_size: acc.size,
+                        job_hash: acc.job_hash,
+                        nonce,
+                        mac: ack_mac(acc.secret, &hello, status as u32, acc.my_rank, &nonce),
+                    };
+                    if status != AckStatus::Accepted {
+                        debug!(
+                            "tcp: rank {} rejects hello {hello:?} from {:?}: {status:?}",
+                            acc.my_rank, self.from
+                        );
+                    }
+                    self.phase = InPhase::WriteAck {
+                        ack: ack.encode(),
+                        sent: 0,
+                        accept: (status == AckStatus::Accepted).then_some((hello, nonce)),
                     };
                 }
-                match (&self.sock).write(&ack[*sent..]) {
-                    Ok(n) => *sent += n,
-                    Err(e) if would_block(&e) => break,
-                    Err(e) => return InState::Drop(format!("writing ack: {e}")),
+                InPhase::WriteAck { ack, sent, accept } => {
+                    if *sent == ACK_LEN {
+                        let Some((hello, nonce)) = accept.take() else {
+                            return InState::Drop("rejected (ack sent)".into());
+                        };
+                        self.phase = InPhase::ReadProof {
+                            buf: [0; PROOF_LEN],
+                            got: 0,
+                            hello,
+                            nonce,
+                        };
+                        continue;
+                    }
+                    match (&self.sock).write(&ack[*sent..]) {
+                        Ok(n) => *sent += n,
+                        Err(e) if would_block(&e) => break,
+                        Err(e) => return InState::Drop(format!("writing ack: {e}")),
+                    }
                 }
-                continue;
+                InPhase::ReadProof {
+                    buf,
+                    got,
+                    hello,
+                    nonce,
+                } => {
+                    match (&self.sock).read(&mut buf[*got..]) {
+                        Ok(0) => {
+                            return InState::Refused(format!(
+                                "it claimed to be rank {} but closed before proving it knows the job secret",
+                                hello.connector
+                            ));
+                        }
+                        Ok(n) => *got += n,
+                        Err(e) if would_block(&e) => break,
+                        Err(e) => return InState::Drop(format!("reading proof: {e}")),
+                    }
+                    if *got < PROOF_LEN {
+                        continue;
+                    }
+                    if !check_proof(acc.secret, hello, nonce, buf) {
+                        return InState::Refused(format!(
+                            "it claimed to be rank {} but its proof of the job secret is wrong (not a rank of this job, or a replayed handshake)",
+                            hello.connector
+                        ));
+                    }
+                    // The duplicate check again: a valid rank may have completed meanwhile.
+                    if let Some(old) = accepted.get(&hello.connector)
+                        && is_alive(old)
+                    {
+                        return InState::Drop(format!(
+                            "rank {} is connected already",
+                            hello.connector
+                        ));
+                    }
+                    return InState::Accepted(hello.connector);
+                }
             }
-            match (&self.sock).read(&mut self.buf[self.got..]) {
-                Ok(0) => return InState::Drop("closed before a full hello".into()),
-                Ok(n) => self.got += n,
-                Err(e) if would_block(&e) => break,
-                Err(e) => return InState::Drop(format!("reading hello: {e}")),
-            }
-            if self.got < HANDSHAKE_LEN {
-                continue;
-            }
-            let Some(hello) = Hello::decode(&self.buf) else {
-                return InState::Drop("bad hello magic (not a rankwire TCP connector)".into());
-            };
-            let status = acc.judge(&hello, accepted);
-            let ack = Ack {
-                version: PROTOCOL_VERSION,
-                status: status as u32,
-                acceptor: acc.my_rank,
-                world_size: acc.size,
-                job_hash: acc.job_hash,
-            };
-            let accept_as = (status == AckStatus::Accepted).then_some(hello.connector);
-            if status != AckStatus::Accepted {
-                debug!(
-                    "tcp: rank {} rejects hello {hello:?} from {:?}: {status:?}",
-                    acc.my_rank, self.from
-                );
-            }
-            self.reply = Some((ack.encode(), 0, accept_as));
         }
         if now >= self.deadline {
-            return InState::Drop("handshake timed out".into());
+            return match &self.phase {
+                InPhase::ReadProof { hello, .. } => InState::Refused(format!(
+                    "it claimed to be rank {} but sent no proof of the job secret in time",
+                    hello.connector
+                )),
+                _ => InState::Drop("handshake timed out".into()),
+            };
         }
         InState::Pending
     }
@@ -622,6 +751,8 @@ fn deadline_error(
 mod tests {
     use super::*;
 
+    const SECRET: &[u8] = b"the job secret, 32 bytes long...";
+
     /// A connected pair of sockets over 127.0.0.1.
     fn pair() -> (Socket, Socket) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -637,6 +768,7 @@ mod tests {
             my_rank: 0,
             size: 3,
             job_hash: 5,
+            secret: SECRET,
             expect: &[1, 2],
         };
         let good = Hello {
@@ -645,6 +777,7 @@ mod tests {
             acceptor: 0,
             world_size: 3,
             job_hash: 5,
+            nonce: [0; NONCE_LEN],
         };
         let mut accepted = BTreeMap::new();
         let judge = |h: Hello, acc_map: &mut BTreeMap<u32, Socket>| acc.judge(&h, acc_map);
@@ -703,5 +836,115 @@ mod tests {
         }
         assert_eq!(judge(good, &mut accepted), AckStatus::Accepted);
         assert!(accepted.is_empty());
+    }
+
+    /// Drive an acceptor's handshake on `sock` until it ends; the peer side is a thread.
+    fn accept_one(sock: Socket, accepted: &mut BTreeMap<u32, Socket>) -> InState {
+        let acc = Acceptor {
+            my_rank: 0,
+            size: 2,
+            job_hash: 5,
+            secret: SECRET,
+            expect: &[1],
+        };
+        let mut ib = Inbound {
+            sock,
+            from: None,
+            deadline: Instant::now() + Duration::from_secs(10),
+            phase: InPhase::ReadHello {
+                buf: [0; HELLO_LEN],
+                got: 0,
+            },
+        };
+        loop {
+            match ib.progress(&acc, accepted, Instant::now()) {
+                InState::Pending => std::thread::sleep(Duration::from_millis(1)),
+                done => return done,
+            }
+        }
+    }
+
+    /// What a connector does, by hand: hello, read the ack, answer with `proof(ack)`.
+    /// Returns the bytes it sent.
+    fn connector(
+        mut sock: Socket,
+        hello: Hello,
+        proof: impl Fn(&[u8; ACK_LEN]) -> [u8; PROOF_LEN],
+    ) -> Vec<u8> {
+        sock.write_all(&hello.encode()).unwrap();
+        let mut ack = [0u8; ACK_LEN];
+        sock.read_exact(&mut ack).unwrap();
+        let p = proof(&ack);
+        sock.write_all(&p).unwrap();
+        // Keep the socket open until the acceptor decided.
+        let mut b = [0u8; 1];
+        let _ = sock.read(&mut b);
+        let mut sent = hello.encode().to_vec();
+        sent.extend_from_slice(&p);
+        sent
+    }
+
+    /// Issue 21: a process that knows the job id (the job hash) and a rank's address but
+    /// not the secret is refused; so is a recorded genuine handshake played again; the
+    /// genuine one is accepted.
+    #[test]
+    fn only_a_connector_that_knows_the_secret_is_accepted_and_a_replay_is_refused() {
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            connector: 1,
+            acceptor: 0,
+            world_size: 2,
+            job_hash: 5,
+            nonce: nonce(),
+        };
+        let mut accepted = BTreeMap::new();
+        // Without the secret: any proof is wrong.
+        let (c, a) = pair();
+        let t = std::thread::spawn(move || connector(c, hello, |_| [0x42; PROOF_LEN]));
+        match accept_one(a, &mut accepted) {
+            InState::Refused(why) => {
+                assert!(why.contains("proof of the job secret is wrong"), "{why}")
+            }
+            _ => panic!("a connector without the secret was not refused"),
+        }
+        drop(t.join());
+        // Claiming a rank and closing before the proof: refused as well.
+        let (mut c, a) = pair();
+        let t = std::thread::spawn(move || {
+            c.write_all(&hello.encode()).unwrap();
+            let mut ack = [0u8; ACK_LEN];
+            c.read_exact(&mut ack).unwrap();
+        });
+        assert!(matches!(accept_one(a, &mut accepted), InState::Refused(_)));
+        t.join().unwrap();
+        assert!(accepted.is_empty());
+        // The genuine connector: the ack's MAC checks out and its proof is accepted.
+        let (c, a) = pair();
+        let t = std::thread::spawn(move || {
+            connector(c, hello, |ack| {
+                let na = check_ack(ack, &hello, 0, SECRET).unwrap();
+                proof_mac(SECRET, &hello, &na)
+            })
+        });
+        let recorded = match accept_one(a, &mut accepted) {
+            InState::Accepted(1) => t.join().unwrap(),
+            _ => panic!("the genuine connector was not accepted"),
+        };
+        // Replaying those exact bytes meets a fresh acceptor nonce.
+        let mut fresh = BTreeMap::new();
+        let (mut c, a) = pair();
+        let t = std::thread::spawn(move || {
+            c.write_all(&recorded[..HELLO_LEN]).unwrap();
+            let mut ack = [0u8; ACK_LEN];
+            c.read_exact(&mut ack).unwrap();
+            c.write_all(&recorded[HELLO_LEN..]).unwrap();
+            let mut b = [0u8; 1];
+            let _ = c.read(&mut b);
+        });
+        match accept_one(a, &mut fresh) {
+            InState::Refused(why) => assert!(why.contains("replayed"), "{why}"),
+            _ => panic!("a replayed handshake was not refused"),
+        }
+        drop(t.join());
     }
 }
