@@ -497,12 +497,7 @@ fn build(joined: Joined) -> Result<Universe> {
     // before a connect fails with EMFILE deep in a transport.
     if let Some((soft, hard)) = crate::bootstrap::node::raise_nofile() {
         let need = crate::bootstrap::node::nofile_needed(size, crate::bootstrap::node::open_fds());
-        crate::bootstrap::node::check_nofile(size, need, soft, hard).map_err(|detail| {
-            Error::Connection {
-                peer: size.saturating_sub(1),
-                detail,
-            }
-        })?;
+        crate::bootstrap::node::check_nofile(size, need, soft, hard).map_err(Error::Usage)?;
     }
     let shm = if allowed.contains(&"shm") && size > 1 {
         let cfg = ShmConfig::from_env()

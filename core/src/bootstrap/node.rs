@@ -143,7 +143,7 @@ pub(crate) fn check_nofile(size: u32, need: u64, soft: u64, hard: u64) -> Result
     Err(format!(
         "too few file descriptors: RLIMIT_NOFILE is {soft} (hard limit {hard}), but a rank \
          of a job of {size} ranks needs about {need} (one per peer, plus those open now); \
-         raise the hard limit: `ulimit -Hn {need}` as root, LimitNOFILE= for systemd, \
+         fix: raise the hard limit: `ulimit -Hn {need}` as root, LimitNOFILE= for systemd, \
          `nofile` in /etc/security/limits.conf, docker --ulimit nofile={need}:{need}"
     ))
 }

@@ -12,7 +12,7 @@ pub const ENV_RING_BYTES: &str = "RANKWIRE_SHM_RING_BYTES";
 pub const DEFAULT_RING_BYTES: usize = 1 << 20;
 /// Ring bytes (data and control blocks) of one rank's segment that the derived ring size
 /// aims at: 4 MiB. With `n` local ranks a segment holds `n - 1` rings, so the node's
-/// shared memory is about `n × 4 MiB`, linear in `n`, as long as the rings stay above
+/// shared memory stays below about `n × 4.3 MB` while the rings fit the budget above
 /// [`MIN_RING_BYTES`] (up to 256 local ranks); see [`ShmConfig::ring_bytes_for`].
 pub const SEGMENT_BUDGET_BYTES: usize = 4 << 20;
 /// Smallest ring, in bytes (its largest frame payload is then 4 KiB; a frame record of a
