@@ -700,6 +700,13 @@ fn shm_fit(
     };
     if let Some(n) = local_ranks.filter(|&n| n >= 2) {
         let need = cfg.node_bytes(n as usize);
+        if need == u64::MAX {
+            // More peers than a segment's slot table holds (4096).
+            detail += &format!(
+                "; {n} ranks per node are more than the shm transport supports (at most 4097)"
+            );
+            return (detail, Level::Fail);
+        }
         detail += &format!(
             "; {n} ranks need {} MiB (rings of {} KiB)",
             mib(need).max(1),
@@ -740,6 +747,10 @@ mod shm_fit_tests {
             cfg.node_bytes(fits) <= 2 * g && cfg.node_bytes(fits + 1) > 2 * g,
             "{d}"
         );
+        // Beyond the slot table: a plain statement, not a figure.
+        let (d, l) = shm_fit(&cfg, 8 * g, 8 * g, Some(100_000));
+        assert_eq!(l, Level::Fail, "{d}");
+        assert!(d.contains("more than the shm transport supports"), "{d}");
         // Nothing planned: no rank count in the verdict.
         let (d, l) = shm_fit(&cfg, 8 * g, 8 * g, None);
         assert_eq!(l, Level::Pass);

@@ -114,7 +114,8 @@ impl ShmConfig {
 
     /// Bytes of shared memory the rings of a node with `local_ranks` ranks take in all
     /// (every rank's segment: one page of header plus `local_ranks - 1` rings of
-    /// [`ShmConfig::ring_bytes_for`] and their 256-byte control blocks). 0 for one rank.
+    /// [`ShmConfig::ring_bytes_for`] and their 256-byte control blocks). 0 for one rank;
+    /// `u64::MAX` beyond what a segment supports (4096 peers).
     pub fn node_bytes(&self, local_ranks: usize) -> u64 {
         if local_ranks < 2 {
             return 0;
