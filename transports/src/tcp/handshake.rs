@@ -196,14 +196,15 @@ fn hmac(secret: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     m
 }
 
-/// The acceptor's MAC over the hello it got (`hello[8..48]`), its answer and its nonce.
-pub(crate) fn ack_mac(
+/// The acceptor's MAC over the hello it got (`hello[8..48]`), its answer and its nonce,
+/// before finalizing: [`ack_mac`] makes it, [`check_ack`] verifies it.
+fn ack_hmac(
     secret: &[u8],
     hello: &Hello,
     status: u32,
     acceptor: u32,
     nonce: &[u8; NONCE_LEN],
-) -> [u8; MAC_LEN] {
+) -> Hmac<Sha256> {
     let h = hello.encode();
     hmac(
         secret,
@@ -215,9 +216,26 @@ pub(crate) fn ack_mac(
             nonce,
         ],
     )
-    .finalize()
-    .into_bytes()
-    .into()
+}
+
+/// The connector's proof over its hello and the acceptor's nonce, before finalizing.
+fn proof_hmac(secret: &[u8], hello: &Hello, ack_nonce: &[u8; NONCE_LEN]) -> Hmac<Sha256> {
+    let h = hello.encode();
+    hmac(secret, PROOF_LABEL, &[&h[8..], ack_nonce])
+}
+
+/// The acceptor's MAC over the hello it got, its answer and its nonce.
+pub(crate) fn ack_mac(
+    secret: &[u8],
+    hello: &Hello,
+    status: u32,
+    acceptor: u32,
+    nonce: &[u8; NONCE_LEN],
+) -> [u8; MAC_LEN] {
+    ack_hmac(secret, hello, status, acceptor, nonce)
+        .finalize()
+        .into_bytes()
+        .into()
 }
 
 /// The connector's proof: its MAC over its hello and the acceptor's nonce.
@@ -226,8 +244,7 @@ pub(crate) fn proof_mac(
     hello: &Hello,
     ack_nonce: &[u8; NONCE_LEN],
 ) -> [u8; MAC_LEN] {
-    let h = hello.encode();
-    hmac(secret, PROOF_LABEL, &[&h[8..], ack_nonce])
+    proof_hmac(secret, hello, ack_nonce)
         .finalize()
         .into_bytes()
         .into()
@@ -241,8 +258,7 @@ pub(crate) fn check_proof(
     ack_nonce: &[u8; NONCE_LEN],
     proof: &[u8; PROOF_LEN],
 ) -> bool {
-    let h = hello.encode();
-    hmac(secret, PROOF_LABEL, &[&h[8..], ack_nonce])
+    proof_hmac(secret, hello, ack_nonce)
         .verify_slice(proof)
         .is_ok()
 }
@@ -318,19 +334,9 @@ pub(crate) fn check_ack(
     if ack.job_hash != hello.job_hash {
         return Err("reached a rank of another job".into());
     }
-    let h = hello.encode();
-    if hmac(
-        secret,
-        ACK_LABEL,
-        &[
-            &h[8..],
-            &ack.status.to_le_bytes(),
-            &ack.acceptor.to_le_bytes(),
-            &ack.nonce,
-        ],
-    )
-    .verify_slice(&ack.mac)
-    .is_err()
+    if ack_hmac(secret, hello, ack.status, ack.acceptor, &ack.nonce)
+        .verify_slice(&ack.mac)
+        .is_err()
     {
         return Err(
             "the acceptor does not know this job's secret (not a rank of this job, or one started with another RANKWIRE_JOB_SECRET)"
