@@ -561,6 +561,19 @@ pub trait Exchange {
     fn fence(&mut self) -> Result<(), String>;
 }
 
+/// Reads of the job's key-value store after setup, by a transport that makes
+/// connections on demand (TCP reads a peer's `tcp-addr-<rank>` at the first frame to
+/// it). Implemented by the core over its bootstrap client; `get` waits until the key is
+/// put, bounded by the bootstrap timeout. Called from [`Transport::send`], so with the
+/// caller's progress lock held: the implementation must not take that lock.
+pub trait Lookup: Send {
+    /// The value of `key`.
+    ///
+    /// # Errors
+    /// The bootstrap's error, as text.
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String>;
+}
+
 /// An environment variable with a value a transport cannot use (`RANKWIRE_TCP_*`,
 /// `RANKWIRE_SHM_*`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -331,6 +331,13 @@ pub static SETTINGS: &[Setting] = &[
         "address family of TCP connections",
     ),
     rank(
+        "RANKWIRE_TCP_CONNECT",
+        "on-demand",
+        "on-demand or at-init",
+        Check::OneOf(&["on-demand", "at-init"]),
+        "when TCP connections are made: at the first message to a peer, or all at init",
+    ),
+    rank(
         "RANKWIRE_CONNECT_TIMEOUT",
         "60s",
         "a positive number of seconds, e.g. 60, 2.5, 60s or 500ms",
@@ -977,6 +984,7 @@ mod tests {
             assert_eq!(parse_bytes(b), Some(shm.ring_bytes_for(n) as u64), "{n}");
         }
         let tcp = crate::TcpConfig::default();
+        assert_eq!(d("RANKWIRE_TCP_CONNECT"), tcp.connect.to_string());
         assert_eq!(
             parse_duration(d("RANKWIRE_CONNECT_TIMEOUT")),
             Some(tcp.connect_timeout)

@@ -9,9 +9,10 @@ use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rankwire_transports::tcp::Family;
+use rankwire_transports::tcp::{ConnectMode, Family};
 use rankwire_transports::{
-    Event, Exchange, PeerInfo, SendOutcome, TcpConfig, TcpTransport, Transport, TransportError,
+    Event, Exchange, Lookup, PeerInfo, SendOutcome, TcpConfig, TcpTransport, Transport,
+    TransportError,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -114,12 +115,22 @@ impl Exchange for Ex {
 // ---------------------------------------------------------------------------------------
 // Helpers.
 
+/// Loopback, connections at init (what most tests here check; `od_cfg`: on demand).
 fn lo_cfg() -> TcpConfig {
     TcpConfig {
         include: Some(vec!["lo".into()]),
+        connect: ConnectMode::AtInit,
         addr_timeout: Duration::from_secs(2),
         connect_timeout: Duration::from_secs(20),
         ..TcpConfig::default()
+    }
+}
+
+/// Loopback, connections on demand (the default mode).
+fn od_cfg() -> TcpConfig {
+    TcpConfig {
+        connect: ConnectMode::OnDemand,
+        ..lo_cfg()
     }
 }
 
@@ -348,15 +359,25 @@ fn raw_rank1(ex: &mut Ex, job: &str) -> TcpStream {
 
 const SIZES: [usize; 5] = [0, 1, 64 * 1024, 4 * 1024 * 1024, 1000];
 
-fn all_to_all(n: u32, rounds: usize) {
-    let job = format!("a2a-{n}");
+fn all_to_all(n: u32, rounds: usize, cfg: TcpConfig) {
+    let job = format!("a2a-{n}-{}", cfg.connect);
+    let on_demand = cfg.connect == ConnectMode::OnDemand;
     run_ranks(
         n,
         &job,
-        |_| lo_cfg(),
+        |_| cfg.clone(),
         |me, ex, t| {
             let mut t = t.unwrap();
-            assert_eq!(t.connected_peers(), all_but(me, n));
+            if on_demand {
+                // Nothing connected yet; every rank's first frames go to every peer at
+                // once, so each pair's two ranks dial each other simultaneously.
+                assert!(t.connected_peers().is_empty(), "{:?}", t.connected_peers());
+                for p in all_but(me, n) {
+                    assert_eq!(t.can_reach(&peer_info(p)), Ok(()));
+                }
+            } else {
+                assert_eq!(t.connected_peers(), all_but(me, n));
+            }
             let mut sink = Vec::new();
             let frames: Vec<usize> = (0..rounds).flat_map(|_| SIZES).collect();
             for (k, &len) in frames.iter().enumerate() {
@@ -387,6 +408,8 @@ fn all_to_all(n: u32, rounds: usize) {
                 }
             }
             assert!(next.values().all(|&k| k == frames.len()));
+            // One connection per peer, whichever side dialled.
+            assert_eq!(t.connected_peers(), all_but(me, n));
             finalize(ex, t);
         },
     );
@@ -394,28 +417,51 @@ fn all_to_all(n: u32, rounds: usize) {
 
 #[test]
 fn all_to_all_2_ranks() {
-    all_to_all(2, 3);
+    all_to_all(2, 3, lo_cfg());
 }
 
 #[test]
 fn all_to_all_4_ranks() {
-    all_to_all(4, 2);
+    all_to_all(4, 2, lo_cfg());
+}
+
+/// Issue 21, connections on demand: frames queued before the connection exists arrive
+/// complete and in order, and simultaneous dials leave one connection per pair.
+#[test]
+fn all_to_all_on_demand_2_4_and_8_ranks() {
+    all_to_all(2, 3, od_cfg());
+    all_to_all(4, 2, od_cfg());
+    all_to_all(8, 1, od_cfg());
 }
 
 #[test]
 fn simultaneous_setup_4_and_8_ranks_repeated() {
+    simultaneous_setup(ConnectMode::AtInit);
+}
+
+/// Issue 21: the same with connections on demand, where every pair's two ranks dial
+/// each other at the same moment (their first frames).
+#[test]
+fn simultaneous_dials_on_demand_4_and_8_ranks_repeated() {
+    simultaneous_setup(ConnectMode::OnDemand);
+}
+
+fn simultaneous_setup(connect: ConnectMode) {
     // Six rounds of 4 ranks, then one of 8, all dialling and accepting at once.
     for (iter, n) in [4u32, 4, 4, 4, 4, 4, 8].into_iter().enumerate() {
         // Default interface selection (this host's real addresses first, loopback last).
         let cfg = |_| TcpConfig {
             addr_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(20),
+            connect,
             ..TcpConfig::default()
         };
         let started = Instant::now();
-        run_ranks(n, &format!("setup-{iter}"), cfg, |me, ex, t| {
+        run_ranks(n, &format!("setup-{iter}-{connect}"), cfg, |me, ex, t| {
             let mut t = t.unwrap();
-            assert_eq!(t.connected_peers(), all_but(me, n), "iteration {iter}");
+            if connect == ConnectMode::AtInit {
+                assert_eq!(t.connected_peers(), all_but(me, n), "iteration {iter}");
+            }
             assert!(!t.local_addrs().is_empty());
             for p in all_but(me, n) {
                 assert_eq!(t.can_reach(&peer_info(p)), Ok(()));
@@ -441,6 +487,7 @@ fn simultaneous_setup_4_and_8_ranks_repeated() {
                 .collect();
             from.sort();
             assert_eq!(from, all_but(me, n), "one connection per peer");
+            assert_eq!(t.connected_peers(), all_but(me, n), "iteration {iter}");
             finalize(ex, t);
         });
         println!(
@@ -696,6 +743,18 @@ fn foreign_connection_with_wrong_job_is_rejected_and_job_connects() {
 /// on. (Replays: `setup.rs`'s unit test.)
 #[test]
 fn impostor_without_the_secret_is_refused_and_the_job_connects() {
+    impostor(lo_cfg());
+}
+
+/// The same with connections on demand, where rank 0's listener stays open for the
+/// whole job and the impostor's claim on rank 1 is in progress when the real rank 1
+/// connects: the first valid proof takes the slot.
+#[test]
+fn impostor_on_demand_is_refused_and_the_real_rank_connects() {
+    impostor(od_cfg());
+}
+
+fn impostor(cfg: TcpConfig) {
     let kv = kv(2);
     let job = "the-job";
     thread::scope(|s| {
@@ -717,23 +776,28 @@ fn impostor_without_the_secret_is_refused_and_the_job_connects() {
             assert_eq!(a[..32], ack_base(0, 0, 2, job));
             sock.write_all(&mac(b"a guess at the secret", &[&h[8..], &a[32..48]]))
                 .unwrap();
+            // Rank 0 must close on it (end of stream or a reset) well before the 20 s
+            // read timeout; a timeout here means it was never refused.
             let mut b = [0u8; 1];
             match sock.read(&mut b) {
-                Ok(0) | Err(_) => {}
+                Ok(0) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                Err(e) => panic!("rank 0 did not close on the impostor: {e}"),
                 Ok(_) => panic!("rank 0 sent data to an impostor"),
             }
         });
         let kv_ref = &kv;
+        let cfg1 = cfg.clone();
         let real1 = s.spawn(move || {
             let kv = kv_ref;
             go_rx.recv().unwrap();
             let mut ex = Ex::new(kv);
-            let mut t = TcpTransport::new(1, 2, job, SECRET, lo_cfg(), &mut ex, &[0]).unwrap();
+            let mut t = TcpTransport::new(1, 2, job, SECRET, cfg1, &mut ex, &[0]).unwrap();
             send_blocking(&mut t, 0, b"real", b"1", &mut Vec::new());
             finalize(&mut ex, t);
         });
         let mut ex = Ex::new(&kv);
-        let mut t = TcpTransport::new(0, 2, job, SECRET, lo_cfg(), &mut ex, &[1]).unwrap();
+        let mut t = TcpTransport::new(0, 2, job, SECRET, cfg, &mut ex, &[1]).unwrap();
         let mut sink = Vec::new();
         pump_until(&mut t, &mut sink, Duration::from_secs(10), |_, s| {
             !s.is_empty()
@@ -932,6 +996,293 @@ fn no_working_candidate_fails_in_time_with_a_useful_error() {
             } => assert!(reason.contains("did not connect"), "{reason}"),
             other => panic!("{other:?}"),
         }
+    });
+}
+
+/// Both ranks send their first frame before either polls, so each dials the other and
+/// each listener then sees the other's hello while its own dial is pending: rank 0 (the
+/// lower) answers with a yield, rank 1 takes rank 0's connection and drops its own. The
+/// frames both queued go through the one connection left, repeated for races.
+#[test]
+fn both_ranks_dialling_at_once_keep_one_connection() {
+    for iter in 0..20 {
+        let kv = kv(2);
+        let barrier = std::sync::Barrier::new(2);
+        thread::scope(|s| {
+            let handles: Vec<_> = (0..2u32)
+                .map(|me| {
+                    let (kv, barrier) = (&kv, &barrier);
+                    s.spawn(move || {
+                        let mut ex = Ex::new(kv);
+                        let job = format!("both-{iter}");
+                        let mut t =
+                            TcpTransport::new(me, 2, &job, SECRET, od_cfg(), &mut ex, &[1 - me])
+                                .unwrap();
+                        for k in 0..4 {
+                            let p = pattern(me, 1 - me, k, 100 << k);
+                            let sent = t.send(1 - me, &header(me, 1 - me, k), &p);
+                            assert_eq!(sent, Ok(SendOutcome::Sent));
+                        }
+                        barrier.wait();
+                        let mut sink = Vec::new();
+                        pump_until(&mut t, &mut sink, Duration::from_secs(20), |t, s| {
+                            s.len() >= 4 && t.is_flushed()
+                        });
+                        for (k, e) in sink.iter().enumerate() {
+                            match e {
+                                Event::Recv {
+                                    peer, header: h, ..
+                                } => {
+                                    assert_eq!(*peer, 1 - me);
+                                    assert_eq!(h, &header(1 - me, me, k), "iteration {iter}");
+                                }
+                                other => panic!("rank {me}: {}", short(other)),
+                            }
+                        }
+                        assert_eq!(t.connected_peers(), vec![1 - me]);
+                        finalize(&mut ex, t);
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+        });
+    }
+}
+
+/// The yield, played by hand as rank 0 (the lower rank) would: rank 1 dials, rank 0
+/// answers its hello with a yield (status 7, a valid MAC) and dials rank 1 itself. Rank 1
+/// drops its attempt, takes rank 0's connection, and the frame it queued arrives on it.
+#[test]
+fn a_yield_hands_the_queued_frames_to_the_peers_connection() {
+    let kv = kv(2);
+    let job = "yield";
+    thread::scope(|s| {
+        let kv_ref = &kv;
+        let rank1 = s.spawn(move || {
+            let mut ex = Ex::new(kv_ref);
+            let mut t = TcpTransport::new(1, 2, job, SECRET, od_cfg(), &mut ex, &[0]).unwrap();
+            assert_eq!(t.send(0, b"first", b"queued"), Ok(SendOutcome::Sent));
+            let mut sink = Vec::new();
+            pump_until(&mut t, &mut sink, Duration::from_secs(20), |_, s| {
+                !s.is_empty()
+            });
+            match &sink[0] {
+                Event::Recv {
+                    peer: 0,
+                    header,
+                    payload,
+                } => assert_eq!((&header[..], &payload[..]), (&b"back"[..], &b"!"[..])),
+                other => panic!("{}", short(other)),
+            }
+            assert_eq!(t.connected_peers(), vec![0]);
+            t.set_quiesced();
+        });
+        // Rank 0, by hand.
+        let mut ex = Ex::new(&kv);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        ex.put(
+            "tcp-addr-0",
+            format!("rankwire-tcp/1 {}", l.local_addr().unwrap()).as_bytes(),
+        )
+        .unwrap();
+        ex.fence().unwrap();
+        let (mut theirs, _) = l.accept().unwrap();
+        theirs
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut h1 = [0u8; 48];
+        theirs.read_exact(&mut h1).unwrap();
+        assert_eq!(h1[12..16], 1u32.to_le_bytes(), "rank 1's hello");
+        let na = [0x22u8; 16];
+        let mut yield_ack = [0u8; 80];
+        yield_ack[..32].copy_from_slice(&ack_base(7, 0, 2, job));
+        yield_ack[32..48].copy_from_slice(&na);
+        yield_ack[48..].copy_from_slice(&mac(
+            SECRET,
+            &[
+                b"rankwire-tcp-ack-v2",
+                &h1[8..],
+                &7u32.to_le_bytes(),
+                &0u32.to_le_bytes(),
+                &na,
+            ],
+        ));
+        theirs.write_all(&yield_ack).unwrap();
+        // Rank 1 gives that attempt up: no proof, the socket closes.
+        let mut b = [0u8; 1];
+        assert_eq!(
+            theirs.read(&mut b).unwrap(),
+            0,
+            "the yielded attempt closes"
+        );
+        // Rank 0 dials rank 1 as a connector.
+        let addrs = record_addrs(&ex.get("tcp-addr-1").unwrap());
+        let mut ours = TcpStream::connect(addrs[0]).unwrap();
+        ours.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let h0 = hello(0, 1, 2, job);
+        ours.write_all(&h0).unwrap();
+        let mut a = [0u8; 80];
+        ours.read_exact(&mut a).unwrap();
+        assert_eq!(
+            a[..32],
+            ack_base(0, 1, 2, job),
+            "rank 1 accepts rank 0's hello"
+        );
+        ours.write_all(&mac(
+            SECRET,
+            &[b"rankwire-tcp-proof-v2", &h0[8..], &a[32..48]],
+        ))
+        .unwrap();
+        // The frame rank 1 queued before any connection existed.
+        let mut frame = vec![0u8; 16 + 5 + 6];
+        ours.read_exact(&mut frame).unwrap();
+        assert_eq!(frame[..16], envelope(5, 0, 6)[..]);
+        assert_eq!(&frame[16..], b"firstqueued");
+        let mut back = envelope(4, 0, 1);
+        back.extend_from_slice(b"back!");
+        ours.write_all(&back).unwrap();
+        rank1.join().unwrap();
+    });
+}
+
+/// A [`Lookup`] over the test bootstrap that records the keys it was asked for.
+struct CountingLookup {
+    ex: Ex,
+    keys: Arc<Mutex<Vec<String>>>,
+}
+
+impl Lookup for CountingLookup {
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+        self.keys.lock().unwrap().push(key.to_string());
+        self.ex.get(key)
+    }
+}
+
+/// Issue 21: with a lookup, a rank reads only the addresses of the peers it sends to,
+/// at the first frame, and holds connections only to the ranks it talks with: in a
+/// ring of 6, its two neighbours.
+#[test]
+fn ring_on_demand_reads_one_address_and_connects_only_neighbours() {
+    let n = 6u32;
+    let kv = kv(n as usize);
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|me| {
+                let kv = &kv;
+                s.spawn(move || {
+                    let keys = Arc::new(Mutex::new(Vec::new()));
+                    let lookup = CountingLookup {
+                        ex: Ex::new(kv),
+                        keys: keys.clone(),
+                    };
+                    let mut ex = Ex::new(kv);
+                    let mut t = TcpTransport::new_with_lookup(
+                        me,
+                        n,
+                        "ring",
+                        SECRET,
+                        od_cfg(),
+                        &mut ex,
+                        &all_but(me, n),
+                        Some(Box::new(lookup)),
+                    )
+                    .unwrap();
+                    assert!(keys.lock().unwrap().is_empty(), "no address read at init");
+                    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+                    let mut sink = Vec::new();
+                    for k in 0..3 {
+                        let p = pattern(me, right, k, 1000);
+                        send_blocking(&mut t, right, &header(me, right, k), &p, &mut sink);
+                    }
+                    pump_until(&mut t, &mut sink, Duration::from_secs(20), |t, s| {
+                        s.len() >= 3 && t.is_flushed()
+                    });
+                    for (k, e) in sink.iter().enumerate() {
+                        match e {
+                            Event::Recv {
+                                peer,
+                                header: h,
+                                payload,
+                            } => {
+                                assert_eq!(*peer, left);
+                                assert_eq!(h, &header(left, me, k));
+                                assert!(payload == &pattern(left, me, k, 1000));
+                            }
+                            other => panic!("rank {me}: {}", short(other)),
+                        }
+                    }
+                    let mut want = vec![left, right];
+                    want.sort();
+                    assert_eq!(t.connected_peers(), want);
+                    assert_eq!(*keys.lock().unwrap(), vec![format!("tcp-addr-{right}")]);
+                    finalize(&mut ex, t);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}
+
+/// On demand, a peer none of whose addresses works fails at its first frame, with the
+/// same error as at init (every address tried with its error, and the settings), as a
+/// `PeerFailed` event within the bounds.
+#[test]
+fn on_demand_peer_without_a_working_address_fails_with_a_useful_error() {
+    let kv = kv(2);
+    let cfg = || TcpConfig {
+        addr_timeout: Duration::from_millis(300),
+        connect_timeout: Duration::from_secs(3),
+        ..od_cfg()
+    };
+    thread::scope(|s| {
+        let d = decoys();
+        let (kv, addrs) = (&kv, d.addrs.clone());
+        let rank1 = s.spawn(move || {
+            let mut ex = Ex::new(kv);
+            ex.rewrite = Some(with_decoys(&addrs, false));
+            let mut t = TcpTransport::new(1, 2, "od-fail", SECRET, cfg(), &mut ex, &[0]).unwrap();
+            let started = Instant::now();
+            assert_eq!(t.send(0, b"h", b"p"), Ok(SendOutcome::Sent));
+            let mut sink = Vec::new();
+            pump_until(&mut t, &mut sink, Duration::from_secs(10), |_, s| {
+                !s.is_empty()
+            });
+            let elapsed = started.elapsed();
+            let reason = match &sink[0] {
+                Event::PeerFailed {
+                    peer: 0,
+                    error: TransportError::Connect { reason, .. },
+                } => reason.clone(),
+                other => panic!("{}", short(other)),
+            };
+            eprintln!("rank 1 after {elapsed:?}: {reason}");
+            assert!(elapsed < Duration::from_secs(6), "{elapsed:?}");
+            for a in &d.addrs {
+                assert!(reason.contains(&a.to_string()), "{a} missing: {reason}");
+            }
+            for needle in [
+                "refused",
+                "timed out",
+                "another job",
+                "itself",
+                "RANKWIRE_TCP_IF",
+            ] {
+                assert!(reason.contains(needle), "{needle:?} missing: {reason}");
+            }
+            // Later sends say the same, and nothing is left to flush.
+            assert!(t.send(0, b"h", b"p").is_err());
+            assert!(t.is_flushed());
+            finalize(&mut ex, t);
+        });
+        let mut ex = Ex::new(kv);
+        let t = TcpTransport::new(0, 2, "od-fail", SECRET, cfg(), &mut ex, &[1]).unwrap();
+        finalize(&mut ex, t);
+        rank1.join().unwrap();
     });
 }
 

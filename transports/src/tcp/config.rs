@@ -20,6 +20,8 @@ pub const ENV_FAMILY: &str = "RANKWIRE_TCP_FAMILY";
 /// Environment variable: overall limit for setting up all connections (seconds, or with
 /// an `s` / `ms` suffix).
 pub const ENV_CONNECT_TIMEOUT: &str = "RANKWIRE_CONNECT_TIMEOUT";
+/// Environment variable: `on-demand` (default) or `at-init` ([`ConnectMode`]).
+pub const ENV_CONNECT: &str = "RANKWIRE_TCP_CONNECT";
 /// Environment variable: limit for one candidate address (TCP connect plus handshake).
 pub const ENV_ADDR_TIMEOUT: &str = "RANKWIRE_TCP_ADDR_TIMEOUT";
 
@@ -42,6 +44,28 @@ pub enum Family {
     Any,
 }
 
+/// When the TCP transport makes its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConnectMode {
+    /// At the first frame to a peer (either side may dial; simultaneous dials keep the
+    /// lower rank's connection). A peer's address is read from the bootstrap then. A
+    /// rank holds as many connections as peers it talks to.
+    #[default]
+    OnDemand,
+    /// Every listed pair at init, before [`crate::TcpTransport::new`] returns (the higher
+    /// rank dials).
+    AtInit,
+}
+
+impl fmt::Display for ConnectMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConnectMode::OnDemand => "on-demand",
+            ConnectMode::AtInit => "at-init",
+        })
+    }
+}
+
 /// Configuration of the TCP transport. [`TcpConfig::default`] is the documented default;
 /// [`TcpConfig::from_env`] applies the `RANKWIRE_*` environment variables on top.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,11 +79,15 @@ pub struct TcpConfig {
     pub exclude: Vec<String>,
     /// Address family. Env: `RANKWIRE_TCP_FAMILY`. Default [`Family::Any`].
     pub family: Family,
+    /// When connections are made. Env: `RANKWIRE_TCP_CONNECT`. Default
+    /// [`ConnectMode::OnDemand`].
+    pub connect: ConnectMode,
     /// Limit for one candidate address: TCP connect plus hello/ack handshake. Default
     /// 5 s. Env: `RANKWIRE_TCP_ADDR_TIMEOUT`.
     pub addr_timeout: Duration,
-    /// Overall limit for setting up every connection of this rank (connecting and
-    /// accepting). Default 60 s. Env: `RANKWIRE_CONNECT_TIMEOUT`.
+    /// Overall limit for setting up every connection of this rank at init (connecting
+    /// and accepting), or, on demand, for one peer's connection from the first frame to
+    /// it. Default 60 s. Env: `RANKWIRE_CONNECT_TIMEOUT`.
     pub connect_timeout: Duration,
     /// `SO_SNDBUF` / `SO_RCVBUF` request in bytes, applied only where the kernel's
     /// `net.core.{w,r}mem_max` allows the full size (a smaller fixed buffer would turn
@@ -77,6 +105,7 @@ impl Default for TcpConfig {
             include: None,
             exclude: Vec::new(),
             family: Family::Any,
+            connect: ConnectMode::OnDemand,
             addr_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(60),
             socket_buffer_bytes: Some(4 << 20),
@@ -99,6 +128,7 @@ impl TcpConfig {
             ENV_IF,
             ENV_IF_EXCLUDE,
             ENV_FAMILY,
+            ENV_CONNECT,
             ENV_CONNECT_TIMEOUT,
             ENV_ADDR_TIMEOUT,
         ])?;
@@ -127,6 +157,19 @@ impl TcpConfig {
                         var: ENV_FAMILY,
                         value: v,
                         expected: "ipv4, ipv6 or any",
+                    });
+                }
+            };
+        }
+        if let Some(v) = get(ENV_CONNECT) {
+            cfg.connect = match v.trim().to_ascii_lowercase().as_str() {
+                "on-demand" => ConnectMode::OnDemand,
+                "at-init" => ConnectMode::AtInit,
+                _ => {
+                    return Err(ConfigError {
+                        var: ENV_CONNECT,
+                        value: v,
+                        expected: "on-demand or at-init",
                     });
                 }
             };
@@ -371,6 +414,11 @@ mod tests {
         assert_eq!(cfg.connect_timeout, Duration::from_millis(2500));
         assert_eq!(cfg.addr_timeout, Duration::from_millis(300));
 
+        let at_init = TcpConfig::from_lookup(|k| (k == ENV_CONNECT).then(|| "at-init".into()));
+        assert_eq!(at_init.unwrap().connect, ConnectMode::AtInit);
+        assert_eq!(TcpConfig::default().connect, ConnectMode::OnDemand);
+        let bad = TcpConfig::from_lookup(|k| (k == ENV_CONNECT).then(|| "lazy".to_string()));
+        assert_eq!(bad.unwrap_err().var, ENV_CONNECT);
         let bad = TcpConfig::from_lookup(|k| (k == ENV_FAMILY).then(|| "ipx".to_string()));
         assert_eq!(bad.unwrap_err().var, ENV_FAMILY);
         let bad = TcpConfig::from_lookup(|k| (k == ENV_CONNECT_TIMEOUT).then(|| "-1".into()));

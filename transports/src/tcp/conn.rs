@@ -266,6 +266,15 @@ impl Conn {
         Ok(SendOutcome::Sent)
     }
 
+    /// Append already framed bytes (frames queued before the connection existed) to
+    /// the out-queue; [`Conn::flush`] writes them.
+    pub(crate) fn enqueue(&mut self, bytes: Vec<u8>) {
+        if !bytes.is_empty() {
+            self.out_bytes += bytes.len();
+            self.out.push_back(bytes);
+        }
+    }
+
     /// Write queued bytes until the queue is empty or the socket is full. Returns the
     /// number of bytes written.
     pub(crate) fn flush(&mut self) -> io::Result<usize> {

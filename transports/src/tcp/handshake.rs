@@ -6,7 +6,7 @@
 //! hello (connector → acceptor, 48 bytes)       ack (acceptor → connector, 80 bytes)
 //!  0  magic     b"RWTCPHI\0"                     0  magic     b"RWTCPACK"
 //!  8  u32 protocol version (2)                   8  u32 protocol version
-//! 12  u32 connector rank                        12  u32 status (0 = accepted, see AckStatus)
+//! 12  u32 connector rank                        12  u32 status (0 = accepted, 7 = yield, see AckStatus)
 //! 16  u32 expected acceptor rank                16  u32 acceptor rank
 //! 20  u32 world size                            20  u32 world size
 //! 24  u64 job hash (FNV-1a 64 of the job id)    24  u64 job hash
@@ -106,6 +106,19 @@ pub(crate) enum AckStatus {
     Duplicate = 4,
     BadVersion = 5,
     WrongSize = 6,
+    /// Connections on demand, both ranks dialling each other at once: the acceptor's own
+    /// dial wins (the lower rank's dial is kept), so the connector drops this attempt
+    /// and waits for the acceptor's connection instead (`ondemand.rs`).
+    Yield = 7,
+}
+
+/// What a valid ack tells the connector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AckOk {
+    /// Accepted; the acceptor's nonce, for the proof.
+    Accepted([u8; NONCE_LEN]),
+    /// [`AckStatus::Yield`]: the acceptor is connecting to us; wait for that connection.
+    Yield,
 }
 
 /// A decoded ack.
@@ -314,14 +327,16 @@ pub(crate) fn decode_record(v: &[u8]) -> Result<Vec<SocketAddr>, String> {
     })
     .collect()
 }
-/// Check an ack received in answer to `hello` sent to `peer`; `Ok` carries the
-/// acceptor's nonce (for the proof), `Err` says what was reached.
+/// Check an ack received in answer to `hello` sent to `peer`; `Ok` says whether it accepts
+/// (with the acceptor's nonce, for the proof) or yields (only ever after the MAC is
+/// verified, so a process without the secret cannot make a connector wait); `Err` says
+/// what was reached.
 pub(crate) fn check_ack(
     buf: &[u8; ACK_LEN],
     hello: &Hello,
     peer: u32,
     secret: &[u8],
-) -> Result<[u8; NONCE_LEN], String> {
+) -> Result<AckOk, String> {
     let Some(ack) = Ack::decode(buf) else {
         return Err("reached a process that is not a rankwire TCP rank (bad ack magic)".into());
     };
@@ -356,7 +371,8 @@ pub(crate) fn check_ack(
         ));
     }
     match ack.status {
-        s if s == AckStatus::Accepted as u32 => Ok(ack.nonce),
+        s if s == AckStatus::Accepted as u32 => Ok(AckOk::Accepted(ack.nonce)),
+        s if s == AckStatus::Yield as u32 => Ok(AckOk::Yield),
         s if s == AckStatus::WrongJob as u32 => Err("rejected: another job".into()),
         s if s == AckStatus::WrongRank as u32 => Err("rejected: wrong rank".into()),
         s if s == AckStatus::UnexpectedConnector as u32 => Err(format!(
@@ -504,8 +520,21 @@ mod tests {
         };
         assert_eq!(
             check_ack(&ack(0, 0, 42, SECRET), &h, 0, SECRET),
-            Ok([4; NONCE_LEN])
+            Ok(AckOk::Accepted([4; NONCE_LEN]))
         );
+        assert_eq!(
+            check_ack(&ack(AckStatus::Yield as u32, 0, 42, SECRET), &h, 0, SECRET),
+            Ok(AckOk::Yield)
+        );
+        // a yield without the secret is not believed (it would make the connector wait)
+        let e = check_ack(
+            &ack(AckStatus::Yield as u32, 0, 42, b"not the secret"),
+            &h,
+            0,
+            SECRET,
+        )
+        .unwrap_err();
+        assert!(e.contains("secret"), "{e}");
         let e = check_ack(&ack(0, 0, 1, SECRET), &h, 0, SECRET).unwrap_err();
         assert!(e.contains("another job"), "{e}");
         let e = check_ack(&ack(0, 0, 42, b"not the secret"), &h, 0, SECRET).unwrap_err();

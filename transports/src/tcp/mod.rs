@@ -6,7 +6,11 @@
 //!    dual-stack, or `0.0.0.0` where IPv6 is unavailable), publishes its candidate
 //!    addresses under `tcp-addr-<rank>` with [`Exchange::put`], and calls
 //!    [`Exchange::fence`].
-//! 2. It then sets up one connection per peer in `peers_to_connect`: rank `i` dials every
+//! 2. With [`ConnectMode::OnDemand`] (the default) that is all: each connection is made
+//!    at the first frame to its peer, by either side, and the listener stays open for the
+//!    job (`ondemand.rs`: simultaneous dials, the address lookup, the bounds). With
+//!    [`ConnectMode::AtInit`] it then sets up one connection per peer in
+//!    `peers_to_connect`: rank `i` dials every
 //!    listed peer `j < i` and accepts every listed peer `j > i`, so two ranks never both
 //!    dial each other. Each connection starts with a hello/ack handshake that checks job,
 //!    ranks and world size; an address that leads to the wrong process (another job,
@@ -71,7 +75,7 @@
 //! frame's declared (and bounded) size.
 //!
 //! # Wire format
-//! Handshake: 32-byte hello and ack (`handshake.rs`). Frames: a 16-byte envelope
+//! Handshake: 48-byte hello, 80-byte ack, 32-byte proof (`handshake.rs`). Frames: a 16-byte envelope
 //! `[u32 header_len LE][u32 flags = 0][u64 payload_len LE]`, then header, then payload
 //! (`conn.rs`).
 //!
@@ -88,6 +92,7 @@
 mod config;
 mod conn;
 mod handshake;
+mod ondemand;
 mod setup;
 mod sys;
 
@@ -99,13 +104,14 @@ use std::time::Duration;
 use tracing::debug;
 
 pub use config::{
-    ConfigError, DEFAULT_EXCLUDED_INTERFACES, ENV_ADDR_TIMEOUT, ENV_CONNECT_TIMEOUT, ENV_FAMILY,
-    ENV_IF, ENV_IF_EXCLUDE, Family, TcpConfig,
+    ConfigError, ConnectMode, DEFAULT_EXCLUDED_INTERFACES, ENV_ADDR_TIMEOUT, ENV_CONNECT,
+    ENV_CONNECT_TIMEOUT, ENV_FAMILY, ENV_IF, ENV_IF_EXCLUDE, Family, TcpConfig,
 };
+pub use ondemand::MAX_PENDING_ACCEPTS;
 
 use crate::{
-    Caps, Event, Exchange, KindCaps, MAX_HEADER_BYTES, PeerInfo, Reach, SendOutcome, Transport,
-    TransportError,
+    Caps, Event, Exchange, KindCaps, Lookup, MAX_HEADER_BYTES, PeerInfo, Reach, SendOutcome,
+    Transport, TransportError,
 };
 use conn::{Conn, ConnError};
 
@@ -141,12 +147,21 @@ pub struct TcpTransport {
     local_addrs: Vec<SocketAddr>,
     /// Big payloads wait for a place (`set_place_payloads`).
     place: bool,
+    /// Connections on demand (`None`: all made at init).
+    od: Option<Box<ondemand::OnDemand>>,
+    /// Peers this rank may connect with.
+    listed: usize,
+    /// `poll` may read the one open connection directly: it is the only peer and no
+    /// handshake is in progress.
+    direct: bool,
 }
 
 // Per-rank state. `Failed` keeps the error for later `send`s; `Closed` is a peer that
 // went away after `set_quiesced` (not a failure).
 enum Slot {
     NotConnected,
+    /// On demand: the connection is being made; frames wait here (`ondemand.rs`).
+    Pending(Box<ondemand::Pending>),
     Open(Box<Conn>),
     Failed(TransportError),
     Closed,
@@ -157,21 +172,12 @@ enum Slot {
 pub const MIN_SECRET_BYTES: usize = 16;
 
 impl TcpTransport {
-    /// Set up the TCP connections of rank `my_rank` of a job of `size` ranks (module doc,
-    /// "Lifecycle"). `job_id` tells jobs apart in the handshake; `secret` (at least
-    /// [`MIN_SECRET_BYTES`] bytes, the same in every rank of the job) admits only ranks of
-    /// this job: both ends of every connection prove knowledge of it by HMAC-SHA256 over
-    /// the other's nonce (`handshake.rs`, "Authentication"). `peers_to_connect` lists
-    /// the world ranks to connect with; every listed peer must list `my_rank` too. `my_rank`
-    /// in the list is ignored. Blocks until every connection is up or
-    /// `config.connect_timeout` passes.
+    /// [`TcpTransport::new_with_lookup`] without a lookup: with connections on demand,
+    /// the listed peers' address records are all read at init (one bootstrap round trip
+    /// per 1024 peers).
     ///
     /// # Errors
-    /// - [`TransportError::NoSuchPeer`]: `my_rank` or a listed peer is not below `size`.
-    /// - [`TransportError::Os`]: `secret` is too short, the listener, `getifaddrs`, epoll or the bootstrap
-    ///   exchange failed.
-    /// - [`TransportError::Connect`]: a peer could not be reached or did not connect; the
-    ///   message names it, every address tried with its error, and the settings to change.
+    /// As [`TcpTransport::new_with_lookup`].
     pub fn new(
         my_rank: u32,
         size: u32,
@@ -180,6 +186,47 @@ impl TcpTransport {
         config: TcpConfig,
         ex: &mut dyn Exchange,
         peers_to_connect: &[u32],
+    ) -> Result<Self, TransportError> {
+        Self::new_with_lookup(
+            my_rank,
+            size,
+            job_id,
+            secret,
+            config,
+            ex,
+            peers_to_connect,
+            None,
+        )
+    }
+
+    /// Set up the TCP transport of rank `my_rank` of a job of `size` ranks (module doc,
+    /// "Lifecycle"). With [`ConnectMode::AtInit`] every connection is made here; with
+    /// [`ConnectMode::OnDemand`] (the default) only the listener, and each connection at
+    /// the first frame to its peer (`ondemand.rs`), which reads the peer's address
+    /// through `lookup` then (`None`: every listed peer's address is read here). `job_id` tells jobs apart in the handshake; `secret` (at least
+    /// [`MIN_SECRET_BYTES`] bytes, the same in every rank of the job) admits only ranks of
+    /// this job: both ends of every connection prove knowledge of it by HMAC-SHA256 over
+    /// the other's nonce (`handshake.rs`, "Authentication"). `peers_to_connect` lists
+    /// the world ranks to connect with; every listed peer must list `my_rank` too. `my_rank`
+    /// in the list is ignored. Blocks until every connection is up or
+    /// `config.connect_timeout` passes (at init).
+    ///
+    /// # Errors
+    /// - [`TransportError::NoSuchPeer`]: `my_rank` or a listed peer is not below `size`.
+    /// - [`TransportError::Os`]: `secret` is too short, the listener, `getifaddrs`, epoll or the bootstrap
+    ///   exchange failed.
+    /// - [`TransportError::Connect`]: a peer could not be reached or did not connect; the
+    ///   message names it, every address tried with its error, and the settings to change.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_with_lookup(
+        my_rank: u32,
+        size: u32,
+        job_id: &str,
+        secret: &[u8],
+        config: TcpConfig,
+        ex: &mut dyn Exchange,
+        peers_to_connect: &[u32],
+        lookup: Option<Box<dyn Lookup>>,
     ) -> Result<Self, TransportError> {
         let os = |call: &'static str| {
             move |e: &dyn fmt::Display| TransportError::Os {
@@ -242,8 +289,14 @@ impl TcpTransport {
         ex.fence().map_err(|e| os("bootstrap fence")(&e))?;
 
         let expect: Vec<u32> = peers.iter().copied().filter(|&p| p > my_rank).collect();
+        let on_demand = config.connect == ConnectMode::OnDemand;
+        let must_listen = if on_demand {
+            peers.first()
+        } else {
+            expect.first()
+        };
         if local_addrs.is_empty()
-            && let Some(&first) = expect.first()
+            && let Some(&first) = must_listen
         {
             return Err(TransportError::Connect {
                 transport: NAME,
@@ -253,6 +306,21 @@ impl TcpTransport {
                     config.selection_hint()
                 ),
             });
+        }
+
+        if on_demand {
+            return Self::on_demand(
+                my_rank,
+                size,
+                job_id,
+                secret,
+                config,
+                ex,
+                &peers,
+                lookup,
+                listener,
+                local_addrs,
+            );
         }
 
         // 2. Learn the lower peers' addresses (one bootstrap round trip per 1024 peers),
@@ -324,7 +392,104 @@ impl TcpTransport {
             quiesced: false,
             local_addrs,
             place: false,
+            od: None,
+            listed: peers.len(),
+            direct: peers.len() == 1,
         })
+    }
+
+    /// The rest of [`TcpTransport::new_with_lookup`] with connections on demand: the
+    /// listener joins the epoll set, and no connection is made yet.
+    #[allow(clippy::too_many_arguments)]
+    fn on_demand(
+        my_rank: u32,
+        size: u32,
+        job_id: &str,
+        secret: &[u8],
+        config: TcpConfig,
+        ex: &mut dyn Exchange,
+        peers: &[u32],
+        lookup: Option<Box<dyn Lookup>>,
+        listener: socket2::Socket,
+        local_addrs: Vec<SocketAddr>,
+    ) -> Result<Self, TransportError> {
+        let os = |call: &'static str| {
+            move |e: &dyn fmt::Display| TransportError::Os {
+                transport: NAME,
+                call,
+                reason: e.to_string(),
+            }
+        };
+        let epoll = sys::Epoll::new().map_err(|e| os("epoll_create1")(&e))?;
+        epoll
+            .add(
+                listener.as_raw_fd(),
+                ondemand::LISTENER_TOKEN,
+                sys::INTEREST_READ,
+            )
+            .map_err(|e| os("epoll_ctl")(&e))?;
+        let mut listed = vec![false; size as usize];
+        for &p in peers {
+            listed[p as usize] = true;
+        }
+        let mut od = ondemand::OnDemand::new(
+            listener,
+            secret,
+            handshake::job_hash(job_id),
+            size,
+            config,
+            listed,
+        );
+        match lookup {
+            Some(l) => od.lookup = Some(l),
+            None => {
+                let keys: Vec<String> = peers.iter().map(|p| format!("tcp-addr-{p}")).collect();
+                let raws = ex.get_many(&keys).map_err(|e| TransportError::Connect {
+                    transport: NAME,
+                    peer: peers.first().copied().unwrap_or(my_rank),
+                    reason: format!(
+                        "bootstrap get of the addresses of the {} peers failed: {e}",
+                        peers.len()
+                    ),
+                })?;
+                for (&p, raw) in peers.iter().zip(&raws) {
+                    let addrs =
+                        handshake::decode_record(raw).map_err(|e| TransportError::Connect {
+                            transport: NAME,
+                            peer: p,
+                            reason: e,
+                        })?;
+                    od.addrs[p as usize] = Some(addrs);
+                }
+            }
+        }
+        debug!(
+            "tcp: rank {my_rank}: connections on demand with {} peers",
+            peers.len()
+        );
+        Ok(TcpTransport {
+            rank: my_rank,
+            caps: tcp_caps(),
+            high_water: od.cfg.send_queue_high_water_bytes,
+            epoll,
+            ready: sys::ready_buf(READY_BATCH),
+            peers: (0..size).map(|_| Slot::NotConnected).collect(),
+            pending: Vec::new(),
+            open: Vec::new(),
+            writers: 0,
+            quiesced: false,
+            local_addrs,
+            place: false,
+            od: Some(Box::new(od)),
+            listed: peers.len(),
+            direct: false,
+        })
+    }
+
+    /// Recompute whether `poll` may read the single open connection directly.
+    fn refresh_direct(&mut self) {
+        self.direct =
+            self.open.len() == 1 && self.listed == 1 && !self.od.as_ref().is_some_and(|o| o.busy());
     }
 
     /// This rank.
@@ -379,6 +544,7 @@ impl TcpTransport {
                 self.writers -= 1;
             }
             self.open.retain(|&r| r != peer);
+            self.direct = false;
         }
         let quiet_ok = matches!(
             cause,
@@ -516,7 +682,15 @@ impl Transport for TcpTransport {
 
     fn can_reach(&self, peer: &PeerInfo) -> Result<(), String> {
         match self.peers.get(peer.rank as usize) {
-            Some(Slot::Open(_)) => Ok(()),
+            Some(Slot::Open(_) | Slot::Pending(_)) => Ok(()),
+            Some(Slot::NotConnected)
+                if self
+                    .od
+                    .as_ref()
+                    .is_some_and(|o| o.listed[peer.rank as usize]) =>
+            {
+                Ok(())
+            }
             Some(Slot::Failed(e)) => Err(format!("tcp: {e}")),
             Some(Slot::Closed) => Err(format!("tcp: connection to rank {} closed", peer.rank)),
             Some(Slot::NotConnected) | None => Err(format!(
@@ -544,6 +718,99 @@ impl Transport for TcpTransport {
                 what: "a frame payload longer than max_frame_payload_bytes (4 MiB)",
             });
         }
+        match self.peers.get(peer as usize) {
+            Some(Slot::Pending(_)) => return self.send_pending(peer, header, payload),
+            Some(Slot::NotConnected)
+                if self.od.as_ref().is_some_and(|o| o.listed[peer as usize]) =>
+            {
+                return self.send_pending(peer, header, payload);
+            }
+            _ => {}
+        }
+        self.send_now(peer, header, payload)
+    }
+
+    fn poll(&mut self, events: &mut Vec<Event>) -> bool {
+        let mut progress = false;
+        if !self.pending.is_empty() {
+            events.append(&mut self.pending);
+            progress = true;
+        }
+        if self.direct
+            && let [peer] = self.open[..]
+        {
+            // A single connection (the common 2-rank case): try to read it directly, one
+            // syscall per message instead of epoll_wait + recv. Measured over loopback:
+            // ~0.6 us less one-way latency; an idle poll costs ~0.45 us instead of ~0.27.
+            // With more peers one epoll_wait beats one recv per peer.
+            let mut ready = libc::EPOLLIN as u32;
+            if self.writers > 0 {
+                ready |= libc::EPOLLOUT as u32;
+            }
+            return self.service(peer, ready, events) || progress;
+        }
+        let n = match self.epoll.wait(&mut self.ready, 0) {
+            Ok(n) => n,
+            Err(e) => {
+                debug!("tcp: epoll_wait: {e}");
+                0
+            }
+        };
+        for i in 0..n {
+            let (ready, token) = sys::ready_parts(&self.ready[i]);
+            if token < ondemand::HS_TOKEN_BASE {
+                progress |= self.service(token as u32, ready, events);
+            } else if token == ondemand::LISTENER_TOKEN {
+                self.accept_all(events);
+                progress = true;
+            } else {
+                self.step_hs(token, events);
+                progress = true;
+            }
+        }
+        if self.od.is_some() && self.has_pending() {
+            let before = events.len();
+            self.sweep(events);
+            progress |= events.len() > before;
+        }
+        progress
+    }
+
+    fn is_flushed(&self) -> bool {
+        self.writers == 0 && !self.pending_frames()
+    }
+
+    fn wait_activity(&mut self, timeout: Duration) {
+        if !self.pending.is_empty() {
+            return;
+        }
+        // Handshake deadlines are checked by `poll`: come back for them.
+        let timeout = if self.od.is_some() && self.has_pending() {
+            timeout.min(Duration::from_millis(10))
+        } else {
+            timeout
+        };
+        // Round up so that a sub-millisecond wait still sleeps instead of spinning.
+        let ms = if timeout.is_zero() {
+            0
+        } else {
+            timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+        };
+        // Level-triggered: whatever this reports is reported again by the next `poll`.
+        if let Err(e) = self.epoll.wait(&mut self.ready, ms) {
+            debug!("tcp: epoll_wait: {e}");
+        }
+    }
+}
+
+impl TcpTransport {
+    /// [`Transport::send`] to a peer that is not waiting for its connection.
+    fn send_now(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<SendOutcome, TransportError> {
         let high_water = self.high_water;
         let conn = match self.peers.get_mut(peer as usize) {
             Some(Slot::Open(conn)) => conn,
@@ -556,7 +823,7 @@ impl Transport for TcpTransport {
             Some(Slot::Closed) => {
                 return Err(lost(peer, "connection closed after set_quiesced".into()));
             }
-            Some(Slot::NotConnected) | None => {
+            Some(Slot::NotConnected | Slot::Pending(_)) | None => {
                 return Err(TransportError::NoSuchPeer {
                     transport: NAME,
                     peer,
@@ -579,57 +846,6 @@ impl Transport for TcpTransport {
                     other => lost(peer, other.to_string()),
                 })
             }
-        }
-    }
-
-    fn poll(&mut self, events: &mut Vec<Event>) -> bool {
-        let mut progress = false;
-        if !self.pending.is_empty() {
-            events.append(&mut self.pending);
-            progress = true;
-        }
-        if let [peer] = self.open[..] {
-            // A single connection (the common 2-rank case): try to read it directly, one
-            // syscall per message instead of epoll_wait + recv. Measured over loopback:
-            // ~0.6 us less one-way latency; an idle poll costs ~0.45 us instead of ~0.27.
-            // With more peers one epoll_wait beats one recv per peer.
-            let mut ready = libc::EPOLLIN as u32;
-            if self.writers > 0 {
-                ready |= libc::EPOLLOUT as u32;
-            }
-            return self.service(peer, ready, events) || progress;
-        }
-        let n = match self.epoll.wait(&mut self.ready, 0) {
-            Ok(n) => n,
-            Err(e) => {
-                debug!("tcp: epoll_wait: {e}");
-                0
-            }
-        };
-        for i in 0..n {
-            let (ready, token) = sys::ready_parts(&self.ready[i]);
-            progress |= self.service(token as u32, ready, events);
-        }
-        progress
-    }
-
-    fn is_flushed(&self) -> bool {
-        self.writers == 0
-    }
-
-    fn wait_activity(&mut self, timeout: Duration) {
-        if !self.pending.is_empty() {
-            return;
-        }
-        // Round up so that a sub-millisecond wait still sleeps instead of spinning.
-        let ms = if timeout.is_zero() {
-            0
-        } else {
-            timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
-        };
-        // Level-triggered: whatever this reports is reported again by the next `poll`.
-        if let Err(e) = self.epoll.wait(&mut self.ready, ms) {
-            debug!("tcp: epoll_wait: {e}");
         }
     }
 }

@@ -21,8 +21,8 @@ use tracing::debug;
 
 use super::config::TcpConfig;
 use super::handshake::{
-    ACK_LEN, Ack, AckStatus, HELLO_LEN, Hello, NONCE_LEN, PROOF_LEN, PROTOCOL_VERSION, ack_mac,
-    check_ack, check_proof, may_be_ack, nonce, proof_mac,
+    ACK_LEN, Ack, AckOk, AckStatus, HELLO_LEN, Hello, NONCE_LEN, PROOF_LEN, PROTOCOL_VERSION,
+    ack_mac, check_ack, check_proof, may_be_ack, nonce, proof_mac,
 };
 use crate::TransportError;
 
@@ -137,14 +137,9 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
     };
     let mut dials: Vec<Dial> = dial
         .into_iter()
-        .map(|(peer, addrs)| Dial {
-            peer,
-            addrs,
-            next: 0,
-            tried: Vec::new(),
-            attempt: None,
-        })
+        .map(|(peer, addrs)| Dial::new(peer, addrs))
         .collect();
+    let mut accept_warned = false;
     let mut done: BTreeMap<u32, Socket> = BTreeMap::new();
     let mut accepted: BTreeMap<u32, Socket> = BTreeMap::new();
     let mut inbound: Vec<Inbound> = Vec::new();
@@ -176,6 +171,15 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
                 DialState::Exhausted => {
                     return Err(dial_error(d, cfg, "every candidate address failed"));
                 }
+                DialState::Yield => {
+                    // Only an on-demand acceptor yields; here every pair has one dialler.
+                    d.tried.push(format!(
+                        "{}: rank {} yielded (it runs with connections on demand: RANKWIRE_TCP_CONNECT differs between ranks?)",
+                        d.addrs[d.next - 1],
+                        d.peer
+                    ));
+                    return Err(dial_error(d, cfg, "the peer's connection mode differs"));
+                }
             }
         }
         // Listener: take every pending connection.
@@ -186,21 +190,13 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
                         debug!("tcp: dropping accepted connection: set_nonblocking: {e}");
                         continue;
                     }
-                    inbound.push(Inbound {
-                        sock,
-                        from: from.as_socket(),
-                        deadline: now + cfg.addr_timeout,
-                        phase: InPhase::ReadHello {
-                            buf: [0; HELLO_LEN],
-                            got: 0,
-                        },
-                    });
+                    inbound.push(Inbound::new(sock, from.as_socket(), now + cfg.addr_timeout));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // ECONNABORTED, EMFILE, ...: try again on the next turn.
-                    debug!("tcp: accept: {e}");
+                    log_accept_error(my_rank, &e, &mut accept_warned);
                     break;
                 }
             }
@@ -208,7 +204,11 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
         // Accepted sockets in their handshake.
         let mut i = 0;
         while i < inbound.len() {
-            match inbound[i].progress(&acc, &mut accepted, now) {
+            let mut admit = AtInit {
+                acc: &acc,
+                accepted: &mut accepted,
+            };
+            match inbound[i].progress(&acc, &mut admit, now) {
                 InState::Pending => i += 1,
                 InState::Drop(why) => {
                     debug!(
@@ -280,6 +280,17 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
             }
         }
     }
+    // Handshakes still open when setup ends are dropped; one that was accepted and owes
+    // its proof claimed a rank of this job that is connected by now: say so.
+    for ib in &inbound {
+        if let InPhase::ReadProof { hello, .. } = &ib.phase {
+            tracing::warn!(
+                "tcp: rank {my_rank} drops a connection from {:?}: it claimed to be rank {} but sent no proof of the job secret before setup ended",
+                ib.from,
+                hello.connector
+            );
+        }
+    }
     done.append(&mut accepted);
     debug!(
         "tcp: rank {my_rank} set up {} connections in {:?}",
@@ -291,23 +302,24 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
 
 // One lower peer being dialled: candidate addresses tried in order, one attempt at a
 // time; `tried` collects "addr: error" for the final message.
-struct Dial {
-    peer: u32,
-    addrs: Vec<SocketAddr>,
-    next: usize,
-    tried: Vec<String>,
-    attempt: Option<Attempt>,
+pub(crate) struct Dial {
+    pub(crate) peer: u32,
+    pub(crate) addrs: Vec<SocketAddr>,
+    /// Index of the next address to try; `next - 1` is the current attempt's.
+    pub(crate) next: usize,
+    pub(crate) tried: Vec<String>,
+    pub(crate) attempt: Option<Attempt>,
 }
 
-struct Attempt {
-    sock: Socket,
+pub(crate) struct Attempt {
+    pub(crate) sock: Socket,
     deadline: Instant,
     /// This attempt's nonce (fresh for every attempt).
     nonce: [u8; NONCE_LEN],
     phase: DialPhase,
 }
 
-enum DialPhase {
+pub(crate) enum DialPhase {
     Connecting,
     SendHello {
         sent: usize,
@@ -323,14 +335,42 @@ enum DialPhase {
     },
 }
 
-enum DialState {
+pub(crate) enum DialState {
     Pending,
     Connected(Socket),
     Exhausted,
+    /// The acceptor is dialling us (its `AckStatus::Yield`, MAC verified).
+    Yield,
 }
 
 impl Dial {
-    fn progress(&mut self, me: &Hello, secret: &[u8], cfg: &TcpConfig, now: Instant) -> DialState {
+    /// A dial of `peer` at `addrs`, in order, nothing started yet.
+    pub(crate) fn new(peer: u32, addrs: Vec<SocketAddr>) -> Dial {
+        Dial {
+            peer,
+            addrs,
+            next: 0,
+            tried: Vec::new(),
+            attempt: None,
+        }
+    }
+
+    /// Whether the current attempt waits to write (connect, hello, proof) rather than to
+    /// read (the ack).
+    pub(crate) fn wants_write(&self) -> bool {
+        self.attempt
+            .as_ref()
+            .is_some_and(|a| !matches!(a.phase, DialPhase::ReadAck { .. }))
+    }
+
+    /// Advance without blocking: the current attempt, or the next address (module doc).
+    pub(crate) fn progress(
+        &mut self,
+        me: &Hello,
+        secret: &[u8],
+        cfg: &TcpConfig,
+        now: Instant,
+    ) -> DialState {
         loop {
             if self.attempt.is_none() {
                 let Some(&addr) = self.addrs.get(self.next) else {
@@ -362,14 +402,18 @@ impl Dial {
                 ..*me
             };
             match a.step(&hello, self.peer, secret) {
-                Ok(true) => {
+                Ok(Step::Proved) => {
                     let Some(a) = self.attempt.take() else {
                         continue;
                     };
                     return DialState::Connected(a.sock);
                 }
-                Ok(false) if now < a.deadline => return DialState::Pending,
-                Ok(false) => {
+                Ok(Step::Yield) => {
+                    self.attempt = None;
+                    return DialState::Yield;
+                }
+                Ok(Step::Pending) if now < a.deadline => return DialState::Pending,
+                Ok(Step::Pending) => {
                     let what = match a.phase {
                         DialPhase::Connecting => "TCP connect",
                         _ => "handshake (a process that is not this job's rank?)",
@@ -391,10 +435,18 @@ impl Dial {
     }
 }
 
+/// Where an attempt stands after [`Attempt::step`].
+enum Step {
+    Pending,
+    /// The ack accepted and our proof is written.
+    Proved,
+    /// The ack yields: the acceptor dials us instead.
+    Yield,
+}
+
 impl Attempt {
-    /// Advance as far as possible without blocking: `Ok(true)` once the ack is checked
-    /// and our proof written.
-    fn step(&mut self, hello: &Hello, peer: u32, secret: &[u8]) -> Result<bool, String> {
+    /// Advance as far as possible without blocking.
+    fn step(&mut self, hello: &Hello, peer: u32, secret: &[u8]) -> Result<Step, String> {
         loop {
             match &mut self.phase {
                 DialPhase::Connecting => {
@@ -404,7 +456,9 @@ impl Attempt {
                     }
                     match self.sock.peer_addr() {
                         Ok(_) => self.phase = DialPhase::SendHello { sent: 0 },
-                        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Ok(false),
+                        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                            return Ok(Step::Pending);
+                        }
                         Err(e) => return Err(e.to_string()),
                     }
                 }
@@ -420,7 +474,7 @@ impl Attempt {
                                 };
                             }
                         }
-                        Err(e) if would_block(&e) => return Ok(false),
+                        Err(e) if would_block(&e) => return Ok(Step::Pending),
                         Err(e) => return Err(format!("sending hello: {e}")),
                     }
                 }
@@ -433,7 +487,7 @@ impl Attempt {
                             );
                         }
                         Ok(n) => *got += n,
-                        Err(e) if would_block(&e) => return Ok(false),
+                        Err(e) if would_block(&e) => return Ok(Step::Pending),
                         Err(e) => return Err(format!("reading ack: {e}")),
                     }
                     if !may_be_ack(&buf[..*got]) {
@@ -443,7 +497,10 @@ impl Attempt {
                         );
                     }
                     if *got == ACK_LEN {
-                        let ack_nonce = check_ack(buf, hello, peer, secret)?;
+                        let ack_nonce = match check_ack(buf, hello, peer, secret)? {
+                            AckOk::Accepted(n) => n,
+                            AckOk::Yield => return Ok(Step::Yield),
+                        };
                         self.phase = DialPhase::SendProof {
                             proof: proof_mac(secret, hello, &ack_nonce),
                             sent: 0,
@@ -454,10 +511,10 @@ impl Attempt {
                     Ok(n) => {
                         *sent += n;
                         if *sent == PROOF_LEN {
-                            return Ok(true);
+                            return Ok(Step::Proved);
                         }
                     }
-                    Err(e) if would_block(&e) => return Ok(false),
+                    Err(e) if would_block(&e) => return Ok(Step::Pending),
                     Err(e) => return Err(format!("sending proof: {e}")),
                 },
             }
@@ -466,7 +523,7 @@ impl Attempt {
 }
 
 /// A nonblocking socket with a connect in progress to `addr`.
-fn start_connect(addr: SocketAddr, cfg: &TcpConfig) -> io::Result<Socket> {
+pub(crate) fn start_connect(addr: SocketAddr, cfg: &TcpConfig) -> io::Result<Socket> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     sock.set_nonblocking(true)?;
     sock.set_tcp_nodelay(true)?;
@@ -480,14 +537,14 @@ fn start_connect(addr: SocketAddr, cfg: &TcpConfig) -> io::Result<Socket> {
 
 // An accepted socket in its handshake: reading the hello, writing the ack, and (if the
 // ack accepts) reading the connector's proof.
-struct Inbound {
-    sock: Socket,
-    from: Option<SocketAddr>,
+pub(crate) struct Inbound {
+    pub(crate) sock: Socket,
+    pub(crate) from: Option<SocketAddr>,
     deadline: Instant,
     phase: InPhase,
 }
 
-enum InPhase {
+pub(crate) enum InPhase {
     ReadHello {
         buf: [u8; HELLO_LEN],
         got: usize,
@@ -507,7 +564,7 @@ enum InPhase {
     },
 }
 
-enum InState {
+pub(crate) enum InState {
     Pending,
     /// Not one of this job's connectors, or not accepted (debug log).
     Drop(String),
@@ -517,19 +574,69 @@ enum InState {
     Accepted(u32),
 }
 
-struct Acceptor<'a> {
-    my_rank: u32,
-    size: u32,
-    job_hash: u64,
-    secret: &'a [u8],
-    expect: &'a [u32],
+pub(crate) struct Acceptor<'a> {
+    pub(crate) my_rank: u32,
+    pub(crate) size: u32,
+    pub(crate) job_hash: u64,
+    pub(crate) secret: &'a [u8],
+    /// The connectors admitted at init (unused by connections on demand).
+    pub(crate) expect: &'a [u32],
+}
+
+/// The acceptor's decisions that depend on its connection state: at init
+/// ([`AtInit`]) or on demand (`ondemand.rs`).
+pub(crate) trait Admit {
+    /// The status to answer a decoded `hello` with.
+    fn judge(&mut self, hello: &Hello) -> AckStatus;
+    /// After a valid proof from `connector`: `Err(why)` if the connection is not wanted
+    /// after all (a duplicate that completed meanwhile).
+    fn confirm(&mut self, connector: u32) -> Result<(), String>;
+}
+
+/// [`Admit`] for setup at init: the expected connectors, one live connection each.
+struct AtInit<'a, 'b> {
+    acc: &'a Acceptor<'b>,
+    accepted: &'a mut BTreeMap<u32, Socket>,
+}
+
+impl Admit for AtInit<'_, '_> {
+    fn judge(&mut self, hello: &Hello) -> AckStatus {
+        self.acc.judge(hello, self.accepted)
+    }
+
+    fn confirm(&mut self, connector: u32) -> Result<(), String> {
+        match self.accepted.get(&connector) {
+            Some(old) if is_alive(old) => Err(format!("rank {connector} is connected already")),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Inbound {
-    fn progress(
+    /// An accepted socket about to read a hello; the handshake must end by
+    /// `deadline`.
+    pub(crate) fn new(sock: Socket, from: Option<SocketAddr>, deadline: Instant) -> Inbound {
+        Inbound {
+            sock,
+            from,
+            deadline,
+            phase: InPhase::ReadHello {
+                buf: [0; HELLO_LEN],
+                got: 0,
+            },
+        }
+    }
+
+    /// Whether the handshake waits to write (the ack) rather than to read.
+    pub(crate) fn wants_write(&self) -> bool {
+        matches!(self.phase, InPhase::WriteAck { .. })
+    }
+
+    /// Advance without blocking (module doc).
+    pub(crate) fn progress(
         &mut self,
         acc: &Acceptor<'_>,
-        accepted: &mut BTreeMap<u32, Socket>,
+        admit: &mut dyn Admit,
         now: Instant,
     ) -> InState {
         loop {
@@ -549,7 +656,10 @@ impl Inbound {
                             "bad hello magic (not a rankwire TCP connector)".into(),
                         );
                     };
-                    let status = acc.judge(&hello, accepted);
+                    let status = match acc.check(&hello) {
+                        Some(bad) => bad,
+                        None => admit.judge(&hello),
+                    };
                     let nonce = nonce();
                     let ack = Ack {
                         version: PROTOCOL_VERSION,
@@ -618,13 +728,8 @@ impl Inbound {
                         ));
                     }
                     // The duplicate check again: a valid rank may have completed meanwhile.
-                    if let Some(old) = accepted.get(&hello.connector)
-                        && is_alive(old)
-                    {
-                        return InState::Drop(format!(
-                            "rank {} is connected already",
-                            hello.connector
-                        ));
+                    if let Err(why) = admit.confirm(hello.connector) {
+                        return InState::Drop(why);
                     }
                     return InState::Accepted(hello.connector);
                 }
@@ -644,18 +749,26 @@ impl Inbound {
 }
 
 impl Acceptor<'_> {
-    fn judge(&self, h: &Hello, accepted: &mut BTreeMap<u32, Socket>) -> AckStatus {
+    /// The checks that do not depend on connection state: `Some(status)` rejects.
+    pub(crate) fn check(&self, h: &Hello) -> Option<AckStatus> {
         if h.version != PROTOCOL_VERSION {
-            return AckStatus::BadVersion;
+            return Some(AckStatus::BadVersion);
         }
         if h.job_hash != self.job_hash {
-            return AckStatus::WrongJob;
+            return Some(AckStatus::WrongJob);
         }
         if h.world_size != self.size {
-            return AckStatus::WrongSize;
+            return Some(AckStatus::WrongSize);
         }
         if h.acceptor != self.my_rank {
-            return AckStatus::WrongRank;
+            return Some(AckStatus::WrongRank);
+        }
+        None
+    }
+
+    fn judge(&self, h: &Hello, accepted: &mut BTreeMap<u32, Socket>) -> AckStatus {
+        if let Some(bad) = self.check(h) {
+            return bad;
         }
         if !self.expect.contains(&h.connector) {
             return AckStatus::UnexpectedConnector;
@@ -673,7 +786,23 @@ impl Acceptor<'_> {
 }
 
 /// A connection is alive unless a nonblocking peek sees end of stream or an error.
-fn is_alive(sock: &Socket) -> bool {
+/// Log an `accept(2)` failure other than would-block: running out of descriptors
+/// (`EMFILE`, `ENFILE`) as a warning, once per `warned`, since peers then cannot connect
+/// until a descriptor is free; anything else (`ECONNABORTED`: a connector gave up) at
+/// debug level.
+pub(crate) fn log_accept_error(my_rank: u32, e: &io::Error, warned: &mut bool) {
+    match e.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE) if !*warned => {
+            *warned = true;
+            tracing::warn!(
+                "tcp: rank {my_rank} cannot accept connections: {e} (RLIMIT_NOFILE: raise `ulimit -n`); peers connecting to it wait until a descriptor is free"
+            );
+        }
+        _ => debug!("tcp: rank {my_rank}: accept: {e}"),
+    }
+}
+
+pub(crate) fn is_alive(sock: &Socket) -> bool {
     let mut b = [MaybeUninit::<u8>::uninit(); 1];
     match sock.peek(&mut b) {
         Ok(0) => false,
@@ -689,7 +818,7 @@ fn would_block(e: &io::Error) -> bool {
     )
 }
 
-fn dial_error(d: &Dial, cfg: &TcpConfig, what: &str) -> TransportError {
+pub(crate) fn dial_error(d: &Dial, cfg: &TcpConfig, what: &str) -> TransportError {
     let tried = if d.tried.is_empty() {
         "none (the peer published no address: check its interface selection)".to_string()
     } else {
@@ -857,7 +986,11 @@ mod tests {
             },
         };
         loop {
-            match ib.progress(&acc, accepted, Instant::now()) {
+            let mut admit = AtInit {
+                acc: &acc,
+                accepted: &mut *accepted,
+            };
+            match ib.progress(&acc, &mut admit, Instant::now()) {
                 InState::Pending => std::thread::sleep(Duration::from_millis(1)),
                 done => return done,
             }
@@ -922,7 +1055,9 @@ mod tests {
         let (c, a) = pair();
         let t = std::thread::spawn(move || {
             connector(c, hello, |ack| {
-                let na = check_ack(ack, &hello, 0, SECRET).unwrap();
+                let AckOk::Accepted(na) = check_ack(ack, &hello, 0, SECRET).unwrap() else {
+                    panic!("the acceptor yielded")
+                };
                 proof_mac(SECRET, &hello, &na)
             })
         });

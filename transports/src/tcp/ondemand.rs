@@ -1,0 +1,739 @@
+//! Connections on demand ([`ConnectMode::OnDemand`], the default): a connection to a
+//! peer is made at the first frame to it, by either side, while the listener stays open
+//! for the whole job.
+//!
+//! # How
+//! - [`TcpTransport::send`] to a listed peer with no connection reads the peer's address
+//!   record (`tcp-addr-<rank>`: through the [`Lookup`] at the first use, or from the
+//!   records read at init where no lookup was given), starts a nonblocking dial
+//!   (`setup::Dial`: candidate addresses in order, `addr_timeout` each) and queues the
+//!   frame. Frames queued meanwhile are written, in order, right after the handshake.
+//! - The listener and every socket in its handshake are in the transport's epoll set
+//!   (tokens [`LISTENER_TOKEN`] and [`HS_TOKEN_BASE`]` + n`, above every rank); `poll`
+//!   steps whichever is ready. The handshake is the one of setup at init (hello, ack,
+//!   proof: `handshake.rs`), so the job secret admits every connection alike.
+//! - **Both ranks dialling each other at once** keep the lower rank's connection: an
+//!   acceptor that is dialling the connector itself answers [`AckStatus::Yield`] when its
+//!   rank is the lower one (the connector drops its attempt and waits for ours), and
+//!   otherwise accepts and drops its own dial. The same rule at both ends leaves exactly
+//!   one connection, with no extra round trip (compare the "lower rank wins" rule of
+//!   MPICH's ch3 sock and Open MPI's TCP BTL). A yield carries a MAC, so a process
+//!   without the secret cannot make a rank wait.
+//! - An acceptor claims the peer's slot when it accepts a hello, so that it does not dial
+//!   the same peer meanwhile. Several hellos may claim one rank at once (a process that
+//!   claims it without the secret, besides the real one): the first valid proof takes
+//!   the slot and the others are dropped. A claim that ends without a connection (a wrong
+//!   proof) passes to another claimant, or queued frames start a dial of their own.
+//! - A hello from a rank we are connected to already (our dial, which it has not taken
+//!   in yet) is answered with a yield as well.
+//! - **Bounds**: one peer's connection must be up within `connect_timeout` of its first
+//!   frame (or of a yield); otherwise the peer fails with [`TransportError::Connect`]
+//!   naming every address tried, as at init. At most [`MAX_PENDING_ACCEPTS`] accepted
+//!   sockets are in their handshake at once; more connections wait in the listen backlog
+//!   (bounded by their dialers' `addr_timeout`), so a flood of connections cannot use up
+//!   the descriptors.
+
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use socket2::Socket;
+use tracing::{debug, warn};
+
+use super::config::{ConnectMode, TcpConfig};
+use super::conn::{Conn, ENVELOPE_LEN, envelope};
+use super::handshake::{AckStatus, Hello, NONCE_LEN, PROTOCOL_VERSION, decode_record};
+use super::setup::{
+    Acceptor, Admit, Dial, DialState, InState, Inbound, dial_error, log_accept_error,
+};
+use super::{NAME, Slot, TcpTransport, sys};
+use crate::{Event, Lookup, TransportError};
+
+/// The listener's epoll token (above every rank and handshake token).
+pub(crate) const LISTENER_TOKEN: u64 = u64::MAX;
+/// Tokens of sockets in their handshake start here (ranks are below 2^32).
+pub(crate) const HS_TOKEN_BASE: u64 = 1 << 32;
+/// Accepted sockets in their handshake at once; more connections wait in the listen
+/// backlog (a flood of connections must not use up the descriptors).
+pub const MAX_PENDING_ACCEPTS: usize = 1024;
+/// How often the deadlines of handshakes and yields are checked while some exist.
+const SWEEP_EVERY: Duration = Duration::from_millis(10);
+
+/// State of connections on demand (owned by the transport).
+pub(crate) struct OnDemand {
+    pub(crate) listener: Socket,
+    pub(crate) secret: Vec<u8>,
+    pub(crate) job_hash: u64,
+    pub(crate) size: u32,
+    pub(crate) cfg: TcpConfig,
+    /// Per world rank: may connect with us (a listed peer).
+    pub(crate) listed: Vec<bool>,
+    /// Address records read at init (no lookup) or at first use, by rank.
+    pub(crate) addrs: Vec<Option<Vec<SocketAddr>>>,
+    pub(crate) lookup: Option<Box<dyn Lookup>>,
+    /// Sockets in their handshake, by token.
+    hs: std::collections::BTreeMap<u64, Hs>,
+    next_token: u64,
+    accepts: usize,
+    accept_warned: bool,
+    next_sweep: Instant,
+    /// Peers that yielded to us (their dial is awaited); entries whose slot moved on
+    /// are dropped by the next sweep.
+    yielded: Vec<u32>,
+}
+
+/// A frame queue for a peer whose connection is being made.
+pub(crate) struct Pending {
+    /// Framed bytes (envelope, header, payload), in order.
+    out: Vec<Vec<u8>>,
+    bytes: usize,
+    /// Deadline of the connection: first frame (or claim, or yield) + `connect_timeout`.
+    deadline: Instant,
+    how: How,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum How {
+    /// Our dial, by handshake token.
+    Dialing(u64),
+    /// An accepted hello from the peer, by handshake token (its proof is pending).
+    Accepting(u64),
+    /// The peer answered our dial with a yield: it dials us.
+    Yielded,
+}
+
+struct Hs {
+    kind: Kind,
+    /// What the epoll set holds for this token: (attempt, wants write).
+    reg: Option<(usize, bool)>,
+    /// The rank whose slot an accepted hello claimed.
+    claim: Option<u32>,
+}
+
+enum Kind {
+    Out(Dial),
+    In(Inbound),
+}
+
+/// What a handshake step leaves to do.
+enum After {
+    Keep,
+    Open(u32, Socket),
+    Fail(u32, TransportError),
+    /// An accepted hello's claim on the rank ended without a connection.
+    Release(u32),
+}
+
+impl OnDemand {
+    pub(crate) fn new(
+        listener: Socket,
+        secret: &[u8],
+        job_hash: u64,
+        size: u32,
+        cfg: TcpConfig,
+        listed: Vec<bool>,
+    ) -> OnDemand {
+        debug_assert_eq!(cfg.connect, ConnectMode::OnDemand);
+        OnDemand {
+            listener,
+            secret: secret.to_vec(),
+            job_hash,
+            size,
+            cfg,
+            addrs: vec![None; listed.len()],
+            listed,
+            lookup: None,
+            hs: std::collections::BTreeMap::new(),
+            next_token: HS_TOKEN_BASE,
+            accepts: 0,
+            accept_warned: false,
+            next_sweep: Instant::now(),
+            yielded: Vec::new(),
+        }
+    }
+
+    /// Whether handshakes are in progress (they need `poll` to look at more than the
+    /// connected peers).
+    pub(crate) fn busy(&self) -> bool {
+        !self.hs.is_empty()
+    }
+
+    /// Whether handshakes or awaited yields need `poll` to check their deadlines.
+    fn waiting(&self) -> bool {
+        !self.hs.is_empty() || !self.yielded.is_empty()
+    }
+
+    fn token(&mut self) -> u64 {
+        let t = self.next_token;
+        self.next_token += 1;
+        t
+    }
+
+    /// The candidate addresses of `peer` (read through the lookup at the first use).
+    fn addrs_of(&mut self, peer: u32) -> Result<Vec<SocketAddr>, TransportError> {
+        let connect_err = |reason: String| TransportError::Connect {
+            transport: NAME,
+            peer,
+            reason,
+        };
+        if let Some(a) = &self.addrs[peer as usize] {
+            return Ok(a.clone());
+        }
+        let Some(lookup) = self.lookup.as_mut() else {
+            return Err(connect_err(
+                "its address was not read at init and no bootstrap lookup is set".into(),
+            ));
+        };
+        let raw = lookup
+            .get(&format!("tcp-addr-{peer}"))
+            .map_err(|e| connect_err(format!("bootstrap get of its address failed: {e}")))?;
+        let addrs = decode_record(&raw).map_err(connect_err)?;
+        debug!("tcp: address of rank {peer}: {addrs:?}");
+        self.addrs[peer as usize] = Some(addrs.clone());
+        Ok(addrs)
+    }
+}
+
+/// [`Admit`] on demand: a hello claims the connector's slot unless a connection to it
+/// exists or wins (module doc).
+struct OnDemandAdmit<'a> {
+    my_rank: u32,
+    token: u64,
+    peers: &'a mut [Slot],
+    listed: &'a [bool],
+    deadline: Instant,
+    /// A handshake of ours to drop (our dial that lost, or a dead earlier accept).
+    cancel: Option<u64>,
+    claim: Option<u32>,
+}
+
+impl Admit for OnDemandAdmit<'_> {
+    fn judge(&mut self, hello: &Hello) -> AckStatus {
+        let c = hello.connector;
+        if c == self.my_rank || !self.listed.get(c as usize).copied().unwrap_or(false) {
+            return AckStatus::UnexpectedConnector;
+        }
+        let slot = &mut self.peers[c as usize];
+        match slot {
+            Slot::NotConnected => {
+                *slot = Slot::Pending(Box::new(Pending {
+                    out: Vec::new(),
+                    bytes: 0,
+                    deadline: self.deadline,
+                    how: How::Accepting(self.token),
+                }));
+            }
+            Slot::Pending(p) => match p.how {
+                How::Dialing(_) if self.my_rank < c => return AckStatus::Yield,
+                How::Dialing(ours) => {
+                    self.cancel = Some(ours);
+                    p.how = How::Accepting(self.token);
+                }
+                How::Yielded => p.how = How::Accepting(self.token),
+                // Another hello claiming the same rank is in its handshake: the first
+                // valid proof takes the slot (`confirm`), so a process that claims the
+                // rank without the secret cannot lock the real one out.
+                How::Accepting(_) => {}
+            },
+            // We are connected to it (our dial, which it has not taken in yet): it is
+            // to use that one.
+            Slot::Open(_) => return AckStatus::Yield,
+            Slot::Failed(_) | Slot::Closed => return AckStatus::UnexpectedConnector,
+        }
+        self.claim = Some(c);
+        AckStatus::Accepted
+    }
+
+    fn confirm(&mut self, c: u32) -> Result<(), String> {
+        let slot = &mut self.peers[c as usize];
+        match slot {
+            Slot::NotConnected => {
+                *slot = Slot::Pending(Box::new(Pending {
+                    out: Vec::new(),
+                    bytes: 0,
+                    deadline: self.deadline,
+                    how: How::Accepting(self.token),
+                }));
+            }
+            Slot::Pending(p) => match p.how {
+                How::Accepting(t) if t == self.token => {}
+                // A connection that proved itself wins over our dial and over other
+                // hellos still in their handshake.
+                How::Accepting(other) | How::Dialing(other) => {
+                    self.cancel = Some(other);
+                    p.how = How::Accepting(self.token);
+                }
+                How::Yielded => p.how = How::Accepting(self.token),
+            },
+            Slot::Open(_) | Slot::Failed(_) | Slot::Closed => {
+                return Err(format!("rank {c} is connected already"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TcpTransport {
+    /// Queue a frame for `peer`, starting its connection if there is none yet
+    /// ([`TcpTransport::send`] on demand).
+    pub(crate) fn send_pending(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<crate::SendOutcome, TransportError> {
+        if matches!(self.peers[peer as usize], Slot::NotConnected) {
+            self.dial(peer)?;
+        }
+        let high_water = self.high_water;
+        match &mut self.peers[peer as usize] {
+            Slot::Pending(p) => {
+                if p.bytes >= high_water {
+                    return Ok(crate::SendOutcome::Busy);
+                }
+                let mut frame = Vec::with_capacity(ENVELOPE_LEN + header.len() + payload.len());
+                frame.extend_from_slice(&envelope(header.len(), payload.len()));
+                frame.extend_from_slice(header);
+                frame.extend_from_slice(payload);
+                p.bytes += frame.len();
+                p.out.push(frame);
+                Ok(crate::SendOutcome::Sent)
+            }
+            // The dial finished at once (or failed): send as usual.
+            _ => self.send_now(peer, header, payload),
+        }
+    }
+
+    /// Start dialling `peer` (its slot is `NotConnected`).
+    fn dial(&mut self, peer: u32) -> Result<(), TransportError> {
+        let Some(od) = self.od.as_mut() else {
+            return Err(TransportError::NoSuchPeer {
+                transport: NAME,
+                peer,
+            });
+        };
+        let addrs = od.addrs_of(peer)?;
+        debug!("tcp: rank {} dials rank {peer} at {addrs:?}", self.rank);
+        let token = od.token();
+        od.hs.insert(
+            token,
+            Hs {
+                kind: Kind::Out(Dial::new(peer, addrs)),
+                reg: None,
+                claim: None,
+            },
+        );
+        self.peers[peer as usize] = Slot::Pending(Box::new(Pending {
+            out: Vec::new(),
+            bytes: 0,
+            deadline: Instant::now() + od.cfg.connect_timeout,
+            how: How::Dialing(token),
+        }));
+        let mut sink = std::mem::take(&mut self.pending);
+        self.step_hs(token, &mut sink);
+        self.pending = sink;
+        Ok(())
+    }
+
+    /// Accept every connection waiting at the listener.
+    pub(crate) fn accept_all(&mut self, events: &mut Vec<Event>) {
+        let Some(od) = self.od.as_mut() else {
+            return;
+        };
+        let mut fresh = Vec::new();
+        // At the bound, further connections wait in the listen backlog (their dialers'
+        // `addr_timeout` bounds that) until handshakes in progress end.
+        while od.accepts < MAX_PENDING_ACCEPTS {
+            match od.listener.accept() {
+                Ok((sock, from)) => {
+                    if let Err(e) = sock.set_nonblocking(true) {
+                        debug!("tcp: dropping accepted connection: set_nonblocking: {e}");
+                        continue;
+                    }
+                    let deadline = Instant::now() + od.cfg.addr_timeout;
+                    let token = od.token();
+                    od.accepts += 1;
+                    od.hs.insert(
+                        token,
+                        Hs {
+                            kind: Kind::In(Inbound::new(sock, from.as_socket(), deadline)),
+                            reg: None,
+                            claim: None,
+                        },
+                    );
+                    fresh.push(token);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log_accept_error(self.rank, &e, &mut od.accept_warned);
+                    break;
+                }
+            }
+        }
+        for token in fresh {
+            self.step_hs(token, events);
+        }
+    }
+
+    /// Advance the handshake `token` as far as it goes without blocking and act on its
+    /// end (module doc).
+    pub(crate) fn step_hs(&mut self, token: u64, events: &mut Vec<Event>) {
+        let after = self.advance(token);
+        match after {
+            After::Keep => {}
+            After::Open(peer, sock) => self.open_peer(peer, sock, events),
+            After::Fail(peer, err) => self.fail_pending(peer, err, events),
+            After::Release(peer) => self.release_claim(peer, token, events),
+        }
+        self.refresh_direct();
+    }
+
+    /// The part of [`TcpTransport::step_hs`] that needs the handshake borrowed.
+    fn advance(&mut self, token: u64) -> After {
+        let my_rank = self.rank;
+        let Some(od) = self.od.as_mut() else {
+            return After::Keep;
+        };
+        let Some(mut hs) = od.hs.remove(&token) else {
+            return After::Keep;
+        };
+        let now = Instant::now();
+        match &mut hs.kind {
+            Kind::Out(dial) => {
+                let peer = dial.peer;
+                let me = Hello {
+                    version: PROTOCOL_VERSION,
+                    connector: my_rank,
+                    acceptor: 0,
+                    world_size: od.size,
+                    job_hash: od.job_hash,
+                    nonce: [0; NONCE_LEN],
+                };
+                let state = dial.progress(&me, &od.secret, &od.cfg, now);
+                let deadline = match &self.peers[peer as usize] {
+                    Slot::Pending(p) => p.deadline,
+                    _ => now,
+                };
+                match state {
+                    DialState::Pending if now < deadline => {
+                        update_reg(&self.epoll, token, &mut hs);
+                        od.hs.insert(token, hs);
+                        After::Keep
+                    }
+                    DialState::Pending => After::Fail(
+                        peer,
+                        dial_error(
+                            dial,
+                            &od.cfg,
+                            &format!(
+                                "no connection within {:?} of the first message to it",
+                                od.cfg.connect_timeout
+                            ),
+                        ),
+                    ),
+                    DialState::Exhausted => After::Fail(
+                        peer,
+                        dial_error(dial, &od.cfg, "every candidate address failed"),
+                    ),
+                    DialState::Yield => {
+                        debug!("tcp: rank {peer} yields to rank {my_rank}: it dials us");
+                        if let Slot::Pending(p) = &mut self.peers[peer as usize] {
+                            p.how = How::Yielded;
+                            p.deadline = p.deadline.max(now + od.cfg.connect_timeout);
+                            od.yielded.push(peer);
+                        }
+                        After::Keep
+                    }
+                    DialState::Connected(sock) => {
+                        debug!("tcp: rank {my_rank} connected to rank {peer} on demand");
+                        After::Open(peer, sock)
+                    }
+                }
+            }
+            Kind::In(ib) => {
+                let acc = Acceptor {
+                    my_rank,
+                    size: od.size,
+                    job_hash: od.job_hash,
+                    secret: &od.secret,
+                    expect: &[],
+                };
+                let mut admit = OnDemandAdmit {
+                    my_rank,
+                    token,
+                    peers: &mut self.peers,
+                    listed: &od.listed,
+                    deadline: now + od.cfg.connect_timeout,
+                    cancel: None,
+                    claim: None,
+                };
+                let state = ib.progress(&acc, &mut admit, now);
+                let (cancel, claim) = (admit.cancel, admit.claim);
+                if claim.is_some() {
+                    hs.claim = claim;
+                }
+                if let Some(c) = cancel {
+                    // Dropping it closes its socket (epoll forgets it with the close).
+                    if let Some(Hs {
+                        kind: Kind::In(_), ..
+                    }) = od.hs.remove(&c)
+                    {
+                        od.accepts -= 1;
+                    }
+                }
+                match state {
+                    InState::Pending => {
+                        update_reg(&self.epoll, token, &mut hs);
+                        od.hs.insert(token, hs);
+                        After::Keep
+                    }
+                    InState::Accepted(peer) => {
+                        od.accepts -= 1;
+                        let Kind::In(ib) = hs.kind else {
+                            unreachable!("an inbound handshake")
+                        };
+                        debug!(
+                            "tcp: rank {my_rank} accepted rank {peer} from {:?} on demand",
+                            ib.from
+                        );
+                        After::Open(peer, ib.sock)
+                    }
+                    state @ (InState::Drop(_) | InState::Refused(_)) => {
+                        od.accepts -= 1;
+                        let from = ib.from;
+                        let (InState::Drop(why) | InState::Refused(why)) = &state else {
+                            unreachable!()
+                        };
+                        if matches!(state, InState::Refused(_)) {
+                            warn!("tcp: rank {my_rank} refused a connection from {from:?}: {why}");
+                        } else {
+                            debug!("tcp: rank {my_rank} dropped a connection from {from:?}: {why}");
+                        }
+                        match hs.claim {
+                            Some(peer) => After::Release(peer),
+                            None => After::Keep,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// An accepted hello's claim on `peer` ended without a connection: frames queued
+    /// meanwhile start a dial of their own; otherwise the slot is free again.
+    fn release_claim(&mut self, peer: u32, token: u64, events: &mut Vec<Event>) {
+        let idx = peer as usize;
+        let empty = match &self.peers[idx] {
+            Slot::Pending(p) if p.how == How::Accepting(token) => p.out.is_empty(),
+            _ => return,
+        };
+        let Some(od) = self.od.as_mut() else {
+            return;
+        };
+        // Another hello claiming this rank is still in its handshake: it takes over.
+        if let Some((&t, _)) = od.hs.iter().find(|(_, h)| h.claim == Some(peer)) {
+            if let Slot::Pending(p) = &mut self.peers[idx] {
+                p.how = How::Accepting(t);
+            }
+            return;
+        }
+        if empty {
+            self.peers[idx] = Slot::NotConnected;
+            return;
+        }
+        match od.addrs_of(peer) {
+            Ok(addrs) => {
+                let t = od.token();
+                od.hs.insert(
+                    t,
+                    Hs {
+                        kind: Kind::Out(Dial::new(peer, addrs)),
+                        reg: None,
+                        claim: None,
+                    },
+                );
+                if let Slot::Pending(p) = &mut self.peers[idx] {
+                    p.how = How::Dialing(t);
+                }
+                self.step_hs(t, events);
+            }
+            Err(e) => self.fail_pending(peer, e, events),
+        }
+    }
+
+    /// `peer`'s connection could not be made: it fails as at init (its queued frames
+    /// are dropped; the core fails what waits for it).
+    fn fail_pending(&mut self, peer: u32, error: TransportError, events: &mut Vec<Event>) {
+        debug!("tcp: rank {}: {error}", self.rank);
+        if let (Slot::Pending(p), Some(od)) = (&self.peers[peer as usize], self.od.as_mut())
+            && let How::Dialing(t) | How::Accepting(t) = p.how
+            && let Some(hs) = od.hs.remove(&t)
+            && matches!(hs.kind, Kind::In(_))
+        {
+            od.accepts -= 1;
+        }
+        self.peers[peer as usize] = Slot::Failed(error.clone());
+        events.push(Event::PeerFailed { peer, error });
+    }
+
+    /// A handshaken socket for `peer`: make it the peer's connection and write the
+    /// frames queued for it.
+    fn open_peer(&mut self, peer: u32, sock: Socket, events: &mut Vec<Event>) {
+        let queued = match std::mem::replace(&mut self.peers[peer as usize], Slot::NotConnected) {
+            Slot::Pending(p) => p.out,
+            _ => Vec::new(),
+        };
+        let setup = (|| -> std::io::Result<std::net::TcpStream> {
+            sock.set_nonblocking(true)?;
+            sock.set_tcp_nodelay(true)?;
+            let stream: std::net::TcpStream = sock.into();
+            let fd = stream.as_raw_fd();
+            // The socket is in the set under its handshake token: retoken it.
+            match self.epoll.add(fd, u64::from(peer), sys::INTEREST_READ) {
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    self.epoll.modify(fd, u64::from(peer), sys::INTEREST_READ)?
+                }
+                other => other?,
+            }
+            Ok(stream)
+        })();
+        let stream = match setup {
+            Ok(s) => s,
+            Err(e) => {
+                let err = TransportError::Connect {
+                    transport: NAME,
+                    peer,
+                    reason: format!("setting up the connected socket failed: {e}"),
+                };
+                self.peers[peer as usize] = Slot::Failed(err.clone());
+                events.push(Event::PeerFailed { peer, error: err });
+                return;
+            }
+        };
+        let mut conn = Box::new(Conn::new(stream));
+        conn.place = self.place;
+        for frame in queued {
+            conn.enqueue(frame);
+        }
+        self.peers[peer as usize] = Slot::Open(conn);
+        if let Err(pos) = self.open.binary_search(&peer) {
+            self.open.insert(pos, peer);
+        }
+        // Write what was queued (write interest stays on for the rest).
+        let mut result = Ok(());
+        if let Slot::Open(conn) = &mut self.peers[peer as usize]
+            && conn.queued_bytes() > 0
+        {
+            result = conn
+                .flush()
+                .map(drop)
+                .map_err(super::conn::ConnError::Write);
+        }
+        let result = result.and_then(|()| self.update_interest(peer, false));
+        if let Err(cause) = result {
+            self.fail(peer, cause, events);
+        }
+    }
+
+    /// Check the deadlines of handshakes and yields (at most every 10 ms).
+    pub(crate) fn sweep(&mut self, events: &mut Vec<Event>) {
+        let Some(od) = self.od.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        if now < od.next_sweep {
+            return;
+        }
+        od.next_sweep = now + SWEEP_EVERY;
+        let tokens: Vec<u64> = od.hs.keys().copied().collect();
+        for t in tokens {
+            self.step_hs(t, events);
+        }
+        let Some(od) = self.od.as_mut() else {
+            return;
+        };
+        let peers = &self.peers;
+        let mut expired = Vec::new();
+        od.yielded.retain(|&r| match &peers[r as usize] {
+            Slot::Pending(p) if p.how == How::Yielded => {
+                if now >= p.deadline {
+                    expired.push(r);
+                    false
+                } else {
+                    true
+                }
+            }
+            _ => false,
+        });
+        for peer in expired {
+            let err = TransportError::Connect {
+                transport: NAME,
+                peer,
+                reason: format!(
+                    "rank {peer} answered that it connects to rank {} itself, but did not within {:?}; rank {} listens on [{}] (can rank {peer} reach these addresses?); {}",
+                    self.rank,
+                    self.od
+                        .as_ref()
+                        .map_or(Duration::ZERO, |o| o.cfg.connect_timeout),
+                    self.rank,
+                    self.local_addrs
+                        .iter()
+                        .map(|a| a.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    self.od
+                        .as_ref()
+                        .map(|o| o.cfg.selection_hint())
+                        .unwrap_or_default()
+                ),
+            };
+            self.fail_pending(peer, err, events);
+        }
+    }
+
+    /// Whether some peer is waiting for its connection (yielded, or in a handshake): a
+    /// check of two lengths, made by every `poll`.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.od.as_ref().is_some_and(|o| o.waiting())
+    }
+
+    /// Whether frames wait for a connection being made.
+    pub(crate) fn pending_frames(&self) -> bool {
+        self.od.is_some()
+            && self
+                .peers
+                .iter()
+                .any(|s| matches!(s, Slot::Pending(p) if !p.out.is_empty()))
+    }
+}
+
+/// Keep the epoll registration of handshake `token` in line with its socket and phase.
+fn update_reg(epoll: &sys::Epoll, token: u64, hs: &mut Hs) {
+    let want = match &hs.kind {
+        Kind::Out(d) => d
+            .attempt
+            .as_ref()
+            .map(|a| (d.next, a.sock.as_raw_fd(), d.wants_write())),
+        Kind::In(ib) => Some((0, ib.sock.as_raw_fd(), ib.wants_write())),
+    };
+    let Some((attempt, fd, write)) = want else {
+        hs.reg = None;
+        return;
+    };
+    let interest = if write {
+        sys::INTEREST_READ_WRITE
+    } else {
+        sys::INTEREST_READ
+    };
+    let result = match hs.reg {
+        Some((a, w)) if a == attempt && w == write => return,
+        Some((a, _)) if a == attempt => epoll.modify(fd, token, interest),
+        // A new attempt's socket (the last one's was closed, which left the set).
+        _ => epoll.add(fd, token, interest),
+    };
+    match result {
+        Ok(()) => hs.reg = Some((attempt, write)),
+        Err(e) => debug!("tcp: epoll_ctl for a handshake: {e}"),
+    }
+}
