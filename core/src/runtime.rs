@@ -71,7 +71,10 @@ pub(crate) struct Inner {
     /// Position of this rank among the ranks of its node, in rank order.
     pub(crate) local_rank: u32,
     pub(crate) engine: Mutex<Engine>,
-    pub(crate) bootstrap: Mutex<Option<Wireup>>,
+    /// Shared with the TCP transport, which reads peers' addresses through it when it
+    /// connects on demand (`bootstrap::SharedLookup`). Never take the engine lock while
+    /// holding this one (a send holds the engine lock and may take this one).
+    pub(crate) bootstrap: Arc<Mutex<Option<Wireup>>>,
     pub(crate) finalized: AtomicBool,
     /// What transport selection decided, for [`crate::Universe::explain`].
     pub(crate) paths: Paths,
@@ -94,7 +97,7 @@ impl Inner {
         size: u32,
         local_rank: u32,
         engine: Engine,
-        bootstrap: Option<Wireup>,
+        bootstrap: Arc<Mutex<Option<Wireup>>>,
         paths: Paths,
     ) -> Inner {
         Inner {
@@ -102,7 +105,7 @@ impl Inner {
             size,
             local_rank,
             engine: Mutex::new(engine),
-            bootstrap: Mutex::new(bootstrap),
+            bootstrap,
             finalized: AtomicBool::new(false),
             paths,
             schedules: Schedules::default(),

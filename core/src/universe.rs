@@ -9,12 +9,12 @@ use rankwire_transports::{
     Transport,
 };
 
-use crate::bootstrap::Wireup;
 use crate::bootstrap::client::{BootstrapClient, default_timeout, spawn_launcher_watch};
 use crate::bootstrap::env;
 use crate::bootstrap::launch::{self, Launch};
 use crate::bootstrap::node::{affinity_cpus, cpu_list, env_switch, node_id, parse_cpu_list};
 use crate::bootstrap::pmi::PmiClient;
+use crate::bootstrap::{SharedLookup, Wireup};
 use crate::comm::Communicator;
 use crate::engine::{Backoff, Engine};
 use crate::error::{Error, Result};
@@ -209,16 +209,22 @@ impl Inner {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         self.wait_for(|e| (e.is_flushed() || std::time::Instant::now() > deadline).then_some(()));
         let mut b = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(c) = b.as_mut() else {
+            return Ok(());
+        };
+        c.fence().map_err(|e| {
+            Error::Bootstrap(format!(
+                "final fence failed: {e} (the other ranks did not reach finalize: if they \
+                 wait for this rank, because it is ending after an error or left a receive \
+                 or collective unmatched, the job cannot end cleanly; end such a rank with \
+                 Universe::abort instead)"
+            ))
+        })?;
+        // The engine lock is never taken under the bootstrap lock (runtime.rs).
+        drop(b);
+        self.lock().quiesce();
+        let mut b = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = b.as_mut() {
-            c.fence().map_err(|e| {
-                Error::Bootstrap(format!(
-                    "final fence failed: {e} (the other ranks did not reach finalize: if they \
-                     wait for this rank, because it is ending after an error or left a receive \
-                     or collective unmatched, the job cannot end cleanly; end such a rank with \
-                     Universe::abort instead)"
-                ))
-            })?;
-            self.lock().quiesce();
             c.finalize()
                 .map_err(|e| Error::Bootstrap(format!("finalize failed: {e}")))?;
         }
@@ -563,12 +569,15 @@ fn build(joined: Joined) -> Result<Universe> {
     let tcp_peers: Vec<u32> = (0..size)
         .filter(|&r| routes[r as usize] == Route::Tcp)
         .collect();
+    // The bootstrap client ends up here (below), shared with the TCP transport's
+    // on-demand address reads.
+    let shared: Arc<std::sync::Mutex<Option<Wireup>>> = Arc::new(std::sync::Mutex::new(None));
     // Built by every rank alike (its setup has job-wide fences), dropped below where it
     // serves no peer.
     let tcp = if size > 1 && use_tcp {
         let cfg = TcpConfig::from_env()
             .map_err(|e| Error::usage(format!("TCP transport settings: {e}")))?;
-        Some(TcpTransport::new(
+        Some(TcpTransport::new_with_lookup(
             rank,
             size,
             &job_id,
@@ -576,6 +585,7 @@ fn build(joined: Joined) -> Result<Universe> {
             cfg,
             &mut client,
             &tcp_peers,
+            Some(Box::new(SharedLookup(shared.clone()))),
         )?)
     } else {
         None
@@ -661,15 +671,9 @@ fn build(joined: Joined) -> Result<Universe> {
             }
         );
     }
+    *shared.lock().unwrap_or_else(|p| p.into_inner()) = Some(client);
     Ok(Universe {
-        inner: Arc::new(Inner::new(
-            rank,
-            size,
-            local_rank,
-            engine,
-            Some(client),
-            paths,
-        )),
+        inner: Arc::new(Inner::new(rank, size, local_rank, engine, shared, paths)),
     })
 }
 
@@ -876,7 +880,14 @@ fn singleton() -> Universe {
     );
     enable_gpu(&mut engine, &gpu);
     Universe {
-        inner: Arc::new(Inner::new(0, 1, 0, engine, None, paths)),
+        inner: Arc::new(Inner::new(
+            0,
+            1,
+            0,
+            engine,
+            Arc::new(std::sync::Mutex::new(None)),
+            paths,
+        )),
     }
 }
 

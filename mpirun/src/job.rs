@@ -110,11 +110,18 @@ pub(crate) async fn run(
         cfg.size
     );
 
+    let restore_nofile = match spawn::raise_fd_limit(cfg.size) {
+        Ok(original) => original,
+        Err(msg) => {
+            note!("{msg}");
+            return fail(1);
+        }
+    };
     let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(u32, ExitKind)>();
     let (stop_tx, stop_rx) = watch::channel(false);
     let setup = spawn::ChildSetup {
         restore_sigttin: process_signals.sigttin_changed,
-        restore_nofile: spawn::raise_fd_limit(cfg.size),
+        restore_nofile,
     };
     let mut job = Job {
         ranks: Vec::new(),

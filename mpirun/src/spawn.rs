@@ -107,24 +107,28 @@ pub(crate) fn fds_needed(size: u32) -> u64 {
 
 /// Raise the soft open-file limit to the hard limit (issue 21: many ranks per node, one
 /// descriptor per peer in each rank). Returns the original limit when it was changed,
-/// for the ranks to get back (each rank raises its own at init, `rankwire::init`), and
-/// warns when even the hard limit is below [`fds_needed`] for `size` ranks.
-pub(crate) fn raise_fd_limit(size: u32) -> Option<libc::rlimit> {
+/// for the ranks to get back (each rank raises its own at init, `rankwire::init`).
+///
+/// # Errors
+/// The message to print when even the hard limit is below [`fds_needed`] for `size`
+/// ranks: the job would stall once rwrun runs out of descriptors (its bootstrap server
+/// could not accept the last ranks), so it is refused before any rank starts.
+pub(crate) fn raise_fd_limit(size: u32) -> Result<Option<libc::rlimit>, String> {
     let want = fds_needed(size);
     // SAFETY: rlimit is plain data, filled by getrlimit.
     let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return None;
+        return Ok(None);
     }
     if lim.rlim_max < want {
-        note!(
-            "rwrun: warning: RLIMIT_NOFILE allows {} open files (hard limit), but {size} ranks need about {want} in rwrun (a pidfd, two pipes and two bootstrap connections each); raise the hard limit (`ulimit -Hn {want}` as root, LimitNOFILE= for systemd, docker --ulimit nofile={want}:{want})",
+        return Err(format!(
+            "rwrun: RLIMIT_NOFILE allows {} open files (hard limit), but {size} ranks need about {want} in rwrun (a pidfd, two pipes and two bootstrap connections each, and 256 more); fix: raise the hard limit (`ulimit -Hn {want}` as root, LimitNOFILE= for systemd, docker --ulimit nofile={want}:{want}) or start fewer ranks",
             lim.rlim_max
-        );
+        ));
     }
     if lim.rlim_cur >= lim.rlim_max {
-        return None;
+        return Ok(None);
     }
     let original = lim;
     lim.rlim_cur = lim.rlim_max;
@@ -134,14 +138,14 @@ pub(crate) fn raise_fd_limit(size: u32) -> Option<libc::rlimit> {
             "cannot raise the open-file limit: {}",
             io::Error::last_os_error()
         );
-        return None;
+        return Ok(None);
     }
     tracing::debug!(
         "open-file limit raised from {} to {}",
         original.rlim_cur,
         lim.rlim_cur
     );
-    Some(original)
+    Ok(Some(original))
 }
 
 /// The variables other launchers set and that programs read before `MPI_Init` (to pick

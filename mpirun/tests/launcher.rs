@@ -448,6 +448,30 @@ fn np_single_dash_and_environment_contract() {
     }
 }
 
+/// Issue 21: a hard RLIMIT_NOFILE below what rwrun itself needs for the ranks (a pidfd,
+/// two pipes and two bootstrap connections each) refuses the job before any rank starts,
+/// naming the limit, the need and the fix, instead of stalling in the bootstrap's
+/// accept once the descriptors run out.
+#[test]
+fn hard_open_file_limit_below_the_launchers_need_refuses_the_job() {
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new("timeout")
+        .args(["-k", "5", "60", "bash", "-c"])
+        .arg(format!("ulimit -n 300 && exec {RWRUN} -n 64 true"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    for needle in [
+        "RLIMIT_NOFILE allows 300",
+        "64 ranks need about 640",
+        "ulimit -Hn 640",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} missing: {stderr}");
+    }
+}
+
 #[test]
 fn version_help_and_usage_errors() {
     let f = run("version", &["--version"], Input::Null);

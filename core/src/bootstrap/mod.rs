@@ -66,6 +66,24 @@ impl Wireup {
     }
 }
 
+/// The bootstrap client as a [`rankwire_transports::Lookup`] for connections on demand:
+/// the TCP transport reads a peer's address at the first frame to it. The client sits in
+/// the runtime's `bootstrap` mutex (put there at the end of init).
+pub(crate) struct SharedLookup(pub(crate) std::sync::Arc<std::sync::Mutex<Option<Wireup>>>);
+
+impl rankwire_transports::Lookup for SharedLookup {
+    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+        use rankwire_transports::Exchange as _;
+        let mut b = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match b.as_mut() {
+            Some(c) => c.get(key),
+            None => Err(format!(
+                "no bootstrap client to read {key:?} from (before the end of init, or a singleton)"
+            )),
+        }
+    }
+}
+
 impl rankwire_transports::Exchange for Wireup {
     fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
         match self {
