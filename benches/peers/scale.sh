@@ -55,14 +55,19 @@ done
 OMPI_RUN="mpirun.openmpi --oversubscribe --bind-to none --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo"
 MPICH_RUN="mpirun.mpich -iface lo -bind-to none"
 ARGS="allreduce -m 8:8 -i 1 -w 1 -I 1 -W 1"
+# The same for rankwire-bench, run directly as the peers run peerbench directly:
+# rankwire-peerbench.sh (run.sh's translator) starts `rankwire-bench --help` and a few
+# sed pipelines in every rank, which at 256 ranks on 2 cores adds about 0.9 s of launch
+# time that is not rankwire's (measured 2026-12-04: 2.96 s with it, 2.07 s without).
+RW_ARGS="allreduce --min-size 8 --max-size 8 -i 1 --warmup 1"
 cmd() { # CONFIG NP
     case $1 in
     ompi-shm) echo "$OMPI_RUN -n $2 --mca pml ob1 --mca btl self,vader $BUILD/peerbench.openmpi $ARGS" ;;
     mpich-default) echo "env UCX_NET_DEVICES=lo $MPICH_RUN -n $2 $BUILD/peerbench.mpich $ARGS" ;;
-    rankwire) echo "env RANKWIRE_BENCH=$RW/rankwire-bench $RW/rwrun -n $2 $P/rankwire-peerbench.sh $ARGS" ;;
-    rankwire-tcp) echo "env RANKWIRE_TRANSPORTS=tcp RANKWIRE_CMA=0 RANKWIRE_BENCH=$RW/rankwire-bench $RW/rwrun -n $2 $P/rankwire-peerbench.sh $ARGS" ;;
-    rankwire-base) echo "env RANKWIRE_BENCH=$RW_BASE_DIR/rankwire-bench $RW_BASE_DIR/rwrun -n $2 $P/rankwire-peerbench.sh $ARGS" ;;
-    rankwire-base-tcp) echo "env RANKWIRE_TRANSPORTS=tcp RANKWIRE_CMA=0 RANKWIRE_BENCH=$RW_BASE_DIR/rankwire-bench $RW_BASE_DIR/rwrun -n $2 $P/rankwire-peerbench.sh $ARGS" ;;
+    rankwire) echo "$RW/rwrun -n $2 $RW/rankwire-bench $RW_ARGS" ;;
+    rankwire-tcp) echo "env RANKWIRE_TRANSPORTS=tcp RANKWIRE_CMA=0 $RW/rwrun -n $2 $RW/rankwire-bench $RW_ARGS" ;;
+    rankwire-base) echo "$RW_BASE_DIR/rwrun -n $2 $RW_BASE_DIR/rankwire-bench $RW_ARGS" ;;
+    rankwire-base-tcp) echo "env RANKWIRE_TRANSPORTS=tcp RANKWIRE_CMA=0 $RW_BASE_DIR/rwrun -n $2 $RW_BASE_DIR/rankwire-bench $RW_ARGS" ;;
     *) echo "scale.sh: unknown config $1" >&2; exit 2 ;;
     esac
 }
