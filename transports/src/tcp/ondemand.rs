@@ -26,9 +26,14 @@
 //!   proof) passes to another claimant, or queued frames start a dial of their own.
 //! - A hello from a rank we are connected to already (our dial, which it has not taken
 //!   in yet) is answered with a yield as well.
-//! - **Bounds**: one peer's connection must be up within `connect_timeout` of its first
-//!   frame (or of a yield); otherwise the peer fails with [`TransportError::Connect`]
-//!   naming every address tried, as at init. At most [`MAX_PENDING_ACCEPTS`] accepted
+//! - **Bounds**: a peer none of whose addresses takes the TCP connection within
+//!   `connect_timeout` of its first frame (or of a yield) fails with
+//!   [`TransportError::Connect`] naming every address tried, as at init. A peer whose
+//!   kernel took the connection but which has not answered the handshake is alive and
+//!   not polling (computing between MPI calls, which a program may do for any time):
+//!   that attempt is kept open past `addr_timeout` while the next address is tried, and
+//!   past `connect_timeout` the dial keeps waiting with a warning, instead of failing a
+//!   legal program (Open MPI's TCP BTL and MPICH's sockets wait the same way). At most [`MAX_PENDING_ACCEPTS`] accepted
 //!   sockets are in their handshake at once; more connections wait in the listen backlog
 //!   (bounded by their dialers' `addr_timeout`), so a flood of connections cannot use up
 //!   the descriptors.
@@ -108,6 +113,14 @@ struct Hs {
     reg: Option<(usize, bool)>,
     /// The rank whose slot an accepted hello claimed.
     claim: Option<u32>,
+    /// Whether the late-ack warning was logged (a dial past its deadline).
+    warned: bool,
+}
+
+/// A dial on demand waits for a peer that took the connection but is busy (module doc).
+fn patient(mut d: Dial) -> Dial {
+    d.patient = true;
+    d
 }
 
 enum Kind {
@@ -318,9 +331,10 @@ impl TcpTransport {
         od.hs.insert(
             token,
             Hs {
-                kind: Kind::Out(Dial::new(peer, addrs)),
+                kind: Kind::Out(patient(Dial::new(peer, addrs))),
                 reg: None,
                 claim: None,
+                warned: false,
             },
         );
         self.peers[peer as usize] = Slot::Pending(Box::new(Pending {
@@ -359,6 +373,7 @@ impl TcpTransport {
                             kind: Kind::In(Inbound::new(sock, from.as_socket(), deadline)),
                             reg: None,
                             claim: None,
+                            warned: false,
                         },
                     );
                     fresh.push(token);
@@ -417,6 +432,27 @@ impl TcpTransport {
                 };
                 match state {
                     DialState::Pending if now < deadline => {
+                        update_reg(&self.epoll, token, &mut hs);
+                        od.hs.insert(token, hs);
+                        After::Keep
+                    }
+                    // The peer's kernel took the connection, but the peer has not
+                    // answered: it is alive (its listener is open) and not polling,
+                    // e.g. computing. An MPI program may do that for any time: wait, and
+                    // say so once.
+                    DialState::Pending if dial.awaiting_ack() => {
+                        if !hs.warned {
+                            hs.warned = true;
+                            warn!(
+                                "tcp: rank {my_rank} has waited {:?} for rank {peer} to answer its connection (the connection is up; rank {peer} may be busy without calling rankwire); still waiting. Addresses tried: {}",
+                                od.cfg.connect_timeout,
+                                if dial.tried.is_empty() {
+                                    "none failed".to_string()
+                                } else {
+                                    dial.tried.join("; ")
+                                }
+                            );
+                        }
                         update_reg(&self.epoll, token, &mut hs);
                         od.hs.insert(token, hs);
                         After::Keep
@@ -548,9 +584,10 @@ impl TcpTransport {
                 od.hs.insert(
                     t,
                     Hs {
-                        kind: Kind::Out(Dial::new(peer, addrs)),
+                        kind: Kind::Out(patient(Dial::new(peer, addrs))),
                         reg: None,
                         claim: None,
+                        warned: false,
                     },
                 );
                 if let Slot::Pending(p) = &mut self.peers[idx] {

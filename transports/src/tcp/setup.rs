@@ -309,6 +309,12 @@ pub(crate) struct Dial {
     pub(crate) next: usize,
     pub(crate) tried: Vec<String>,
     pub(crate) attempt: Option<Attempt>,
+    /// Connections on demand: an attempt whose TCP connection is up but whose ack is
+    /// late is not given up at `addr_timeout` (the peer may be computing without
+    /// polling: its kernel took the connection into the listen backlog); it keeps
+    /// waiting here while the next address is tried.
+    pub(crate) patient: bool,
+    waiting: Vec<(SocketAddr, Attempt)>,
 }
 
 pub(crate) struct Attempt {
@@ -352,7 +358,50 @@ impl Dial {
             next: 0,
             tried: Vec::new(),
             attempt: None,
+            patient: false,
+            waiting: Vec::new(),
         }
+    }
+
+    /// Whether some attempt has its TCP connection up and waits for the peer's ack.
+    pub(crate) fn awaiting_ack(&self) -> bool {
+        !self.waiting.is_empty()
+            || self
+                .attempt
+                .as_ref()
+                .is_some_and(|a| !matches!(a.phase, DialPhase::Connecting))
+    }
+
+    /// Step the attempts kept waiting (`patient`): one that completes ends the dial.
+    fn progress_waiting(&mut self, me: &Hello, secret: &[u8]) -> Option<DialState> {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let (addr, a) = &mut self.waiting[i];
+            let hello = Hello {
+                acceptor: self.peer,
+                nonce: a.nonce,
+                ..*me
+            };
+            match a.step(&hello, self.peer, secret) {
+                Ok(Step::Pending) => i += 1,
+                Ok(Step::Proved) => {
+                    let (_, a) = self.waiting.swap_remove(i);
+                    self.waiting.clear();
+                    self.attempt = None;
+                    return Some(DialState::Connected(a.sock));
+                }
+                Ok(Step::Yield) => {
+                    self.waiting.clear();
+                    self.attempt = None;
+                    return Some(DialState::Yield);
+                }
+                Err(e) => {
+                    self.tried.push(format!("{addr}: {e}"));
+                    self.waiting.swap_remove(i);
+                }
+            }
+        }
+        None
     }
 
     /// Whether the current attempt waits to write (connect, hello, proof) rather than to
@@ -371,9 +420,15 @@ impl Dial {
         cfg: &TcpConfig,
         now: Instant,
     ) -> DialState {
+        if let Some(done) = self.progress_waiting(me, secret) {
+            return done;
+        }
         loop {
             if self.attempt.is_none() {
                 let Some(&addr) = self.addrs.get(self.next) else {
+                    if !self.waiting.is_empty() {
+                        return DialState::Pending;
+                    }
                     return DialState::Exhausted;
                 };
                 self.next += 1;
@@ -406,13 +461,25 @@ impl Dial {
                     let Some(a) = self.attempt.take() else {
                         continue;
                     };
+                    self.waiting.clear();
                     return DialState::Connected(a.sock);
                 }
                 Ok(Step::Yield) => {
                     self.attempt = None;
+                    self.waiting.clear();
                     return DialState::Yield;
                 }
                 Ok(Step::Pending) if now < a.deadline => return DialState::Pending,
+                Ok(Step::Pending) if self.patient && !matches!(a.phase, DialPhase::Connecting) => {
+                    debug!(
+                        "tcp: dial rank {}: {addr} took the connection but has not answered within {:?}; waiting on it while trying the next address",
+                        self.peer, cfg.addr_timeout
+                    );
+                    if let Some(a) = self.attempt.take() {
+                        self.waiting.push((addr, a));
+                    }
+                    continue;
+                }
                 Ok(Step::Pending) => {
                     let what = match a.phase {
                         DialPhase::Connecting => "TCP connect",
