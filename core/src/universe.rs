@@ -425,24 +425,29 @@ fn build(joined: Joined) -> Result<Universe> {
     // learn how many CPUs they share (the union of their affinity masks), which decides
     // whether they are oversubscribed, and whether the OS lets them read each other.
     let my_cpus = affinity_cpus();
-    // With --explain only, a fourth field: this process's GPUs (PCI id, MPS) and its
-    // RANKWIRE_GPU_DEVICE, for the note on ranks sharing a GPU without MPS
-    // (select/sharing.rs). A host-only job without --explain reads no GPU attribute.
+    // A fourth field, with --explain only (else empty): this process's GPUs (PCI id,
+    // MPS) and its RANKWIRE_GPU_DEVICE, for the note on ranks sharing a GPU without MPS
+    // (select/sharing.rs). A host-only job without --explain reads no GPU attribute. A
+    // fifth: whether it has an RDMA device (1, 0, or - where RDMA is not considered).
     let explain = env_switch(select::EXPLAIN_ENV) == Some(true);
     let gpu_field = if explain {
         select::sharing::local_field(crate::settings::raw("RANKWIRE_GPU_DEVICE").as_deref())
     } else {
         None
     };
+    // Fifth field: whether this process has an RDMA device (select::probe_rdma).
+    let allowed = select::allowed_transports()?;
+    let mut rdma_probe = select::probe_rdma(rank, size, &allowed)?;
     client
         .put(
             &format!("node-{rank}"),
             format!(
-                "{me}\t{}\t{}:{:x}\t{}",
+                "{me}\t{}\t{}:{:x}\t{}\t{}",
                 cpu_list(&my_cpus),
                 std::process::id(),
                 rankwire_transports::shm::cma::CMA_PROBE_WORD.as_ptr() as usize,
-                gpu_field.as_deref().unwrap_or("")
+                gpu_field.as_deref().unwrap_or(""),
+                rdma_probe.publish()
             )
             .as_bytes(),
         )
@@ -465,7 +470,7 @@ fn build(joined: Joined) -> Result<Universe> {
         }
         None => String::new(),
     };
-    for v in &values {
+    for (r, v) in values.iter().enumerate() {
         let v = String::from_utf8_lossy(v);
         let mut parts = v.split('\t');
         let id = parts.next().unwrap_or_default();
@@ -475,6 +480,7 @@ fn build(joined: Joined) -> Result<Universe> {
             Some((pid.parse().ok()?, u64::from_str_radix(addr, 16).ok()?))
         }));
         gpu_facts.push(parts.next().and_then(select::sharing::parse_field));
+        rdma_probe.learn(r as u32, parts.next());
         if id == me {
             node_cpus.extend(parse_cpu_list(cpus));
         }
@@ -487,8 +493,6 @@ fn build(joined: Joined) -> Result<Universe> {
     // tcp (select.rs). Every rank takes the same decisions (same environment, symmetric
     // node identity, the published RDMA availability), and every rank constructs each
     // transport, because their setup includes job-wide fences.
-    let allowed = select::allowed_transports()?;
-    let rdma_probe = select::probe_rdma(rank, size, &allowed, &mut client)?;
     let local: Vec<u32> = (0..size)
         .filter(|&r| r != rank && node_ids[r as usize] == me)
         .collect();

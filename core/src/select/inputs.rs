@@ -5,7 +5,6 @@
 use rankwire_transports::{Caps, RdmaConfig, RdmaDevice, RdmaTransport};
 
 use super::{EXCLUDED, TRANSPORTS_ENV};
-use crate::bootstrap::Wireup;
 use crate::error::{Error, Result};
 
 /// Transports allowed by `RANKWIRE_TRANSPORTS` (comma-separated subset of
@@ -41,34 +40,29 @@ fn parse_allowed(v: Option<&str>) -> Result<Vec<&'static str>> {
     Ok(out)
 }
 
-/// What [`probe_rdma`] found.
+/// What [`probe_rdma`] found, and (after [`RdmaProbe::learn`]) which ranks have a device.
 pub(crate) struct RdmaProbe {
     /// The settings, when RDMA is allowed and the job has more than one rank.
     pub(crate) cfg: Option<RdmaConfig>,
     /// This process's device, if any.
     pub(crate) dev: Option<RdmaDevice>,
-    /// Per world rank: whether it has a device (published through the bootstrap).
+    /// Per world rank: whether it has a device (published in its node record).
     pub(crate) ok: Vec<bool>,
     /// Why this process has no usable RDMA (`Ok` when it has a device).
     pub(crate) usable: std::result::Result<(), String>,
 }
 
-/// RDMA device of this process and which ranks have one (published through the
-/// bootstrap), when RDMA is allowed and the job has more than one rank. "No RDMA
-/// here" (no library, no device, `ENOSYS`) is not an error: it is said once in the
-/// debug log and TCP is used. Every rank must call it (it runs a bootstrap fence
-/// unless RDMA is excluded or the job has one rank, alike on every rank).
+/// RDMA device of this process, when RDMA is allowed and the job has more than one rank
+/// (`ok` is left all `false`: [`RdmaProbe::publish`] gives the flag this rank publishes
+/// with its node record, and [`RdmaProbe::learn`] reads every rank's). "No RDMA here"
+/// (no library, no device, `ENOSYS`) is not an error: it is said once in the debug log
+/// and TCP is used. Needs no bootstrap exchange of its own: the flags travel in the node
+/// records (one fence and one `GetMany` for every fact about a rank, not one `get` per
+/// rank for this one).
 ///
 /// # Errors
-/// [`Error::Usage`] for a settings error (`RANKWIRE_IB_HCA`, `RANKWIRE_IB_GID_INDEX`);
-/// [`Error::Bootstrap`] when the exchange fails.
-pub(crate) fn probe_rdma(
-    rank: u32,
-    size: u32,
-    allowed: &[&str],
-    client: &mut Wireup,
-) -> Result<RdmaProbe> {
-    use rankwire_transports::Exchange;
+/// [`Error::Usage`] for a settings error (`RANKWIRE_IB_HCA`, `RANKWIRE_IB_GID_INDEX`).
+pub(crate) fn probe_rdma(rank: u32, size: u32, allowed: &[&str]) -> Result<RdmaProbe> {
     if !allowed.contains(&"rdma") || size < 2 {
         return Ok(RdmaProbe {
             cfg: None,
@@ -94,24 +88,31 @@ pub(crate) fn probe_rdma(
         }
         Err(e) => return Err(Error::usage(format!("RDMA transport settings: {e}"))),
     };
-    let boot = Error::Bootstrap;
-    client
-        .put(
-            &format!("rdma-{rank}"),
-            if dev.is_some() { b"1" } else { b"0" },
-        )
-        .map_err(boot)?;
-    client.fence().map_err(boot)?;
-    let mut ok = Vec::with_capacity(size as usize);
-    for r in 0..size {
-        ok.push(client.get(&format!("rdma-{r}")).map_err(boot)? == b"1");
-    }
     Ok(RdmaProbe {
         cfg: Some(cfg),
         dev,
-        ok,
+        ok: vec![false; size as usize],
         usable,
     })
+}
+
+impl RdmaProbe {
+    /// The field this rank publishes in its node record: `1` with a device, `0`
+    /// without, `-` where RDMA is not considered (excluded, or a job of one rank).
+    pub(crate) fn publish(&self) -> &'static str {
+        match (&self.cfg, &self.dev) {
+            (None, _) => "-",
+            (Some(_), Some(_)) => "1",
+            (Some(_), None) => "0",
+        }
+    }
+
+    /// Record rank `r`'s published field ([`RdmaProbe::publish`]).
+    pub(crate) fn learn(&mut self, r: u32, field: Option<&str>) {
+        if let Some(slot) = self.ok.get_mut(r as usize) {
+            *slot = self.cfg.is_some() && field == Some("1");
+        }
+    }
 }
 
 /// The RDMA candidate's declared caps (with the configured eager limit; 0 where RDMA
