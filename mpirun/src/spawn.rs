@@ -100,9 +100,10 @@ pub(crate) struct ChildSetup {
 }
 
 /// Descriptors rwrun needs for a job of `size` ranks: a pidfd and two pipes per rank,
-/// its two bootstrap connections, and 256 for everything else.
+/// its two bootstrap connections, and 64 for everything else (the runtime, the
+/// listener, stdio).
 pub(crate) fn fds_needed(size: u32) -> u64 {
-    (size as u64).saturating_mul(6).saturating_add(256)
+    (size as u64).saturating_mul(6).saturating_add(64)
 }
 
 /// Raise the soft open-file limit to the hard limit (issue 21: many ranks per node, one
@@ -123,7 +124,7 @@ pub(crate) fn raise_fd_limit(size: u32) -> Result<Option<libc::rlimit>, String> 
     }
     if lim.rlim_max < want {
         return Err(format!(
-            "rwrun: RLIMIT_NOFILE allows {} open files (hard limit), but {size} ranks need about {want} in rwrun (a pidfd, two pipes and two bootstrap connections each, and 256 more); fix: raise the hard limit (`ulimit -Hn {want}` as root, LimitNOFILE= for systemd, docker --ulimit nofile={want}:{want}) or start fewer ranks",
+            "rwrun: RLIMIT_NOFILE allows {} open files (hard limit), but a job of {size} ranks needs about {want} in rwrun (a pidfd, two pipes and two bootstrap connections per rank, and 64 more); fix: raise the hard limit (`ulimit -Hn {want}` as root, LimitNOFILE= for systemd, docker --ulimit nofile={want}:{want}) or start fewer ranks",
             lim.rlim_max
         ));
     }

@@ -465,8 +465,8 @@ fn hard_open_file_limit_below_the_launchers_need_refuses_the_job() {
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
     for needle in [
         "RLIMIT_NOFILE allows 300",
-        "64 ranks need about 640",
-        "ulimit -Hn 640",
+        "a job of 64 ranks needs about 448",
+        "ulimit -Hn 448",
     ] {
         assert!(stderr.contains(needle), "{needle:?} missing: {stderr}");
     }

@@ -1197,6 +1197,124 @@ fn on_demand_dial_waits_for_a_peer_that_is_busy_past_the_timeouts() {
     });
 }
 
+/// A hello proves nothing: one from a process that claims rank 1 and then holds its
+/// connection without a proof must not keep rank 0 from connecting to the real rank 1
+/// (it would for its whole `addr_timeout`, 20 s here, if the hello claimed the slot).
+#[test]
+fn an_unproven_hello_does_not_hold_the_peers_slot() {
+    let kv = kv(2);
+    let job = "unproven";
+    let cfg = || TcpConfig {
+        addr_timeout: Duration::from_secs(20),
+        ..od_cfg()
+    };
+    thread::scope(|s| {
+        let (acked_tx, acked_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let kv_f = &kv;
+        let impostor = s.spawn(move || {
+            let mut ex = Ex::new(kv_f);
+            let addrs = record_addrs(&ex.get("tcp-addr-0").unwrap());
+            let mut sock = TcpStream::connect(addrs[0]).unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            sock.write_all(&hello(1, 0, 2, job)).unwrap();
+            let mut a = [0u8; 80];
+            sock.read_exact(&mut a).unwrap();
+            acked_tx.send(()).unwrap();
+            // Hold the connection, no proof, until the real ranks are done.
+            let _ = done_rx.recv_timeout(Duration::from_secs(30));
+        });
+        let kv_ref = &kv;
+        let real1 = s.spawn(move || {
+            let mut ex = Ex::new(kv_ref);
+            let mut t = TcpTransport::new(1, 2, job, SECRET, cfg(), &mut ex, &[0]).unwrap();
+            let mut sink = Vec::new();
+            pump_until(&mut t, &mut sink, Duration::from_secs(20), |_, s| {
+                !s.is_empty()
+            });
+            assert!(matches!(&sink[0], Event::Recv { peer: 0, header, .. } if header == b"to 1"));
+            finalize(&mut ex, t);
+        });
+        let mut ex = Ex::new(&kv);
+        let mut t = TcpTransport::new(0, 2, job, SECRET, cfg(), &mut ex, &[1]).unwrap();
+        let mut sink = Vec::new();
+        // Take the impostor's hello in (it gets its ack), then send to rank 1.
+        let end = Instant::now() + Duration::from_secs(10);
+        while acked_rx.try_recv().is_err() {
+            assert!(Instant::now() < end, "the impostor got no ack");
+            pump(&mut t, &mut sink);
+        }
+        let started = Instant::now();
+        send_blocking(&mut t, 1, b"to 1", b"", &mut sink);
+        pump_until(&mut t, &mut sink, Duration::from_secs(20), |t, _| {
+            t.connected_peers() == vec![1] && t.is_flushed()
+        });
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "rank 0 reached rank 1 only after {:?}",
+            started.elapsed()
+        );
+        assert!(
+            sink.is_empty(),
+            "{:?}",
+            sink.iter().map(short).collect::<Vec<_>>()
+        );
+        finalize(&mut ex, t);
+        real1.join().unwrap();
+        done_tx.send(()).unwrap();
+        impostor.join().unwrap();
+    });
+}
+
+/// With its one peer connected, a 2-rank transport reads that connection directly and
+/// no longer watches its listener; a connection someone else leaves waiting there must
+/// not make `wait_activity` return at once (a busy loop in a blocking wait).
+#[test]
+fn a_connection_left_at_the_listener_does_not_wake_a_connected_pair() {
+    let kv = kv(2);
+    thread::scope(|s| {
+        let kv_ref = &kv;
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let rank1 = s.spawn(move || {
+            let mut ex = Ex::new(kv_ref);
+            let mut t = TcpTransport::new(1, 2, "quiet", SECRET, od_cfg(), &mut ex, &[0]).unwrap();
+            send_blocking(&mut t, 0, b"hi", b"", &mut Vec::new());
+            pump_until(&mut t, &mut Vec::new(), Duration::from_secs(10), |t, _| {
+                t.is_flushed() && !t.connected_peers().is_empty()
+            });
+            let _ = go_rx.recv_timeout(Duration::from_secs(30));
+            finalize(&mut ex, t);
+        });
+        let mut ex = Ex::new(&kv);
+        let mut t = TcpTransport::new(0, 2, "quiet", SECRET, od_cfg(), &mut ex, &[1]).unwrap();
+        let mut sink = Vec::new();
+        pump_until(&mut t, &mut sink, Duration::from_secs(10), |_, s| {
+            !s.is_empty()
+        });
+        // Someone connects to rank 0's listener and says nothing.
+        let addr = t.local_addrs()[0];
+        let _lurker = TcpStream::connect(addr).unwrap();
+        for _ in 0..3 {
+            pump(&mut t, &mut sink);
+        }
+        // Ten waits of 50 ms with nothing to do must sleep (a lower bound on time is
+        // not disturbed by a loaded machine).
+        let started = Instant::now();
+        for _ in 0..10 {
+            t.wait_activity(Duration::from_millis(50));
+        }
+        let slept = started.elapsed();
+        assert!(
+            slept >= Duration::from_millis(400),
+            "wait_activity returned at once: {slept:?}"
+        );
+        go_tx.send(()).unwrap();
+        finalize(&mut ex, t);
+        rank1.join().unwrap();
+    });
+}
+
 /// A [`Lookup`] over the test bootstrap that records the keys it was asked for.
 struct CountingLookup {
     ex: Ex,

@@ -488,8 +488,31 @@ impl TcpTransport {
 
     /// Recompute whether `poll` may read the single open connection directly.
     fn refresh_direct(&mut self) {
-        self.direct =
+        let on =
             self.open.len() == 1 && self.listed == 1 && !self.od.as_ref().is_some_and(|o| o.busy());
+        self.set_direct(on);
+    }
+
+    /// Turn the direct path on or off. On demand, the listener leaves the epoll set
+    /// while it is on: `poll` no longer looks at it (the only peer is connected), and a
+    /// connection waiting there (someone else's) must not keep `wait_activity` awake.
+    fn set_direct(&mut self, on: bool) {
+        if on == self.direct {
+            return;
+        }
+        self.direct = on;
+        if let Some(od) = self.od.as_ref() {
+            let fd = od.listener.as_raw_fd();
+            let r = if on {
+                self.epoll.delete(fd)
+            } else {
+                self.epoll
+                    .add(fd, ondemand::LISTENER_TOKEN, sys::INTEREST_READ)
+            };
+            if let Err(e) = r {
+                debug!("tcp: epoll_ctl for the listener: {e}");
+            }
+        }
     }
 
     /// This rank.
@@ -544,7 +567,7 @@ impl TcpTransport {
                 self.writers -= 1;
             }
             self.open.retain(|&r| r != peer);
-            self.direct = false;
+            self.set_direct(false);
         }
         let quiet_ok = matches!(
             cause,

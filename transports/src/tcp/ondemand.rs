@@ -221,42 +221,29 @@ struct OnDemandAdmit<'a> {
 }
 
 impl Admit for OnDemandAdmit<'_> {
+    /// Answer a hello without changing any state: a hello proves nothing (anyone who
+    /// knows the job id can send one), so the slot is taken, and our own dial dropped,
+    /// only in [`Admit::confirm`], after a valid proof.
     fn judge(&mut self, hello: &Hello) -> AckStatus {
         let c = hello.connector;
         if c == self.my_rank || !self.listed.get(c as usize).copied().unwrap_or(false) {
             return AckStatus::UnexpectedConnector;
         }
-        let slot = &mut self.peers[c as usize];
-        match slot {
-            Slot::NotConnected => {
-                *slot = Slot::Pending(Box::new(Pending {
-                    out: Vec::new(),
-                    bytes: 0,
-                    deadline: self.deadline,
-                    how: How::Accepting(self.token),
-                }));
+        match &self.peers[c as usize] {
+            // Both dialling: the lower rank's dial is kept.
+            Slot::Pending(p) if matches!(p.how, How::Dialing(_)) && self.my_rank < c => {
+                AckStatus::Yield
             }
-            Slot::Pending(p) => match p.how {
-                How::Dialing(_) if self.my_rank < c => return AckStatus::Yield,
-                How::Dialing(ours) => {
-                    self.cancel = Some(ours);
-                    p.how = How::Accepting(self.token);
-                }
-                How::Yielded => p.how = How::Accepting(self.token),
-                // Another hello claiming the same rank is in its handshake: the first
-                // valid proof takes the slot (`confirm`), so a process that claims the
-                // rank without the secret cannot lock the real one out.
-                How::Accepting(_) => {}
-            },
-            // We are connected to it (our dial, which it has not taken in yet): it is
-            // to use that one.
-            Slot::Open(_) => return AckStatus::Yield,
-            Slot::Failed(_) | Slot::Closed => return AckStatus::UnexpectedConnector,
+            Slot::NotConnected | Slot::Pending(_) => AckStatus::Accepted,
+            // We are connected to it (our dial, which it has not taken in yet): it is to
+            // use that one.
+            Slot::Open(_) => AckStatus::Yield,
+            Slot::Failed(_) | Slot::Closed => AckStatus::UnexpectedConnector,
         }
-        self.claim = Some(c);
-        AckStatus::Accepted
     }
 
+    /// A valid proof from `c`: this connection becomes `c`'s, replacing our dial (the
+    /// higher rank drops its own) or a yield we were waiting on.
     fn confirm(&mut self, c: u32) -> Result<(), String> {
         let slot = &mut self.peers[c as usize];
         match slot {
@@ -270,8 +257,6 @@ impl Admit for OnDemandAdmit<'_> {
             }
             Slot::Pending(p) => match p.how {
                 How::Accepting(t) if t == self.token => {}
-                // A connection that proved itself wins over our dial and over other
-                // hellos still in their handshake.
                 How::Accepting(other) | How::Dialing(other) => {
                     self.cancel = Some(other);
                     p.how = How::Accepting(self.token);
@@ -282,6 +267,7 @@ impl Admit for OnDemandAdmit<'_> {
                 return Err(format!("rank {c} is connected already"));
             }
         }
+        self.claim = Some(c);
         Ok(())
     }
 }
@@ -477,7 +463,9 @@ impl TcpTransport {
                         if let Slot::Pending(p) = &mut self.peers[peer as usize] {
                             p.how = How::Yielded;
                             p.deadline = p.deadline.max(now + od.cfg.connect_timeout);
-                            od.yielded.push(peer);
+                            if !od.yielded.contains(&peer) {
+                                od.yielded.push(peer);
+                            }
                         }
                         After::Keep
                     }
@@ -535,14 +523,20 @@ impl TcpTransport {
                         );
                         After::Open(peer, ib.sock)
                     }
-                    state @ (InState::Drop(_) | InState::Refused(_)) => {
+                    state @ (InState::Drop(_) | InState::Refused(_) | InState::Abandoned(_)) => {
                         od.accepts -= 1;
                         let from = ib.from;
-                        let (InState::Drop(why) | InState::Refused(why)) = &state else {
+                        let (InState::Drop(why) | InState::Refused(why) | InState::Abandoned(why)) =
+                            &state
+                        else {
                             unreachable!()
                         };
                         if matches!(state, InState::Refused(_)) {
                             warn!("tcp: rank {my_rank} refused a connection from {from:?}: {why}");
+                        } else if matches!(state, InState::Abandoned(_)) {
+                            debug!(
+                                "tcp: rank {my_rank} dropped a connection from {from:?}: {why} (or it was that rank's own dial, given up after a yield)"
+                            );
                         } else {
                             debug!("tcp: rank {my_rank} dropped a connection from {from:?}: {why}");
                         }
@@ -657,17 +651,20 @@ impl TcpTransport {
         if let Err(pos) = self.open.binary_search(&peer) {
             self.open.insert(pos, peer);
         }
-        // Write what was queued (write interest stays on for the rest).
-        let mut result = Ok(());
-        if let Slot::Open(conn) = &mut self.peers[peer as usize]
-            && conn.queued_bytes() > 0
+        // Count the queue as a writer (write interest on) first, so that a failing
+        // flush below is undone by `fail` like any other; then write what was queued.
+        let counted = matches!(&self.peers[peer as usize], Slot::Open(c) if c.queued_bytes() > 0);
+        let mut result = self.update_interest(peer, false);
+        if result.is_ok()
+            && let Slot::Open(conn) = &mut self.peers[peer as usize]
+            && counted
         {
             result = conn
                 .flush()
                 .map(drop)
                 .map_err(super::conn::ConnError::Write);
         }
-        let result = result.and_then(|()| self.update_interest(peer, false));
+        let result = result.and_then(|()| self.update_interest(peer, counted));
         if let Err(cause) = result {
             self.fail(peer, cause, events);
         }

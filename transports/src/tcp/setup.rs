@@ -217,7 +217,7 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
                     );
                     inbound.swap_remove(i);
                 }
-                InState::Refused(why) => {
+                InState::Refused(why) | InState::Abandoned(why) => {
                     tracing::warn!(
                         "tcp: rank {my_rank} refused a connection from {:?}: {why}",
                         inbound[i].from
@@ -638,6 +638,10 @@ pub(crate) enum InState {
     /// A connector that claimed to be a rank of this job but did not prove it knows the
     /// secret (warning).
     Refused(String),
+    /// A connector that claimed to be a rank of this job and closed before its proof:
+    /// at init a warning; on demand also what the real rank does with a dial it gives up
+    /// (debug there).
+    Abandoned(String),
     Accepted(u32),
 }
 
@@ -776,7 +780,7 @@ impl Inbound {
                 } => {
                     match (&self.sock).read(&mut buf[*got..]) {
                         Ok(0) => {
-                            return InState::Refused(format!(
+                            return InState::Abandoned(format!(
                                 "it claimed to be rank {} but closed before proving it knows the job secret",
                                 hello.connector
                             ));
@@ -852,7 +856,6 @@ impl Acceptor<'_> {
     }
 }
 
-/// A connection is alive unless a nonblocking peek sees end of stream or an error.
 /// Log an `accept(2)` failure other than would-block: running out of descriptors
 /// (`EMFILE`, `ENFILE`) as a warning, once per `warned`, since peers then cannot connect
 /// until a descriptor is free; anything else (`ECONNABORTED`: a connector gave up) at
@@ -869,6 +872,7 @@ pub(crate) fn log_accept_error(my_rank: u32, e: &io::Error, warned: &mut bool) {
     }
 }
 
+/// A connection is alive unless a nonblocking peek sees end of stream or an error.
 pub(crate) fn is_alive(sock: &Socket) -> bool {
     let mut b = [MaybeUninit::<u8>::uninit(); 1];
     match sock.peek(&mut b) {
@@ -1115,7 +1119,10 @@ mod tests {
             let mut ack = [0u8; ACK_LEN];
             c.read_exact(&mut ack).unwrap();
         });
-        assert!(matches!(accept_one(a, &mut accepted), InState::Refused(_)));
+        assert!(matches!(
+            accept_one(a, &mut accepted),
+            InState::Abandoned(_)
+        ));
         t.join().unwrap();
         assert!(accepted.is_empty());
         // The genuine connector: the ack's MAC checks out and its proof is accepted.
