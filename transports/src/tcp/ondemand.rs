@@ -19,11 +19,11 @@
 //!   one connection, with no extra round trip (compare the "lower rank wins" rule of
 //!   MPICH's ch3 sock and Open MPI's TCP BTL). A yield carries a MAC, so a process
 //!   without the secret cannot make a rank wait.
-//! - An acceptor claims the peer's slot when it accepts a hello, so that it does not dial
-//!   the same peer meanwhile. Several hellos may claim one rank at once (a process that
-//!   claims it without the secret, besides the real one): the first valid proof takes
-//!   the slot and the others are dropped. A claim that ends without a connection (a wrong
-//!   proof) passes to another claimant, or queued frames start a dial of their own.
+//! - A hello proves nothing (anyone who knows the job id can send one), so answering it
+//!   changes no state: the connector's slot is taken, and our own dial to it dropped,
+//!   only when its proof is valid ([`Admit::confirm`]). Several hellos may claim one rank
+//!   at once (a process without the secret besides the real rank): the first valid proof
+//!   wins, and an unproven claim cannot keep us from dialling the real rank.
 //! - A hello from a rank we are connected to already (our dial, which it has not taken
 //!   in yet) is answered with a yield as well.
 //! - **Bounds**: a peer none of whose addresses takes the TCP connection within
@@ -207,8 +207,8 @@ impl OnDemand {
     }
 }
 
-/// [`Admit`] on demand: a hello claims the connector's slot unless a connection to it
-/// exists or wins (module doc).
+/// [`Admit`] on demand: a valid proof takes the connector's slot unless a connection to
+/// it exists (module doc); a hello alone changes nothing.
 struct OnDemandAdmit<'a> {
     my_rank: u32,
     token: u64,
