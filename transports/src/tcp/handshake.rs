@@ -110,6 +110,9 @@ pub(crate) enum AckStatus {
     /// dial wins (the lower rank's dial is kept), so the connector drops this attempt
     /// and waits for the acceptor's connection instead (`ondemand.rs`).
     Yield = 7,
+    /// Connections on demand: the acceptor's connection to the connector failed or was
+    /// closed earlier, so it takes no new one from it.
+    Failed = 8,
 }
 
 /// What a valid ack tells the connector.
@@ -383,6 +386,10 @@ pub(crate) fn check_ack(
             "rank {peer} already has a live connection from rank {} (two processes with the same rank?)",
             hello.connector
         )),
+        s if s == AckStatus::Failed as u32 => Err(format!(
+            "rank {peer} takes no new connection from rank {}: its connection to rank {} failed or was closed earlier",
+            hello.connector, hello.connector
+        )),
         s if s == AckStatus::BadVersion as u32 => Err("rejected: protocol version".into()),
         s if s == AckStatus::WrongSize as u32 => Err(format!(
             "rejected: rank {peer} has world size {}, we have {}",
@@ -526,6 +533,9 @@ mod tests {
             check_ack(&ack(AckStatus::Yield as u32, 0, 42, SECRET), &h, 0, SECRET),
             Ok(AckOk::Yield)
         );
+        let e =
+            check_ack(&ack(AckStatus::Failed as u32, 0, 42, SECRET), &h, 0, SECRET).unwrap_err();
+        assert!(e.contains("failed or was closed earlier"), "{e}");
         // a yield without the secret is not believed (it would make the connector wait)
         let e = check_ack(
             &ack(AckStatus::Yield as u32, 0, 42, b"not the secret"),

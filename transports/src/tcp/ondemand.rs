@@ -238,7 +238,7 @@ impl Admit for OnDemandAdmit<'_> {
             // We are connected to it (our dial, which it has not taken in yet): it is to
             // use that one.
             Slot::Open(_) => AckStatus::Yield,
-            Slot::Failed(_) | Slot::Closed => AckStatus::UnexpectedConnector,
+            Slot::Failed(_) | Slot::Closed => AckStatus::Failed,
         }
     }
 
