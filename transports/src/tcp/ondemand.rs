@@ -16,9 +16,9 @@
 //!   acceptor that is dialling the connector itself answers [`AckStatus::Yield`] when its
 //!   rank is the lower one (the connector drops its attempt and waits for ours), and
 //!   otherwise accepts and drops its own dial. The same rule at both ends leaves exactly
-//!   one connection, with no extra round trip (compare the "lower rank wins" rule of
-//!   MPICH's ch3 sock and Open MPI's TCP BTL). A yield carries a MAC, so a process
-//!   without the secret cannot make a rank wait.
+//!   one connection, with no extra round trip (a fixed tie-break by rank, so both ends
+//!   decide alike without talking). A yield carries a MAC, so a process without the
+//!   secret cannot make a rank wait.
 //! - A hello proves nothing (anyone who knows the job id can send one), so answering it
 //!   changes no state: the connector's slot is taken, and our own dial to it dropped,
 //!   only when its proof is valid ([`Admit::confirm`]). Several hellos may claim one rank
@@ -33,7 +33,7 @@
 //!   not polling (computing between MPI calls, which a program may do for any time):
 //!   that attempt is kept open past `addr_timeout` while the next address is tried, and
 //!   past `connect_timeout` the dial keeps waiting with a warning, instead of failing a
-//!   legal program (Open MPI's TCP BTL and MPICH's sockets wait the same way). At most [`MAX_PENDING_ACCEPTS`] accepted
+//!   legal program. At most [`MAX_PENDING_ACCEPTS`] accepted
 //!   sockets are in their handshake at once; more connections wait in the listen backlog
 //!   (bounded by their dialers' `addr_timeout`), so a flood of connections cannot use up
 //!   the descriptors.
