@@ -228,13 +228,6 @@ impl TcpTransport {
         peers_to_connect: &[u32],
         lookup: Option<Box<dyn Lookup>>,
     ) -> Result<Self, TransportError> {
-        let os = |call: &'static str| {
-            move |e: &dyn fmt::Display| TransportError::Os {
-                transport: NAME,
-                call,
-                reason: e.to_string(),
-            }
-        };
         if secret.len() < MIN_SECRET_BYTES {
             return Err(os("job secret")(&format!(
                 "{} bytes, at least {MIN_SECRET_BYTES} needed",
@@ -413,13 +406,6 @@ impl TcpTransport {
         listener: socket2::Socket,
         local_addrs: Vec<SocketAddr>,
     ) -> Result<Self, TransportError> {
-        let os = |call: &'static str| {
-            move |e: &dyn fmt::Display| TransportError::Os {
-                transport: NAME,
-                call,
-                reason: e.to_string(),
-            }
-        };
         let epoll = sys::Epoll::new().map_err(|e| os("epoll_create1")(&e))?;
         epoll
             .add(
@@ -791,7 +777,7 @@ impl Transport for TcpTransport {
                 progress = true;
             }
         }
-        if self.od.is_some() && self.has_pending() {
+        if self.has_pending() {
             let before = events.len();
             self.sweep(events);
             progress |= events.len() > before;
@@ -808,7 +794,7 @@ impl Transport for TcpTransport {
             return;
         }
         // Handshake deadlines are checked by `poll`: come back for them.
-        let timeout = if self.od.is_some() && self.has_pending() {
+        let timeout = if self.has_pending() {
             timeout.min(Duration::from_millis(10))
         } else {
             timeout
@@ -883,6 +869,15 @@ impl fmt::Debug for TcpTransport {
             .field("queued_peers", &self.writers)
             .field("quiesced", &self.quiesced)
             .finish_non_exhaustive()
+    }
+}
+
+/// A [`TransportError::Os`] maker for the failed `call`.
+fn os(call: &'static str) -> impl Fn(&dyn fmt::Display) -> TransportError {
+    move |e| TransportError::Os {
+        transport: NAME,
+        call,
+        reason: e.to_string(),
     }
 }
 

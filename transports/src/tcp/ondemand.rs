@@ -92,7 +92,7 @@ pub(crate) struct Pending {
     /// Framed bytes (envelope, header, payload), in order.
     out: Vec<Vec<u8>>,
     bytes: usize,
-    /// Deadline of the connection: first frame (or claim, or yield) + `connect_timeout`.
+    /// Deadline of the connection: first frame (or yield) + `connect_timeout`.
     deadline: Instant,
     how: How,
 }
@@ -101,8 +101,6 @@ pub(crate) struct Pending {
 enum How {
     /// Our dial, by handshake token.
     Dialing(u64),
-    /// An accepted hello from the peer, by handshake token (its proof is pending).
-    Accepting(u64),
     /// The peer answered our dial with a yield: it dials us.
     Yielded,
 }
@@ -111,8 +109,6 @@ struct Hs {
     kind: Kind,
     /// What the epoll set holds for this token: (attempt, wants write).
     reg: Option<(usize, bool)>,
-    /// The rank whose slot an accepted hello claimed.
-    claim: Option<u32>,
     /// Whether the late-ack warning was logged (a dial past its deadline).
     warned: bool,
 }
@@ -133,8 +129,6 @@ enum After {
     Keep,
     Open(u32, Socket),
     Fail(u32, TransportError),
-    /// An accepted hello's claim on the rank ended without a connection.
-    Release(u32),
 }
 
 impl OnDemand {
@@ -211,13 +205,10 @@ impl OnDemand {
 /// it exists (module doc); a hello alone changes nothing.
 struct OnDemandAdmit<'a> {
     my_rank: u32,
-    token: u64,
-    peers: &'a mut [Slot],
+    peers: &'a [Slot],
     listed: &'a [bool],
-    deadline: Instant,
-    /// A handshake of ours to drop (our dial that lost, or a dead earlier accept).
+    /// Our dial to drop: the connector's proven connection replaces it.
     cancel: Option<u64>,
-    claim: Option<u32>,
 }
 
 impl Admit for OnDemandAdmit<'_> {
@@ -242,33 +233,22 @@ impl Admit for OnDemandAdmit<'_> {
         }
     }
 
-    /// A valid proof from `c`: this connection becomes `c`'s, replacing our dial (the
-    /// higher rank drops its own) or a yield we were waiting on.
+    /// A valid proof from `c`: this connection becomes `c`'s (the caller opens it in
+    /// the same step), replacing our dial (the higher rank drops its own) or a yield we
+    /// were waiting on. The first valid proof wins: a later one finds the slot open.
     fn confirm(&mut self, c: u32) -> Result<(), String> {
-        let slot = &mut self.peers[c as usize];
-        match slot {
-            Slot::NotConnected => {
-                *slot = Slot::Pending(Box::new(Pending {
-                    out: Vec::new(),
-                    bytes: 0,
-                    deadline: self.deadline,
-                    how: How::Accepting(self.token),
-                }));
-            }
-            Slot::Pending(p) => match p.how {
-                How::Accepting(t) if t == self.token => {}
-                How::Accepting(other) | How::Dialing(other) => {
-                    self.cancel = Some(other);
-                    p.how = How::Accepting(self.token);
+        match &self.peers[c as usize] {
+            Slot::NotConnected => Ok(()),
+            Slot::Pending(p) => {
+                if let How::Dialing(ours) = p.how {
+                    self.cancel = Some(ours);
                 }
-                How::Yielded => p.how = How::Accepting(self.token),
-            },
+                Ok(())
+            }
             Slot::Open(_) | Slot::Failed(_) | Slot::Closed => {
-                return Err(format!("rank {c} is connected already"));
+                Err(format!("rank {c} is connected already"))
             }
         }
-        self.claim = Some(c);
-        Ok(())
     }
 }
 
@@ -319,7 +299,6 @@ impl TcpTransport {
             Hs {
                 kind: Kind::Out(patient(Dial::new(peer, addrs))),
                 reg: None,
-                claim: None,
                 warned: false,
             },
         );
@@ -358,7 +337,6 @@ impl TcpTransport {
                         Hs {
                             kind: Kind::In(Inbound::new(sock, from.as_socket(), deadline)),
                             reg: None,
-                            claim: None,
                             warned: false,
                         },
                     );
@@ -385,7 +363,6 @@ impl TcpTransport {
             After::Keep => {}
             After::Open(peer, sock) => self.open_peer(peer, sock, events),
             After::Fail(peer, err) => self.fail_pending(peer, err, events),
-            After::Release(peer) => self.release_claim(peer, token, events),
         }
         self.refresh_direct();
     }
@@ -485,26 +462,14 @@ impl TcpTransport {
                 };
                 let mut admit = OnDemandAdmit {
                     my_rank,
-                    token,
-                    peers: &mut self.peers,
+                    peers: &self.peers,
                     listed: &od.listed,
-                    deadline: now + od.cfg.connect_timeout,
                     cancel: None,
-                    claim: None,
                 };
                 let state = ib.progress(&acc, &mut admit, now);
-                let (cancel, claim) = (admit.cancel, admit.claim);
-                if claim.is_some() {
-                    hs.claim = claim;
-                }
-                if let Some(c) = cancel {
-                    // Dropping it closes its socket (epoll forgets it with the close).
-                    if let Some(Hs {
-                        kind: Kind::In(_), ..
-                    }) = od.hs.remove(&c)
-                    {
-                        od.accepts -= 1;
-                    }
+                if let Some(ours) = admit.cancel {
+                    // Dropping our dial closes its socket (epoll forgets it with the close).
+                    od.hs.remove(&ours);
                 }
                 match state {
                     InState::Pending => {
@@ -540,56 +505,10 @@ impl TcpTransport {
                         } else {
                             debug!("tcp: rank {my_rank} dropped a connection from {from:?}: {why}");
                         }
-                        match hs.claim {
-                            Some(peer) => After::Release(peer),
-                            None => After::Keep,
-                        }
+                        After::Keep
                     }
                 }
             }
-        }
-    }
-
-    /// An accepted hello's claim on `peer` ended without a connection: frames queued
-    /// meanwhile start a dial of their own; otherwise the slot is free again.
-    fn release_claim(&mut self, peer: u32, token: u64, events: &mut Vec<Event>) {
-        let idx = peer as usize;
-        let empty = match &self.peers[idx] {
-            Slot::Pending(p) if p.how == How::Accepting(token) => p.out.is_empty(),
-            _ => return,
-        };
-        let Some(od) = self.od.as_mut() else {
-            return;
-        };
-        // Another hello claiming this rank is still in its handshake: it takes over.
-        if let Some((&t, _)) = od.hs.iter().find(|(_, h)| h.claim == Some(peer)) {
-            if let Slot::Pending(p) = &mut self.peers[idx] {
-                p.how = How::Accepting(t);
-            }
-            return;
-        }
-        if empty {
-            self.peers[idx] = Slot::NotConnected;
-            return;
-        }
-        match od.addrs_of(peer) {
-            Ok(addrs) => {
-                let t = od.token();
-                od.hs.insert(
-                    t,
-                    Hs {
-                        kind: Kind::Out(patient(Dial::new(peer, addrs))),
-                        reg: None,
-                        claim: None,
-                        warned: false,
-                    },
-                );
-                if let Slot::Pending(p) = &mut self.peers[idx] {
-                    p.how = How::Dialing(t);
-                }
-                self.step_hs(t, events);
-            }
-            Err(e) => self.fail_pending(peer, e, events),
         }
     }
 
@@ -598,11 +517,9 @@ impl TcpTransport {
     fn fail_pending(&mut self, peer: u32, error: TransportError, events: &mut Vec<Event>) {
         debug!("tcp: rank {}: {error}", self.rank);
         if let (Slot::Pending(p), Some(od)) = (&self.peers[peer as usize], self.od.as_mut())
-            && let How::Dialing(t) | How::Accepting(t) = p.how
-            && let Some(hs) = od.hs.remove(&t)
-            && matches!(hs.kind, Kind::In(_))
+            && let How::Dialing(ours) = p.how
         {
-            od.accepts -= 1;
+            od.hs.remove(&ours);
         }
         self.peers[peer as usize] = Slot::Failed(error.clone());
         events.push(Event::PeerFailed { peer, error });
@@ -637,8 +554,7 @@ impl TcpTransport {
                     peer,
                     reason: format!("setting up the connected socket failed: {e}"),
                 };
-                self.peers[peer as usize] = Slot::Failed(err.clone());
-                events.push(Event::PeerFailed { peer, error: err });
+                self.fail_pending(peer, err, events);
                 return;
             }
         };
