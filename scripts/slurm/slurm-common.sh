@@ -135,6 +135,11 @@ SlurmctldPort=$4
 SlurmdPort=$5
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/slurmd-%n
+# Per cluster and node: the PMIx plugin puts each step's client directory there
+# (spmix_appdir_<uid>_<job>.<step>). In the default /tmp, the netns nodes (one /tmp)
+# and two clusters whose job ids both restart at 1 collide ("File exists") and the
+# step fails to launch.
+TmpFS=$DIR/tmp/%n
 SlurmctldPidFile=$DIR/run/slurmctld.pid
 SlurmdPidFile=$DIR/run/slurmd-%n.pid
 SlurmctldLogFile=$LOGS/slurmctld.log
