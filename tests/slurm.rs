@@ -1,6 +1,7 @@
 //! Runs under a real Slurm (22.05, started by scripts/slurm/start-local-slurm.sh):
-//! direct launch by `srun --mpi=pmi2` (PMI-2 and PMI-1 wire-up), the clear error of
-//! `srun --mpi=none`, a failing rank, `scancel` of a running batch job.
+//! direct launch by `srun --mpi=pmi2` (PMI-2 and PMI-1 wire-up) and by `srun --mpi=pmix`
+//! (PMIx through libpmix), the clear error of `srun --mpi=none`, a failing rank, `scancel`
+//! of a running batch job.
 //!
 //! Every srun/sbatch has a hard timeout (Slurm queues forever when asked for more CPUs
 //! than configured), a unique job name that is `scancel`led if anything is left, and a
@@ -611,4 +612,205 @@ fn fake_slurm_step_without_pmi_fails_fast_in_every_task() {
         );
     }
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+}
+
+// ---- PMIx (issue 21): `srun --mpi=pmix`, libpmix loaded at run time ----
+
+#[test]
+fn srun_pmix_heat2d_equals_serial() {
+    if !slurm::pmix_or_skip("srun_pmix_heat2d_equals_serial", None, 1) {
+        return;
+    }
+    let args = ["200", "150", "100"];
+    let want = serial_heat2d(&args);
+    let heat = path("examples/heat2d");
+    let mut v = vec!["-n", "4", "--mpi=pmix", &heat];
+    v.extend(args);
+    let out = srun("pmix-heat4", &v).env("RANKWIRE_LOG", "debug").run();
+    out.assert_ok();
+    assert_eq!(
+        result_lines(&out.stdout),
+        want,
+        "heat2d under srun --mpi=pmix -n 4"
+    );
+    for r in 0..4 {
+        let line = format!("rank {r} of 4: wire-up by PMIx ");
+        assert!(
+            out.stderr.contains(&line),
+            "missing {line:?}\n{}",
+            out.stderr
+        );
+    }
+    // The server told every rank its local rank and the 4 ranks on the node.
+    assert!(
+        out.stderr.contains("local rank Some(3) of Some(4)"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn srun_pmix_every_collective_on_two_nodes() {
+    if !slurm::pmix_or_skip(
+        "srun_pmix_every_collective_on_two_nodes",
+        Some(&slurm::netns_conf()),
+        2,
+    ) {
+        return;
+    }
+    // Paths as under PMI-2: shm inside a node, TCP between (on demand, each peer's
+    // address read from the PMIx server).
+    let app = path("rw-testapp");
+    let out = netns_srun(
+        "pmix-netns-transport",
+        &[
+            "-N",
+            "2",
+            "--ntasks-per-node=2",
+            "--mpi=pmix",
+            &app,
+            "transport",
+        ],
+    )
+    .run();
+    out.assert_ok();
+    let got = transports(&out.stdout);
+    assert_eq!(got.len(), 16, "{}", out.stdout);
+    for a in 0..4 {
+        for b in 0..4 {
+            let want = if a == b {
+                "self"
+            } else if a / 2 == b / 2 {
+                "shm"
+            } else {
+                "tcp"
+            };
+            assert_eq!(got[&(a, b)], want, "rank {a} -> {b}\n{}", out.stdout);
+        }
+    }
+    // Every collective (alltoall included: every pair connects) against the reference.
+    let coll = path("rw-collapp");
+    let out = netns_srun(
+        "pmix-netns-coll",
+        &[
+            "-N",
+            "2",
+            "--ntasks-per-node=2",
+            "--mpi=pmix",
+            &coll,
+            "all",
+            "0",
+            "1",
+            "7",
+            "300",
+        ],
+    )
+    .run();
+    out.assert_ok();
+    for r in 0..4 {
+        let line = format!("rank {r}: all OK");
+        assert!(
+            out.stdout.contains(&line),
+            "missing {line:?}\n{}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
+fn srun_pmix_failing_panicking_and_aborting_ranks_end_the_step() {
+    if !slurm::pmix_or_skip(
+        "srun_pmix_failing_panicking_and_aborting_ranks_end_the_step",
+        None,
+        1,
+    ) {
+        return;
+    }
+    let app = path("rw-testapp");
+    // Rank 2 exits 3 after init; the others learn of it from the lost connection.
+    let t0 = Instant::now();
+    let out = srun(
+        "pmix-exit3",
+        &["-n", "4", "--mpi=pmix", &app, "exit_at", "2", "3"],
+    )
+    .run();
+    assert_eq!(out.code(), 3, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        out.stderr.contains("connection to rank 2"),
+        "{}",
+        out.stderr
+    );
+    // A panicking rank aborts the job through PMIx_Abort.
+    let t0 = Instant::now();
+    let out = srun(
+        "pmix-panic1",
+        &["-n", "3", "--mpi=pmix", &app, "panic_at", "1"],
+    )
+    .run();
+    assert_ne!(out.code(), 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(out.stderr.contains("panics on purpose"), "{}", out.stderr);
+    // Universe::abort: the others block in a receive from rank 1 and must be ended by
+    // the server, within the bound.
+    let t0 = Instant::now();
+    let out = srun(
+        "pmix-abort1",
+        &["-n", "3", "--mpi=pmix", &app, "abort_at", "1", "7"],
+    )
+    .run();
+    assert_ne!(out.code(), 0, "{}", out.stderr);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        out.stderr.contains("rank 1 aborted: abort_at on purpose"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn srun_pmix_without_the_library_is_a_clear_error() {
+    if !slurm::pmix_or_skip("srun_pmix_without_the_library_is_a_clear_error", None, 1) {
+        return;
+    }
+    let heat = path("examples/heat2d");
+    let t0 = Instant::now();
+    let out = srun(
+        "pmix-nolib",
+        &["-n", "2", "--mpi=pmix", &heat, "50", "40", "10"],
+    )
+    .env("RANKWIRE_PMIX_LIB", "/nonexistent/libpmix.so.2")
+    .run();
+    assert_ne!(out.code(), 0, "{}", out.stdout);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(result_lines(&out.stdout).is_empty(), "{}", out.stdout);
+    for want in [
+        "bootstrap:",
+        "srun --mpi=pmix",
+        "/nonexistent/libpmix.so.2",
+        "libpmix2",
+        "srun --mpi=pmi2",
+    ] {
+        assert!(
+            out.stderr.contains(want),
+            "missing {want:?}\n{}",
+            out.stderr
+        );
+    }
 }

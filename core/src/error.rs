@@ -176,6 +176,16 @@ impl Error {
     /// What to do about this error (the part of the message after `fix:`).
     pub fn remedy(&self) -> String {
         match self {
+            // A failure of the resource manager's PMI or PMIx server's wire-up (srun);
+            // not the launch-detection errors ("... Slurm step ..."), which carry their
+            // own fix.
+            Error::Bootstrap(m) if m.contains("PMI") && !m.contains("Slurm step") => {
+                "read the other tasks' output (srun -l labels it): one that died during \
+                start-up leaves the others waiting; run with `srun -K` (kill-on-bad-exit) \
+                so that such a death ends the step; if ranks are only slow to start, raise \
+                RANKWIRE_BOOTSTRAP_TIMEOUT (seconds)"
+                    .into()
+            }
             Error::Bootstrap(_) => {
                 "start the program with `rwrun -n N prog` from the same build, and \
                 keep rwrun running until every rank has finalized; if ranks are only slow to \

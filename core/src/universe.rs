@@ -37,13 +37,16 @@ pub struct Universe {
 ///
 /// Reads the environment `rwrun` sets ([`crate::bootstrap::env`]), or, for a task started
 /// directly by `srun --mpi=pmi2`, speaks PMI-2 (PMI-1 as a fallback) on `PMI_FD`
-/// ([`crate::bootstrap::pmi`]); without either, the process becomes a singleton world
-/// of size 1 (see [`crate::bootstrap::launch`]). Logging goes to stderr, filtered by
+/// ([`crate::bootstrap::pmi`]), or, for one started by `srun --mpi=pmix`, is a PMIx
+/// client through libpmix loaded at run time ([`crate::bootstrap::pmix`]); without any of
+/// these, the process becomes a singleton world of size 1 (see
+/// [`crate::bootstrap::launch`]). Logging goes to stderr, filtered by
 /// `RANKWIRE_LOG` (e.g. `RANKWIRE_LOG=debug`).
 ///
 /// # Errors
 /// [`Error::Usage`] if called twice in one process; [`Error::Bootstrap`] if the launcher
-/// environment is incomplete, the launcher or PMI server cannot be reached, or the
+/// environment is incomplete, the launcher or PMI server cannot be reached (or, under
+/// PMIx, libpmix cannot be loaded: the message names the package), or the
 /// process is one task of a multi-task Slurm step without a PMI connection (`srun
 /// --mpi=none`; the message names the fix); [`Error::Connection`] if connections to
 /// peers cannot be set up.
@@ -325,6 +328,7 @@ fn init_world() -> Result<Universe> {
         Launch::Singleton => return Ok(singleton()),
         Launch::Rwrun => join_rwrun()?,
         Launch::Pmi => join_pmi()?,
+        Launch::Pmix => join_pmix()?,
     };
     build(joined)
 }
@@ -372,10 +376,51 @@ fn join_pmi() -> Result<Joined> {
         client.version().name(),
         client.node_of_rank()
     );
-    // Names of /dev/shm segments and the TCP handshake need a job id that every task
-    // computes alike and that differs between steps and between runs of a cluster whose
-    // job ids restart: Slurm's job and step plus srun's own (ephemeral) port.
-    // At most 40 characters that are safe in a /dev/shm name.
+    let pmi_job = std::env::var(crate::bootstrap::pmi::env::PMI_JOBID).unwrap_or_default();
+    Ok(Joined {
+        rank,
+        size,
+        local_size: None,
+        job_id: resource_manager_job_id("pmi", &pmi_job),
+        secret: None,
+        wireup: Wireup::Pmi(client),
+    })
+}
+
+// A task started by a PMIx server (srun --mpi=pmix): rank, size and the ranks on this
+// node come from the server.
+fn join_pmix() -> Result<Joined> {
+    use crate::bootstrap::pmix::PmixClient;
+    let client = PmixClient::from_env(default_timeout()).map_err(|e| {
+        Error::Bootstrap(format!(
+            "PMIx wire-up (as started by `srun --mpi=pmix`) failed: {e}"
+        ))
+    })?;
+    let (rank, size) = (client.rank(), client.size());
+    tracing::debug!(
+        "rank {rank} of {size}: wire-up by PMIx {} (namespace {}, local rank {:?} of {:?})",
+        client.library_version(),
+        client.namespace(),
+        client.local_rank(),
+        client.local_size()
+    );
+    let ns = client.namespace();
+    Ok(Joined {
+        rank,
+        size,
+        local_size: client.local_size().map(|n| n as usize),
+        job_id: resource_manager_job_id("pmix", &ns),
+        secret: None,
+        wireup: Wireup::Pmix(Box::new(client)),
+    })
+}
+
+/// The job id of a job started by a resource manager. Names of /dev/shm segments and the
+/// TCP handshake need one that every task computes alike and that differs between steps
+/// and between runs of a cluster whose job ids restart: Slurm's job and step plus srun's
+/// own (ephemeral) port; elsewhere `<prefix>-<the server's job name>`. At most 40
+/// characters per part, all safe in a /dev/shm name.
+fn resource_manager_job_id(prefix: &str, server_job: &str) -> String {
     let clean = |x: &str| -> String {
         x.chars()
             .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_'))
@@ -390,17 +435,9 @@ fn join_pmi() -> Result<Joined> {
         }
     }
     if job_id == "slurm" {
-        let pmi_job = std::env::var(crate::bootstrap::pmi::env::PMI_JOBID).unwrap_or_default();
-        job_id = format!("pmi-{}", clean(&pmi_job));
+        job_id = format!("{prefix}-{}", clean(server_job));
     }
-    Ok(Joined {
-        rank,
-        size,
-        local_size: None,
-        job_id,
-        secret: None,
-        wireup: Wireup::Pmi(client),
-    })
+    job_id
 }
 
 fn build(joined: Joined) -> Result<Universe> {
@@ -460,13 +497,13 @@ fn build(joined: Joined) -> Result<Universe> {
     // What each rank published about its GPUs (with --explain only).
     let mut gpu_facts: Vec<Option<select::sharing::GpuFacts>> = Vec::with_capacity(size as usize);
     // One round trip per 1024 ranks (GetMany), not one per rank.
-    let keys: Vec<String> = (0..size).map(|r| format!("node-{r}")).collect();
+    let keys: Vec<(u32, String)> = (0..size).map(|r| (r, format!("node-{r}"))).collect();
     let values = client.get_many(&keys).map_err(boot)?;
     // Published by rank 0 before the fence above where the launcher gave none.
     let secret = match secret {
         Some(s) => s,
         None if size > 1 => {
-            String::from_utf8_lossy(&client.get(SECRET_KEY).map_err(boot)?).into_owned()
+            String::from_utf8_lossy(&client.get(0, SECRET_KEY).map_err(boot)?).into_owned()
         }
         None => String::new(),
     };

@@ -853,18 +853,42 @@ fn slurm_env() -> Check {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1);
             let in_step = step.is_some();
+            let pmix = rankwire::bootstrap::pmix::offered(var);
+            if in_step && pmix {
+                return match rankwire::bootstrap::pmix::probe_library() {
+                    Ok(v) => check(
+                        Level::Pass,
+                        "slurm/pmi",
+                        format!(
+                            "Slurm job {job} step {}: PMIx server offered (namespace {}), client \
+                             library {v}",
+                            step.unwrap_or_default(),
+                            var("PMIX_NAMESPACE").unwrap_or_default()
+                        ),
+                        None,
+                    ),
+                    Err(e) => check(
+                        Level::Fail,
+                        "slurm/pmi",
+                        // The error's text ends with its fix.
+                        format!("Slurm job {job}: srun offered PMIx, but {e}"),
+                        None,
+                    ),
+                };
+            }
             let has_pmi = var("PMI_FD").is_some() || var("PMI_PORT").is_some();
             if in_step && ntasks > 1 && !has_pmi {
                 return check(
                     Level::Warn,
                     "slurm/pmi",
                     format!(
-                        "Slurm job {job}: a {ntasks}-task step without a PMI-2/PMI-1 connection \
-                         (srun --mpi={}); rankwire ranks would refuse to start",
+                        "Slurm job {job}: a {ntasks}-task step without a PMI-2/PMI-1 or PMIx \
+                         connection (srun --mpi={}); rankwire ranks would refuse to start",
                         var("SLURM_MPI_TYPE").unwrap_or_else(|| "none".into())
                     ),
                     Some(
-                        "start the step with `srun --mpi=pmi2`, or run `rwrun` inside the allocation",
+                        "start the step with `srun --mpi=pmi2` or `--mpi=pmix`, or run `rwrun` inside \
+                         the allocation",
                     ),
                 );
             }

@@ -530,6 +530,37 @@ pub mod slurm {
         false
     }
 
+    /// Set to `1` (by .ci/run, which installs libpmix) to make a PMIx test fail instead of
+    /// skip when the PMIx library Slurm's plugin loads is absent.
+    pub const REQUIRE_PMIX_ENV: &str = "RANKWIRE_REQUIRE_PMIX";
+
+    /// The library Debian's Slurm 22.05 `mpi_pmix_v4` plugin loads (its path is built
+    /// in; package libpmix-dev). It must be present when slurmd starts.
+    pub const SLURM_PMIX_LIB: &str = "/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so";
+
+    /// As [`available_or_skip`], and also the PMIx library of [`SLURM_PMIX_LIB`]: without
+    /// it `srun --mpi=pmix` cannot work (Slurm's step hangs), so the test skips with a
+    /// message, or fails where [`REQUIRE_PMIX_ENV`] is `1`.
+    pub fn pmix_or_skip(test: &str, conf: Option<&str>, nodes: usize) -> bool {
+        if !available_or_skip(test, conf, nodes) {
+            return false;
+        }
+        if std::path::Path::new(SLURM_PMIX_LIB).exists() {
+            return true;
+        }
+        if std::env::var(REQUIRE_PMIX_ENV).as_deref() == Ok("1") {
+            panic!(
+                "{test}: {SLURM_PMIX_LIB} is absent although {REQUIRE_PMIX_ENV}=1 (install \
+                 libpmix2 and libpmix-dev before Slurm starts)"
+            );
+        }
+        eprintln!(
+            "skipped: {test}: no {SLURM_PMIX_LIB} (packages libpmix2 libpmix-dev, installed \
+             before slurmd starts, give Slurm's PMIx plugin its library)"
+        );
+        false
+    }
+
     /// `scancel --name=<name>` on both test clusters, ignoring errors.
     pub fn scancel_name(name: &str) {
         for conf in [local_conf(), netns_conf()] {

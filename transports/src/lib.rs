@@ -542,20 +542,24 @@ pub enum TransportError {
 
 /// The job's key-value store, as seen by a transport during setup (implemented by the
 /// core's bootstrap client). Keys are job-wide; a `get` waits until the key is put.
+///
+/// Every read names the rank that put the key (`owner`): a PMIx server fetches a
+/// peer's data from that peer's node on demand, and needs to know whose it is. rwrun's
+/// server and PMI-2 ignore it.
 pub trait Exchange {
     /// Publish `value` under `key` for every rank of the job.
     fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String>;
-    /// Read the value of `key`, waiting until some rank has put it (bounded by the
+    /// Read the value rank `owner` put under `key`, waiting until it has (bounded by the
     /// bootstrap timeout).
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String>;
-    /// Read every key of `keys`, in their order, as [`Exchange::get`] does each. The
-    /// default gets them one by one; rwrun's bootstrap answers them in one round trip
-    /// per 1024 keys, so learning about `n` peers costs no `n` round trips.
+    fn get(&mut self, owner: u32, key: &str) -> Result<Vec<u8>, String>;
+    /// Read every `(owner, key)` of `keys`, in their order, as [`Exchange::get`] does
+    /// each. The default gets them one by one; rwrun's bootstrap answers them in one
+    /// round trip per 1024 keys, so learning about `n` peers costs no `n` round trips.
     ///
     /// # Errors
     /// The first failing key's error.
-    fn get_many(&mut self, keys: &[String]) -> Result<Vec<Vec<u8>>, String> {
-        keys.iter().map(|k| self.get(k)).collect()
+    fn get_many(&mut self, keys: &[(u32, String)]) -> Result<Vec<Vec<u8>>, String> {
+        keys.iter().map(|(o, k)| self.get(*o, k)).collect()
     }
     /// Wait until every rank has called `fence` (makes earlier puts visible).
     fn fence(&mut self) -> Result<(), String>;
@@ -567,11 +571,11 @@ pub trait Exchange {
 /// put, bounded by the bootstrap timeout. Called from [`Transport::send`], so with the
 /// caller's progress lock held: the implementation must not take that lock.
 pub trait Lookup: Send {
-    /// The value of `key`.
+    /// The value rank `owner` put under `key`.
     ///
     /// # Errors
     /// The bootstrap's error, as text.
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String>;
+    fn get(&mut self, owner: u32, key: &str) -> Result<Vec<u8>, String>;
 }
 
 /// An environment variable with a value a transport cannot use (`RANKWIRE_TCP_*`,

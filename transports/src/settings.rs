@@ -283,6 +283,13 @@ pub static SETTINGS: &[Setting] = &[
         Check::OneOf(&["1", "2", "pmi1", "pmi2"]),
         "PMI version asked for under srun --mpi=pmi2 (falls back to 1)",
     ),
+    rank(
+        "RANKWIRE_PMIX_LIB",
+        "libpmix.so.2 (then Debian's pmix2/lib directory)",
+        "a library file name or path",
+        Check::Any,
+        "PMIx client library loaded under srun --mpi=pmix",
+    ),
     // Shared memory and single copy.
     rank(
         "RANKWIRE_SHM_RING_BYTES",
@@ -601,6 +608,7 @@ pub static SETTINGS: &[Setting] = &[
 /// (not warned about): every `RANKWIRE_TEST_*` and these.
 const HARNESS: &[&str] = &[
     "RANKWIRE_REQUIRE_SLURM",
+    "RANKWIRE_REQUIRE_PMIX",
     "RANKWIRE_SOAK_MESSAGES",
     "RANKWIRE_SLURM",
     "RANKWIRE_RDMA_PEER",

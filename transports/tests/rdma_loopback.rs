@@ -26,7 +26,7 @@ impl Exchange for MemExchange {
         self.kv.lock().unwrap().insert(key.into(), value.to_vec());
         Ok(())
     }
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+    fn get(&mut self, _owner: u32, key: &str) -> Result<Vec<u8>, String> {
         let t0 = Instant::now();
         loop {
             if let Some(v) = self.kv.lock().unwrap().get(key) {

@@ -58,7 +58,7 @@ impl Exchange for TcpExchange {
         }
         self.s.write_all(&m).map_err(|e| e.to_string())
     }
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+    fn get(&mut self, _owner: u32, key: &str) -> Result<Vec<u8>, String> {
         loop {
             if let Some(v) = self.mine.get(key).or_else(|| self.theirs.get(key)) {
                 return Ok(v.clone());
@@ -215,7 +215,7 @@ fn two_nodes_over_a_wire() {
         );
         t.registry().release(held);
     } else {
-        let d = ex.get("buf").unwrap();
+        let d = ex.get(0, "buf").unwrap();
         let addr = u64::from_le_bytes(d[..8].try_into().unwrap());
         let rkey = u32::from_le_bytes(d[8..12].try_into().unwrap());
         let mut local = vec![0u8; len];

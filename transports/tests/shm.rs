@@ -61,7 +61,7 @@ impl Exchange for Ex {
         Ok(())
     }
 
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+    fn get(&mut self, _owner: u32, key: &str) -> Result<Vec<u8>, String> {
         let st = self.kv.state.lock().unwrap();
         let (st, res) = self
             .kv
@@ -998,7 +998,7 @@ fn raw_rank1(ex: &mut Ex, job: &str, garbage: &[u8; 16]) {
     ex.fence().unwrap();
 
     // Map rank 0's segment, find our slot, write one good frame and one garbled one.
-    let theirs_name = String::from_utf8(ex.get("shm-0").unwrap()).unwrap();
+    let theirs_name = String::from_utf8(ex.get(0, "shm-0").unwrap()).unwrap();
     let cname0 = std::ffi::CString::new(theirs_name).unwrap();
     // SAFETY (test): open and map rank 0's segment read-write, as a peer does.
     let (theirs, len) = unsafe {
@@ -1450,7 +1450,7 @@ impl Exchange for FileEx {
         std::fs::rename(&tmp, self.dir.join(key)).map_err(|e| e.to_string())
     }
 
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+    fn get(&mut self, _owner: u32, key: &str) -> Result<Vec<u8>, String> {
         let path = self.dir.join(key);
         self.wait_for(&path)?;
         std::fs::read(&path).map_err(|e| e.to_string())

@@ -73,7 +73,7 @@ impl Exchange for Ex {
         Ok(())
     }
 
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+    fn get(&mut self, _owner: u32, key: &str) -> Result<Vec<u8>, String> {
         let st = self.kv.state.lock().unwrap();
         let (st, res) = self
             .kv
@@ -325,7 +325,7 @@ fn record_addrs(v: &[u8]) -> Vec<SocketAddr> {
 fn raw_rank1(ex: &mut Ex, job: &str) -> TcpStream {
     ex.put("tcp-addr-1", b"rankwire-tcp/1").unwrap();
     ex.fence().unwrap();
-    let addrs = record_addrs(&ex.get("tcp-addr-0").unwrap());
+    let addrs = record_addrs(&ex.get(0, "tcp-addr-0").unwrap());
     let mut s = TcpStream::connect_timeout(&addrs[0], Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let h = hello(1, 0, 2, job);
@@ -699,7 +699,7 @@ fn foreign_connection_with_wrong_job_is_rejected_and_job_connects() {
         let kv_f = &kv;
         let foreign = s.spawn(move || {
             let mut ex = Ex::new(kv_f);
-            let addrs = record_addrs(&ex.get("tcp-addr-0").unwrap());
+            let addrs = record_addrs(&ex.get(0, "tcp-addr-0").unwrap());
             let mut sock = TcpStream::connect(addrs[0]).unwrap();
             sock.write_all(&hello(1, 0, 2, "another-job")).unwrap();
             go_tx.send(()).unwrap();
@@ -762,7 +762,7 @@ fn impostor(cfg: TcpConfig) {
         let kv_f = &kv;
         let impostor = s.spawn(move || {
             let mut ex = Ex::new(kv_f);
-            let addrs = record_addrs(&ex.get("tcp-addr-0").unwrap());
+            let addrs = record_addrs(&ex.get(0, "tcp-addr-0").unwrap());
             let mut sock = TcpStream::connect(addrs[0]).unwrap();
             sock.set_read_timeout(Some(Duration::from_secs(20)))
                 .unwrap();
@@ -1118,7 +1118,7 @@ fn a_yield_hands_the_queued_frames_to_the_peers_connection() {
             "the yielded attempt closes"
         );
         // Rank 0 dials rank 1 as a connector.
-        let addrs = record_addrs(&ex.get("tcp-addr-1").unwrap());
+        let addrs = record_addrs(&ex.get(1, "tcp-addr-1").unwrap());
         let mut ours = TcpStream::connect(addrs[0]).unwrap();
         ours.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
@@ -1214,7 +1214,7 @@ fn an_unproven_hello_does_not_hold_the_peers_slot() {
         let kv_f = &kv;
         let impostor = s.spawn(move || {
             let mut ex = Ex::new(kv_f);
-            let addrs = record_addrs(&ex.get("tcp-addr-0").unwrap());
+            let addrs = record_addrs(&ex.get(0, "tcp-addr-0").unwrap());
             let mut sock = TcpStream::connect(addrs[0]).unwrap();
             sock.set_read_timeout(Some(Duration::from_secs(20)))
                 .unwrap();
@@ -1322,9 +1322,13 @@ struct CountingLookup {
 }
 
 impl Lookup for CountingLookup {
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+    fn get(&mut self, owner: u32, key: &str) -> Result<Vec<u8>, String> {
         self.keys.lock().unwrap().push(key.to_string());
-        self.ex.get(key)
+        // The owner named is the rank that put the key (PMIx reads it from that rank).
+        if key != format!("tcp-addr-{owner}") {
+            return Err(format!("{key:?} read as rank {owner}'s"));
+        }
+        self.ex.get(owner, key)
     }
 }
 

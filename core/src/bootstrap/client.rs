@@ -385,12 +385,13 @@ impl rankwire_transports::Exchange for BootstrapClient {
         BootstrapClient::put(self, key, value).map_err(|e| e.to_string())
     }
 
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+    fn get(&mut self, _owner: u32, key: &str) -> Result<Vec<u8>, String> {
         BootstrapClient::get(self, key).map_err(|e| e.to_string())
     }
 
-    fn get_many(&mut self, keys: &[String]) -> Result<Vec<Vec<u8>>, String> {
-        BootstrapClient::get_many(self, keys).map_err(|e| e.to_string())
+    fn get_many(&mut self, keys: &[(u32, String)]) -> Result<Vec<Vec<u8>>, String> {
+        let names: Vec<String> = keys.iter().map(|(_, k)| k.clone()).collect();
+        BootstrapClient::get_many(self, &names).map_err(|e| e.to_string())
     }
 
     fn fence(&mut self) -> Result<(), String> {
@@ -684,7 +685,7 @@ mod tests {
         c.fence().unwrap();
         let x: &mut dyn rankwire_transports::Exchange = &mut c;
         x.put("big", &vec![7u8; 1 << 20]).unwrap();
-        assert_eq!(x.get("big").unwrap().len(), 1 << 20);
+        assert_eq!(x.get(0, "big").unwrap().len(), 1 << 20);
         // More keys than one GetMany may carry: the client splits them, in order.
         let keys: Vec<String> = (0..2500).map(|r| format!("node-{r}")).collect();
         for (r, k) in keys.iter().enumerate() {

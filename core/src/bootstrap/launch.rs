@@ -4,7 +4,8 @@
 //! |---|---|---|
 //! | `RANKWIRE_RANK` set | [`Launch::Rwrun`] | `rwrun`'s key-value server ([`super::client`]) |
 //! | `PMI_FD` set | [`Launch::Pmi`] | the PMI server on that descriptor ([`super::pmi`]) |
-//! | a Slurm step of more than one task (`SLURM_STEP_ID` set, `SLURM_STEP_NUM_TASKS` or `SLURM_NTASKS` > 1) without `PMI_FD` | error | none: `srun --mpi=none` (Slurm's default) or `--mpi=pmix` |
+//! | `PMIX_NAMESPACE`, `PMIX_RANK` and a `PMIX_SERVER_URI*` set | [`Launch::Pmix`] | the PMIx server, through libpmix ([`super::pmix`]) |
+//! | a Slurm step of more than one task (`SLURM_STEP_ID` set, `SLURM_STEP_NUM_TASKS` or `SLURM_NTASKS` > 1) without either | error | none: `srun --mpi=none` (Slurm's default) |
 //! | none of these | [`Launch::Singleton`] | none: a world of 1 |
 //!
 //! `rwrun` inside an allocation starts its ranks with `srun`; they carry both the Slurm
@@ -19,6 +20,8 @@ pub enum Launch {
     Rwrun,
     /// Started by a PMI server (`srun --mpi=pmi2`).
     Pmi,
+    /// Started by a PMIx server (`srun --mpi=pmix`).
+    Pmix,
     /// Started alone: a world of size 1.
     Singleton,
 }
@@ -28,7 +31,8 @@ pub enum Launch {
 /// # Errors
 /// A message for [`crate::Error::Bootstrap`] when the process is one task of a
 /// multi-task Slurm step that offers no usable PMI: it names the task count and the fix
-/// (`srun --mpi=pmi2`, or `rwrun` inside the allocation), so that N tasks never run as N
+/// (`srun --mpi=pmi2` or `--mpi=pmix`, or `rwrun` inside the allocation), so that N tasks
+/// never run as N
 /// silent singletons.
 pub fn detect(var: impl Fn(&str) -> Option<String>) -> Result<Launch, String> {
     if var(super::env::RANK).is_some() {
@@ -36,6 +40,9 @@ pub fn detect(var: impl Fn(&str) -> Option<String>) -> Result<Launch, String> {
     }
     if var(super::pmi::env::PMI_FD).is_some() {
         return Ok(Launch::Pmi);
+    }
+    if super::pmix::offered(&var) {
+        return Ok(Launch::Pmix);
     }
     let step = var("SLURM_STEP_ID").or_else(|| var("SLURM_STEPID"));
     let tasks = ["SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"]
@@ -56,9 +63,10 @@ pub fn detect(var: impl Fn(&str) -> Option<String>) -> Result<Launch, String> {
     let job = var("SLURM_JOB_ID").unwrap_or_else(|| "?".into());
     let task = var("SLURM_PROCID").unwrap_or_else(|| "?".into());
     let what = match var("SLURM_MPI_TYPE").as_deref() {
-        Some(t) if t.starts_with("pmix") || var("PMIX_RANK").is_some() => {
-            format!("srun offered PMIx (--mpi={t}), which rankwire does not speak")
-        }
+        Some(t) if t.starts_with("pmix") || var("PMIX_RANK").is_some() => format!(
+            "srun's MPI plugin {t:?} set no complete PMIx environment (PMIX_NAMESPACE, \
+             PMIX_RANK and PMIX_SERVER_URI* are needed)"
+        ),
         Some(t) if t != "none" => {
             format!("srun's MPI plugin {t:?} gave it no PMI connection (PMI_FD is not set)")
         }
@@ -69,8 +77,9 @@ pub fn detect(var: impl Fn(&str) -> Option<String>) -> Result<Launch, String> {
     Err(format!(
         "this process is task {task} of a {tasks}-task Slurm step (job {job}, step {step}) but \
          {what}; without a wire-up the tasks would run as {tasks} separate singletons. \
-         Fix: start it with `srun --mpi=pmi2 ...` (or set MpiDefault=pmi2 in slurm.conf, or \
-         SLURM_MPI_TYPE=pmi2), or run `rwrun -n {tasks} PROGRAM` inside the allocation"
+         Fix: start it with `srun --mpi=pmi2 ...` or `srun --mpi=pmix ...` (or set \
+         MpiDefault=pmi2 in slurm.conf, or SLURM_MPI_TYPE=pmi2), or run `rwrun -n {tasks} \
+         PROGRAM` inside the allocation"
     ))
 }
 
@@ -132,12 +141,29 @@ mod tests {
     }
 
     #[test]
-    fn pmix_step_is_an_error_naming_pmix() {
+    fn pmix_environment_means_pmix() {
+        let mut v = STEP4.to_vec();
+        v.extend([
+            ("SLURM_MPI_TYPE", "pmix_v4"),
+            ("PMIX_RANK", "2"),
+            ("PMIX_NAMESPACE", "slurm.pmix.18.0"),
+            ("PMIX_SERVER_URI41", "pmix-server.7;tcp4://127.0.0.1:4000"),
+        ]);
+        assert_eq!(with(&v), Ok(Launch::Pmix));
+        // PMI_FD and rwrun win, as before.
+        v.push(("PMI_FD", "11"));
+        assert_eq!(with(&v), Ok(Launch::Pmi));
+    }
+
+    #[test]
+    fn incomplete_pmix_environment_is_an_error_naming_what_is_missing() {
         let mut v = STEP4.to_vec();
         v.extend([("SLURM_MPI_TYPE", "pmix_v4"), ("PMIX_RANK", "2")]);
         let e = with(&v).unwrap_err();
         assert!(
-            e.contains("PMIx (--mpi=pmix_v4)") && e.contains("srun --mpi=pmi2"),
+            e.contains("\"pmix_v4\"")
+                && e.contains("PMIX_SERVER_URI")
+                && e.contains("srun --mpi=pmix"),
             "{e}"
         );
     }

@@ -1,8 +1,8 @@
 //! Bootstrap: how ranks find each other through the launcher's key-value server.
 //!
 //! [`launch::detect`] decides at `init` which wire-up a process uses: `rwrun`'s server
-//! (below), a PMI server when started directly by `srun --mpi=pmi2` ([`pmi`]), or none
-//! (a singleton). [`Wireup`] gives the rest of the core one interface to either.
+//! (below), a PMI server when started directly by `srun --mpi=pmi2` ([`pmi`]), a PMIx
+//! server when started by `srun --mpi=pmix` ([`pmix`]), or none (a singleton). [`Wireup`] gives the rest of the core one interface to either.
 //!
 //! `rwrun` runs a rendezvous server (put, get, fence, abort) on an ephemeral TCP port and
 //! starts every rank with the environment variables in [`env`](mod@env). Each rank opens a small
@@ -15,10 +15,12 @@ pub mod env;
 pub mod launch;
 pub(crate) mod node;
 pub mod pmi;
+pub mod pmix;
 pub mod proto;
 
 use client::BootstrapClient;
 use pmi::PmiClient;
+use pmix::PmixClient;
 
 /// The job's key-value store as a rank uses it: `rwrun`'s server or a PMI server.
 /// Transports see it through [`rankwire_transports::Exchange`].
@@ -28,6 +30,8 @@ pub enum Wireup {
     Rwrun(BootstrapClient),
     /// The resource manager's PMI server (`srun --mpi=pmi2`).
     Pmi(PmiClient),
+    /// The resource manager's PMIx server (`srun --mpi=pmix`), through libpmix.
+    Pmix(Box<PmixClient>),
 }
 
 impl Wireup {
@@ -39,6 +43,7 @@ impl Wireup {
         match self {
             Wireup::Rwrun(c) => c.fence().map_err(|e| e.to_string()),
             Wireup::Pmi(c) => c.fence().map_err(|e| e.to_string()),
+            Wireup::Pmix(c) => c.fence().map_err(|e| e.to_string()),
         }
     }
 
@@ -50,6 +55,7 @@ impl Wireup {
         match self {
             Wireup::Rwrun(c) => c.finalize().map_err(|e| e.to_string()),
             Wireup::Pmi(c) => c.finalize().map_err(|e| e.to_string()),
+            Wireup::Pmix(c) => c.finalize().map_err(|e| e.to_string()),
         }
     }
 
@@ -62,6 +68,7 @@ impl Wireup {
         match self {
             Wireup::Rwrun(c) => c.abort(code, message).map_err(|e| e.to_string()),
             Wireup::Pmi(c) => c.abort(code, message).map_err(|e| e.to_string()),
+            Wireup::Pmix(c) => c.abort(code, message).map_err(|e| e.to_string()),
         }
     }
 }
@@ -72,11 +79,11 @@ impl Wireup {
 pub(crate) struct SharedLookup(pub(crate) std::sync::Arc<std::sync::Mutex<Option<Wireup>>>);
 
 impl rankwire_transports::Lookup for SharedLookup {
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+    fn get(&mut self, owner: u32, key: &str) -> Result<Vec<u8>, String> {
         use rankwire_transports::Exchange as _;
         let mut b = self.0.lock().unwrap_or_else(|p| p.into_inner());
         match b.as_mut() {
-            Some(c) => c.get(key),
+            Some(c) => c.get(owner, key),
             None => Err(format!(
                 "no bootstrap client to read {key:?} from (before the end of init, or a singleton)"
             )),
@@ -89,23 +96,30 @@ impl rankwire_transports::Exchange for Wireup {
         match self {
             Wireup::Rwrun(c) => c.put(key, value).map_err(|e| e.to_string()),
             Wireup::Pmi(c) => c.put(key, value).map_err(|e| e.to_string()),
+            Wireup::Pmix(c) => c.put(key, value).map_err(|e| e.to_string()),
         }
     }
 
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+    fn get(&mut self, owner: u32, key: &str) -> Result<Vec<u8>, String> {
         match self {
             Wireup::Rwrun(c) => c.get(key).map_err(|e| e.to_string()),
             Wireup::Pmi(c) => c.get(key).map_err(|e| e.to_string()),
+            Wireup::Pmix(c) => c.get_from(owner, key).map_err(|e| e.to_string()),
         }
     }
 
-    fn get_many(&mut self, keys: &[String]) -> Result<Vec<Vec<u8>>, String> {
+    fn get_many(&mut self, keys: &[(u32, String)]) -> Result<Vec<Vec<u8>>, String> {
         match self {
-            Wireup::Rwrun(c) => c.get_many(keys).map_err(|e| e.to_string()),
-            // PMI-1 and PMI-2 have no bulk get: one get per key.
+            Wireup::Rwrun(c) => rankwire_transports::Exchange::get_many(c, keys),
+            // PMI-1, PMI-2 and PMIx have no bulk get: one get per key (under PMIx from the
+            // data the last collecting fence brought to this node, or from the owner's).
             Wireup::Pmi(c) => keys
                 .iter()
-                .map(|k| c.get(k).map_err(|e| e.to_string()))
+                .map(|(_, k)| c.get(k).map_err(|e| e.to_string()))
+                .collect(),
+            Wireup::Pmix(c) => keys
+                .iter()
+                .map(|(o, k)| c.get_from(*o, k).map_err(|e| e.to_string()))
                 .collect(),
         }
     }

@@ -354,13 +354,13 @@ impl RdmaTransport {
         fence(ex)?;
         for i in 0..t.conns.len() {
             let peer = t.conns[i].peer;
-            let raw =
-                ex.get(&format!("rdma-qp-{peer}-{rank}"))
-                    .map_err(|e| TransportError::Connect {
-                        transport: NAME,
-                        peer,
-                        reason: format!("no connection data from rank {peer}: {e}"),
-                    })?;
+            let raw = ex
+                .get(peer, &format!("rdma-qp-{peer}-{rank}"))
+                .map_err(|e| TransportError::Connect {
+                    transport: NAME,
+                    peer,
+                    reason: format!("no connection data from rank {peer}: {e}"),
+                })?;
             let remote = ConnInfo::decode(&raw).ok_or_else(|| TransportError::Connect {
                 transport: NAME,
                 peer,

@@ -280,9 +280,9 @@ impl ShmTransport {
         // round trip (per 512 peers), not two per peer.
         let mut attached = Vec::with_capacity(peer_ranks.len());
         let published = if first_err.is_none() {
-            let keys: Vec<String> = peer_ranks
+            let keys: Vec<(u32, String)> = peer_ranks
                 .iter()
-                .flat_map(|p| [format!("shm-{p}"), format!("shm-pid-{p}")])
+                .flat_map(|&p| [(p, format!("shm-{p}")), (p, format!("shm-pid-{p}"))])
                 .collect();
             match ex.get_many(&keys) {
                 Ok(v) if v.len() == keys.len() => v,

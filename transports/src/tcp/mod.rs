@@ -319,7 +319,10 @@ impl TcpTransport {
         // 2. Learn the lower peers' addresses (one bootstrap round trip per 1024 peers),
         // then dial and accept.
         let lower: Vec<u32> = peers.iter().copied().filter(|&p| p < my_rank).collect();
-        let keys: Vec<String> = lower.iter().map(|p| format!("tcp-addr-{p}")).collect();
+        let keys: Vec<(u32, String)> = lower
+            .iter()
+            .map(|&p| (p, format!("tcp-addr-{p}")))
+            .collect();
         let raws = ex.get_many(&keys).map_err(|e| TransportError::Connect {
             transport: NAME,
             peer: lower.first().copied().unwrap_or(my_rank),
@@ -429,7 +432,10 @@ impl TcpTransport {
         match lookup {
             Some(l) => od.lookup = Some(l),
             None => {
-                let keys: Vec<String> = peers.iter().map(|p| format!("tcp-addr-{p}")).collect();
+                let keys: Vec<(u32, String)> = peers
+                    .iter()
+                    .map(|&p| (p, format!("tcp-addr-{p}")))
+                    .collect();
                 let raws = ex.get_many(&keys).map_err(|e| TransportError::Connect {
                     transport: NAME,
                     peer: peers.first().copied().unwrap_or(my_rank),

@@ -192,7 +192,7 @@ impl OnDemand {
             ));
         };
         let raw = lookup
-            .get(&format!("tcp-addr-{peer}"))
+            .get(peer, &format!("tcp-addr-{peer}"))
             .map_err(|e| connect_err(format!("bootstrap get of its address failed: {e}")))?;
         let addrs = decode_record(&raw).map_err(connect_err)?;
         debug!("tcp: address of rank {peer}: {addrs:?}");

@@ -761,7 +761,7 @@ impl rankwire_transports::Exchange for PmiClient {
         PmiClient::put(self, key, value).map_err(|e| e.to_string())
     }
 
-    fn get(&mut self, key: &str) -> Result<Vec<u8>, String> {
+    fn get(&mut self, _owner: u32, key: &str) -> Result<Vec<u8>, String> {
         PmiClient::get(self, key).map_err(|e| e.to_string())
     }
 
