@@ -92,17 +92,68 @@ fn every_size_class_over_rdma_on_2_and_3_ranks() {
         eprintln!("skipped: no RDMA device on this machine");
         return;
     }
-    for n in [2, 3] {
-        let out = run_scenario(
-            &app(),
-            n,
-            &[("RANKWIRE_TRANSPORTS", "rdma"), ("RDMA_EXPECT", "rdma")],
-            &["sizes"],
-            T,
-        );
-        println!("{}", out.stdout);
-        assert!(out.stdout.contains("reads="), "{}", out.stdout);
+    // With TCP allowed, queue pairs are made on demand (their set-up messages go over
+    // TCP); with RDMA alone, all at init.
+    for (transports, on_demand) in [("rdma,tcp", true), ("rdma", false)] {
+        for n in [2, 3] {
+            let out = run_scenario(
+                &app(),
+                n,
+                &[
+                    ("RANKWIRE_TRANSPORTS", transports),
+                    ("RDMA_EXPECT", "rdma"),
+                    ("RANKWIRE_LOG", "rankwire_transports=debug"),
+                ],
+                &["sizes"],
+                T,
+            );
+            println!("{}", out.stdout);
+            assert!(out.stdout.contains("reads="), "{}", out.stdout);
+            let made_on_demand = out.stderr.matches("queue pairs are made on demand").count();
+            // Every pair talks in `sizes`: one "ready" line per rank and peer.
+            let ready = out.stderr.matches("queue pair ready (on demand)").count();
+            if on_demand {
+                assert_eq!(made_on_demand, n, "{}", out.stderr);
+                assert_eq!(ready, n * (n - 1), "{}", out.stderr);
+            } else {
+                assert_eq!(made_on_demand + ready, 0, "{}", out.stderr);
+                let line = format!("connected to {} peer(s)", n - 1);
+                assert_eq!(out.stderr.matches(&line).count(), n, "{}", out.stderr);
+            }
+        }
     }
+}
+
+#[test]
+fn at_init_queue_pairs_when_asked_for() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    let out = run_scenario(
+        &app(),
+        3,
+        &[
+            ("RANKWIRE_TRANSPORTS", "rdma,tcp"),
+            ("RANKWIRE_RDMA_CONNECT", "at-init"),
+            ("RDMA_EXPECT", "rdma"),
+            ("RANKWIRE_LOG", "rankwire_transports=debug"),
+        ],
+        &["sizes"],
+        T,
+    );
+    assert_eq!(
+        out.stderr.matches("queue pair ready (on demand)").count(),
+        0,
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        out.stderr.matches("connected to 2 peer(s)").count(),
+        3,
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -116,7 +167,7 @@ fn eager_only_and_tiny_slots_still_deliver_every_size() {
         &app(),
         2,
         &[
-            ("RANKWIRE_TRANSPORTS", "rdma"),
+            ("RANKWIRE_TRANSPORTS", "rdma,tcp"),
             ("RDMA_EXPECT", "rdma"),
             ("RANKWIRE_RDMA_SLOTS", "2"),
             ("RANKWIRE_RDMA_EAGER_LIMIT", "0"),

@@ -162,6 +162,8 @@ pub(crate) struct Engine {
     /// or `RANKWIRE_GPU_EAGER_MAX` for CUDA IPC peers.
     device_eager: Vec<usize>,
     backlog: Vec<VecDeque<OutFrame>>,
+    // RDMA wireup messages (queue pairs made on demand) waiting for TCP to take them.
+    wireup: VecDeque<(u32, Vec<u8>)>,
     events: Vec<Event>,
     pub(crate) backoff: Backoff,
     /// Executes the protocol's memory actions (device staging, buffer offers).
@@ -245,6 +247,7 @@ impl Engine {
             device_eager: Vec::new(),
             routes,
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
+            wireup: VecDeque::new(),
             events: Vec::new(),
             backoff,
             mem: Default::default(),
@@ -482,6 +485,43 @@ impl Engine {
         if self.ipc_busy() {
             any |= self.poll_ipc();
         }
+        if self.tp.contains(TransportKind::Rdma) {
+            any |= self.pump_wireup();
+        }
+        any
+    }
+
+    /// Carry the RDMA transport's wireup messages (queue pairs made on demand) to their
+    /// peers over TCP; whether any moved. A TCP failure fails the peer as any TCP
+    /// failure does.
+    fn pump_wireup(&mut self) -> bool {
+        if let Some(r) = self.tp.rdma_mut() {
+            while let Some(m) = r.take_wireup() {
+                self.wireup.push_back(m);
+            }
+        }
+        let mut any = false;
+        while let Some((peer, msg)) = self.wireup.pop_front() {
+            let res = match self.tp.tcp_mut() {
+                Some(t) => t.send(peer, &msg, &[]),
+                None => Err(rankwire_transports::TransportError::NoSuchPeer {
+                    transport: "tcp (RDMA wireup)",
+                    peer,
+                }),
+            };
+            match res {
+                Ok(SendOutcome::Sent) => any = true,
+                Ok(SendOutcome::Busy) => {
+                    self.wireup.push_front((peer, msg));
+                    break;
+                }
+                Err(e) => {
+                    any = true;
+                    self.proto.fail_peer(peer, e.into());
+                    self.backlog[peer as usize].clear();
+                }
+            }
+        }
         any
     }
 
@@ -682,6 +722,22 @@ impl Engine {
                     header,
                     payload,
                 } => {
+                    // RDMA queue-pair set-up, carried over TCP (on demand).
+                    if rankwire_transports::rdma::connect::is_wireup(&header) {
+                        let r = match self.tp.rdma_mut() {
+                            Some(t) => t.on_wireup(peer, &header),
+                            None => Err(rankwire_transports::TransportError::NoSuchPeer {
+                                transport: "rdma (wireup)",
+                                peer,
+                            }),
+                        };
+                        if let Err(e) = r {
+                            tracing::error!("rank {peer}: RDMA connection set-up failed: {e}");
+                            self.proto.fail_peer(peer, e.into());
+                            self.backlog[peer as usize].clear();
+                        }
+                        continue;
+                    }
                     if let Err(e) = self.proto.on_frame(peer, &header, payload) {
                         tracing::error!("rank {peer} sent a bad frame: {e}");
                         self.backlog[peer as usize].clear();
@@ -787,6 +843,7 @@ impl Engine {
     /// Whether every frame has been handed to the OS.
     pub(crate) fn is_flushed(&self) -> bool {
         self.backlog.iter().all(|q| q.is_empty())
+            && self.wireup.is_empty()
             && !self.proto.has_output()
             && self.tp.is_flushed()
     }

@@ -610,6 +610,29 @@ fn build(joined: Joined) -> Result<Universe> {
     let tcp_peers: Vec<u32> = (0..size)
         .filter(|&r| routes[r as usize] == Route::Tcp)
         .collect();
+    let rdma_peers: Vec<u32> = (0..size)
+        .filter(|&r| routes[r as usize] == Route::Rdma)
+        .collect();
+    // An RDMA route needs a device at both ends. Every rank holds the same `ok`, so
+    // with fewer than two such ranks all skip the transport's setup fences together.
+    let select::RdmaProbe {
+        cfg: rdma_cfg,
+        dev: rdma_dev,
+        ok: rdma_ok,
+        ..
+    } = rdma_probe;
+    let rdma_job = rdma_cfg.is_some() && rdma_ok.iter().filter(|&&ok| ok).count() >= 2;
+    // Queue pairs on demand are set up through messages the TCP transport carries, so
+    // it serves the RDMA peers too (its connections are made on demand as well). Every
+    // rank decides alike: the settings are the job's.
+    let rdma_on_demand = rdma_job && use_tcp && rdma_cfg.as_ref().is_some_and(|c| c.on_demand);
+    let tcp_serves: Vec<u32> = if rdma_on_demand {
+        let mut v: Vec<u32> = tcp_peers.iter().chain(&rdma_peers).copied().collect();
+        v.sort_unstable();
+        v
+    } else {
+        tcp_peers.clone()
+    };
     // The bootstrap client ends up here (below), shared with the TCP transport's
     // on-demand address reads.
     let shared: Arc<std::sync::Mutex<Option<Wireup>>> = Arc::new(std::sync::Mutex::new(None));
@@ -625,37 +648,27 @@ fn build(joined: Joined) -> Result<Universe> {
             secret.as_bytes(),
             cfg,
             &mut client,
-            &tcp_peers,
+            &tcp_serves,
             Some(Box::new(SharedLookup(shared.clone()))),
         )?)
     } else {
         None
     };
-    let rdma_peers: Vec<u32> = (0..size)
-        .filter(|&r| routes[r as usize] == Route::Rdma)
-        .collect();
-    // An RDMA route needs a device at both ends. Every rank holds the same `ok`, so
-    // with fewer than two such ranks all skip the transport's setup fences together.
-    let select::RdmaProbe {
-        cfg: rdma_cfg,
-        dev: rdma_dev,
-        ok: rdma_ok,
-        ..
-    } = rdma_probe;
     let rdma = match &rdma_cfg {
-        Some(cfg) if rdma_ok.iter().filter(|&&ok| ok).count() >= 2 => RdmaTransport::new(
-            rank,
-            rdma_dev.filter(|_| !rdma_peers.is_empty()),
-            cfg,
-            &mut client,
-            &rdma_peers,
-        )?,
+        Some(cfg) if rdma_job => {
+            let dev = rdma_dev.filter(|_| !rdma_peers.is_empty());
+            if rdma_on_demand {
+                RdmaTransport::new_on_demand(rank, dev, cfg, &mut client, &rdma_peers)?
+            } else {
+                RdmaTransport::new(rank, dev, cfg, &mut client, &rdma_peers)?
+            }
+        }
         _ => None,
     };
     // A transport that serves no peer is dropped after the setup fences, so progress
     // never polls it.
     let shm = shm.filter(|_| routes.contains(&Route::Shm));
-    let tcp = tcp.filter(|_| !tcp_peers.is_empty());
+    let tcp = tcp.filter(|_| !tcp_serves.is_empty());
     let rdma_offers = rdma.is_some();
     let mut engine = Engine::new(
         rank,

@@ -339,6 +339,14 @@ impl Transports {
         }
     }
 
+    /// The RDMA transport, mutably (its on-demand wireup messages).
+    pub fn rdma_mut(&mut self) -> Option<&mut RdmaTransport> {
+        match &mut self.slots[TransportKind::Rdma.slot()] {
+            Some(AnyTransport::Rdma(t)) => Some(t),
+            _ => None,
+        }
+    }
+
     /// The CUDA IPC transport (its cache counters, whether copies run).
     #[cfg(feature = "cuda")]
     pub fn cuda_ipc(&self) -> Option<&crate::cuda_ipc::CudaIpcTransport> {

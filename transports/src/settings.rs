@@ -405,6 +405,14 @@ pub static SETTINGS: &[Setting] = &[
         "fail instead of staging GPU buffers through host memory",
     ),
     rank(
+        "RANKWIRE_RDMA_CONNECT",
+        "on-demand",
+        "on-demand or at-init",
+        Check::OneOf(&["on-demand", "at-init"]),
+        "when RDMA queue pairs are made: at the first message to a peer (set up over TCP), \
+         or all at init",
+    ),
+    rank(
         "RANKWIRE_REGCACHE_MAX_ENTRIES",
         "256",
         "a count of idle registrations (0 turns caching off)",

@@ -317,3 +317,151 @@ fn gid_index_settings_are_checked() {
     let d = RdmaDevice::probe(&c).unwrap().unwrap();
     println!("default choice: {}", d.why());
 }
+
+/// Two transports set up for queue pairs on demand (no QP made yet), or `None`.
+fn pair_on_demand(cfg: RdmaConfig) -> Option<(RdmaTransport, RdmaTransport)> {
+    match RdmaDevice::probe(&cfg).expect("settings") {
+        Ok(_) => {}
+        Err(why) => {
+            assert!(!required(), "RANKWIRE_TEST_REQUIRE_RDMA=1 but: {why}");
+            eprintln!("skipped: no RDMA here ({why})");
+            return None;
+        }
+    }
+    let ex = MemExchange {
+        kv: Default::default(),
+        barrier: Arc::new(Barrier::new(2)),
+    };
+    let mk = |rank: u32, mut ex: MemExchange, cfg: RdmaConfig| {
+        std::thread::spawn(move || {
+            let dev = RdmaDevice::probe(&cfg).unwrap().unwrap();
+            RdmaTransport::new_on_demand(rank, Some(dev), &cfg, &mut ex, &[1 - rank])
+                .unwrap()
+                .unwrap()
+        })
+    };
+    let a = mk(0, ex.clone(), cfg.clone());
+    let b = mk(1, ex, cfg);
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    // Nothing was published: the bootstrap carries no connection data on demand.
+    assert!(a.is_flushed() && b.is_flushed());
+    Some((a, b))
+}
+
+/// Carry wireup messages both ways (what the core does over TCP); how many moved.
+fn ferry(a: &mut RdmaTransport, b: &mut RdmaTransport) -> usize {
+    let mut n = 0;
+    while let Some((to, m)) = a.take_wireup() {
+        assert_eq!(to, 1);
+        b.on_wireup(0, &m).unwrap();
+        n += 1;
+    }
+    while let Some((to, m)) = b.take_wireup() {
+        assert_eq!(to, 0);
+        a.on_wireup(1, &m).unwrap();
+        n += 1;
+    }
+    n
+}
+
+/// Send `frames` numbered frames from `from` to `to` (taking Busy while the queue pair is
+/// set up) and collect what `to` receives, ferrying wireup messages in between.
+fn exchange_on_demand(a: &mut RdmaTransport, b: &mut RdmaTransport, both: bool) {
+    let frames = 50usize;
+    let (mut sent_a, mut sent_b) = (0usize, 0usize);
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    let (mut busy_a, mut wireups) = (0, 0);
+    let t0 = Instant::now();
+    let want_b = if both { frames } else { 0 };
+    while got_b.len() < frames || got_a.len() < want_b {
+        if sent_a < frames {
+            match a
+                .send(1, &(sent_a as u32).to_le_bytes(), &[7; 100])
+                .unwrap()
+            {
+                SendOutcome::Sent => sent_a += 1,
+                SendOutcome::Busy => busy_a += 1,
+            }
+        }
+        if both
+            && sent_b < frames
+            && b.send(0, &(sent_b as u32).to_le_bytes(), &[9; 10]).unwrap() == SendOutcome::Sent
+        {
+            sent_b += 1;
+        }
+        wireups += ferry(a, b);
+        for (t, got, from) in [(&mut *a, &mut got_a, 1u32), (&mut *b, &mut got_b, 0u32)] {
+            let mut ev = Vec::new();
+            t.poll(&mut ev);
+            for e in ev {
+                match e {
+                    Event::Recv { peer, header, .. } => {
+                        assert_eq!(peer, from);
+                        let i = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
+                        assert_eq!(i, got.len(), "out of order");
+                        got.push(i);
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "stuck: a sent {sent_a}, b got {}; b sent {sent_b}, a got {}",
+            got_b.len(),
+            got_a.len()
+        );
+    }
+    assert!(
+        busy_a > 0,
+        "the first frame went out before the queue pair existed"
+    );
+    // Request, Reply, Ack (and, when both start, the same three the other way).
+    assert_eq!(wireups, if both { 6 } else { 3 }, "wireup messages");
+}
+
+#[test]
+fn queue_pairs_on_demand_connect_at_the_first_frame() {
+    let Some((mut a, mut b)) = pair_on_demand(cfg()) else {
+        return;
+    };
+    exchange_on_demand(&mut a, &mut b, false);
+    // The connection now works the other way without a new handshake.
+    assert_eq!(b.send(0, &[1, 2, 3, 4], &[]).unwrap(), SendOutcome::Sent);
+    assert!(b.take_wireup().is_none());
+    let (ea, _) = drive(&mut a, &mut b, |ea, _| !ea.is_empty());
+    assert!(matches!(&ea[0], Event::Recv { peer: 1, .. }), "{ea:?}");
+}
+
+#[test]
+fn queue_pairs_on_demand_when_both_ranks_start_at_once() {
+    let Some((mut a, mut b)) = pair_on_demand(cfg()) else {
+        return;
+    };
+    exchange_on_demand(&mut a, &mut b, true);
+}
+
+#[test]
+fn wireup_messages_out_of_order_or_foreign_are_refused() {
+    let Some((mut a, mut b)) = pair_on_demand(cfg()) else {
+        return;
+    };
+    // Not a wireup message at all, and an Ack before any Request.
+    assert!(a.on_wireup(1, b"RW\x02\x00").is_err());
+    assert!(a.on_wireup(1, b"RQ\x03").is_err());
+    // A Reply nobody asked for.
+    assert_eq!(a.send(1, &[0; 4], &[]).unwrap(), SendOutcome::Busy);
+    let (_, req) = a.take_wireup().unwrap();
+    b.on_wireup(0, &req).unwrap();
+    let (_, reply) = b.take_wireup().unwrap();
+    assert!(
+        b.on_wireup(0, &reply).is_err(),
+        "b took its own Reply as an answer"
+    );
+    // The handshake still completes after the refused messages.
+    a.on_wireup(1, &reply).unwrap();
+    let (_, ack) = a.take_wireup().unwrap();
+    b.on_wireup(0, &ack).unwrap();
+    assert_eq!(a.send(1, &[0; 4], &[]).unwrap(), SendOutcome::Sent);
+    assert_eq!(b.send(0, &[0; 4], &[]).unwrap(), SendOutcome::Sent);
+}

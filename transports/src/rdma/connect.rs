@@ -1,8 +1,20 @@
-//! RC queue pairs and the connection data exchanged through the bootstrap.
+//! RC queue pairs and the connection data two ranks exchange to connect them.
 //!
-//! Each side creates one RC QP per peer, publishes [`ConnInfo`] (QPN, PSN, GID, LID,
-//! MTU, and where its credit words live) under `rdma-qp-<from>-<to>`, reads the peer's,
-//! and moves its QP INIT → RTR → RTS (IB spec vol. 1 §10.3; `ibv_modify_qp(3)`).
+//! Each side has one RC QP per peer. It sends the peer its [`ConnInfo`] (QPN, PSN, GID,
+//! LID, MTU, and where its credit words live), reads the peer's, and moves its QP
+//! INIT → RTR → RTS (IB spec vol. 1 §10.3; `ibv_modify_qp(3)`).
+//!
+//! Two ways to carry the [`ConnInfo`]s:
+//! - **on demand** (the default): at the first frame to a peer, as `Wireup` messages
+//!   that the core carries over the TCP transport's authenticated connection to that
+//!   peer (made on demand too). This is what NCCL's `net_ib` does over its own sockets.
+//!   The handshake is `Request` (initiator's info) → `Reply` (acceptor's info, sent once
+//!   its QP is RTS with receives posted) → `Ack` (initiator's QP is RTS with receives
+//!   posted); each side sends frames only after the message that proves the peer's
+//!   receives are posted (Reply, resp. Ack). Both ranks starting at once is the same
+//!   exchange run twice on the one QP pair: each answers the other's Request.
+//! - **at init** (`RANKWIRE_RDMA_CONNECT=at-init`): every pair, through the bootstrap,
+//!   under `rdma-qp-<from>-<to>`, between two job-wide fences.
 
 #![allow(unsafe_code)]
 
@@ -182,9 +194,87 @@ pub(crate) fn connect_qp(
     )
 }
 
+/// First two bytes of every `Wireup` message. The core's frames begin with its magic
+/// `0x5752` (`b"RW"` in memory), so the two cannot be confused.
+pub const WIREUP_MAGIC: [u8; 2] = *b"RQ";
+
+/// Whether a frame header is an RDMA wireup message ([`WIREUP_MAGIC`]).
+#[inline]
+pub fn is_wireup(header: &[u8]) -> bool {
+    header.len() >= 3 && header[..2] == WIREUP_MAGIC
+}
+
+/// A message of the on-demand connection handshake (module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wireup {
+    /// The sender created its QP and wants to connect: its data.
+    Request(ConnInfo),
+    /// The sender connected its QP to the requester's and posted its receives: its data.
+    Reply(ConnInfo),
+    /// The requester connected and posted its receives.
+    Ack,
+}
+
+impl Wireup {
+    /// `WIREUP_MAGIC`, a kind byte (1 Request, 2 Reply, 3 Ack), then the `ConnInfo`.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut v = WIREUP_MAGIC.to_vec();
+        match self {
+            Wireup::Request(c) => {
+                v.push(1);
+                v.extend_from_slice(&c.encode());
+            }
+            Wireup::Reply(c) => {
+                v.push(2);
+                v.extend_from_slice(&c.encode());
+            }
+            Wireup::Ack => v.push(3),
+        }
+        v
+    }
+
+    /// The message in `b`, or `None` for anything else.
+    pub(crate) fn decode(b: &[u8]) -> Option<Wireup> {
+        if !is_wireup(b) {
+            return None;
+        }
+        match (b[2], &b[3..]) {
+            (1, rest) => ConnInfo::decode(rest).map(Wireup::Request),
+            (2, rest) => ConnInfo::decode(rest).map(Wireup::Reply),
+            (3, []) => Some(Wireup::Ack),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wireup_messages_round_trip_and_reject_others() {
+        let c = ConnInfo {
+            qpn: 5,
+            psn: 6,
+            gid: Gid::default(),
+            lid: 1,
+            mtu: 4,
+            credit_addr: 0x1000,
+            credit_rkey: 9,
+        };
+        for m in [Wireup::Request(c), Wireup::Reply(c), Wireup::Ack] {
+            let b = m.encode();
+            assert!(is_wireup(&b));
+            assert_eq!(Wireup::decode(&b), Some(m));
+            assert_eq!(Wireup::decode(&b[..b.len() - 1]), None, "{m:?} truncated");
+        }
+        // A core frame header (magic 0x5752 little-endian) is not one.
+        assert!(!is_wireup(&[0x52, 0x57, 2, 0]));
+        assert_eq!(Wireup::decode(b"RQ\x09"), None);
+        let mut ack = Wireup::Ack.encode();
+        ack.push(0);
+        assert_eq!(Wireup::decode(&ack), None, "trailing bytes");
+    }
 
     #[test]
     fn conn_info_round_trips_and_rejects_wrong_lengths() {

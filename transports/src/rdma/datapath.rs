@@ -75,6 +75,15 @@ impl RdmaTransport {
                 what: "frames larger than an eager slot",
             });
         }
+        match self.conns[c].link {
+            super::Link::Ready => {}
+            // First frame to this peer: make the queue pair, ask the peer to connect.
+            super::Link::Idle => {
+                self.start_link(c)?;
+                return Ok(SendOutcome::Busy);
+            }
+            super::Link::Requested | super::Link::Connected => return Ok(SendOutcome::Busy),
+        }
         let conn = &self.conns[c];
         if self.credits(c) == 0 {
             self.stats.credit_stalls += 1;
@@ -188,6 +197,17 @@ impl RdmaTransport {
                 transport: NAME,
                 peer,
                 reason: "the queue pair failed earlier".into(),
+            });
+        }
+        // One-sided operations need our QP at RTS (the peer's frame that named the
+        // remote memory came over it, so it is); not before the handshake.
+        if !matches!(
+            self.conns[c].link,
+            super::Link::Connected | super::Link::Ready
+        ) {
+            return Err(TransportError::Unsupported {
+                transport: NAME,
+                what: "one-sided operations before the queue pair is connected",
             });
         }
         let key = self.next_key;

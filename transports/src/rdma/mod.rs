@@ -7,10 +7,15 @@
 //! # Lifecycle
 //! 1. [`RdmaDevice::probe`] opens a device and picks port and GID ([`device`]:
 //!    `RANKWIRE_IB_HCA`, `RANKWIRE_IB_GID_INDEX`, RoCE v2 IPv4-mapped GID by default).
-//! 2. [`RdmaTransport::new`] creates a PD, one CQ, one RC QP per peer and a registered
-//!    pool of eager slots, exchanges [`connect::ConnInfo`] through the bootstrap
+//! 2. [`RdmaTransport::new_on_demand`] creates a PD, one CQ and a registered pool of
+//!    eager slots; the RC QP to a peer is created at the first frame to it and connected
+//!    through wireup messages the core carries over TCP
+//!    ([`RdmaTransport::take_wireup`], [`RdmaTransport::on_wireup`]; handshake in
+//!    [`connect`]). [`RdmaTransport::new`] (`RANKWIRE_RDMA_CONNECT=at-init`) instead
+//!    makes every QP at once, exchanges [`connect::ConnInfo`] through the bootstrap
 //!    ([`crate::Exchange`]), pre-posts the receives and connects (INIT → RTR → RTS).
-//!    Every rank calls it (with or without a device) because setup has job-wide fences.
+//!    Every rank calls one of them (with or without a device) because setup has
+//!    job-wide fences.
 //! 3. Data path ([`datapath`]): frames go as SENDs into the peer's pre-posted receive
 //!    slots under credit-based flow control: a sender may have at most as many
 //!    messages outstanding as the receiver posted slots; the receiver returns credits by
@@ -73,6 +78,10 @@ pub struct RdmaConfig {
     pub require_gdr: bool,
     /// Registration cache bounds (`RANKWIRE_REGCACHE_MAX_ENTRIES`, `..._MAX_BYTES`).
     pub regcache: RegCacheConfig,
+    /// `RANKWIRE_RDMA_CONNECT`: `on-demand` (default: a peer's queue pair is made at the
+    /// first frame to it, [`RdmaTransport::new_on_demand`]) or `at-init` (every pair
+    /// at init, [`RdmaTransport::new`]).
+    pub on_demand: bool,
 }
 
 impl RdmaConfig {
@@ -88,6 +97,7 @@ impl RdmaConfig {
             "RANKWIRE_RDMA_EAGER_LIMIT",
             "RANKWIRE_RDMA_LEAVE_PINNED",
             "RANKWIRE_RDMA_GDR",
+            "RANKWIRE_RDMA_CONNECT",
         ])?;
         let get = |k: &str| crate::settings::raw(k).filter(|v| !v.trim().is_empty());
         let gid_index = match get("RANKWIRE_IB_GID_INDEX") {
@@ -124,8 +134,21 @@ impl RdmaConfig {
                 }
             },
         };
+        let on_demand = match get("RANKWIRE_RDMA_CONNECT").map(|v| v.trim().to_ascii_lowercase()) {
+            None => true,
+            Some(v) if v == "on-demand" => true,
+            Some(v) if v == "at-init" => false,
+            Some(v) => {
+                return Err(ConfigError {
+                    var: "RANKWIRE_RDMA_CONNECT",
+                    value: v,
+                    expected: "on-demand or at-init",
+                });
+            }
+        };
         let flag = |k: &str| crate::settings::switch_or_unset(k) == Some(true);
         Ok(RdmaConfig {
+            on_demand,
             hca: get("RANKWIRE_IB_HCA"),
             gid_index,
             slots,
@@ -191,10 +214,27 @@ fn wr_id(kind: u64, conn: usize, low: u32) -> u64 {
     (kind << 56) | ((conn as u64 & 0xff_ffff) << 32) | low as u64
 }
 
+// Where a peer's queue pair is in its set-up (see `connect`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    // No QP yet (on demand).
+    Idle,
+    // Our QP exists and our Request went out; waiting for the peer's Reply or Request.
+    Requested,
+    // Our QP is RTS with receives posted; frames wait for the peer's Ack (or Reply).
+    Connected,
+    // The peer's receives are posted too: frames flow.
+    Ready,
+}
+
 // One peer's queue pair and its eager-slot accounting.
 struct Conn {
     peer: u32,
+    // Null until made (on demand).
     qp: *mut IbvQp,
+    link: Link,
+    // The peer's QPN this QP is connected to.
+    remote_qpn: Option<u32>,
     // Messages posted to the peer, and the peer's count of consumed ones (RDMA-written
     // by the peer into our pool at `credit_in`).
     sent: u64,
@@ -258,6 +298,9 @@ pub struct RdmaTransport {
     /// Registrations handed out by `Transport::register`, by handle.
     registered: HashMap<u64, Held>,
     next_reg: u64,
+    rank: u32,
+    // Wireup messages for the core to carry to peers (on demand).
+    wireup_out: VecDeque<(u32, Vec<u8>)>,
     // Last: closing the device must come after every field that holds its objects.
     dev: device::Device,
 }
@@ -331,7 +374,7 @@ impl RdmaTransport {
             fence(ex)?;
             return Ok(None);
         };
-        let mut t = RdmaTransport::create(dev, cfg, peers)?;
+        let mut t = RdmaTransport::create(rank, dev, cfg, peers, true)?;
         let where_ = format!("device {}, GID index {}", t.dev.name, t.dev.gid_index);
         for (i, c) in t.conns.iter().enumerate() {
             let info = ConnInfo {
@@ -387,6 +430,8 @@ impl RdmaTransport {
             }
             t.conns[i].remote_credit_addr = remote.credit_addr;
             t.conns[i].remote_credit_rkey = remote.credit_rkey;
+            t.conns[i].remote_qpn = Some(remote.qpn);
+            t.conns[i].link = Link::Ready;
         }
         fence(ex)?;
         tracing::debug!(
@@ -399,10 +444,221 @@ impl RdmaTransport {
         Ok(Some(t))
     }
 
+    /// Set up for `peers` (world ranks, not including `rank`) without making any queue
+    /// pair: the one to a peer is made at the first frame to it or at its first
+    /// wireup message, through [`RdmaTransport::take_wireup`] and
+    /// [`RdmaTransport::on_wireup`], which the caller carries between the two ranks on a
+    /// reliable, authenticated channel (the core uses TCP). A frame to a peer whose
+    /// queue pair is not ready yet is answered [`crate::SendOutcome::Busy`]. Every rank
+    /// of the job must call this or [`RdmaTransport::new`] (same setting everywhere),
+    /// with `dev` `None` where there is no RDMA: setup has the same two job-wide fences.
+    /// Returns `None` when there is no device.
+    ///
+    /// # Errors
+    /// [`TransportError::Os`] for PD/CQ/pool setup or a failed fence.
+    pub fn new_on_demand(
+        rank: u32,
+        dev: Option<RdmaDevice>,
+        cfg: &RdmaConfig,
+        ex: &mut dyn Exchange,
+        peers: &[u32],
+    ) -> Result<Option<RdmaTransport>, TransportError> {
+        let fence = |ex: &mut dyn Exchange| {
+            ex.fence().map_err(|e| TransportError::Os {
+                transport: NAME,
+                call: "bootstrap fence",
+                reason: e,
+            })
+        };
+        let t = match dev {
+            Some(RdmaDevice { dev }) => Some(RdmaTransport::create(rank, dev, cfg, peers, false)?),
+            None => None,
+        };
+        // The fences of `new`, so that ranks with and without a device stay in step.
+        fence(ex)?;
+        fence(ex)?;
+        if let Some(t) = &t {
+            tracing::debug!(
+                "rdma: rank {rank} ready for {} peer(s) on {} port {}, GID index {}; queue \
+                 pairs are made on demand",
+                t.conns.len(),
+                t.dev.name,
+                t.dev.port,
+                t.dev.gid_index
+            );
+        }
+        Ok(t)
+    }
+
+    /// The next wireup message to carry to a peer: `(peer, bytes)`; the peer's transport
+    /// takes it in [`RdmaTransport::on_wireup`]. Messages to one peer must arrive in the
+    /// order taken.
+    pub fn take_wireup(&mut self) -> Option<(u32, Vec<u8>)> {
+        self.wireup_out.pop_front()
+    }
+
+    /// Take a wireup message `msg` from `peer` (see [`connect`] for the handshake):
+    /// makes and connects this side's queue pair as needed and queues the answer.
+    ///
+    /// # Errors
+    /// [`TransportError::NoSuchPeer`]; [`TransportError::Malformed`] for bytes that are
+    /// no wireup message or one out of order (a Reply without a Request, another QPN
+    /// than before); [`TransportError::Connect`] naming the verbs call that failed.
+    pub fn on_wireup(&mut self, peer: u32, msg: &[u8]) -> Result<(), TransportError> {
+        let Some(&c) = self.by_peer.get(&peer) else {
+            return Err(TransportError::NoSuchPeer {
+                transport: NAME,
+                peer,
+            });
+        };
+        let bad = |reason: String| TransportError::Malformed {
+            transport: NAME,
+            peer,
+            reason,
+        };
+        let m = connect::Wireup::decode(msg).ok_or_else(|| {
+            bad(format!(
+                "{} bytes that are no RDMA wireup message",
+                msg.len()
+            ))
+        })?;
+        if self.conns[c].failed {
+            return Err(TransportError::PeerLost {
+                transport: NAME,
+                peer,
+                reason: "the queue pair failed earlier".into(),
+            });
+        }
+        let link = self.conns[c].link;
+        match m {
+            connect::Wireup::Request(info) => {
+                match link {
+                    Link::Idle | Link::Requested => {
+                        self.ensure_qp(c)?;
+                        self.connect_to(c, &info)?;
+                    }
+                    Link::Connected | Link::Ready => self.check_same_qp(c, &info)?,
+                }
+                let reply = connect::Wireup::Reply(self.local_info(c));
+                self.wireup_out.push_back((peer, reply.encode()));
+            }
+            connect::Wireup::Reply(info) => {
+                match link {
+                    Link::Idle => return Err(bad("a wireup Reply without our Request".into())),
+                    Link::Requested => self.connect_to(c, &info)?,
+                    Link::Connected | Link::Ready => self.check_same_qp(c, &info)?,
+                }
+                self.wireup_out
+                    .push_back((peer, connect::Wireup::Ack.encode()));
+                self.set_ready(c);
+            }
+            connect::Wireup::Ack => match link {
+                Link::Connected | Link::Ready => self.set_ready(c),
+                Link::Idle | Link::Requested => {
+                    return Err(bad("a wireup Ack before our Reply".into()));
+                }
+            },
+        }
+        Ok(())
+    }
+
+    // Frames may go to the peer now.
+    fn set_ready(&mut self, c: usize) {
+        if self.conns[c].link != Link::Ready {
+            self.conns[c].link = Link::Ready;
+            tracing::debug!(
+                "rdma: rank {} <-> rank {}: queue pair ready (on demand)",
+                self.rank,
+                self.conns[c].peer
+            );
+        }
+    }
+
+    fn check_same_qp(&self, c: usize, info: &ConnInfo) -> Result<(), TransportError> {
+        if self.conns[c].remote_qpn == Some(info.qpn) {
+            return Ok(());
+        }
+        Err(TransportError::Malformed {
+            transport: NAME,
+            peer: self.conns[c].peer,
+            reason: format!(
+                "wireup names QPN {} but this queue pair is connected to {:?}",
+                info.qpn, self.conns[c].remote_qpn
+            ),
+        })
+    }
+
+    // Make the QP of connection `c` if it has none.
+    fn ensure_qp(&mut self, c: usize) -> Result<(), TransportError> {
+        if !self.conns[c].qp.is_null() {
+            return Ok(());
+        }
+        let qp = connect::create_qp(&self.dev, self.pd, self.cq, self.sq_depth, self.slots)
+            .map_err(|e| TransportError::Connect {
+                transport: NAME,
+                peer: self.conns[c].peer,
+                reason: format!(
+                    "device {}, GID index {}: {e}",
+                    self.dev.name, self.dev.gid_index
+                ),
+            })?;
+        self.conns[c].qp = qp;
+        Ok(())
+    }
+
+    // What the peer of connection `c` needs to connect to our QP (which exists).
+    fn local_info(&self, c: usize) -> ConnInfo {
+        ConnInfo {
+            // SAFETY: the QP is live (made by create or ensure_qp).
+            qpn: unsafe { (*self.conns[c].qp).qp_num },
+            psn: psn(self.rank, self.conns[c].peer),
+            gid: self.dev.gid,
+            lid: self.dev.lid,
+            mtu: self.dev.mtu,
+            credit_addr: self.credit_word(c, 0) as u64,
+            credit_rkey: self.pool_rkey(),
+        }
+    }
+
+    // Move the QP of `c` to RTS against `remote` and post its receives.
+    fn connect_to(&mut self, c: usize, remote: &ConnInfo) -> Result<(), TransportError> {
+        let peer = self.conns[c].peer;
+        let err = |e: String, dev: &device::Device| TransportError::Connect {
+            transport: NAME,
+            peer,
+            reason: format!("device {}, GID index {}: {e}", dev.name, dev.gid_index),
+        };
+        connect::connect_qp(&self.dev, self.conns[c].qp, psn(self.rank, peer), remote)
+            .map_err(|e| err(e, &self.dev))?;
+        // Receives are posted once the QP left RESET (rxe refuses them before) and
+        // before the peer learns it may send.
+        for s in 0..self.slots {
+            self.post_recv(c, s).map_err(|e| err(e, &self.dev))?;
+        }
+        let conn = &mut self.conns[c];
+        conn.remote_credit_addr = remote.credit_addr;
+        conn.remote_credit_rkey = remote.credit_rkey;
+        conn.remote_qpn = Some(remote.qpn);
+        conn.link = Link::Connected;
+        Ok(())
+    }
+
+    // The first frame to a peer without a QP: make it and send our Request.
+    pub(super) fn start_link(&mut self, c: usize) -> Result<(), TransportError> {
+        self.ensure_qp(c)?;
+        self.conns[c].link = Link::Requested;
+        let req = connect::Wireup::Request(self.local_info(c));
+        self.wireup_out
+            .push_back((self.conns[c].peer, req.encode()));
+        Ok(())
+    }
+
     fn create(
+        rank: u32,
         dev: device::Device,
         cfg: &RdmaConfig,
         peers: &[u32],
+        make_qps: bool,
     ) -> Result<RdmaTransport, TransportError> {
         let verbs = dev.verbs.clone();
         let os = |call: &'static str, dev: &device::Device| TransportError::Os {
@@ -484,6 +740,8 @@ impl RdmaTransport {
             stats: RdmaStats::default(),
             registered: HashMap::new(),
             next_reg: 1,
+            rank,
+            wireup_out: VecDeque::new(),
         };
         if pool_mr.is_null() {
             return Err(os("ibv_reg_mr (eager pool)", &t.dev));
@@ -491,17 +749,26 @@ impl RdmaTransport {
         // SAFETY: non-null MR.
         t.pool_lkey = unsafe { (*pool_mr).lkey };
         for &peer in peers {
-            let qp = connect::create_qp(&t.dev, pd, cq, sq_depth, slots).map_err(|e| {
-                TransportError::Connect {
-                    transport: NAME,
-                    peer,
-                    reason: format!("device {}, GID index {}: {e}", t.dev.name, t.dev.gid_index),
-                }
-            })?;
+            let qp = if make_qps {
+                connect::create_qp(&t.dev, pd, cq, sq_depth, slots).map_err(|e| {
+                    TransportError::Connect {
+                        transport: NAME,
+                        peer,
+                        reason: format!(
+                            "device {}, GID index {}: {e}",
+                            t.dev.name, t.dev.gid_index
+                        ),
+                    }
+                })?
+            } else {
+                std::ptr::null_mut()
+            };
             t.by_peer.insert(peer, t.conns.len());
             t.conns.push(Conn {
                 peer,
                 qp,
+                link: Link::Idle,
+                remote_qpn: None,
                 sent: 0,
                 consumed: 0,
                 reported: 0,
@@ -605,7 +872,7 @@ impl Drop for RdmaTransport {
         let v = &self.verbs;
         // SAFETY: each object was created once here and nothing uses it after drop.
         unsafe {
-            for c in &self.conns {
+            for c in self.conns.iter().filter(|c| !c.qp.is_null()) {
                 (v.destroy_qp)(c.qp);
             }
             self.registry.clear();
@@ -655,6 +922,7 @@ impl crate::Transport for RdmaTransport {
             .iter()
             .all(|c| c.failed || (c.send_busy == 0 && c.sq_outstanding == 0))
             && self.pending.is_empty()
+            && self.wireup_out.is_empty()
     }
 
     /// Host memory through the registration cache ([`Registry::acquire_host`]): the
