@@ -814,3 +814,86 @@ fn srun_pmix_without_the_library_is_a_clear_error() {
         );
     }
 }
+
+#[test]
+fn srun_pmix_fences_agree_when_only_some_ranks_put_and_missing_keys_fail_fast() {
+    let probe = path("rw-pmixprobe");
+    // One node (3 ranks), then two nodes (2 + 2): with differing data-collection flags a
+    // server refuses the fence on one node and waits forever across nodes.
+    if slurm::pmix_or_skip(
+        "srun_pmix_fences_agree_when_only_some_ranks_put_and_missing_keys_fail_fast",
+        None,
+        1,
+    ) {
+        let out = srun("pmix-probe", &["-n", "3", "--mpi=pmix", &probe]).run();
+        out.assert_ok();
+        assert_eq!(
+            out.stdout.matches("pmixprobe OK").count(),
+            3,
+            "{}",
+            out.stdout
+        );
+    }
+    if slurm::pmix_or_skip(
+        "srun_pmix_fences_agree_when_only_some_ranks_put_and_missing_keys_fail_fast (2 nodes)",
+        Some(&slurm::netns_conf()),
+        2,
+    ) {
+        let out = netns_srun(
+            "pmix-probe-2n",
+            &["-N", "2", "--ntasks-per-node=2", "--mpi=pmix", &probe],
+        )
+        .run();
+        out.assert_ok();
+        assert_eq!(
+            out.stdout.matches("pmixprobe OK").count(),
+            4,
+            "{}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
+fn pmix_variables_without_their_server_fail_within_the_bound() {
+    // Variables of a PMIx step, but nobody at the address (a closed port), and a server
+    // that accepts and never answers: a clear error within the bootstrap timeout.
+    let heat = path("examples/heat2d");
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let closed_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    for (port, want) in [(closed_port, "PMIx_Init"), (silent_port, "PMIx_Init")] {
+        let t0 = Instant::now();
+        let out = command(&heat, ["50", "40", "10"])
+            .env("PMIX_NAMESPACE", "slurm.pmix.999.0")
+            .env("PMIX_RANK", "0")
+            .env(
+                "PMIX_SERVER_URI41",
+                &format!("pmix-server.1;tcp4://127.0.0.1:{port}"),
+            )
+            .env("RANKWIRE_BOOTSTRAP_TIMEOUT", "3")
+            .timeout(Duration::from_secs(60))
+            .run();
+        if out.stderr.contains("cannot load the PMIx client library") {
+            eprintln!("skipped: no libpmix here ({})", out.stderr.trim());
+            return;
+        }
+        assert_ne!(out.code(), 0, "{}", out.stdout);
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "port {port}: took {:?}\n{}",
+            t0.elapsed(),
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("bootstrap:") && out.stderr.contains(want),
+            "port {port}: {}",
+            out.stderr
+        );
+        assert!(result_lines(&out.stdout).is_empty(), "{}", out.stdout);
+    }
+    drop(silent);
+}

@@ -96,6 +96,9 @@ pub const NO_PEER: u32 = u32::MAX;
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // A bootstrap message that names its own fix (launch detection, a missing
+            // PMIx library) ends there.
+            Error::Bootstrap(d) if d.contains("Fix:") => return write!(f, "bootstrap: {d}"),
             Error::Bootstrap(d) => write!(f, "bootstrap: {d}")?,
             Error::Connection { peer, detail } => {
                 write!(f, "connection to rank {peer} failed: {detail}")?

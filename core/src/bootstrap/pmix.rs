@@ -13,20 +13,27 @@
 //!    `PMIx_Get(PMIX_LOCAL_SIZE)` on the namespace's wildcard rank.
 //! 2. [`PmixClient::put`] is `PMIx_Put` with global scope (a byte object); values are
 //!    committed (`PMIx_Commit`) at the next fence.
-//! 3. [`PmixClient::fence`] is `PMIx_Fence_nb` over the whole namespace. It asks for data
-//!    collection (`PMIX_COLLECT_DATA`) only where this rank put something since the last
-//!    fence: the init fence collects the node records every rank reads; a fence with
-//!    nothing new is a barrier.
-//! 4. [`PmixClient::get`] is `PMIx_Get_nb` of a peer's key. Data not collected by a fence
-//!    is fetched from the peer's server on demand (PMIx "direct modex").
+//! 3. [`PmixClient::fence`] is `PMIx_Fence_nb` over the whole namespace with data
+//!    collection (`PMIX_COLLECT_DATA`). Every rank must pass the same flag (the server
+//!    refuses, or one node waits forever, otherwise), and a rank cannot know whether
+//!    another put something, so every fence collects; one after which nobody put
+//!    anything moves no data. rankwire fences only during setup: the init fence brings
+//!    every rank's node record and addresses to every node, as PMI-2 does.
+//! 4. [`PmixClient::get_from`] is `PMIx_Get_nb` of a key of the rank that put it, with
+//!    `PMIX_OPTIONAL`: from the data the fences brought, without asking the server, so a
+//!    key nobody put is "not found" at once (rankwire reads only keys put before a fence,
+//!    as PMI-2 requires).
 //! 5. `PMIx_Finalize`, or `PMIx_Abort` (the server ends every process of the namespace).
 //!
 //! # Timeouts
-//! Fence and get wait on other ranks. They run through the library's nonblocking calls
-//! and are awaited for at most the bootstrap timeout (`RANKWIRE_BOOTSTRAP_TIMEOUT`), so
-//! a rank that died before a fence gives an error instead of a hang. `PMIX_TIMEOUT` is
-//! passed too, for servers that honour it. A call still outstanding at the timeout keeps
-//! its (leaked) completion record, so the library's late callback writes valid memory.
+//! Every call that talks to the server is bounded by the bootstrap timeout
+//! (`RANKWIRE_BOOTSTRAP_TIMEOUT`): fence and get run through the library's nonblocking
+//! calls (with `PMIX_TIMEOUT` too, for servers that honour it); `PMIx_Init`,
+//! `PMIx_Finalize` and `PMIx_Abort`, which have no nonblocking form, run on a helper
+//! thread that is abandoned at the bound (the library is then never unloaded). A
+//! nonblocking call still outstanding at the bound keeps its completion record, with the
+//! key, process and attributes the library may still read, allocated until its late
+//! callback.
 //!
 //! # Sources
 //! The PMIx Standard v4.1 (chapters "Data Structures and Types", "Initialization and
@@ -129,6 +136,8 @@ const PMIX_RANK_WILDCARD: u32 = 0xffff_fffe;
 // pmix_status_t values.
 const PMIX_SUCCESS: c_int = 0;
 const PMIX_ERR_NOT_FOUND: c_int = -46;
+const PMIX_ERR_TIMEOUT: c_int = -24;
+const PMIX_ERR_UNREACH: c_int = -25;
 const PMIX_OPERATION_SUCCEEDED: c_int = -157;
 // Attribute names.
 const PMIX_JOB_SIZE: &CStr = c"pmix.job.size";
@@ -136,6 +145,7 @@ const PMIX_LOCAL_SIZE: &CStr = c"pmix.local.size";
 const PMIX_LOCAL_RANK: &CStr = c"pmix.lrank";
 const PMIX_COLLECT_DATA: &CStr = c"pmix.collect";
 const PMIX_TIMEOUT: &CStr = c"pmix.timeout";
+const PMIX_OPTIONAL: &CStr = c"pmix.optional";
 
 type OpCb = extern "C" fn(c_int, *mut c_void);
 type ValueCb = extern "C" fn(c_int, *mut Value, *mut c_void);
@@ -159,8 +169,9 @@ struct Api {
     ) -> c_int,
     error_string: unsafe extern "C" fn(c_int) -> *const c_char,
     version: unsafe extern "C" fn() -> *const c_char,
-    // Keeps the functions above valid.
-    _lib: libloading::Library,
+    // Keeps the functions above valid; never unloaded (the library's progress thread,
+    // or a helper thread abandoned at a bound, may still run in it).
+    _lib: std::mem::ManuallyDrop<libloading::Library>,
 }
 
 /// Why a PMIx operation failed. The `Display` text names PMIx, the operation and the
@@ -238,7 +249,7 @@ pub struct PmixClient {
     local_size: Option<u32>,
     local_rank: Option<u32>,
     timeout: Duration,
-    /// Puts since the last fence (that fence then collects data).
+    /// Puts since the last fence (that fence commits them first).
     dirty: bool,
     finalized: bool,
     version: String,
@@ -257,9 +268,8 @@ impl std::fmt::Debug for PmixClient {
 
 /// Whether the environment says this process was started by a PMIx server.
 pub fn offered(var: impl Fn(&str) -> Option<String>) -> bool {
-    var(env::PMIX_NAMESPACE).is_some()
-        && var(env::PMIX_RANK).is_some()
-        && env::PMIX_SERVER_URI.iter().any(|v| var(v).is_some())
+    let set = |k: &str| var(k).is_some_and(|v| !v.trim().is_empty());
+    set(env::PMIX_NAMESPACE) && set(env::PMIX_RANK) && env::PMIX_SERVER_URI.iter().any(|v| set(v))
 }
 
 fn library_names() -> Vec<String> {
@@ -306,10 +316,13 @@ fn load(names: &[String]) -> Result<Api, PmixError> {
                 match unsafe { lib.get($name) } {
                     Ok(s) => *s,
                     Err(e) => {
+                        let why = std::error::Error::source(&e)
+                            .map(|w| format!(": {w}"))
+                            .unwrap_or_default();
                         return Err(PmixError::Library {
                             tried: name.clone(),
-                            detail: format!("{e}"),
-                        })
+                            detail: format!("{e}{why} (the file is not a PMIx v4 client library)"),
+                        });
                     }
                 }
             };
@@ -324,7 +337,7 @@ fn load(names: &[String]) -> Result<Api, PmixError> {
             get_nb: sym!(b"PMIx_Get_nb\0"),
             error_string: sym!(b"PMIx_Error_string\0"),
             version: sym!(b"PMIx_Get_version\0"),
-            _lib: lib,
+            _lib: std::mem::ManuallyDrop::new(lib),
         });
     }
     Err(PmixError::Library {
@@ -366,12 +379,47 @@ fn value_int(n: c_int) -> Value {
     }
 }
 
-/// What a nonblocking call's callback hands back to the waiting caller.
-#[derive(Default)]
+/// The longest wait for the server's answer to `PMIx_Abort`.
+const ABORT_BOUND: Duration = Duration::from_secs(10);
+
+/// Run `f` on a helper thread and wait at most `bound` for its result; `None` when it
+/// did not finish in time (the thread is left to finish or block on its own) or no
+/// thread could be started.
+fn bounded<T: Send + 'static>(
+    bound: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("rankwire-pmix".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .ok()?;
+    rx.recv_timeout(bound).ok()
+}
+
+/// What a nonblocking call's callback hands back to the waiting caller, and the
+/// arguments the library may still read until it calls back (`PMIx_Get_nb` keeps the
+/// key and attribute pointers).
 struct Done {
     state: Mutex<Option<(c_int, Option<Got>)>>,
     cv: Condvar,
+    args: Args,
 }
+
+/// Arguments of one nonblocking call, at stable addresses inside its [`Done`].
+struct Args {
+    procs: Box<[Proc]>,
+    key: CString,
+    infos: Box<[Info]>,
+}
+
+// SAFETY: the arguments are plain data (namespaces, a key, attributes holding booleans
+// and integers: no pointer into another thread's memory); the state is behind a mutex.
+unsafe impl Send for Done {}
+// SAFETY: as above; the callback thread only locks `state`.
+unsafe impl Sync for Done {}
 
 /// A value copied out of the library's `pmix_value_t` inside the callback.
 enum Got {
@@ -448,8 +496,23 @@ impl PmixClient {
             nspace: [0; MAX_NSLEN + 1],
             rank: 0,
         };
-        // SAFETY: `me` is a valid pmix_proc_t the library fills; no info array.
-        let rc = unsafe { (api.init)(&mut me, std::ptr::null_mut(), 0) };
+        let init = api.init;
+        let rc = match bounded(timeout, move || {
+            // SAFETY: `me` is a valid pmix_proc_t the library fills; no info array.
+            let rc = unsafe { init(&mut me, std::ptr::null_mut(), 0) };
+            (rc, me)
+        }) {
+            Some((rc, filled)) => {
+                me = filled;
+                rc
+            }
+            None => {
+                return Err(PmixError::Timeout {
+                    what: "PMIx_Init (connecting to the server in PMIX_SERVER_URI*)".into(),
+                    timeout_ms: timeout.as_millis(),
+                });
+            }
+        };
         // SAFETY: PMIx_Get_version returns a static string.
         let version = unsafe { CStr::from_ptr((api.version)()) }
             .to_string_lossy()
@@ -466,6 +529,14 @@ impl PmixClient {
             finalized: rc != PMIX_SUCCESS,
             version,
         };
+        if rc == PMIX_ERR_UNREACH {
+            return Err(c.status(
+                "PMIx_Init: the PMIx server named in PMIX_SERVER_URI* cannot be reached (the \
+                 step that set these variables has ended, or they were copied into a process \
+                 it did not start; to run alone, unset every PMIX_* variable)",
+                rc,
+            ));
+        }
         if rc != PMIX_SUCCESS {
             return Err(c.status(
                 "PMIx_Init (connecting to the server in PMIX_SERVER_URI*)",
@@ -570,11 +641,16 @@ impl PmixClient {
     fn wait_for(
         &self,
         what: &str,
-        start: impl FnOnce(*mut c_void) -> c_int,
+        args: Args,
+        start: impl FnOnce(&Args, *mut c_void) -> c_int,
     ) -> Result<(c_int, Option<Got>), PmixError> {
-        let done = Arc::new(Done::default());
+        let done = Arc::new(Done {
+            state: Mutex::new(None),
+            cv: Condvar::new(),
+            args,
+        });
         let cb = Arc::into_raw(done.clone()) as *mut c_void;
-        let rc = start(cb);
+        let rc = start(&done.args, cb);
         if rc != PMIX_SUCCESS {
             // SAFETY: the library did not accept the call, so it will not call back;
             // take back the count handed to it.
@@ -592,8 +668,8 @@ impl PmixClient {
             }
             let now = std::time::Instant::now();
             if now >= deadline {
-                // The callback's count stays with the library (the record outlives a late
-                // callback).
+                // The callback's count stays with the library: the record, with the
+                // arguments it may still read, outlives a late callback.
                 return Err(PmixError::Timeout {
                     what: what.into(),
                     timeout_ms: self.timeout.as_millis(),
@@ -607,25 +683,60 @@ impl PmixClient {
         }
     }
 
-    fn get_value(&self, p: &Proc, key: &CStr, what: &str) -> Result<Option<Got>, PmixError> {
-        let infos = [self.timeout_info()];
-        let (rc, got) = self.wait_for(what, |cb| {
-            // SAFETY: `p`, `key` and `infos` outlive the call (the library copies them
-            // before returning); `value_done` matches pmix_value_cbfunc_t.
+    /// `PMIx_Get_nb` of `key` of process `p`; `optional`: only from data already on this
+    /// node (`PMIX_OPTIONAL`), so a missing key is `None` at once.
+    fn get_value(
+        &self,
+        p: &Proc,
+        key: &CStr,
+        what: &str,
+        optional: bool,
+    ) -> Result<Option<Got>, PmixError> {
+        let mut infos = vec![self.timeout_info()];
+        if optional {
+            infos.push(info(PMIX_OPTIONAL, value_bool(true)));
+        }
+        let args = Args {
+            procs: Box::new([*p]),
+            key: key.to_owned(),
+            infos: infos.into_boxed_slice(),
+        };
+        let (rc, got) = self.wait_for(what, args, |a, cb| {
+            // SAFETY: the arguments live in the completion record until the callback
+            // (the library keeps the key and attribute pointers); `value_done` matches
+            // pmix_value_cbfunc_t.
             unsafe {
-                (self.api.get_nb)(p, key.as_ptr(), infos.as_ptr(), infos.len(), value_done, cb)
+                (self.api.get_nb)(
+                    a.procs.as_ptr(),
+                    a.key.as_ptr(),
+                    a.infos.as_ptr(),
+                    a.infos.len(),
+                    value_done,
+                    cb,
+                )
             }
         })?;
         match rc {
             PMIX_SUCCESS => Ok(got),
             PMIX_ERR_NOT_FOUND => Ok(None),
-            rc => Err(self.status(what, rc)),
+            rc => Err(self.failed(what, rc)),
         }
+    }
+
+    // A status of a call that waited on others: a timeout is PmixError::Timeout.
+    fn failed(&self, what: &str, rc: c_int) -> PmixError {
+        if rc == PMIX_ERR_TIMEOUT {
+            return PmixError::Timeout {
+                what: what.into(),
+                timeout_ms: self.timeout.as_millis(),
+            };
+        }
+        self.status(what, rc)
     }
 
     fn get_uint(&self, p: &Proc, key: &CStr) -> Result<Option<u32>, PmixError> {
         let what = format!("get of {}", key.to_string_lossy());
-        match self.get_value(p, key, &what)? {
+        match self.get_value(p, key, &what, false)? {
             None => Ok(None),
             Some(Got::Uint(n)) => Ok(u32::try_from(n).ok()),
             Some(Got::Bytes(_)) => Err(PmixError::Malformed {
@@ -689,7 +800,7 @@ impl PmixClient {
         let k = self.key(key, "get")?;
         let p = self.proc_of(rank);
         let what = format!("get of {key:?} from rank {rank}");
-        match self.get_value(&p, &k, &what)? {
+        match self.get_value(&p, &k, &what, true)? {
             Some(Got::Bytes(b)) => Ok(b),
             None => Err(PmixError::NotFound {
                 key: key.into(),
@@ -716,18 +827,31 @@ impl PmixClient {
                 return Err(self.status("commit", rc));
             }
         }
-        let job = self.wildcard();
-        let infos = [
-            info(PMIX_COLLECT_DATA, value_bool(self.dirty)),
-            self.timeout_info(),
-        ];
-        let (rc, _) = self.wait_for("fence", |cb| {
-            // SAFETY: `job` and `infos` outlive the call (copied by the library);
+        // Always collect: see the module doc.
+        let args = Args {
+            procs: Box::new([self.wildcard()]),
+            key: CString::default(),
+            infos: Box::new([
+                info(PMIX_COLLECT_DATA, value_bool(true)),
+                self.timeout_info(),
+            ]),
+        };
+        let (rc, _) = self.wait_for("fence", args, |a, cb| {
+            // SAFETY: the arguments live in the completion record until the callback;
             // `op_done` matches pmix_op_cbfunc_t.
-            unsafe { (self.api.fence_nb)(&job, 1, infos.as_ptr(), infos.len(), op_done, cb) }
+            unsafe {
+                (self.api.fence_nb)(
+                    a.procs.as_ptr(),
+                    a.procs.len(),
+                    a.infos.as_ptr(),
+                    a.infos.len(),
+                    op_done,
+                    cb,
+                )
+            }
         })?;
         if rc != PMIX_SUCCESS {
-            return Err(self.status("fence", rc));
+            return Err(self.failed("fence", rc));
         }
         self.dirty = false;
         Ok(())
@@ -742,12 +866,18 @@ impl PmixClient {
             return Ok(());
         }
         self.finalized = true;
+        let finalize = self.api.finalize;
         // SAFETY: initialized and not yet finalized; no info array.
-        let rc = unsafe { (self.api.finalize)(std::ptr::null(), 0) };
-        if rc != PMIX_SUCCESS {
-            return Err(self.status("finalize", rc));
+        match bounded(self.timeout, move || unsafe {
+            finalize(std::ptr::null(), 0)
+        }) {
+            Some(PMIX_SUCCESS) => Ok(()),
+            Some(rc) => Err(self.status("finalize", rc)),
+            None => Err(PmixError::Timeout {
+                what: "PMIx_Finalize".into(),
+                timeout_ms: self.timeout.as_millis(),
+            }),
         }
-        Ok(())
     }
 
     /// Ask the server to end every process of the namespace (`PMIx_Abort` with no
@@ -757,12 +887,21 @@ impl PmixClient {
     /// [`PmixError::Status`] if the request was refused.
     pub fn abort(&mut self, code: i32, message: &str) -> Result<(), PmixError> {
         let msg = CString::new(message.replace('\0', " ")).unwrap_or_default();
-        // SAFETY: a NUL-terminated message; NULL/0 = the whole namespace.
-        let rc = unsafe { (self.api.abort)(code, msg.as_ptr(), std::ptr::null_mut(), 0) };
-        if rc != PMIX_SUCCESS {
-            return Err(self.status("abort", rc));
+        let abort = self.api.abort;
+        // The server usually ends this process before answering; the caller exits anyway.
+        let bound = self.timeout.min(ABORT_BOUND);
+        // SAFETY: a NUL-terminated message (moved into the thread); NULL/0 = the whole
+        // namespace.
+        match bounded(bound, move || unsafe {
+            abort(code, msg.as_ptr(), std::ptr::null_mut(), 0)
+        }) {
+            Some(PMIX_SUCCESS) => Ok(()),
+            Some(rc) => Err(self.status("abort", rc)),
+            None => Err(PmixError::Timeout {
+                what: "PMIx_Abort".into(),
+                timeout_ms: bound.as_millis(),
+            }),
         }
-        Ok(())
     }
 }
 
@@ -793,6 +932,12 @@ mod tests {
             ("PMIX_RANK", "0"),
             ("PMIX_NAMESPACE", "x")
         ])));
+        // An empty server address is no server.
+        assert!(!offered(env(&[
+            ("PMIX_RANK", "0"),
+            ("PMIX_NAMESPACE", "x"),
+            ("PMIX_SERVER_URI41", " "),
+        ])));
         assert!(offered(env(&[
             ("PMIX_RANK", "0"),
             ("PMIX_NAMESPACE", "slurm.pmix.1.0"),
@@ -814,6 +959,18 @@ mod tests {
         ] {
             assert!(e.contains(want), "{want:?} missing from: {e}");
         }
+    }
+
+    #[test]
+    fn bounded_calls_return_or_give_up_at_the_bound() {
+        assert_eq!(bounded(Duration::from_secs(5), || 7), Some(7));
+        let t0 = std::time::Instant::now();
+        let r = bounded(Duration::from_millis(100), || {
+            std::thread::sleep(Duration::from_secs(2));
+            1
+        });
+        assert_eq!(r, None);
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     }
 
     #[test]
@@ -879,6 +1036,7 @@ int main(void) {
     PMIX_OPERATION_SUCCEEDED);
   printf("%s %s %s %s %s %d\n", PMIX_JOB_SIZE, PMIX_LOCAL_SIZE, PMIX_LOCAL_RANK,
     PMIX_COLLECT_DATA, PMIX_TIMEOUT, PMIX_MAX_NSLEN);
+  printf("%d %d %s\n", PMIX_ERR_TIMEOUT, PMIX_ERR_UNREACH, PMIX_OPTIONAL);
   return 0;
 }
 "#,
@@ -932,5 +1090,10 @@ int main(void) {
             PMIX_TIMEOUT.to_string_lossy()
         );
         assert_eq!(lines[2], want2, "attribute names");
+        let want3 = format!(
+            "{PMIX_ERR_TIMEOUT} {PMIX_ERR_UNREACH} {}",
+            PMIX_OPTIONAL.to_string_lossy()
+        );
+        assert_eq!(lines[3], want3, "statuses and PMIX_OPTIONAL");
     }
 }
