@@ -745,6 +745,12 @@ fn srun_pmix_failing_panicking_and_aborting_ranks_end_the_step() {
         "{}",
         out.stderr
     );
+    // Under srun the fix names srun's tools, not rwrun's.
+    assert!(
+        out.stderr.contains("srun -K") && !out.stderr.contains("rwrun's line"),
+        "{}",
+        out.stderr
+    );
     // A panicking rank aborts the job through PMIx_Abort.
     let t0 = Instant::now();
     let out = srun(

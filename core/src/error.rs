@@ -195,6 +195,17 @@ impl Error {
                 start, raise RANKWIRE_BOOTSTRAP_TIMEOUT (seconds)"
                     .into()
             }
+            // Started by srun: no rwrun line to read, and Slurm ends the step only with -K.
+            Error::Connection { peer, .. }
+                if crate::bootstrap::launch::under_resource_manager() =>
+            {
+                format!(
+                    "rank {peer} has probably exited: read its output (`srun -l` labels each \
+                     line with its task), and run with `srun -K` so that Slurm ends the step \
+                     when a task fails; if it is still running, check the network path to it \
+                     (RANKWIRE_TCP_IF, RANKWIRE_TCP_IF_EXCLUDE, RANKWIRE_CONNECT_TIMEOUT)"
+                )
+            }
             Error::Connection { peer, .. } => format!(
                 "rank {peer} has probably exited: read its output and rwrun's line about it; \
                  if it is still running, check the network path to it (RANKWIRE_TCP_IF, \

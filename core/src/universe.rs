@@ -324,7 +324,9 @@ fn init_inner() -> Result<Universe> {
 }
 
 fn init_world() -> Result<Universe> {
-    let joined = match launch::detect(|k| std::env::var(k).ok()).map_err(Error::Bootstrap)? {
+    let launched = launch::detect(|k| std::env::var(k).ok()).map_err(Error::Bootstrap)?;
+    launch::note_launch(&launched);
+    let joined = match launched {
         Launch::Singleton => return Ok(singleton()),
         Launch::Rwrun => join_rwrun()?,
         Launch::Pmi => join_pmi()?,

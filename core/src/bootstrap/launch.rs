@@ -13,6 +13,24 @@
 //! sets `SLURM_JOB_ID` but no `SLURM_STEP_ID` there) is not a step: a program run
 //! directly from it is a singleton, as without Slurm.
 
+/// Set at `init` when a resource manager's PMI or PMIx server started this process
+/// (`srun`), so that error remedies name srun's tools instead of rwrun's.
+static UNDER_RESOURCE_MANAGER: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Record how this process was started (called once by `init`).
+pub(crate) fn note_launch(l: &Launch) {
+    UNDER_RESOURCE_MANAGER.store(
+        matches!(l, Launch::Pmi | Launch::Pmix),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Whether `init` found this process started by `srun` (PMI or PMIx), not by rwrun.
+pub(crate) fn under_resource_manager() -> bool {
+    UNDER_RESOURCE_MANAGER.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The wire-up this process must use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Launch {
