@@ -112,6 +112,9 @@ fn every_size_class_over_rdma_on_2_and_3_ranks() {
             let made_on_demand = out.stderr.matches("queue pairs are made on demand").count();
             // Every pair talks in `sizes`: one "ready" line per rank and peer.
             let ready = out.stderr.matches("queue pair ready (on demand)").count();
+            // Every rank talks to both ring neighbours: n - 1 queue pairs each, either way.
+            let qps = format!("queue_pairs={}", n - 1);
+            assert_eq!(out.stdout.matches(&qps).count(), n, "{}", out.stdout);
             if on_demand {
                 assert_eq!(made_on_demand, n, "{}", out.stderr);
                 assert_eq!(ready, n * (n - 1), "{}", out.stderr);

@@ -47,7 +47,7 @@ fn main() {
     let stats = universe.rdma_stats();
     if let Some((reg, dp)) = stats {
         println!(
-            "rank {}: rdma regcache hits={} misses={} evictions={} invalidations={} sends={} credit_stalls={} credit_writes={} reads={}",
+            "rank {}: rdma regcache hits={} misses={} evictions={} invalidations={} sends={} credit_stalls={} credit_writes={} reads={} queue_pairs={}",
             world.rank(),
             reg.hits,
             reg.misses,
@@ -56,7 +56,8 @@ fn main() {
             dp.sends,
             dp.credit_stalls,
             dp.credit_writes,
-            dp.reads
+            dp.reads,
+            dp.queue_pairs
         );
         if scenario == "sizes" && dp.reads == 0 {
             fail("rendezvous messages went over RDMA but no RDMA READ completed");

@@ -343,8 +343,10 @@ fn pair_on_demand(cfg: RdmaConfig) -> Option<(RdmaTransport, RdmaTransport)> {
     let a = mk(0, ex.clone(), cfg.clone());
     let b = mk(1, ex, cfg);
     let (a, b) = (a.join().unwrap(), b.join().unwrap());
-    // Nothing was published: the bootstrap carries no connection data on demand.
+    // Nothing was published: the bootstrap carries no connection data on demand, and no
+    // queue pair (nor its pool) exists before the first frame.
     assert!(a.is_flushed() && b.is_flushed());
+    assert_eq!((a.stats().queue_pairs, b.stats().queue_pairs), (0, 0));
     Some((a, b))
 }
 
@@ -416,6 +418,7 @@ fn exchange_on_demand(a: &mut RdmaTransport, b: &mut RdmaTransport, both: bool) 
         busy_a > 0,
         "the first frame went out before the queue pair existed"
     );
+    assert_eq!((a.stats().queue_pairs, b.stats().queue_pairs), (1, 1));
     // Request, Reply, Ack (and, when both start, the same three the other way).
     assert_eq!(wireups, if both { 6 } else { 3 }, "wireup messages");
 }

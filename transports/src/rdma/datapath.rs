@@ -24,7 +24,7 @@ impl RdmaTransport {
         let mut sge = IbvSge {
             addr: self.slot_ptr(c, slot, false) as u64,
             length: self.slot_bytes as u32,
-            lkey: self.pool_lkey,
+            lkey: self.conns[c].lkey,
         };
         let mut wr = IbvRecvWr {
             wr_id: wr_id(WR_RECV, c, slot),
@@ -111,7 +111,7 @@ impl RdmaTransport {
         let mut sge = IbvSge {
             addr: p as u64,
             length: len as u32,
-            lkey: self.pool_lkey,
+            lkey: self.conns[c].lkey,
         };
         let mut wr = IbvSendWr::new(wr_id(WR_SEND, c, slot), &mut sge, verbs::WR_SEND, true);
         // SAFETY: registered slot memory, stays untouched until the completion.
@@ -346,7 +346,7 @@ impl RdmaTransport {
         let mut sge = IbvSge {
             addr: src as u64,
             length: 8,
-            lkey: self.pool_lkey,
+            lkey: self.conns[c].lkey,
         };
         let mut wr = IbvSendWr::new(wr_id(WR_CREDIT, c, 0), &mut sge, verbs::WR_RDMA_WRITE, true);
         wr.remote_addr = conn.remote_credit_addr;

@@ -232,6 +232,12 @@ struct Conn {
     peer: u32,
     // Null until made (on demand).
     qp: *mut IbvQp,
+    // This connection's registered pool: `slots` receive slots, `slots` send slots, then
+    // two credit words (see `credit_word`). Null until made, with the QP.
+    pool: *mut u8,
+    pool_mr: *mut IbvMr,
+    lkey: u32,
+    rkey: u32,
     link: Link,
     // The peer's QPN this QP is connected to.
     remote_qpn: Option<u32>,
@@ -279,10 +285,6 @@ pub struct RdmaTransport {
     verbs: Arc<Verbs>,
     pd: *mut IbvPd,
     cq: *mut IbvCq,
-    pool: *mut u8,
-    pool_layout: std::alloc::Layout,
-    pool_mr: *mut IbvMr,
-    pool_lkey: u32,
     slot_bytes: usize,
     slots: u32,
     sq_depth: u32,
@@ -321,6 +323,9 @@ pub struct RdmaStats {
     pub reads: u64,
     /// RDMA WRITE work requests completed (one-sided puts, not credit updates).
     pub writes: u64,
+    /// Queue pairs made so far, each with its registered pool of eager slots (on demand:
+    /// one per peer frames were exchanged with).
+    pub queue_pairs: u64,
 }
 
 impl RdmaTransport {
@@ -385,7 +390,7 @@ impl RdmaTransport {
                 lid: t.dev.lid,
                 mtu: t.dev.mtu,
                 credit_addr: t.credit_word(i, 0) as u64,
-                credit_rkey: t.pool_rkey(),
+                credit_rkey: c.rkey,
             };
             ex.put(&format!("rdma-qp-{rank}-{}", c.peer), &info.encode())
                 .map_err(|e| TransportError::Connect {
@@ -588,10 +593,55 @@ impl RdmaTransport {
         })
     }
 
-    // Make the QP of connection `c` if it has none.
+    // Make the pool and the QP of connection `c` if it has none.
     fn ensure_qp(&mut self, c: usize) -> Result<(), TransportError> {
         if !self.conns[c].qp.is_null() {
             return Ok(());
+        }
+        if self.conns[c].pool.is_null() {
+            let bytes = self.pool_bytes();
+            let layout = std::alloc::Layout::from_size_align(bytes, 4096).map_err(|e| {
+                TransportError::Os {
+                    transport: NAME,
+                    call: "alloc",
+                    reason: e.to_string(),
+                }
+            })?;
+            // SAFETY: non-zero size.
+            let pool = unsafe { std::alloc::alloc_zeroed(layout) };
+            if pool.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            // SAFETY: pool is a live allocation of `bytes` bytes, kept until drop.
+            let mr = unsafe {
+                (self.verbs.reg_mr)(
+                    self.pd,
+                    pool as *mut std::ffi::c_void,
+                    bytes,
+                    verbs::ACCESS_LOCAL_WRITE
+                        | verbs::ACCESS_REMOTE_WRITE
+                        | verbs::ACCESS_REMOTE_READ,
+                )
+            };
+            if mr.is_null() {
+                let reason = format!(
+                    "ibv_reg_mr (eager pool of {bytes} bytes, device {}): {}",
+                    self.dev.name,
+                    verbs::errno_text()
+                );
+                // SAFETY: allocated above with this layout, never registered.
+                unsafe { std::alloc::dealloc(pool, layout) };
+                return Err(TransportError::Os {
+                    transport: NAME,
+                    call: "ibv_reg_mr",
+                    reason,
+                });
+            }
+            let conn = &mut self.conns[c];
+            conn.pool = pool;
+            conn.pool_mr = mr;
+            // SAFETY: non-null MR.
+            (conn.lkey, conn.rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
         }
         let qp = connect::create_qp(&self.dev, self.pd, self.cq, self.sq_depth, self.slots)
             .map_err(|e| TransportError::Connect {
@@ -616,7 +666,7 @@ impl RdmaTransport {
             lid: self.dev.lid,
             mtu: self.dev.mtu,
             credit_addr: self.credit_word(c, 0) as u64,
-            credit_rkey: self.pool_rkey(),
+            credit_rkey: self.conns[c].rkey,
         }
     }
 
@@ -687,28 +737,6 @@ impl RdmaTransport {
             return Err(e);
         }
         let slot_bytes = (8 + MAX_HEADER_BYTES + FRAME_PAYLOAD_BYTES).next_multiple_of(64);
-        let per_conn = 2 * slots as usize * slot_bytes;
-        let total = (per_conn * peers.len() + 16 * peers.len().max(1)).next_multiple_of(4096);
-        let pool_layout =
-            std::alloc::Layout::from_size_align(total, 4096).map_err(|e| TransportError::Os {
-                transport: NAME,
-                call: "alloc",
-                reason: e.to_string(),
-            })?;
-        // SAFETY: non-zero size.
-        let pool = unsafe { std::alloc::alloc_zeroed(pool_layout) };
-        if pool.is_null() {
-            std::alloc::handle_alloc_error(pool_layout);
-        }
-        // SAFETY: pool is a live allocation of `total` bytes, kept until drop.
-        let pool_mr = unsafe {
-            (verbs.reg_mr)(
-                pd,
-                pool as *mut std::ffi::c_void,
-                total,
-                verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_WRITE | verbs::ACCESS_REMOTE_READ,
-            )
-        };
         let mut regcache = cfg.regcache;
         if !cfg.leave_pinned {
             // Host buffers get a new identity per operation (see Registry::acquire_host):
@@ -722,10 +750,6 @@ impl RdmaTransport {
             verbs,
             pd,
             cq,
-            pool,
-            pool_layout,
-            pool_mr,
-            pool_lkey: 0,
             slot_bytes,
             slots,
             sq_depth,
@@ -743,30 +767,15 @@ impl RdmaTransport {
             rank,
             wireup_out: VecDeque::new(),
         };
-        if pool_mr.is_null() {
-            return Err(os("ibv_reg_mr (eager pool)", &t.dev));
-        }
-        // SAFETY: non-null MR.
-        t.pool_lkey = unsafe { (*pool_mr).lkey };
         for &peer in peers {
-            let qp = if make_qps {
-                connect::create_qp(&t.dev, pd, cq, sq_depth, slots).map_err(|e| {
-                    TransportError::Connect {
-                        transport: NAME,
-                        peer,
-                        reason: format!(
-                            "device {}, GID index {}: {e}",
-                            t.dev.name, t.dev.gid_index
-                        ),
-                    }
-                })?
-            } else {
-                std::ptr::null_mut()
-            };
             t.by_peer.insert(peer, t.conns.len());
             t.conns.push(Conn {
                 peer,
-                qp,
+                qp: std::ptr::null_mut(),
+                pool: std::ptr::null_mut(),
+                pool_mr: std::ptr::null_mut(),
+                lkey: 0,
+                rkey: 0,
                 link: Link::Idle,
                 remote_qpn: None,
                 sent: 0,
@@ -780,7 +789,17 @@ impl RdmaTransport {
                 failed: false,
             });
         }
+        if make_qps {
+            for c in 0..t.conns.len() {
+                t.ensure_qp(c)?;
+            }
+        }
         Ok(t)
+    }
+
+    /// Bytes of one connection's pool: both slot rings and the two credit words.
+    fn pool_bytes(&self) -> usize {
+        (2 * self.slots as usize * self.slot_bytes + 16).next_multiple_of(4096)
     }
 
     /// The registration cache (shared with the core's rendezvous offer path).
@@ -790,7 +809,10 @@ impl RdmaTransport {
 
     /// Data-path counters.
     pub fn stats(&self) -> RdmaStats {
-        self.stats
+        RdmaStats {
+            queue_pairs: self.conns.iter().filter(|c| !c.qp.is_null()).count() as u64,
+            ..self.stats
+        }
     }
 
     /// Device name and GID index, for messages.
@@ -831,25 +853,23 @@ impl RdmaTransport {
         self.quiesced = true;
     }
 
-    fn pool_rkey(&self) -> u32 {
-        // SAFETY: pool_mr is non-null after create.
-        unsafe { (*self.pool_mr).rkey }
-    }
-
     // Slot `s` of connection `c`: receive slots first, then send slots.
+    // (Connection `c` has its pool: made with its QP.)
     fn slot_ptr(&self, c: usize, s: u32, send: bool) -> *mut u8 {
-        let base = c * 2 * self.slots as usize * self.slot_bytes;
         let idx = if send { self.slots + s } else { s } as usize;
-        // SAFETY: inside the pool (c < conns, s < slots).
-        unsafe { self.pool.add(base + idx * self.slot_bytes) }
+        debug_assert!(!self.conns[c].pool.is_null());
+        // SAFETY: inside connection c's pool (s < slots).
+        unsafe { self.conns[c].pool.add(idx * self.slot_bytes) }
     }
 
-    // Credit words of connection `c`: word 0 is written by the peer (its consumed
-    // count), word 1 is the source of our writes to the peer.
+    // Credit words of connection `c`, after its slots: word 0 is written by the peer (its
+    // consumed count), word 1 is the source of our writes to the peer.
     fn credit_word(&self, c: usize, w: usize) -> *mut u64 {
-        let base = self.conns.len().max(1) * 2 * self.slots as usize * self.slot_bytes;
-        // SAFETY: inside the pool's credit area, 8-byte aligned.
-        unsafe { self.pool.add(base + c * 16 + w * 8) as *mut u64 }
+        let base = 2 * self.slots as usize * self.slot_bytes;
+        debug_assert!(!self.conns[c].pool.is_null());
+        // SAFETY: inside connection c's pool, 8-byte aligned (slot_bytes is a multiple
+        // of 64).
+        unsafe { self.conns[c].pool.add(base + w * 8) as *mut u64 }
     }
 }
 
@@ -876,15 +896,19 @@ impl Drop for RdmaTransport {
                 (v.destroy_qp)(c.qp);
             }
             self.registry.clear();
-            if !self.pool_mr.is_null() {
-                (v.dereg_mr)(self.pool_mr);
+            for c in self.conns.iter().filter(|c| !c.pool_mr.is_null()) {
+                (v.dereg_mr)(c.pool_mr);
             }
             (v.destroy_cq)(self.cq);
             let rc = (v.dealloc_pd)(self.pd);
             if rc != 0 {
                 tracing::debug!("rdma: ibv_dealloc_pd: rc {rc}");
             }
-            std::alloc::dealloc(self.pool, self.pool_layout);
+            if let Ok(layout) = std::alloc::Layout::from_size_align(self.pool_bytes(), 4096) {
+                for c in self.conns.iter().filter(|c| !c.pool.is_null()) {
+                    std::alloc::dealloc(c.pool, layout);
+                }
+            }
         }
     }
 }
