@@ -809,6 +809,81 @@ fn impostor(cfg: TcpConfig) {
     });
 }
 
+/// The listener is bound to every interface, but a connection that arrives on an address
+/// the rank does not publish (here 127.0.0.2, while only 127.0.0.1 is published) is
+/// closed at once, before any handshake, and the job connects as usual. Three ranks, so
+/// that rank 0's listener stays in use (two ranks switch to their direct path once
+/// connected); rank 0 keeps polling until the stray connection saw its end, which must
+/// come well before the 10 s handshake bound that would end a silent connection.
+#[test]
+fn a_connection_to_an_unpublished_address_is_dropped_at_accept() {
+    let cfg = TcpConfig {
+        addr_timeout: Duration::from_secs(10),
+        ..od_cfg()
+    };
+    let kv = kv(3);
+    let job = "the-job";
+    let stray_done = std::sync::atomic::AtomicBool::new(false);
+    let done = &stray_done;
+    thread::scope(|s| {
+        let kv_f = &kv;
+        let stray = s.spawn(move || {
+            let mut ex = Ex::new(kv_f);
+            let addrs = record_addrs(&ex.get(0, "tcp-addr-0").unwrap());
+            assert!(
+                addrs
+                    .iter()
+                    .all(|a| a.ip() != std::net::Ipv4Addr::new(127, 0, 0, 2)),
+                "{addrs:?}"
+            );
+            let mut sock = TcpStream::connect(("127.0.0.2", addrs[0].port())).unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            let t0 = Instant::now();
+            let mut b = [0u8; 1];
+            match sock.read(&mut b) {
+                Ok(0) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                other => panic!("rank 0 kept a connection to 127.0.0.2: {other:?}"),
+            }
+            let took = t0.elapsed();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            assert!(took < Duration::from_secs(5), "closed after {took:?}");
+        });
+        let others: Vec<_> = [1u32, 2]
+            .into_iter()
+            .map(|r| {
+                let cfg = cfg.clone();
+                s.spawn(move || {
+                    let mut ex = Ex::new(kv_f);
+                    let peers: Vec<u32> = (0..3).filter(|&p| p != r).collect();
+                    let mut t = TcpTransport::new(r, 3, job, SECRET, cfg, &mut ex, &peers).unwrap();
+                    if r == 1 {
+                        send_blocking(&mut t, 0, b"real", b"1", &mut Vec::new());
+                    }
+                    let mut sink = Vec::new();
+                    pump_until(&mut t, &mut sink, Duration::from_secs(30), |_, _| {
+                        done.load(std::sync::atomic::Ordering::SeqCst)
+                    });
+                    finalize(&mut ex, t);
+                })
+            })
+            .collect();
+        let mut ex = Ex::new(&kv);
+        let mut t = TcpTransport::new(0, 3, job, SECRET, cfg.clone(), &mut ex, &[1, 2]).unwrap();
+        let mut sink = Vec::new();
+        pump_until(&mut t, &mut sink, Duration::from_secs(30), |_, s| {
+            !s.is_empty() && done.load(std::sync::atomic::Ordering::SeqCst)
+        });
+        assert!(matches!(&sink[0], Event::Recv { peer: 1, header, .. } if header == b"real"));
+        finalize(&mut ex, t);
+        stray.join().unwrap();
+        for o in others {
+            o.join().unwrap();
+        }
+    });
+}
+
 /// Two ranks started with different secrets do not connect: the error says why.
 #[test]
 fn ranks_with_different_secrets_do_not_connect() {

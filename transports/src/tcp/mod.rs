@@ -428,6 +428,7 @@ impl TcpTransport {
             size,
             config,
             listed,
+            local_addrs.clone(),
         );
         match lookup {
             Some(l) => od.lookup = Some(l),

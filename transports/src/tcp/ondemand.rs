@@ -73,6 +73,8 @@ pub(crate) struct OnDemand {
     pub(crate) cfg: TcpConfig,
     /// Per world rank: may connect with us (a listed peer).
     pub(crate) listed: Vec<bool>,
+    /// Our published addresses: a connection that arrives on another is dropped.
+    pub(crate) mine: Vec<SocketAddr>,
     /// Address records read at init (no lookup) or at first use, by rank.
     pub(crate) addrs: Vec<Option<Vec<SocketAddr>>>,
     pub(crate) lookup: Option<Box<dyn Lookup>>,
@@ -139,6 +141,7 @@ impl OnDemand {
         size: u32,
         cfg: TcpConfig,
         listed: Vec<bool>,
+        mine: Vec<SocketAddr>,
     ) -> OnDemand {
         debug_assert_eq!(cfg.connect, ConnectMode::OnDemand);
         OnDemand {
@@ -149,6 +152,7 @@ impl OnDemand {
             cfg,
             addrs: vec![None; listed.len()],
             listed,
+            mine,
             lookup: None,
             hs: std::collections::BTreeMap::new(),
             next_token: HS_TOKEN_BASE,
@@ -325,6 +329,13 @@ impl TcpTransport {
         while od.accepts < MAX_PENDING_ACCEPTS {
             match od.listener.accept() {
                 Ok((sock, from)) => {
+                    if let Err(why) = super::setup::arrived_on_published(&sock, &od.mine) {
+                        debug!(
+                            "tcp: rank {} dropped a connection from {from:?}: {why}",
+                            self.rank
+                        );
+                        continue;
+                    }
                     if let Err(e) = sock.set_nonblocking(true) {
                         debug!("tcp: dropping accepted connection: set_nonblocking: {e}");
                         continue;

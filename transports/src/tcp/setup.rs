@@ -108,6 +108,33 @@ pub(crate) struct Setup<'a> {
     pub(crate) expect: Vec<u32>,
 }
 
+/// Whether an accepted connection came in on one of the addresses this rank publishes.
+/// The listener is bound to every interface (one socket serves them all), so
+/// connections to addresses that `RANKWIRE_TCP_IF` / `RANKWIRE_TCP_IF_EXCLUDE` (or the
+/// default choice) left out would otherwise be admitted to the handshake; no peer dials
+/// them. IPv4-mapped IPv6 addresses compare as IPv4.
+///
+/// # Errors
+/// Why the connection is dropped, for the debug log.
+pub(crate) fn arrived_on_published(sock: &Socket, mine: &[SocketAddr]) -> Result<(), String> {
+    let canonical = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    let Some(local) = sock.local_addr().ok().and_then(|a| a.as_socket()) else {
+        return Err("its local address is unknown".into());
+    };
+    let ip = canonical(local.ip());
+    if mine.iter().any(|m| canonical(m.ip()) == ip) {
+        Ok(())
+    } else {
+        Err(format!(
+            "it arrived on {ip}, which this rank does not publish (RANKWIRE_TCP_IF, \
+             RANKWIRE_TCP_IF_EXCLUDE)"
+        ))
+    }
+}
+
 /// Run the setup loop (module doc). Returns one handshaken, nonblocking socket per peer.
 ///
 /// # Errors
@@ -186,6 +213,10 @@ pub(crate) fn establish(setup: Setup<'_>) -> Result<BTreeMap<u32, Socket>, Trans
         loop {
             match listener.accept() {
                 Ok((sock, from)) => {
+                    if let Err(why) = arrived_on_published(&sock, my_addrs) {
+                        debug!("tcp: rank {my_rank} dropped a connection from {from:?}: {why}");
+                        continue;
+                    }
                     if let Err(e) = sock.set_nonblocking(true) {
                         debug!("tcp: dropping accepted connection: set_nonblocking: {e}");
                         continue;
