@@ -157,9 +157,41 @@ fn two_nodes_over_a_wire() {
     let dev = RdmaDevice::probe(&cfg).unwrap().expect("an RDMA device");
     println!("{}: {}", role, dev.why());
     let (me, other) = if server { (0, 1) } else { (1, 0) };
-    let mut t = RdmaTransport::new(me, Some(dev), &cfg, &mut ex, &[other])
-        .unwrap()
-        .unwrap();
+    // Queue pairs on demand (the default): the client's first frame starts the
+    // handshake; its Request, Reply and Ack go over this test's exchange (the core
+    // carries them over TCP). `RANKWIRE_RDMA_CONNECT=at-init` runs the old set-up.
+    let mut t = if cfg.on_demand {
+        let mut t = RdmaTransport::new_on_demand(me, Some(dev), &cfg, &mut ex, &[other])
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.stats().queue_pairs, 0);
+        if server {
+            let req = ex.get(1, "wire-request").unwrap();
+            t.on_wireup(1, &req).unwrap();
+            let (to, reply) = t.take_wireup().expect("a Reply");
+            assert_eq!(to, 1);
+            ex.put("wire-reply", &reply).unwrap();
+            let ack = ex.get(1, "wire-ack").unwrap();
+            t.on_wireup(1, &ack).unwrap();
+        } else {
+            assert_eq!(t.send(0, &[0], &[]).unwrap(), SendOutcome::Busy);
+            let (to, req) = t.take_wireup().expect("a Request");
+            assert_eq!(to, 0);
+            ex.put("wire-request", &req).unwrap();
+            let reply = ex.get(0, "wire-reply").unwrap();
+            t.on_wireup(0, &reply).unwrap();
+            let (_, ack) = t.take_wireup().expect("an Ack");
+            ex.put("wire-ack", &ack).unwrap();
+        }
+        assert!(t.take_wireup().is_none());
+        println!("{role}: queue pair made on demand: {:?}", t.stats());
+        t
+    } else {
+        RdmaTransport::new(me, Some(dev), &cfg, &mut ex, &[other])
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(t.stats().queue_pairs, 1);
     let sizes = [0usize, 1, 4096, 16 * 1024];
     let mut queue = Vec::new();
     // Eager frames: client -> server, then server -> client.
