@@ -468,3 +468,97 @@ fn wireup_messages_out_of_order_or_foreign_are_refused() {
     assert_eq!(a.send(1, &[0; 4], &[]).unwrap(), SendOutcome::Sent);
     assert_eq!(b.send(0, &[0; 4], &[]).unwrap(), SendOutcome::Sent);
 }
+
+/// Six ranks in one process, queue pairs on demand, every rank sending to every other:
+/// each rank ends with 5 queue pairs, more than its completion queue had room for at
+/// first (4), so the queue grows while frames are in flight; every frame arrives once.
+#[test]
+fn six_ranks_on_demand_every_pair_talks_and_the_completion_queue_grows() {
+    let cfg = cfg();
+    match RdmaDevice::probe(&cfg).expect("settings") {
+        Ok(_) => {}
+        Err(why) => {
+            assert!(!required(), "RANKWIRE_TEST_REQUIRE_RDMA=1 but: {why}");
+            eprintln!("skipped: no RDMA here ({why})");
+            return;
+        }
+    }
+    let n = 6u32;
+    let ex = MemExchange {
+        kv: Default::default(),
+        barrier: Arc::new(Barrier::new(n as usize)),
+    };
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            let (mut ex, cfg) = (ex.clone(), cfg.clone());
+            std::thread::spawn(move || {
+                let dev = RdmaDevice::probe(&cfg).unwrap().unwrap();
+                let peers: Vec<u32> = (0..n).filter(|&p| p != rank).collect();
+                RdmaTransport::new_on_demand(rank, Some(dev), &cfg, &mut ex, &peers)
+                    .unwrap()
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut ts: Vec<RdmaTransport> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    // to_send[r]: the peers r still has to send its frame to.
+    let mut to_send: Vec<Vec<u32>> = (0..n)
+        .map(|r| (0..n).filter(|&p| p != r).collect())
+        .collect();
+    let mut got: Vec<Vec<u32>> = vec![Vec::new(); n as usize];
+    let t0 = Instant::now();
+    while got.iter().any(|g| g.len() < (n - 1) as usize) {
+        for r in 0..n as usize {
+            to_send[r].retain(|&p| {
+                ts[r]
+                    .send(p, &(r as u32).to_le_bytes(), &[r as u8; 64])
+                    .unwrap()
+                    == SendOutcome::Busy
+            });
+        }
+        // Carry every wireup message to its peer.
+        let mut moved = true;
+        while moved {
+            moved = false;
+            for r in 0..n as usize {
+                while let Some((to, m)) = ts[r].take_wireup() {
+                    ts[to as usize].on_wireup(r as u32, &m).unwrap();
+                    moved = true;
+                }
+            }
+        }
+        for r in 0..n as usize {
+            let mut ev = Vec::new();
+            ts[r].poll(&mut ev);
+            for e in ev {
+                match e {
+                    Event::Recv {
+                        peer,
+                        header,
+                        payload,
+                    } => {
+                        assert_eq!(u32::from_le_bytes(header[..4].try_into().unwrap()), peer);
+                        assert_eq!(payload, vec![peer as u8; 64]);
+                        got[r].push(peer);
+                    }
+                    other => panic!("rank {r}: unexpected {other:?}"),
+                }
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "stuck: got {got:?}, to send {to_send:?}"
+        );
+    }
+    for (r, t) in ts.iter().enumerate() {
+        let mut g = got[r].clone();
+        g.sort_unstable();
+        let want: Vec<u32> = (0..n).filter(|&p| p as usize != r).collect();
+        assert_eq!(g, want, "rank {r} received");
+        let s = t.stats();
+        assert_eq!(s.queue_pairs, (n - 1) as u64, "rank {r}");
+        // Every receive slot and send-queue entry of the 5 queue pairs fits.
+        let per_qp = (cfg.slots + cfg.slots + 64) as u64;
+        assert!(s.cq_entries >= 5 * per_qp + 16, "rank {r}: {s:?}");
+    }
+}

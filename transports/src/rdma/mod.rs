@@ -56,6 +56,10 @@ use verbs::{IbvCq, IbvMr, IbvPd, IbvQp, Verbs};
 
 const NAME: &str = "rdma";
 
+/// Queue pairs the completion queue has room for at first, on demand (it grows by
+/// `ibv_resize_cq` as more are made).
+const CQ_FIRST_QPS: u32 = 4;
+
 /// Payload bytes of one eager slot frame (rendezvous fallback chunks are this size).
 pub const FRAME_PAYLOAD_BYTES: usize = 16 * 1024;
 
@@ -286,6 +290,8 @@ pub struct RdmaTransport {
     pd: *mut IbvPd,
     cq: *mut IbvCq,
     slot_bytes: usize,
+    // Entries the completion queue was made or last resized for.
+    cq_entries: usize,
     slots: u32,
     sq_depth: u32,
     conns: Vec<Conn>,
@@ -326,6 +332,8 @@ pub struct RdmaStats {
     /// Queue pairs made so far, each with its registered pool of eager slots (on demand:
     /// one per peer frames were exchanged with).
     pub queue_pairs: u64,
+    /// Entries of the completion queue (on demand it grows with the queue pairs).
+    pub cq_entries: u64,
 }
 
 impl RdmaTransport {
@@ -643,6 +651,7 @@ impl RdmaTransport {
             // SAFETY: non-null MR.
             (conn.lkey, conn.rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
         }
+        self.grow_cq()?;
         let qp = connect::create_qp(&self.dev, self.pd, self.cq, self.sq_depth, self.slots)
             .map_err(|e| TransportError::Connect {
                 transport: NAME,
@@ -725,7 +734,9 @@ impl RdmaTransport {
         let n = peers.len().max(1) as u32;
         // Send queue: eager slots, credit writes, one-sided chunks.
         let sq_depth = slots + 64;
-        let cqe = (n * (slots + sq_depth) + 16) as i32;
+        // On demand, room for the first few queue pairs; `ensure_qp` grows it.
+        let first = if make_qps { n } else { n.min(CQ_FIRST_QPS) };
+        let cqe = (first * (slots + sq_depth) + 16) as i32;
         // SAFETY: dev.ctx is open.
         let cq = unsafe {
             (verbs.create_cq)(dev.ctx, cqe, std::ptr::null_mut(), std::ptr::null_mut(), 0)
@@ -751,6 +762,7 @@ impl RdmaTransport {
             pd,
             cq,
             slot_bytes,
+            cq_entries: cqe as usize,
             slots,
             sq_depth,
             conns: Vec::new(),
@@ -797,6 +809,42 @@ impl RdmaTransport {
         Ok(t)
     }
 
+    /// Make the completion queue big enough for one more queue pair (every receive slot
+    /// and every send-queue entry of each may complete at once), doubling it when it
+    /// grows (`ibv_resize_cq` keeps the completions already queued).
+    fn grow_cq(&mut self) -> Result<(), TransportError> {
+        let per_qp = (self.slots + self.sq_depth) as usize;
+        let made = self.conns.iter().filter(|c| !c.qp.is_null()).count();
+        let need = (made + 1) * per_qp + 16;
+        if need <= self.cq_entries {
+            return Ok(());
+        }
+        let all = self.conns.len() * per_qp + 16;
+        let want = need.max(2 * self.cq_entries).min(all.max(need));
+        // SAFETY: the CQ is live; resizing keeps its queued completions.
+        let rc = unsafe { (self.verbs.resize_cq)(self.cq, want as i32) };
+        if rc != 0 {
+            return Err(TransportError::Os {
+                transport: NAME,
+                call: "ibv_resize_cq",
+                reason: format!(
+                    "ibv_resize_cq to {want} entries (device {}): {}; fix: \
+                     RANKWIRE_RDMA_CONNECT=at-init sizes the queue for every peer at init",
+                    self.dev.name,
+                    std::io::Error::from_raw_os_error(rc)
+                ),
+            });
+        }
+        tracing::debug!(
+            "rdma: rank {}: completion queue {} -> {want} entries for {} queue pairs",
+            self.rank,
+            self.cq_entries,
+            made + 1
+        );
+        self.cq_entries = want;
+        Ok(())
+    }
+
     /// Bytes of one connection's pool: both slot rings and the two credit words.
     fn pool_bytes(&self) -> usize {
         (2 * self.slots as usize * self.slot_bytes + 16).next_multiple_of(4096)
@@ -811,6 +859,7 @@ impl RdmaTransport {
     pub fn stats(&self) -> RdmaStats {
         RdmaStats {
             queue_pairs: self.conns.iter().filter(|c| !c.qp.is_null()).count() as u64,
+            cq_entries: self.cq_entries as u64,
             ..self.stats
         }
     }

@@ -309,6 +309,8 @@ pub(crate) struct Verbs {
     pub(crate) create_cq:
         unsafe extern "C" fn(*mut IbvContext, c_int, *mut c_void, *mut c_void, c_int) -> *mut IbvCq,
     pub(crate) destroy_cq: unsafe extern "C" fn(*mut IbvCq) -> c_int,
+    /// `ibv_resize_cq(cq, cqe)`: 0 or an errno.
+    pub(crate) resize_cq: unsafe extern "C" fn(*mut IbvCq, c_int) -> c_int,
     pub(crate) create_qp: unsafe extern "C" fn(*mut IbvPd, *mut IbvQpInitAttr) -> *mut IbvQp,
     pub(crate) modify_qp: unsafe extern "C" fn(*mut IbvQp, *mut IbvQpAttr, c_int) -> c_int,
     pub(crate) destroy_qp: unsafe extern "C" fn(*mut IbvQp) -> c_int,
@@ -355,6 +357,7 @@ impl Verbs {
             dealloc_pd: sym!("ibv_dealloc_pd"),
             create_cq: sym!("ibv_create_cq"),
             destroy_cq: sym!("ibv_destroy_cq"),
+            resize_cq: sym!("ibv_resize_cq"),
             create_qp: sym!("ibv_create_qp"),
             modify_qp: sym!("ibv_modify_qp"),
             destroy_qp: sym!("ibv_destroy_qp"),
