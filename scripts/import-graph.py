@@ -57,6 +57,9 @@ ALLOWED_STATICS: dict[tuple[str, str], str] = {
     ("abort.rs", "HOOK"): "the panic hook is installed once per process",
     ("abort.rs", "LAST_ERROR"): "errors are recorded where they are built, in every "
     "layer, with no runtime at hand; one universe per process",
+    ("bootstrap/launch.rs", "UNDER_RESOURCE_MANAGER"): "how the process was started "
+    "(srun or rwrun), written once at init and read by error remedies, which are built "
+    "where no runtime is at hand",
     # The GPU temporary pool is an owned value in gpu/src/pool.rs (the engine's); only
     # its settings, read once from the environment, remain a static here.
     ("coll/device.rs", "S"): "device-collective settings read once from the "
