@@ -92,8 +92,8 @@ fn every_size_class_over_rdma_on_2_and_3_ranks() {
         eprintln!("skipped: no RDMA device on this machine");
         return;
     }
-    // With TCP allowed, queue pairs are made on demand (their set-up messages go over
-    // TCP); with RDMA alone, all at init.
+    // On demand with TCP allowed, queue pairs are made at the first frame (their set-up
+    // messages go over TCP); with RDMA alone, all at init even when on demand is asked.
     for (transports, on_demand) in [("rdma,tcp", true), ("rdma", false)] {
         for n in [2, 3] {
             let out = run_scenario(
@@ -101,6 +101,7 @@ fn every_size_class_over_rdma_on_2_and_3_ranks() {
                 n,
                 &[
                     ("RANKWIRE_TRANSPORTS", transports),
+                    ("RANKWIRE_RDMA_CONNECT", "on-demand"),
                     ("RDMA_EXPECT", "rdma"),
                     ("RANKWIRE_LOG", "rankwire_transports=debug"),
                 ],

@@ -159,8 +159,9 @@ fn two_nodes_over_a_wire() {
     let (me, other) = if server { (0, 1) } else { (1, 0) };
     // Queue pairs on demand (the default): the client's first frame starts the
     // handshake; its Request, Reply and Ack go over this test's exchange (the core
-    // carries them over TCP). `RANKWIRE_RDMA_CONNECT=at-init` runs the old set-up.
-    let mut t = if cfg.on_demand {
+    // carries them over TCP), whatever the library's default; `RANKWIRE_RDMA_CONNECT=at-init`
+    // runs the set-up through the exchange.
+    let mut t = if std::env::var("RANKWIRE_RDMA_CONNECT").as_deref() != Ok("at-init") {
         let mut t = RdmaTransport::new_on_demand(me, Some(dev), &cfg, &mut ex, &[other])
             .unwrap()
             .unwrap();
