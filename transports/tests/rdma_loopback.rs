@@ -50,6 +50,12 @@ fn required() -> bool {
 
 /// Two connected transports (rank 0 and rank 1), or `None` (test skipped) without RDMA.
 fn pair(cfg: RdmaConfig) -> Option<(RdmaTransport, RdmaTransport)> {
+    pair_made(cfg, false)
+}
+
+/// Two transports of ranks 0 and 1, queue pairs at init or (`on_demand`) none made yet;
+/// `None` (test skipped) without RDMA.
+fn pair_made(cfg: RdmaConfig, on_demand: bool) -> Option<(RdmaTransport, RdmaTransport)> {
     match RdmaDevice::probe(&cfg).expect("settings") {
         Ok(_) => {}
         Err(why) => {
@@ -65,9 +71,13 @@ fn pair(cfg: RdmaConfig) -> Option<(RdmaTransport, RdmaTransport)> {
     let mk = |rank: u32, mut ex: MemExchange, cfg: RdmaConfig| {
         std::thread::spawn(move || {
             let dev = RdmaDevice::probe(&cfg).unwrap().unwrap();
-            RdmaTransport::new(rank, Some(dev), &cfg, &mut ex, &[1 - rank])
-                .unwrap()
-                .unwrap()
+            let peers = [1 - rank];
+            let t = if on_demand {
+                RdmaTransport::new_on_demand(rank, Some(dev), &cfg, &mut ex, &peers)
+            } else {
+                RdmaTransport::new(rank, Some(dev), &cfg, &mut ex, &peers)
+            };
+            t.unwrap().unwrap()
         })
     };
     let a = mk(0, ex.clone(), cfg.clone());
@@ -320,29 +330,7 @@ fn gid_index_settings_are_checked() {
 
 /// Two transports set up for queue pairs on demand (no QP made yet), or `None`.
 fn pair_on_demand(cfg: RdmaConfig) -> Option<(RdmaTransport, RdmaTransport)> {
-    match RdmaDevice::probe(&cfg).expect("settings") {
-        Ok(_) => {}
-        Err(why) => {
-            assert!(!required(), "RANKWIRE_TEST_REQUIRE_RDMA=1 but: {why}");
-            eprintln!("skipped: no RDMA here ({why})");
-            return None;
-        }
-    }
-    let ex = MemExchange {
-        kv: Default::default(),
-        barrier: Arc::new(Barrier::new(2)),
-    };
-    let mk = |rank: u32, mut ex: MemExchange, cfg: RdmaConfig| {
-        std::thread::spawn(move || {
-            let dev = RdmaDevice::probe(&cfg).unwrap().unwrap();
-            RdmaTransport::new_on_demand(rank, Some(dev), &cfg, &mut ex, &[1 - rank])
-                .unwrap()
-                .unwrap()
-        })
-    };
-    let a = mk(0, ex.clone(), cfg.clone());
-    let b = mk(1, ex, cfg);
-    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    let (a, b) = pair_made(cfg, true)?;
     // Nothing was published: the bootstrap carries no connection data on demand, and no
     // queue pair (nor its pool) exists before the first frame.
     assert!(a.is_flushed() && b.is_flushed());

@@ -376,13 +376,6 @@ impl RdmaTransport {
         ex: &mut dyn Exchange,
         peers: &[u32],
     ) -> Result<Option<RdmaTransport>, TransportError> {
-        let fence = |ex: &mut dyn Exchange| {
-            ex.fence().map_err(|e| TransportError::Os {
-                transport: NAME,
-                call: "bootstrap fence",
-                reason: e,
-            })
-        };
         let Some(RdmaDevice { dev }) = dev else {
             fence(ex)?;
             fence(ex)?;
@@ -477,13 +470,6 @@ impl RdmaTransport {
         ex: &mut dyn Exchange,
         peers: &[u32],
     ) -> Result<Option<RdmaTransport>, TransportError> {
-        let fence = |ex: &mut dyn Exchange| {
-            ex.fence().map_err(|e| TransportError::Os {
-                transport: NAME,
-                call: "bootstrap fence",
-                reason: e,
-            })
-        };
         let t = match dev {
             Some(RdmaDevice { dev }) => Some(RdmaTransport::create(rank, dev, cfg, peers, false)?),
             None => None,
@@ -961,6 +947,15 @@ impl Drop for RdmaTransport {
             }
         }
     }
+}
+
+// A job-wide bootstrap fence of the transport's setup.
+fn fence(ex: &mut dyn Exchange) -> Result<(), TransportError> {
+    ex.fence().map_err(|e| TransportError::Os {
+        transport: NAME,
+        call: "bootstrap fence",
+        reason: e,
+    })
 }
 
 // Initial packet sequence number of the QP from `a` to `b` (24 bits; any value works,
