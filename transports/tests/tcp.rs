@@ -497,6 +497,97 @@ fn simultaneous_setup(connect: ConnectMode) {
     }
 }
 
+/// Issue 21, the crossing dials found by the RDMA-on-demand review: the lower rank
+/// answers the higher rank's hello while it is not dialling (accepting), then dials the
+/// higher rank itself before the proof arrives; the higher rank takes that hello in the
+/// same poll in which its own dial's accepting ack is read. Before the fix each rank
+/// kept its own dial and dropped the other's proof, and the first frames met a reset.
+/// Ranks 0 (M), 1 (L) and 2 (H) take turns, one at a time, so the order is the bad
+/// one: M's connection to H makes H's listener ready before L's ack reaches H's dial
+/// socket, so H accepts L's connection (and reads L's hello) before it reads the ack.
+/// Repeated, since the order of epoll's ready list is the kernel's.
+#[test]
+fn crossing_dials_after_an_accepted_hello_keep_one_connection() {
+    for round in 0..5 {
+        let turn = std::sync::Barrier::new(3);
+        run_ranks(
+            3,
+            &format!("cross-{round}"),
+            |_| od_cfg(),
+            |me, ex, t| {
+                let mut t = t.unwrap();
+                let mut sink = Vec::new();
+                let spin = |t: &mut TcpTransport, sink: &mut Vec<Event>| {
+                    let end = Instant::now() + Duration::from_millis(40);
+                    while Instant::now() < end {
+                        t.poll(sink);
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                };
+                // 1. H dials L (its hello is written; L is not polling).
+                if me == 2 {
+                    send_blocking(&mut t, 1, &header(2, 1, 0), b"h", &mut sink);
+                    spin(&mut t, &mut sink);
+                }
+                turn.wait();
+                // 2. M dials H: H's listener becomes ready.
+                if me == 0 {
+                    send_blocking(&mut t, 2, &header(0, 2, 0), b"m", &mut sink);
+                    spin(&mut t, &mut sink);
+                }
+                turn.wait();
+                // 3. L answers H's hello (accepting: L is not dialling), then sends to H.
+                if me == 1 {
+                    spin(&mut t, &mut sink);
+                    send_blocking(&mut t, 2, &header(1, 2, 0), b"l", &mut sink);
+                    spin(&mut t, &mut sink);
+                }
+                turn.wait();
+                // 4. H polls: its listener (M, and L if L dialled) and its dial's ack.
+                if me == 2 {
+                    spin(&mut t, &mut sink);
+                }
+                turn.wait();
+                // 5. Everyone: the first frames arrive, and a second round both ways on
+                // the connections made.
+                let talks: &[u32] = match me {
+                    0 => &[2],
+                    1 => &[2],
+                    _ => &[0, 1],
+                };
+                for &p in talks {
+                    send_blocking(&mut t, p, &header(me, p, 1), b"2", &mut sink);
+                }
+                // Frames to expect, (from, k): H sent M nothing before step 5.
+                let want: Vec<(u32, usize)> = match me {
+                    0 => vec![(2, 1)],
+                    1 => vec![(2, 0), (2, 1)],
+                    _ => vec![(0, 0), (0, 1), (1, 0), (1, 1)],
+                };
+                let expect = want.len();
+                pump_until(&mut t, &mut sink, Duration::from_secs(10), |t, s| {
+                    s.len() >= expect && t.is_flushed()
+                });
+                let mut got: Vec<(u32, Vec<u8>)> = sink
+                    .iter()
+                    .map(|e| match e {
+                        Event::Recv {
+                            peer, header: h, ..
+                        } => (*peer, h.clone()),
+                        other => panic!("round {round}, rank {me}: {}", short(other)),
+                    })
+                    .collect();
+                got.sort();
+                let want: Vec<(u32, Vec<u8>)> =
+                    want.iter().map(|&(p, k)| (p, header(p, me, k))).collect();
+                assert_eq!(got, want, "round {round}, rank {me}");
+                assert_eq!(t.connected_peers(), talks.to_vec(), "round {round}");
+                finalize(ex, t);
+            },
+        );
+    }
+}
+
 #[test]
 fn peer_dropped_mid_run_is_reported_once() {
     run_ranks(

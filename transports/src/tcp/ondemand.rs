@@ -19,6 +19,17 @@
 //!   one connection, with no extra round trip (a fixed tie-break by rank, so both ends
 //!   decide alike without talking). A yield carries a MAC, so a process without the
 //!   secret cannot make a rank wait.
+//! - **A rank does not dial a peer whose connection to it is past an accepting ack**
+//!   (its proof still to come): its first frame to that peer waits for that connection
+//!   ([`How::Inbound`]) and dials only if it ends without a valid proof. Otherwise the two
+//!   dials can cross: the lower rank answered the higher rank's hello while not dialling
+//!   (accepted), then dialled; the higher rank, dialling, accepted that hello too; each
+//!   dial then got its accepting ack and sent its proof, so each rank took its own dial
+//!   as the connection and dropped the other's proof as a duplicate, and the first frame
+//!   on either met a reset (found with 8 ranks making RDMA queue pairs on demand, where
+//!   every pair wires up at once: `connection to rank 0 lost: Connection reset by
+//!   peer`). A connection that claims a rank and never proves it delays our own dial to
+//!   that rank by at most [`PROOF_WAIT`] (2 s).
 //! - A hello proves nothing (anyone who knows the job id can send one), so answering it
 //!   changes no state: the connector's slot is taken, and our own dial to it dropped,
 //!   only when its proof is valid ([`Admit::confirm`]). Several hellos may claim one rank
@@ -63,6 +74,12 @@ pub(crate) const HS_TOKEN_BASE: u64 = 1 << 32;
 pub const MAX_PENDING_ACCEPTS: usize = 1024;
 /// How often the deadlines of handshakes and yields are checked while some exist.
 const SWEEP_EVERY: Duration = Duration::from_millis(10);
+/// How long a first frame waits for a peer's connection to us that is past its
+/// accepting ack ([`How::Inbound`]) before we dial the peer ourselves (at most
+/// `addr_timeout`). A real peer sends its proof at its next progress call after the ack,
+/// well within this; a process that claims the rank and never proves it (it knows the
+/// job id, not the secret) delays our dial by no more than this.
+const PROOF_WAIT: Duration = Duration::from_secs(2);
 
 /// State of connections on demand (owned by the transport).
 pub(crate) struct OnDemand {
@@ -87,6 +104,9 @@ pub(crate) struct OnDemand {
     /// Peers that yielded to us (their dial is awaited); entries whose slot moved on
     /// are dropped by the next sweep.
     yielded: Vec<u32>,
+    /// Peers whose connection to us we wait for ([`How::Inbound`]); entries whose slot
+    /// moved on are dropped by the next sweep.
+    awaited: Vec<u32>,
 }
 
 /// A frame queue for a peer whose connection is being made.
@@ -105,6 +125,11 @@ enum How {
     Dialing(u64),
     /// The peer answered our dial with a yield: it dials us.
     Yielded,
+    /// A connection from the peer is in its handshake, its hello answered with an
+    /// accepting ack: its proof makes it the peer's connection. Dialling now could
+    /// cross it (module doc, "Both ranks dialling"), so we wait for it and dial only if
+    /// it ends without a valid proof.
+    Inbound,
 }
 
 struct Hs {
@@ -131,6 +156,9 @@ enum After {
     Keep,
     Open(u32, Socket),
     Fail(u32, TransportError),
+    /// The inbound connection we waited for ([`How::Inbound`]) ended without a valid
+    /// proof: dial the peer ourselves.
+    Dial(u32),
 }
 
 impl OnDemand {
@@ -160,6 +188,7 @@ impl OnDemand {
             accept_warned: false,
             next_sweep: Instant::now(),
             yielded: Vec::new(),
+            awaited: Vec::new(),
         }
     }
 
@@ -171,7 +200,16 @@ impl OnDemand {
 
     /// Whether handshakes or awaited yields need `poll` to check their deadlines.
     fn waiting(&self) -> bool {
-        !self.hs.is_empty() || !self.yielded.is_empty()
+        !self.hs.is_empty() || !self.yielded.is_empty() || !self.awaited.is_empty()
+    }
+
+    /// Whether a connection claiming to be `peer` is in its handshake past an accepting
+    /// ack (its proof, which would make it `peer`'s connection, is awaited).
+    fn inbound_from(&self, peer: u32) -> bool {
+        self.hs.values().any(|h| match &h.kind {
+            Kind::In(ib) => ib.claimed_accepted() == Some(peer),
+            Kind::Out(_) => false,
+        })
     }
 
     fn token(&mut self) -> u64 {
@@ -266,7 +304,7 @@ impl TcpTransport {
         payload: &[u8],
     ) -> Result<crate::SendOutcome, TransportError> {
         if matches!(self.peers[peer as usize], Slot::NotConnected) {
-            self.dial(peer)?;
+            self.start(peer)?;
         }
         let high_water = self.high_water;
         match &mut self.peers[peer as usize] {
@@ -287,7 +325,36 @@ impl TcpTransport {
         }
     }
 
-    /// Start dialling `peer` (its slot is `NotConnected`).
+    /// Make `peer`'s connection (its slot is `NotConnected`): wait for its connection
+    /// to us where one is in its handshake past an accepting ack, else dial it.
+    fn start(&mut self, peer: u32) -> Result<(), TransportError> {
+        let Some(od) = self.od.as_ref() else {
+            return Err(TransportError::NoSuchPeer {
+                transport: NAME,
+                peer,
+            });
+        };
+        if od.inbound_from(peer) {
+            debug!(
+                "tcp: rank {} waits for the connection rank {peer} is making to it",
+                self.rank
+            );
+            self.peers[peer as usize] = Slot::Pending(Box::new(Pending {
+                out: Vec::new(),
+                bytes: 0,
+                deadline: Instant::now() + PROOF_WAIT.min(od.cfg.addr_timeout),
+                how: How::Inbound,
+            }));
+            if let Some(od) = self.od.as_mut() {
+                od.awaited.push(peer);
+            }
+            return Ok(());
+        }
+        self.dial(peer)
+    }
+
+    /// Start dialling `peer` (its slot is `NotConnected`, or `Pending` with frames
+    /// queued, which stay queued).
     fn dial(&mut self, peer: u32) -> Result<(), TransportError> {
         let Some(od) = self.od.as_mut() else {
             return Err(TransportError::NoSuchPeer {
@@ -306,10 +373,16 @@ impl TcpTransport {
                 warned: false,
             },
         );
+        let now = Instant::now();
+        let (out, bytes, deadline) =
+            match std::mem::replace(&mut self.peers[peer as usize], Slot::NotConnected) {
+                Slot::Pending(p) => (p.out, p.bytes, p.deadline.max(now + od.cfg.connect_timeout)),
+                _ => (Vec::new(), 0, now + od.cfg.connect_timeout),
+            };
         self.peers[peer as usize] = Slot::Pending(Box::new(Pending {
-            out: Vec::new(),
-            bytes: 0,
-            deadline: Instant::now() + od.cfg.connect_timeout,
+            out,
+            bytes,
+            deadline,
             how: How::Dialing(token),
         }));
         let mut sink = std::mem::take(&mut self.pending);
@@ -374,6 +447,11 @@ impl TcpTransport {
             After::Keep => {}
             After::Open(peer, sock) => self.open_peer(peer, sock, events),
             After::Fail(peer, err) => self.fail_pending(peer, err, events),
+            After::Dial(peer) => {
+                if let Err(err) = self.dial(peer) {
+                    self.fail_pending(peer, err, events);
+                }
+            }
         }
         self.refresh_direct();
     }
@@ -477,6 +555,7 @@ impl TcpTransport {
                     listed: &od.listed,
                     cancel: None,
                 };
+                let claimed = ib.claimed_accepted();
                 let state = ib.progress(&acc, &mut admit, now);
                 if let Some(ours) = admit.cancel {
                     // Dropping our dial closes its socket (epoll forgets it with the close).
@@ -516,7 +595,18 @@ impl TcpTransport {
                         } else {
                             debug!("tcp: rank {my_rank} dropped a connection from {from:?}: {why}");
                         }
-                        After::Keep
+                        // We waited for this connection to become the claimed rank's
+                        // (How::Inbound): unless another of its connections is in its
+                        // handshake, dial it ourselves.
+                        match claimed {
+                            Some(c)
+                                if matches!(&self.peers[c as usize], Slot::Pending(p) if p.how == How::Inbound)
+                                    && !od.inbound_from(c) =>
+                            {
+                                After::Dial(c)
+                            }
+                            _ => After::Keep,
+                        }
                     }
                 }
             }
@@ -627,6 +717,27 @@ impl TcpTransport {
             }
             _ => false,
         });
+        let mut late = Vec::new();
+        od.awaited.retain(|&r| match &peers[r as usize] {
+            Slot::Pending(p) if p.how == How::Inbound => {
+                if now >= p.deadline {
+                    late.push(r);
+                    false
+                } else {
+                    true
+                }
+            }
+            _ => false,
+        });
+        for peer in late {
+            debug!(
+                "tcp: rank {peer}'s connection to rank {} sent no proof within {PROOF_WAIT:?}; dialling it",
+                self.rank
+            );
+            if let Err(err) = self.dial(peer) {
+                self.fail_pending(peer, err, events);
+            }
+        }
         for peer in expired {
             let err = TransportError::Connect {
                 transport: NAME,

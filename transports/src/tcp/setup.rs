@@ -734,6 +734,19 @@ impl Inbound {
         matches!(self.phase, InPhase::WriteAck { .. })
     }
 
+    /// The rank this connector claims to be, once its hello was answered with an
+    /// accepting ack (its proof is still to come); `None` before or after.
+    pub(crate) fn claimed_accepted(&self) -> Option<u32> {
+        match &self.phase {
+            InPhase::WriteAck {
+                accept: Some((hello, _)),
+                ..
+            }
+            | InPhase::ReadProof { hello, .. } => Some(hello.connector),
+            _ => None,
+        }
+    }
+
     /// Advance without blocking (module doc).
     pub(crate) fn progress(
         &mut self,
