@@ -128,6 +128,45 @@ fn every_size_class_over_rdma_on_2_and_3_ranks() {
     }
 }
 
+/// 8 ranks whose every pair wires up its queue pair at the same moment from both sides
+/// (on demand, set-up messages over TCP connections that are themselves made on demand),
+/// three jobs in a row: an 8-rank job failed 1 in 3 this way before the TCP crossing
+/// fix (`connection to rank 0 lost: Connection reset by peer`).
+#[test]
+fn eight_ranks_wire_up_every_pair_at_once_on_demand() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    for job in 0..3 {
+        let out = run_scenario(
+            &app(),
+            8,
+            &[
+                ("RANKWIRE_TRANSPORTS", "rdma,tcp"),
+                ("RANKWIRE_RDMA_CONNECT", "on-demand"),
+                ("RDMA_EXPECT", "rdma"),
+            ],
+            &["allpairs"],
+            T,
+        );
+        println!("job {job}: {}", out.stdout);
+        assert_eq!(
+            out.stdout.matches("allpairs OK").count(),
+            8,
+            "job {job}: {}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        assert_eq!(
+            out.stdout.matches("queue_pairs=7").count(),
+            8,
+            "job {job}: {}",
+            out.stdout
+        );
+    }
+}
+
 #[test]
 fn at_init_queue_pairs_when_asked_for() {
     if !have_rdma() {
