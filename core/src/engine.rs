@@ -755,6 +755,16 @@ impl Engine {
                 }
                 Event::PeerFailed { peer, error } => {
                     tracing::debug!("peer {peer} failed: {error}");
+                    // A peer reached by RDMA can still lose a TCP connection: the one
+                    // that carried its queue-pair set-up (on demand). That loss fails the
+                    // peer too (the peer process has most likely exited; a job with
+                    // queue pairs made at init has no such connection), but the error
+                    // says what the connection was for.
+                    let error = if self.route(peer) == Route::Rdma {
+                        rdma_setup_connection(error)
+                    } else {
+                        error
+                    };
                     // Give the launcher a head start: it sees the peer's own exit at the
                     // moment its connections close, and should report that rank as the
                     // first failure rather than this rank's consequent error.
@@ -896,6 +906,36 @@ impl Engine {
 
 /// The transport kind of a route (`None` for [`Route::None`]).
 #[inline]
+/// Rename the transport of a TCP error to say that the connection carried RDMA
+/// queue-pair set-up (the peer's data goes over RDMA); other errors unchanged.
+fn rdma_setup_connection(
+    error: rankwire_transports::TransportError,
+) -> rankwire_transports::TransportError {
+    use rankwire_transports::TransportError as E;
+    const WHAT: &str = "tcp (the connection that set up the RDMA queue pair)";
+    match error {
+        E::PeerLost {
+            transport: "tcp",
+            peer,
+            reason,
+        } => E::PeerLost {
+            transport: WHAT,
+            peer,
+            reason,
+        },
+        E::Connect {
+            transport: "tcp",
+            peer,
+            reason,
+        } => E::Connect {
+            transport: WHAT,
+            peer,
+            reason,
+        },
+        other => other,
+    }
+}
+
 fn kind_of(route: Route) -> Option<TransportKind> {
     match route {
         Route::SelfTp => Some(TransportKind::SelfTp),
@@ -940,5 +980,35 @@ mod backoff_tests {
         );
         // With a core each, waits spin longer before yielding.
         assert!(Backoff::for_policy("yield", false).direct_looks() > auto.direct_looks());
+    }
+}
+
+#[cfg(test)]
+mod rdma_setup_error_tests {
+    use super::rdma_setup_connection;
+    use rankwire_transports::TransportError as E;
+
+    /// A lost TCP connection of a peer reached by RDMA says what it was for; errors of
+    /// other transports are left as they are.
+    #[test]
+    fn a_lost_tcp_connection_of_an_rdma_peer_says_it_set_up_the_queue_pair() {
+        let lost = E::PeerLost {
+            transport: "tcp",
+            peer: 3,
+            reason: "Connection reset by peer".into(),
+        };
+        assert_eq!(
+            rdma_setup_connection(lost).to_string(),
+            "tcp (the connection that set up the RDMA queue pair): connection to rank 3 lost: Connection reset by peer"
+        );
+        let rdma = E::PeerLost {
+            transport: "rdma",
+            peer: 3,
+            reason: "queue pair in error".into(),
+        };
+        assert_eq!(
+            rdma_setup_connection(rdma).to_string(),
+            "rdma: connection to rank 3 lost: queue pair in error"
+        );
     }
 }
