@@ -705,30 +705,8 @@ impl TcpTransport {
             return;
         };
         let peers = &self.peers;
-        let mut expired = Vec::new();
-        od.yielded.retain(|&r| match &peers[r as usize] {
-            Slot::Pending(p) if p.how == How::Yielded => {
-                if now >= p.deadline {
-                    expired.push(r);
-                    false
-                } else {
-                    true
-                }
-            }
-            _ => false,
-        });
-        let mut late = Vec::new();
-        od.awaited.retain(|&r| match &peers[r as usize] {
-            Slot::Pending(p) if p.how == How::Inbound => {
-                if now >= p.deadline {
-                    late.push(r);
-                    false
-                } else {
-                    true
-                }
-            }
-            _ => false,
-        });
+        let expired = take_due(&mut od.yielded, peers, How::Yielded, now);
+        let late = take_due(&mut od.awaited, peers, How::Inbound, now);
         for peer in late {
             debug!(
                 "tcp: rank {peer}'s connection to rank {} sent no proof within {PROOF_WAIT:?}; dialling it",
@@ -778,6 +756,24 @@ impl TcpTransport {
                 .iter()
                 .any(|s| matches!(s, Slot::Pending(p) if !p.out.is_empty()))
     }
+}
+
+/// Remove from `list` the peers whose slot is no longer `Pending` with `how` (they moved
+/// on) and return those whose deadline has passed (also removed).
+fn take_due(list: &mut Vec<u32>, peers: &[Slot], how: How, now: Instant) -> Vec<u32> {
+    let mut due = Vec::new();
+    list.retain(|&r| match &peers[r as usize] {
+        Slot::Pending(p) if p.how == how => {
+            if now >= p.deadline {
+                due.push(r);
+                false
+            } else {
+                true
+            }
+        }
+        _ => false,
+    });
+    due
 }
 
 /// Keep the epoll registration of handshake `token` in line with its socket and phase.
