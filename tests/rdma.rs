@@ -167,6 +167,73 @@ fn eight_ranks_wire_up_every_pair_at_once_on_demand() {
     }
 }
 
+/// The first eager sends to a peer complete while the peer is not calling rankwire (the
+/// queue pair is made on demand; the frames wait in the transport), as with queue pairs
+/// made at init. The peer waits for a file the sender writes after its sends returned,
+/// so a send that needed the peer's answer would leave both waiting until rank 1's
+/// bound (60 s) fails the job.
+#[test]
+fn first_eager_sends_complete_while_the_peer_is_not_calling_rankwire() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    for mode in ["on-demand", "at-init"] {
+        let signal =
+            std::env::temp_dir().join(format!("rankwire-busypeer-{}-{mode}", std::process::id()));
+        let _ = std::fs::remove_file(&signal);
+        let out = run_scenario(
+            &app(),
+            2,
+            &[
+                ("RANKWIRE_TRANSPORTS", "rdma,tcp"),
+                ("RANKWIRE_RDMA_CONNECT", mode),
+                ("RDMA_EXPECT", "rdma"),
+                ("RDMA_SIGNAL_FILE", signal.to_str().unwrap()),
+            ],
+            &["busypeer"],
+            T,
+        );
+        let _ = std::fs::remove_file(&signal);
+        println!("{mode}: {}", out.stdout);
+    }
+}
+
+/// Ranks that would make their queue pairs differently (one on demand, one at init)
+/// fail at init with one clear error naming the setting, instead of waiting.
+#[test]
+fn ranks_with_different_connect_settings_fail_at_init_naming_the_setting() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    // Rank 1 alone is started with RANKWIRE_RDMA_CONNECT=at-init.
+    let script = format!(
+        "if [ \"$RANKWIRE_RANK\" = 1 ]; then export RANKWIRE_RDMA_CONNECT=at-init; fi; exec '{}' sizes",
+        app()
+    );
+    let t0 = std::time::Instant::now();
+    let out = rwrun(["-n", "2", "sh", "-c", &script])
+        .env("RANKWIRE_TRANSPORTS", "rdma,tcp")
+        .env("RANKWIRE_RDMA_CONNECT", "on-demand")
+        .timeout(T)
+        .run();
+    assert_ne!(out.code(), 0, "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("ranks make RDMA queue pairs differently: rank 0 on demand, rank 1 at init")
+            && out.stderr.contains("RANKWIRE_RDMA_CONNECT"),
+        "{}",
+        out.stderr
+    );
+    // Failing at init, not at a bootstrap or handshake bound (120 s / 60 s).
+    assert!(
+        t0.elapsed() < Duration::from_secs(50),
+        "took {:?}",
+        t0.elapsed()
+    );
+}
+
 #[test]
 fn at_init_queue_pairs_when_asked_for() {
     if !have_rdma() {

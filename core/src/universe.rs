@@ -467,7 +467,8 @@ fn build(joined: Joined) -> Result<Universe> {
     // A fourth field, with --explain only (else empty): this process's GPUs (PCI id,
     // MPS) and its RANKWIRE_GPU_DEVICE, for the note on ranks sharing a GPU without MPS
     // (select/sharing.rs). A host-only job without --explain reads no GPU attribute. A
-    // fifth: whether it has an RDMA device (1, 0, or - where RDMA is not considered).
+    // fifth: whether it has an RDMA device and makes queue pairs on demand or at init (1d, 1i,
+    // 0d, 0i, or - where RDMA is not considered).
     let explain = env_switch(select::EXPLAIN_ENV) == Some(true);
     let gpu_field = if explain {
         select::sharing::local_field(crate::settings::raw("RANKWIRE_GPU_DEVICE").as_deref())
@@ -486,7 +487,7 @@ fn build(joined: Joined) -> Result<Universe> {
                 std::process::id(),
                 rankwire_transports::shm::cma::CMA_PROBE_WORD.as_ptr() as usize,
                 gpu_field.as_deref().unwrap_or(""),
-                rdma_probe.publish()
+                rdma_probe.publish(allowed.contains(&"tcp"))
             )
             .as_bytes(),
         )
@@ -617,6 +618,7 @@ fn build(joined: Joined) -> Result<Universe> {
         .collect();
     // An RDMA route needs a device at both ends. Every rank holds the same `ok`, so
     // with fewer than two such ranks all skip the transport's setup fences together.
+    let rdma_connect_modes = rdma_probe.check_connect_modes();
     let select::RdmaProbe {
         cfg: rdma_cfg,
         dev: rdma_dev,
@@ -624,6 +626,9 @@ fn build(joined: Joined) -> Result<Universe> {
         ..
     } = rdma_probe;
     let rdma_job = rdma_cfg.is_some() && rdma_ok.iter().filter(|&&ok| ok).count() >= 2;
+    if rdma_job {
+        rdma_connect_modes?;
+    }
     // Queue pairs on demand are set up through messages the TCP transport carries, so
     // it serves the RDMA peers too (its connections are made on demand as well). Every
     // rank decides alike: the settings are the job's.

@@ -16,6 +16,11 @@
 //! - `allpairs`: every rank sends to every other rank at once (nonblocking, 8 B eager
 //!   and 64 KiB rendezvous, 5 rounds), so with queue pairs on demand every pair wires up
 //!   at the same moment from both sides; content checked.
+//! - `busypeer`: rank 0 sends rank 1 a blocking 8 B and 4 KiB eager message while rank 1
+//!   is not calling rankwire: it waits (up to 60 s) for the file `RDMA_SIGNAL_FILE`,
+//!   which rank 0 creates only once both sends returned. So the sends must complete
+//!   without the peer's answer (queued while the queue pair is made on demand, as at
+//!   init); otherwise both ranks wait and rank 1 fails at its bound. Content checked.
 
 use rankwire::{Communicator, Result};
 
@@ -43,6 +48,7 @@ fn main() {
         "reuse" => reuse(&world),
         "repeat" => repeat(&world),
         "allpairs" => allpairs(&world),
+        "busypeer" => busypeer(&world),
         other => fail(&format!("unknown scenario {other:?}")),
     };
     if let Err(e) = r {
@@ -105,6 +111,40 @@ fn pattern(len: usize, from: usize, salt: usize) -> Vec<u8> {
     (0..len)
         .map(|i| ((i * 31 + from * 7 + salt * 13) % 251) as u8)
         .collect()
+}
+
+fn busypeer(w: &Communicator) -> Result<()> {
+    let signal =
+        std::env::var("RDMA_SIGNAL_FILE").unwrap_or_else(|_| fail("RDMA_SIGNAL_FILE unset"));
+    let lens = [8usize, 4096];
+    match w.rank() {
+        0 => {
+            for (k, &len) in lens.iter().enumerate() {
+                w.send(&pattern(len, 0, k), 1, k as i32)?;
+            }
+            std::fs::write(&signal, b"sent").unwrap_or_else(|e| fail(&format!("{signal}: {e}")));
+        }
+        1 => {
+            let t0 = std::time::Instant::now();
+            while !std::path::Path::new(&signal).exists() {
+                if t0.elapsed() > std::time::Duration::from_secs(60) {
+                    fail(
+                        "rank 0's eager sends did not complete in 60 s while rank 1 was not calling rankwire",
+                    );
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            for (k, &len) in lens.iter().enumerate() {
+                let mut inb = vec![0u8; len];
+                w.recv(&mut inb, 0, k as i32)?;
+                if inb != pattern(len, 0, k) {
+                    fail(&format!("rank 1: {len} B from rank 0 differs"));
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn allpairs(w: &Communicator) -> Result<()> {

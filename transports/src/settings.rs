@@ -406,7 +406,7 @@ pub static SETTINGS: &[Setting] = &[
     ),
     rank(
         "RANKWIRE_RDMA_CONNECT",
-        "at-init",
+        "on-demand",
         "on-demand or at-init",
         Check::OneOf(&["on-demand", "at-init"]),
         "when RDMA queue pairs are made: at the first message to a peer (set up over TCP), \

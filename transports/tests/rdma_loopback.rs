@@ -354,13 +354,22 @@ fn ferry(a: &mut RdmaTransport, b: &mut RdmaTransport) -> usize {
     n
 }
 
-/// Send `frames` numbered frames from `from` to `to` (taking Busy while the queue pair is
-/// set up) and collect what `to` receives, ferrying wireup messages in between.
+/// Send `frames` numbered frames from `from` to `to` (queued while the queue pair is set
+/// up) and collect what `to` receives, ferrying wireup messages in between.
 fn exchange_on_demand(a: &mut RdmaTransport, b: &mut RdmaTransport, both: bool) {
     let frames = 50usize;
     let (mut sent_a, mut sent_b) = (0usize, 0usize);
     let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
     let (mut busy_a, mut wireups) = (0, 0);
+    // The first frame is taken at once, before the queue pair is ready: queued, not
+    // posted (no SEND yet), so the transport is not flushed until it goes out.
+    assert_eq!(
+        a.send(1, &0u32.to_le_bytes(), &[7; 100]).unwrap(),
+        SendOutcome::Sent
+    );
+    sent_a += 1;
+    assert_eq!(a.stats().sends, 0, "posted before the queue pair was ready");
+    assert!(!a.is_flushed(), "a queued frame counts as unflushed");
     let t0 = Instant::now();
     let want_b = if both { frames } else { 0 };
     while got_b.len() < frames || got_a.len() < want_b {
@@ -402,10 +411,12 @@ fn exchange_on_demand(a: &mut RdmaTransport, b: &mut RdmaTransport, both: bool) 
             got_a.len()
         );
     }
-    assert!(
-        busy_a > 0,
-        "the first frame went out before the queue pair existed"
+    // 50 small frames fit the queue kept while connecting: none was refused.
+    assert_eq!(
+        busy_a, 0,
+        "a frame was refused while the queue pair was made"
     );
+    assert_eq!(a.stats().sends, frames as u64);
     assert_eq!((a.stats().queue_pairs, b.stats().queue_pairs), (1, 1));
     // Request, Reply, Ack (and, when both start, the same three the other way).
     assert_eq!(wireups, if both { 6 } else { 3 }, "wireup messages");
@@ -432,29 +443,144 @@ fn queue_pairs_on_demand_when_both_ranks_start_at_once() {
     exchange_on_demand(&mut a, &mut b, true);
 }
 
+/// Carry `from`'s wireup messages to `to` (ranks 0 and 1), collecting `to`'s errors.
+fn carry(from: &mut RdmaTransport, to: &mut RdmaTransport, from_rank: u32) -> Vec<String> {
+    let mut errors = Vec::new();
+    while let Some((_, m)) = from.take_wireup() {
+        if let Err(e) = to.on_wireup(from_rank, &m) {
+            errors.push(e.to_string());
+        }
+    }
+    errors
+}
+
 #[test]
-fn wireup_messages_out_of_order_or_foreign_are_refused() {
+fn wireup_messages_out_of_order_or_foreign_fail_the_pair_on_both_sides() {
+    // Each bad message: refused, the pair failed where it arrived, and a Fail sent back,
+    // which fails the pair at the other side with the first side's reason.
+    type Bad = fn(&mut RdmaTransport, &mut RdmaTransport) -> Result<(), String>;
+    let cases: [(&str, Bad); 3] = [
+        ("no wireup message", |a, _| {
+            a.on_wireup(1, b"RW\x02\x00").map_err(|e| e.to_string())
+        }),
+        ("an Ack before any Request", |a, _| {
+            a.on_wireup(1, b"RQ\x03").map_err(|e| e.to_string())
+        }),
+        ("its own Reply taken as an answer", |a, b| {
+            // b asks, a answers, and the answer goes back to a.
+            assert_eq!(b.send(0, &[0; 4], &[]).unwrap(), SendOutcome::Sent);
+            let (_, req) = b.take_wireup().unwrap();
+            a.on_wireup(1, &req).unwrap();
+            let (_, reply) = a.take_wireup().unwrap();
+            a.on_wireup(1, &reply).map_err(|e| e.to_string())
+        }),
+    ];
+    for (what, bad) in cases {
+        let Some((mut a, mut b)) = pair_on_demand(cfg()) else {
+            return;
+        };
+        let e = bad(&mut a, &mut b).expect_err(what);
+        println!("{what}: {e}");
+        let errors = carry(&mut a, &mut b, 0);
+        assert_eq!(errors.len(), 1, "{what}: b heard {errors:?}");
+        assert!(
+            errors[0].contains("rank 0 could not set up its end of the queue pair"),
+            "{what}: {}",
+            errors[0]
+        );
+        // Both ends now refuse frames at once instead of waiting for a handshake.
+        assert!(a.send(1, &[0; 4], &[]).is_err(), "{what}: a still sends");
+        assert!(b.send(0, &[0; 4], &[]).is_err(), "{what}: b still sends");
+        assert!(a.is_flushed() && b.is_flushed(), "{what}: something waits");
+        // A late wireup message to a failed pair is refused, and answered with a Fail.
+        assert!(b.on_wireup(0, b"RQ\x03").is_err());
+        let back = carry(&mut b, &mut a, 1);
+        assert_eq!(back.len(), 1, "{what}: {back:?}");
+    }
+}
+
+/// Frames sent before the queue pair is ready are kept (the send completes at once) up
+/// to the bound, then refused with Busy; they arrive in order once it is ready, ahead of
+/// later frames; a Fail from the peer drops them and fails the pair.
+#[test]
+fn frames_wait_in_order_for_the_queue_pair_and_a_fail_drops_them() {
+    use rankwire_transports::rdma::QUEUED_BYTES_WHILE_CONNECTING;
     let Some((mut a, mut b)) = pair_on_demand(cfg()) else {
         return;
     };
-    // Not a wireup message at all, and an Ack before any Request.
-    assert!(a.on_wireup(1, b"RW\x02\x00").is_err());
-    assert!(a.on_wireup(1, b"RQ\x03").is_err());
-    // A Reply nobody asked for.
-    assert_eq!(a.send(1, &[0; 4], &[]).unwrap(), SendOutcome::Busy);
-    let (_, req) = a.take_wireup().unwrap();
-    b.on_wireup(0, &req).unwrap();
-    let (_, reply) = b.take_wireup().unwrap();
+    let payload = vec![3u8; FRAME_PAYLOAD_BYTES];
+    let mut queued = 0u32;
+    while a.send(1, &queued.to_le_bytes(), &payload).unwrap() == SendOutcome::Sent {
+        queued += 1;
+        assert!(queued < 10_000, "never refused");
+    }
+    let per = 8 + 4 + FRAME_PAYLOAD_BYTES;
+    assert_eq!(queued as usize, QUEUED_BYTES_WHILE_CONNECTING / per);
+    assert_eq!(a.stats().sends, 0);
+    // The handshake, then the queue drains in order (credits permitting) before a
+    // frame sent after it.
+    let mut got = Vec::new();
+    let mut late_sent = false;
+    let t0 = Instant::now();
+    while got.len() < queued as usize + 1 {
+        carry(&mut a, &mut b, 0);
+        carry(&mut b, &mut a, 1);
+        if !late_sent && a.send(1, &queued.to_le_bytes(), &[]).unwrap() == SendOutcome::Sent {
+            late_sent = true;
+        }
+        let mut ev = Vec::new();
+        a.poll(&mut ev);
+        assert!(ev.is_empty(), "{ev:?}");
+        b.poll(&mut ev);
+        for e in ev {
+            let Event::Recv {
+                peer: 0, header, ..
+            } = e
+            else {
+                panic!("unexpected {e:?}");
+            };
+            got.push(u32::from_le_bytes(header[..4].try_into().unwrap()));
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "stuck at {}",
+            got.len()
+        );
+    }
+    assert_eq!(got, (0..=queued).collect::<Vec<_>>(), "order");
+    // Every SEND completes: nothing of the queue is left.
+    let t0 = Instant::now();
+    while !a.is_flushed() {
+        let mut ev = Vec::new();
+        a.poll(&mut ev);
+        b.poll(&mut ev);
+        assert!(ev.is_empty(), "{ev:?}");
+        assert!(t0.elapsed() < Duration::from_secs(60), "a never flushed");
+    }
+
+    // A second pair: frames queued, then the peer cannot connect and says so.
+    let Some((mut a, mut b)) = pair_on_demand(cfg()) else {
+        return;
+    };
+    for i in 0..3u32 {
+        assert_eq!(
+            a.send(1, &i.to_le_bytes(), &[1]).unwrap(),
+            SendOutcome::Sent
+        );
+    }
+    assert!(!a.is_flushed());
+    // b refuses a message (as when its verbs calls fail) and answers Fail.
+    let _ = a.take_wireup().unwrap();
+    assert!(b.on_wireup(0, b"RQ\x03").is_err());
+    let errors = carry(&mut b, &mut a, 1);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let mut ev = Vec::new();
+    a.poll(&mut ev);
     assert!(
-        b.on_wireup(0, &reply).is_err(),
-        "b took its own Reply as an answer"
+        a.is_flushed(),
+        "the queued frames of a failed pair still wait"
     );
-    // The handshake still completes after the refused messages.
-    a.on_wireup(1, &reply).unwrap();
-    let (_, ack) = a.take_wireup().unwrap();
-    b.on_wireup(0, &ack).unwrap();
-    assert_eq!(a.send(1, &[0; 4], &[]).unwrap(), SendOutcome::Sent);
-    assert_eq!(b.send(0, &[0; 4], &[]).unwrap(), SendOutcome::Sent);
+    assert!(a.send(1, &[0; 4], &[]).is_err());
 }
 
 /// Six ranks in one process, queue pairs on demand, every rank sending to every other:

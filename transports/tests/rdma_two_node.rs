@@ -157,6 +157,8 @@ fn two_nodes_over_a_wire() {
     let dev = RdmaDevice::probe(&cfg).unwrap().expect("an RDMA device");
     println!("{}: {}", role, dev.why());
     let (me, other) = if server { (0, 1) } else { (1, 0) };
+    // Events polled but not yet looked at (a poll may bring several).
+    let mut queue = Vec::new();
     // Queue pairs on demand (the default): the client's first frame starts the
     // handshake; its Request, Reply and Ack go over this test's exchange (the core
     // carries them over TCP), whatever the library's default; `RANKWIRE_RDMA_CONNECT=at-init`
@@ -175,7 +177,11 @@ fn two_nodes_over_a_wire() {
             let ack = ex.get(1, "wire-ack").unwrap();
             t.on_wireup(1, &ack).unwrap();
         } else {
-            assert_eq!(t.send(0, &[0], &[]).unwrap(), SendOutcome::Busy);
+            // The first frame is kept (the send completes) while the queue pair is made,
+            // and posted once it is ready.
+            assert_eq!(t.send(0, &[0xff], b"first").unwrap(), SendOutcome::Sent);
+            assert_eq!(t.stats().sends, 0);
+            assert!(!t.is_flushed());
             let (to, req) = t.take_wireup().expect("a Request");
             assert_eq!(to, 0);
             ex.put("wire-request", &req).unwrap();
@@ -186,6 +192,23 @@ fn two_nodes_over_a_wire() {
         }
         assert!(t.take_wireup().is_none());
         println!("{role}: queue pair made on demand: {:?}", t.stats());
+        // The kept first frame arrives ahead of everything else.
+        if server {
+            let e = poll_until(&mut t, &mut queue, "the kept first frame", |e| {
+                matches!(e, Event::Recv { .. })
+            });
+            assert!(
+                matches!(&e, Event::Recv { header, payload, .. } if header == &[0xff] && payload == b"first"),
+                "{e:?}"
+            );
+        } else {
+            let t0 = Instant::now();
+            while !t.is_flushed() {
+                check_quiet(&mut t, "posting the kept first frame");
+                assert!(t0.elapsed() < Duration::from_secs(120), "kept frame stuck");
+            }
+            assert_eq!(t.stats().sends, 1);
+        }
         t
     } else {
         RdmaTransport::new(me, Some(dev), &cfg, &mut ex, &[other])
@@ -194,7 +217,6 @@ fn two_nodes_over_a_wire() {
     };
     assert_eq!(t.stats().queue_pairs, 1);
     let sizes = [0usize, 1, 4096, 16 * 1024];
-    let mut queue = Vec::new();
     // Eager frames: client -> server, then server -> client.
     for round in 0..2 {
         let sending = (round == 0) != server;

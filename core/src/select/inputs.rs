@@ -48,6 +48,9 @@ pub(crate) struct RdmaProbe {
     pub(crate) dev: Option<RdmaDevice>,
     /// Per world rank: whether it has a device (published in its node record).
     pub(crate) ok: Vec<bool>,
+    /// Per world rank: whether it makes queue pairs on demand (`Some(true)`), at init
+    /// (`Some(false)`), or does not consider RDMA (`None`), as published.
+    pub(crate) on_demand: Vec<Option<bool>>,
     /// Why this process has no usable RDMA (`Ok` when it has a device).
     pub(crate) usable: std::result::Result<(), String>,
 }
@@ -68,6 +71,7 @@ pub(crate) fn probe_rdma(rank: u32, size: u32, allowed: &[&str]) -> Result<RdmaP
             cfg: None,
             dev: None,
             ok: vec![false; size as usize],
+            on_demand: vec![None; size as usize],
             usable: Err(if size < 2 {
                 "no other rank".to_string()
             } else {
@@ -92,26 +96,121 @@ pub(crate) fn probe_rdma(rank: u32, size: u32, allowed: &[&str]) -> Result<RdmaP
         cfg: Some(cfg),
         dev,
         ok: vec![false; size as usize],
+        on_demand: vec![None; size as usize],
         usable,
     })
 }
 
 impl RdmaProbe {
     /// The field this rank publishes in its node record: `1` with a device, `0`
-    /// without, `-` where RDMA is not considered (excluded, or a job of one rank).
-    pub(crate) fn publish(&self) -> &'static str {
-        match (&self.cfg, &self.dev) {
-            (None, _) => "-",
-            (Some(_), Some(_)) => "1",
-            (Some(_), None) => "0",
+    /// without, then `d` where it would make queue pairs on demand (the setting, and
+    /// `tcp` allowed to carry the set-up: `tcp`), `i` at init; `-` where RDMA is not
+    /// considered (excluded, or a job of one rank).
+    pub(crate) fn publish(&self, tcp: bool) -> String {
+        match &self.cfg {
+            None => "-".to_string(),
+            Some(cfg) => format!(
+                "{}{}",
+                if self.dev.is_some() { '1' } else { '0' },
+                if cfg.on_demand && tcp { 'd' } else { 'i' }
+            ),
         }
     }
 
     /// Record rank `r`'s published field ([`RdmaProbe::publish`]).
     pub(crate) fn learn(&mut self, r: u32, field: Option<&str>) {
+        let field = field.unwrap_or("-").as_bytes();
         if let Some(slot) = self.ok.get_mut(r as usize) {
-            *slot = self.cfg.is_some() && field == Some("1");
+            *slot = self.cfg.is_some() && field.first() == Some(&b'1');
         }
+        if let Some(slot) = self.on_demand.get_mut(r as usize) {
+            *slot = match field.get(1) {
+                Some(b'd') => Some(true),
+                Some(b'i') => Some(false),
+                _ => None,
+            };
+        }
+    }
+
+    /// Every rank with a device must make its queue pairs the same way: a rank on
+    /// demand carries the set-up over TCP connections that a rank at init does not
+    /// serve, so the pair would wait and fail late with a misleading error.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] naming the first two device ranks that differ and the settings
+    /// behind it (`RANKWIRE_RDMA_CONNECT`, `RANKWIRE_TRANSPORTS`).
+    pub(crate) fn check_connect_modes(&self) -> Result<()> {
+        let mut with_dev = (0..self.ok.len()).filter(|&r| self.ok[r]);
+        let Some(first) = with_dev.next() else {
+            return Ok(());
+        };
+        let mode = |r: usize| self.on_demand[r];
+        let Some(other) = with_dev.find(|&r| mode(r) != mode(first)) else {
+            return Ok(());
+        };
+        let say = |m: Option<bool>| match m {
+            Some(true) => "on demand",
+            Some(false) => "at init",
+            None => "not at all",
+        };
+        Err(Error::usage(format!(
+            "ranks make RDMA queue pairs differently: rank {first} {}, rank {other} {}; \
+             fix: give every rank the same RANKWIRE_RDMA_CONNECT (on-demand, the default, \
+             or at-init) and the same RANKWIRE_TRANSPORTS (on demand needs tcp in it to \
+             carry the set-up); rwrun passes its environment to every rank, under srun \
+             export them before the step",
+            say(mode(first)),
+            say(mode(other))
+        )))
+    }
+}
+
+#[cfg(test)]
+mod rdma_probe_tests {
+    use super::*;
+
+    fn probe(n: usize, on_demand: bool) -> RdmaProbe {
+        let cfg = RdmaConfig {
+            on_demand,
+            ..RdmaConfig::from_env().expect("default settings")
+        };
+        RdmaProbe {
+            cfg: Some(cfg),
+            dev: None,
+            ok: vec![false; n],
+            on_demand: vec![None; n],
+            usable: Ok(()),
+        }
+    }
+
+    #[test]
+    fn published_fields_round_trip_and_mixed_connect_modes_are_refused() {
+        let me = probe(4, true);
+        // Without a device of its own a rank publishes 0, and the mode it would use.
+        assert_eq!(me.publish(true), "0d");
+        assert_eq!(
+            me.publish(false),
+            "0i",
+            "on demand needs tcp to carry the set-up"
+        );
+        assert_eq!(probe(4, false).publish(true), "0i");
+        let mut p = probe(4, true);
+        for (r, f) in ["1d", "1d", "0i", "-"].iter().enumerate() {
+            p.learn(r as u32, Some(f));
+        }
+        assert_eq!(p.ok, vec![true, true, false, false]);
+        assert_eq!(p.on_demand, vec![Some(true), Some(true), Some(false), None]);
+        // A rank without a device takes no RDMA route: its setting does not matter.
+        assert!(p.check_connect_modes().is_ok());
+        p.learn(3, Some("1i"));
+        let e = p.check_connect_modes().unwrap_err().to_string();
+        assert!(
+            e.contains("rank 0 on demand, rank 3 at init") && e.contains("RANKWIRE_RDMA_CONNECT"),
+            "{e}"
+        );
+        // An old or garbled field counts as no device.
+        p.learn(3, Some("x"));
+        assert!(p.check_connect_modes().is_ok());
     }
 }
 

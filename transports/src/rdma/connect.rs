@@ -12,7 +12,11 @@
 //!   its QP is RTS with receives posted) → `Ack` (initiator's QP is RTS with receives
 //!   posted); each side sends frames only after the message that proves the peer's
 //!   receives are posted (Reply, resp. Ack). Both ranks starting at once is the same
-//!   exchange run twice on the one QP pair: each answers the other's Request.
+//!   exchange run twice on the one QP pair: each answers the other's Request. A side
+//!   that cannot make or connect its QP (a verbs call failed, a message out of order)
+//!   answers `Fail` with the reason, so the other side fails the pair at once instead of
+//!   waiting; a frame that arrives from the peer proves its receives are posted as an
+//!   `Ack` does (the peer posts them before it sends anything).
 //! - **at init** (`RANKWIRE_RDMA_CONNECT=at-init`): every pair, through the bootstrap,
 //!   under `rdma-qp-<from>-<to>`, between two job-wide fences.
 
@@ -205,7 +209,7 @@ pub fn is_wireup(header: &[u8]) -> bool {
 }
 
 /// A message of the on-demand connection handshake (module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Wireup {
     /// The sender created its QP and wants to connect: its data.
     Request(ConnInfo),
@@ -213,10 +217,18 @@ pub(crate) enum Wireup {
     Reply(ConnInfo),
     /// The requester connected and posted its receives.
     Ack,
+    /// The sender cannot make or connect its end of the queue pair: the reason (UTF-8,
+    /// at most [`FAIL_REASON_BYTES`] bytes). The pair is failed on both sides.
+    Fail(String),
 }
 
+/// Longest reason a `Fail` wireup message carries, in bytes (longer ones are cut at a
+/// character boundary).
+pub(crate) const FAIL_REASON_BYTES: usize = 1024;
+
 impl Wireup {
-    /// `WIREUP_MAGIC`, a kind byte (1 Request, 2 Reply, 3 Ack), then the `ConnInfo`.
+    /// `WIREUP_MAGIC`, a kind byte (1 Request, 2 Reply, 3 Ack, 4 Fail), then the
+    /// `ConnInfo` (Request, Reply) or the reason's UTF-8 bytes (Fail).
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = WIREUP_MAGIC.to_vec();
         match self {
@@ -229,6 +241,14 @@ impl Wireup {
                 v.extend_from_slice(&c.encode());
             }
             Wireup::Ack => v.push(3),
+            Wireup::Fail(reason) => {
+                v.push(4);
+                let mut end = reason.len().min(FAIL_REASON_BYTES);
+                while !reason.is_char_boundary(end) {
+                    end -= 1;
+                }
+                v.extend_from_slice(&reason.as_bytes()[..end]);
+            }
         }
         v
     }
@@ -242,6 +262,9 @@ impl Wireup {
             (1, rest) => ConnInfo::decode(rest).map(Wireup::Request),
             (2, rest) => ConnInfo::decode(rest).map(Wireup::Reply),
             (3, []) => Some(Wireup::Ack),
+            (4, rest) if rest.len() <= FAIL_REASON_BYTES => std::str::from_utf8(rest)
+                .ok()
+                .map(|r| Wireup::Fail(r.to_string())),
             _ => None,
         }
     }
@@ -265,9 +288,23 @@ mod tests {
         for m in [Wireup::Request(c), Wireup::Reply(c), Wireup::Ack] {
             let b = m.encode();
             assert!(is_wireup(&b));
-            assert_eq!(Wireup::decode(&b), Some(m));
+            assert_eq!(Wireup::decode(&b), Some(m.clone()));
             assert_eq!(Wireup::decode(&b[..b.len() - 1]), None, "{m:?} truncated");
         }
+        let f = Wireup::Fail("ibv_create_qp: Cannot allocate memory".into());
+        assert_eq!(Wireup::decode(&f.encode()), Some(f));
+        // A long reason is cut on a character boundary, and still decodes.
+        let long = Wireup::Fail("é".repeat(FAIL_REASON_BYTES));
+        let b = long.encode();
+        assert_eq!(b.len(), 3 + FAIL_REASON_BYTES);
+        assert!(
+            matches!(Wireup::decode(&b), Some(Wireup::Fail(r)) if r.len() == FAIL_REASON_BYTES)
+        );
+        // Not UTF-8, or longer than the bound: not a wireup message.
+        assert_eq!(Wireup::decode(b"RQ\x04\xff\xfe"), None);
+        let mut over = b"RQ\x04".to_vec();
+        over.extend(std::iter::repeat_n(b'a', FAIL_REASON_BYTES + 1));
+        assert_eq!(Wireup::decode(&over), None);
         // A core frame header (magic 0x5752 little-endian) is not one.
         assert!(!is_wireup(&[0x52, 0x57, 2, 0]));
         assert_eq!(Wireup::decode(b"RQ\x09"), None);

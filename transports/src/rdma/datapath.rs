@@ -76,38 +76,73 @@ impl RdmaTransport {
             });
         }
         match self.conns[c].link {
-            super::Link::Ready => {}
-            // First frame to this peer: make the queue pair, ask the peer to connect.
+            super::Link::Ready if self.conns[c].queued.is_empty() => {}
+            // Frames queued during the handshake go first, in order.
+            super::Link::Ready => {
+                self.post_queued(c)?;
+                if !self.conns[c].queued.is_empty() {
+                    return Ok(SendOutcome::Busy);
+                }
+            }
+            // First frame to this peer: make the queue pair, ask the peer to connect,
+            // and keep the frame until the queue pair is ready.
             super::Link::Idle => {
                 self.start_link(c)?;
-                return Ok(SendOutcome::Busy);
+                return Ok(self.enqueue(c, header, payload));
             }
-            super::Link::Requested | super::Link::Connected => return Ok(SendOutcome::Busy),
+            super::Link::Requested | super::Link::Connected => {
+                return Ok(self.enqueue(c, header, payload));
+            }
         }
-        let conn = &self.conns[c];
+        if !self.has_room(c) {
+            return Ok(SendOutcome::Busy);
+        }
+        let len = 8 + header.len() + payload.len();
+        self.post_slot(c, len, |p| {
+            // SAFETY: `p` is a free send slot of `slot_bytes` >= len bytes (post_slot).
+            unsafe {
+                std::ptr::copy_nonoverlapping((header.len() as u32).to_le_bytes().as_ptr(), p, 4);
+                std::ptr::copy_nonoverlapping(
+                    (payload.len() as u32).to_le_bytes().as_ptr(),
+                    p.add(4),
+                    4,
+                );
+                std::ptr::copy_nonoverlapping(header.as_ptr(), p.add(8), header.len());
+                std::ptr::copy_nonoverlapping(
+                    payload.as_ptr(),
+                    p.add(8 + header.len()),
+                    payload.len(),
+                );
+            }
+        })?;
+        Ok(SendOutcome::Sent)
+    }
+
+    // Whether connection `c` (ready) can take one more eager frame now: a credit, a free
+    // send slot, and a send-queue entry beside the one kept for credit updates.
+    fn has_room(&mut self, c: usize) -> bool {
         if self.credits(c) == 0 {
             self.stats.credit_stalls += 1;
-            return Ok(SendOutcome::Busy);
+            return false;
         }
-        // Keep one send-queue entry for credit updates.
-        if conn.send_busy >= self.slots || conn.sq_outstanding + 2 > self.sq_depth {
-            return Ok(SendOutcome::Busy);
-        }
-        let slot = conn.send_next % self.slots;
+        let conn = &self.conns[c];
+        conn.send_busy < self.slots && conn.sq_outstanding + 2 <= self.sq_depth
+    }
+
+    // Post one frame of `len` bytes (slot image, written by `fill` into the free send
+    // slot) to connection `c`, which has room (`has_room`).
+    fn post_slot(
+        &mut self,
+        c: usize,
+        len: usize,
+        fill: impl FnOnce(*mut u8),
+    ) -> Result<(), TransportError> {
+        let slot = self.conns[c].send_next % self.slots;
         let p = self.slot_ptr(c, slot, true);
-        let len = 8 + header.len() + payload.len();
-        // SAFETY: the slot is ours (its previous send completed: send_busy < slots and
-        // slots complete in order) and large enough for any frame checked above.
-        unsafe {
-            std::ptr::copy_nonoverlapping((header.len() as u32).to_le_bytes().as_ptr(), p, 4);
-            std::ptr::copy_nonoverlapping(
-                (payload.len() as u32).to_le_bytes().as_ptr(),
-                p.add(4),
-                4,
-            );
-            std::ptr::copy_nonoverlapping(header.as_ptr(), p.add(8), header.len());
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), p.add(8 + header.len()), payload.len());
-        }
+        debug_assert!(len <= self.slot_bytes);
+        // The slot is ours: its previous send completed (send_busy < slots and slots
+        // complete in order), and it holds `slot_bytes` >= any checked frame.
+        fill(p);
         let mut sge = IbvSge {
             addr: p as u64,
             length: len as u32,
@@ -131,7 +166,103 @@ impl RdmaTransport {
         conn.send_next = conn.send_next.wrapping_add(1);
         conn.sq_outstanding += 1;
         self.stats.sends += 1;
-        Ok(SendOutcome::Sent)
+        Ok(())
+    }
+
+    // Keep a frame for connection `c`, whose queue pair is being set up: `Sent` (the
+    // caller's buffer is free again), or `Busy` once `QUEUED_BYTES_WHILE_CONNECTING`
+    // bytes wait (the core then keeps the frame, as for a peer out of credits).
+    fn enqueue(&mut self, c: usize, header: &[u8], payload: &[u8]) -> SendOutcome {
+        let len = 8 + header.len() + payload.len();
+        let conn = &mut self.conns[c];
+        if !conn.queued.is_empty() && conn.queued_bytes + len > super::QUEUED_BYTES_WHILE_CONNECTING
+        {
+            return SendOutcome::Busy;
+        }
+        let mut image = Vec::with_capacity(len);
+        image.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        image.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        image.extend_from_slice(header);
+        image.extend_from_slice(payload);
+        if conn.queued.is_empty() {
+            conn.queued_since = Some(std::time::Instant::now());
+            self.waiting.push(c);
+        }
+        conn.queued_bytes += len;
+        conn.queued.push_back(image);
+        SendOutcome::Sent
+    }
+
+    // Post the queued frames of ready connection `c` while it has room; whether any
+    // went out.
+    fn post_queued(&mut self, c: usize) -> Result<bool, TransportError> {
+        let mut any = false;
+        while !self.conns[c].queued.is_empty() && self.has_room(c) {
+            let image = self.conns[c].queued.pop_front().expect("not empty");
+            self.conns[c].queued_bytes -= image.len();
+            self.post_slot(c, image.len(), |p| {
+                // SAFETY: a free send slot of slot_bytes >= image.len() (checked at
+                // send_frame when the frame was queued).
+                unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), p, image.len()) }
+            })?;
+            any = true;
+        }
+        Ok(any)
+    }
+
+    // Progress of the connections with queued frames: post them where the queue pair
+    // became ready, drop them where it failed, warn once where the handshake has taken
+    // longer than `connect_warn_after`; whether any frame went out.
+    fn drain_waiting(&mut self, events: &mut Vec<Event>) -> bool {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let c = self.waiting[i];
+            let conn = &self.conns[c];
+            if conn.failed {
+                // fail() emptied the queue; the failure itself is reported where found.
+            } else if conn.link == super::Link::Ready {
+                match self.post_queued(c) {
+                    Ok(a) => any |= a,
+                    Err(error) => {
+                        if !self.quiesced {
+                            events.push(Event::PeerFailed {
+                                peer: self.conns[c].peer,
+                                error,
+                            });
+                        }
+                        any = true;
+                    }
+                }
+            } else if !conn.warned
+                && conn
+                    .queued_since
+                    .is_some_and(|t| t.elapsed() >= self.connect_warn_after)
+            {
+                let step = match conn.link {
+                    super::Link::Requested => "our Request is not answered",
+                    _ => "our Reply is not acknowledged",
+                };
+                tracing::warn!(
+                    "rdma: rank {}: {} frame(s) to rank {} have waited {:.0?} for its queue \
+                     pair ({step}); the peer has not called rankwire since (busy computing?) \
+                     or is stuck. Waiting on: a lost peer still fails through its TCP \
+                     connection; RANKWIRE_WATCHDOG bounds a job that no longer progresses",
+                    self.rank,
+                    conn.queued.len(),
+                    conn.peer,
+                    self.connect_warn_after
+                );
+                self.conns[c].warned = true;
+            }
+            if self.conns[c].queued.is_empty() {
+                self.conns[c].queued_since = None;
+                self.waiting.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        any
     }
 
     /// Read `len` bytes at `remote_addr` (rkey `rkey`) in `peer`'s memory into `local`
@@ -372,10 +503,12 @@ impl RdmaTransport {
         true
     }
 
-    // Mark a connection failed; the error to report.
-    fn fail(&mut self, c: usize, reason: String) -> TransportError {
+    // Mark a connection failed (its queued frames are dropped); the error to report.
+    pub(super) fn fail(&mut self, c: usize, reason: String) -> TransportError {
         let conn = &mut self.conns[c];
         conn.failed = true;
+        conn.queued.clear();
+        conn.queued_bytes = 0;
         TransportError::PeerLost {
             transport: NAME,
             peer: conn.peer,
@@ -405,6 +538,9 @@ impl RdmaTransport {
             }
         }
         any |= self.post_pending();
+        if !self.waiting.is_empty() {
+            any |= self.drain_waiting(events);
+        }
         for c in 0..self.conns.len() {
             any |= self.report_credits(c);
         }
@@ -508,6 +644,11 @@ impl RdmaTransport {
                     return;
                 }
                 self.conns[c].consumed += 1;
+                // The peer posted its receives before it sent anything (module doc of
+                // `connect`): its frame proves it as its Ack would.
+                if self.conns[c].link == super::Link::Connected {
+                    self.set_ready(c);
+                }
             }
             _ => tracing::error!("rdma: completion of unknown kind {kind}"),
         }

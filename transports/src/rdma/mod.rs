@@ -60,6 +60,11 @@ const NAME: &str = "rdma";
 /// `ibv_resize_cq` as more are made).
 const CQ_FIRST_QPS: u32 = 4;
 
+/// Bytes of frames one connection keeps while its queue pair is being set up (on
+/// demand) before `send` answers Busy: the first eager messages to a peer complete at
+/// once, as over TCP, without the peer having to answer first.
+pub const QUEUED_BYTES_WHILE_CONNECTING: usize = 4 << 20;
+
 /// Payload bytes of one eager slot frame (rendezvous fallback chunks are this size).
 pub const FRAME_PAYLOAD_BYTES: usize = 16 * 1024;
 
@@ -82,11 +87,15 @@ pub struct RdmaConfig {
     pub require_gdr: bool,
     /// Registration cache bounds (`RANKWIRE_REGCACHE_MAX_ENTRIES`, `..._MAX_BYTES`).
     pub regcache: RegCacheConfig,
-    /// `RANKWIRE_RDMA_CONNECT`: `at-init` (default: every pair at init,
-    /// [`RdmaTransport::new`]) or `on-demand` (a peer's queue pair is made at the first
-    /// frame to it, [`RdmaTransport::new_on_demand`]; opt-in while its known problems,
-    /// README "Known limitations", are open).
+    /// `RANKWIRE_RDMA_CONNECT`: `on-demand` (the default: a peer's queue pair is made at
+    /// the first frame to it, [`RdmaTransport::new_on_demand`], its set-up carried over
+    /// TCP) or `at-init` (every pair at init, [`RdmaTransport::new`]).
     pub on_demand: bool,
+    /// `RANKWIRE_CONNECT_TIMEOUT` (shared with TCP, default 60 s): frames that have waited
+    /// this long for a peer's queue pair (on demand) are reported by a warning naming
+    /// the peer and the handshake step; they keep waiting, as a TCP frame to a busy peer
+    /// does (a peer computing without calling rankwire answers late, legally).
+    pub connect_timeout: std::time::Duration,
 }
 
 impl RdmaConfig {
@@ -103,6 +112,7 @@ impl RdmaConfig {
             "RANKWIRE_RDMA_LEAVE_PINNED",
             "RANKWIRE_RDMA_GDR",
             "RANKWIRE_RDMA_CONNECT",
+            "RANKWIRE_CONNECT_TIMEOUT",
         ])?;
         let get = |k: &str| crate::settings::raw(k).filter(|v| !v.trim().is_empty());
         let gid_index = match get("RANKWIRE_IB_GID_INDEX") {
@@ -140,7 +150,7 @@ impl RdmaConfig {
             },
         };
         let on_demand = match get("RANKWIRE_RDMA_CONNECT").map(|v| v.trim().to_ascii_lowercase()) {
-            None => false,
+            None => true,
             Some(v) if v == "on-demand" => true,
             Some(v) if v == "at-init" => false,
             Some(v) => {
@@ -151,9 +161,18 @@ impl RdmaConfig {
                 });
             }
         };
+        let connect_timeout = match get("RANKWIRE_CONNECT_TIMEOUT") {
+            None => std::time::Duration::from_secs(60),
+            Some(v) => crate::settings::parse_duration(&v).ok_or(ConfigError {
+                var: "RANKWIRE_CONNECT_TIMEOUT",
+                value: v,
+                expected: "a positive number of seconds, e.g. 60, 2.5, 60s or 500ms",
+            })?,
+        };
         let flag = |k: &str| crate::settings::switch_or_unset(k) == Some(true);
         Ok(RdmaConfig {
             on_demand,
+            connect_timeout,
             hca: get("RANKWIRE_IB_HCA"),
             gid_index,
             slots,
@@ -260,6 +279,13 @@ struct Conn {
     remote_credit_addr: u64,
     remote_credit_rkey: u32,
     failed: bool,
+    // Frames taken while the queue pair is not ready (on demand), as slot images
+    // (`[header_len][payload_len][header][payload]`), posted in order once it is; their
+    // bytes, and when the first was taken (for the slow-handshake warning).
+    queued: VecDeque<Vec<u8>>,
+    queued_bytes: usize,
+    queued_since: Option<std::time::Instant>,
+    warned: bool,
 }
 
 // A one-sided operation in flight: chunks still to complete and the registration of
@@ -310,6 +336,10 @@ pub struct RdmaTransport {
     rank: u32,
     // Wireup messages for the core to carry to peers (on demand).
     wireup_out: VecDeque<(u32, Vec<u8>)>,
+    // Connections holding queued frames (on demand), to post once ready.
+    waiting: Vec<usize>,
+    // How long frames may wait for a queue pair before a warning says so.
+    connect_warn_after: std::time::Duration,
     // Last: closing the device must come after every field that holds its objects.
     dev: device::Device,
 }
@@ -456,7 +486,10 @@ impl RdmaTransport {
     /// wireup message, through [`RdmaTransport::take_wireup`] and
     /// [`RdmaTransport::on_wireup`], which the caller carries between the two ranks on a
     /// reliable, authenticated channel (the core uses TCP). A frame to a peer whose
-    /// queue pair is not ready yet is answered [`crate::SendOutcome::Busy`]. Every rank
+    /// queue pair is not ready yet is kept and answered [`crate::SendOutcome::Sent`] (up
+    /// to [`QUEUED_BYTES_WHILE_CONNECTING`] bytes per peer, then
+    /// [`crate::SendOutcome::Busy`]); kept frames are posted in order once it is ready,
+    /// by [`crate::Transport::poll`]. Every rank
     /// of the job must call this or [`RdmaTransport::new`] (same setting everywhere),
     /// with `dev` `None` where there is no RDMA: setup has the same two job-wide fences.
     /// Returns `None` when there is no device.
@@ -511,24 +544,48 @@ impl RdmaTransport {
                 peer,
             });
         };
-        let bad = |reason: String| TransportError::Malformed {
-            transport: NAME,
-            peer,
-            reason,
-        };
-        let m = connect::Wireup::decode(msg).ok_or_else(|| {
-            bad(format!(
-                "{} bytes that are no RDMA wireup message",
-                msg.len()
-            ))
-        })?;
-        if self.conns[c].failed {
-            return Err(TransportError::PeerLost {
+        let m = connect::Wireup::decode(msg);
+        if let Some(connect::Wireup::Fail(reason)) = &m {
+            // The peer gave up on the pair: fail it here too, with the peer's words.
+            let err = TransportError::Connect {
+                transport: NAME,
+                peer,
+                reason: format!("rank {peer} could not set up its end of the queue pair: {reason}"),
+            };
+            self.fail(c, err.to_string());
+            return Err(err);
+        }
+        let r = match m {
+            _ if self.conns[c].failed => Err(TransportError::PeerLost {
                 transport: NAME,
                 peer,
                 reason: "the queue pair failed earlier".into(),
-            });
+            }),
+            None => Err(TransportError::Malformed {
+                transport: NAME,
+                peer,
+                reason: format!("{} bytes that are no RDMA wireup message", msg.len()),
+            }),
+            Some(m) => self.handshake(c, m),
+        };
+        if let Err(e) = &r {
+            // Whatever went wrong, the pair is failed on this side (the core fails the
+            // peer): tell the peer, so that it fails too instead of waiting for us.
+            self.fail(c, e.to_string());
+            self.wireup_out
+                .push_back((peer, connect::Wireup::Fail(e.to_string()).encode()));
         }
+        r
+    }
+
+    // One step of the handshake (module doc of `connect`) on connection `c`.
+    fn handshake(&mut self, c: usize, m: connect::Wireup) -> Result<(), TransportError> {
+        let peer = self.conns[c].peer;
+        let bad = |reason: &str| TransportError::Malformed {
+            transport: NAME,
+            peer,
+            reason: reason.to_string(),
+        };
         let link = self.conns[c].link;
         match m {
             connect::Wireup::Request(info) => {
@@ -544,7 +601,7 @@ impl RdmaTransport {
             }
             connect::Wireup::Reply(info) => {
                 match link {
-                    Link::Idle => return Err(bad("a wireup Reply without our Request".into())),
+                    Link::Idle => return Err(bad("a wireup Reply without our Request")),
                     Link::Requested => self.connect_to(c, &info)?,
                     Link::Connected | Link::Ready => self.check_same_qp(c, &info)?,
                 }
@@ -555,15 +612,16 @@ impl RdmaTransport {
             connect::Wireup::Ack => match link {
                 Link::Connected | Link::Ready => self.set_ready(c),
                 Link::Idle | Link::Requested => {
-                    return Err(bad("a wireup Ack before our Reply".into()));
+                    return Err(bad("a wireup Ack before our Reply"));
                 }
             },
+            connect::Wireup::Fail(_) => unreachable!("handled by on_wireup"),
         }
         Ok(())
     }
 
-    // Frames may go to the peer now.
-    fn set_ready(&mut self, c: usize) {
+    // Frames may go to the peer now (queued ones are posted by the next poll).
+    pub(super) fn set_ready(&mut self, c: usize) {
         if self.conns[c].link != Link::Ready {
             self.conns[c].link = Link::Ready;
             tracing::debug!(
@@ -691,7 +749,13 @@ impl RdmaTransport {
 
     // The first frame to a peer without a QP: make it and send our Request.
     pub(super) fn start_link(&mut self, c: usize) -> Result<(), TransportError> {
-        self.ensure_qp(c)?;
+        if let Err(e) = self.ensure_qp(c) {
+            self.fail(c, e.to_string());
+            let peer = self.conns[c].peer;
+            self.wireup_out
+                .push_back((peer, connect::Wireup::Fail(e.to_string()).encode()));
+            return Err(e);
+        }
         self.conns[c].link = Link::Requested;
         let req = connect::Wireup::Request(self.local_info(c));
         self.wireup_out
@@ -765,6 +829,8 @@ impl RdmaTransport {
             next_reg: 1,
             rank,
             wireup_out: VecDeque::new(),
+            waiting: Vec::new(),
+            connect_warn_after: cfg.connect_timeout,
         };
         for &peer in peers {
             t.by_peer.insert(peer, t.conns.len());
@@ -786,6 +852,10 @@ impl RdmaTransport {
                 remote_credit_addr: 0,
                 remote_credit_rkey: 0,
                 failed: false,
+                queued: VecDeque::new(),
+                queued_bytes: 0,
+                queued_since: None,
+                warned: false,
             });
         }
         if make_qps {
@@ -992,6 +1062,10 @@ impl crate::Transport for RdmaTransport {
             .all(|c| c.failed || (c.send_busy == 0 && c.sq_outstanding == 0))
             && self.pending.is_empty()
             && self.wireup_out.is_empty()
+            && self
+                .waiting
+                .iter()
+                .all(|&c| self.conns[c].queued.is_empty())
     }
 
     /// Host memory through the registration cache ([`Registry::acquire_host`]): the
