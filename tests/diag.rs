@@ -139,6 +139,40 @@ fn require_turns_a_fallback_into_an_init_error() {
     );
 }
 
+/// One rank started with another `RANKWIRE_TRANSPORTS` (here: tcp only, the others
+/// the default) fails at init on every rank with one error naming the setting, instead
+/// of waiting in a transport's set-up fence until the bootstrap timeout.
+#[test]
+fn ranks_allowing_different_transports_fail_at_init_naming_the_setting() {
+    let script = format!(
+        "if [ \"$RANKWIRE_RANK\" = 2 ]; then export RANKWIRE_TRANSPORTS=tcp; fi; exec '{}' explain",
+        app()
+    );
+    let t0 = std::time::Instant::now();
+    let out = rwrun(["-n", "3", "sh", "-c", &script])
+        .env("RANKWIRE_BOOTSTRAP_TIMEOUT", "60")
+        .timeout(Duration::from_secs(120))
+        .run();
+    assert_eq!(out.code(), 1, "{}\n{}", out.stdout, out.stderr);
+    let want = "ranks allow different transports: rank 0 RANKWIRE_TRANSPORTS=shm,rdma,tcp, rank 2 RANKWIRE_TRANSPORTS=tcp";
+    assert!(out.stderr.contains(want), "{}", out.stderr);
+    // At init, not at the bootstrap timeout (60 s here).
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    // The same list spelled in another order is the same list.
+    let script = format!(
+        "if [ \"$RANKWIRE_RANK\" = 1 ]; then export RANKWIRE_TRANSPORTS=tcp,rdma,shm; fi; exec '{}' explain",
+        app()
+    );
+    rwrun(["-n", "2", "sh", "-c", &script])
+        .timeout(Duration::from_secs(60))
+        .run()
+        .assert_ok();
+}
+
 #[test]
 fn doctor_runs_without_gpu_or_rdma_and_says_what_it_could_not_check() {
     let out = std::process::Command::new(binary("rwrun"))

@@ -68,6 +68,27 @@ fn error_out_of_main_with_a_large_send_unreceived() {
     assert_fast_failure(&out, 10, 1, &["usage: rank 2 is out of range"]);
 }
 
+/// An eager message never received (erroneous, but common) to a rank already in
+/// finalize: its connection is made on demand, so the receiver must keep progressing
+/// in the final fence; before, the sender's flush waited out its 60 s bound.
+#[test]
+fn an_eager_message_nobody_receives_does_not_hold_finalize() {
+    for transports in ["tcp", "shm,tcp"] {
+        let out = rwrun(["-n", "2", &app(), "eager_unreceived"])
+            .env("RANKWIRE_TRANSPORTS", transports)
+            .env("RANKWIRE_CMA", "0")
+            .timeout(Duration::from_secs(90))
+            .run();
+        out.assert_ok();
+        assert!(
+            out.elapsed < Duration::from_secs(20),
+            "{transports}: took {:?}: {}",
+            out.elapsed,
+            out.stderr
+        );
+    }
+}
+
 #[test]
 fn panic_ends_the_job_at_once_with_its_message() {
     // (d)

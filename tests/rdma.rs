@@ -234,6 +234,50 @@ fn ranks_with_different_connect_settings_fail_at_init_naming_the_setting() {
     );
 }
 
+/// The rank that starts a queue pair cannot register its eager pool (locked-memory
+/// limit of 128 KiB, as an unprivileged user: root ignores the limit): its error names
+/// the verbs call and the locked-memory fix, not a lost peer (the core's eager fast path
+/// once dropped the first error and a retry reported "failed earlier").
+#[test]
+fn an_initiator_that_cannot_register_its_pool_names_the_call_and_the_limit() {
+    if !have_rdma() {
+        eprintln!("skipped: no RDMA device on this machine");
+        return;
+    }
+    if std::process::Command::new("setpriv")
+        .arg("--help")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no setpriv to drop root's CAP_IPC_LOCK");
+        return;
+    }
+    let signal = std::env::temp_dir().join(format!("rankwire-memlock-{}", std::process::id()));
+    let script = format!(
+        "if [ \"$RANKWIRE_RANK\" = 0 ]; then ulimit -l 128; fi; exec setpriv --reuid=65534 \
+         --regid=65534 --clear-groups '{}' busypeer",
+        app()
+    );
+    let out = rwrun(["-n", "2", "sh", "-c", &script])
+        .env("RANKWIRE_TRANSPORTS", "rdma,tcp")
+        .env("RDMA_SIGNAL_FILE", signal.to_str().unwrap())
+        .timeout(T)
+        .run();
+    let _ = std::fs::remove_file(&signal);
+    assert_ne!(out.code(), 0, "{}", out.stdout);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("rw-rdmaapp: FAILED: rank 0: busypeer:"))
+        .unwrap_or_else(|| panic!("no error of rank 0: {}", out.stderr));
+    assert!(
+        line.contains("ibv_reg_mr") && line.contains("ulimit -l"),
+        "{line}\n{}",
+        out.stderr
+    );
+    assert!(!line.contains("failed earlier"), "{line}");
+}
+
 #[test]
 fn at_init_queue_pairs_when_asked_for() {
     if !have_rdma() {

@@ -195,6 +195,21 @@ impl Error {
                 start, raise RANKWIRE_BOOTSTRAP_TIMEOUT (seconds)"
                     .into()
             }
+            // The RDMA queue pair to a live peer could not be made (on this rank or, by
+            // its Fail message, on the peer): the fix is in the set-up, not the peer.
+            Error::Connection { peer, detail }
+                if detail.contains(rankwire_transports::rdma::SETUP_FAILED) =>
+            {
+                format!(
+                    "the RDMA queue pair to rank {peer} could not be made (the reason above \
+                     names the rank where it failed): `Cannot allocate memory` from \
+                     ibv_reg_mr or ibv_create_qp needs a higher locked-memory limit there \
+                     (`ulimit -l unlimited`); an ibv_modify_qp(RTR) failure means the two \
+                     ports cannot reach each other with the chosen GIDs (give every rank \
+                     the same RANKWIRE_IB_HCA and RANKWIRE_IB_GID_INDEX, see `rwrun \
+                     --doctor`); RANKWIRE_TRANSPORTS=shm,tcp runs the job without RDMA"
+                )
+            }
             // Started by srun: no rwrun line to read, and Slurm ends the step only with -K.
             Error::Connection { peer, .. }
                 if crate::bootstrap::launch::under_resource_manager() =>
@@ -394,6 +409,36 @@ mod tests {
                 &["rank 5", "size 2"],
             ),
         ]
+    }
+
+    #[test]
+    fn a_failed_rdma_queue_pair_set_up_gets_the_set_ups_fix_not_a_lost_peers() {
+        let e = Error::from(T::Connect {
+            transport: "rdma",
+            peer: 1,
+            reason: format!(
+                "{}: rank 1 could not set up its end of the queue pair: ibv_modify_qp(RTR) \
+                 failed: Invalid argument",
+                rankwire_transports::rdma::SETUP_FAILED
+            ),
+        });
+        let fix = e.remedy();
+        assert!(
+            fix.contains("ulimit -l") && fix.contains("RANKWIRE_IB_GID_INDEX"),
+            "{fix}"
+        );
+        assert!(!fix.contains("probably exited"), "{fix}");
+        // A lost RDMA peer keeps the lost peer's fix.
+        let lost = Error::from(T::PeerLost {
+            transport: "rdma",
+            peer: 1,
+            reason: "SEND completed with retry exceeded".into(),
+        });
+        assert!(
+            lost.remedy().contains("probably exited"),
+            "{}",
+            lost.remedy()
+        );
     }
 
     #[test]

@@ -71,7 +71,10 @@ mod inputs;
 pub(crate) mod sharing;
 mod table;
 
-pub(crate) use inputs::{RdmaProbe, allowed_transports, gdr_choice, probe_rdma, rdma_caps};
+pub(crate) use inputs::{
+    RdmaProbe, allowed_field, allowed_transports, check_same_allowed, gdr_choice, probe_rdma,
+    rdma_caps,
+};
 pub use table::{Row, render};
 
 /// Environment variable: print this rank's table to stderr at init (`rwrun --explain`).

@@ -211,11 +211,28 @@ impl Inner {
         // Flush what was handed to transports (bounded: a dead peer fails its frames).
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         self.wait_for(|e| (e.is_flushed() || std::time::Instant::now() > deadline).then_some(()));
-        let mut b = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(c) = b.as_mut() else {
+        // The client is taken out of its lock for the final fence, so that the rank
+        // keeps progressing while it waits (the engine lock is never taken under the
+        // bootstrap lock, runtime.rs): a peer may still need this rank to answer before
+        // its own flush above ends, e.g. to set up the connection or queue pair that
+        // carries a last eager message (never received: an erroneous program, but one
+        // that must not cost the peer its 60 s flush bound). No new connection is made
+        // meanwhile (this rank's frames are flushed, and answers go back on the
+        // connection the peer made), so no address is read from the bootstrap.
+        let Some(mut c) = self
+            .bootstrap
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
             return Ok(());
         };
-        c.fence().map_err(|e| {
+        let fenced = c.fence_progressing(FINAL_FENCE_POLL, || {
+            let mut e = self.lock();
+            self.progress(&mut e);
+        });
+        *self.bootstrap.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        fenced.map_err(|e| {
             Error::Bootstrap(format!(
                 "final fence failed: {e} (the other ranks did not reach finalize: if they \
                  wait for this rank, because it is ending after an error or left a receive \
@@ -223,8 +240,6 @@ impl Inner {
                  Universe::abort instead)"
             ))
         })?;
-        // The engine lock is never taken under the bootstrap lock (runtime.rs).
-        drop(b);
         self.lock().quiesce();
         let mut b = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = b.as_mut() {
@@ -234,6 +249,10 @@ impl Inner {
         Ok(())
     }
 }
+
+/// How often a rank in the final fence runs a progress round while it waits
+/// ([`Inner::finalize`]).
+const FINAL_FENCE_POLL: Duration = Duration::from_millis(10);
 
 fn init_logging() {
     let filter = crate::settings::raw("RANKWIRE_LOG")
@@ -468,7 +487,8 @@ fn build(joined: Joined) -> Result<Universe> {
     // MPS) and its RANKWIRE_GPU_DEVICE, for the note on ranks sharing a GPU without MPS
     // (select/sharing.rs). A host-only job without --explain reads no GPU attribute. A
     // fifth: whether it has an RDMA device and makes queue pairs on demand or at init (1d, 1i,
-    // 0d, 0i, or - where RDMA is not considered).
+    // 0d, 0i, or - where RDMA is not considered); a sixth: the transports it allows
+    // (select::allowed_field), which must be the same on every rank.
     let explain = env_switch(select::EXPLAIN_ENV) == Some(true);
     let gpu_field = if explain {
         select::sharing::local_field(crate::settings::raw("RANKWIRE_GPU_DEVICE").as_deref())
@@ -482,18 +502,21 @@ fn build(joined: Joined) -> Result<Universe> {
         .put(
             &format!("node-{rank}"),
             format!(
-                "{me}\t{}\t{}:{:x}\t{}\t{}",
+                "{me}\t{}\t{}:{:x}\t{}\t{}\t{}",
                 cpu_list(&my_cpus),
                 std::process::id(),
                 rankwire_transports::shm::cma::CMA_PROBE_WORD.as_ptr() as usize,
                 gpu_field.as_deref().unwrap_or(""),
-                rdma_probe.publish(allowed.contains(&"tcp"))
+                rdma_probe.publish(allowed.contains(&"tcp")),
+                select::allowed_field(&allowed)
             )
             .as_bytes(),
         )
         .map_err(boot)?;
     client.fence().map_err(boot)?;
     let mut node_ids = Vec::with_capacity(size as usize);
+    // What each rank published as its allow list (sixth field).
+    let mut allowed_by: Vec<Option<String>> = Vec::with_capacity(size as usize);
     let mut node_cpus: Vec<u32> = Vec::new();
     // (pid, probe address) of each rank, where published.
     let mut probe_at: Vec<Option<(u32, u64)>> = Vec::with_capacity(size as usize);
@@ -521,11 +544,13 @@ fn build(joined: Joined) -> Result<Universe> {
         }));
         gpu_facts.push(parts.next().and_then(select::sharing::parse_field));
         rdma_probe.learn(r as u32, parts.next());
+        allowed_by.push(parts.next().map(str::to_string));
         if id == me {
             node_cpus.extend(parse_cpu_list(cpus));
         }
         node_ids.push(id.to_string());
     }
+    select::check_same_allowed(&allowed_by.iter().map(Option::as_deref).collect::<Vec<_>>())?;
     node_cpus.sort_unstable();
     node_cpus.dedup();
     let local_size = local_size.unwrap_or_else(|| node_ids.iter().filter(|n| **n == me).count());

@@ -73,6 +73,15 @@ fn main() -> rankwire::Result<()> {
                 world.recv(&mut b, 0, 9)?;
             }
         }
+        // Rank 0 sends rank 1 an 8 B eager message nobody receives, once rank 1 is in
+        // finalize; both finalize. With connections made on demand the frame needs rank
+        // 1 to answer the set-up while it waits in the final fence.
+        "eager_unreceived" => {
+            if me == 0 {
+                std::thread::sleep(Duration::from_millis(300));
+                world.send(&[5u64], 1, 3)?;
+            }
+        }
         // Everything right: exchange, finalize, exit 0.
         "clean" => {
             let peer = 1 - me;

@@ -484,10 +484,14 @@ fn wireup_messages_out_of_order_or_foreign_fail_the_pair_on_both_sides() {
         let errors = carry(&mut a, &mut b, 0);
         assert_eq!(errors.len(), 1, "{what}: b heard {errors:?}");
         assert!(
-            errors[0].contains("rank 0 could not set up its end of the queue pair"),
+            errors[0].contains("rank 0 could not set up its end of the queue pair")
+                && errors[0].contains(rankwire_transports::rdma::SETUP_FAILED),
             "{what}: {}",
             errors[0]
         );
+        // Later calls on the failed pair return the first failure, not a generic one.
+        let again = a.send(1, &[0; 4], &[]).unwrap_err().to_string();
+        assert_eq!(again, e, "{what}");
         // Both ends now refuse frames at once instead of waiting for a handshake.
         assert!(a.send(1, &[0; 4], &[]).is_err(), "{what}: a still sends");
         assert!(b.send(0, &[0; 4], &[]).is_err(), "{what}: b still sends");

@@ -275,6 +275,51 @@ impl BootstrapClient {
         }
     }
 
+    /// [`BootstrapClient::fence`] that calls `between` every `interval` while it waits
+    /// for the answer (the final fence: the rank keeps progressing, so that a peer
+    /// still flushing frames to it, or setting up a connection with it, can finish).
+    /// The answer is read only once its first byte is there, so `between` never runs
+    /// in the middle of a message.
+    ///
+    /// # Errors
+    /// As [`BootstrapClient::fence`]: the same timeout bounds the whole wait.
+    pub fn fence_progressing(
+        &mut self,
+        interval: Duration,
+        mut between: impl FnMut(),
+    ) -> Result<(), BootstrapError> {
+        self.check_usable()?;
+        self.send("fence", &Request::Fence, self.timeout)?;
+        let deadline = Instant::now() + self.timeout;
+        let interval = interval.max(Duration::from_millis(1));
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wait = interval.min(left).max(Duration::from_millis(1));
+            let peeked = self
+                .stream
+                .set_read_timeout(Some(wait))
+                .and_then(|()| self.stream.peek(&mut [0u8; 1]));
+            match peeked {
+                // The answer (or the end of the stream, which recv reports) is there.
+                Ok(_) => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) && !left.is_zero() =>
+                {
+                    between();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io_error("fence", self.timeout, e)),
+            }
+        }
+        match self.recv("fence", self.timeout)? {
+            Response::Ok => Ok(()),
+            other => Err(self.unexpected("fence", &other)),
+        }
+    }
+
     /// Ask the launcher to end the whole job: it prints `message`, terminates every rank
     /// (this one included) and exits with status `code`.
     ///

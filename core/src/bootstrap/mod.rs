@@ -47,6 +47,24 @@ impl Wireup {
         }
     }
 
+    /// [`Wireup::fence`] calling `between` every `interval` while it waits, where the
+    /// server allows it (rwrun's; PMI-2 and PMIx fences block without it).
+    ///
+    /// # Errors
+    /// As [`Wireup::fence`].
+    pub fn fence_progressing(
+        &mut self,
+        interval: std::time::Duration,
+        between: impl FnMut(),
+    ) -> Result<(), String> {
+        match self {
+            Wireup::Rwrun(c) => c
+                .fence_progressing(interval, between)
+                .map_err(|e| e.to_string()),
+            other => other.fence(),
+        }
+    }
+
     /// Tell the server this rank finalized cleanly.
     ///
     /// # Errors

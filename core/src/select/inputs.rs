@@ -40,6 +40,47 @@ fn parse_allowed(v: Option<&str>) -> Result<Vec<&'static str>> {
     Ok(out)
 }
 
+/// The allow list as every rank publishes it in its node record: the allowed
+/// transports in the fixed order `shm,rdma,tcp` (`-` for none), so that two spellings
+/// of one list compare equal.
+pub(crate) fn allowed_field(allowed: &[&str]) -> String {
+    let v: Vec<&str> = ["shm", "rdma", "tcp"]
+        .into_iter()
+        .filter(|t| allowed.contains(t))
+        .collect();
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.join(",")
+    }
+}
+
+/// Every rank must allow the same transports: each transport's set-up has job-wide
+/// steps (fences) that a rank leaving it out would skip, so the others would wait for
+/// the bootstrap timeout and fail with a misleading error. `fields[r]` is what rank `r`
+/// published ([`allowed_field`]; `None`: an empty record, taken as a mismatch too).
+/// Compared with rank 0's, so every rank names the same pair.
+///
+/// # Errors
+/// [`Error::Usage`] naming the first rank whose list differs from rank 0's, both lists,
+/// and [`TRANSPORTS_ENV`].
+pub(crate) fn check_same_allowed(fields: &[Option<&str>]) -> Result<()> {
+    let Some(first) = fields.first() else {
+        return Ok(());
+    };
+    let Some((r, other)) = fields.iter().enumerate().find(|(_, f)| *f != first) else {
+        return Ok(());
+    };
+    let say = |f: &Option<&str>| f.map_or("nothing published".to_string(), |v| v.to_string());
+    Err(Error::usage(format!(
+        "ranks allow different transports: rank 0 {TRANSPORTS_ENV}={}, rank {r} {TRANSPORTS_ENV}={}; \
+         fix: give every rank the same {TRANSPORTS_ENV} (rwrun passes its environment to \
+         every rank; under srun export it before the step)",
+        say(first),
+        say(other)
+    )))
+}
+
 /// What [`probe_rdma`] found, and (after [`RdmaProbe::learn`]) which ranks have a device.
 pub(crate) struct RdmaProbe {
     /// The settings, when RDMA is allowed and the job has more than one rank.
@@ -168,6 +209,29 @@ impl RdmaProbe {
 #[cfg(test)]
 mod rdma_probe_tests {
     use super::*;
+
+    #[test]
+    fn allow_lists_are_published_in_one_order_and_must_match() {
+        assert_eq!(allowed_field(&["tcp", "shm"]), "shm,tcp");
+        assert_eq!(allowed_field(&["rdma", "tcp", "shm"]), "shm,rdma,tcp");
+        assert_eq!(allowed_field(&[]), "-");
+        assert!(check_same_allowed(&[Some("shm,tcp"), Some("shm,tcp")]).is_ok());
+        assert!(check_same_allowed(&[]).is_ok());
+        let e = check_same_allowed(&[Some("shm,rdma,tcp"), Some("shm,rdma,tcp"), Some("tcp")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rank 0 RANKWIRE_TRANSPORTS=shm,rdma,tcp, rank 2 RANKWIRE_TRANSPORTS=tcp"),
+            "{e}"
+        );
+        let e = check_same_allowed(&[Some("tcp"), None])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rank 1 RANKWIRE_TRANSPORTS=nothing published"),
+            "{e}"
+        );
+    }
 
     fn probe(n: usize, on_demand: bool) -> RdmaProbe {
         let cfg = RdmaConfig {

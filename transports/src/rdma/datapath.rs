@@ -63,11 +63,7 @@ impl RdmaTransport {
             });
         };
         if self.conns[c].failed {
-            return Err(TransportError::PeerLost {
-                transport: NAME,
-                peer,
-                reason: "the queue pair failed earlier".into(),
-            });
+            return Err(self.failure(c));
         }
         if header.len() > MAX_HEADER_BYTES || payload.len() > super::FRAME_PAYLOAD_BYTES {
             return Err(TransportError::Unsupported {
@@ -324,11 +320,7 @@ impl RdmaTransport {
             });
         };
         if self.conns[c].failed {
-            return Err(TransportError::PeerLost {
-                transport: NAME,
-                peer,
-                reason: "the queue pair failed earlier".into(),
-            });
+            return Err(self.failure(c));
         }
         // One-sided operations need our QP at RTS (the peer's frame that named the
         // remote memory came over it, so it is); not before the handshake.
@@ -503,20 +495,40 @@ impl RdmaTransport {
         true
     }
 
-    // Mark a connection failed (its queued frames are dropped); the error to report.
+    // Mark a connection failed (its queued frames are dropped); the error to report,
+    // which later calls on the connection return too (`failure`).
     pub(super) fn fail(&mut self, c: usize, reason: String) -> TransportError {
-        let conn = &mut self.conns[c];
-        conn.failed = true;
-        conn.queued.clear();
-        conn.queued_bytes = 0;
-        TransportError::PeerLost {
+        let err = TransportError::PeerLost {
             transport: NAME,
-            peer: conn.peer,
+            peer: self.conns[c].peer,
             reason: format!(
                 "device {}, GID index {}: {reason}",
                 self.dev.name, self.dev.gid_index
             ),
-        }
+        };
+        self.fail_with(c, err)
+    }
+
+    // Mark a connection failed by `err`, unless it failed already; the first failure.
+    pub(super) fn fail_with(&mut self, c: usize, err: TransportError) -> TransportError {
+        let conn = &mut self.conns[c];
+        conn.failed = true;
+        conn.queued.clear();
+        conn.queued_bytes = 0;
+        conn.error.get_or_insert(err).clone()
+    }
+
+    // The error of a failed connection: its first failure (a caller that dropped the
+    // first report, as the core's eager fast path does, still gets the cause).
+    pub(super) fn failure(&self, c: usize) -> TransportError {
+        self.conns[c]
+            .error
+            .clone()
+            .unwrap_or_else(|| TransportError::PeerLost {
+                transport: NAME,
+                peer: self.conns[c].peer,
+                reason: "the queue pair failed earlier".into(),
+            })
     }
 
     pub(super) fn progress(&mut self, events: &mut Vec<Event>) -> bool {

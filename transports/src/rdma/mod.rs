@@ -65,6 +65,11 @@ const CQ_FIRST_QPS: u32 = 4;
 /// once, as over TCP, without the peer having to answer first.
 pub const QUEUED_BYTES_WHILE_CONNECTING: usize = 4 << 20;
 
+/// Words every error of a queue pair's set-up carries in its reason (a verbs call
+/// while connecting, or the peer's `Fail`), so that the core can give the set-up's fix
+/// (locked-memory limit, GID settings) rather than a lost peer's.
+pub const SETUP_FAILED: &str = "queue pair set-up failed";
+
 /// Payload bytes of one eager slot frame (rendezvous fallback chunks are this size).
 pub const FRAME_PAYLOAD_BYTES: usize = 16 * 1024;
 
@@ -286,6 +291,8 @@ struct Conn {
     queued_bytes: usize,
     queued_since: Option<std::time::Instant>,
     warned: bool,
+    // Why the connection failed (the first failure), once `failed`.
+    error: Option<TransportError>,
 }
 
 // A one-sided operation in flight: chunks still to complete and the registration of
@@ -453,7 +460,7 @@ impl RdmaTransport {
                 TransportError::Connect {
                     transport: NAME,
                     peer,
-                    reason: format!("{where_}: {e}"),
+                    reason: format!("{SETUP_FAILED}: {where_}: {e}"),
                 }
             })?;
             // Receives are posted once the QP left RESET (rxe refuses them before) and
@@ -462,7 +469,7 @@ impl RdmaTransport {
                 t.post_recv(i, s).map_err(|e| TransportError::Connect {
                     transport: NAME,
                     peer,
-                    reason: format!("{where_}: {e}"),
+                    reason: format!("{SETUP_FAILED}: {where_}: {e}"),
                 })?;
             }
             t.conns[i].remote_credit_addr = remote.credit_addr;
@@ -550,17 +557,15 @@ impl RdmaTransport {
             let err = TransportError::Connect {
                 transport: NAME,
                 peer,
-                reason: format!("rank {peer} could not set up its end of the queue pair: {reason}"),
+                reason: format!(
+                    "{SETUP_FAILED}: rank {peer} could not set up its end of the queue pair: \
+                     {reason}"
+                ),
             };
-            self.fail(c, err.to_string());
-            return Err(err);
+            return Err(self.fail_with(c, err));
         }
         let r = match m {
-            _ if self.conns[c].failed => Err(TransportError::PeerLost {
-                transport: NAME,
-                peer,
-                reason: "the queue pair failed earlier".into(),
-            }),
+            _ if self.conns[c].failed => Err(self.failure(c)),
             None => Err(TransportError::Malformed {
                 transport: NAME,
                 peer,
@@ -571,7 +576,7 @@ impl RdmaTransport {
         if let Err(e) = &r {
             // Whatever went wrong, the pair is failed on this side (the core fails the
             // peer): tell the peer, so that it fails too instead of waiting for us.
-            self.fail(c, e.to_string());
+            self.fail_with(c, e.clone());
             self.wireup_out
                 .push_back((peer, connect::Wireup::Fail(e.to_string()).encode()));
         }
@@ -730,7 +735,10 @@ impl RdmaTransport {
         let err = |e: String, dev: &device::Device| TransportError::Connect {
             transport: NAME,
             peer,
-            reason: format!("device {}, GID index {}: {e}", dev.name, dev.gid_index),
+            reason: format!(
+                "{SETUP_FAILED}: device {}, GID index {}: {e}",
+                dev.name, dev.gid_index
+            ),
         };
         connect::connect_qp(&self.dev, self.conns[c].qp, psn(self.rank, peer), remote)
             .map_err(|e| err(e, &self.dev))?;
@@ -750,7 +758,7 @@ impl RdmaTransport {
     // The first frame to a peer without a QP: make it and send our Request.
     pub(super) fn start_link(&mut self, c: usize) -> Result<(), TransportError> {
         if let Err(e) = self.ensure_qp(c) {
-            self.fail(c, e.to_string());
+            self.fail_with(c, e.clone());
             let peer = self.conns[c].peer;
             self.wireup_out
                 .push_back((peer, connect::Wireup::Fail(e.to_string()).encode()));
@@ -856,6 +864,7 @@ impl RdmaTransport {
                 queued_bytes: 0,
                 queued_since: None,
                 warned: false,
+                error: None,
             });
         }
         if make_qps {
