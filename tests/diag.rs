@@ -143,7 +143,7 @@ fn require_turns_a_fallback_into_an_init_error() {
 /// the default) fails at init on every rank with one error naming the setting, instead
 /// of waiting in a transport's set-up fence until the bootstrap timeout.
 #[test]
-fn ranks_allowing_different_transports_fail_at_init_naming_the_setting() {
+fn ranks_with_different_transport_settings_fail_at_init_naming_the_setting() {
     let script = format!(
         "if [ \"$RANKWIRE_RANK\" = 2 ]; then export RANKWIRE_TRANSPORTS=tcp; fi; exec '{}' explain",
         app()
@@ -154,7 +154,7 @@ fn ranks_allowing_different_transports_fail_at_init_naming_the_setting() {
         .timeout(Duration::from_secs(120))
         .run();
     assert_eq!(out.code(), 1, "{}\n{}", out.stdout, out.stderr);
-    let want = "ranks allow different transports: rank 0 RANKWIRE_TRANSPORTS=shm,rdma,tcp, rank 2 RANKWIRE_TRANSPORTS=tcp";
+    let want = "ranks differ in RANKWIRE_TRANSPORTS: rank 0 has shm,rdma,tcp, rank 2 has tcp";
     assert!(out.stderr.contains(want), "{}", out.stderr);
     // At init, not at the bootstrap timeout (60 s here).
     assert!(
@@ -171,6 +171,25 @@ fn ranks_allowing_different_transports_fail_at_init_naming_the_setting() {
         .timeout(Duration::from_secs(60))
         .run()
         .assert_ok();
+    // TCP connections made at init on one rank and on demand on another: the same,
+    // for RANKWIRE_TCP_CONNECT (before: a 60 s connect timeout blaming the network).
+    let script = format!(
+        "if [ \"$RANKWIRE_RANK\" = 0 ]; then export RANKWIRE_TCP_CONNECT=at-init; fi; exec '{}' explain",
+        app()
+    );
+    let t0 = std::time::Instant::now();
+    let out = rwrun(["-n", "3", "sh", "-c", &script])
+        .env("RANKWIRE_TRANSPORTS", "tcp")
+        .timeout(Duration::from_secs(120))
+        .run();
+    assert_eq!(out.code(), 1, "{}\n{}", out.stdout, out.stderr);
+    let want = "ranks differ in RANKWIRE_TCP_CONNECT: rank 0 has at-init, rank 1 has on-demand";
+    assert!(out.stderr.contains(want), "{}", out.stderr);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
 }
 
 #[test]

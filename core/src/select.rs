@@ -72,8 +72,8 @@ pub(crate) mod sharing;
 mod table;
 
 pub(crate) use inputs::{
-    RdmaProbe, allowed_field, allowed_transports, check_same_allowed, gdr_choice, probe_rdma,
-    rdma_caps,
+    RdmaProbe, allowed_transports, check_shared_settings, gdr_choice, probe_rdma, rdma_caps,
+    shared_settings_field,
 };
 pub use table::{Row, render};
 

@@ -228,8 +228,16 @@ impl Inner {
             return Ok(());
         };
         let fenced = c.fence_progressing(FINAL_FENCE_POLL, || {
+            // Rounds while they move something (a peer's burst of frames), bounded.
             let mut e = self.lock();
-            self.progress(&mut e);
+            let mut moved = false;
+            for _ in 0..FINAL_FENCE_ROUNDS {
+                if !self.progress(&mut e) {
+                    break;
+                }
+                moved = true;
+            }
+            moved
         });
         *self.bootstrap.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
         fenced.map_err(|e| {
@@ -250,9 +258,13 @@ impl Inner {
     }
 }
 
-/// How often a rank in the final fence runs a progress round while it waits
-/// ([`Inner::finalize`]).
-const FINAL_FENCE_POLL: Duration = Duration::from_millis(10);
+/// The longest pause between progress in the final fence ([`Inner::finalize`]): after
+/// a round that moved something the next comes after 1 ms, after an idle one the pause
+/// doubles up to this.
+const FINAL_FENCE_POLL: Duration = Duration::from_millis(50);
+
+/// Progress rounds at most at each stop in the final fence, while they move something.
+const FINAL_FENCE_ROUNDS: usize = 256;
 
 fn init_logging() {
     let filter = crate::settings::raw("RANKWIRE_LOG")
@@ -487,8 +499,8 @@ fn build(joined: Joined) -> Result<Universe> {
     // MPS) and its RANKWIRE_GPU_DEVICE, for the note on ranks sharing a GPU without MPS
     // (select/sharing.rs). A host-only job without --explain reads no GPU attribute. A
     // fifth: whether it has an RDMA device and makes queue pairs on demand or at init (1d, 1i,
-    // 0d, 0i, or - where RDMA is not considered); a sixth: the transports it allows
-    // (select::allowed_field), which must be the same on every rank.
+    // 0d, 0i, or - where RDMA is not considered); a sixth: the settings every rank must
+    // share (select::shared_settings_field: the allow list, TCP's connect mode).
     let explain = env_switch(select::EXPLAIN_ENV) == Some(true);
     let gpu_field = if explain {
         select::sharing::local_field(crate::settings::raw("RANKWIRE_GPU_DEVICE").as_deref())
@@ -508,14 +520,17 @@ fn build(joined: Joined) -> Result<Universe> {
                 rankwire_transports::shm::cma::CMA_PROBE_WORD.as_ptr() as usize,
                 gpu_field.as_deref().unwrap_or(""),
                 rdma_probe.publish(allowed.contains(&"tcp")),
-                select::allowed_field(&allowed)
+                select::shared_settings_field(
+                    &allowed,
+                    crate::settings::raw("RANKWIRE_TCP_CONNECT").as_deref()
+                )
             )
             .as_bytes(),
         )
         .map_err(boot)?;
     client.fence().map_err(boot)?;
     let mut node_ids = Vec::with_capacity(size as usize);
-    // What each rank published as its allow list (sixth field).
+    // What each rank published as the settings all must share (sixth field).
     let mut allowed_by: Vec<Option<String>> = Vec::with_capacity(size as usize);
     let mut node_cpus: Vec<u32> = Vec::new();
     // (pid, probe address) of each rank, where published.
@@ -550,7 +565,7 @@ fn build(joined: Joined) -> Result<Universe> {
         }
         node_ids.push(id.to_string());
     }
-    select::check_same_allowed(&allowed_by.iter().map(Option::as_deref).collect::<Vec<_>>())?;
+    select::check_shared_settings(&allowed_by.iter().map(Option::as_deref).collect::<Vec<_>>())?;
     node_cpus.sort_unstable();
     node_cpus.dedup();
     let local_size = local_size.unwrap_or_else(|| node_ids.iter().filter(|n| **n == me).count());

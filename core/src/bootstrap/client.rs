@@ -275,26 +275,30 @@ impl BootstrapClient {
         }
     }
 
-    /// [`BootstrapClient::fence`] that calls `between` every `interval` while it waits
-    /// for the answer (the final fence: the rank keeps progressing, so that a peer
-    /// still flushing frames to it, or setting up a connection with it, can finish).
-    /// The answer is read only once its first byte is there, so `between` never runs
-    /// in the middle of a message.
+    /// [`BootstrapClient::fence`] that calls `between` while it waits for the answer
+    /// (the final fence: the rank keeps progressing, so that a peer still flushing
+    /// frames to it, or setting up a connection with it, can finish). `between` says
+    /// whether it moved anything: then it runs again after 1 ms, else the pause doubles
+    /// up to `max_interval` (a rank with nothing to do costs little CPU, one that drains
+    /// a peer's frames keeps up). The answer is read only once its first byte is there,
+    /// so `between` never runs in the middle of a message.
     ///
     /// # Errors
     /// As [`BootstrapClient::fence`]: the same timeout bounds the whole wait.
     pub fn fence_progressing(
         &mut self,
-        interval: Duration,
-        mut between: impl FnMut(),
+        max_interval: Duration,
+        mut between: impl FnMut() -> bool,
     ) -> Result<(), BootstrapError> {
         self.check_usable()?;
         self.send("fence", &Request::Fence, self.timeout)?;
         let deadline = Instant::now() + self.timeout;
-        let interval = interval.max(Duration::from_millis(1));
+        let min = Duration::from_millis(1);
+        let max_interval = max_interval.max(min);
+        let mut interval = min;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let wait = interval.min(left).max(Duration::from_millis(1));
+            let wait = interval.min(left).max(min);
             let peeked = self
                 .stream
                 .set_read_timeout(Some(wait))
@@ -308,7 +312,11 @@ impl BootstrapClient {
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                     ) && !left.is_zero() =>
                 {
-                    between();
+                    interval = if between() {
+                        min
+                    } else {
+                        (interval * 2).min(max_interval)
+                    };
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.io_error("fence", self.timeout, e)),

@@ -47,19 +47,20 @@ impl Wireup {
         }
     }
 
-    /// [`Wireup::fence`] calling `between` every `interval` while it waits, where the
-    /// server allows it (rwrun's; PMI-2 and PMIx fences block without it).
+    /// [`Wireup::fence`] calling `between` while it waits (see
+    /// [`BootstrapClient::fence_progressing`]), where the server allows it (rwrun's;
+    /// PMI-2 and PMIx fences block without it).
     ///
     /// # Errors
     /// As [`Wireup::fence`].
     pub fn fence_progressing(
         &mut self,
-        interval: std::time::Duration,
-        between: impl FnMut(),
+        max_interval: std::time::Duration,
+        between: impl FnMut() -> bool,
     ) -> Result<(), String> {
         match self {
             Wireup::Rwrun(c) => c
-                .fence_progressing(interval, between)
+                .fence_progressing(max_interval, between)
                 .map_err(|e| e.to_string()),
             other => other.fence(),
         }

@@ -40,45 +40,82 @@ fn parse_allowed(v: Option<&str>) -> Result<Vec<&'static str>> {
     Ok(out)
 }
 
-/// The allow list as every rank publishes it in its node record: the allowed
-/// transports in the fixed order `shm,rdma,tcp` (`-` for none), so that two spellings
-/// of one list compare equal.
-pub(crate) fn allowed_field(allowed: &[&str]) -> String {
+/// The settings every rank must share, as it publishes them in its node record:
+/// `RANKWIRE_TRANSPORTS=<list>` with the allowed transports in the fixed order
+/// `shm,rdma,tcp` (`-` for none, so that two spellings of one list compare equal), and,
+/// where TCP is allowed, `RANKWIRE_TCP_CONNECT=<on-demand|at-init>` (`tcp_connect`:
+/// the raw value, `None` when unset), separated by a space.
+pub(crate) fn shared_settings_field(allowed: &[&str], tcp_connect: Option<&str>) -> String {
     let v: Vec<&str> = ["shm", "rdma", "tcp"]
         .into_iter()
         .filter(|t| allowed.contains(t))
         .collect();
-    if v.is_empty() {
+    let list = if v.is_empty() {
         "-".into()
     } else {
         v.join(",")
+    };
+    let mut f = format!("{TRANSPORTS_ENV}={list}");
+    if allowed.contains(&"tcp") {
+        let mode = tcp_connect
+            .map(|m| m.trim().to_ascii_lowercase())
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| "on-demand".into());
+        f.push_str(&format!(" RANKWIRE_TCP_CONNECT={mode}"));
     }
+    f
 }
 
-/// Every rank must allow the same transports: each transport's set-up has job-wide
-/// steps (fences) that a rank leaving it out would skip, so the others would wait for
-/// the bootstrap timeout and fail with a misleading error. `fields[r]` is what rank `r`
-/// published ([`allowed_field`]; `None`: an empty record, taken as a mismatch too).
-/// Compared with rank 0's, so every rank names the same pair.
+/// Every rank must allow the same transports, and make TCP connections the same way:
+/// each transport's set-up has job-wide steps (fences) that a rank leaving it out would
+/// skip, and a rank connecting at init dials peers that connect on demand only when
+/// they send, so the others would wait for a timeout and fail with a misleading error.
+/// `fields[r]` is what rank `r` published ([`shared_settings_field`]; `None`: nothing,
+/// taken as a mismatch too). Compared with rank 0's, so every rank names the same pair.
 ///
 /// # Errors
-/// [`Error::Usage`] naming the first rank whose list differs from rank 0's, both lists,
-/// and [`TRANSPORTS_ENV`].
-pub(crate) fn check_same_allowed(fields: &[Option<&str>]) -> Result<()> {
+/// [`Error::Usage`] naming the first setting and rank whose value differs from rank 0's,
+/// and both values.
+pub(crate) fn check_shared_settings(fields: &[Option<&str>]) -> Result<()> {
     let Some(first) = fields.first() else {
         return Ok(());
     };
-    let Some((r, other)) = fields.iter().enumerate().find(|(_, f)| *f != first) else {
-        return Ok(());
+    let pairs = |f: &Option<&str>| -> Vec<(String, String)> {
+        f.unwrap_or("")
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     };
-    let say = |f: &Option<&str>| f.map_or("nothing published".to_string(), |v| v.to_string());
-    Err(Error::usage(format!(
-        "ranks allow different transports: rank 0 {TRANSPORTS_ENV}={}, rank {r} {TRANSPORTS_ENV}={}; \
-         fix: give every rank the same {TRANSPORTS_ENV} (rwrun passes its environment to \
-         every rank; under srun export it before the step)",
-        say(first),
-        say(other)
-    )))
+    let mine = pairs(first);
+    for (r, f) in fields.iter().enumerate().skip(1) {
+        if f == first {
+            continue;
+        }
+        let theirs = pairs(f);
+        let keys = mine.iter().chain(&theirs).map(|(k, _)| k.clone());
+        let value = |set: &[(String, String)], k: &str| {
+            set.iter()
+                .find(|(key, _)| key == k)
+                .map_or("(not used)".to_string(), |(_, v)| v.clone())
+        };
+        let key = keys
+            .into_iter()
+            .find(|k| value(&mine, k) != value(&theirs, k))
+            .unwrap_or_else(|| TRANSPORTS_ENV.to_string());
+        let (a, b) = if f.is_none() {
+            (value(&mine, &key), "nothing published".to_string())
+        } else {
+            (value(&mine, &key), value(&theirs, &key))
+        };
+        return Err(Error::usage(format!(
+            "ranks differ in {key}: rank 0 has {a}, rank {r} has {b}; fix: give every rank \
+             the same {key} (unset means the default: shm,rdma,tcp for {TRANSPORTS_ENV}, \
+             on-demand for RANKWIRE_TCP_CONNECT); rwrun passes its environment to every \
+             rank, under srun export it before the step"
+        )));
+    }
+    Ok(())
 }
 
 /// What [`probe_rdma`] found, and (after [`RdmaProbe::learn`]) which ranks have a device.
@@ -211,26 +248,44 @@ mod rdma_probe_tests {
     use super::*;
 
     #[test]
-    fn allow_lists_are_published_in_one_order_and_must_match() {
-        assert_eq!(allowed_field(&["tcp", "shm"]), "shm,tcp");
-        assert_eq!(allowed_field(&["rdma", "tcp", "shm"]), "shm,rdma,tcp");
-        assert_eq!(allowed_field(&[]), "-");
-        assert!(check_same_allowed(&[Some("shm,tcp"), Some("shm,tcp")]).is_ok());
-        assert!(check_same_allowed(&[]).is_ok());
-        let e = check_same_allowed(&[Some("shm,rdma,tcp"), Some("shm,rdma,tcp"), Some("tcp")])
+    fn shared_settings_are_published_in_one_form_and_must_match() {
+        let f = shared_settings_field;
+        assert_eq!(
+            f(&["tcp", "shm"], None),
+            "RANKWIRE_TRANSPORTS=shm,tcp RANKWIRE_TCP_CONNECT=on-demand"
+        );
+        assert_eq!(
+            f(&["rdma", "tcp", "shm"], Some(" AT-INIT ")),
+            "RANKWIRE_TRANSPORTS=shm,rdma,tcp RANKWIRE_TCP_CONNECT=at-init"
+        );
+        // Without TCP its connect mode does not matter.
+        assert_eq!(f(&["shm"], Some("at-init")), "RANKWIRE_TRANSPORTS=shm");
+        assert_eq!(f(&[], None), "RANKWIRE_TRANSPORTS=-");
+        let a = f(&["shm", "tcp"], None);
+        let b = f(&["tcp"], None);
+        let c = f(&["shm", "tcp"], Some("at-init"));
+        assert!(check_shared_settings(&[Some(&a), Some(&a)]).is_ok());
+        assert!(check_shared_settings(&[]).is_ok());
+        let e = check_shared_settings(&[Some(&a), Some(&a), Some(&b)])
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("rank 0 RANKWIRE_TRANSPORTS=shm,rdma,tcp, rank 2 RANKWIRE_TRANSPORTS=tcp"),
+            e.contains("ranks differ in RANKWIRE_TRANSPORTS: rank 0 has shm,tcp, rank 2 has tcp"),
             "{e}"
         );
-        let e = check_same_allowed(&[Some("tcp"), None])
+        let e = check_shared_settings(&[Some(&a), Some(&c)])
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("rank 1 RANKWIRE_TRANSPORTS=nothing published"),
+            e.contains(
+                "ranks differ in RANKWIRE_TCP_CONNECT: rank 0 has on-demand, rank 1 has at-init"
+            ),
             "{e}"
         );
+        let e = check_shared_settings(&[Some(&b), None])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rank 1 has nothing published"), "{e}");
     }
 
     fn probe(n: usize, on_demand: bool) -> RdmaProbe {

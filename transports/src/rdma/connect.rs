@@ -217,9 +217,16 @@ pub(crate) enum Wireup {
     Reply(ConnInfo),
     /// The requester connected and posted its receives.
     Ack,
-    /// The sender cannot make or connect its end of the queue pair: the reason (UTF-8,
-    /// at most [`FAIL_REASON_BYTES`] bytes). The pair is failed on both sides.
-    Fail(String),
+    /// The sender failed the pair: `setup` when a verbs call making or connecting its
+    /// end of the queue pair failed, else it refused a wireup message (out of order,
+    /// or the pair failed earlier); the reason (UTF-8, at most [`FAIL_REASON_BYTES`]
+    /// bytes). The pair is failed on both sides.
+    Fail {
+        /// A verbs call failed (kind byte 4), not the handshake (kind byte 5).
+        setup: bool,
+        /// The sender's error text.
+        reason: String,
+    },
 }
 
 /// Longest reason a `Fail` wireup message carries, in bytes (longer ones are cut at a
@@ -227,8 +234,9 @@ pub(crate) enum Wireup {
 pub(crate) const FAIL_REASON_BYTES: usize = 1024;
 
 impl Wireup {
-    /// `WIREUP_MAGIC`, a kind byte (1 Request, 2 Reply, 3 Ack, 4 Fail), then the
-    /// `ConnInfo` (Request, Reply) or the reason's UTF-8 bytes (Fail).
+    /// `WIREUP_MAGIC`, a kind byte (1 Request, 2 Reply, 3 Ack, 4 Fail of a verbs call,
+    /// 5 Fail of the handshake), then the `ConnInfo` (Request, Reply) or the reason's
+    /// UTF-8 bytes (Fail).
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = WIREUP_MAGIC.to_vec();
         match self {
@@ -241,8 +249,8 @@ impl Wireup {
                 v.extend_from_slice(&c.encode());
             }
             Wireup::Ack => v.push(3),
-            Wireup::Fail(reason) => {
-                v.push(4);
+            Wireup::Fail { setup, reason } => {
+                v.push(if *setup { 4 } else { 5 });
                 let mut end = reason.len().min(FAIL_REASON_BYTES);
                 while !reason.is_char_boundary(end) {
                     end -= 1;
@@ -262,9 +270,12 @@ impl Wireup {
             (1, rest) => ConnInfo::decode(rest).map(Wireup::Request),
             (2, rest) => ConnInfo::decode(rest).map(Wireup::Reply),
             (3, []) => Some(Wireup::Ack),
-            (4, rest) if rest.len() <= FAIL_REASON_BYTES => std::str::from_utf8(rest)
-                .ok()
-                .map(|r| Wireup::Fail(r.to_string())),
+            (k @ (4 | 5), rest) if rest.len() <= FAIL_REASON_BYTES => {
+                std::str::from_utf8(rest).ok().map(|r| Wireup::Fail {
+                    setup: k == 4,
+                    reason: r.to_string(),
+                })
+            }
             _ => None,
         }
     }
@@ -291,14 +302,22 @@ mod tests {
             assert_eq!(Wireup::decode(&b), Some(m.clone()));
             assert_eq!(Wireup::decode(&b[..b.len() - 1]), None, "{m:?} truncated");
         }
-        let f = Wireup::Fail("ibv_create_qp: Cannot allocate memory".into());
-        assert_eq!(Wireup::decode(&f.encode()), Some(f));
+        for setup in [true, false] {
+            let f = Wireup::Fail {
+                setup,
+                reason: "ibv_create_qp: Cannot allocate memory".into(),
+            };
+            assert_eq!(Wireup::decode(&f.encode()), Some(f));
+        }
         // A long reason is cut on a character boundary, and still decodes.
-        let long = Wireup::Fail("é".repeat(FAIL_REASON_BYTES));
+        let long = Wireup::Fail {
+            setup: true,
+            reason: "é".repeat(FAIL_REASON_BYTES),
+        };
         let b = long.encode();
         assert_eq!(b.len(), 3 + FAIL_REASON_BYTES);
         assert!(
-            matches!(Wireup::decode(&b), Some(Wireup::Fail(r)) if r.len() == FAIL_REASON_BYTES)
+            matches!(Wireup::decode(&b), Some(Wireup::Fail { reason: r, .. }) if r.len() == FAIL_REASON_BYTES)
         );
         // Not UTF-8, or longer than the bound: not a wireup message.
         assert_eq!(Wireup::decode(b"RQ\x04\xff\xfe"), None);

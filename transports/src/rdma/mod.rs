@@ -552,15 +552,23 @@ impl RdmaTransport {
             });
         };
         let m = connect::Wireup::decode(msg);
-        if let Some(connect::Wireup::Fail(reason)) = &m {
-            // The peer gave up on the pair: fail it here too, with the peer's words.
+        if let Some(connect::Wireup::Fail { setup, reason }) = &m {
+            // The peer gave up on the pair: fail it here too, with the peer's words (a
+            // verbs failure there keeps the set-up mark, for the set-up's fix).
+            let reason = if !*setup {
+                format!("rank {peer} refused the queue pair set-up: {reason}")
+            } else if reason.contains(SETUP_FAILED) {
+                format!("rank {peer} could not set up its end of the queue pair: {reason}")
+            } else {
+                format!(
+                    "{SETUP_FAILED}: rank {peer} could not set up its end of the queue pair: \
+                     {reason}"
+                )
+            };
             let err = TransportError::Connect {
                 transport: NAME,
                 peer,
-                reason: format!(
-                    "{SETUP_FAILED}: rank {peer} could not set up its end of the queue pair: \
-                     {reason}"
-                ),
+                reason,
             };
             return Err(self.fail_with(c, err));
         }
@@ -577,8 +585,7 @@ impl RdmaTransport {
             // Whatever went wrong, the pair is failed on this side (the core fails the
             // peer): tell the peer, so that it fails too instead of waiting for us.
             self.fail_with(c, e.clone());
-            self.wireup_out
-                .push_back((peer, connect::Wireup::Fail(e.to_string()).encode()));
+            self.wireup_out.push_back((peer, fail_message(e)));
         }
         r
     }
@@ -620,7 +627,7 @@ impl RdmaTransport {
                     return Err(bad("a wireup Ack before our Reply"));
                 }
             },
-            connect::Wireup::Fail(_) => unreachable!("handled by on_wireup"),
+            connect::Wireup::Fail { .. } => unreachable!("handled by on_wireup"),
         }
         Ok(())
     }
@@ -760,8 +767,7 @@ impl RdmaTransport {
         if let Err(e) = self.ensure_qp(c) {
             self.fail_with(c, e.clone());
             let peer = self.conns[c].peer;
-            self.wireup_out
-                .push_back((peer, connect::Wireup::Fail(e.to_string()).encode()));
+            self.wireup_out.push_back((peer, fail_message(&e)));
             return Err(e);
         }
         self.conns[c].link = Link::Requested;
@@ -1026,6 +1032,19 @@ impl Drop for RdmaTransport {
             }
         }
     }
+}
+
+// The `Fail` wireup message telling the peer about `e`: a verbs call that failed
+// (`Connect`, `Os`: set-up) or a refused handshake message (the rest).
+fn fail_message(e: &TransportError) -> Vec<u8> {
+    connect::Wireup::Fail {
+        setup: matches!(
+            e,
+            TransportError::Connect { .. } | TransportError::Os { .. }
+        ),
+        reason: e.to_string(),
+    }
+    .encode()
 }
 
 // A job-wide bootstrap fence of the transport's setup.
