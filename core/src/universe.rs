@@ -531,7 +531,7 @@ fn build(joined: Joined) -> Result<Universe> {
     client.fence().map_err(boot)?;
     let mut node_ids = Vec::with_capacity(size as usize);
     // What each rank published as the settings all must share (sixth field).
-    let mut allowed_by: Vec<Option<String>> = Vec::with_capacity(size as usize);
+    let mut shared_by: Vec<Option<String>> = Vec::with_capacity(size as usize);
     let mut node_cpus: Vec<u32> = Vec::new();
     // (pid, probe address) of each rank, where published.
     let mut probe_at: Vec<Option<(u32, u64)>> = Vec::with_capacity(size as usize);
@@ -559,13 +559,13 @@ fn build(joined: Joined) -> Result<Universe> {
         }));
         gpu_facts.push(parts.next().and_then(select::sharing::parse_field));
         rdma_probe.learn(r as u32, parts.next());
-        allowed_by.push(parts.next().map(str::to_string));
+        shared_by.push(parts.next().map(str::to_string));
         if id == me {
             node_cpus.extend(parse_cpu_list(cpus));
         }
         node_ids.push(id.to_string());
     }
-    select::check_shared_settings(&allowed_by.iter().map(Option::as_deref).collect::<Vec<_>>())?;
+    select::check_shared_settings(&shared_by.iter().map(Option::as_deref).collect::<Vec<_>>())?;
     node_cpus.sort_unstable();
     node_cpus.dedup();
     let local_size = local_size.unwrap_or_else(|| node_ids.iter().filter(|n| **n == me).count());

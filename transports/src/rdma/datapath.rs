@@ -497,7 +497,7 @@ impl RdmaTransport {
 
     // Mark a connection failed (its queued frames are dropped); the error to report,
     // which later calls on the connection return too (`failure`).
-    pub(super) fn fail(&mut self, c: usize, reason: String) -> TransportError {
+    fn fail(&mut self, c: usize, reason: String) -> TransportError {
         let err = TransportError::PeerLost {
             transport: NAME,
             peer: self.conns[c].peer,

@@ -117,7 +117,7 @@ impl RdmaConfig {
             "RANKWIRE_RDMA_LEAVE_PINNED",
             "RANKWIRE_RDMA_GDR",
             "RANKWIRE_RDMA_CONNECT",
-            "RANKWIRE_CONNECT_TIMEOUT",
+            crate::tcp::ENV_CONNECT_TIMEOUT,
         ])?;
         let get = |k: &str| crate::settings::raw(k).filter(|v| !v.trim().is_empty());
         let gid_index = match get("RANKWIRE_IB_GID_INDEX") {
@@ -166,13 +166,10 @@ impl RdmaConfig {
                 });
             }
         };
-        let connect_timeout = match get("RANKWIRE_CONNECT_TIMEOUT") {
-            None => std::time::Duration::from_secs(60),
-            Some(v) => crate::settings::parse_duration(&v).ok_or(ConfigError {
-                var: "RANKWIRE_CONNECT_TIMEOUT",
-                value: v,
-                expected: "a positive number of seconds, e.g. 60, 2.5, 60s or 500ms",
-            })?,
+        // Read as TCP reads it (the same variable and default).
+        let connect_timeout = match get(crate::tcp::ENV_CONNECT_TIMEOUT) {
+            None => crate::tcp::TcpConfig::default().connect_timeout,
+            Some(v) => crate::tcp::config::parse_timeout(crate::tcp::ENV_CONNECT_TIMEOUT, v)?,
         };
         let flag = |k: &str| crate::settings::switch_or_unset(k) == Some(true);
         Ok(RdmaConfig {
@@ -583,9 +580,8 @@ impl RdmaTransport {
         };
         if let Err(e) = &r {
             // Whatever went wrong, the pair is failed on this side (the core fails the
-            // peer): tell the peer, so that it fails too instead of waiting for us.
-            self.fail_with(c, e.clone());
-            self.wireup_out.push_back((peer, fail_message(e)));
+            // peer).
+            self.fail_and_tell(c, e);
         }
         r
     }
@@ -630,6 +626,22 @@ impl RdmaTransport {
             connect::Wireup::Fail { .. } => unreachable!("handled by on_wireup"),
         }
         Ok(())
+    }
+
+    // Fail connection `c` by `e` and tell the peer with a `Fail` wireup message, so that
+    // it fails the pair too instead of waiting for us: a verbs call that failed
+    // (`Connect`, `Os`: set-up) or a refused handshake message (the rest).
+    fn fail_and_tell(&mut self, c: usize, e: &TransportError) {
+        self.fail_with(c, e.clone());
+        let fail = connect::Wireup::Fail {
+            setup: matches!(
+                e,
+                TransportError::Connect { .. } | TransportError::Os { .. }
+            ),
+            reason: e.to_string(),
+        };
+        self.wireup_out
+            .push_back((self.conns[c].peer, fail.encode()));
     }
 
     // Frames may go to the peer now (queued ones are posted by the next poll).
@@ -765,9 +777,7 @@ impl RdmaTransport {
     // The first frame to a peer without a QP: make it and send our Request.
     pub(super) fn start_link(&mut self, c: usize) -> Result<(), TransportError> {
         if let Err(e) = self.ensure_qp(c) {
-            self.fail_with(c, e.clone());
-            let peer = self.conns[c].peer;
-            self.wireup_out.push_back((peer, fail_message(&e)));
+            self.fail_and_tell(c, &e);
             return Err(e);
         }
         self.conns[c].link = Link::Requested;
@@ -1032,19 +1042,6 @@ impl Drop for RdmaTransport {
             }
         }
     }
-}
-
-// The `Fail` wireup message telling the peer about `e`: a verbs call that failed
-// (`Connect`, `Os`: set-up) or a refused handshake message (the rest).
-fn fail_message(e: &TransportError) -> Vec<u8> {
-    connect::Wireup::Fail {
-        setup: matches!(
-            e,
-            TransportError::Connect { .. } | TransportError::Os { .. }
-        ),
-        reason: e.to_string(),
-    }
-    .encode()
 }
 
 // A job-wide bootstrap fence of the transport's setup.

@@ -179,11 +179,7 @@ impl TcpConfig {
             (ENV_ADDR_TIMEOUT, &mut cfg.addr_timeout),
         ] {
             if let Some(v) = get(var) {
-                *slot = parse_duration(&v).ok_or(ConfigError {
-                    var,
-                    value: v,
-                    expected: "a positive number of seconds, e.g. 60, 2.5, 60s or 500ms",
-                })?;
+                *slot = parse_timeout(var, v)?;
             }
         }
         Ok(cfg)
@@ -328,6 +324,19 @@ fn split_list(v: &str) -> Vec<String> {
 
 /// `60`, `2.5`, `60s`, `500ms` → a positive duration.
 use crate::settings::parse_duration;
+
+/// A timeout setting's value `v` of variable `var` (`RANKWIRE_CONNECT_TIMEOUT`,
+/// `RANKWIRE_TCP_ADDR_TIMEOUT`; the RDMA transport reads the first too).
+///
+/// # Errors
+/// [`ConfigError`] naming `var` when `v` is not a positive duration.
+pub(crate) fn parse_timeout(var: &'static str, v: String) -> Result<Duration, ConfigError> {
+    parse_duration(&v).ok_or(ConfigError {
+        var,
+        value: v,
+        expected: "a positive number of seconds, e.g. 60, 2.5, 60s or 500ms",
+    })
+}
 
 #[cfg(test)]
 mod tests {

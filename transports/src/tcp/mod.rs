@@ -89,7 +89,7 @@
 //! every socket; call it once [`Transport::is_flushed`] is true, else queued bytes are
 //! lost.
 
-mod config;
+pub(crate) mod config;
 mod conn;
 mod handshake;
 mod ondemand;
