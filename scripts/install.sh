@@ -8,7 +8,8 @@
 # standard ABI run on it with LD_LIBRARY_PATH=DIR/lib.
 #
 # Usage: scripts/install.sh --prefix DIR [--debug] [--no-build]
-#   --debug     build and install target/debug (fast; for tests) instead of release
+#   --debug     build (the workspace debug build scripts/test.sh makes) and install
+#               target/debug (fast; for tests) instead of release
 #   --no-build  install what is already built
 # CARGO_TARGET_DIR is honoured; extra cargo flags can be given in CARGO_FLAGS
 # (e.g. CARGO_FLAGS="--no-default-features" for a build without CUDA support).
@@ -37,12 +38,18 @@ fi
 
 target=${CARGO_TARGET_DIR:-target}
 if [ "$build" = 1 ]; then
-    flags=()
-    [ "$profile" = release ] && flags+=(--release)
-    # shellcheck disable=SC2086 # CARGO_FLAGS is a list of words
-    cargo build "${flags[@]}" ${CARGO_FLAGS:-} -p rankwire-abi
-    # shellcheck disable=SC2086
-    cargo build "${flags[@]}" ${CARGO_FLAGS:-} -p rankwire-mpirun --bin rwrun
+    if [ "$profile" = release ]; then
+        # shellcheck disable=SC2086 # CARGO_FLAGS is a list of words
+        cargo build --release ${CARGO_FLAGS:-} -p rankwire-abi -p rankwire-mpirun
+    else
+        # The debug build is the one scripts/test.sh makes (and nextest's test builds
+        # share): the same packages and targets resolve the same features, so this is
+        # up to date after test.sh's build. Building only -p rankwire-abi here resolved
+        # other features (no examples' dev-dependencies) and recompiled the workspace
+        # inside the first ABI test, past its 300 s limit on a fresh 2-core clone.
+        # shellcheck disable=SC2086
+        cargo build ${CARGO_FLAGS:-} --workspace --lib --bins --examples
+    fi
 fi
 lib=$target/$profile/libmpi_abi.so
 rwrun=$target/$profile/rwrun
