@@ -162,6 +162,11 @@ pub(crate) struct Engine {
     /// or `RANKWIRE_GPU_EAGER_MAX` for CUDA IPC peers.
     device_eager: Vec<usize>,
     backlog: Vec<VecDeque<OutFrame>>,
+    /// Per world rank: the pinned buffers a transport is landing that peer's `Data`
+    /// payloads in for device receives (`device_path`), oldest first, each until its
+    /// `RecvPlaced` (a transport may already have placed the next frame's payload
+    /// when the event of the previous one is handled).
+    landing: Vec<VecDeque<u64>>,
     // RDMA wireup messages (queue pairs made on demand) waiting for TCP to take them.
     wireup: VecDeque<(u32, Vec<u8>)>,
     events: Vec<Event>,
@@ -247,6 +252,7 @@ impl Engine {
             device_eager: Vec::new(),
             routes,
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
+            landing: (0..size).map(|_| VecDeque::new()).collect(),
             wireup: VecDeque::new(),
             events: Vec::new(),
             backoff,
@@ -430,6 +436,10 @@ impl Engine {
     /// One round of progress. Returns whether anything happened.
     pub(crate) fn progress(&mut self) -> bool {
         let mut any = false;
+        // Pipelined device copies that completed answer their requests (device_path).
+        if self.mem.in_flight() {
+            any |= self.run_mem_actions();
+        }
         // Arrivals lent in place by shared memory first: the common small message is
         // copied once, from the ring into the posted receive buffer.
         if let Some(t) = self.tp.shm_mut() {
@@ -440,6 +450,34 @@ impl Engine {
                 };
                 any = true;
                 let peer = f.peer;
+                // A large Data chunk for a device receive: copied from the ring into a
+                // pinned buffer, then to the device without waiting (device_path).
+                if f.payload.len() > crate::device_path::SYNC_MAX_BYTES
+                    && crate::wire::Frame::is_data(f.header)
+                    && let Some(dst) = self.proto.data_target(peer, f.header, f.payload.len())
+                    && !dst.is_host()
+                    && let Some(addr) = self.mem.take_landing(f.payload.len())
+                {
+                    // SAFETY: `addr` is a pinned buffer of at least payload.len() bytes
+                    // lent to this frame, and nothing else uses it.
+                    f.payload.copy_to(unsafe {
+                        std::slice::from_raw_parts_mut(addr as *mut u8, f.payload.len())
+                    });
+                    let r = self.proto.on_frame_staged(peer, f.header, f.payload.len());
+                    t.consume_frame();
+                    match r {
+                        Ok(Some((rreq, dst))) => {
+                            self.mem.stage_in_landed(&mut self.proto, rreq, dst, addr)
+                        }
+                        Ok(None) => self.mem.give_landing(addr),
+                        Err(e) => {
+                            self.mem.give_landing(addr);
+                            tracing::error!("rank {peer} sent a bad frame: {e}");
+                            self.backlog[peer as usize].clear();
+                        }
+                    }
+                    continue;
+                }
                 let r = self.proto.on_frame(peer, f.header, f.payload);
                 t.consume_frame();
                 if let Err(e) = r {
@@ -466,11 +504,22 @@ impl Engine {
             // Big payloads waiting for a place (TCP): Data of a receive goes straight
             // into it.
             while let Some((peer, header, len)) = t.awaiting_place() {
-                let dst = self.proto.data_target(peer, header, len);
+                let dst = match self.proto.data_target(peer, header, len) {
+                    Some(b) if b.is_host() => Some(b.as_mut_ptr()),
+                    // A device receive's chunk lands in a pinned buffer, copied in
+                    // after RecvPlaced (device_path); without one it comes as a Vec.
+                    Some(_) => self.mem.take_landing(len).map(|a| {
+                        self.landing[peer as usize].push_back(a);
+                        a as *mut u8
+                    }),
+                    None => None,
+                };
                 // SAFETY: the target is the unfilled part of a pending receive's buffer,
                 // borrowed by that request until its Data frames have arrived (reported
-                // by RecvPlaced below) or the peer failed (then the socket is closed).
-                unsafe { t.place_payload(peer, dst.map(|b| b.as_mut_ptr())) };
+                // by RecvPlaced below) or the peer failed (then the socket is closed);
+                // or a pinned landing buffer of `len` bytes lent to this frame until
+                // RecvPlaced or the peer's failure.
+                unsafe { t.place_payload(peer, dst) };
                 any = true;
             }
         }
@@ -744,7 +793,29 @@ impl Engine {
                     }
                 }
                 Event::RecvPlaced { peer, header, len } => {
-                    if let Err(e) = self.proto.on_frame_placed(peer, &header, len) {
+                    // A device receive's payload was placed in the oldest landing
+                    // buffer of this peer (a device target is only ever landed).
+                    let landed = match self.proto.data_target(peer, &header, len) {
+                        Some(b) if !b.is_host() => self
+                            .landing
+                            .get_mut(peer as usize)
+                            .and_then(VecDeque::pop_front),
+                        _ => None,
+                    };
+                    let r = match landed {
+                        None => self.proto.on_frame_placed(peer, &header, len),
+                        Some(addr) => match self.proto.on_frame_staged(peer, &header, len) {
+                            Ok(Some((rreq, dst))) => {
+                                self.mem.stage_in_landed(&mut self.proto, rreq, dst, addr);
+                                Ok(())
+                            }
+                            r => {
+                                self.mem.give_landing(addr);
+                                r.map(|_| ())
+                            }
+                        },
+                    };
+                    if let Err(e) = r {
                         tracing::error!("rank {peer} sent a bad frame: {e}");
                         self.backlog[peer as usize].clear();
                     }
@@ -755,6 +826,12 @@ impl Engine {
                 }
                 Event::PeerFailed { peer, error } => {
                     tracing::debug!("peer {peer} failed: {error}");
+                    // The transport no longer writes a landing buffer of this peer.
+                    if let Some(q) = self.landing.get_mut(peer as usize) {
+                        for addr in q.drain(..) {
+                            self.mem.give_landing(addr);
+                        }
+                    }
                     // A peer reached by RDMA can still lose a TCP connection: the one
                     // that carried its queue-pair set-up (on demand). That loss fails the
                     // peer too (the peer process has most likely exited; a job with
@@ -863,6 +940,11 @@ impl Engine {
     /// A futex (shm) and epoll (tcp) cannot be waited on together: with peers on both,
     /// sleep on the shm doorbell with a short timeout so TCP arrivals wait at most that.
     pub(crate) fn wait_activity(&mut self, timeout: Duration) {
+        // Device copies in flight complete without waking a transport: keep polling.
+        if self.mem.in_flight() {
+            std::thread::yield_now();
+            return;
+        }
         let uses = |r: Route| self.routes.contains(&r);
         // The RDMA transport exists only when some peer is reached through it.
         if self.tp.contains(TransportKind::Rdma) {

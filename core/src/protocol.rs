@@ -120,7 +120,6 @@ pub struct OutFrame {
 }
 
 /// Payload of an [`OutFrame`].
-#[derive(Debug)]
 pub enum Payload {
     /// No payload.
     Empty,
@@ -128,7 +127,14 @@ pub enum Payload {
     User(RawBuf),
     /// Bytes owned by the frame.
     Owned(Vec<u8>),
+    /// Bytes in a buffer lent to the frame (a pinned staging buffer of a device chunk,
+    /// [`Protocol::staged_out`]); dropping it gives the buffer back.
+    Lent(LentBytes),
 }
+
+/// Host bytes lent to a frame by their owner: dropping the box gives them back (a
+/// pinned staging chunk returns to its pool).
+pub type LentBytes = Box<dyn AsRef<[u8]> + Send>;
 
 impl Payload {
     /// The payload bytes.
@@ -141,6 +147,18 @@ impl Payload {
             // SAFETY: forwarded to the caller.
             Payload::User(b) => unsafe { b.as_slice() },
             Payload::Owned(v) => v,
+            Payload::Lent(b) => (**b).as_ref(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Payload::Empty => f.write_str("Empty"),
+            Payload::User(b) => f.debug_tuple("User").field(b).finish(),
+            Payload::Owned(v) => write!(f, "Owned({} bytes)", v.len()),
+            Payload::Lent(b) => write!(f, "Lent({} bytes)", (**b).as_ref().len()),
         }
     }
 }
@@ -284,14 +302,14 @@ enum SendState {
     /// Rts sent; waiting for Cts.
     AwaitCts,
     /// Pushing data: `queued` bytes handed out as frames, `sent` taken by the transport.
-    /// A device chunk of `staging` bytes (the last handed out: it ends at `queued`) is
-    /// being copied to host ([`MemAction::StageOut`]; 0: none).
+    /// The device chunks in `staging` (byte offset, length; below `queued`) are being
+    /// copied to host ([`MemAction::StageOut`]; at most the protocol's stage depth).
     Data {
         rreq: u64,
         queued: usize,
         sent: usize,
         end: usize,
-        staging: usize,
+        staging: Vec<(usize, usize)>,
     },
 }
 
@@ -390,6 +408,16 @@ struct RecvReq {
     state: RecvState,
 }
 
+/// Default of [`Protocol::set_device_staging`]'s depth: device chunks of one send
+/// being copied to host at once (`RANKWIRE_GPU_STAGE_DEPTH`). With
+/// [`DEFAULT_STAGE_CHUNK_BYTES`], the best of a sweep of 256 KiB–4 MiB chunks and
+/// depths 2–8 over TCP on the GPU machine (benches/results/gpu-2026-12-05-staging).
+pub const DEFAULT_STAGE_DEPTH: u32 = 4;
+
+/// Default of [`Protocol::set_device_staging`]'s chunk size in bytes
+/// (`RANKWIRE_GPU_STAGE_CHUNK`); smaller where the transport's frames are.
+pub const DEFAULT_STAGE_CHUNK_BYTES: usize = 1 << 20;
+
 /// All point-to-point protocol state of one rank.
 #[derive(Debug)]
 pub struct Protocol {
@@ -421,6 +449,10 @@ pub struct Protocol {
     pid: u32,
     /// Device buffers may be used: someone executes the device [`MemAction`]s.
     gpu: bool,
+    /// Device chunks of one rendezvous send being copied to host at once (at least 1).
+    stage_depth: u32,
+    /// Largest device chunk in bytes (0: the transport's largest frame payload).
+    stage_chunk: usize,
     /// Memory actions waiting for [`Protocol::pop_action`] (`actions.rs`).
     actions: VecDeque<MemAction>,
     /// Peers to which rendezvous sends of host buffers offer an RDMA registration.
@@ -453,6 +485,8 @@ impl Protocol {
             offer_to: Default::default(),
             pid: std::process::id(),
             gpu: false,
+            stage_depth: DEFAULT_STAGE_DEPTH,
+            stage_chunk: DEFAULT_STAGE_CHUNK_BYTES,
             actions: VecDeque::new(),
             net_to: Default::default(),
             ipc_from: Default::default(),
@@ -465,6 +499,16 @@ impl Protocol {
     /// buffers fail their requests with [`Error::Gpu`].
     pub fn enable_device(&mut self) {
         self.gpu = true;
+    }
+
+    /// Set how rendezvous sends of device buffers stage through host memory: up to
+    /// `depth` chunks (at least 1) of at most `chunk_bytes` each (0: as large as the
+    /// transport takes) are being copied to host at once, so the copy of the next
+    /// chunks overlaps the transfer of the previous ones. Default: depth
+    /// [`DEFAULT_STAGE_DEPTH`], chunks of [`DEFAULT_STAGE_CHUNK_BYTES`].
+    pub fn set_device_staging(&mut self, depth: u32, chunk_bytes: usize) {
+        self.stage_depth = depth.max(1);
+        self.stage_chunk = chunk_bytes;
     }
 
     /// Let rendezvous sends of host buffers to each of `peers` offer the buffer for an
@@ -585,6 +629,25 @@ impl Protocol {
             .map(|(id, _)| id)
             .collect();
         for id in recvs {
+            // A receive with copies into its device buffer in flight completes once they
+            // are answered (staged_in), so that no copy lands after it completed.
+            if let Some(RecvReq {
+                state:
+                    RecvState::Data {
+                        staging,
+                        failed,
+                        got,
+                        accept,
+                        ..
+                    },
+                ..
+            }) = self.reqs.recv_mut(id)
+                && *staging > 0
+            {
+                *got = (*got).max(*accept);
+                failed.get_or_insert_with(|| err.clone());
+                continue;
+            }
             self.reqs.take_recv(id);
             self.reqs.complete(id, Err(err.clone()));
         }
@@ -670,6 +733,11 @@ impl Protocol {
     /// World size this protocol was made for.
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    /// World rank this protocol was made for.
+    pub fn rank(&self) -> u32 {
+        self.rank
     }
 
     #[inline]

@@ -1067,9 +1067,20 @@ fn gpu_pool() -> Arc<rankwire_gpu::TmpPool> {
 
 fn enable_gpu(engine: &mut Engine, gpu: &std::result::Result<(), String>) {
     if gpu.is_ok() {
-        engine
-            .mem
-            .set_gpu(crate::device_path::GpuStaging::new(), &mut engine.proto);
+        engine.mem.set_gpu(
+            crate::device_path::GpuStaging::new(engine.gpu_pool.clone()),
+            &mut engine.proto,
+        );
+        // Checked at init (`crate::settings`): invalid values never get here.
+        let depth = crate::settings::raw("RANKWIRE_GPU_STAGE_DEPTH")
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(crate::protocol::DEFAULT_STAGE_DEPTH);
+        let chunk = crate::settings::raw("RANKWIRE_GPU_STAGE_CHUNK")
+            .and_then(|v| crate::settings::parse_bytes(&v))
+            .map_or(crate::protocol::DEFAULT_STAGE_CHUNK_BYTES, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            });
+        engine.proto.set_device_staging(depth, chunk);
     }
 }
 

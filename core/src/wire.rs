@@ -354,6 +354,13 @@ impl Frame {
         out.at(start + 4)[..2].copy_from_slice(&len.to_le_bytes());
     }
 
+    /// Whether `buf` starts with the header of a `Data` frame (its kind byte only: a
+    /// cheap test before [`Frame::decode`]).
+    #[inline]
+    pub fn is_data(buf: &[u8]) -> bool {
+        buf.get(3) == Some(&(FrameKind::Data as u8))
+    }
+
     /// Fast path of [`Frame::decode`] for the most common frame: if `buf` is exactly one
     /// valid `Eager` header, its envelope and payload length. `None` for anything else
     /// (decode it with [`Frame::decode`], which says what is wrong).

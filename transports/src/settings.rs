@@ -485,6 +485,23 @@ pub static SETTINGS: &[Setting] = &[
         "largest device allreduce that takes the staged small-message algorithm",
     ),
     rank(
+        "RANKWIRE_GPU_STAGE_DEPTH",
+        "4",
+        "a number of chunks, 1 to 64",
+        Check::Uint { min: 1, max: 64 },
+        "chunks of a device message staged through pinned host memory at once (pipelining)",
+    ),
+    rank(
+        "RANKWIRE_GPU_STAGE_CHUNK",
+        "1M",
+        "a byte count, 0 for the transport's (suffix K, M or G optional)",
+        Check::Bytes {
+            min: 0,
+            max: u64::MAX,
+        },
+        "largest chunk of a device message staged through host memory",
+    ),
+    rank(
         "RANKWIRE_GPU_EAGER_MAX",
         "0 with CUDA IPC, else the host eager limit",
         "a byte count (suffix K, M or G optional)",
@@ -893,6 +910,7 @@ mod tests {
             Check::Seconds { .. } => ("2.5", Some("abc")),
             Check::Duration => ("500ms", Some("soon")),
             Check::Uint { min: 0, .. } => ("0", Some("-1")),
+            Check::Uint { min: 1, .. } => ("16", Some("0")),
             Check::Uint { .. } => ("16", Some("1")),
             Check::Bytes { .. } => ("64K", Some("1.5M")),
             Check::DevicePort => ("mlx5_0:1", Some("mlx5_0:x")),

@@ -16,12 +16,17 @@ use super::*;
 pub enum MemAction {
     /// Copy the device bytes `src` (all of an eager send of request `sreq`, or one
     /// rendezvous chunk of it) into host memory. Answer: [`Protocol::staged_out`] with
-    /// the `src.len()` bytes, or an error (the send then fails with [`Error::Gpu`]).
+    /// the same `offset` and the `src.len()` bytes, or an error (the send then fails
+    /// with [`Error::Gpu`]). Several chunks of one send may be asked for before the
+    /// first is answered ([`Protocol::set_device_staging`]); they may be answered in
+    /// any order.
     StageOut {
         /// The send request.
         sreq: ReqId,
         /// Device memory to read, `src.len()` bytes, valid until the answer.
         src: RawBuf,
+        /// Byte offset of `src` in the send buffer (0 for an eager send).
+        offset: usize,
     },
     /// Copy `data` into the device memory `dst` (`dst.len() == data.len()` bytes, a part
     /// of receive `rreq`'s buffer). Answer: [`Protocol::staged_in`].
@@ -84,32 +89,43 @@ impl Protocol {
         self.actions.pop_front()
     }
 
-    /// Answer to [`MemAction::StageOut`] for send `sreq`: the bytes read from device
-    /// memory (exactly the `src.len()` asked for), or why the copy failed. The eager
-    /// or `Data` frame is queued for [`Protocol::pop_frame`]; on failure the send
-    /// completes with [`Error::Gpu`].
-    pub fn staged_out(&mut self, sreq: ReqId, result: Result<Vec<u8>, String>) {
+    /// Answer to [`MemAction::StageOut`] for send `sreq`: for the chunk at byte
+    /// `offset`, the bytes read from device memory (exactly the `src.len()` asked for,
+    /// as [`Payload::Owned`] or [`Payload::Lent`]), or why the copy failed. The eager
+    /// or `Data` frame is queued for [`Protocol::pop_frame`]; on failure, or an answer
+    /// that is not the chunk asked for, the send completes with [`Error::Gpu`].
+    pub fn staged_out(&mut self, sreq: ReqId, offset: usize, result: Result<Payload, String>) {
         let Some(s) = self.reqs.send_mut(sreq) else {
             return;
         };
         let kind = s.buf.kind;
         let bytes = match result {
-            Ok(v) => v,
+            Ok(p @ (Payload::Owned(_) | Payload::Lent(_))) => p,
+            Ok(other) => {
+                let e = Error::Gpu(format!(
+                    "staging the {kind} send buffer answered {other:?}, not host bytes"
+                ));
+                self.fail_send(sreq, e);
+                return;
+            }
             Err(e) => {
                 let e = Error::Gpu(format!("copy from the {kind} send buffer: {e}"));
                 self.fail_send(sreq, e);
                 return;
             }
         };
+        // SAFETY: an Owned or Lent payload (checked above) borrows no user buffer.
+        let n = unsafe { bytes.as_slice() }.len();
         let peer = s.dst;
+        let depth = self.stage_depth;
         match &mut s.state {
-            SendState::Staging { env } if bytes.len() == s.buf.len() => {
-                let header = Frame::Eager { env: *env }.header(bytes.len() as u64);
+            SendState::Staging { env } if offset == 0 && n == s.buf.len() => {
+                let header = Frame::Eager { env: *env }.header(n as u64);
                 s.state = SendState::Eager;
                 self.out.push_back(OutFrame {
                     peer,
                     header,
-                    payload: Payload::Owned(bytes),
+                    payload: bytes,
                     on_sent: OnSent::CompleteSend(sreq),
                 });
             }
@@ -119,28 +135,29 @@ impl Protocol {
                 end,
                 staging,
                 ..
-            } if *staging > 0 && bytes.len() == *staging => {
-                let n = *staging;
-                *staging = 0;
-                let header = Frame::Data {
-                    rreq: *rreq,
-                    offset: (*queued - n) as u64,
-                }
-                .header(n as u64);
-                if *queued < *end {
+            } if let Some(i) = staging.iter().position(|&c| c == (offset, n)) => {
+                // More chunks may be staged now, unless the send is already in line
+                // (it is while fewer than `depth` were in flight).
+                if *queued < *end && staging.len() == depth as usize {
                     self.data_ready.push_back(sreq);
                 }
+                staging.swap_remove(i);
+                let header = Frame::Data {
+                    rreq: *rreq,
+                    offset: offset as u64,
+                }
+                .header(n as u64);
                 self.out.push_back(OutFrame {
                     peer,
                     header,
-                    payload: Payload::Owned(bytes),
+                    payload: bytes,
                     on_sent: OnSent::DataSent { sreq, len: n },
                 });
             }
             _ => {
                 let e = Error::Gpu(format!(
-                    "staging the {kind} send buffer returned {} bytes, not the bytes asked for",
-                    bytes.len()
+                    "staging the {kind} send buffer returned {n} bytes at offset {offset}, \
+                     not a chunk asked for"
                 ));
                 self.fail_send(sreq, e);
             }

@@ -159,6 +159,11 @@ impl Protocol {
     /// receive that expects it, that part of the receive buffer (valid until the frame
     /// is reported with [`Protocol::on_frame_placed`] or the peer fails); `None`
     /// otherwise (the frame then comes with its own payload to [`Protocol::on_frame`]).
+    ///
+    /// For a device receive (with device buffers enabled) the part of the device
+    /// buffer is returned: a transport cannot write it, but the caller may land the
+    /// payload in a host staging buffer, report it with [`Protocol::on_frame_staged`]
+    /// and copy it in, answering with [`Protocol::staged_in`].
     pub fn data_target(&self, peer: u32, header: &[u8], len_bytes: usize) -> Option<RawBuf> {
         let Ok(Some((Frame::Data { rreq, offset }, hlen, plen))) = Frame::decode(header) else {
             return None;
@@ -171,7 +176,7 @@ impl Protocol {
             return None;
         };
         let end = offset.checked_add(len_bytes as u64)?;
-        if src != peer || end > accept as u64 || !r.buf.is_host() {
+        if src != peer || end > accept as u64 || (!r.buf.is_host() && !self.gpu) {
             return None;
         }
         Some(RawBuf {
@@ -200,6 +205,90 @@ impl Protocol {
         r
     }
 
+    /// A `Data` frame from `peer` whose payload (`len_bytes`) the caller landed in a
+    /// host staging buffer because [`Protocol::data_target`] named device memory: the
+    /// bytes count as arrived, and the receive completes only once the caller answers
+    /// the copy into the device part `dst` (returned with its receive request) with
+    /// [`Protocol::staged_in`]. `Ok(None)`: the receive does not want the bytes (an
+    /// earlier copy failed); nothing to copy or answer.
+    ///
+    /// # Errors
+    /// [`Error::Transport`] when the frame is not a `Data` frame of a device receive
+    /// pending from `peer` that fits its accepted bytes (the peer is then failed).
+    pub fn on_frame_staged(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        len_bytes: usize,
+    ) -> Result<Option<(ReqId, RawBuf)>, Error> {
+        let r = self.on_staged_inner(peer, header, len_bytes);
+        if let Err(e) = &r {
+            self.fail_peer(peer, e.clone());
+        }
+        r
+    }
+
+    fn on_staged_inner(
+        &mut self,
+        peer: u32,
+        header: &[u8],
+        len: usize,
+    ) -> Result<Option<(ReqId, RawBuf)>, Error> {
+        let bad = |detail: String| Error::Transport {
+            transport: "wire",
+            peer,
+            detail,
+        };
+        let Ok(Some((Frame::Data { rreq, offset }, _, plen))) = Frame::decode(header) else {
+            return Err(bad("a staged payload for a frame that is not Data".into()));
+        };
+        let Some(r) = self.reqs.recv_mut(rreq) else {
+            return Err(bad(format!(
+                "staged Data for unknown receive request {rreq}"
+            )));
+        };
+        let buf = r.buf;
+        let RecvState::Data {
+            src,
+            accept,
+            got,
+            staging,
+            failed,
+            ..
+        } = &mut r.state
+        else {
+            return Err(bad(format!(
+                "staged Data before Cts for receive request {rreq}"
+            )));
+        };
+        let end = offset.checked_add(len as u64);
+        if *src != peer
+            || plen != len as u64
+            || buf.is_host()
+            || end.is_none_or(|e| e > *accept as u64)
+        {
+            return Err(bad(format!(
+                "staged Data chunk at offset {offset} of {len} bytes outside the {accept} \
+                 accepted bytes of a device receive"
+            )));
+        }
+        *got += len;
+        if failed.is_some() || len == 0 {
+            if *got >= *accept {
+                self.finish_rndv_recv(rreq);
+            }
+            return Ok(None);
+        }
+        *staging += 1;
+        // offset + len <= accept <= buf.len(), checked above.
+        let dst = RawBuf {
+            ptr: buf.ptr.wrapping_add(offset as usize),
+            len,
+            kind: buf.kind,
+        };
+        Ok(Some((rreq, dst)))
+    }
+
     pub(super) fn on_placed_inner(
         &mut self,
         peer: u32,
@@ -219,6 +308,7 @@ impl Protocol {
                 "placed Data for unknown receive request {rreq}"
             )));
         };
+        let host = r.buf.is_host();
         let RecvState::Data {
             src, accept, got, ..
         } = &mut r.state
@@ -228,7 +318,8 @@ impl Protocol {
             )));
         };
         let end = offset.checked_add(len as u64);
-        if *src != peer || plen != len as u64 || end.is_none_or(|e| e > *accept as u64) {
+        // A device receive's bytes are never placed (on_frame_staged reports those).
+        if *src != peer || !host || plen != len as u64 || end.is_none_or(|e| e > *accept as u64) {
             return Err(bad(format!(
                 "placed Data chunk at offset {offset} of {len} bytes outside the {accept} accepted bytes"
             )));
@@ -386,7 +477,7 @@ impl Protocol {
                     queued: 0,
                     sent: 0,
                     end,
-                    staging: 0,
+                    staging: Vec::new(),
                 };
                 if end == 0 {
                     if let Some(s) = self.reqs.take_send(sreq) {

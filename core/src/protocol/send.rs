@@ -39,8 +39,11 @@ impl Protocol {
                 }
                 self.reqs
                     .set_send(id, SendReq::new(dst, tag, buf, SendState::Staging { env }));
-                self.actions
-                    .push_back(MemAction::StageOut { sreq: id, src: buf });
+                self.actions.push_back(MemAction::StageOut {
+                    sreq: id,
+                    src: buf,
+                    offset: 0,
+                });
                 return id;
             };
             self.out.push_back(OutFrame {
@@ -205,6 +208,12 @@ impl Protocol {
                 self.data_ready.push_back(sreq);
                 continue;
             };
+            let device = !s.buf.is_host();
+            let max = if device && self.stage_chunk > 0 {
+                max.min(self.stage_chunk)
+            } else {
+                max
+            };
             let n = (*end - *queued).min(max.max(1));
             // queued + n <= end <= buf.len(), checked when the Cts arrived.
             let chunk = RawBuf {
@@ -212,16 +221,24 @@ impl Protocol {
                 len: n,
                 kind: s.buf.kind,
             };
-            if !chunk.is_host() {
+            if device {
                 if !self.gpu {
                     self.fail_send(sreq, no_gpu(chunk.kind));
                     continue;
                 }
-                // One chunk at a time: staged_out queues its frame and the next one.
+                // Up to stage_depth chunks are copied to host at once; staged_out
+                // queues each chunk's frame and puts the send back in line.
+                let offset = *queued;
                 *queued += n;
-                *staging = n;
-                self.actions
-                    .push_back(MemAction::StageOut { sreq, src: chunk });
+                staging.push((offset, n));
+                if *queued < *end && staging.len() < self.stage_depth as usize {
+                    self.data_ready.push_back(sreq);
+                }
+                self.actions.push_back(MemAction::StageOut {
+                    sreq,
+                    src: chunk,
+                    offset,
+                });
                 continue;
             }
             let header = Frame::Data {

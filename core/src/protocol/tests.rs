@@ -23,6 +23,11 @@ struct Net {
     kinds: Vec<FrameKind>,
     /// Executes the ranks' memory actions.
     dev: FakeDevice,
+    /// Data frames for device receives land in a host buffer and are copied in later
+    /// (`Protocol::on_frame_staged`), as TCP with pinned landing buffers does.
+    land_device: bool,
+    /// Frames landed that way.
+    landed: usize,
 }
 
 /// The harness's executor of [`MemAction`]s: "device" memory is ordinary memory
@@ -46,25 +51,57 @@ struct FakeDevice {
     fail_out: bool,
     /// The stage-in with this index (0 = first) fails.
     fail_in_at: Option<usize>,
+    /// Hold stage-outs until nothing else moves, then answer them newest first, as
+    /// pipelined copies may complete (false: answer at once).
+    hold_out: bool,
+    /// Held stage-outs: rank, request, offset, bytes.
+    held_out: Vec<(u32, ReqId, usize, Vec<u8>)>,
+    /// Most stage-outs held at once.
+    max_held_out: usize,
+    /// Copies of landed payloads (`Net::land_device`) not answered yet: rank,
+    /// request, destination, bytes.
+    held_in: Vec<(u32, ReqId, RawBuf, Vec<u8>)>,
 }
 
 impl FakeDevice {
+    /// Answer the held stage-outs (newest first; lent, as pinned chunks are) and the
+    /// held copies of landed payloads. Whether there were any.
+    fn answer_held(&mut self, ranks: &mut [Protocol]) -> bool {
+        let any = !self.held_out.is_empty() || !self.held_in.is_empty();
+        while let Some((r, sreq, offset, bytes)) = self.held_out.pop() {
+            ranks[r as usize].staged_out(sreq, offset, Ok(Payload::Lent(Box::new(bytes))));
+        }
+        for (r, rreq, dst, data) in std::mem::take(&mut self.held_in) {
+            self.in_bytes += data.len();
+            // SAFETY: the receive is pending until this answer; bounds checked by
+            // on_frame_staged.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_mut_ptr(), data.len()) };
+            ranks[r as usize].staged_in(rreq, Ok(()));
+        }
+        any
+    }
+
     fn run(&mut self, p: &mut Protocol) -> bool {
         let mut any = false;
         while let Some(a) = p.pop_action() {
             any = true;
             match a {
-                MemAction::StageOut { sreq, src } => {
+                MemAction::StageOut { sreq, src, offset } => {
                     assert!(!src.is_host(), "host memory is never staged");
                     self.stage_out += 1;
-                    let r = if self.fail_out {
-                        Err("CUDA_ERROR_ILLEGAL_ADDRESS".to_string())
+                    if self.fail_out {
+                        p.staged_out(sreq, offset, Err("CUDA_ERROR_ILLEGAL_ADDRESS".into()));
+                        continue;
+                    }
+                    self.out_bytes += src.len();
+                    // SAFETY: the send is pending: its buffer is alive.
+                    let bytes = unsafe { src.as_slice() }.to_vec();
+                    if self.hold_out {
+                        self.held_out.push((p.rank(), sreq, offset, bytes));
+                        self.max_held_out = self.max_held_out.max(self.held_out.len());
                     } else {
-                        self.out_bytes += src.len();
-                        // SAFETY: the send is pending: its buffer is alive.
-                        Ok(unsafe { src.as_slice() }.to_vec())
-                    };
-                    p.staged_out(sreq, r);
+                        p.staged_out(sreq, offset, Ok(Payload::Owned(bytes)));
+                    }
                 }
                 MemAction::StageIn { rreq, dst, data } => {
                     assert!(!dst.is_host(), "host memory is never staged");
@@ -142,6 +179,8 @@ impl Net {
             pushed: 0,
             kinds: Vec::new(),
             dev: FakeDevice::default(),
+            land_device: false,
+            landed: 0,
         }
     }
 
@@ -228,15 +267,32 @@ impl Net {
                         self.kinds.push(fr.kind());
                     }
                     self.ranks[r].on_sent(f.on_sent);
-                    self.ranks[f.peer as usize]
-                        .on_frame(r as u32, &f.header, payload)
-                        .expect("valid frame");
+                    let to = &mut self.ranks[f.peer as usize];
+                    match to.data_target(r as u32, &f.header, payload.len()) {
+                        // Landed in a host buffer, copied in later (held_in).
+                        Some(b) if self.land_device && !b.is_host() => {
+                            if let Some((rreq, dst)) = to
+                                .on_frame_staged(r as u32, &f.header, payload.len())
+                                .expect("valid frame")
+                            {
+                                self.landed += 1;
+                                self.dev.held_in.push((f.peer, rreq, dst, payload));
+                            }
+                        }
+                        _ => to
+                            .on_frame(r as u32, &f.header, payload)
+                            .expect("valid frame"),
+                    }
                     any = true;
                     moved += 1;
                 }
             }
             if !any {
                 if self.pushes_last && !self.hold_pushes && self.run_one_push() {
+                    continue;
+                }
+                // Held device copies complete when nothing else moves.
+                if self.dev.answer_held(&mut self.ranks) {
                     continue;
                 }
                 return moved;
@@ -1300,4 +1356,183 @@ fn staged_device_message_is_not_overtaken_by_a_later_host_message() {
         .filter(|k| **k == FrameKind::Eager)
         .collect();
     assert_eq!(order.len(), 2);
+}
+
+#[test]
+fn device_chunks_are_staged_depth_at_a_time_answered_in_any_order_and_landed() {
+    // A device rendezvous of 1000 bytes in chunks of 100: with a stage depth of d, d
+    // stage-outs are in flight before the first is answered; answers come newest
+    // first; Data frames for the device receive land in host buffers and are copied
+    // in later. The bytes must arrive exact, and the receive must wait for its copies.
+    let dev = MemoryKind::Cuda { device: 0 };
+    for depth in [1u32, 2, 3, 8] {
+        for land in [false, true] {
+            let mut net = Net::new(2);
+            for r in 0..2 {
+                net.ranks[r].enable_device();
+                net.ranks[r].set_device_staging(depth, 0);
+            }
+            net.dev.hold_out = true;
+            net.land_device = land;
+            let len = 1000;
+            let data = pattern(len, 9);
+            let mut out = vec![0u8; len];
+            let pat = Pattern {
+                ctx: 0,
+                src: Some(0),
+                tag: Some(1),
+            };
+            let r = net.ranks[1].irecv(pat, RawBuf::with_kind(out.as_mut_ptr(), len, dev));
+            let s = net.ranks[0].isend(
+                1,
+                0,
+                1,
+                RawBuf::with_kind(data.as_ptr() as *mut u8, len, dev),
+                64,
+                false,
+            );
+            net.drive();
+            let what = format!("depth {depth} land {land}");
+            assert_eq!(net.done(1, r).unwrap().len_bytes, len, "{what}");
+            assert!(net.done(0, s).is_ok(), "{what}");
+            assert_eq!(out, data, "{what}");
+            assert_eq!(net.dev.max_held_out, depth.min(10) as usize, "{what}");
+            assert_eq!(net.dev.stage_out, 10, "{what}");
+            assert_eq!(net.landed, if land { 10 } else { 0 }, "{what}");
+            assert_eq!(net.dev.in_bytes, len, "{what}");
+            assert_eq!(net.ranks[0].pending() + net.ranks[1].pending(), 0);
+        }
+    }
+}
+
+#[test]
+fn staged_chunk_answers_that_were_not_asked_for_fail_the_send() {
+    // An answer at an offset not staged, or of another length, is an error of the
+    // executor: the send fails with a Gpu error instead of sending wrong bytes.
+    let dev = MemoryKind::Cuda { device: 0 };
+    for (off, n) in [(100usize, 100usize), (0, 99), (0, 0), (usize::MAX, 100)] {
+        let mut p = Protocol::new(0, 2);
+        p.enable_device();
+        let data = pattern(1000, 1);
+        let s = p.isend(
+            1,
+            0,
+            1,
+            RawBuf::with_kind(data.as_ptr() as *mut u8, 1000, dev),
+            64,
+            false,
+        );
+        // Rts out, Cts in.
+        let rts = p.pop_frame().expect("rts");
+        let Ok(Some((Frame::Rts { sreq, .. }, _, _))) = Frame::decode(&rts.header) else {
+            panic!("not an Rts");
+        };
+        p.on_sent(rts.on_sent);
+        let cts = Frame::Cts {
+            sreq,
+            rreq: 5,
+            accept_len: 1000,
+            mem: RemoteMem::None,
+        }
+        .header(0);
+        p.on_frame(1, &cts, Vec::new()).unwrap();
+        assert!(
+            p.next_data(|_| Some(100)).is_none(),
+            "device chunk is staged"
+        );
+        let Some(MemAction::StageOut { offset: 0, src, .. }) = p.pop_action() else {
+            panic!("no stage-out of the first chunk");
+        };
+        assert_eq!(src.len(), 100);
+        p.staged_out(s, off, Ok(Payload::Owned(vec![0; n])));
+        let r = p
+            .take_done(s)
+            .unwrap_or_else(|| panic!("offset {off} len {n}: the send did not fail"));
+        assert!(
+            matches!(&r, Err(Error::Gpu(m)) if m.contains("not a chunk asked for")),
+            "offset {off} len {n}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn a_device_receive_with_copies_in_flight_fails_only_once_they_are_answered() {
+    // The peer fails while a landed chunk is being copied into the device buffer: the
+    // receive must not complete (the user could reuse the buffer) until the copy is
+    // answered, and then completes with the peer's error.
+    let dev = MemoryKind::Cuda { device: 0 };
+    let mut net = Net::new(2);
+    for r in 0..2 {
+        net.ranks[r].enable_device();
+    }
+    net.land_device = true;
+    net.dev.hold_out = false;
+    let len = 1000;
+    let data = pattern(len, 2);
+    let mut out = vec![0u8; len];
+    let pat = Pattern {
+        ctx: 0,
+        src: Some(0),
+        tag: Some(1),
+    };
+    let r = net.ranks[1].irecv(pat, RawBuf::with_kind(out.as_mut_ptr(), len, dev));
+    let _s = net.ranks[0].isend(
+        1,
+        0,
+        1,
+        RawBuf::with_kind(data.as_ptr() as *mut u8, len, dev),
+        64,
+        false,
+    );
+    // Move frames by hand until the first Data frame for rank 1 has landed.
+    let mut landed = None;
+    for _ in 0..100 {
+        net.dev.run(&mut net.ranks[0]);
+        let f = match net.ranks[0].pop_frame() {
+            Some(f) => f,
+            None => match net.ranks[0].next_data(|_| Some(100)) {
+                Some(f) => f,
+                None => continue,
+            },
+        };
+        // SAFETY: the owning request is pending.
+        let payload = unsafe { f.payload.as_slice() }.to_vec();
+        net.ranks[0].on_sent(f.on_sent);
+        if f.peer != 1 {
+            continue;
+        }
+        let to = &mut net.ranks[1];
+        if let Some(b) = to.data_target(0, &f.header, payload.len())
+            && !b.is_host()
+        {
+            landed = to.on_frame_staged(0, &f.header, payload.len()).unwrap();
+            break;
+        }
+        to.on_frame(0, &f.header, payload).unwrap();
+        // Rank 1's Cts goes back to rank 0.
+        while let Some(c) = net.ranks[1].pop_frame() {
+            net.ranks[1].on_sent(c.on_sent);
+            net.ranks[0].on_frame(1, &c.header, Vec::new()).unwrap();
+        }
+    }
+    let (rreq, dst) = landed.expect("a Data frame landed");
+    assert_eq!(rreq, r);
+    assert_eq!(dst.len(), 100);
+    net.ranks[1].fail_peer(
+        0,
+        Error::Connection {
+            peer: 0,
+            detail: "gone".into(),
+        },
+    );
+    assert!(
+        net.ranks[1].take_done(r).is_none(),
+        "completed with a copy into its buffer in flight"
+    );
+    net.ranks[1].staged_in(r, Ok(()));
+    let res = net.ranks[1]
+        .take_done(r)
+        .expect("completes once the copy is answered");
+    assert!(matches!(res, Err(Error::Connection { .. })), "{res:?}");
+    assert_eq!(net.ranks[1].pending(), 0);
 }
