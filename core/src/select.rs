@@ -315,6 +315,9 @@ pub(crate) struct Paths {
     /// Job-wide `--explain` notes (ranks sharing a GPU without MPS, [`sharing::notes`]),
     /// the same on every rank; rank 0 prints them once after its table.
     pub(crate) notes: Vec<String>,
+    /// This rank's RDMA device, port and GID and why (with several devices, their
+    /// distances to the rank's GPU), for `--explain`; `None` without a device.
+    pub(crate) rdma_device: Option<String>,
 }
 
 /// The memory kinds of the table, as rows name them.
@@ -395,6 +398,7 @@ pub(crate) fn select(input: &Input) -> Result<Paths> {
         share: input.share,
         gpu: input.gpu.clone(),
         notes: Vec::new(),
+        rdma_device: None,
     })
 }
 

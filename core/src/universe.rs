@@ -327,6 +327,12 @@ fn init_inner() -> Result<Universe> {
             for line in table.lines() {
                 out.push_str(&format!("rankwire explain: {line}\n"));
             }
+            if let Some(d) = &u.inner.paths.rdma_device {
+                out.push_str(&format!(
+                    "rankwire explain: rank {} rdma device: {d}\n",
+                    u.inner.rank
+                ));
+            }
             // Job-wide notes: every rank holds the same ones; rank 0 says them once.
             if u.inner.rank == 0 {
                 for note in &u.inner.paths.notes {
@@ -647,6 +653,7 @@ fn build(joined: Joined) -> Result<Universe> {
     })?;
     if explain {
         paths.notes = gpu_sharing_notes(&node_ids, gpu_facts);
+        paths.rdma_device = rdma_probe.dev.as_ref().map(|d| d.why().to_string());
     }
     log_choices(&paths);
     let routes = paths.routes();

@@ -157,8 +157,11 @@ pub(crate) fn probe_rdma(rank: u32, size: u32, allowed: &[&str]) -> Result<RdmaP
             }),
         });
     }
-    let cfg = RdmaConfig::from_env()
+    let mut cfg = RdmaConfig::from_env()
         .map_err(|e| Error::usage(format!("RDMA transport settings: {e}")))?;
+    if cfg.hca.is_none() {
+        cfg.near_gpu = gpu_for_nic_choice();
+    }
     let (dev, usable) = match RdmaDevice::probe(&cfg) {
         Ok(Ok(d)) => {
             tracing::debug!("rdma: rank {rank} uses {}", d.why());
@@ -177,6 +180,30 @@ pub(crate) fn probe_rdma(rank: u32, size: u32, allowed: &[&str]) -> Result<RdmaP
         on_demand: vec![None; size as usize],
         usable,
     })
+}
+
+/// The PCI address (`0000:3b:00.0`) of the GPU this rank will use, for choosing the
+/// RDMA device nearest it — only where the node has several RDMA devices
+/// (`/sys/class/infiniband`) and a GPU: no CUDA call otherwise. The GPU is the one
+/// `Universe::gpu_device` picks (`RANKWIRE_GPU_DEVICE`, else local rank modulo the
+/// device count), with the local rank from the launcher (`RANKWIRE_LOCAL_RANK`, Slurm's
+/// `SLURM_LOCALID`); without one, `None` (the library's device order).
+fn gpu_for_nic_choice() -> Option<String> {
+    let nics = std::fs::read_dir("/sys/class/infiniband").ok()?.count();
+    if nics < 2 || !rankwire_gpu::available() {
+        return None;
+    }
+    let local = [crate::bootstrap::env::LOCAL_RANK, "SLURM_LOCALID"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.trim().parse::<usize>().ok())?;
+    let count = rankwire_gpu::device_count().ok().filter(|&n| n > 0)?;
+    let forced = crate::settings::raw("RANKWIRE_GPU_DEVICE");
+    let ordinal = match forced.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        Some(v) => v.parse::<usize>().ok().filter(|&d| d < count)?,
+        None => local % count,
+    };
+    let pci = rankwire_gpu::pci_bus_id(ordinal as i32).ok()?;
+    Some(format!("{pci}.0"))
 }
 
 impl RdmaProbe {

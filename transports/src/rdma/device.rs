@@ -1,7 +1,11 @@
 //! Device, port and GID selection.
 //!
 //! - Devices: `ibv_get_device_list`. `RANKWIRE_IB_HCA=name[:port]` picks one; otherwise
-//!   the first device with an active port is used.
+//!   the first device with an active port is used, trying devices nearest the rank's GPU
+//!   first where there are several and the GPU is known ([`nic_order`]: PCIe distance
+//!   from the sysfs paths of the devices, as NCCL's topology search and `rwrun --doctor`
+//!   read it). Devices at equal distance keep the library's order: the first one with an
+//!   active port is used (no striping across rails).
 //! - GID (RoCE): `RANKWIRE_IB_GID_INDEX=n` picks an entry; otherwise the first RoCE v2
 //!   entry holding an IPv4-mapped address (`::ffff:a.b.c.d`), because RoCE v2 is routable
 //!   and IPv4 is what the fabric's routing is normally set up for; failing that, the first
@@ -62,8 +66,76 @@ pub(crate) enum Probe {
     Misconfigured(String),
 }
 
-/// Look for a device following the environment (see the module doc).
-pub(crate) fn probe(hca: Option<&str>, gid_index: Option<u32>) -> Probe {
+/// PCIe distance of two devices from their sysfs paths (links resolved, under `root`):
+/// the number of leading components of `/sys/devices/pci.../...` they share, counting
+/// `/` (more = nearer: 4 = same root complex, 6 or more = behind one PCIe switch), 0
+/// where a path cannot be resolved.
+fn shared_components(root: &std::path::Path, a: &std::path::Path, b: &std::path::Path) -> usize {
+    let rel = |p: &std::path::Path| {
+        let c = std::fs::canonicalize(p).ok()?;
+        c.strip_prefix(root).ok().map(std::path::Path::to_path_buf)
+    };
+    match (rel(a), rel(b)) {
+        (Some(a), Some(b)) => {
+            1 + a
+                .components()
+                .zip(b.components())
+                .take_while(|(x, y)| x == y)
+                .count()
+        }
+        _ => 0,
+    }
+}
+
+/// In what order to try RDMA devices `names` for a rank whose GPU has PCI address
+/// `gpu_pci` (e.g. `0000:3b:00.0`), reading sysfs under `root` (`/` outside tests):
+/// nearest first (most shared components of the canonical paths of
+/// `sys/class/infiniband/<name>/device` and `sys/bus/pci/devices/<gpu_pci>`), equal
+/// distances in the given order. Returns the indices into `names` and a sentence for
+/// `--explain` naming the distances.
+pub fn nic_order(root: &std::path::Path, names: &[&str], gpu_pci: &str) -> (Vec<usize>, String) {
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let gpu = root.join("sys/bus/pci/devices").join(gpu_pci);
+    let dist: Vec<usize> = names
+        .iter()
+        .map(|n| {
+            shared_components(
+                &root,
+                &root.join("sys/class/infiniband").join(n).join("device"),
+                &gpu,
+            )
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    // Stable: equal distances keep the library's order.
+    order.sort_by_key(|&i| std::cmp::Reverse(dist[i]));
+    let word = |d: usize| match d {
+        0 => "distance unknown",
+        d if d >= 6 => "same PCIe switch",
+        d if d >= 4 => "same root complex",
+        _ => "other root complex",
+    };
+    let parts: Vec<String> = order
+        .iter()
+        .map(|&i| format!("{} ({})", names[i], word(dist[i])))
+        .collect();
+    let ties = order
+        .iter()
+        .filter(|&&i| dist[i] == dist[order[0]])
+        .count();
+    let mut why = format!("devices by distance to GPU {gpu_pci}: {}", parts.join(", "));
+    if ties > 1 {
+        why.push_str(&format!(
+            "; {ties} at the nearest distance: the first with an active port is used \
+             (no striping across them)"
+        ));
+    }
+    (order, why)
+}
+
+/// Look for a device following the environment (see the module doc). `near_gpu`: the
+/// PCI address of the rank's GPU, to try the nearest devices first ([`nic_order`]).
+pub(crate) fn probe(hca: Option<&str>, gid_index: Option<u32>, near_gpu: Option<&str>) -> Probe {
     let verbs = match Verbs::load() {
         Ok(v) => Arc::new(v),
         Err(e) => return Probe::Absent(e),
@@ -93,7 +165,20 @@ pub(crate) fn probe(hca: Option<&str>, gid_index: Option<u32>) -> Probe {
             .into_owned();
         names.push((name, dev));
     }
-    let result = choose(&verbs, &names, hca, gid_index);
+    let mut affinity = None;
+    if hca.is_none()
+        && names.len() > 1
+        && let Some(pci) = near_gpu
+    {
+        let list: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
+        let (order, why) = nic_order(std::path::Path::new("/"), &list, pci);
+        names = order.into_iter().map(|i| names[i].clone()).collect();
+        affinity = Some(why);
+    }
+    let mut result = choose(&verbs, &names, hca, gid_index);
+    if let (Probe::Found(d), Some(why)) = (&mut result, affinity) {
+        d.why = format!("{}; {why}", d.why);
+    }
     // SAFETY: contexts opened from the list stay valid after the list is freed.
     unsafe { (verbs.free_device_list)(list) };
     result
@@ -363,10 +448,63 @@ mod tests {
             eprintln!("skipped: this machine has RDMA devices");
             return;
         }
-        match probe(None, None) {
+        match probe(None, None, None) {
             Probe::Absent(why) => assert!(!why.is_empty()),
             Probe::Found(d) => panic!("found device {} on a machine without RDMA", d.name),
             Probe::Misconfigured(e) => panic!("misconfigured: {e}"),
         }
+    }
+
+    /// A fake sysfs: a GPU and one NIC behind one PCIe switch, a NIC on the same root
+    /// complex through another switch, a NIC on another root complex, and one whose
+    /// path does not resolve.
+    fn fake_sysfs() -> std::path::PathBuf {
+        use std::os::unix::fs::symlink;
+        let root = std::env::temp_dir().join(format!("rw-nic-order-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dev = root.join("sys/devices");
+        let sw = "pci0000:00/0000:00:01.0/0000:01:00.0";
+        let paths = [
+            ("gpu", format!("{sw}/0000:02:08.0/0000:03:00.0")),
+            ("mlx5_near", format!("{sw}/0000:02:10.0/0000:04:00.0")),
+            ("mlx5_rc", "pci0000:00/0000:00:02.0/0000:05:00.0/0000:06:00.0".to_string()),
+            ("mlx5_far", "pci0000:80/0000:80:01.0/0000:81:00.0".to_string()),
+        ];
+        for (name, p) in &paths {
+            std::fs::create_dir_all(dev.join(p)).unwrap();
+            if *name == "gpu" {
+                std::fs::create_dir_all(root.join("sys/bus/pci/devices")).unwrap();
+                symlink(dev.join(p), root.join("sys/bus/pci/devices/0000:03:00.0")).unwrap();
+            } else {
+                let d = root.join("sys/class/infiniband").join(name);
+                std::fs::create_dir_all(&d).unwrap();
+                symlink(dev.join(p), d.join("device")).unwrap();
+            }
+        }
+        std::fs::create_dir_all(root.join("sys/class/infiniband/rxe_broken")).unwrap();
+        root
+    }
+
+    #[test]
+    fn nic_order_puts_the_device_nearest_the_gpu_first() {
+        let root = fake_sysfs();
+        let names = ["mlx5_far", "rxe_broken", "mlx5_rc", "mlx5_near"];
+        let (order, why) = nic_order(&root, &names, "0000:03:00.0");
+        let got: Vec<&str> = order.iter().map(|&i| names[i]).collect();
+        assert_eq!(got, ["mlx5_near", "mlx5_rc", "mlx5_far", "rxe_broken"], "{why}");
+        assert!(why.contains("mlx5_near (same PCIe switch)"), "{why}");
+        assert!(why.contains("mlx5_rc (same root complex)"), "{why}");
+        assert!(why.contains("mlx5_far (other root complex)"), "{why}");
+        assert!(why.contains("rxe_broken (distance unknown)"), "{why}");
+        assert!(!why.contains("nearest distance"), "no tie: {why}");
+        // Two at the same distance keep the library's order, and the tie is said.
+        let names = ["mlx5_rc", "mlx5_far", "mlx5_near", "mlx5_near"];
+        let (order, why) = nic_order(&root, &names, "0000:03:00.0");
+        assert_eq!(order, [2, 3, 0, 1], "{why}");
+        assert!(why.contains("2 at the nearest distance"), "{why}");
+        // A GPU address sysfs does not know: nothing resolves, the order is kept.
+        let (order, _) = nic_order(&root, &names, "0000:ff:00.0");
+        assert_eq!(order, [0, 1, 2, 3]);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

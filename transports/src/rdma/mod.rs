@@ -49,6 +49,7 @@ use std::sync::Arc;
 use crate::regcache::RegCacheConfig;
 use crate::{Caps, ConfigError, Exchange, KindCaps, MAX_HEADER_BYTES, Reach, TransportError};
 
+pub use device::nic_order;
 pub use reg::{GdrFacts, GdrPath, Held, MemoryRegion, Registry, gdr_path};
 
 use connect::ConnInfo;
@@ -101,6 +102,10 @@ pub struct RdmaConfig {
     /// the peer and the handshake step; they keep waiting, as a TCP frame to a busy peer
     /// does (a peer computing without calling rankwire answers late, legally).
     pub connect_timeout: std::time::Duration,
+    /// PCI address of the rank's GPU (e.g. `0000:3b:00.0`), set by the caller where
+    /// there are several RDMA devices: without `RANKWIRE_IB_HCA`, devices nearest that
+    /// GPU are tried first ([`nic_order`]). Not read from the environment.
+    pub near_gpu: Option<String>,
 }
 
 impl RdmaConfig {
@@ -182,6 +187,7 @@ impl RdmaConfig {
             leave_pinned: flag("RANKWIRE_RDMA_LEAVE_PINNED"),
             require_gdr: flag("RANKWIRE_RDMA_GDR"),
             regcache: RegCacheConfig::from_env()?,
+            near_gpu: None,
         })
     }
 }
@@ -205,7 +211,7 @@ impl RdmaDevice {
     /// A settings problem (`RANKWIRE_IB_HCA` names no device, `RANKWIRE_IB_GID_INDEX`
     /// is out of range or empty): the text names the variable and the valid choices.
     pub fn probe(cfg: &RdmaConfig) -> Result<Result<RdmaDevice, String>, String> {
-        match device::probe(cfg.hca.as_deref(), cfg.gid_index) {
+        match device::probe(cfg.hca.as_deref(), cfg.gid_index, cfg.near_gpu.as_deref()) {
             device::Probe::Found(dev) => Ok(Ok(RdmaDevice { dev })),
             device::Probe::Absent(why) => Ok(Err(why)),
             device::Probe::Misconfigured(e) => Err(e),
