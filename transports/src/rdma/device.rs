@@ -119,10 +119,7 @@ pub fn nic_order(root: &std::path::Path, names: &[&str], gpu_pci: &str) -> (Vec<
         .iter()
         .map(|&i| format!("{} ({})", names[i], word(dist[i])))
         .collect();
-    let ties = order
-        .iter()
-        .filter(|&&i| dist[i] == dist[order[0]])
-        .count();
+    let ties = order.iter().filter(|&&i| dist[i] == dist[order[0]]).count();
     let mut why = format!("devices by distance to GPU {gpu_pci}: {}", parts.join(", "));
     if ties > 1 {
         why.push_str(&format!(
@@ -467,8 +464,14 @@ mod tests {
         let paths = [
             ("gpu", format!("{sw}/0000:02:08.0/0000:03:00.0")),
             ("mlx5_near", format!("{sw}/0000:02:10.0/0000:04:00.0")),
-            ("mlx5_rc", "pci0000:00/0000:00:02.0/0000:05:00.0/0000:06:00.0".to_string()),
-            ("mlx5_far", "pci0000:80/0000:80:01.0/0000:81:00.0".to_string()),
+            (
+                "mlx5_rc",
+                "pci0000:00/0000:00:02.0/0000:05:00.0/0000:06:00.0".to_string(),
+            ),
+            (
+                "mlx5_far",
+                "pci0000:80/0000:80:01.0/0000:81:00.0".to_string(),
+            ),
         ];
         for (name, p) in &paths {
             std::fs::create_dir_all(dev.join(p)).unwrap();
@@ -491,7 +494,11 @@ mod tests {
         let names = ["mlx5_far", "rxe_broken", "mlx5_rc", "mlx5_near"];
         let (order, why) = nic_order(&root, &names, "0000:03:00.0");
         let got: Vec<&str> = order.iter().map(|&i| names[i]).collect();
-        assert_eq!(got, ["mlx5_near", "mlx5_rc", "mlx5_far", "rxe_broken"], "{why}");
+        assert_eq!(
+            got,
+            ["mlx5_near", "mlx5_rc", "mlx5_far", "rxe_broken"],
+            "{why}"
+        );
         assert!(why.contains("mlx5_near (same PCIe switch)"), "{why}");
         assert!(why.contains("mlx5_rc (same root complex)"), "{why}");
         assert!(why.contains("mlx5_far (other root complex)"), "{why}");
