@@ -43,7 +43,9 @@ step check 600 $B/rwrun -n 2 $B/rw-gpuapp check ${GPU_CHECK_MAX:-67108864}
 step reuse 300 $B/rwrun -n 2 $B/rw-gpuapp reuse
 step cudarc 300 $B/rwrun -n 2 --report-bindings $B/rw-gpuapp cudarc
 step check_noipc 600 env RANKWIRE_CUDA_IPC=0 $B/rwrun -n 2 $B/rw-gpuapp check 4194304
-step check_tcp 600 env RANKWIRE_TRANSPORTS=tcp $B/rwrun -n 2 $B/rw-gpuapp check 4194304
+# Device buffers staged through host memory over TCP (CUDA IPC off: with it, device
+# messages between ranks of one node take CUDA IPC whatever the host transport is).
+step check_tcp 600 env RANKWIRE_TRANSPORTS=tcp RANKWIRE_CUDA_IPC=0 $B/rwrun -n 2 $B/rw-gpuapp check 4194304
 # The timing steps of both passes: step names get suffix $1 ("" or _mps).
 bench_p2p() {
   local s=$1
