@@ -8,8 +8,10 @@
 //!   ([`rankwire_gpu::Stream::runtime`]) and are answered only once complete, so a
 //!   completed receive's data is visible to work on any stream of that device, and a
 //!   send buffer is no longer read once its last frame is queued.
-//! - Eager messages (and chunks up to [`SYNC_MAX_BYTES`]) are copied synchronously,
-//!   through pageable memory: the lowest latency for small messages.
+//! - Copies up to [`SYNC_MAX_BYTES`] (eager messages at the default limits) are
+//!   synchronous, through pageable memory: the lowest latency for small messages. A
+//!   larger eager message (`RANKWIRE_GPU_EAGER_MAX` raised) takes the pipelined path in
+//!   one piece.
 //! - Rendezvous chunks are pipelined through pinned host buffers of the engine's
 //!   [`TmpPool`]: a device-to-host copy is queued with an event and answered
 //!   ([`Protocol::staged_out`], the frame's payload lent from the pinned buffer) in a
@@ -163,6 +165,17 @@ impl MemActions {
         self.gpu.as_ref().is_some_and(|g| !g.flights.is_empty())
     }
 
+    /// Wait for copies whose request completed meanwhile ([`GpuStaging::settle_orphans`]);
+    /// the engine calls it at the end of every progress round with copies in flight,
+    /// before a caller can take a completion.
+    pub(crate) fn settle_orphans(&mut self, proto: &Protocol) {
+        if let Some(g) = self.gpu.as_mut()
+            && !g.flights.is_empty()
+        {
+            g.settle_orphans(proto);
+        }
+    }
+
     /// A pinned buffer of `len` bytes into which a transport may land a `Data` payload
     /// for a device receive ([`Protocol::data_target`]); its address. `None` without a
     /// GPU, past [`PINNED_MAX_BYTES`], or where pinned memory cannot be had.
@@ -236,6 +249,16 @@ enum FlightKind {
     },
     /// Host-to-device copy into receive `rreq`.
     In { rreq: ReqId },
+}
+
+/// Record `event` after the copy just queued on `stream`; if that fails, wait for the
+/// stream instead, so that the copy no longer touches its buffers when the caller gives
+/// them back and answers with the error.
+fn record_or_drain(event: &Event, stream: &Stream) -> Result<(), String> {
+    event.record(stream).map_err(|e| {
+        let _ = stream.synchronize();
+        e.to_string()
+    })
 }
 
 /// Pinned bytes lent to a frame ([`Payload::Lent`]); dropping gives them back.
@@ -343,7 +366,7 @@ impl GpuStaging {
                     )
                 }
                 .map_err(|e| e.to_string())?;
-                event.record(stream).map_err(|e| e.to_string())?;
+                record_or_drain(&event, stream)?;
                 Ok::<Event, String>(event)
             })();
             match queued {
@@ -396,7 +419,7 @@ impl GpuStaging {
                 )
             }
             .map_err(|e| e.to_string())?;
-            event.record(stream).map_err(|e| e.to_string())?;
+            record_or_drain(&event, stream)?;
             Ok::<Event, String>(event)
         })();
         match queued {
@@ -408,6 +431,22 @@ impl GpuStaging {
             Err(e) => {
                 self.give_pinned(pinned);
                 proto.staged_in(rreq, Err(e));
+            }
+        }
+    }
+
+    /// Wait for the copies of requests that are no longer pending (failed with their
+    /// peer, or by another chunk's failed copy): a completed request's buffer may be
+    /// freed by its owner at once, so no copy may still read or write it. The flights
+    /// stay queued and are answered (and ignored) by the next [`GpuStaging::poll`].
+    fn settle_orphans(&mut self, proto: &Protocol) {
+        for f in &self.flights {
+            let id = match f.what {
+                FlightKind::Out { sreq, .. } => sreq,
+                FlightKind::In { rreq } => rreq,
+            };
+            if !proto.is_pending(id) {
+                let _ = f.event.synchronize();
             }
         }
     }

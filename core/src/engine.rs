@@ -163,10 +163,11 @@ pub(crate) struct Engine {
     device_eager: Vec<usize>,
     backlog: Vec<VecDeque<OutFrame>>,
     /// Per world rank: the pinned buffers a transport is landing that peer's `Data`
-    /// payloads in for device receives (`device_path`), oldest first, each until its
-    /// `RecvPlaced` (a transport may already have placed the next frame's payload
-    /// when the event of the previous one is handled).
-    landing: Vec<VecDeque<u64>>,
+    /// payloads in for device receives (`device_path`), with the frame's receive
+    /// request and offset, oldest first, each until its `RecvPlaced` (a transport may
+    /// already have placed the next frame's payload when the event of the previous one
+    /// is handled).
+    landing: Vec<VecDeque<Landing>>,
     // RDMA wireup messages (queue pairs made on demand) waiting for TCP to take them.
     wireup: VecDeque<(u32, Vec<u8>)>,
     events: Vec<Event>,
@@ -508,10 +509,13 @@ impl Engine {
                     Some(b) if b.is_host() => Some(b.as_mut_ptr()),
                     // A device receive's chunk lands in a pinned buffer, copied in
                     // after RecvPlaced (device_path); without one it comes as a Vec.
-                    Some(_) => self.mem.take_landing(len).map(|a| {
-                        self.landing[peer as usize].push_back(a);
-                        a as *mut u8
-                    }),
+                    Some(_) => match data_frame(header) {
+                        Some((rreq, offset)) => self.mem.take_landing(len).map(|addr| {
+                            self.landing[peer as usize].push_back(Landing { addr, rreq, offset });
+                            addr as *mut u8
+                        }),
+                        None => None,
+                    },
                     None => None,
                 };
                 // SAFETY: the target is the unfilled part of a pending receive's buffer,
@@ -536,6 +540,10 @@ impl Engine {
         }
         if self.tp.contains(TransportKind::Rdma) {
             any |= self.pump_wireup();
+        }
+        // No completion may be taken while a device copy still uses its buffer.
+        if self.mem.in_flight() {
+            self.mem.settle_orphans(&self.proto);
         }
         any
     }
@@ -794,12 +802,12 @@ impl Engine {
                 }
                 Event::RecvPlaced { peer, header, len } => {
                     // A device receive's payload was placed in the oldest landing
-                    // buffer of this peer (a device target is only ever landed).
-                    let landed = match self.proto.data_target(peer, &header, len) {
-                        Some(b) if !b.is_host() => self
-                            .landing
-                            .get_mut(peer as usize)
-                            .and_then(VecDeque::pop_front),
+                    // buffer of this peer, recorded with the frame's request and offset.
+                    let q = &mut self.landing[peer as usize];
+                    let landed = match (q.front(), data_frame(&header)) {
+                        (Some(l), Some(f)) if (l.rreq, l.offset) == f => {
+                            q.pop_front().map(|l| l.addr)
+                        }
                         _ => None,
                     };
                     let r = match landed {
@@ -828,8 +836,8 @@ impl Engine {
                     tracing::debug!("peer {peer} failed: {error}");
                     // The transport no longer writes a landing buffer of this peer.
                     if let Some(q) = self.landing.get_mut(peer as usize) {
-                        for addr in q.drain(..) {
-                            self.mem.give_landing(addr);
+                        for l in q.drain(..) {
+                            self.mem.give_landing(l.addr);
                         }
                     }
                     // A peer reached by RDMA can still lose a TCP connection: the one
@@ -983,6 +991,23 @@ impl Engine {
         // After the final fence no peer maps our collective temporaries any more.
         self.gpu_pool.release_idle();
         self.tp.set_quiesced();
+    }
+}
+
+/// A pinned buffer a transport lands a device receive's `Data` payload in: its address
+/// and the frame's receive request and byte offset.
+#[derive(Debug, Clone, Copy)]
+struct Landing {
+    addr: u64,
+    rreq: u64,
+    offset: u64,
+}
+
+/// The receive request and offset of a `Data` frame header; `None` for other frames.
+fn data_frame(header: &[u8]) -> Option<(u64, u64)> {
+    match crate::wire::Frame::decode(header) {
+        Ok(Some((crate::wire::Frame::Data { rreq, offset }, _, _))) => Some((rreq, offset)),
+        _ => None,
     }
 }
 

@@ -735,6 +735,11 @@ impl Protocol {
         self.size
     }
 
+    /// Whether request `id` is a send or receive that has not completed.
+    pub fn is_pending(&self, id: ReqId) -> bool {
+        self.reqs.send(id).is_some() || self.reqs.recv(id).is_some()
+    }
+
     /// World rank this protocol was made for.
     pub fn rank(&self) -> u32 {
         self.rank

@@ -66,23 +66,28 @@ pub(crate) enum Probe {
     Misconfigured(String),
 }
 
-/// PCIe distance of two devices from their sysfs paths (links resolved, under `root`):
-/// the number of leading components of `/sys/devices/pci.../...` they share, counting
-/// `/` (more = nearer: 4 = same root complex, 6 or more = behind one PCIe switch), 0
-/// where a path cannot be resolved.
-fn shared_components(root: &std::path::Path, a: &std::path::Path, b: &std::path::Path) -> usize {
-    let rel = |p: &std::path::Path| {
+/// PCIe distance score of two devices from their sysfs paths (links resolved, under
+/// `root`), counted from their PCI root (`pciDDDD:BB`, the host bridge; whatever lies
+/// above it, such as a Hyper-V `VMBUS` device, does not count): 0 where a path cannot
+/// be resolved or has no PCI root, 1 for different roots, 1 + the number of shared
+/// components from the root on for the same root (2 = only the root complex shared,
+/// 3 = the root port, 4 or more = a PCIe switch too).
+fn pci_score(root: &std::path::Path, a: &std::path::Path, b: &std::path::Path) -> usize {
+    let from_pci_root = |p: &std::path::Path| -> Option<Vec<std::ffi::OsString>> {
         let c = std::fs::canonicalize(p).ok()?;
-        c.strip_prefix(root).ok().map(std::path::Path::to_path_buf)
+        let rel = c.strip_prefix(root).ok()?;
+        let parts: Vec<std::ffi::OsString> =
+            rel.components().map(|c| c.as_os_str().to_owned()).collect();
+        let at = parts
+            .iter()
+            .position(|c| c.to_string_lossy().starts_with("pci"))?;
+        Some(parts[at..].to_vec())
     };
-    match (rel(a), rel(b)) {
-        (Some(a), Some(b)) => {
-            1 + a
-                .components()
-                .zip(b.components())
-                .take_while(|(x, y)| x == y)
-                .count()
+    match (from_pci_root(a), from_pci_root(b)) {
+        (Some(a), Some(b)) if a[0] == b[0] => {
+            1 + a.iter().zip(&b).take_while(|(x, y)| x == y).count()
         }
+        (Some(_), Some(_)) => 1,
         _ => 0,
     }
 }
@@ -90,8 +95,9 @@ fn shared_components(root: &std::path::Path, a: &std::path::Path, b: &std::path:
 /// In what order to try RDMA devices `names` for a rank whose GPU has PCI address
 /// `gpu_pci` (e.g. `0000:3b:00.0`), reading sysfs under `root` (`/` outside tests):
 /// nearest first (most shared components of the canonical paths of
-/// `sys/class/infiniband/<name>/device` and `sys/bus/pci/devices/<gpu_pci>`), equal
-/// distances in the given order. Returns the indices into `names` and a sentence for
+/// `sys/class/infiniband/<name>/device` and `sys/bus/pci/devices/<gpu_pci>` from their
+/// PCI root on, `pci_score`), equal distances in the given order (NUMA node is not
+/// looked at: two host bridges of one socket read as other root complexes). Returns the indices into `names` and a sentence for
 /// `--explain` naming the distances.
 pub fn nic_order(root: &std::path::Path, names: &[&str], gpu_pci: &str) -> (Vec<usize>, String) {
     let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
@@ -99,7 +105,7 @@ pub fn nic_order(root: &std::path::Path, names: &[&str], gpu_pci: &str) -> (Vec<
     let dist: Vec<usize> = names
         .iter()
         .map(|n| {
-            shared_components(
+            pci_score(
                 &root,
                 &root.join("sys/class/infiniband").join(n).join("device"),
                 &gpu,
@@ -111,9 +117,9 @@ pub fn nic_order(root: &std::path::Path, names: &[&str], gpu_pci: &str) -> (Vec<
     order.sort_by_key(|&i| std::cmp::Reverse(dist[i]));
     let word = |d: usize| match d {
         0 => "distance unknown",
-        d if d >= 6 => "same PCIe switch",
-        d if d >= 4 => "same root complex",
-        _ => "other root complex",
+        1 => "other root complex",
+        2 | 3 => "same root complex",
+        _ => "same PCIe switch",
     };
     let parts: Vec<String> = order
         .iter()
@@ -513,5 +519,37 @@ mod tests {
         let (order, _) = nic_order(&root, &names, "0000:ff:00.0");
         assert_eq!(order, [0, 1, 2, 3]);
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn nic_order_counts_from_the_pci_root_not_from_a_shared_vmbus_parent() {
+        // Hyper-V/Azure: every PCI root hangs below one VMBUS device; NICs on other
+        // roots than the GPU's share no switch with it.
+        use std::os::unix::fs::symlink;
+        let root = std::env::temp_dir().join(format!("rw-nic-vmbus-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let vmbus = "LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00";
+        let dev = root.join("sys/devices");
+        let paths = [
+            ("gpu", format!("{vmbus}/g1/pci0001:00/0001:00:00.0")),
+            ("mlx5_0", format!("{vmbus}/n1/pci0101:00/0101:00:00.0")),
+            ("mlx5_1", format!("{vmbus}/n2/pci0001:00/0001:00:02.0")),
+        ];
+        for (name, p) in &paths {
+            std::fs::create_dir_all(dev.join(p)).unwrap();
+            if *name == "gpu" {
+                std::fs::create_dir_all(root.join("sys/bus/pci/devices")).unwrap();
+                symlink(dev.join(p), root.join("sys/bus/pci/devices/0001:00:00.0")).unwrap();
+            } else {
+                let d = root.join("sys/class/infiniband").join(name);
+                std::fs::create_dir_all(&d).unwrap();
+                symlink(dev.join(p), d.join("device")).unwrap();
+            }
+        }
+        let (order, why) = nic_order(&root, &["mlx5_0", "mlx5_1"], "0001:00:00.0");
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(!why.contains("same PCIe switch"), "{why}");
+        assert!(why.contains("mlx5_0 (other root complex)"), "{why}");
+        assert_eq!(order, [1, 0], "{why}");
     }
 }
