@@ -22,16 +22,8 @@ mkdir -p "$OUT"
 B=${GPU_BIN:-.device-bin}  # GPU_BIN=DIR runs another build (e.g. a baseline for before/after)
 fails=0
 wanted() { [ -z "${GPU_ONLY:-}" ] || [[ $1 =~ $GPU_ONLY ]]; }
-step() { # step NAME TIMEOUT CMD...   (GPU_ONLY=REGEX runs only the steps it matches)
-  local name=$1 t=$2; shift 2
-  wanted "$name" || return 0
-  echo "=== $name: $*" | tee -a "$OUT/summary.txt"
-  timeout -k 5 "$t" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  tail -n 40 "$OUT/$name.log"
-  echo "=== $name: exit $rc" | tee -a "$OUT/summary.txt"
-  [ $rc = 0 ] || fails=$((fails + 1))
-}
+# step NAME TIMEOUT CMD... (GPU_ONLY=REGEX runs only the steps `wanted` matches)
+. scripts/gpu-step.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$OUT/summary.txt"
 if mps_running; then
   echo "=== note: an MPS daemon already listens on ${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}: the first pass runs with MPS" | tee -a "$OUT/summary.txt"

@@ -21,15 +21,8 @@ B=${GPU_BIN:-.device-bin}
 BASE=${GPU_BASE:-}
 fails=0
 TCP="RANKWIRE_TRANSPORTS=tcp RANKWIRE_CUDA_IPC=0"
-step() { # step NAME TIMEOUT CMD...
-  local name=$1 t=$2; shift 2
-  echo "=== $name: $*" | tee -a "$OUT/summary.txt"
-  timeout -k 5 "$t" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  tail -n 30 "$OUT/$name.log"
-  echo "=== $name: exit $rc" | tee -a "$OUT/summary.txt"
-  [ $rc = 0 ] || fails=$((fails + 1))
-}
+# step NAME TIMEOUT CMD...
+. scripts/gpu-step.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$OUT/summary.txt"
 # The path each pair takes, as rwrun explains it.
 step explain_tcp 120 env $TCP $B/rwrun -n 2 --explain $B/rw-gpuapp reuse
