@@ -17,9 +17,11 @@ pub(crate) fn allowed_transports() -> Result<Vec<&'static str>> {
     parse_allowed(crate::settings::raw(TRANSPORTS_ENV).as_deref())
 }
 
-/// [`allowed_transports`] of the value `v` (`None`: unset).
+/// [`allowed_transports`] of the value `v` (`None`: unset). A blank value is the
+/// default, as for every setting (`rankwire_transports::settings`: rwrun's check passes
+/// it as unset, so refusing it here would fail every rank at init instead).
 fn parse_allowed(v: Option<&str>) -> Result<Vec<&'static str>> {
-    let Some(v) = v else {
+    let Some(v) = v.filter(|v| !v.trim().is_empty()) else {
         return Ok(vec!["shm", "rdma", "tcp"]);
     };
     let v = v.to_ascii_lowercase();
@@ -403,6 +405,12 @@ mod tests {
     #[test]
     fn allow_list_parsing() {
         assert_eq!(parse_allowed(None).unwrap(), vec!["shm", "rdma", "tcp"]);
+        // Blank is unset (rwrun's settings check says so too), not "self only".
+        assert_eq!(
+            parse_allowed(Some(" ")).unwrap(),
+            vec!["shm", "rdma", "tcp"]
+        );
+        assert_eq!(parse_allowed(Some("")).unwrap(), vec!["shm", "rdma", "tcp"]);
         assert_eq!(
             parse_allowed(Some("TCP, self,shm")).unwrap(),
             vec!["tcp", "shm"]
