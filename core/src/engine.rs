@@ -804,8 +804,8 @@ impl Engine {
                     // A device receive's payload was placed in the oldest landing
                     // buffer of this peer, recorded with the frame's request and offset.
                     let q = &mut self.landing[peer as usize];
-                    let landed = match (q.front(), data_frame(&header)) {
-                        (Some(l), Some(f)) if (l.rreq, l.offset) == f => {
+                    let landed = match q.front() {
+                        Some(l) if data_frame(&header) == Some((l.rreq, l.offset)) => {
                             q.pop_front().map(|l| l.addr)
                         }
                         _ => None,

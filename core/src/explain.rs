@@ -9,5 +9,8 @@ pub use crate::select::{EXPLAIN_ENV, REQUIRABLE, REQUIRE_ENV, Row, render};
 /// [`ShmConfig::node_bytes`] say how much of `/dev/shm` a node with `n` ranks takes
 /// (`rwrun --doctor` relates it to the free space).
 pub use rankwire_transports::ShmConfig;
+/// PCIe distance of two devices from their sysfs paths (`rwrun --doctor`), as the RDMA
+/// device choice reads it.
+pub use rankwire_transports::rdma::pcie_score;
 
 pub(crate) use crate::select::Paths;

@@ -550,18 +550,14 @@ fn pcie_distance(root: &Path) -> Check {
     }
     let mut worst = Level::Pass;
     let mut parts = Vec::new();
+    let croot = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
     for (n, np) in &nics {
         for (g, gp) in &gpus {
-            let common = np
-                .components()
-                .zip(gp.components())
-                .take_while(|(a, b)| a == b)
-                .count();
-            // /sys/devices/pci0000:00/<root port>/<switch>/...: 4 shared components =
-            // same root complex; more = behind a shared switch.
-            let (what, level) = match common {
-                c if c >= 6 => ("same PCIe switch", Level::Pass),
-                c if c >= 4 => ("same root complex (through the host bridge)", Level::Warn),
+            // Counted from the PCI root, as the RDMA device choice does: 4 or more =
+            // behind a shared switch, 2-3 = the same root complex.
+            let (what, level) = match rankwire::explain::pcie_score(&croot, np, gp) {
+                c if c >= 4 => ("same PCIe switch", Level::Pass),
+                c if c >= 2 => ("same root complex (through the host bridge)", Level::Warn),
                 _ => ("different root complexes / CPU sockets", Level::Warn),
             };
             if level == Level::Warn {

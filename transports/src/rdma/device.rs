@@ -71,8 +71,9 @@ pub(crate) enum Probe {
 /// above it, such as a Hyper-V `VMBUS` device, does not count): 0 where a path cannot
 /// be resolved or has no PCI root, 1 for different roots, 1 + the number of shared
 /// components from the root on for the same root (2 = only the root complex shared,
-/// 3 = the root port, 4 or more = a PCIe switch too).
-fn pci_score(root: &std::path::Path, a: &std::path::Path, b: &std::path::Path) -> usize {
+/// 3 = the root port, 4 or more = a PCIe switch too). Also read by `rwrun --doctor`'s
+/// NIC–GPU distance check.
+pub fn pcie_score(root: &std::path::Path, a: &std::path::Path, b: &std::path::Path) -> usize {
     let from_pci_root = |p: &std::path::Path| -> Option<Vec<std::ffi::OsString>> {
         let c = std::fs::canonicalize(p).ok()?;
         let rel = c.strip_prefix(root).ok()?;
@@ -96,7 +97,7 @@ fn pci_score(root: &std::path::Path, a: &std::path::Path, b: &std::path::Path) -
 /// `gpu_pci` (e.g. `0000:3b:00.0`), reading sysfs under `root` (`/` outside tests):
 /// nearest first (most shared components of the canonical paths of
 /// `sys/class/infiniband/<name>/device` and `sys/bus/pci/devices/<gpu_pci>` from their
-/// PCI root on, `pci_score`), equal distances in the given order (NUMA node is not
+/// PCI root on, [`pcie_score`]), equal distances in the given order (NUMA node is not
 /// looked at: two host bridges of one socket read as other root complexes). Returns the indices into `names` and a sentence for
 /// `--explain` naming the distances.
 pub fn nic_order(root: &std::path::Path, names: &[&str], gpu_pci: &str) -> (Vec<usize>, String) {
@@ -105,7 +106,7 @@ pub fn nic_order(root: &std::path::Path, names: &[&str], gpu_pci: &str) -> (Vec<
     let dist: Vec<usize> = names
         .iter()
         .map(|n| {
-            pci_score(
+            pcie_score(
                 &root,
                 &root.join("sys/class/infiniband").join(n).join("device"),
                 &gpu,

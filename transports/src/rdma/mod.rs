@@ -49,7 +49,7 @@ use std::sync::Arc;
 use crate::regcache::RegCacheConfig;
 use crate::{Caps, ConfigError, Exchange, KindCaps, MAX_HEADER_BYTES, Reach, TransportError};
 
-pub use device::nic_order;
+pub use device::{nic_order, pcie_score};
 pub use reg::{GdrFacts, GdrPath, Held, MemoryRegion, Registry, gdr_path};
 
 use connect::ConnInfo;
