@@ -886,6 +886,22 @@ fn section_dmabuf(r: &mut Report) -> Result<(), GpuError> {
         matches!(m, Err(GpuError::Unsupported(Unsupported::ManagedMemory))),
         format!("{:?}", m.map(|(_, o)| o)),
     );
+
+    // The GPUDirect RDMA ordering step (no NIC here: the call itself, and the compute
+    // capability that decides whether the runtime makes it).
+    let cc = rankwire_gpu::compute_capability(0);
+    r.check(
+        "compute capability (flush needed below 9.0)",
+        matches!(cc, Ok((major, _)) if major >= 1),
+        format!("{cc:?}"),
+    );
+    let t0 = std::time::Instant::now();
+    let f = rankwire_gpu::flush_gpudirect_rdma_writes(0);
+    r.check(
+        "cuFlushGPUDirectRDMAWrites",
+        f.is_ok(),
+        format!("{f:?} in {:?}", t0.elapsed()),
+    );
     Ok(())
 }
 

@@ -57,6 +57,29 @@ pub fn export_dmabuf(ptr: u64, len: usize) -> Result<(OwnedFd, u64), GpuError> {
     Ok((fd, offset))
 }
 
+/// Make RDMA writes into device `ordinal`'s memory that completed at the NIC visible to
+/// work launched afterwards (`cuFlushGPUDirectRDMAWrites`, target the current context,
+/// scope its owner). NCCL issues the same ordering step after GPUDirect RDMA receives
+/// (or a loopback RDMA READ); devices of compute capability 9.0 and newer order such
+/// writes without it.
+///
+/// # Errors
+/// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], [`GpuError::Driver`].
+pub fn flush_gpudirect_rdma_writes(ordinal: i32) -> Result<(), GpuError> {
+    result::flush_gpudirect_rdma_writes(ordinal)
+}
+
+/// Compute capability (major, minor) of device `ordinal`.
+///
+/// # Errors
+/// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], [`GpuError::Driver`].
+pub fn compute_capability(ordinal: i32) -> Result<(i32, i32), GpuError> {
+    Ok((
+        result::device_attribute(ordinal, DeviceAttr::ComputeCapabilityMajor)?,
+        result::device_attribute(ordinal, DeviceAttr::ComputeCapabilityMinor)?,
+    ))
+}
+
 /// Whether device `ordinal` can export DMA-BUF (`CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`).
 ///
 /// # Errors

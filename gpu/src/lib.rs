@@ -70,7 +70,9 @@ pub use copy::{
     CopyPath, Event, Graph, Stream, can_access_peer, memcpy_dtod_async, memcpy_dtoh_async,
     memcpy_htod_async, memcpy_peer_async, memcpy_staged, synchronize_legacy_stream,
 };
-pub use dmabuf::{dmabuf_supported, export_dmabuf};
+pub use dmabuf::{
+    compute_capability, dmabuf_supported, export_dmabuf, flush_gpudirect_rdma_writes,
+};
 pub use error::{GpuError, Unsupported};
 pub use ipc::{
     CudaIpcOpener, IpcCache, IpcCacheStats, IpcExport, IpcHandle, IpcMapping, IpcOpener,

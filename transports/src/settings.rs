@@ -399,10 +399,38 @@ pub static SETTINGS: &[Setting] = &[
     ),
     rank(
         "RANKWIRE_RDMA_GDR",
+        "auto",
+        "auto, 1 (require) or 0 (off)",
+        Check::OneOf(&["auto", "1", "0", "on", "off", "true", "false", "yes", "no"]),
+        "GPUDirect RDMA for device buffers: where possible (auto), required (fail init \
+         where they would be staged through host memory), or off",
+    ),
+    rank(
+        "RANKWIRE_RDMA_GDR_MAX_BYTES",
+        "4294967296 (4 GiB)",
+        "a number of bytes (a plain integer)",
+        Check::Uint {
+            min: 0,
+            max: u64::MAX,
+        },
+        "bytes of device (GPUDirect RDMA) registrations kept by the registration cache",
+    ),
+    rank(
+        "RANKWIRE_RDMA_GDR_FLUSH",
         "0",
         SWITCH,
         Check::Switch,
-        "fail instead of staging GPU buffers through host memory",
+        "flush GPUDirect RDMA writes after each receive into device memory also on \
+         compute capability 9.0 and newer",
+    ),
+    rank(
+        "RANKWIRE_GDR_STANDIN",
+        "0",
+        "0, 1 or refuse",
+        Check::OneOf(&["0", "1", "refuse"]),
+        "TEST ONLY, machines without a GPU: rankwire::gdr_standin buffers (host memory) \
+         count as device memory and go through the GPUDirect RDMA device-region path \
+         (refuse: every device registration fails)",
     ),
     rank(
         "RANKWIRE_RDMA_CONNECT",

@@ -874,3 +874,17 @@ pub(crate) unsafe fn launch_kernel(
         )
     })
 }
+
+/// `cuFlushGPUDirectRDMAWrites(TARGET_CURRENT_CTX, TO_OWNER)` on device `ordinal`'s
+/// primary context: RDMA writes that completed at the NIC become visible to work the
+/// context launches afterwards.
+pub(crate) fn flush_gpudirect_rdma_writes(ordinal: i32) -> Result<(), GpuError> {
+    bind_device(ordinal)?;
+    // SAFETY: plain enum arguments; a context is current (bound above).
+    check("cuFlushGPUDirectRDMAWrites", unsafe {
+        sys::cuFlushGPUDirectRDMAWrites(
+            sys::CUflushGPUDirectRDMAWritesTarget::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+            sys::CUflushGPUDirectRDMAWritesScope::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER,
+        )
+    })
+}

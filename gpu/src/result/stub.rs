@@ -277,3 +277,7 @@ pub(crate) unsafe fn launch_kernel(
 ) -> Result<(), GpuError> {
     Err(GpuError::NotBuilt)
 }
+
+pub(crate) fn flush_gpudirect_rdma_writes(_ordinal: i32) -> Result<(), GpuError> {
+    Err(GpuError::NotBuilt)
+}

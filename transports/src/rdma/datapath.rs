@@ -279,7 +279,7 @@ impl RdmaTransport {
         remote_addr: u64,
         rkey: u32,
     ) -> Result<(), TransportError> {
-        self.onesided(peer, op, local, len, remote_addr, rkey, true)
+        self.onesided(peer, op, local, len, remote_addr, rkey, true, None)
     }
 
     /// Write `len` bytes from `local` into `peer`'s memory at `remote_addr` (rkey
@@ -299,7 +299,66 @@ impl RdmaTransport {
         remote_addr: u64,
         rkey: u32,
     ) -> Result<(), TransportError> {
-        self.onesided(peer, op, local as *mut u8, len, remote_addr, rkey, false)
+        self.onesided(
+            peer,
+            op,
+            local as *mut u8,
+            len,
+            remote_addr,
+            rkey,
+            false,
+            None,
+        )
+    }
+
+    /// [`RdmaTransport::get`] into device memory of `device` (GPUDirect RDMA): `local`
+    /// is registered as its allocation through the device cache, and once the last
+    /// read completed the writes are flushed where the GPU needs it
+    /// ([`crate::rdma::GpuMemory::flush`]) before [`Event::OpDone`].
+    ///
+    /// # Safety
+    /// As [`RdmaTransport::get`].
+    ///
+    /// # Errors
+    /// As [`RdmaTransport::get`]; device registration not enabled or refused.
+    pub unsafe fn get_device(
+        &mut self,
+        peer: u32,
+        op: u64,
+        local: *mut u8,
+        len: usize,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), TransportError> {
+        self.onesided(peer, op, local, len, remote_addr, rkey, true, Some(()))
+    }
+
+    /// [`RdmaTransport::put`] from device memory (GPUDirect RDMA).
+    ///
+    /// # Safety
+    /// As [`RdmaTransport::get`].
+    ///
+    /// # Errors
+    /// As [`RdmaTransport::get_device`].
+    pub unsafe fn put_device(
+        &mut self,
+        peer: u32,
+        op: u64,
+        local: *const u8,
+        len: usize,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), TransportError> {
+        self.onesided(
+            peer,
+            op,
+            local as *mut u8,
+            len,
+            remote_addr,
+            rkey,
+            false,
+            Some(()),
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -312,6 +371,7 @@ impl RdmaTransport {
         remote_addr: u64,
         rkey: u32,
         read: bool,
+        device: Option<()>,
     ) -> Result<(), TransportError> {
         let Some(&c) = self.by_peer.get(&peer) else {
             return Err(TransportError::NoSuchPeer {
@@ -343,14 +403,23 @@ impl RdmaTransport {
             });
             return Ok(());
         }
-        let held = self
-            .registry
-            .acquire_host(local as u64, len as u64)
-            .map_err(|e| TransportError::Os {
-                transport: NAME,
-                call: "memory registration",
-                reason: format!("device {}: {e}", self.dev.name),
-            })?;
+        let (held, flush) = match device {
+            None => (self.registry.acquire_host(local as u64, len as u64), None),
+            Some(()) => match self.registry.acquire_device(local as u64, len as u64) {
+                // Only data written into GPU memory needs a flush.
+                Ok((h, dev)) => (Ok(h), read.then_some(dev)),
+                Err(e) => (Err(e), None),
+            },
+        };
+        let held = held.map_err(|e| TransportError::Os {
+            transport: NAME,
+            call: if device.is_some() {
+                "device memory registration"
+            } else {
+                "memory registration"
+            },
+            reason: format!("device {}: {e}", self.dev.name),
+        })?;
         let chunks = len.div_ceil(ONESIDED_CHUNK_BYTES);
         for i in 0..chunks {
             let off = i * ONESIDED_CHUNK_BYTES;
@@ -374,6 +443,7 @@ impl RdmaTransport {
                 remaining: chunks as u32,
                 held,
                 error: None,
+                flush,
             },
         );
         self.post_pending();
@@ -436,7 +506,13 @@ impl RdmaTransport {
         if o.remaining > 0 {
             return;
         }
-        let o = self.onesided.remove(&key).expect("present above");
+        let mut o = self.onesided.remove(&key).expect("present above");
+        if let (Some(dev), None) = (o.flush, &o.error) {
+            match self.registry.flush_device(dev) {
+                Ok(ran) => self.stats.gdr_flushes += u64::from(ran),
+                Err(e) => o.error = Some(format!("flush of GPUDirect RDMA writes: {e}")),
+            }
+        }
         self.registry.release(o.held);
         self.done.push(Event::OpDone {
             peer: o.peer,

@@ -40,6 +40,7 @@
 pub mod connect;
 pub mod datapath;
 pub mod device;
+pub mod gdr;
 pub mod reg;
 mod verbs;
 
@@ -50,12 +51,19 @@ use crate::regcache::RegCacheConfig;
 use crate::{Caps, ConfigError, Exchange, KindCaps, MAX_HEADER_BYTES, Reach, TransportError};
 
 pub use device::{nic_order, pcie_score};
+pub use gdr::{DEFAULT_GDR_MAX_BYTES, DeviceAlloc, DeviceExport, GdrMode, GpuMemory};
 pub use reg::{GdrFacts, GdrPath, Held, MemoryRegion, Registry, gdr_path};
 
 use connect::ConnInfo;
 use verbs::{IbvCq, IbvMr, IbvPd, IbvQp, Verbs};
 
 const NAME: &str = "rdma";
+
+/// Linux errno values the DMA-BUF probe tells apart.
+mod libc_errno {
+    pub(super) const EOPNOTSUPP: i32 = 95;
+    pub(super) const EPROTONOSUPPORT: i32 = 93;
+}
 
 /// Queue pairs the completion queue has room for at first, on demand (it grows by
 /// `ibv_resize_cq` as more are made).
@@ -89,8 +97,15 @@ pub struct RdmaConfig {
     /// `RANKWIRE_RDMA_LEAVE_PINNED=1`: keep host registrations across operations (the
     /// application promises not to free communication buffers while the job runs).
     pub leave_pinned: bool,
-    /// `RANKWIRE_RDMA_GDR=1`: fail instead of staging GPU buffers through host memory.
-    pub require_gdr: bool,
+    /// `RANKWIRE_RDMA_GDR`: device buffers NIC-direct where possible (`auto`), required
+    /// (`1`: fail init where they would be staged) or never (`0`).
+    pub gdr: GdrMode,
+    /// `RANKWIRE_RDMA_GDR_MAX_BYTES`: bytes of device registrations the cache keeps
+    /// (idle ones beyond are evicted, least recently used first).
+    pub gdr_max_bytes: u64,
+    /// `RANKWIRE_RDMA_GDR_FLUSH=1`: flush GPUDirect RDMA writes after every receive into
+    /// device memory, also where the GPU does not need it (compute capability ≥ 9.0).
+    pub gdr_force_flush: bool,
     /// Registration cache bounds (`RANKWIRE_REGCACHE_MAX_ENTRIES`, `..._MAX_BYTES`).
     pub regcache: RegCacheConfig,
     /// `RANKWIRE_RDMA_CONNECT`: `on-demand` (the default: a peer's queue pair is made at
@@ -121,6 +136,8 @@ impl RdmaConfig {
             "RANKWIRE_RDMA_EAGER_LIMIT",
             "RANKWIRE_RDMA_LEAVE_PINNED",
             "RANKWIRE_RDMA_GDR",
+            "RANKWIRE_RDMA_GDR_MAX_BYTES",
+            "RANKWIRE_RDMA_GDR_FLUSH",
             "RANKWIRE_RDMA_CONNECT",
             crate::tcp::ENV_CONNECT_TIMEOUT,
         ])?;
@@ -176,6 +193,14 @@ impl RdmaConfig {
             None => crate::tcp::TcpConfig::default().connect_timeout,
             Some(v) => crate::tcp::config::parse_timeout(crate::tcp::ENV_CONNECT_TIMEOUT, v)?,
         };
+        let gdr_max_bytes = match get("RANKWIRE_RDMA_GDR_MAX_BYTES") {
+            None => DEFAULT_GDR_MAX_BYTES,
+            Some(v) => v.trim().parse().map_err(|_| ConfigError {
+                var: "RANKWIRE_RDMA_GDR_MAX_BYTES",
+                value: v.clone(),
+                expected: "a number of bytes (a plain integer)",
+            })?,
+        };
         let flag = |k: &str| crate::settings::switch_or_unset(k) == Some(true);
         Ok(RdmaConfig {
             on_demand,
@@ -185,7 +210,9 @@ impl RdmaConfig {
             slots,
             eager_limit_bytes,
             leave_pinned: flag("RANKWIRE_RDMA_LEAVE_PINNED"),
-            require_gdr: flag("RANKWIRE_RDMA_GDR"),
+            gdr: GdrMode::parse(get("RANKWIRE_RDMA_GDR").as_deref())?,
+            gdr_max_bytes,
+            gdr_force_flush: flag("RANKWIRE_RDMA_GDR_FLUSH"),
             regcache: RegCacheConfig::from_env()?,
             near_gpu: None,
         })
@@ -306,6 +333,8 @@ struct OneSided {
     remaining: u32,
     held: Held,
     error: Option<String>,
+    /// Device whose memory the reads wrote, to flush before `OpDone`.
+    flush: Option<i32>,
 }
 
 // A chunk waiting for room on a send queue.
@@ -375,6 +404,12 @@ pub struct RdmaStats {
     pub queue_pairs: u64,
     /// Entries of the completion queue (on demand it grows with the queue pairs).
     pub cq_entries: u64,
+    /// Flushes of GPUDirect RDMA writes made after reads into device memory
+    /// ([`GpuMemory::needs_flush`]).
+    pub gdr_flushes: u64,
+    /// The device registration cache (GPUDirect RDMA: hits, misses, evictions,
+    /// invalidations by buffer id); all zero while device registration is off.
+    pub device_regcache: crate::regcache::RegCacheStats,
 }
 
 impl RdmaTransport {
@@ -948,6 +983,7 @@ impl RdmaTransport {
         RdmaStats {
             queue_pairs: self.conns.iter().filter(|c| !c.qp.is_null()).count() as u64,
             cq_entries: self.cq_entries as u64,
+            device_regcache: self.registry.device_stats().unwrap_or_default(),
             ..self.stats
         }
     }
@@ -957,9 +993,35 @@ impl RdmaTransport {
         format!("{} (GID index {})", self.dev.name, self.dev.gid_index)
     }
 
-    /// Whether libibverbs has `ibv_reg_dmabuf_mr`.
+    /// Whether the NIC's driver registers DMA-BUFs: libibverbs has `ibv_reg_dmabuf_mr`,
+    /// and a call on fd -1 fails with another error than `EOPNOTSUPP` or
+    /// `EPROTONOSUPPORT` (how NCCL probes it; a bad fd gives `EBADF` where supported).
     pub fn has_dmabuf_mr(&self) -> bool {
-        self.verbs.reg_dmabuf_mr.is_some()
+        let Some(f) = self.verbs.reg_dmabuf_mr else {
+            return false;
+        };
+        // SAFETY: fd -1 is rejected by the kernel before any memory is touched.
+        let mr = unsafe { f(self.pd, 0, 4096, 0, -1, 0) };
+        if !mr.is_null() {
+            // Cannot happen with fd -1; do not leak it if a driver says yes anyway.
+            // SAFETY: a non-null MR from the call above.
+            self.dereg(unsafe { MemoryRegion::from_raw(mr) });
+            return true;
+        }
+        !(verbs::errno_is(libc_errno::EOPNOTSUPP) || verbs::errno_is(libc_errno::EPROTONOSUPPORT))
+    }
+
+    /// Give device memory regions (GPUDirect RDMA) a GPU side, cached up to the bounds
+    /// of `cfg` ([`RdmaConfig::gdr_max_bytes`], `RANKWIRE_REGCACHE_MAX_ENTRIES`): device
+    /// buffers can then be registered, read into and written from.
+    pub fn enable_gdr(&self, gpu: Box<dyn GpuMemory>, cfg: &RdmaConfig) {
+        self.registry.set_gpu(
+            gpu,
+            RegCacheConfig {
+                max_bytes: cfg.gdr_max_bytes,
+                ..cfg.regcache
+            },
+        );
     }
 
     /// Register a DMA-BUF (`fd`, buffer `offset` inside it, `len_bytes`, device address
@@ -1099,24 +1161,38 @@ impl crate::Transport for RdmaTransport {
                 .all(|&c| self.conns[c].queued.is_empty())
     }
 
-    /// Host memory through the registration cache ([`Registry::acquire_host`]): the
-    /// descriptor is [`crate::RemoteMem::Rdma`] (address, length, rkey), held until
-    /// [`crate::Transport::deregister`].
+    /// Host memory through the registration cache ([`Registry::acquire_host`]); device
+    /// memory, once the core enabled GPUDirect RDMA ([`Registry::set_gpu`]), as its
+    /// whole allocation through the device cache ([`Registry::acquire_device`]). The
+    /// descriptor is [`crate::RemoteMem::Rdma`] (the buffer's address and length, the
+    /// region's rkey), held until [`crate::Transport::deregister`].
     fn register(&mut self, buf: crate::LocalBuf) -> Result<crate::Registration, TransportError> {
-        if buf.kind != crate::MemoryKind::Host {
-            return Err(TransportError::Unsupported {
-                transport: NAME,
-                what: "register of device memory",
-            });
-        }
-        let held = self
-            .registry
-            .acquire_host(buf.addr, buf.len_bytes as u64)
-            .map_err(|e| TransportError::Os {
+        let held = match buf.kind {
+            crate::MemoryKind::Host => self
+                .registry
+                .acquire_host(buf.addr, buf.len_bytes as u64)
+                .map_err(|e| TransportError::Os {
                 transport: NAME,
                 call: "memory registration",
                 reason: format!("device {}: {e}", self.dev.name),
-            })?;
+            })?,
+            crate::MemoryKind::Cuda { .. } if self.registry.has_gpu() => {
+                self.registry
+                    .acquire_device(buf.addr, buf.len_bytes as u64)
+                    .map_err(|e| TransportError::Os {
+                        transport: NAME,
+                        call: "device memory registration",
+                        reason: format!("device {}: {e}", self.dev.name),
+                    })?
+                    .0
+            }
+            _ => {
+                return Err(TransportError::Unsupported {
+                    transport: NAME,
+                    what: "register of device memory (GPUDirect RDMA not enabled)",
+                });
+            }
+        };
         let remote = crate::RemoteMem::Rdma {
             addr: buf.addr,
             len: buf.len_bytes as u64,
@@ -1145,18 +1221,16 @@ impl crate::Transport for RdmaTransport {
         src: &crate::RemoteMem,
         offset_bytes: u64,
     ) -> Result<crate::OpStart, TransportError> {
-        let (addr, rkey) = remote_range(peer, "get", dst, src, offset_bytes)?;
+        let gpu = self.registry.has_gpu();
+        let (addr, rkey) = remote_range(peer, "get", dst, src, offset_bytes, gpu)?;
+        let local = dst.addr as *mut u8;
         // SAFETY: the trait's contract on `dst` is the one of the inherent `get`.
         unsafe {
-            RdmaTransport::get(
-                self,
-                peer,
-                op,
-                dst.addr as *mut u8,
-                dst.len_bytes,
-                addr,
-                rkey,
-            )
+            if dst.kind == crate::MemoryKind::Host {
+                RdmaTransport::get(self, peer, op, local, dst.len_bytes, addr, rkey)
+            } else {
+                self.get_device(peer, op, local, dst.len_bytes, addr, rkey)
+            }
         }?;
         Ok(crate::OpStart::Pending)
     }
@@ -1171,33 +1245,38 @@ impl crate::Transport for RdmaTransport {
         dst: &crate::RemoteMem,
         offset_bytes: u64,
     ) -> Result<crate::OpStart, TransportError> {
-        let (addr, rkey) = remote_range(peer, "put", src, dst, offset_bytes)?;
+        let gpu = self.registry.has_gpu();
+        let (addr, rkey) = remote_range(peer, "put", src, dst, offset_bytes, gpu)?;
+        let local = src.addr as *const u8;
         // SAFETY: the trait's contract on `src` is the one of the inherent `put`.
         unsafe {
-            RdmaTransport::put(
-                self,
-                peer,
-                op,
-                src.addr as *const u8,
-                src.len_bytes,
-                addr,
-                rkey,
-            )
+            if src.kind == crate::MemoryKind::Host {
+                RdmaTransport::put(self, peer, op, local, src.len_bytes, addr, rkey)
+            } else {
+                self.put_device(peer, op, local, src.len_bytes, addr, rkey)
+            }
         }?;
         Ok(crate::OpStart::Pending)
     }
 }
 
 /// The remote address and rkey of a one-sided operation on `local.len_bytes` bytes at
-/// `offset_bytes` into `remote`, checked against the region's length.
+/// `offset_bytes` into `remote`, checked against the region's length. Local device
+/// memory only where `gpu` (GPUDirect RDMA enabled); managed memory never.
 fn remote_range(
     peer: u32,
     what: &'static str,
     local: crate::LocalBuf,
     remote: &crate::RemoteMem,
     offset_bytes: u64,
+    gpu: bool,
 ) -> Result<(u64, u32), TransportError> {
-    if local.kind != crate::MemoryKind::Host {
+    let direct = match local.kind {
+        crate::MemoryKind::Host => true,
+        crate::MemoryKind::Cuda { .. } => gpu,
+        crate::MemoryKind::CudaManaged => false,
+    };
+    if !direct {
         return Err(TransportError::Unsupported {
             transport: NAME,
             what: if what == "get" {
@@ -1255,17 +1334,17 @@ mod tests {
         };
         let host = MemoryKind::Host;
         assert_eq!(
-            remote_range(1, "get", local(100, host), &r, 0),
+            remote_range(1, "get", local(100, host), &r, 0, false),
             Ok((0x2000, 7))
         );
         assert_eq!(
-            remote_range(1, "put", local(10, host), &r, 90),
+            remote_range(1, "put", local(10, host), &r, 90, false),
             Ok((0x2000 + 90, 7))
         );
         for (len, off) in [(11, 90), (1, 100), (1, u64::MAX)] {
             assert!(
                 matches!(
-                    remote_range(1, "get", local(len, host), &r, off),
+                    remote_range(1, "get", local(len, host), &r, off, false),
                     Err(TransportError::Malformed { peer: 1, .. })
                 ),
                 "{len} at {off}"
@@ -1276,7 +1355,7 @@ mod tests {
             len: 100,
             rkey: 7,
         };
-        assert!(remote_range(1, "get", local(1, host), &huge, 10).is_err());
+        assert!(remote_range(1, "get", local(1, host), &huge, 10, false).is_err());
         for (mem, kind) in [
             (RemoteMem::None, host),
             (RemoteMem::HostCma { pid: 1, addr: 0 }, host),
@@ -1284,11 +1363,21 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    remote_range(1, "get", local(1, kind), &mem, 0),
+                    remote_range(1, "get", local(1, kind), &mem, 0, false),
                     Err(TransportError::Unsupported { .. })
                 ),
                 "{mem:?} {kind}"
             );
         }
+        // Device memory once GPUDirect RDMA is enabled; managed memory never.
+        let dev = MemoryKind::Cuda { device: 0 };
+        assert_eq!(
+            remote_range(1, "get", local(100, dev), &r, 0, true),
+            Ok((0x2000, 7))
+        );
+        assert!(matches!(
+            remote_range(1, "get", local(1, MemoryKind::CudaManaged), &r, 0, true),
+            Err(TransportError::Unsupported { .. })
+        ));
     }
 }

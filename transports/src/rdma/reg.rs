@@ -17,12 +17,13 @@
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
+use super::gdr::{self, GdrMode, GdrRegistrar, GpuMemory, SharedGpu};
 use super::verbs::{self, IbvMr, IbvPd, Verbs};
 use crate::regcache::{Lease, RegCache, RegCacheConfig, RegCacheStats, Registrar};
 
 /// Access flags of every registration: the NIC may read and write it locally and
 /// remotely (the rendezvous reads it remotely; tests write it remotely).
-const ACCESS: i32 =
+pub(crate) const ACCESS: i32 =
     verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_READ | verbs::ACCESS_REMOTE_WRITE;
 
 /// A memory region: the raw MR and its keys.
@@ -37,6 +38,18 @@ pub struct MemoryRegion {
 
 // SAFETY: an MR is a handle; used under the registry's lock.
 unsafe impl Send for MemoryRegion {}
+
+impl MemoryRegion {
+    /// Wrap an MR returned by `ibv_reg_mr`.
+    ///
+    /// # Safety
+    /// `mr` is non-null and returned by a registration call of the verbs library.
+    pub(crate) unsafe fn from_raw(mr: *mut IbvMr) -> MemoryRegion {
+        // SAFETY: the caller's contract.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        MemoryRegion { mr, lkey, rkey }
+    }
+}
 
 /// Registers host memory in one protection domain with `ibv_reg_mr`.
 pub(crate) struct MrRegistrar {
@@ -66,8 +79,7 @@ impl Registrar for MrRegistrar {
             return Err(format!("ibv_reg_mr: {}", verbs::errno_text()));
         }
         // SAFETY: a non-null MR returned by ibv_reg_mr.
-        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        Ok(MemoryRegion { mr, lkey, rkey })
+        Ok(unsafe { MemoryRegion::from_raw(mr) })
     }
     fn deregister(&mut self, h: MemoryRegion) {
         // SAFETY: registered above and deregistered once (the cache owns it).
@@ -84,6 +96,24 @@ impl Registrar for MrRegistrar {
 pub struct Registry {
     inner: Arc<Mutex<RegCache<MrRegistrar>>>,
     host_buffer_id: HostBufferId,
+    /// Device memory regions, once the core gave a GPU side ([`Registry::set_gpu`]).
+    device: Arc<std::sync::OnceLock<DeviceRegs>>,
+    verbs: Arc<Verbs>,
+    pd: PdHandle,
+}
+
+#[derive(Clone, Copy)]
+struct PdHandle(*mut IbvPd);
+// SAFETY: a PD handle; registrations on it are serialized by the caches' locks.
+unsafe impl Send for PdHandle {}
+// SAFETY: as above.
+unsafe impl Sync for PdHandle {}
+
+/// The device half of a [`Registry`]: a cache keyed by CUDA buffer id, and the GPU
+/// side.
+struct DeviceRegs {
+    cache: Mutex<RegCache<GdrRegistrar>>,
+    gpu: SharedGpu,
 }
 
 /// How host buffers are identified in the cache (see [`Registry::acquire_host`]).
@@ -101,6 +131,8 @@ enum HostBufferId {
 #[derive(Debug)]
 pub struct Held {
     lease: Lease,
+    /// Whether the lease is on the device cache.
+    device: bool,
     /// Local key.
     pub lkey: u32,
     /// Remote key.
@@ -116,9 +148,12 @@ impl Registry {
     ) -> Registry {
         Registry {
             inner: Arc::new(Mutex::new(RegCache::new(
-                MrRegistrar::for_pd(verbs, pd),
+                MrRegistrar::for_pd(verbs.clone(), pd),
                 cfg,
             ))),
+            device: Arc::new(std::sync::OnceLock::new()),
+            verbs,
+            pd: PdHandle(pd),
             host_buffer_id: if leave_pinned {
                 HostBufferId::LeavePinned
             } else {
@@ -165,22 +200,129 @@ impl Registry {
             .map_err(|e| e.to_string())?;
         let h = c.handle(&lease);
         let (lkey, rkey) = (h.lkey, h.rkey);
-        Ok(Held { lease, lkey, rkey })
+        Ok(Held {
+            lease,
+            device: false,
+            lkey,
+            rkey,
+        })
+    }
+
+    /// Let device memory be registered through `gpu` (GPUDirect RDMA), cached up to
+    /// `cfg`'s bounds. Only the first call counts.
+    pub fn set_gpu(&self, gpu: Box<dyn GpuMemory>, cfg: RegCacheConfig) {
+        let gpu: SharedGpu = Arc::new(Mutex::new(gpu));
+        let cfg = RegCacheConfig {
+            // Whole allocations, as the GPU side located them.
+            page_bytes: 1,
+            ..cfg
+        };
+        let _ = self.device.set(DeviceRegs {
+            cache: Mutex::new(RegCache::new(
+                GdrRegistrar::new(self.verbs.clone(), self.pd.0, gpu.clone()),
+                cfg,
+            )),
+            gpu,
+        });
+    }
+
+    /// Whether device memory can be registered ([`Registry::set_gpu`]).
+    pub fn has_gpu(&self) -> bool {
+        self.device.get().is_some()
+    }
+
+    /// How device memory is registered ([`GpuMemory::describe`]), if it can be.
+    pub fn gpu_describe(&self) -> Option<String> {
+        self.device.get().map(|d| gdr::lock(&d.gpu).describe())
+    }
+
+    /// Register (or find registered) the device allocation holding
+    /// `[addr, addr + len_bytes)` for one operation; returns the hold and the device.
+    ///
+    /// # Errors
+    /// No GPU side ([`Registry::set_gpu`]), the GPU side could not locate or export the
+    /// memory, or the registration failed after an eviction and a retry.
+    pub fn acquire_device(&self, addr: u64, len_bytes: u64) -> Result<(Held, i32), String> {
+        let d = self
+            .device
+            .get()
+            .ok_or("device memory registration is not enabled (GPUDirect RDMA off)")?;
+        let a = gdr::lock(&d.gpu).locate(addr, len_bytes)?;
+        let mut c = d.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let before = c.stats().evictions;
+        let lease = c
+            .acquire(a.base, a.len_bytes, a.buffer_id)
+            .map_err(|e| e.to_string())?;
+        let evicted = c.stats().evictions - before;
+        if evicted > 0 {
+            tracing::debug!(
+                "rdma: {evicted} idle device registration(s) evicted to register {} bytes \
+                 (RANKWIRE_RDMA_GDR_MAX_BYTES, RANKWIRE_REGCACHE_MAX_ENTRIES)",
+                a.len_bytes
+            );
+        }
+        let h = c.handle(&lease);
+        let (lkey, rkey) = (h.lkey, h.rkey);
+        Ok((
+            Held {
+                lease,
+                device: true,
+                lkey,
+                rkey,
+            },
+            a.device,
+        ))
+    }
+
+    /// Flush RDMA writes into memory of `device` where the GPU side needs it; whether
+    /// a flush ran.
+    ///
+    /// # Errors
+    /// The GPU side's flush error.
+    pub fn flush_device(&self, device: i32) -> Result<bool, String> {
+        let Some(d) = self.device.get() else {
+            return Ok(false);
+        };
+        let mut g = gdr::lock(&d.gpu);
+        if !g.needs_flush(device) {
+            return Ok(false);
+        }
+        g.flush(device)?;
+        Ok(true)
     }
 
     /// End the operation that held `h`.
     pub fn release(&self, h: Held) {
-        self.lock().release(h.lease);
+        if h.device {
+            if let Some(d) = self.device.get() {
+                d.cache
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .release(h.lease);
+            }
+        } else {
+            self.lock().release(h.lease);
+        }
     }
 
-    /// Cache counters (hits, misses, evictions, invalidations).
+    /// Host cache counters (hits, misses, evictions, invalidations).
     pub fn stats(&self) -> RegCacheStats {
         self.lock().stats()
+    }
+
+    /// Device cache counters; `None` without a GPU side.
+    pub fn device_stats(&self) -> Option<RegCacheStats> {
+        self.device
+            .get()
+            .map(|d| d.cache.lock().unwrap_or_else(|p| p.into_inner()).stats())
     }
 
     /// Drop every registration, in use or not (teardown: the QPs are gone, and the PD
     /// must be empty before it can be deallocated).
     pub(crate) fn clear(&self) {
+        if let Some(d) = self.device.get() {
+            d.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
         self.lock().clear();
     }
 }
@@ -194,6 +336,9 @@ pub enum GdrPath {
     PeerMem,
     /// Through host memory (pipelined copies); no GPUDirect RDMA.
     HostStaged,
+    /// The test stand-in: host memory registered through the device-region path
+    /// (`RANKWIRE_GDR_STANDIN`); never on a real GPU.
+    StandIn,
 }
 
 /// What the GPU side can offer, as plain facts (the core fills this in from
@@ -203,34 +348,65 @@ pub struct GdrFacts {
     /// The CUDA driver can export DMA-BUF fds for this device
     /// (`CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`).
     pub cuda_dmabuf: bool,
-    /// libibverbs has `ibv_reg_dmabuf_mr`.
+    /// libibverbs has `ibv_reg_dmabuf_mr` and the NIC's driver supports it (probed
+    /// with an invalid fd: `EOPNOTSUPP` / `EPROTONOSUPPORT` mean unsupported, as NCCL
+    /// probes it).
     pub verbs_dmabuf: bool,
-    /// `/sys/module/nvidia_peermem` exists.
+    /// A GPU peer-memory client is loaded ([`GdrFacts::peermem_loaded_here`]).
     pub peermem_loaded: bool,
 }
 
 impl GdrFacts {
-    /// Whether the `nvidia_peermem` module is loaded on this machine.
+    /// Whether a GPU peer-memory client is loaded on this machine, detected as NCCL
+    /// does: `/sys/module/nvidia_peermem/version` (nvidia-peermem) or
+    /// `/sys/kernel/mm/memory_peers/nv_mem*/version` (the older nv_peer_mem, MLNX_OFED).
     pub fn peermem_loaded_here() -> bool {
-        std::path::Path::new("/sys/module/nvidia_peermem").exists()
+        peermem_loaded_in(std::path::Path::new("/"))
     }
 }
 
-/// Choose the registration path for GPU buffers and say why (for the debug log).
+/// [`GdrFacts::peermem_loaded_here`] under the root `root` (tests use a fake tree).
+pub(crate) fn peermem_loaded_in(root: &std::path::Path) -> bool {
+    if root.join("sys/module/nvidia_peermem/version").exists() {
+        return true;
+    }
+    std::fs::read_dir(root.join("sys/kernel/mm/memory_peers"))
+        .map(|d| {
+            d.flatten().any(|e| {
+                e.file_name().to_string_lossy().starts_with("nv_mem")
+                    && e.path().join("version").exists()
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// Choose the registration path for GPU buffers and say why (for the debug log and
+/// `--explain`).
 ///
 /// # Errors
-/// When `require_gdr` (`RANKWIRE_RDMA_GDR=1`) is set and neither direct path works: the
-/// text names what is missing.
-pub fn gdr_path(f: GdrFacts, require_gdr: bool) -> Result<(GdrPath, String), String> {
+/// When `mode` is [`GdrMode::Require`] (`RANKWIRE_RDMA_GDR=1`) and neither direct path
+/// works: the text names what is missing.
+pub fn gdr_path(f: GdrFacts, mode: GdrMode) -> Result<(GdrPath, String), String> {
+    if mode == GdrMode::Off {
+        return Ok((
+            GdrPath::HostStaged,
+            "staged through host memory: RANKWIRE_RDMA_GDR=0".into(),
+        ));
+    }
     if f.cuda_dmabuf && f.verbs_dmabuf {
         return Ok((
             GdrPath::DmaBuf,
-            "DMA-BUF: the CUDA driver exports DMA-BUF and libibverbs has ibv_reg_dmabuf_mr".into(),
+            "DMA-BUF: the CUDA driver exports DMA-BUF and the NIC's driver registers it \
+             (ibv_reg_dmabuf_mr)"
+                .into(),
         ));
     }
     let why_not_dmabuf = match (f.cuda_dmabuf, f.verbs_dmabuf) {
         (false, _) => "the CUDA driver cannot export DMA-BUF for this device",
-        (true, false) => "libibverbs lacks ibv_reg_dmabuf_mr (rdma-core older than 34)",
+        (true, false) => {
+            "ibv_reg_dmabuf_mr is missing (rdma-core older than 34) or unsupported by the \
+             NIC's driver"
+        }
         (true, true) => unreachable!("handled above"),
     };
     if f.peermem_loaded {
@@ -240,7 +416,7 @@ pub fn gdr_path(f: GdrFacts, require_gdr: bool) -> Result<(GdrPath, String), Str
         ));
     }
     let why = format!("{why_not_dmabuf}, and nvidia_peermem is not loaded");
-    if require_gdr {
+    if mode == GdrMode::Require {
         return Err(format!(
             "RANKWIRE_RDMA_GDR=1 demands GPUDirect RDMA, but {why}"
         ));
@@ -275,8 +451,7 @@ pub(crate) fn reg_dmabuf(
         return Err(format!("ibv_reg_dmabuf_mr: {}", verbs::errno_text()));
     }
     // SAFETY: non-null MR.
-    let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-    Ok(MemoryRegion { mr, lkey, rkey })
+    Ok(unsafe { MemoryRegion::from_raw(mr) })
 }
 
 #[cfg(test)]
@@ -290,12 +465,13 @@ mod tests {
             verbs_dmabuf: true,
             peermem_loaded: true,
         };
-        assert_eq!(gdr_path(all, false).unwrap().0, GdrPath::DmaBuf);
+        assert_eq!(gdr_path(all, GdrMode::Auto).unwrap().0, GdrPath::DmaBuf);
+        assert_eq!(gdr_path(all, GdrMode::Off).unwrap().0, GdrPath::HostStaged);
         let no_verbs = GdrFacts {
             verbs_dmabuf: false,
             ..all
         };
-        let (p, why) = gdr_path(no_verbs, true).unwrap();
+        let (p, why) = gdr_path(no_verbs, GdrMode::Require).unwrap();
         assert_eq!(p, GdrPath::PeerMem);
         assert!(why.contains("ibv_reg_dmabuf_mr"), "{why}");
         let nothing = GdrFacts {
@@ -303,10 +479,28 @@ mod tests {
             verbs_dmabuf: true,
             peermem_loaded: false,
         };
-        let (p, why) = gdr_path(nothing, false).unwrap();
+        let (p, why) = gdr_path(nothing, GdrMode::Auto).unwrap();
         assert_eq!(p, GdrPath::HostStaged);
         assert!(why.contains("nvidia_peermem is not loaded"), "{why}");
-        let e = gdr_path(nothing, true).unwrap_err();
+        let e = gdr_path(nothing, GdrMode::Require).unwrap_err();
         assert!(e.contains("RANKWIRE_RDMA_GDR=1"), "{e}");
+    }
+
+    #[test]
+    fn peermem_is_detected_as_nccl_does() {
+        let root = std::env::temp_dir().join(format!("rw-peermem-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(!peermem_loaded_in(&root));
+        let old = root.join("sys/kernel/mm/memory_peers/nv_mem");
+        std::fs::create_dir_all(&old).unwrap();
+        assert!(!peermem_loaded_in(&root), "a directory without version");
+        std::fs::write(old.join("version"), "1.3").unwrap();
+        assert!(peermem_loaded_in(&root));
+        std::fs::remove_dir_all(root.join("sys/kernel")).unwrap();
+        let new = root.join("sys/module/nvidia_peermem");
+        std::fs::create_dir_all(&new).unwrap();
+        std::fs::write(new.join("version"), "580").unwrap();
+        assert!(peermem_loaded_in(&root));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
