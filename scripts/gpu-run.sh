@@ -34,6 +34,8 @@ step explain 120 $B/rwrun -n 2 --explain $B/rw-gpuapp reuse
 step check 600 $B/rwrun -n 2 $B/rw-gpuapp check ${GPU_CHECK_MAX:-67108864}
 step reuse 300 $B/rwrun -n 2 $B/rw-gpuapp reuse
 step cudarc 300 $B/rwrun -n 2 --report-bindings $B/rw-gpuapp cudarc
+# GPUDirect RDMA's GPU side without a NIC: device regions, DMA-BUF export, buffer ids.
+step gdrside 120 $B/rwrun -n 2 $B/rw-gpuapp gdrside
 step check_noipc 600 env RANKWIRE_CUDA_IPC=0 $B/rwrun -n 2 $B/rw-gpuapp check 4194304
 # Device buffers staged through host memory over TCP (CUDA IPC off: with it, device
 # messages between ranks of one node take CUDA IPC whatever the host transport is).

@@ -430,3 +430,85 @@ fn wrong_gid_index_is_a_clear_error() {
         assert!(out.stderr.contains("usable:"), "{}", out.stderr);
     }
 }
+
+/// GPUDirect RDMA's device-region path with the **test stand-in** for GPU memory
+/// (`RANKWIRE_GDR_STANDIN`: host memory registered through the same registrar, cache and
+/// flush step as device memory; no GPU is involved). With RDMA: device buffers are read
+/// NIC-direct (counted RDMA READs into registered device regions, flushes, cache hits
+/// and invalidations by buffer id), `--explain` names the path, `--require=gdr` passes;
+/// refused registrations and `RANKWIRE_RDMA_GDR=0` stage through host memory with the
+/// same results, and `--require=gdr` then fails naming the reason. Without RDMA the
+/// stand-in's device buffers are staged over TCP and shared memory.
+#[test]
+fn gdr_standin_device_regions_and_their_fallbacks() {
+    let standin = ("RANKWIRE_GDR_STANDIN", "1");
+    if !have_rdma() {
+        for t in ["tcp", "shm,tcp"] {
+            run_scenario(
+                &app(),
+                3,
+                &[standin, ("RANKWIRE_TRANSPORTS", t)],
+                &["gdr"],
+                T,
+            );
+        }
+        eprintln!("no RDMA device: only the staged stand-in paths ran");
+        return;
+    }
+    let rdma = ("RANKWIRE_TRANSPORTS", "rdma,tcp");
+    let expect_rdma = ("RDMA_EXPECT", "rdma");
+    for n in [2, 3] {
+        let out = run_scenario(
+            &app(),
+            n,
+            &[
+                standin,
+                rdma,
+                expect_rdma,
+                ("GDR_EXPECT", "direct"),
+                ("RANKWIRE_EXPLAIN", "1"),
+                ("RANKWIRE_REQUIRE", "gdr"),
+            ],
+            &["gdr"],
+            T,
+        );
+        println!("{}", out.stdout);
+        assert_eq!(
+            out.stdout.matches("gdr device regcache").count(),
+            n,
+            "{}",
+            out.stdout
+        );
+        let explained = out
+            .stderr
+            .lines()
+            .filter(|l| l.contains(" device ") && l.contains("GPUDirect RDMA: test stand-in"))
+            .count();
+        assert_eq!(explained, n * (n - 1), "{}", out.stderr);
+    }
+    for env in [
+        [
+            ("RANKWIRE_GDR_STANDIN", "refuse"),
+            ("RANKWIRE_RDMA_GDR", "auto"),
+        ],
+        [standin, ("RANKWIRE_RDMA_GDR", "0")],
+    ] {
+        let mut e = vec![rdma, expect_rdma, ("GDR_EXPECT", "staged")];
+        e.extend(env);
+        let out = run_scenario(&app(), 2, &e, &["gdr"], T);
+        println!("{}", out.stdout);
+    }
+    let out = rwrun(["-n", "2", "--require=gdr", &app(), "gdr"])
+        .env("RANKWIRE_GDR_STANDIN", "1")
+        .env("RANKWIRE_RDMA_GDR", "0")
+        .env("RANKWIRE_TRANSPORTS", "rdma,tcp")
+        .timeout(T)
+        .run();
+    assert_ne!(out.code(), 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("gdr: staged through host memory: RANKWIRE_RDMA_GDR=0"),
+        "{}",
+        out.stderr
+    );
+}

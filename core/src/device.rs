@@ -120,6 +120,11 @@ use crate::request::Request;
 
 /// Memory kind of `len` bytes at `addr`, as the protocol needs it.
 fn kind_of(addr: u64, len: usize) -> Result<MemoryKind> {
+    if len > 0
+        && let Some(k) = crate::gdr_standin::kind_of(addr, len)
+    {
+        return Ok(k);
+    }
     if len == 0 || !rankwire_gpu::available() {
         return Ok(MemoryKind::Host);
     }

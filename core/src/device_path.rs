@@ -51,6 +51,9 @@ pub(crate) const PINNED_MAX_BYTES: usize = 256 << 20;
 #[derive(Default)]
 pub(crate) struct MemActions {
     gpu: Option<GpuStaging>,
+    /// Device copies are host `memcpy`s: the GPUDirect RDMA test stand-in
+    /// ([`crate::gdr_standin`]), with no GPU.
+    standin: bool,
     /// CUDA IPC registrations (exports, or pooled staging buffers) of pending sends,
     /// made through the `cuda_ipc` transport and released with it.
     ipc_regs: HashMap<ReqId, Registration>,
@@ -63,6 +66,13 @@ impl MemActions {
     /// Stage and offer device buffers with `g` (also tells `proto` to accept them).
     pub(crate) fn set_gpu(&mut self, g: GpuStaging, proto: &mut Protocol) {
         self.gpu = Some(g);
+        proto.enable_device();
+    }
+
+    /// Treat device buffers as the stand-in's host memory ([`crate::gdr_standin`]):
+    /// staging copies are `memcpy` (also tells `proto` to accept device buffers).
+    pub(crate) fn set_standin(&mut self, proto: &mut Protocol) {
+        self.standin = true;
         proto.enable_device();
     }
 
@@ -92,10 +102,26 @@ impl MemActions {
             match a {
                 MemAction::StageOut { sreq, src, offset } => match self.gpu.as_mut() {
                     Some(g) => g.stage_out(proto, sreq, src, offset),
+                    None if self.standin => {
+                        let mut v = vec![0u8; src.len()];
+                        // SAFETY: stand-in "device" memory is host memory, valid for
+                        // `src.len()` bytes until the answer.
+                        unsafe {
+                            crate::gdr_standin::copy(v.as_mut_ptr(), src.as_mut_ptr(), src.len())
+                        };
+                        proto.staged_out(sreq, offset, Ok(Payload::Owned(v)));
+                    }
                     None => proto.staged_out(sreq, offset, Err(NO_GPU.into())),
                 },
                 MemAction::StageIn { rreq, dst, data } => match self.gpu.as_mut() {
                     Some(g) => g.stage_in(proto, rreq, dst, &data),
+                    None if self.standin => {
+                        // SAFETY: as above; `dst.len() == data.len()`.
+                        unsafe {
+                            crate::gdr_standin::copy(dst.as_mut_ptr(), data.as_ptr(), data.len())
+                        };
+                        proto.staged_in(rreq, Ok(()));
+                    }
                     None => proto.staged_in(rreq, Err(NO_GPU.into())),
                 },
                 MemAction::Offer { sreq, buf, to } => {

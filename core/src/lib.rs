@@ -66,6 +66,8 @@ pub mod error;
 pub mod explain;
 #[doc(hidden)]
 pub mod fuzz_entry;
+mod gdr;
+pub mod gdr_standin;
 pub mod group;
 pub mod matching;
 pub mod protocol;
@@ -94,6 +96,7 @@ pub use protocol::Status;
 /// The CUDA leaf crate (device buffers, pointer classification); functional with the
 /// `cuda` feature, otherwise every call reports that GPU support is not built.
 pub use rankwire_gpu as gpu;
-pub use rankwire_transports::settings;
+pub use rankwire_transports::rdma::RdmaStats;
+pub use rankwire_transports::{RegCacheStats, settings};
 pub use request::{Request, test_all, wait_all, wait_all_results, wait_any, wait_complete};
 pub use universe::{Universe, init};

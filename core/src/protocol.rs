@@ -324,8 +324,9 @@ struct SendReq {
     /// Writes of shares of it queued or under way: it must not complete before they
     /// are done (they read its buffer).
     pushing: u32,
-    /// An offer of its buffer was accepted: [`MemAction::Release`] when it ends.
-    offered: bool,
+    /// An offer of its buffer was accepted, and how it is pulled:
+    /// [`MemAction::Release`] when it ends.
+    offered: Option<OfferKind>,
 }
 
 impl SendReq {
@@ -338,7 +339,7 @@ impl SendReq {
             state,
             helped: false,
             pushing: 0,
-            offered: false,
+            offered: None,
         }
     }
 }
@@ -461,6 +462,12 @@ pub struct Protocol {
     ipc_from: HashSet<u32>,
     /// Peers to which device-buffer rendezvous sends offer a CUDA IPC handle.
     ipc_to: HashSet<u32>,
+    /// Peers to which device-buffer rendezvous sends offer an RDMA registration of the
+    /// device memory (GPUDirect RDMA).
+    gdr_to: HashSet<u32>,
+    /// Peers whose RDMA-offered buffers this rank may read into its device buffers
+    /// (GPUDirect RDMA), until a read fails.
+    gdr_from: HashSet<u32>,
 }
 
 impl Protocol {
@@ -491,6 +498,8 @@ impl Protocol {
             net_to: Default::default(),
             ipc_from: Default::default(),
             ipc_to: Default::default(),
+            gdr_to: Default::default(),
+            gdr_from: Default::default(),
         }
     }
 
@@ -516,6 +525,18 @@ impl Protocol {
     /// [`MemAction::Offer`] (`to:` [`OfferKind::Rdma`]).
     pub fn offer_rdma(&mut self, peers: &[u32]) {
         self.net_to = peers.iter().copied().collect();
+    }
+
+    /// Allow device buffers to be exchanged with each of `peers` by RDMA on registered
+    /// device memory (GPUDirect RDMA) in both directions: rendezvous sends of device
+    /// buffers ask for an [`MemAction::Offer`] (`to:` [`OfferKind::Rdma`]: a device
+    /// memory region), and device receives read offered buffers with an RDMA READ
+    /// ([`Protocol::pop_pull`]). Needs [`Protocol::enable_device`]. A read that fails
+    /// stops reads from that peer into device memory (`Cts` and `Data` frames from then
+    /// on, staged through host memory).
+    pub fn allow_gdr(&mut self, peers: &[u32]) {
+        self.gdr_to.extend(peers.iter().copied());
+        self.gdr_from.extend(peers.iter().copied());
     }
 
     /// Allow device buffers to be exchanged with `peer` by CUDA IPC in both

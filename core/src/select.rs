@@ -72,7 +72,7 @@ pub(crate) mod sharing;
 mod table;
 
 pub(crate) use inputs::{
-    RdmaProbe, allowed_transports, check_shared_settings, gdr_choice, probe_rdma, rdma_caps,
+    RdmaProbe, allowed_transports, check_shared_settings, probe_rdma, rdma_caps,
     shared_settings_field,
 };
 pub use table::{Row, render};
@@ -89,11 +89,10 @@ pub const REQUIRABLE: &[&str] = &["shm", "cma", "ipc", "rdma", "gdr"];
 /// Environment variable: the allow list of transports (see [`allowed_transports`]).
 pub(crate) const TRANSPORTS_ENV: &str = "RANKWIRE_TRANSPORTS";
 
-/// Why device buffers do not go NIC-direct (GPUDirect RDMA) even where the RDMA
-/// transport is used: the DMA-BUF / peermem registration is chosen and logged at init
-/// but not wired into the data path yet.
-const GDR_NOT_WIRED: &str = "device buffers over RDMA are staged through host memory (GPUDirect \
-                             registration is chosen at init but not used by the data path yet)";
+/// Why device buffers do not go NIC-direct where no path was decided: this process has
+/// no device memory support, or the table was built without the init that decides.
+const GDR_UNDECIDED: &str = "no GPUDirect RDMA path was decided (no RDMA transport with device \
+                             memory in this process)";
 
 /// The reason of a candidate the allow list leaves out.
 const EXCLUDED: &str = "excluded by RANKWIRE_TRANSPORTS";
@@ -318,6 +317,10 @@ pub(crate) struct Paths {
     /// This rank's RDMA device, port and GID and why (with several devices, their
     /// distances to the rank's GPU), for `--explain`; `None` without a device.
     pub(crate) rdma_device: Option<String>,
+    /// How device buffers reach the NIC on this rank (GPUDirect RDMA path and why),
+    /// decided at init where an RDMA transport and device memory (or the stand-in)
+    /// exist; `None` otherwise.
+    pub(crate) gdr: Option<(rankwire_transports::rdma::GdrPath, String)>,
 }
 
 /// The memory kinds of the table, as rows name them.
@@ -399,6 +402,7 @@ pub(crate) fn select(input: &Input) -> Result<Paths> {
         gpu: input.gpu.clone(),
         notes: Vec::new(),
         rdma_device: None,
+        gdr: None,
     })
 }
 
@@ -810,6 +814,53 @@ mod tests {
     }
 
     #[test]
+    fn gdr_rows_and_require_follow_the_path_decided_at_init() {
+        use rankwire_transports::rdma::GdrPath;
+        let mut t = Topo::new(&[true, false, false]);
+        t.rdma = Some(vec![true, true, false]);
+        t.gpu = true;
+        let mut p = t.select();
+        assert_eq!(p.routes()[1], Route::Rdma);
+        // Not decided (no init ran): staged, and `gdr` cannot be required.
+        let e = p.check_required("gdr").unwrap_err().to_string();
+        assert!(e.contains("no GPUDirect RDMA path was decided"), "{e}");
+        p.gdr = Some((
+            GdrPath::HostStaged,
+            "staged through host memory: RANKWIRE_RDMA_GDR=0".into(),
+        ));
+        let rows = p.rows();
+        let r = row(&rows, 1, "device");
+        assert!(r.protocol.starts_with("rdma, staged via host"), "{r:?}");
+        assert!(
+            r.rejected
+                .contains(&"gdr: staged through host memory: RANKWIRE_RDMA_GDR=0".to_string()),
+            "{r:?}"
+        );
+        let e = p.check_required("gdr").unwrap_err().to_string();
+        assert!(
+            e.contains("rank 0 -> rank 1") && e.contains("RANKWIRE_RDMA_GDR=0"),
+            "{e}"
+        );
+        for (path, name) in [
+            (GdrPath::DmaBuf, "GPUDirect RDMA: DMA-BUF"),
+            (GdrPath::PeerMem, "GPUDirect RDMA: nvidia_peermem"),
+            (GdrPath::StandIn, "GPUDirect RDMA: test stand-in"),
+        ] {
+            p.gdr = Some((path, String::new()));
+            let rows = p.rows();
+            let r = row(&rows, 1, "device");
+            assert!(r.protocol.contains(name), "{r:?}");
+            assert!(!r.rejected.iter().any(|x| x.starts_with("gdr:")), "{r:?}");
+            // Rank 2 is over TCP: requiring gdr names it.
+            let e = p.check_required("gdr").unwrap_err().to_string();
+            assert!(
+                e.contains("rank 0 -> rank 2") && e.contains("device memory goes over tcp"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
     fn the_allow_list_and_reach_answers_reject_with_their_reason() {
         let mut t = Topo::new(&[true, true, true]);
         t.allowed = vec!["tcp"];
@@ -897,7 +948,7 @@ mod tests {
             remote
                 .rejected
                 .iter()
-                .any(|r| r.starts_with("gdr: no RDMA device")),
+                .any(|r| r.starts_with("gdr: device memory goes over tcp: no RDMA device")),
             "{remote:?}"
         );
         assert_eq!(
@@ -1063,7 +1114,7 @@ mod tests {
                 .check_required("gdr")
                 .unwrap_err()
                 .to_string()
-                .contains("gdr: no RDMA device")
+                .contains("gdr: device memory goes over tcp: no RDMA device")
         );
         let table = render(&remote.rows());
         assert_eq!(table.lines().count(), 7, "{table}");

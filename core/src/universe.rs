@@ -141,9 +141,11 @@ impl Universe {
         self.inner.lock().ipc_stats()
     }
 
-    /// Counters of the RDMA transport (registration cache hits, misses, evictions and
-    /// invalidations; data-path sends, credit stalls, reads, writes); `None` when no
-    /// peer is reached over RDMA.
+    /// Counters of the RDMA transport (host registration cache hits, misses, evictions
+    /// and invalidations; data-path sends, credit stalls, reads, writes; the device
+    /// registration cache of GPUDirect RDMA and its flushes in
+    /// [`rankwire_transports::rdma::RdmaStats::device_regcache`] and `gdr_flushes`);
+    /// `None` when no peer is reached over RDMA.
     pub fn rdma_stats(
         &self,
     ) -> Option<(
@@ -742,8 +744,40 @@ fn build(joined: Joined) -> Result<Universe> {
         debug_assert_eq!(engine.eager_limit(p.peer), p.eager_bytes, "rank {}", p.peer);
     }
     enable_gpu(&mut engine, &gpu_state);
-    if let (Ok(()), Some(t), Some(cfg)) = (&gpu_state, engine.rdma(), rdma_cfg.as_ref()) {
-        select::gdr_choice(rank, t, cfg)?;
+    let standin = crate::gdr_standin::mode();
+    if let Some(m) = standin {
+        if gpu_state.is_ok() {
+            return Err(Error::usage(format!(
+                "rank {rank}: {}={m:?} is a test stand-in for machines without a GPU, and \
+                 this process has one; fix: unset it",
+                crate::gdr_standin::STANDIN_ENV
+            )));
+        }
+        engine.mem.set_standin(&mut engine.proto);
+        // Stand-in buffers count as device memory (--explain's device rows).
+        paths.gpu = Ok(());
+    }
+    if let (Some(t), Some(cfg), true) = (
+        engine.rdma(),
+        rdma_cfg.as_ref(),
+        gpu_state.is_ok() || standin.is_some(),
+    ) {
+        // GPUDirect RDMA: device buffers to RDMA peers by RDMA READ on registered device
+        // memory where a direct path exists (crate::gdr).
+        let (path, why) = crate::gdr::gdr_choice(rank, t, cfg, 0)?;
+        if crate::gdr::is_direct(path) && !rdma_peers.is_empty() {
+            let gpu: Box<dyn rankwire_transports::rdma::GpuMemory> = match standin {
+                Some(m) => Box::new(crate::gdr_standin::StandInGpu {
+                    refuse: m == crate::gdr_standin::StandInMode::Refuse,
+                }),
+                None => {
+                    Box::new(crate::gdr::CudaGdr::new(path, cfg.gdr_force_flush).with_devices())
+                }
+            };
+            t.enable_gdr(gpu, cfg);
+            engine.proto.allow_gdr(&rdma_peers);
+        }
+        paths.gdr = Some((path, why));
     }
     if rdma_offers {
         // Rendezvous over RDMA: the Rts carries address, length and rkey of the send

@@ -120,6 +120,7 @@ fn main() {
         ),
         "reuse" => reuse(&w, &u),
         "cudarc" => cudarc_check(&w, &u),
+        "gdrside" => gdr_side(),
         "bench" => bench(
             &w,
             args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1 << 30),
@@ -135,6 +136,57 @@ fn main() {
     u.finalize()
         .unwrap_or_else(|e| fail(&format!("finalize: {e}")));
     println!("rank {}: {mode} OK", w.rank());
+}
+
+/// The GPU side of GPUDirect RDMA's device regions, on a machine without a NIC: the
+/// allocation a buffer is registered as (start, length, buffer id) for a buffer, an
+/// offset view into it and pool memory, each exported as a DMA-BUF; a buffer freed and
+/// allocated again gets a new buffer id (the cache's invalidation key).
+fn gdr_side() -> Result<()> {
+    use rankwire::explain::gdr_region;
+    let len = 8 << 20;
+    let buf = DeviceBuffer::alloc(0, len).map_err(|e| rankwire::Error::Gpu(e.to_string()))?;
+    let (a, off) = gdr_region(buf.ptr(), len).unwrap_or_else(|e| fail(&e));
+    println!(
+        "gdrside: buffer {:#x}: region {a:?}, dma-buf offset {off}",
+        buf.ptr()
+    );
+    if a.base != buf.ptr() || a.len_bytes < len as u64 || a.buffer_id == 0 || a.device != 0 {
+        fail(&format!("buffer: wrong region {a:?}"));
+    }
+    let (v, voff) = gdr_region(buf.ptr() + 12388, 1 << 20).unwrap_or_else(|e| fail(&e));
+    println!("gdrside: view at +12388: region {v:?}, dma-buf offset {voff}");
+    if v != a {
+        fail(&format!(
+            "an offset view must map to its allocation: {v:?} vs {a:?}"
+        ));
+    }
+    if gdr_region(buf.ptr() + len as u64 - 16, 4096).is_ok() {
+        fail("a range past the allocation was accepted");
+    }
+    let pool =
+        DeviceBuffer::alloc_pool(0, 4 << 20).map_err(|e| rankwire::Error::Gpu(e.to_string()))?;
+    match gdr_region(pool.ptr(), 4 << 20) {
+        Ok((p, poff)) => println!("gdrside: pool buffer: region {p:?}, dma-buf offset {poff}"),
+        Err(e) => fail(&format!("pool memory: {e}")),
+    }
+    let (addr, id) = (buf.ptr(), a.buffer_id);
+    drop(buf);
+    let again = DeviceBuffer::alloc(0, len).map_err(|e| rankwire::Error::Gpu(e.to_string()))?;
+    let (b, _) = gdr_region(again.ptr(), len).unwrap_or_else(|e| fail(&e));
+    println!(
+        "gdrside: freed and allocated again: same address {}, buffer id {id} -> {}",
+        again.ptr() == addr,
+        b.buffer_id
+    );
+    if b.buffer_id == id {
+        fail("a new allocation kept the old buffer id");
+    }
+    let host = vec![0u8; 4096];
+    if gdr_region(host.as_ptr() as u64, 4096).is_ok() {
+        fail("host memory was accepted as a device region");
+    }
+    Ok(())
 }
 
 fn check(w: &Communicator, max: usize) -> Result<()> {

@@ -21,6 +21,16 @@
 //!   which rank 0 creates only once both sends returned. So the sends must complete
 //!   without the peer's answer (queued while the queue pair is made on demand, as at
 //!   init); otherwise both ranks wait and rank 1 fails at its bound. Content checked.
+//! - `gdr` (with `RANKWIRE_GDR_STANDIN` set: the **test stand-in** for GPU memory, host
+//!   memory the runtime treats as device memory, see `rankwire::gdr_standin`): every
+//!   size class from every rank to its ring neighbour device→device, device→host and
+//!   host→device, content checked; then one buffer pair sent 5 times (device
+//!   registrations reused), then both buffers "freed and allocated again" at the same
+//!   address with new content (the cache must drop the old registration by buffer id,
+//!   never read old pages). `GDR_EXPECT=direct` checks the counters of the
+//!   device-region path (RDMA READs into device memory, flushes, cache misses, hits,
+//!   invalidations); `GDR_EXPECT=staged` (registration refused, or GPUDirect RDMA off)
+//!   checks that no device region was registered and no flush ran.
 
 use rankwire::{Communicator, Result};
 
@@ -49,6 +59,7 @@ fn main() {
         "repeat" => repeat(&world),
         "allpairs" => allpairs(&world),
         "busypeer" => busypeer(&world),
+        "gdr" => gdr(&world),
         other => fail(&format!("unknown scenario {other:?}")),
     };
     if let Err(e) = r {
@@ -71,6 +82,9 @@ fn main() {
         );
         if scenario == "sizes" && dp.reads == 0 {
             fail("rendezvous messages went over RDMA but no RDMA READ completed");
+        }
+        if scenario == "gdr" {
+            check_gdr_counters(world.rank(), &dp);
         }
         if scenario == "repeat"
             && std::env::var("RANKWIRE_RDMA_LEAVE_PINNED").is_ok_and(|v| v == "1")
@@ -251,6 +265,111 @@ fn sizes(w: &Communicator) -> Result<()> {
         }
     }
     w.barrier()
+}
+
+fn gdr(w: &Communicator) -> Result<()> {
+    use rankwire::gdr_standin::StandInDeviceBuffer;
+    if rankwire::gdr_standin::mode().is_none() {
+        fail("gdr needs RANKWIRE_GDR_STANDIN (the test stand-in for GPU memory)");
+    }
+    let (me, n) = (w.rank(), w.size());
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    // Device -> device, device -> host, host -> device.
+    for (case, (send_dev, recv_dev)) in [(true, true), (true, false), (false, true)]
+        .into_iter()
+        .enumerate()
+    {
+        for (k, &len) in SIZES.iter().enumerate() {
+            let tag = (case * 100 + k) as i32;
+            let out = pattern(len, me, tag as usize);
+            let want = pattern(len, prev, tag as usize);
+            let mut sdev = StandInDeviceBuffer::new(len);
+            sdev.as_mut_slice().copy_from_slice(&out);
+            let mut rdev = StandInDeviceBuffer::new(len);
+            let mut rhost = vec![0u8; len];
+            let rreq = if recv_dev {
+                w.irecv_device(&mut rdev, prev, tag)?
+            } else {
+                w.irecv(&mut rhost, prev, tag)?
+            };
+            if send_dev {
+                w.send_device(&sdev, next, tag)?;
+            } else {
+                w.send(&out, next, tag)?;
+            }
+            let st = rreq.wait()?;
+            let got = if recv_dev {
+                rdev.as_slice()
+            } else {
+                &rhost[..]
+            };
+            if st.len_bytes != len || got != &want[..] {
+                fail(&format!(
+                    "case {case} (send device {send_dev}, receive device {recv_dev}), {len} B from rank {prev}: wrong data or length {}",
+                    st.len_bytes
+                ));
+            }
+        }
+    }
+    // One pair of buffers, five times: the device registrations are reused.
+    let len = (2 << 20) + 5;
+    let mut sdev = StandInDeviceBuffer::new(len);
+    let mut rdev = StandInDeviceBuffer::new(len);
+    for round in 0..7usize {
+        if round == 5 {
+            // "cudaFree + cudaMalloc" at the same address: new buffer ids.
+            sdev.reallocate();
+            rdev.reallocate();
+        }
+        sdev.as_mut_slice()
+            .copy_from_slice(&pattern(len, me, 1000 + round));
+        let rreq = w.irecv_device(&mut rdev, prev, 500 + round as i32)?;
+        w.send_device(&sdev, next, 500 + round as i32)?;
+        rreq.wait()?;
+        if rdev.as_slice() != &pattern(len, prev, 1000 + round)[..] {
+            fail(&format!(
+                "round {round}: received stale or corrupt device data"
+            ));
+        }
+    }
+    w.barrier()
+}
+
+/// The device-region counters after `gdr` (`GDR_EXPECT`).
+fn check_gdr_counters(rank: usize, dp: &rankwire::RdmaStats) {
+    let d = dp.device_regcache;
+    println!(
+        "rank {rank}: gdr device regcache hits={} misses={} evictions={} invalidations={} entries={} flushes={} reads={}",
+        d.hits, d.misses, d.evictions, d.invalidations, d.entries, dp.gdr_flushes, dp.reads
+    );
+    match std::env::var("GDR_EXPECT").as_deref() {
+        Ok("direct") => {
+            // Every rendezvous device receive is read into a registered region and
+            // flushed; the sender's and receiver's buffers of the 7 rounds are 2
+            // allocations, registered once each, reused, and dropped once each when
+            // "allocated again".
+            if dp.gdr_flushes == 0 || d.misses == 0 || d.hits == 0 {
+                fail(&format!(
+                    "device-region path not used: {d:?}, flushes {}",
+                    dp.gdr_flushes
+                ));
+            }
+            if d.invalidations < 2 {
+                fail(&format!(
+                    "reallocated buffers did not invalidate their registrations: {d:?}"
+                ));
+            }
+        }
+        Ok("staged") => {
+            if dp.gdr_flushes != 0 || d.entries != 0 || d.hits != 0 {
+                fail(&format!(
+                    "staged run registered device memory: {d:?}, flushes {}",
+                    dp.gdr_flushes
+                ));
+            }
+        }
+        _ => {}
+    }
 }
 
 fn reuse(w: &Communicator) -> Result<()> {

@@ -40,7 +40,8 @@ pub enum MemAction {
     },
     /// Make the rendezvous send buffer `buf` of request `sreq` pullable by its receiver:
     /// a CUDA IPC export of device memory (through a staging copy where legacy IPC
-    /// cannot export it), or an RDMA registration of host memory. Answer:
+    /// cannot export it), or an RDMA registration of host memory or (GPUDirect RDMA) of
+    /// device memory. Answer:
     /// [`Protocol::offered`] with the descriptor for the `Rts`, or `None` to refuse.
     Offer {
         /// The send request.
@@ -66,7 +67,8 @@ pub enum MemAction {
 pub enum OfferKind {
     /// Device memory, by a same-node peer through CUDA IPC ([`RemoteMem::CudaIpc`]).
     CudaIpc,
-    /// Host memory, by RDMA READ ([`RemoteMem::Rdma`]).
+    /// Host memory, or device memory with GPUDirect RDMA ([`Protocol::allow_gdr`]), by
+    /// RDMA READ ([`RemoteMem::Rdma`]).
     Rdma,
 }
 
@@ -233,7 +235,7 @@ impl Protocol {
         let SendState::Offering { env } = s.state else {
             return;
         };
-        s.offered = mem.is_some();
+        s.offered = mem.as_ref().map(to);
         s.state = SendState::AwaitCts;
         let header = Frame::Rts {
             env,

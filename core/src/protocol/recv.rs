@@ -612,7 +612,12 @@ impl Protocol {
                     }
                     RemoteMem::CudaIpc { .. } => self.gpu && self.ipc_from.contains(&env.src),
                     RemoteMem::Rdma { len, .. } => {
-                        r.buf.is_host() && self.pull_from.contains(&env.src) && len >= msg_len
+                        len >= msg_len
+                            && if r.buf.is_host() {
+                                self.pull_from.contains(&env.src)
+                            } else {
+                                self.gpu && self.gdr_from.contains(&env.src)
+                            }
                     }
                     _ => false,
                 };

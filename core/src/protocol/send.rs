@@ -58,7 +58,15 @@ impl Protocol {
             let offer = if buf.is_empty() {
                 None
             } else if !buf.is_host() {
-                (self.gpu && self.ipc_to.contains(&dst)).then_some(OfferKind::CudaIpc)
+                if !self.gpu {
+                    None
+                } else if self.ipc_to.contains(&dst) {
+                    Some(OfferKind::CudaIpc)
+                } else if self.gdr_to.contains(&dst) {
+                    Some(OfferKind::Rdma)
+                } else {
+                    None
+                }
             } else if !self.net_to.is_empty() && self.net_to.contains(&dst) {
                 Some(OfferKind::Rdma)
             } else {
@@ -295,16 +303,11 @@ impl Protocol {
     }
 
     /// Let the side that offered the buffer of send `s` (request `sreq`) for a single
-    /// copy release what it set up ([`MemAction::Release`]): the device side for device
-    /// memory (CUDA IPC staging), the network side for host memory (RDMA registration).
+    /// copy release what it set up ([`MemAction::Release`]): CUDA IPC staging, or the
+    /// RDMA registration of host or device memory.
     #[inline]
     pub(super) fn release_offer(&mut self, sreq: ReqId, s: &SendReq) {
-        if s.offered {
-            let to = if s.buf.is_host() {
-                OfferKind::Rdma
-            } else {
-                OfferKind::CudaIpc
-            };
+        if let Some(to) = s.offered {
             self.actions.push_back(MemAction::Release { sreq, to });
         }
     }

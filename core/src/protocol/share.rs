@@ -265,8 +265,13 @@ impl Protocol {
                 tracing::info!(
                     "single-copy pull from rank {src} failed ({why}); using copy through the transport from now on"
                 );
-                self.pull_from.remove(&src);
-                self.ipc_from.remove(&src);
+                if matches!(copy.mem, RemoteMem::Rdma { .. }) && !r.buf.is_host() {
+                    // A device region: host buffers may still be read from this peer.
+                    self.gdr_from.remove(&src);
+                } else {
+                    self.pull_from.remove(&src);
+                    self.ipc_from.remove(&src);
+                }
                 let pushing = copy.pushing;
                 r.state = RecvState::Data {
                     src,

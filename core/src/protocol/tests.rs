@@ -140,14 +140,11 @@ impl FakeDevice {
                                 alloc_len: buf.len() as u64,
                             })
                         }
-                        OfferKind::Rdma if self.accept_rdma => {
-                            assert!(buf.is_host());
-                            Some(RemoteMem::Rdma {
-                                addr,
-                                len: buf.len() as u64,
-                                rkey: 42,
-                            })
-                        }
+                        OfferKind::Rdma if self.accept_rdma => Some(RemoteMem::Rdma {
+                            addr,
+                            len: buf.len() as u64,
+                            rkey: 42,
+                        }),
                         _ => None,
                     };
                     if mem.is_some() {
@@ -792,6 +789,88 @@ fn cuda_ipc_offer_accepted_pulls_and_refused_falls_back_to_data() {
         }
         assert!(d.held.is_empty());
         assert_eq!(net.ranks[0].pending() + net.ranks[1].pending(), 0);
+    }
+}
+
+/// Device rendezvous to a peer with GPUDirect RDMA (`allow_gdr`): the device buffer is
+/// offered as an RDMA region and read by the receiver into its device buffer (no
+/// staging either side); a refused registration stages the send through host memory;
+/// a failed read falls back to `Cts` and staged `Data` frames, and stops device reads
+/// from that peer while host buffers are still read.
+#[test]
+fn gdr_offers_device_memory_and_falls_back_to_staging() {
+    let dev = MemoryKind::Cuda { device: 0 };
+    let pat = Pattern {
+        ctx: 0,
+        src: Some(0),
+        tag: Some(2),
+    };
+    let mut run = |accept: bool, fail_pull: bool| {
+        let mut net = Net::new(2);
+        net.dev.accept_rdma = accept;
+        for r in 0..2 {
+            net.ranks[r].enable_device();
+            net.ranks[r].offer_rdma(&[1 - r as u32]);
+            net.ranks[r].allow_pull(1 - r as u32, true);
+            net.ranks[r].allow_gdr(&[1 - r as u32]);
+        }
+        let data = pattern(900, 6);
+        let mut out = vec![0u8; 900];
+        let r = net.ranks[1].irecv(pat, RawBuf::with_kind(out.as_mut_ptr(), 900, dev));
+        let s = net.ranks[0].isend(
+            1,
+            0,
+            2,
+            RawBuf::with_kind(data.as_ptr() as *mut u8, 900, dev),
+            64,
+            false,
+        );
+        net.drive_with(fail_pull);
+        assert_eq!(net.done(1, r).unwrap().len_bytes, 900);
+        assert!(net.done(0, s).is_ok());
+        assert_eq!(out, data, "accept {accept} fail_pull {fail_pull}");
+        assert_eq!(net.dev.offers, vec![OfferKind::Rdma]);
+        assert!(net.dev.held.is_empty(), "every accepted offer released");
+        let data_frames = net.kinds.iter().filter(|k| **k == FrameKind::Data).count();
+        (net, data_frames)
+    };
+    // Accepted and read: one RDMA READ, no staging, no Data frames.
+    let (net, data_frames) = run(true, false);
+    assert_eq!((net.pulled, data_frames), (900, 0));
+    assert_eq!(
+        (net.dev.stage_out, net.dev.stage_in, net.dev.releases),
+        (0, 0, 1)
+    );
+    // Refused at the sender: staged through host memory as Data frames.
+    let (net, data_frames) = run(false, false);
+    assert_eq!((net.pulled, data_frames, net.dev.releases), (0, 9, 0));
+    assert_eq!((net.dev.stage_out, net.dev.stage_in), (9, 9));
+    // The receiver's read fails: Cts, then staged Data frames; the offer is released.
+    let (mut net, data_frames) = run(true, true);
+    assert_eq!((net.pulled, data_frames, net.dev.releases), (0, 9, 1));
+    assert_eq!((net.dev.stage_out, net.dev.stage_in), (9, 9));
+    // From then on device receives from rank 0 take Data frames, host ones still read.
+    let data = pattern(700, 8);
+    for recv_kind in [dev, MemoryKind::Host] {
+        let (pulled, staged) = (net.pulled, net.dev.stage_in);
+        let mut out = vec![0u8; 700];
+        let r = net.ranks[1].irecv(pat, RawBuf::with_kind(out.as_mut_ptr(), 700, recv_kind));
+        let s = net.ranks[0].isend(
+            1,
+            0,
+            2,
+            RawBuf::with_kind(data.as_ptr() as *mut u8, 700, MemoryKind::Host),
+            64,
+            false,
+        );
+        net.drive();
+        assert!(net.done(1, r).is_ok() && net.done(0, s).is_ok());
+        assert_eq!(out, data);
+        if recv_kind == dev {
+            assert_eq!((net.pulled - pulled, net.dev.stage_in - staged), (0, 7));
+        } else {
+            assert_eq!((net.pulled - pulled, net.dev.stage_in - staged), (700, 0));
+        }
     }
 }
 

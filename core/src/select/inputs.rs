@@ -368,36 +368,6 @@ pub(crate) fn rdma_caps(cfg: Option<&RdmaConfig>) -> Caps {
     RdmaTransport::declared_caps(cfg.map_or(0, |c| c.eager_limit_bytes))
 }
 
-/// How GPU buffers would reach the NIC (GPUDirect RDMA): DMA-BUF first
-/// (`cuMemGetHandleForAddressRange` + `ibv_reg_dmabuf_mr`), else `ibv_reg_mr` on the
-/// device pointer through `nvidia_peermem`, else staging through host memory. The
-/// choice and its reason go to the debug log. Device buffers currently always take the
-/// staged path over RDMA (the rdma transport declares no CUDA caps); this establishes
-/// and reports what a direct path would use, and `RANKWIRE_RDMA_GDR=1` fails the job
-/// when no direct path exists.
-///
-/// # Errors
-/// [`Error::Usage`] when `RANKWIRE_RDMA_GDR=1` and neither direct path is available.
-pub(crate) fn gdr_choice(rank: u32, t: &RdmaTransport, cfg: &RdmaConfig) -> Result<()> {
-    use rankwire_transports::rdma::{GdrFacts, gdr_path};
-    let ordinal = 0;
-    let facts = GdrFacts {
-        cuda_dmabuf: rankwire_gpu::dmabuf_supported(ordinal).unwrap_or(false),
-        verbs_dmabuf: t.has_dmabuf_mr(),
-        peermem_loaded: GdrFacts::peermem_loaded_here(),
-    };
-    match gdr_path(facts, cfg.require_gdr) {
-        Ok((path, why)) => {
-            tracing::debug!(
-                "rdma: rank {rank}: GPU buffers on {}: {path:?} ({why}); transfers of device buffers are staged through host memory in this version",
-                t.device_name()
-            );
-            Ok(())
-        }
-        Err(e) => Err(Error::usage(format!("rank {rank}: {e}"))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! [`Paths`] that [`super::select`] returns with the routes (see the parent module doc).
 
 use super::{
-    Fit, GDR_NOT_WIRED, HostRndv, KINDS, Paths, PeerPath, REQUIRABLE, REQUIRE_ENV, Route,
+    Fit, GDR_UNDECIDED, HostRndv, KINDS, Paths, PeerPath, REQUIRABLE, REQUIRE_ENV, Route,
     TransportId,
 };
 use crate::error::{Error, Result};
@@ -45,7 +45,6 @@ impl Paths {
         let transport = p.route.name();
         let mut rejected = p.host_rejected();
         let remote = !p.same_node;
-        let rdma = self.rdma_reason(p);
         let mut protocol;
         let mut eager_bytes = p.eager_bytes;
         match memory {
@@ -129,6 +128,14 @@ impl Paths {
                              {transport}; above: {rndv}"
                         )
                     }
+                } else if let (Route::Rdma, None) = (p.route, self.gdr_reason(p)) {
+                    format!(
+                        "eager <= {} B staged through host memory (cuMemcpy) over rdma; above: \
+                         rendezvous, RDMA READ into registered device memory (GPUDirect RDMA: \
+                         {})",
+                        p.eager_bytes,
+                        self.gdr_name()
+                    )
                 } else {
                     format!(
                         "{transport}, staged via host (cuMemcpy to and from host buffers; \
@@ -137,9 +144,10 @@ impl Paths {
                     )
                 };
                 rejected.extend(p.gpu_rejected(&p.device));
-                if remote {
-                    let why = rdma.clone().unwrap_or_else(|| GDR_NOT_WIRED.to_string());
-                    rejected.push(format!("gdr: {why}"));
+                if remote || p.route == Route::Rdma {
+                    if let Some(why) = self.gdr_reason(p) {
+                        rejected.push(format!("gdr: {why}"));
+                    }
                 }
             }
         }
@@ -151,6 +159,30 @@ impl Paths {
             eager_bytes,
             protocol,
             rejected,
+        }
+    }
+
+    /// Why device memory to `p` does not go NIC-direct (GPUDirect RDMA), `None` when it
+    /// does.
+    fn gdr_reason(&self, p: &PeerPath) -> Option<String> {
+        if let Some(why) = self.rdma_reason(p) {
+            return Some(format!("device memory goes over {}: {why}", p.route.name()));
+        }
+        match &self.gdr {
+            Some((path, _)) if crate::gdr::is_direct(*path) => None,
+            Some((_, why)) => Some(why.clone()),
+            None => Some(GDR_UNDECIDED.to_string()),
+        }
+    }
+
+    /// The GPUDirect RDMA registration path in words (`--explain`).
+    fn gdr_name(&self) -> &'static str {
+        use rankwire_transports::rdma::GdrPath;
+        match self.gdr.as_ref().map(|g| g.0) {
+            Some(GdrPath::DmaBuf) => "DMA-BUF",
+            Some(GdrPath::PeerMem) => "nvidia_peermem",
+            Some(GdrPath::StandIn) => "test stand-in, host memory (RANKWIRE_GDR_STANDIN)",
+            _ => "none",
         }
     }
 
@@ -222,11 +254,10 @@ impl Paths {
                             return fail(format!("rdma: {why}"));
                         }
                     }
-                    "gdr" if !p.same_node => {
-                        let why = self
-                            .rdma_reason(p)
-                            .unwrap_or_else(|| GDR_NOT_WIRED.to_string());
-                        return fail(format!("gdr: {why}"));
+                    "gdr" if !p.same_node || p.route == Route::Rdma => {
+                        if let Some(why) = self.gdr_reason(p) {
+                            return fail(format!("gdr: {why}"));
+                        }
                     }
                     _ => {}
                 }
