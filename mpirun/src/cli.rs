@@ -358,6 +358,13 @@ impl JobConfig {
             }
         };
         let mut env = Vec::new();
+        if matches!(placement.via, Via::Agent { .. }) {
+            // Ranks started through the launch agent do not inherit rwrun's environment:
+            // give them its RANKWIRE_* settings (local ranks inherit the same ones), so
+            // every rank runs with the settings the job was checked with. `-x` and the
+            // options below come after and win.
+            env.extend(forwarded_settings(std::env::vars_os()));
+        }
         if cli.explain {
             env.push((rankwire::explain::EXPLAIN_ENV.into(), "1".into()));
         }
@@ -460,6 +467,32 @@ pub(crate) fn settings_table() -> String {
     out
 }
 
+/// The `RANKWIRE_*` variables of `vars` (rwrun's environment) that ranks started through
+/// the launch agent are given: every one except those rwrun sets per rank or per job
+/// itself (rank, size, local rank and size, bootstrap address, job id and secret).
+fn forwarded_settings(
+    vars: impl Iterator<Item = (OsString, OsString)>,
+) -> Vec<(OsString, OsString)> {
+    use rankwire::bootstrap::env as e;
+    let own = [
+        e::RANK,
+        e::SIZE,
+        e::LOCAL_RANK,
+        e::LOCAL_SIZE,
+        e::BOOTSTRAP_ADDR,
+        e::JOB_ID,
+        e::JOB_SECRET,
+    ];
+    let mut v: Vec<(OsString, OsString)> = vars
+        .filter(|(k, _)| {
+            k.to_str()
+                .is_some_and(|k| k.starts_with("RANKWIRE_") && !own.contains(&k))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
 /// The `RANKWIRE_*` settings of the job, checked before any rank starts: rwrun's
 /// environment (which the ranks inherit or are given) with the variables of `--require`
 /// and `-x VAR=VALUE` on top, through the one table of `rankwire::settings`. Unknown
@@ -516,6 +549,30 @@ fn check_settings(cli: &Cli) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn agent_ranks_get_rwruns_settings_but_not_its_per_rank_variables() {
+        let v = |k: &str, val: &str| (OsString::from(k), OsString::from(val));
+        let got = forwarded_settings(
+            vec![
+                v("RANKWIRE_TRANSPORTS", "rdma,tcp"),
+                v("PATH", "/bin"),
+                v("RANKWIRE_RANK", "3"),
+                v("RANKWIRE_JOB_SECRET", "s"),
+                v("RANKWIRE_BOOTSTRAP_ADDR", "x:1"),
+                v("RANKWIRE_GDR_STANDIN", "1"),
+                v("RDMA_EXPECT", "rdma"),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(
+            got,
+            vec![
+                v("RANKWIRE_GDR_STANDIN", "1"),
+                v("RANKWIRE_TRANSPORTS", "rdma,tcp")
+            ]
+        );
+    }
     use super::*;
 
     #[test]

@@ -21,8 +21,9 @@ fi
 [ -n "${MIRROR:-}" ] || { echo "no Debian mirror found in apt sources; set MIRROR" >&2; exit 2; }
 SUITE=bookworm
 # Guest packages: libibverbs + the rxe provider (what the rankwire test binaries dlopen),
-# ibverbs-utils (ibv_devinfo, for diagnostics), iproute2 (ip, rdma), kmod, procps.
-PKGS=ibverbs-providers,libibverbs1,ibverbs-utils,iproute2,kmod,procps
+# ibverbs-utils (ibv_devinfo, for diagnostics), iproute2 (ip, rdma), kmod, procps,
+# openssh-server/-client (rwrun's default launch agent, for the two-VM job).
+PKGS=ibverbs-providers,libibverbs1,ibverbs-utils,iproute2,kmod,procps,openssh-server,openssh-client
 # Kernel modules to put in the guest (dependencies are resolved by modprobe --show-depends).
 # crc32_generic/crc32_pclmul: rxe allocates the "crc32" crypto hash (ICRC) when a link is added;
 # without it "rdma link add" fails with ENOENT ("rdma_rxe: failed to add <netdev>").
@@ -46,7 +47,7 @@ t1=$(date +%s)
 
 # 2. Root filesystem (minbase + RDMA userspace).
 [ "${FRESH:-0}" = 1 ] && rm -rf rootfs
-if [ ! -x rootfs/usr/bin/ibv_devinfo ]; then
+if [ ! -x rootfs/usr/bin/ibv_devinfo ] || [ ! -x rootfs/usr/sbin/sshd ]; then
   rm -rf rootfs
   timeout 1200 debootstrap --variant=minbase --include="$PKGS" "$SUITE" rootfs "$MIRROR"
 fi
@@ -56,6 +57,16 @@ echo "TIMING debootstrap=$((t2-t1))s"
 # Shrink: docs, man pages, locales, apt caches are useless in the guest.
 rm -rf rootfs/usr/share/{doc,man,info,locale}/* rootfs/var/cache/apt/*.bin rootfs/var/cache/apt/archives/*.deb \
        rootfs/var/lib/apt/lists/* rootfs/usr/lib/udev/hwdb.bin rootfs/usr/lib/udev/hwdb.d
+
+# ssh between the two guests (both boot this image): host keys and a root key pair made
+# once here, the key authorized, and the guests' addresses (10.77.1.1, 10.77.1.2, see
+# guest-rdma.sh) known with the shared host key, so `ssh -o BatchMode=yes` checks it.
+chroot rootfs ssh-keygen -A >/dev/null
+mkdir -p rootfs/root/.ssh && chmod 700 rootfs/root/.ssh
+[ -f rootfs/root/.ssh/id_ed25519 ] || chroot rootfs ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/id_ed25519
+cp rootfs/root/.ssh/id_ed25519.pub rootfs/root/.ssh/authorized_keys
+echo "10.77.1.1,10.77.1.2 $(cut -d' ' -f1,2 rootfs/etc/ssh/ssh_host_ed25519_key.pub)" > rootfs/root/.ssh/known_hosts
+chmod 600 rootfs/root/.ssh/authorized_keys rootfs/root/.ssh/known_hosts
 
 # 3. Kernel modules: only those needed (plus dependencies), then depmod inside the rootfs.
 SRC=$WORK/kpkg/extract   # absolute: modprobe --show-depends prints absolute paths

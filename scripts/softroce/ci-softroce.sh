@@ -30,7 +30,8 @@ if ! command -v qemu-system-x86_64 >/dev/null || ! command -v debootstrap >/dev/
 fi
 t1=$(date +%s); echo "ci-softroce: TIMING host-packages=$((t1-t0))s"
 
-if [ ! -f "$WORK/initrd.img" ] || [ ! -f "$WORK/vmlinuz" ] || [ "${FRESH:-0}" = 1 ]; then
+if [ ! -f "$WORK/initrd.img" ] || [ ! -f "$WORK/vmlinuz" ] || [ ! -x "$WORK/rootfs/usr/sbin/sshd" ] \
+   || [ "${FRESH:-0}" = 1 ]; then
   # build-rootfs.sh asks apt which kernel package is current: needs fresh package lists.
   apt-get update -qq
   timeout 1500 "$HERE/build-rootfs.sh"
@@ -53,7 +54,9 @@ for line in sys.stdin:
 ')
 [ "$(echo "$exes" | wc -l)" -eq 3 ] || { echo "ci-softroce: expected 3 test executables, got: $exes" >&2; exit 1; }
 rm -rf "$SHARE"; mkdir -p "$SHARE/bin/deps"
-cp target/debug/rwrun target/debug/rw-rdmaapp "$SHARE/bin/"
+cp target/debug/rwrun target/debug/rw-rdmaapp target/debug/rw-faultapp "$SHARE/bin/"
+cargo build -p rankwire-examples --example heat2d
+mkdir -p "$SHARE/bin/examples"; cp target/debug/examples/heat2d "$SHARE/bin/examples/"
 for e in $exes; do cp "$e" "$SHARE/bin/deps/"; done
 cp "$HERE/guest-rdma.sh" "$SHARE/"
 t3=$(date +%s); echo "ci-softroce: TIMING build=$((t3-t2))s"
@@ -94,6 +97,12 @@ if [ "${SOFTROCE_TWO_VM:-1}" != 0 ]; then
       echo "ci-softroce: two-node test FAILED or did not finish on $vm" >&2; fail=1
     fi
   done
+  # The rwrun job across both VMs (ssh as the launch agent), run from the server VM.
+  if grep -q "RDMA-SUITE two_vm_job rc=0" "$SHARE/rw-srv.console.log"; then
+    echo "ci-softroce: two-VM rwrun job passed"
+  else
+    echo "ci-softroce: two-VM rwrun job FAILED or did not finish" >&2; fail=1
+  fi
 fi
 echo "ci-softroce: TIMING total=$(( $(date +%s)-t0 ))s fail=$fail"
 exit $fail

@@ -51,3 +51,27 @@ for t in /tmp/bin/deps/*; do
   rc=$?
   echo "RDMA-SUITE $name rc=$rc (started at ${start}s, ended at $(cut -d' ' -f1 /proc/uptime)s uptime)"
 done
+# An rwrun job across both VMs with ssh as the launch agent (tests/rdma.rs, `two_vm_`):
+# the server VM runs it; the client VM serves ssh until the server says it is done.
+if [ "$MODE" = server ] || [ "$MODE" = client ]; then
+  mkdir -p /run/sshd
+  /usr/sbin/sshd -E /tmp/sshd.log || echo "sshd failed to start: $(cat /tmp/sshd.log)"
+fi
+DONE=$S/two-vm-done
+if [ "$MODE" = server ]; then
+  rm -f "$DONE"
+  for t in /tmp/bin/deps/rdma-*; do
+    echo "=== $(basename "$t") two_vm"
+    start=$(cut -d' ' -f1 /proc/uptime)
+    (cd /tmp/bin && TWO_VM_REMOTE=10.77.1.2 TWO_VM_LOCAL=10.77.1.1 \
+      timeout 1200 "$t" --test-threads=1 --nocapture two_vm_)
+    rc=$?
+    echo "RDMA-SUITE two_vm_job rc=$rc (started at ${start}s, ended at $(cut -d' ' -f1 /proc/uptime)s uptime)"
+  done
+  touch "$DONE"
+elif [ "$MODE" = client ]; then
+  i=0
+  while [ ! -e "$DONE" ] && [ $i -lt 1500 ]; do sleep 1; i=$((i + 1)); done
+  echo "client: the server's two-VM job ended after ${i}s of waiting; rankwire processes left here:"
+  pgrep -a -f 'rw-|heat2d' || echo "none"
+fi

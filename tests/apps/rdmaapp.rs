@@ -2,7 +2,8 @@
 //!
 //! `rw-rdmaapp <scenario>`; `RDMA_EXPECT=<transport>` makes every rank check that its
 //! peers are reached by that transport ("rdma" in the Soft-RoCE VM, "tcp" on machines
-//! without RDMA). Each scenario checks its own results and exits non-zero with a
+//! without RDMA); `RDMA_EXPECT=nodes:K` (K ranks per node, in rank order) expects shared
+//! memory inside a node and RDMA across nodes. Each scenario checks its own results and exits non-zero with a
 //! message on a mismatch; the last line of each rank is `rank N: <scenario> OK` plus
 //! the RDMA counters.
 //!
@@ -21,6 +22,11 @@
 //!   which rank 0 creates only once both sends returned. So the sends must complete
 //!   without the peer's answer (queued while the queue pair is made on demand, as at
 //!   init); otherwise both ranks wait and rank 1 fails at its bound. Content checked.
+//! - `idle`: rank 1 sleeps 1.5 s without calling rankwire, then sends rank 0 8 bytes;
+//!   rank 0 waits for them in a blocking receive and prints the wall and CPU time
+//!   (`getrusage`) of that wait; with `RDMA_IDLE_MAX_CPU=F` it fails if the CPU time is
+//!   above F × the wall time (a rank waiting on an RDMA peer must sleep on the
+//!   completion channel, not spin).
 //! - `gdr` (with `RANKWIRE_GDR_STANDIN` set: the **test stand-in** for GPU memory, host
 //!   memory the runtime treats as device memory, see `rankwire::gdr_standin`): every
 //!   size class from every rank to its ring neighbour device→device, device→host and
@@ -42,9 +48,20 @@ fn main() {
         Err(e) => fail(&format!("init: {e}")),
     };
     let world = universe.world();
-    if let Ok(want) = std::env::var("RDMA_EXPECT") {
+    if let Ok(expect) = std::env::var("RDMA_EXPECT") {
+        // `nodes:K`: K ranks per node in rank order (rwrun --host fills nodes in order):
+        // shared memory inside a node, RDMA across.
+        let per_node = expect.strip_prefix("nodes:").map(|k| {
+            k.parse::<usize>()
+                .unwrap_or_else(|_| fail("RDMA_EXPECT=nodes:K"))
+        });
         for peer in (0..world.size()).filter(|&p| p != world.rank()) {
             let got = universe.transport_to(peer).unwrap_or("?");
+            let want = match per_node {
+                Some(k) if peer / k == world.rank() / k => "shm",
+                Some(_) => "rdma",
+                None => expect.as_str(),
+            };
             if got != want {
                 fail(&format!(
                     "rank {} reaches rank {peer} by {got}, expected {want}",
@@ -60,6 +77,7 @@ fn main() {
         "allpairs" => allpairs(&world),
         "busypeer" => busypeer(&world),
         "gdr" => gdr(&world),
+        "idle" => idle(&world),
         other => fail(&format!("unknown scenario {other:?}")),
     };
     if let Err(e) = r {
@@ -80,11 +98,20 @@ fn main() {
             dp.reads,
             dp.queue_pairs
         );
-        if scenario == "sizes" && dp.reads == 0 {
+        // Every rank reads its ring neighbour's rendezvous messages over RDMA, unless
+        // that neighbour is on its node (RDMA_EXPECT=nodes:K: shared memory there).
+        let all_rdma = std::env::var("RDMA_EXPECT").is_ok_and(|v| v == "rdma");
+        if scenario == "sizes" && all_rdma && dp.reads == 0 {
             fail("rendezvous messages went over RDMA but no RDMA READ completed");
         }
         if scenario == "gdr" {
             check_gdr_counters(world.rank(), &dp);
+        }
+        if scenario == "idle" {
+            println!("rank {}: rdma wakeups={}", world.rank(), dp.wakeups);
+            if world.rank() == 0 && std::env::var("RDMA_IDLE_MAX_CPU").is_ok() && dp.wakeups == 0 {
+                fail("the idle wait never slept on the completion channel (0 wakeups)");
+            }
         }
         if scenario == "repeat"
             && std::env::var("RANKWIRE_RDMA_LEAVE_PINNED").is_ok_and(|v| v == "1")
@@ -360,16 +387,66 @@ fn check_gdr_counters(rank: usize, dp: &rankwire::RdmaStats) {
                 ));
             }
         }
-        Ok("staged") => {
-            if dp.gdr_flushes != 0 || d.entries != 0 || d.hits != 0 {
-                fail(&format!(
-                    "staged run registered device memory: {d:?}, flushes {}",
-                    dp.gdr_flushes
-                ));
-            }
+        Ok("staged") if dp.gdr_flushes != 0 || d.entries != 0 || d.hits != 0 => {
+            fail(&format!(
+                "staged run registered device memory: {d:?}, flushes {}",
+                dp.gdr_flushes
+            ));
         }
         _ => {}
     }
+}
+
+fn cpu_time() -> std::time::Duration {
+    // SAFETY: getrusage writes the struct it is given.
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let tv = |t: libc::timeval| {
+        std::time::Duration::from_secs(t.tv_sec as u64)
+            + std::time::Duration::from_micros(t.tv_usec as u64)
+    };
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+fn idle(w: &Communicator) -> Result<()> {
+    let me = w.rank();
+    // Both ranks have talked once (queue pairs made on demand are up).
+    w.barrier()?;
+    match me {
+        0 => {
+            let mut b = [0u8; 8];
+            let (t0, c0) = (std::time::Instant::now(), cpu_time());
+            w.recv(&mut b, 1, 9)?;
+            let (wall, cpu) = (t0.elapsed(), cpu_time() - c0);
+            println!(
+                "rank 0: idle wait: wall {} ms, cpu {} ms",
+                wall.as_millis(),
+                cpu.as_millis()
+            );
+            if b != [7u8; 8] {
+                fail("idle: wrong data");
+            }
+            if let Ok(f) = std::env::var("RDMA_IDLE_MAX_CPU") {
+                let f: f64 = f.parse().unwrap_or_else(|_| fail("RDMA_IDLE_MAX_CPU"));
+                if cpu.as_secs_f64() > f * wall.as_secs_f64() {
+                    fail(&format!(
+                        "waiting {} ms on an RDMA peer took {} ms of CPU (more than {f} of it)",
+                        wall.as_millis(),
+                        cpu.as_millis()
+                    ));
+                }
+            }
+        }
+        1 => {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            w.send(&[7u8; 8], 0, 9)?;
+        }
+        _ => {}
+    }
+    w.barrier()
 }
 
 fn reuse(w: &Communicator) -> Result<()> {
