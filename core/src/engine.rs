@@ -956,8 +956,7 @@ impl Engine {
         let uses = |r: Route| self.routes.contains(&r);
         // The RDMA transport exists only when some peer is reached through it.
         if self.tp.contains(TransportKind::Rdma) {
-            // Completions are polled (no completion channel): stay responsive.
-            std::thread::yield_now();
+            self.wait_rdma(timeout, uses(Route::Shm));
             return;
         }
         match (uses(Route::Shm), uses(Route::Tcp)) {
@@ -977,6 +976,52 @@ impl Engine {
                 }
             }
             (false, false) => std::thread::yield_now(),
+        }
+    }
+
+    /// [`Engine::wait_activity`] with an RDMA transport: sleep in `poll(2)` on its
+    /// completion channel (armed by `prepare_wait`) and on the TCP transport's epoll fd
+    /// (TCP carries other peers and the queue pairs' set-up), at most `timeout`. Where
+    /// shared memory is used too, sleep on its doorbell (a futex, not an fd) for at
+    /// most 200 µs instead, as with shared memory and TCP. Without a completion channel,
+    /// or with RDMA work pending, it yields.
+    fn wait_rdma(&mut self, timeout: Duration, shm: bool) {
+        if shm {
+            if let Some(t) = self.tp.by_kind_mut(TransportKind::Shm) {
+                t.wait_activity(timeout.min(Duration::from_micros(200)));
+            }
+            return;
+        }
+        let Some(rfd) = self.tp.rdma_mut().and_then(|r| r.prepare_wait()) else {
+            std::thread::yield_now();
+            return;
+        };
+        let mut timeout = timeout;
+        let mut fds = vec![libc::pollfd {
+            fd: rfd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some(t) = self.tp.tcp_mut() {
+            match t.wait_fd() {
+                Some((fd, cap)) => {
+                    if let Some(c) = cap {
+                        timeout = timeout.min(c);
+                    }
+                    fds.push(libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    });
+                }
+                None => timeout = Duration::ZERO,
+            }
+        }
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of pollfd for the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if let Some(r) = self.tp.rdma_mut() {
+            r.finish_wait();
         }
     }
 

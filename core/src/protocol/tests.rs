@@ -805,7 +805,7 @@ fn gdr_offers_device_memory_and_falls_back_to_staging() {
         src: Some(0),
         tag: Some(2),
     };
-    let mut run = |accept: bool, fail_pull: bool| {
+    let run = |accept: bool, fail_pull: bool| {
         let mut net = Net::new(2);
         net.dev.accept_rdma = accept;
         for r in 0..2 {

@@ -144,10 +144,10 @@ impl Paths {
                     )
                 };
                 rejected.extend(p.gpu_rejected(&p.device));
-                if remote || p.route == Route::Rdma {
-                    if let Some(why) = self.gdr_reason(p) {
-                        rejected.push(format!("gdr: {why}"));
-                    }
+                if (remote || p.route == Route::Rdma)
+                    && let Some(why) = self.gdr_reason(p)
+                {
+                    rejected.push(format!("gdr: {why}"));
                 }
             }
         }

@@ -261,6 +261,69 @@ impl RdmaTransport {
         any
     }
 
+    /// Get ready to sleep until the next completion: arm the completion queue
+    /// (`ibv_req_notify_cq`), then look once more (a completion that came before the
+    /// arming raises no event). Returns the completion channel's fd to wait on (readable
+    /// once a completion came), or `None` when there is work now (anything found is
+    /// kept for the next [`crate::Transport::poll`]) or no channel exists. Call
+    /// [`RdmaTransport::finish_wait`] after the wait.
+    pub fn prepare_wait(&mut self) -> Option<std::os::fd::RawFd> {
+        if self.channel.is_null()
+            || !self.pending.is_empty()
+            || !self.done.is_empty()
+            || !self.deferred.is_empty()
+            || !self.wireup_out.is_empty()
+            || !self.waiting.is_empty()
+        {
+            return None;
+        }
+        if !self.armed {
+            // SAFETY: the CQ is live.
+            let rc = unsafe { self.verbs.req_notify_cq(self.cq) };
+            if rc != 0 {
+                tracing::debug!(
+                    "rdma: ibv_req_notify_cq: {}",
+                    std::io::Error::from_raw_os_error(rc)
+                );
+                return None;
+            }
+            self.armed = true;
+        }
+        let mut found = Vec::new();
+        let any = self.progress(&mut found);
+        self.deferred = found;
+        if any {
+            return None;
+        }
+        // SAFETY: a live channel.
+        Some(unsafe { (*self.channel).fd })
+    }
+
+    /// After a wait on [`RdmaTransport::prepare_wait`]'s fd: take and acknowledge the
+    /// completion events that came (the CQ is then disarmed until the next prepare).
+    pub fn finish_wait(&mut self) {
+        if self.channel.is_null() {
+            return;
+        }
+        let mut n = 0u32;
+        loop {
+            let mut cq = std::ptr::null_mut();
+            let mut ctx = std::ptr::null_mut();
+            // SAFETY: a live, nonblocking channel; out-pointers valid.
+            let rc = unsafe { (self.verbs.get_cq_event)(self.channel, &mut cq, &mut ctx) };
+            if rc != 0 {
+                break;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            // SAFETY: the events were taken from this CQ's channel above.
+            unsafe { (self.verbs.ack_cq_events)(self.cq, n) };
+            self.armed = false;
+            self.stats.wakeups += 1;
+        }
+    }
+
     /// Read `len` bytes at `remote_addr` (rkey `rkey`) in `peer`'s memory into `local`
     /// with RDMA READ. Completion arrives later as [`Event::OpDone`] with `op`.
     ///
@@ -608,7 +671,9 @@ impl RdmaTransport {
     }
 
     pub(super) fn progress(&mut self, events: &mut Vec<Event>) -> bool {
-        let mut any = false;
+        // Found while arming for a wait: before anything newer.
+        let mut any = !self.deferred.is_empty();
+        events.append(&mut self.deferred);
         let mut wcs = [IbvWc::default(); 32];
         for _ in 0..64 {
             // SAFETY: the CQ is live.

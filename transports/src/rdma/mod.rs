@@ -355,6 +355,14 @@ pub struct RdmaTransport {
     verbs: Arc<Verbs>,
     pd: *mut IbvPd,
     cq: *mut IbvCq,
+    /// The CQ's completion channel (null where it could not be made: then waits only
+    /// yield), its fd nonblocking.
+    channel: *mut verbs::IbvCompChannel,
+    /// The CQ is armed (`ibv_req_notify_cq`) and no event consumed since.
+    armed: bool,
+    /// Events found while arming ([`RdmaTransport::prepare_wait`]), delivered first by
+    /// the next poll so frames keep their order.
+    deferred: Vec<crate::Event>,
     slot_bytes: usize,
     // Entries the completion queue was made or last resized for.
     cq_entries: usize,
@@ -407,6 +415,8 @@ pub struct RdmaStats {
     /// Flushes of GPUDirect RDMA writes made after reads into device memory
     /// ([`GpuMemory::needs_flush`]).
     pub gdr_flushes: u64,
+    /// Waits that a completion-channel event ended ([`RdmaTransport::finish_wait`]).
+    pub wakeups: u64,
     /// The device registration cache (GPUDirect RDMA: hits, misses, evictions,
     /// invalidations by buffer id); all zero while device registration is off.
     pub device_regcache: crate::regcache::RegCacheStats,
@@ -853,14 +863,40 @@ impl RdmaTransport {
         // On demand, room for the first few queue pairs; `ensure_qp` grows it.
         let first = if make_qps { n } else { n.min(CQ_FIRST_QPS) };
         let cqe = (first * (slots + sq_depth) + 16) as i32;
+        // A completion channel lets a waiting rank sleep until the next completion
+        // (prepare_wait); without one it only yields.
         // SAFETY: dev.ctx is open.
-        let cq = unsafe {
-            (verbs.create_cq)(dev.ctx, cqe, std::ptr::null_mut(), std::ptr::null_mut(), 0)
-        };
+        let mut channel = unsafe { (verbs.create_comp_channel)(dev.ctx) };
+        if channel.is_null() {
+            tracing::debug!(
+                "rdma: ibv_create_comp_channel failed ({}): waits poll instead of sleeping",
+                verbs::errno_text()
+            );
+        } else {
+            // SAFETY: a live channel; its fd is ours to make nonblocking.
+            let ok = unsafe {
+                let fd = (*channel).fd;
+                let fl = libc::fcntl(fd, libc::F_GETFL);
+                fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
+            };
+            if !ok {
+                // SAFETY: made above, used by nothing yet.
+                unsafe { (verbs.destroy_comp_channel)(channel) };
+                channel = std::ptr::null_mut();
+            }
+        }
+        // SAFETY: dev.ctx is open; `channel` is null or live.
+        let cq =
+            unsafe { (verbs.create_cq)(dev.ctx, cqe, std::ptr::null_mut(), channel.cast(), 0) };
         if cq.is_null() {
             let e = os("ibv_create_cq", &dev);
             // SAFETY: allocated above.
-            unsafe { (verbs.dealloc_pd)(pd) };
+            unsafe {
+                if !channel.is_null() {
+                    (verbs.destroy_comp_channel)(channel);
+                }
+                (verbs.dealloc_pd)(pd)
+            };
             return Err(e);
         }
         let slot_bytes = (8 + MAX_HEADER_BYTES + FRAME_PAYLOAD_BYTES).next_multiple_of(64);
@@ -877,6 +913,9 @@ impl RdmaTransport {
             verbs,
             pd,
             cq,
+            channel,
+            armed: false,
+            deferred: Vec::new(),
             slot_bytes,
             cq_entries: cqe as usize,
             slots,
@@ -1099,6 +1138,9 @@ impl Drop for RdmaTransport {
                 (v.dereg_mr)(c.pool_mr);
             }
             (v.destroy_cq)(self.cq);
+            if !self.channel.is_null() {
+                (v.destroy_comp_channel)(self.channel);
+            }
             let rc = (v.dealloc_pd)(self.pd);
             if rc != 0 {
                 tracing::debug!("rdma: ibv_dealloc_pd: rc {rc}");

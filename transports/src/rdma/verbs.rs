@@ -286,10 +286,21 @@ pub(crate) const WC_RDMA_READ: u32 = 2;
 // Offsets inside `struct ibv_context`: `ops` at 8; in `struct ibv_context_ops`,
 // `poll_cq` at 88, `post_send` at 200, `post_recv` at 208.
 const OPS_POLL_CQ: usize = 8 + 88;
+/// `req_notify_cq` follows `poll_cq` in `struct ibv_context_ops`.
+const OPS_REQ_NOTIFY_CQ: usize = 8 + 96;
 const OPS_POST_SEND: usize = 8 + 200;
 const OPS_POST_RECV: usize = 8 + 208;
 
 type PollCqFn = unsafe extern "C" fn(*mut IbvCq, c_int, *mut IbvWc) -> c_int;
+type ReqNotifyCqFn = unsafe extern "C" fn(*mut IbvCq, c_int) -> c_int;
+
+/// `struct ibv_comp_channel`: `context` (a pointer), then the event file descriptor.
+#[repr(C)]
+pub(crate) struct IbvCompChannel {
+    _context: *mut IbvContext,
+    pub(crate) fd: c_int,
+    _refcnt: c_int,
+}
 type PostSendFn = unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
 type PostRecvFn = unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
 
@@ -320,6 +331,16 @@ pub(crate) struct Verbs {
     pub(crate) reg_dmabuf_mr:
         Option<unsafe extern "C" fn(*mut IbvPd, u64, usize, u64, c_int, c_int) -> *mut IbvMr>,
     wc_status_str: unsafe extern "C" fn(u32) -> *const c_char,
+    /// `ibv_create_comp_channel(context)`.
+    pub(crate) create_comp_channel: unsafe extern "C" fn(*mut IbvContext) -> *mut IbvCompChannel,
+    /// `ibv_destroy_comp_channel(channel)`.
+    pub(crate) destroy_comp_channel: unsafe extern "C" fn(*mut IbvCompChannel) -> c_int,
+    /// `ibv_get_cq_event(channel, &cq, &cq_context)`: 0, or -1 (EAGAIN when the fd is
+    /// nonblocking and no event is there).
+    pub(crate) get_cq_event:
+        unsafe extern "C" fn(*mut IbvCompChannel, *mut *mut IbvCq, *mut *mut c_void) -> c_int,
+    /// `ibv_ack_cq_events(cq, nevents)`.
+    pub(crate) ack_cq_events: unsafe extern "C" fn(*mut IbvCq, u32),
 }
 
 // SAFETY: function pointers into a loaded library; the library stays loaded while
@@ -366,6 +387,10 @@ impl Verbs {
             // SAFETY: as above; optional because older libraries lack it.
             reg_dmabuf_mr: unsafe { lib.get(b"ibv_reg_dmabuf_mr\0") }.ok().map(|s| *s),
             wc_status_str: sym!("ibv_wc_status_str"),
+            create_comp_channel: sym!("ibv_create_comp_channel"),
+            destroy_comp_channel: sym!("ibv_destroy_comp_channel"),
+            get_cq_event: sym!("ibv_get_cq_event"),
+            ack_cq_events: sym!("ibv_ack_cq_events"),
             _lib: lib,
         })
     }
@@ -391,6 +416,20 @@ impl Verbs {
             let ctx = (*cq).context as *const u8;
             let f: PollCqFn = *(ctx.add(OPS_POLL_CQ) as *const PollCqFn);
             f(cq, wc.len() as c_int, wc.as_mut_ptr())
+        }
+    }
+
+    /// `ibv_req_notify_cq(cq, 0)`: the next completion on `cq` raises an event on its
+    /// completion channel. Returns 0 or an errno value.
+    ///
+    /// # Safety
+    /// `cq` is a live CQ of a context opened through these verbs.
+    pub(crate) unsafe fn req_notify_cq(&self, cq: *mut IbvCq) -> c_int {
+        // SAFETY: caller guarantees `cq`; the ops table is part of the live context.
+        unsafe {
+            let ctx = (*cq).context as *const u8;
+            let f: ReqNotifyCqFn = *(ctx.add(OPS_REQ_NOTIFY_CQ) as *const ReqNotifyCqFn);
+            f(cq, 0)
         }
     }
 

@@ -820,6 +820,17 @@ impl Transport for TcpTransport {
 }
 
 impl TcpTransport {
+    /// What a caller that waits on several transports at once polls for this one: the
+    /// epoll fd (readable when a socket is) and the longest sleep allowed (handshake
+    /// deadlines are checked by `poll`); `None` when there is work now.
+    pub fn wait_fd(&self) -> Option<(std::os::fd::RawFd, Option<Duration>)> {
+        if !self.pending.is_empty() {
+            return None;
+        }
+        let cap = self.has_pending().then_some(Duration::from_millis(10));
+        Some((self.epoll.raw(), cap))
+    }
+
     /// [`Transport::send`] to a peer that is not waiting for its connection.
     fn send_now(
         &mut self,

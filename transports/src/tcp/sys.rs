@@ -45,6 +45,13 @@ impl Epoll {
         })
     }
 
+    /// The epoll fd itself: readable while any registered fd is ready (level-triggered),
+    /// so it can be waited on together with other fds.
+    pub(crate) fn raw(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.fd.as_raw_fd()
+    }
+
     /// `epoll_ctl(EPOLL_CTL_ADD)`, level-triggered.
     pub(crate) fn add(&self, fd: RawFd, token: u64, interest: u32) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, token, interest)
