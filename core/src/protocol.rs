@@ -466,9 +466,15 @@ pub struct Protocol {
     /// device memory (GPUDirect RDMA).
     gdr_to: HashSet<u32>,
     /// Peers whose RDMA-offered buffers this rank may read into its device buffers
-    /// (GPUDirect RDMA), until a read fails.
+    /// (GPUDirect RDMA), until [`GDR_MAX_FAILURES`] reads in a row failed.
     gdr_from: HashSet<u32>,
+    /// Reads into device memory that failed in a row, per peer.
+    gdr_failures: HashMap<u32, u32>,
 }
+
+/// Failed reads into device memory in a row from one peer after which device buffers
+/// from it are staged ([`Protocol::allow_gdr`]).
+pub const GDR_MAX_FAILURES: u32 = 3;
 
 impl Protocol {
     /// Protocol state for world rank `rank` of `size`.
@@ -500,6 +506,7 @@ impl Protocol {
             ipc_to: Default::default(),
             gdr_to: Default::default(),
             gdr_from: Default::default(),
+            gdr_failures: Default::default(),
         }
     }
 
@@ -532,8 +539,9 @@ impl Protocol {
     /// buffers ask for an [`MemAction::Offer`] (`to:` [`OfferKind::Rdma`]: a device
     /// memory region), and device receives read offered buffers with an RDMA READ
     /// ([`Protocol::pop_pull`]). Needs [`Protocol::enable_device`]. A read that fails
-    /// stops reads from that peer into device memory (`Cts` and `Data` frames from then
-    /// on, staged through host memory).
+    /// makes that message go by `Cts` and staged `Data` frames; after
+    /// [`GDR_MAX_FAILURES`] in a row from one peer, device buffers from it are always
+    /// staged.
     pub fn allow_gdr(&mut self, peers: &[u32]) {
         self.gdr_to.extend(peers.iter().copied());
         self.gdr_from.extend(peers.iter().copied());

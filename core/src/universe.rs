@@ -764,7 +764,19 @@ fn build(joined: Joined) -> Result<Universe> {
     ) {
         // GPUDirect RDMA: device buffers to RDMA peers by RDMA READ on registered device
         // memory where a direct path exists (crate::gdr).
-        let (path, why) = crate::gdr::gdr_choice(rank, t, cfg, 0)?;
+        // DMA-BUF support of this rank's GPU (as Universe::gpu_device picks it).
+        let ordinal = rankwire_gpu::device_count()
+            .ok()
+            .and_then(|n| {
+                select_gpu(
+                    local_rank as usize,
+                    n,
+                    crate::settings::raw("RANKWIRE_GPU_DEVICE").as_deref(),
+                )
+                .ok()
+            })
+            .unwrap_or(0);
+        let (path, why) = crate::gdr::gdr_choice(rank, t, cfg, ordinal)?;
         if crate::gdr::is_direct(path) && !rdma_peers.is_empty() {
             let gpu: Box<dyn rankwire_transports::rdma::GpuMemory> = match standin {
                 Some(m) => Box::new(crate::gdr_standin::StandInGpu {

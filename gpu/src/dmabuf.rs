@@ -3,8 +3,10 @@
 //!
 //! The driver exports page-aligned ranges only, so [`export_dmabuf`] exports the
 //! host-page-aligned range covering the buffer and returns the buffer's offset inside
-//! it: pass that offset and the buffer's length to `ibv_reg_dmabuf_mr`. GPU allocations
-//! are at least 2 MiB-granular, so the aligned range stays inside the allocation.
+//! it: pass that offset and the buffer's length to `ibv_reg_dmabuf_mr`. The aligned range
+//! may reach past the buffer into the rest of its host page (the driver maps device
+//! memory in pages of at least 4 KiB), which the NIC is then allowed to touch too; the
+//! runtime registers whole allocations or 2 MiB-aligned windows inside them.
 //!
 //! Standard: CUDA driver API `cuMemGetHandleForAddressRange`
 //! (`CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`), `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`.

@@ -255,20 +255,42 @@ impl Protocol {
         else {
             return;
         };
+        let device_region = matches!(copy.mem, RemoteMem::Rdma { .. }) && !r.buf.is_host();
         match result {
             Ok(()) => {
+                if device_region {
+                    self.gdr_failures.remove(&src);
+                }
                 copy.pulled += copy.inflight;
                 copy.inflight = 0;
                 self.next_pull(rreq);
             }
             Err(why) => {
-                tracing::info!(
-                    "single-copy pull from rank {src} failed ({why}); using copy through the transport from now on"
-                );
-                if matches!(copy.mem, RemoteMem::Rdma { .. }) && !r.buf.is_host() {
-                    // A device region: host buffers may still be read from this peer.
-                    self.gdr_from.remove(&src);
+                if device_region {
+                    // A device region (GPUDirect RDMA): this message goes by staged Data
+                    // frames; reads into device memory from this peer stop only after
+                    // GDR_MAX_FAILURES failures in a row (one buffer the NIC refuses
+                    // should not cost the others); host buffers are still read.
+                    let n = self.gdr_failures.entry(src).or_insert(0);
+                    *n += 1;
+                    if *n >= GDR_MAX_FAILURES {
+                        self.gdr_from.remove(&src);
+                        tracing::warn!(
+                            "GPUDirect RDMA read from rank {src} failed {n} times in a row \
+                             ({why}); device buffers from it are staged through host memory \
+                             from now on",
+                            n = *n
+                        );
+                    } else {
+                        tracing::info!(
+                            "GPUDirect RDMA read from rank {src} failed ({why}); this message \
+                             is staged through host memory"
+                        );
+                    }
                 } else {
+                    tracing::info!(
+                        "single-copy pull from rank {src} failed ({why}); using copy through the transport from now on"
+                    );
                     self.pull_from.remove(&src);
                     self.ipc_from.remove(&src);
                 }

@@ -849,9 +849,11 @@ fn gdr_offers_device_memory_and_falls_back_to_staging() {
     let (mut net, data_frames) = run(true, true);
     assert_eq!((net.pulled, data_frames, net.dev.releases), (0, 9, 1));
     assert_eq!((net.dev.stage_out, net.dev.stage_in), (9, 9));
-    // From then on device receives from rank 0 take Data frames, host ones still read.
+    // One failure costs only that message: the next device receive is read again.
+    // After GDR_MAX_FAILURES in a row, device receives from rank 0 take Data frames,
+    // while host ones are still read.
     let data = pattern(700, 8);
-    for recv_kind in [dev, MemoryKind::Host] {
+    let mut one = |net: &mut Net, recv_kind: MemoryKind, fail: bool| {
         let (pulled, staged) = (net.pulled, net.dev.stage_in);
         let mut out = vec![0u8; 700];
         let r = net.ranks[1].irecv(pat, RawBuf::with_kind(out.as_mut_ptr(), 700, recv_kind));
@@ -863,15 +865,29 @@ fn gdr_offers_device_memory_and_falls_back_to_staging() {
             64,
             false,
         );
-        net.drive();
+        net.drive_with(fail);
         assert!(net.done(1, r).is_ok() && net.done(0, s).is_ok());
         assert_eq!(out, data);
-        if recv_kind == dev {
-            assert_eq!((net.pulled - pulled, net.dev.stage_in - staged), (0, 7));
-        } else {
-            assert_eq!((net.pulled - pulled, net.dev.stage_in - staged), (700, 0));
-        }
+        (net.pulled - pulled, net.dev.stage_in - staged)
+    };
+    assert_eq!(
+        one(&mut net, dev, false),
+        (700, 0),
+        "read again after one failure"
+    );
+    for k in 0..GDR_MAX_FAILURES {
+        assert_eq!(one(&mut net, dev, true), (0, 7), "failure {k}: staged");
     }
+    assert_eq!(
+        one(&mut net, dev, false),
+        (0, 7),
+        "device reads from rank 0 stopped"
+    );
+    assert_eq!(
+        one(&mut net, MemoryKind::Host, false),
+        (700, 0),
+        "host reads go on"
+    );
 }
 
 /// Host rendezvous to a peer served by RDMA: refused registrations fall back to Data

@@ -91,7 +91,8 @@ pub trait GpuMemory: Send {
     /// work launched afterwards on any stream.
     ///
     /// # Errors
-    /// The driver's error text; the receive then fails with it.
+    /// The driver's error text; the read then counts as failed and the message is
+    /// received again as staged `Data` frames.
     fn flush(&mut self, device: i32) -> Result<(), String>;
 
     /// How regions are made, for messages and `--explain`: "DMA-BUF",
@@ -137,6 +138,7 @@ impl Registrar for GdrRegistrar {
                 offset,
                 len_bytes as usize,
                 addr,
+                super::reg::DEVICE_ACCESS,
             ),
             DeviceExport::Pointer => {
                 // SAFETY: [addr, addr + len) is a live allocation the GPU side located;
@@ -146,7 +148,7 @@ impl Registrar for GdrRegistrar {
                         self.pd,
                         addr as *mut c_void,
                         len_bytes as usize,
-                        super::reg::ACCESS,
+                        super::reg::DEVICE_ACCESS,
                     )
                 };
                 if mr.is_null() {

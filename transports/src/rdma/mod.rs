@@ -1076,7 +1076,15 @@ impl RdmaTransport {
         len_bytes: usize,
         iova: u64,
     ) -> Result<MemoryRegion, String> {
-        reg::reg_dmabuf(&self.verbs, self.pd, fd, offset, len_bytes, iova)
+        reg::reg_dmabuf(
+            &self.verbs,
+            self.pd,
+            fd,
+            offset,
+            len_bytes,
+            iova,
+            reg::ACCESS,
+        )
     }
 
     /// Deregister a region made by [`RdmaTransport::reg_dmabuf`].

@@ -26,6 +26,11 @@ use crate::regcache::{Lease, RegCache, RegCacheConfig, RegCacheStats, Registrar}
 pub(crate) const ACCESS: i32 =
     verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_READ | verbs::ACCESS_REMOTE_WRITE;
 
+/// Access flags of device (GPUDirect RDMA) registrations: the rendezvous only reads
+/// them remotely (the sender's region) and writes them locally (the receiver's RDMA
+/// READ lands there); no peer may write into GPU memory.
+pub(crate) const DEVICE_ACCESS: i32 = verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_READ;
+
 /// A memory region: the raw MR and its keys.
 #[derive(Debug)]
 pub struct MemoryRegion {
@@ -250,15 +255,37 @@ impl Registry {
         let a = gdr::lock(&d.gpu).locate(addr, len_bytes)?;
         let mut c = d.cache.lock().unwrap_or_else(|p| p.into_inner());
         let before = c.stats().evictions;
-        let lease = c
-            .acquire(a.base, a.len_bytes, a.buffer_id)
-            .map_err(|e| e.to_string())?;
+        // The whole allocation (one registration serves every buffer in it), unless it
+        // is larger than the cache may hold: then the 2 MiB-aligned window around the
+        // buffer. A whole allocation the NIC refuses (BAR space) is retried as the
+        // window once.
+        let window = gdr_window(a, addr, len_bytes);
+        let whole = (a.base, a.len_bytes);
+        let first = if a.len_bytes > c.config().max_bytes {
+            window
+        } else {
+            whole
+        };
+        let lease = match c.acquire(first.0, first.1, a.buffer_id) {
+            Ok(l) => l,
+            Err(e) if first != window => {
+                tracing::debug!(
+                    "rdma: registering the whole {}-byte device allocation failed ({e}); \
+                     registering the {} bytes around the buffer",
+                    a.len_bytes,
+                    window.1
+                );
+                c.acquire(window.0, window.1, a.buffer_id)
+                    .map_err(|e| e.to_string())?
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         let evicted = c.stats().evictions - before;
         if evicted > 0 {
             tracing::debug!(
                 "rdma: {evicted} idle device registration(s) evicted to register {} bytes \
                  (RANKWIRE_RDMA_GDR_MAX_BYTES, RANKWIRE_REGCACHE_MAX_ENTRIES)",
-                a.len_bytes
+                first.1
             );
         }
         let h = c.handle(&lease);
@@ -325,6 +352,23 @@ impl Registry {
         }
         self.lock().clear();
     }
+}
+
+/// Granularity of the partial device registrations [`Registry::acquire_device`] makes
+/// (2 MiB: the GPU's large page).
+pub const GDR_WINDOW_BYTES: u64 = 2 << 20;
+
+/// The part of allocation `a` registered for `[addr, addr + len_bytes)` when the whole
+/// allocation is not: the buffer rounded out to [`GDR_WINDOW_BYTES`] boundaries, clipped
+/// to the allocation. (start, length in bytes).
+pub(crate) fn gdr_window(a: super::gdr::DeviceAlloc, addr: u64, len_bytes: u64) -> (u64, u64) {
+    let end = addr.saturating_add(len_bytes.max(1));
+    let start = (addr & !(GDR_WINDOW_BYTES - 1)).max(a.base);
+    let stop = end
+        .div_ceil(GDR_WINDOW_BYTES)
+        .saturating_mul(GDR_WINDOW_BYTES)
+        .min(a.base.saturating_add(a.len_bytes));
+    (start, stop.saturating_sub(start))
 }
 
 /// How a GPU buffer will reach the NIC.
@@ -440,13 +484,14 @@ pub(crate) fn reg_dmabuf(
     offset: u64,
     len_bytes: usize,
     iova: u64,
+    access: i32,
 ) -> Result<MemoryRegion, String> {
     let f = verbs
         .reg_dmabuf_mr
         .ok_or("libibverbs lacks ibv_reg_dmabuf_mr")?;
     // SAFETY: fd is a DMA-BUF owned by the caller for the duration of the call; the
     // MR keeps its own reference.
-    let mr = unsafe { f(pd, offset, len_bytes, iova, fd, ACCESS) };
+    let mr = unsafe { f(pd, offset, len_bytes, iova, fd, access) };
     if mr.is_null() {
         return Err(format!("ibv_reg_dmabuf_mr: {}", verbs::errno_text()));
     }
@@ -484,6 +529,37 @@ mod tests {
         assert!(why.contains("nvidia_peermem is not loaded"), "{why}");
         let e = gdr_path(nothing, GdrMode::Require).unwrap_err();
         assert!(e.contains("RANKWIRE_RDMA_GDR=1"), "{e}");
+    }
+
+    #[test]
+    fn partial_device_registrations_are_2_mib_windows_inside_the_allocation() {
+        let m = 1u64 << 20;
+        let a = super::super::gdr::DeviceAlloc {
+            base: 0x7f00_0000_0000 + m, // not 2 MiB aligned
+            len_bytes: 64 * m,
+            buffer_id: 5,
+            device: 0,
+        };
+        // A buffer in the middle: its 2 MiB-aligned cover.
+        assert_eq!(
+            gdr_window(a, a.base + 5 * m + 100, 3 * m),
+            (0x7f00_0000_0000 + 6 * m, 4 * m)
+        );
+        // At the start and end: clipped to the allocation.
+        assert_eq!(gdr_window(a, a.base, 10), (a.base, m));
+        assert_eq!(
+            gdr_window(a, a.base + 63 * m, m),
+            (0x7f00_0000_0000 + 64 * m, m)
+        );
+        // Always covers the buffer.
+        for (off, len) in [(0, 1), (m - 1, 2), (17 * m + 3, 9 * m), (63 * m, m)] {
+            let (s, l) = gdr_window(a, a.base + off, len);
+            assert!(
+                s <= a.base + off && a.base + off + len <= s + l,
+                "{off} {len}"
+            );
+            assert!(s >= a.base && s + l <= a.base + a.len_bytes);
+        }
     }
 
     #[test]
