@@ -853,7 +853,7 @@ fn gdr_offers_device_memory_and_falls_back_to_staging() {
     // After GDR_MAX_FAILURES in a row, device receives from rank 0 take Data frames,
     // while host ones are still read.
     let data = pattern(700, 8);
-    let mut one = |net: &mut Net, recv_kind: MemoryKind, fail: bool| {
+    let one = |net: &mut Net, recv_kind: MemoryKind, fail: bool| {
         let (pulled, staged) = (net.pulled, net.dev.stage_in);
         let mut out = vec![0u8; 700];
         let r = net.ranks[1].irecv(pat, RawBuf::with_kind(out.as_mut_ptr(), 700, recv_kind));
