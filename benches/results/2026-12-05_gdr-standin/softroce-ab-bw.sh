@@ -1,0 +1,45 @@
+S=/mnt/host
+MODE=${1:-single}
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+modprobe crc32_generic; modprobe rdma_rxe; modprobe ib_uverbs; modprobe veth
+if [ "$MODE" = server ] || [ "$MODE" = client ]; then
+  modprobe virtio_net
+  sleep 1
+  if [ "$MODE" = server ]; then me=1; else me=2; fi
+  ip addr add 10.77.1.$me/24 dev eth0
+  ip link set eth0 up
+  NETDEV=eth0
+  export RANKWIRE_RDMA_TWO_NODE=$MODE RANKWIRE_RDMA_PEER=10.77.1.1:47800
+  sleep 2
+else
+  ip link add veth0 type veth peer name veth1
+  ip addr add 10.77.0.1/24 dev veth0
+  ip link set veth0 up; ip link set veth1 up
+  NETDEV=veth0
+fi
+if ! rdma link add rxe0 type rxe netdev $NETDEV; then
+  echo "RDMA-SUITE setup rc=1 (rdma link add failed)"
+  exit 1
+fi
+rdma link show
+for i in 0 1; do
+  echo "rxe0 gid[$i] = $(cat /sys/class/infiniband/rxe0/ports/1/gids/$i) $(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$i 2>/dev/null)"
+done
+ulimit -l unlimited
+cp -r "$S/base" /tmp/base; cp -r "$S/new" /tmp/new
+export RANKWIRE_TRANSPORTS=rdma,tcp
+# bw 16-256 KiB only; order rotates per repeat; new-yield = RANKWIRE_PROGRESS=yield (never
+# sleeps: isolates the completion-channel wait).
+for rep in 1 2 3 4; do
+  case $rep in 1|3) order="base new new-yield" ;; *) order="new-yield new base" ;; esac
+  for cfg in $order; do
+    case $cfg in
+      base) d=/tmp/base; p=auto ;;
+      new) d=/tmp/new; p=auto ;;
+      new-yield) d=/tmp/new; p=yield ;;
+    esac
+    echo "AB-BEGIN rep=$rep cfg=$cfg mode=bw"
+    RANKWIRE_PROGRESS=$p timeout 300 $d/rwrun -n 2 $d/rankwire-bench bw -i 400 --warmup 50 --min-size 16384 --max-size 262144
+    echo "AB-END rc=$?"
+  done
+done
