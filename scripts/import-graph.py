@@ -70,6 +70,13 @@ ALLOWED_STATICS: dict[tuple[str, str], str] = {
     "in each communicator's state",
     ("select.rs", "V"): "RANKWIRE_GPU_EAGER_MAX read once from the environment, never "
     "written after (a cached read, no state)",
+    ("gdr_standin.rs", "MODE"): "RANKWIRE_GDR_STANDIN read once from the environment, "
+    "never written after (a cached read, no state)",
+    ("gdr_standin.rs", "ALLOCS"): "the test stand-in's table of live allocations: it "
+    "stands in for the CUDA driver's process-wide allocation table, which pointer "
+    "queries read without a runtime (buffers outlive and precede runtimes)",
+    ("gdr_standin.rs", "NEXT"): "the stand-in's buffer-id counter, process-wide like "
+    "CUDA's CU_POINTER_ATTRIBUTE_BUFFER_ID",
 }
 
 KEYWORDS_NOT_MODULES = {"crate", "super", "self", "Self"}

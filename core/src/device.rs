@@ -64,6 +64,21 @@ unsafe impl DeviceMemoryMut for DeviceBuffer {
     }
 }
 
+// SAFETY: a stand-in buffer owns its heap memory (host memory the runtime treats as
+// device memory, crate::gdr_standin) until dropped.
+unsafe impl DeviceMemory for crate::gdr_standin::StandInDeviceBuffer {
+    fn device_region(&self) -> Result<(u64, usize)> {
+        Ok((self.addr(), self.len()))
+    }
+}
+
+// SAFETY: as above; `&mut self` gives exclusive access.
+unsafe impl DeviceMemoryMut for crate::gdr_standin::StandInDeviceBuffer {
+    fn device_region_mut(&mut self) -> Result<(u64, usize)> {
+        Ok((self.as_mut_slice().as_mut_ptr() as u64, self.len()))
+    }
+}
+
 #[cfg(feature = "cuda")]
 mod cudarc_impls {
     use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice};

@@ -25,9 +25,6 @@ use std::sync::{Mutex, OnceLock};
 use rankwire_transports::MemoryKind;
 use rankwire_transports::rdma::{DeviceAlloc, DeviceExport, GpuMemory};
 
-use crate::device::{DeviceMemory, DeviceMemoryMut};
-use crate::error::Result;
-
 /// Environment variable that turns the stand-in on (`1`) or on with registrations
 /// refused (`refuse`).
 pub const STANDIN_ENV: &str = "RANKWIRE_GDR_STANDIN";
@@ -137,6 +134,11 @@ impl StandInDeviceBuffer {
         &mut self.mem[..n]
     }
 
+    /// Start address of the buffer.
+    pub fn addr(&self) -> u64 {
+        self.mem.as_ptr() as u64
+    }
+
     /// The buffer id, as `CU_POINTER_ATTRIBUTE_BUFFER_ID` would give it.
     pub fn buffer_id(&self) -> u64 {
         self.id
@@ -157,20 +159,6 @@ impl StandInDeviceBuffer {
 impl Drop for StandInDeviceBuffer {
     fn drop(&mut self) {
         allocs().retain(|a| a.id != self.id);
-    }
-}
-
-// SAFETY: the region is the buffer's own heap memory, alive while it is borrowed.
-unsafe impl DeviceMemory for StandInDeviceBuffer {
-    fn device_region(&self) -> Result<(u64, usize)> {
-        Ok((self.mem.as_ptr() as u64, self.len()))
-    }
-}
-
-// SAFETY: as above; `&mut self` gives exclusive access.
-unsafe impl DeviceMemoryMut for StandInDeviceBuffer {
-    fn device_region_mut(&mut self) -> Result<(u64, usize)> {
-        Ok((self.mem.as_mut_ptr() as u64, self.len()))
     }
 }
 
