@@ -518,7 +518,8 @@ fn gdr_standin_device_regions_and_their_fallbacks() {
 /// VMs joined by a QEMU socket link. Runs only where `TWO_VM_LOCAL` and
 /// `TWO_VM_REMOTE` name the two VMs' addresses (`guest-rdma.sh server`).
 /// Checks: the transport per pair (shm inside a VM, rdma across), every size class and
-/// every pair at once, the GPUDirect RDMA stand-in's device buffers across the VMs,
+/// every pair at once, the point-to-point scenarios of `tests/p2p.rs` (ordering, windows,
+/// truncation, probe, status), the GPUDirect RDMA stand-in's device buffers across the VMs,
 /// heat2d equal to its 1-rank result, and a rank SIGKILLed in the remote VM ending the
 /// job in both VMs with nothing left running.
 #[test]
@@ -554,6 +555,34 @@ fn two_vm_rwrun_job_over_ssh() {
             let line = format!("rank {r}: {scenario} OK");
             assert!(out.stdout.contains(&line), "{line}\n{}", out.stdout);
         }
+    }
+    // The point-to-point scenarios of tests/p2p.rs across the VMs (rank counts as there;
+    // 2-rank ones with one rank per VM).
+    let testapp = binary("rw-testapp").to_string_lossy().into_owned();
+    for (n, args) in [
+        (2, &["ordering"][..]),
+        (4, &["window", "100"][..]),
+        (2, &["waitall_window", "20"][..]),
+        (2, &["truncation"][..]),
+        (3, &["probe"][..]),
+        (4, &["split_status"][..]),
+    ] {
+        let h = if n == 2 {
+            format!("{local}:1,{remote}:1")
+        } else {
+            hosts.clone()
+        };
+        let mut v = vec![
+            "--host".to_string(),
+            h,
+            "-n".into(),
+            n.to_string(),
+            testapp.clone(),
+        ];
+        v.extend(args.iter().map(|s| s.to_string()));
+        let out = rwrun(v).timeout(Duration::from_secs(600)).run();
+        assert_eq!(out.code(), 0, "{args:?}\n{}\n{}", out.stdout, out.stderr);
+        println!("p2p {args:?} on {n} ranks across the VMs: ok");
     }
     // heat2d across the VMs equals its serial result.
     let heat = binary("examples/heat2d").to_string_lossy().into_owned();
@@ -640,4 +669,69 @@ fn a_rank_waiting_on_an_rdma_peer_sleeps_on_the_completion_channel() {
         );
         println!("{transports} {connect}:\n{}", out.stdout);
     }
+}
+
+/// `RANKWIRE_RDMA_GDR=1` fails init where device buffers to a rank on another node would
+/// be staged, also when that node is not reached over RDMA at all (here: no RDMA device,
+/// TCP). Two "nodes" on this machine: the second rank starts through a launch agent that
+/// gives it its own hostname (`unshare -u`; skipped where that is not allowed). Device
+/// memory is the GPUDirect RDMA stand-in. Without the setting the same job passes, staged.
+#[test]
+fn rdma_gdr_1_fails_init_where_a_remote_peer_would_be_staged() {
+    if have_rdma() {
+        eprintln!("skipped: this machine has RDMA (the pair would not be staged)");
+        return;
+    }
+    if !std::process::Command::new("unshare")
+        .args(["-u", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        eprintln!("skipped: unshare -u is not allowed here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rw-gdr-agent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent = dir.join("agent.sh");
+    // rwrun runs `agent.sh HOST LINE`: LINE in a UTS namespace named HOST.
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\nexec unshare -u sh -c 'hostname \"$1\" && exec sh -c \"$2\"' agent \"$1\" \"$2\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let template = format!("{} {{host}}", agent.display());
+    let job = |gdr: Option<&str>| {
+        let mut r = rwrun([
+            "--host",
+            "localhost:1,rwfakehost:1",
+            "-n",
+            "2",
+            &app(),
+            "gdr",
+        ])
+        .env("RANKWIRE_LAUNCH_AGENT", &template)
+        .env("RANKWIRE_GDR_STANDIN", "1")
+        .timeout(T);
+        if let Some(v) = gdr {
+            r = r.env("RANKWIRE_RDMA_GDR", v);
+        }
+        r.run()
+    };
+    let staged = job(None);
+    let required = job(Some("1"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(staged.code(), 0, "{}\n{}", staged.stdout, staged.stderr);
+    assert_ne!(required.code(), 0, "{}", required.stderr);
+    assert!(
+        required
+            .stderr
+            .contains("RANKWIRE_RDMA_GDR=1 demands GPUDirect RDMA")
+            && required
+                .stderr
+                .contains("would be staged through host memory")
+            && required.stderr.contains("no RDMA device"),
+        "{}",
+        required.stderr
+    );
 }

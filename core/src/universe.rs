@@ -791,6 +791,16 @@ fn build(joined: Joined) -> Result<Universe> {
         }
         paths.gdr = Some((path, why));
     }
+    // RANKWIRE_RDMA_GDR=1 also where a peer on another node is not reached over RDMA at
+    // all (gdr_choice above only runs with an RDMA transport).
+    if rankwire_transports::rdma::GdrMode::parse(
+        crate::settings::raw("RANKWIRE_RDMA_GDR").as_deref(),
+    )
+    .ok()
+        == Some(rankwire_transports::rdma::GdrMode::Require)
+    {
+        paths.check_gdr_required()?;
+    }
     if rdma_offers {
         // Rendezvous over RDMA: the Rts carries address, length and rkey of the send
         // buffer, registered through the rdma transport, and the receiver RDMA-reads it.

@@ -54,7 +54,7 @@ for line in sys.stdin:
 ')
 [ "$(echo "$exes" | wc -l)" -eq 3 ] || { echo "ci-softroce: expected 3 test executables, got: $exes" >&2; exit 1; }
 rm -rf "$SHARE"; mkdir -p "$SHARE/bin/deps"
-cp target/debug/rwrun target/debug/rw-rdmaapp target/debug/rw-faultapp "$SHARE/bin/"
+cp target/debug/rwrun target/debug/rw-rdmaapp target/debug/rw-faultapp target/debug/rw-testapp "$SHARE/bin/"
 cargo build -p rankwire-examples --example heat2d
 mkdir -p "$SHARE/bin/examples"; cp target/debug/examples/heat2d "$SHARE/bin/examples/"
 for e in $exes; do cp "$e" "$SHARE/bin/deps/"; done

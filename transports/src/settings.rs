@@ -400,7 +400,7 @@ pub static SETTINGS: &[Setting] = &[
     rank(
         "RANKWIRE_RDMA_GDR",
         "auto",
-        "auto, 1 (require) or 0 (off)",
+        "auto, 1 (require) or 0 (off); also on/off, true/false, yes/no",
         Check::OneOf(&["auto", "1", "0", "on", "off", "true", "false", "yes", "no"]),
         "GPUDirect RDMA for device buffers: where possible (auto), required (fail init \
          where they would be staged through host memory), or off",

@@ -138,8 +138,13 @@ impl Paths {
                     )
                 } else {
                     format!(
-                        "{transport}, staged via host (cuMemcpy to and from host buffers; \
-                         eager <= {} B, rendezvous above)",
+                        "{transport}, staged via host ({} to and from host buffers; eager <= \
+                         {} B, rendezvous above)",
+                        if crate::gdr_standin::mode().is_some() {
+                            "memcpy of the test stand-in's buffers"
+                        } else {
+                            "cuMemcpy"
+                        },
                         p.eager_bytes
                     )
                 };
@@ -160,6 +165,32 @@ impl Paths {
             protocol,
             rejected,
         }
+    }
+
+    /// `RANKWIRE_RDMA_GDR=1`: where device memory is usable, every peer on another node
+    /// (or reached over RDMA) must take GPUDirect RDMA.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] naming the first pair that would stage and why.
+    pub(crate) fn check_gdr_required(&self) -> Result<()> {
+        if self.gpu.is_err() {
+            return Ok(());
+        }
+        for p in self.peers.iter().filter(|p| p.peer != self.rank) {
+            if (!p.same_node || p.route == Route::Rdma)
+                && let Some(why) = self.gdr_reason(p)
+            {
+                return Err(Error::usage(format!(
+                    "RANKWIRE_RDMA_GDR=1 demands GPUDirect RDMA, but device buffers from rank \
+                     {} to rank {} would be staged through host memory: {why}; fix: {}, or \
+                     set RANKWIRE_RDMA_GDR=auto",
+                    self.rank,
+                    p.peer,
+                    require_fix("gdr")
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Why device memory to `p` does not go NIC-direct (GPUDirect RDMA), `None` when it
@@ -315,7 +346,11 @@ fn require_fix(want: &str) -> &'static str {
             "give both nodes an RDMA device with libibverbs (RANKWIRE_IB_HCA picks one) \
              and allow rdma in RANKWIRE_TRANSPORTS"
         }
-        "gdr" => "load nvidia-peermem, or use a driver and NIC with DMA-BUF export",
+        "gdr" => {
+            "reach the peer over RDMA (an RDMA device on both nodes, rdma allowed in \
+             RANKWIRE_TRANSPORTS), with a CUDA driver and NIC that export and register \
+             DMA-BUF or nvidia-peermem loaded, and RANKWIRE_RDMA_GDR not 0"
+        }
         _ => "remove the reason named above",
     }
 }

@@ -193,7 +193,8 @@ impl GdrMode {
             Some(_) => Err(crate::ConfigError {
                 var: "RANKWIRE_RDMA_GDR",
                 value: v.unwrap_or_default().to_string(),
-                expected: "auto, 1 (require GPUDirect RDMA) or 0 (stage through host memory)",
+                expected: "auto, 1 (require GPUDirect RDMA) or 0 (stage through host memory); \
+                           also on/off, true/false, yes/no",
             }),
         }
     }
