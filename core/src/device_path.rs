@@ -103,12 +103,9 @@ impl MemActions {
                 MemAction::StageOut { sreq, src, offset } => match self.gpu.as_mut() {
                     Some(g) => g.stage_out(proto, sreq, src, offset),
                     None if self.standin => {
-                        let mut v = vec![0u8; src.len()];
                         // SAFETY: stand-in "device" memory is host memory, valid for
                         // `src.len()` bytes until the answer.
-                        unsafe {
-                            crate::gdr_standin::copy(v.as_mut_ptr(), src.as_mut_ptr(), src.len())
-                        };
+                        let v = unsafe { src.as_slice() }.to_vec();
                         proto.staged_out(sreq, offset, Ok(Payload::Owned(v)));
                     }
                     None => proto.staged_out(sreq, offset, Err(NO_GPU.into())),
@@ -116,9 +113,14 @@ impl MemActions {
                 MemAction::StageIn { rreq, dst, data } => match self.gpu.as_mut() {
                     Some(g) => g.stage_in(proto, rreq, dst, &data),
                     None if self.standin => {
-                        // SAFETY: as above; `dst.len() == data.len()`.
+                        // SAFETY: as above; `dst.len() == data.len()`, and the receive
+                        // owns `dst` until the answer.
                         unsafe {
-                            crate::gdr_standin::copy(dst.as_mut_ptr(), data.as_ptr(), data.len())
+                            std::ptr::copy_nonoverlapping(
+                                data.as_ptr(),
+                                dst.as_mut_ptr(),
+                                data.len(),
+                            )
                         };
                         proto.staged_in(rreq, Ok(()));
                     }

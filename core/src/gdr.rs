@@ -128,13 +128,8 @@ pub(crate) fn gdr_choice(
     cfg: &RdmaConfig,
     ordinal: i32,
 ) -> Result<(GdrPath, String)> {
-    if cfg.gdr == rankwire_transports::rdma::GdrMode::Off {
-        return Ok((
-            GdrPath::HostStaged,
-            "staged through host memory: RANKWIRE_RDMA_GDR=0".into(),
-        ));
-    }
-    if crate::gdr_standin::mode().is_some() {
+    // RANKWIRE_RDMA_GDR=0 stages the stand-in too (gdr_path says so below).
+    if crate::gdr_standin::mode().is_some() && cfg.gdr != rankwire_transports::rdma::GdrMode::Off {
         return Ok((
             GdrPath::StandIn,
             "stand-in (RANKWIRE_GDR_STANDIN): host memory registered through the \

@@ -202,12 +202,3 @@ impl GpuMemory for StandInGpu {
         "stand-in (host memory)".into()
     }
 }
-
-/// Copy for the stand-in's "device" copies (host memory both sides).
-///
-/// # Safety
-/// `src` valid for reads and `dst` for writes of `len` bytes, not overlapping.
-pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
-    // SAFETY: the caller's contract.
-    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-}

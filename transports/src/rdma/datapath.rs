@@ -342,7 +342,8 @@ impl RdmaTransport {
         remote_addr: u64,
         rkey: u32,
     ) -> Result<(), TransportError> {
-        self.onesided(peer, op, local, len, remote_addr, rkey, true, None)
+        // SAFETY: the caller's contract.
+        unsafe { self.onesided(peer, op, local, len, remote_addr, rkey, true, false) }
     }
 
     /// Write `len` bytes from `local` into `peer`'s memory at `remote_addr` (rkey
@@ -362,70 +363,29 @@ impl RdmaTransport {
         remote_addr: u64,
         rkey: u32,
     ) -> Result<(), TransportError> {
-        self.onesided(
-            peer,
-            op,
-            local as *mut u8,
-            len,
-            remote_addr,
-            rkey,
-            false,
-            None,
-        )
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.onesided(
+                peer,
+                op,
+                local as *mut u8,
+                len,
+                remote_addr,
+                rkey,
+                false,
+                false,
+            )
+        }
     }
 
-    /// [`RdmaTransport::get`] into device memory of `device` (GPUDirect RDMA): `local`
-    /// is registered as its allocation through the device cache, and once the last
-    /// read completed the writes are flushed where the GPU needs it
-    /// ([`crate::rdma::GpuMemory::flush`]) before [`Event::OpDone`].
+    /// A one-sided read (`read`) or write of `local`, which is device memory
+    /// registered through the device cache (GPUDirect RDMA, flushed after the last read
+    /// completes) where `device`, else host memory.
     ///
     /// # Safety
     /// As [`RdmaTransport::get`].
-    ///
-    /// # Errors
-    /// As [`RdmaTransport::get`]; device registration not enabled or refused.
-    pub unsafe fn get_device(
-        &mut self,
-        peer: u32,
-        op: u64,
-        local: *mut u8,
-        len: usize,
-        remote_addr: u64,
-        rkey: u32,
-    ) -> Result<(), TransportError> {
-        self.onesided(peer, op, local, len, remote_addr, rkey, true, Some(()))
-    }
-
-    /// [`RdmaTransport::put`] from device memory (GPUDirect RDMA).
-    ///
-    /// # Safety
-    /// As [`RdmaTransport::get`].
-    ///
-    /// # Errors
-    /// As [`RdmaTransport::get_device`].
-    pub unsafe fn put_device(
-        &mut self,
-        peer: u32,
-        op: u64,
-        local: *const u8,
-        len: usize,
-        remote_addr: u64,
-        rkey: u32,
-    ) -> Result<(), TransportError> {
-        self.onesided(
-            peer,
-            op,
-            local as *mut u8,
-            len,
-            remote_addr,
-            rkey,
-            false,
-            Some(()),
-        )
-    }
-
     #[allow(clippy::too_many_arguments)]
-    fn onesided(
+    pub(super) unsafe fn onesided(
         &mut self,
         peer: u32,
         op: u64,
@@ -434,7 +394,7 @@ impl RdmaTransport {
         remote_addr: u64,
         rkey: u32,
         read: bool,
-        device: Option<()>,
+        device: bool,
     ) -> Result<(), TransportError> {
         let Some(&c) = self.by_peer.get(&peer) else {
             return Err(TransportError::NoSuchPeer {
@@ -467,8 +427,8 @@ impl RdmaTransport {
             return Ok(());
         }
         let (held, flush) = match device {
-            None => (self.registry.acquire_host(local as u64, len as u64), None),
-            Some(()) => match self.registry.acquire_device(local as u64, len as u64) {
+            false => (self.registry.acquire_host(local as u64, len as u64), None),
+            true => match self.registry.acquire_device(local as u64, len as u64) {
                 // Only data written into GPU memory needs a flush.
                 Ok((h, dev)) => (Ok(h), read.then_some(dev)),
                 Err(e) => (Err(e), None),
@@ -476,7 +436,7 @@ impl RdmaTransport {
         };
         let held = held.map_err(|e| TransportError::Os {
             transport: NAME,
-            call: if device.is_some() {
+            call: if device {
                 "device memory registration"
             } else {
                 "memory registration"

@@ -1273,14 +1273,19 @@ impl crate::Transport for RdmaTransport {
     ) -> Result<crate::OpStart, TransportError> {
         let gpu = self.registry.has_gpu();
         let (addr, rkey) = remote_range(peer, "get", dst, src, offset_bytes, gpu)?;
-        let local = dst.addr as *mut u8;
+        let device = dst.kind != crate::MemoryKind::Host;
         // SAFETY: the trait's contract on `dst` is the one of the inherent `get`.
         unsafe {
-            if dst.kind == crate::MemoryKind::Host {
-                RdmaTransport::get(self, peer, op, local, dst.len_bytes, addr, rkey)
-            } else {
-                self.get_device(peer, op, local, dst.len_bytes, addr, rkey)
-            }
+            self.onesided(
+                peer,
+                op,
+                dst.addr as *mut u8,
+                dst.len_bytes,
+                addr,
+                rkey,
+                true,
+                device,
+            )
         }?;
         Ok(crate::OpStart::Pending)
     }
@@ -1297,14 +1302,19 @@ impl crate::Transport for RdmaTransport {
     ) -> Result<crate::OpStart, TransportError> {
         let gpu = self.registry.has_gpu();
         let (addr, rkey) = remote_range(peer, "put", src, dst, offset_bytes, gpu)?;
-        let local = src.addr as *const u8;
+        let device = src.kind != crate::MemoryKind::Host;
         // SAFETY: the trait's contract on `src` is the one of the inherent `put`.
         unsafe {
-            if src.kind == crate::MemoryKind::Host {
-                RdmaTransport::put(self, peer, op, local, src.len_bytes, addr, rkey)
-            } else {
-                self.put_device(peer, op, local, src.len_bytes, addr, rkey)
-            }
+            self.onesided(
+                peer,
+                op,
+                src.addr as *mut u8,
+                src.len_bytes,
+                addr,
+                rkey,
+                false,
+                device,
+            )
         }?;
         Ok(crate::OpStart::Pending)
     }
