@@ -97,6 +97,32 @@ fn allreduce_floats_are_bitwise_identical_on_every_rank() {
     run_ok(8, &[], &["bits"]);
 }
 
+/// The single-copy allreduce (core/src/coll/single_copy.rs) turned on from the first
+/// byte: the reference suite (every operation and type, non-commutative included, at
+/// counts down to 1 element on 8 ranks, where most blocks are empty), the in-place
+/// forms against the out-of-place bits, and non-integer sums bitwise equal on every
+/// rank; then with cross-memory attach off, where the ranks agree not to take it.
+#[test]
+fn single_copy_allreduce_matches_the_reference() {
+    let on = [("RANKWIRE_ALLREDUCE_SINGLE_COPY", "1")];
+    for n in 2..=8 {
+        run_ok(n, &on, &counts(n));
+    }
+    for n in [2, 3, 4] {
+        run_ok(n, &on, &IN_PLACE_COUNTS);
+    }
+    run_ok(5, &on, &["bits-single-copy"]);
+    run_ok(2, &[], &["bits-single-copy"]);
+    run_ok(
+        3,
+        &[
+            ("RANKWIRE_ALLREDUCE_SINGLE_COPY", "1"),
+            ("RANKWIRE_CMA", "0"),
+        ],
+        &counts(3),
+    );
+}
+
 /// Counts of the in-place scenario: 0, tiny, and vectors on both sides of the
 /// allreduce switch points (the direct path ends at 64 KiB, 2 ranks leave recursive
 /// doubling between 8 and 64 KiB, 4 ranks take Rabenseifner from 64 KiB): 1000 f32 are

@@ -41,6 +41,9 @@ pub(crate) struct CommState {
     releaser: Option<Release>,
     /// The peer-memory path of device collectives (decided at the first one).
     pub(crate) peer: std::sync::Mutex<crate::coll::device_peer::PeerSlot>,
+    /// Whether every rank reads every other by cross-memory attach, agreed at the first
+    /// single-copy allreduce (`coll/single_copy.rs`).
+    pub(crate) single_copy: std::sync::OnceLock<bool>,
 }
 
 impl Drop for CommState {
@@ -73,6 +76,7 @@ impl CommState {
             cfg,
             releaser: None,
             peer: std::sync::Mutex::new(Default::default()),
+            single_copy: std::sync::OnceLock::new(),
         })
     }
 

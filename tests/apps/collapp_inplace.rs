@@ -31,16 +31,19 @@ pub(crate) fn inplace(w: &Communicator, count: usize) -> Result<()> {
         .map(|i| (0..p).map(|r| val(r, i)).sum())
         .collect();
 
-    // allreduce: blocking (the direct path for small vectors), nonblocking (always the
-    // schedule), both against the out-of-place bits.
+    // allreduce: blocking (the direct path for small vectors, single copy for large
+    // ones), nonblocking (always the schedule), each against the out-of-place bits of
+    // the same form.
     let mut out = vec![0f32; count];
     w.allreduce(&x, &mut out, Op::Sum)?;
     let mut buf = x.clone();
     w.allreduce_in_place(&mut buf, Op::Sum)?;
     expect(&c("allreduce_in_place bits"), &bits(&buf), &bits(&out))?;
+    let mut nout = vec![0f32; count];
+    w.iallreduce(&x, &mut nout, Op::Sum)?.wait()?;
     let mut nb = x.clone();
     w.iallreduce_in_place(&mut nb, Op::Sum)?.wait()?;
-    expect(&c("iallreduce_in_place bits"), &bits(&nb), &bits(&out))?;
+    expect(&c("iallreduce_in_place bits"), &bits(&nb), &bits(&nout))?;
     let mut ib = vals(me, count);
     w.allreduce_in_place(&mut ib, Op::Sum)?;
     expect(&c("allreduce_in_place i64 sum"), &ib, &sum)?;

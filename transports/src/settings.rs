@@ -315,6 +315,16 @@ pub static SETTINGS: &[Setting] = &[
         Check::Switch,
         "a waiting sender copies half of a large single-copy message",
     ),
+    rank(
+        "RANKWIRE_ALLREDUCE_SINGLE_COPY",
+        "65537 (just above 64 KiB)",
+        "a byte count, 0 for off (suffix K, M or G optional)",
+        Check::Bytes {
+            min: 0,
+            max: 1 << 50,
+        },
+        "smallest blocking host allreduce (bytes per rank) that reads the peers' buffers by single copy when every rank of the communicator is on one node",
+    ),
     // TCP.
     rank(
         "RANKWIRE_TCP_IF",

@@ -36,6 +36,18 @@ impl Communicator {
         let bytes = std::mem::size_of_val(send);
         if op.is_defined()
             && recv.len() == send.len()
+            && let Some(r) = self.allreduce_single_copy(
+                self.st.cfg.allreduce_forced(),
+                Some(bytemuck::cast_slice(send)),
+                bytemuck::cast_slice_mut(recv),
+                std::mem::size_of::<T>(),
+                &|s: &[u8], d: &mut [u8], left: bool| op.apply_bytes(s, d, left),
+            )
+        {
+            return r;
+        }
+        if op.is_defined()
+            && recv.len() == send.len()
             && let Ok(algo) = self
                 .st
                 .cfg
@@ -104,6 +116,17 @@ impl Communicator {
     ) -> Result<()> {
         let op = op.into();
         let bytes = std::mem::size_of_val(buf);
+        if op.is_defined()
+            && let Some(r) = self.allreduce_single_copy(
+                self.st.cfg.allreduce_forced(),
+                None,
+                bytemuck::cast_slice_mut(buf),
+                std::mem::size_of::<T>(),
+                &|s: &[u8], d: &mut [u8], left: bool| op.apply_bytes(s, d, left),
+            )
+        {
+            return r;
+        }
         if op.is_defined()
             && let Ok(algo) = self
                 .st

@@ -3,8 +3,8 @@
 //! Every collective is a method of [`Communicator`] in a blocking form (`allreduce`)
 //! and a nonblocking one (`iallreduce`, MPI 4.1 §6.12) returning a [`CollRequest`] that
 //! borrows the buffers until it completes. All ranks of the communicator must call the
-//! same collectives in the same order (blocking and nonblocking alike), with matching
-//! arguments; `RANKWIRE_COLL_CHECK=1` verifies that ([`check`](self#mismatch-detection)).
+//! same collectives in the same order (blocking and nonblocking alike; a blocking call
+//! matches only a blocking one, MPI 4.1 §6.12), with matching arguments; `RANKWIRE_COLL_CHECK=1` verifies that ([`check`](self#mismatch-detection)).
 //!
 //! The reductions, allgather, reduce_scatter_block and the scans also have in-place
 //! forms (`allreduce_in_place`, …; MPI_IN_PLACE): the same schedules with the input
@@ -38,7 +38,7 @@
 //! | barrier | butterfly (power-of-two sizes), dissemination (others) | Brooks 1986; Hensgen, Finkel, Manber 1988 |
 //! | bcast | `binomial`, `scatter_allgather` | MPICH; Barnett et al. 1994 / van de Geijn |
 //! | reduce | `binomial` | MPICH |
-//! | allreduce | `recursive_doubling`, `rabenseifner`, `ring`, `reduce_bcast` | Thakur et al. 2005; Rabenseifner 2004; Patarasuk & Yuan 2009 |
+//! | allreduce | `recursive_doubling`, `rabenseifner`, `ring`, `reduce_bcast`; blocking, above 64 KiB, one node: single copy (`single_copy.rs`) | Thakur et al. 2005; Rabenseifner 2004; Patarasuk & Yuan 2009; Jain et al. 2018 |
 //! | gather, scatter | `linear`, `binomial` | MPICH |
 //! | gatherv, scatterv | linear | MPICH |
 //! | allgather | `ring`, `bruck`, `recursive_doubling` (2^k ranks) | Bruck et al. 1997; Thakur et al. 2005 |
@@ -55,14 +55,14 @@
 //! Every algorithm combines contributions in a fixed bracketing that depends only on
 //! the communicator size, the count and the algorithm, never on timing, so a result is
 //! reproducible run to run. Operand order is kept (`a_i` left of `a_j` for `i < j`) by
-//! recursive doubling, Rabenseifner, binomial reduce, `reduce_bcast`,
+//! recursive doubling, Rabenseifner, single copy, binomial reduce, `reduce_bcast`,
 //! `reduce_scatterv` and scan; ring algorithms combine block `b` starting at rank `b`
 //! (allreduce) or `b + 1` (reduce-scatter) and go round the ring, so they serve only
 //! commutative operations (every built-in one; a [`UserOp`] declared
 //! non-commutative gets an order-keeping algorithm instead).
 //!
-//! Allreduce results are bitwise identical on every rank: in ring and Rabenseifner each
-//! block is reduced by exactly one rank and copied to the others; in recursive
+//! Allreduce results are bitwise identical on every rank: in ring, Rabenseifner and
+//! single copy each block is reduced by exactly one rank and copied to the others; in recursive
 //! doubling both partners of an exchange evaluate the same expression (lower ranks'
 //! partial result on the left) on the same bits; `reduce_bcast` broadcasts rank 0's
 //! result. Different algorithms may round differently from each other.
@@ -95,6 +95,7 @@ mod reduce;
 mod reduce_scatter;
 mod scan;
 pub(crate) mod sched;
+mod single_copy;
 
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -302,6 +302,9 @@ pub(crate) struct CollConfig {
     pub(crate) check: bool,
     pub(crate) overrides: Overrides,
     pub(crate) model: CostModel,
+    /// `RANKWIRE_ALLREDUCE_SINGLE_COPY`: smallest blocking host allreduce (bytes per
+    /// rank) read by single copy among the ranks of one node (`single_copy.rs`); 0: off.
+    pub(crate) single_copy_min: usize,
 }
 
 impl CollConfig {
@@ -314,6 +317,11 @@ impl CollConfig {
             check: crate::settings::switch_or_unset("RANKWIRE_COLL_CHECK") == Some(true),
             overrides: Overrides::from_lookup(crate::settings::raw),
             model: CostModel::DEFAULT,
+            single_copy_min: crate::settings::raw("RANKWIRE_ALLREDUCE_SINGLE_COPY")
+                .and_then(|v| crate::settings::parse_bytes(&v))
+                .map_or(super::single_copy::DEFAULT_MIN_BYTES, |n| {
+                    usize::try_from(n).unwrap_or(usize::MAX)
+                }),
         }
     }
 
@@ -574,6 +582,7 @@ mod tests {
                 vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone())
             }),
             model: CostModel::DEFAULT,
+            single_copy_min: 0,
         }
     }
 
