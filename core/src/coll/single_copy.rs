@@ -228,47 +228,47 @@ impl Communicator {
             }
             peers[from] = b;
         }
-        let read = |from: usize, addr: u64, offset: usize, dst: &mut [u8]| -> Result<()> {
-            let local = LocalBuf {
-                addr: dst.as_mut_ptr() as u64,
-                len_bytes: dst.len(),
-                kind: MemoryKind::Host,
-            };
-            let src = RemoteMem::HostCma {
-                pid: peers[from].pid,
+        // One copy between `local` (this rank's memory) and `peer`'s memory at `addr` +
+        // `offset`: into `local` (`process_vm_readv`), or out of it when `write`.
+        let copy = |peer: usize, addr: u64, offset: usize, local: LocalBuf, write: bool| {
+            let remote = RemoteMem::HostCma {
+                pid: peers[peer].pid,
                 addr,
             };
-            // SAFETY: `dst` is this rank's own buffer, borrowed mutably for the call.
-            unsafe { cma.get(local, &src, offset as u64) }
-                .map(|_| ())
-                .map_err(|e| Error::Transport {
-                    transport: "cma",
-                    peer: self.st.group[from],
-                    detail: format!(
-                        "{WHAT}: reading rank {from}'s buffer by cross-memory attach failed: {e}"
-                    ),
-                })
+            // SAFETY: `local` is this rank's own buffer, borrowed for the call (mutably
+            // when read into, unchanged while written out).
+            let r = unsafe {
+                if write {
+                    cma.put(local, &remote, offset as u64)
+                } else {
+                    cma.get(local, &remote, offset as u64)
+                }
+            };
+            r.map(|_| ()).map_err(|e| Error::Transport {
+                transport: "cma",
+                peer: self.st.group[peer],
+                detail: format!(
+                    "{WHAT}: {} rank {peer}'s buffer by cross-memory attach failed: {e}",
+                    if write { "writing into" } else { "reading" }
+                ),
+            })
         };
-        let write = |to: usize, src: &[u8], offset: usize| -> Result<()> {
-            let local = LocalBuf {
-                addr: src.as_ptr() as u64,
-                len_bytes: src.len(),
-                kind: MemoryKind::Host,
-            };
-            let dst = RemoteMem::HostCma {
-                pid: peers[to].pid,
-                addr: peers[to].recv,
-            };
-            // SAFETY: `src` is this rank's own buffer, not written during the call.
-            unsafe { cma.put(local, &dst, offset as u64) }
-                .map(|_| ())
-                .map_err(|e| Error::Transport {
-                    transport: "cma",
-                    peer: self.st.group[to],
-                    detail: format!(
-                        "{WHAT}: writing into rank {to}'s buffer by cross-memory attach failed: {e}"
-                    ),
-                })
+        let host = |addr: *const u8, len_bytes: usize| LocalBuf {
+            addr: addr as u64,
+            len_bytes,
+            kind: MemoryKind::Host,
+        };
+        let read = |from: usize, addr: u64, offset: usize, dst: &mut [u8]| {
+            copy(from, addr, offset, host(dst.as_mut_ptr(), dst.len()), false)
+        };
+        let write = |to: usize, src: &[u8], offset: usize| {
+            copy(
+                to,
+                peers[to].recv,
+                offset,
+                host(src.as_ptr(), src.len()),
+                true,
+            )
         };
         // 2. Reduce-scatter of this rank's block, a segment at a time.
         let elems = n / es;
