@@ -151,6 +151,7 @@ c_tests!(
     null_noncontig,
     request_errhandler,
     request_free,
+    aliased_allreduce,
 );
 
 /// Every C program in abi/tests/c has a test above.
@@ -345,6 +346,11 @@ const NOT_ON_MPICH: &[(&str, &str)] = &[
         "p2p_modes",
         "checks that MPI_Error_string names the class (MPI_ERR_TAG); MPICH 5.0.2 says \
          \"Invalid tag\"",
+    ),
+    (
+        "aliased_allreduce",
+        "passes the same buffer as sendbuf and recvbuf of MPI_Allreduce (erroneous; \
+         rankwire treats it as MPI_IN_PLACE, MPICH 5.0.2 returns MPI_ERR_BUFFER)",
     ),
     (
         "request_errhandler",

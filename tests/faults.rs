@@ -94,6 +94,14 @@ fn rank_sigkilled_inside_a_collective() {
     killed_rank("coll");
 }
 
+/// The same inside a blocking 4 MiB allreduce, which reads and writes the other ranks'
+/// buffers by cross-memory attach (coll/single_copy.rs): a copy that finds the victim
+/// gone reports the runtime's connection error for it, not a `cma` transport error.
+#[test]
+fn rank_sigkilled_inside_a_single_copy_allreduce() {
+    killed_rank("coll-single-copy");
+}
+
 #[test]
 fn rwrun_sigkilled_while_ranks_wait_in_rankwire() {
     // B015: ranks blocked in a receive must go when the launcher is SIGKILLed.

@@ -234,7 +234,11 @@ pub unsafe fn allreduce(
     let c = lookup(comm)?;
     let red = plan(op, dt)?;
     let n = crate::datatype::count(count)?;
-    let inplace = is_in_place(send);
+    // `send == recv` without MPI_IN_PLACE aliases the buffers (erroneous, MPI 4.1 §2.3,
+    // and MPICH refuses it), but C programs do it: it is the in-place form, since the
+    // input is in `recv`. Taken as two buffers, an algorithm that receives into `recv`
+    // before reading `send` would combine a peer's vector with itself.
+    let inplace = is_in_place(send) || (n > 0 && std::ptr::eq(send, recv));
     let rs = span(recv, n, &red.ty);
     let ss = if inplace { rs } else { span(send, n, &red.ty) };
     if let Some((d, o)) = device_plan(&red)

@@ -49,6 +49,7 @@ fn main() {
         "overlap" => overlap(world),
         "check" => check_mode(world),
         "nocheck" => nocheck(world),
+        "nocheck-single-copy" => nocheck_single_copy(world),
         "soak" => soak(world, common::arg(args, 2, 10_000)),
         "reuse" => reuse(world),
         "exhaust" => exhaust(world),
@@ -749,6 +750,22 @@ fn nocheck(w: &Communicator) -> Result<()> {
     match w.allreduce(&vec![1i64; n], &mut out, ReduceOp::from(Op::Sum)) {
         Err(Error::Collective(m)) if m.contains("bytes where") => {
             println!("rank {me}: nocheck: {m}");
+            Ok(())
+        }
+        other => fail(&format!("expected a collective error, got {other:?}")),
+    }
+}
+
+/// The same above 64 KiB, where the blocking allreduce takes the single-copy path
+/// (coll/single_copy.rs): the last rank passes one element more, and every rank, not
+/// only those that exchange descriptors with it first, fails with the mismatch.
+fn nocheck_single_copy(w: &Communicator) -> Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let n = if me == p - 1 { 20_001 } else { 20_000 };
+    let mut out = vec![0i64; n];
+    match w.allreduce(&vec![1i64; n], &mut out, Op::Sum) {
+        Err(Error::Collective(m)) if m.contains("bytes where this rank passed") => {
+            println!("rank {me}: nocheck-single-copy: {m}");
             Ok(())
         }
         other => fail(&format!("expected a collective error, got {other:?}")),

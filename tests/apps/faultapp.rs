@@ -69,11 +69,32 @@ fn kill(w: &Communicator, mode: &str, victim: usize, iterations: usize) -> Resul
         "eager" => 1024,
         "rndv" => 1 << 20,
         "coll" => 256 * 1024,
+        "coll-single-copy" => 4 << 20,
         other => fail(&format!("unknown kill mode {other:?}")),
     };
     let out = vec![me as u8; len];
     let mut inb = vec![0u8; len];
     for i in 0..1_000_000usize {
+        if mode == "coll-single-copy" {
+            // Blocking, 4 MiB: the single-copy allreduce (coll/single_copy.rs); the
+            // victim dies from another thread while it copies to and from the others.
+            let src = vec![1.0f64; len / 8];
+            let mut dst = vec![0.0f64; len / 8];
+            if me == victim && i == iterations {
+                std::thread::spawn(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    sigkill_self();
+                });
+            }
+            w.allreduce(&src, &mut dst, Op::Sum)?;
+            if dst[len / 8 - 1] != n as f64 {
+                fail(&format!(
+                    "allreduce gave {} instead of {n}",
+                    dst[len / 8 - 1]
+                ));
+            }
+            continue;
+        }
         if mode == "coll" {
             let src = vec![1.0f64; len / 8];
             let mut dst = vec![0.0f64; len / 8];

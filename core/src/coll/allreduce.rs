@@ -1,4 +1,5 @@
-//! Allreduce (MPI 4.1 §6.9.6): recursive doubling, Rabenseifner, ring, reduce + bcast.
+//! Allreduce (MPI 4.1 §6.9.6): recursive doubling, Rabenseifner, ring, reduce + bcast
+//! (schedules); the blocking form also takes `direct.rs` and `single_copy.rs`.
 
 use bytemuck::Pod;
 
@@ -20,12 +21,17 @@ impl Communicator {
     ///
     /// Algorithm ([`AllreduceAlgo`], `RANKWIRE_ALLREDUCE_ALGO` overrides): recursive
     /// doubling for small vectors, Rabenseifner or ring for large ones, chosen by the
-    /// cost model; non-commutative operations never use the ring.
+    /// cost model; non-commutative operations never use the ring. Vectors above 64 KiB
+    /// on a communicator whose ranks all read each other by cross-memory attach (one
+    /// node) take the single-copy allreduce instead, unless an algorithm is forced
+    /// (`RANKWIRE_ALLREDUCE_SINGLE_COPY`; module doc of `coll/single_copy.rs`). This
+    /// blocking call matches only the blocking call on the other ranks (MPI 4.1 §6.12).
     ///
     /// # Errors
     /// [`crate::Error::Usage`] if the lengths differ or `op` is not defined on `T`;
     /// [`crate::Error::Collective`] if ranks pass different counts or operations;
-    /// [`crate::Error::Connection`] if a peer died.
+    /// [`crate::Error::Connection`] if a peer died; [`crate::Error::Transport`] of
+    /// `cma` if a single-copy read or write failed while its peer lived.
     pub fn allreduce<T: Pod>(
         &self,
         send: &[T],

@@ -77,6 +77,11 @@ const DESC_BYTES: usize = 32;
 
 const WHAT: &str = "allreduce";
 
+/// How long a rank whose copy failed waits for the runtime's report of that peer's
+/// death (its transport notices the exit and reports it after a short delay,
+/// engine.rs), before reporting the copy's own error.
+const LOST_PEER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Byte range `[start, end)` of block `b` of a vector of `elems` elements of `es` bytes
 /// split over `p` ranks: `elems / p` elements each, the first `elems % p` blocks one
 /// more.
@@ -182,7 +187,34 @@ impl Communicator {
             return Some(Err(e));
         }
         let tag = tag_base(self.st.next_seq());
+        // A send buffer that is the receive buffer (erroneous in MPI without
+        // MPI_IN_PLACE, common in C programs) is the in-place form: reading the first
+        // peer's segment straight into the receive buffer would overwrite the input.
+        let send = send.filter(|s| s.as_ptr() != recv.as_ptr());
         Some(self.single_copy(tag, send, recv, elem_bytes, red))
+    }
+
+    /// The error of a failed cross-memory-attach copy with communicator rank `peer`.
+    /// The usual cause is a peer that died (`ESRCH`, also while it is a zombie not yet
+    /// reaped): the runtime's own report of that peer is waited for (at most
+    /// [`LOST_PEER_WAIT`]), so that the call fails as any other does when a peer dies
+    /// ([`Error::Connection`] naming it, after the launcher had time to name the
+    /// signal). Without such a report, an [`Error::Transport`] of `cma` with
+    /// `detail()`.
+    fn cma_failed(&self, peer: usize, detail: impl FnOnce() -> String) -> Error {
+        let w = self.st.group[peer];
+        let deadline = std::time::Instant::now() + LOST_PEER_WAIT;
+        let lost = self.inner.wait_with(self.inner.lock(), |e| {
+            if let Some(err) = e.proto.peer_failure(w) {
+                return Some(Some(err.clone()));
+            }
+            (std::time::Instant::now() >= deadline).then_some(None)
+        });
+        lost.unwrap_or_else(|| Error::Transport {
+            transport: "cma",
+            peer: w,
+            detail: detail(),
+        })
     }
 
     fn single_copy(
@@ -213,13 +245,17 @@ impl Communicator {
             };
             p
         ];
+        // Every round runs even after a length mismatch, so that every rank gets all
+        // descriptors (and each sees the mismatch) instead of one waiting for a round
+        // another rank skipped.
+        let mut mismatch = None;
         for d in 1..p {
             let (to, from) = ((me + d) % p, (me + p - d) % p);
             let mut got = [0u8; DESC_BYTES];
             self.exchange(WHAT, tag, to, &desc, from, &mut got)?;
             let b = decode_desc(&got);
-            if b.len != n as u64 {
-                return Err(Error::Collective(format!(
+            if b.len != n as u64 && mismatch.is_none() {
+                mismatch = Some(Error::Collective(format!(
                     "{WHAT}: rank {from} passed {} bytes where this rank passed {n}; the ranks \
                      disagree on counts or datatypes (set RANKWIRE_COLL_CHECK=1 to name the \
                      difference)",
@@ -227,6 +263,9 @@ impl Communicator {
                 )));
             }
             peers[from] = b;
+        }
+        if let Some(e) = mismatch {
+            return Err(e);
         }
         // One copy between `local` (this rank's memory) and `peer`'s memory at `addr` +
         // `offset`: into `local` (`process_vm_readv`), or out of it when `write`.
@@ -244,13 +283,13 @@ impl Communicator {
                     cma.get(local, &remote, offset as u64)
                 }
             };
-            r.map(|_| ()).map_err(|e| Error::Transport {
-                transport: "cma",
-                peer: self.st.group[peer],
-                detail: format!(
-                    "{WHAT}: {} rank {peer}'s buffer by cross-memory attach failed: {e}",
-                    if write { "writing into" } else { "reading" }
-                ),
+            r.map(|_| ()).map_err(|e| {
+                self.cma_failed(peer, || {
+                    format!(
+                        "{WHAT}: {} rank {peer}'s buffer by cross-memory attach failed: {e}",
+                        if write { "writing into" } else { "reading" }
+                    )
+                })
             })
         };
         let host = |addr: *const u8, len_bytes: usize| LocalBuf {
