@@ -321,6 +321,9 @@ pub(crate) struct Paths {
     /// decided at init where an RDMA transport and device memory (or the stand-in)
     /// exist; `None` otherwise.
     pub(crate) gdr: Option<(rankwire_transports::rdma::GdrPath, String)>,
+    /// Process id of each world rank as it published it at start-up (for cross-memory
+    /// attach), where it did; empty until the start-up records are read.
+    pub(crate) pids: Vec<Option<u32>>,
 }
 
 /// The memory kinds of the table, as rows name them.
@@ -403,6 +406,7 @@ pub(crate) fn select(input: &Input) -> Result<Paths> {
         notes: Vec::new(),
         rdma_device: None,
         gdr: None,
+        pids: Vec::new(),
     })
 }
 

@@ -657,6 +657,7 @@ fn build(joined: Joined) -> Result<Universe> {
         paths.notes = gpu_sharing_notes(&node_ids, gpu_facts);
         paths.rdma_device = rdma_probe.dev.as_ref().map(|d| d.why().to_string());
     }
+    paths.pids = probe_at.iter().map(|p| p.map(|(pid, _)| pid)).collect();
     log_choices(&paths);
     let routes = paths.routes();
     let tcp_peers: Vec<u32> = (0..size)

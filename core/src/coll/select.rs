@@ -295,6 +295,14 @@ impl Overrides {
     }
 }
 
+/// Default of `RANKWIRE_ALLREDUCE_SINGLE_COPY`: smallest vector (bytes per rank) that
+/// takes the single-copy allreduce (`single_copy.rs`), just above the direct path's
+/// largest (`direct.rs`, 64 KiB; asserted in `single_copy.rs`). Up to there recursive doubling, whose
+/// messages are eager or one rendezvous each, costs less than the two rounds of
+/// messages of single copy; above it the schedules took 1.5–3 times as long
+/// (benches/results/2026-12-05_single-copy-allreduce/).
+pub(crate) const SINGLE_COPY_MIN_BYTES: usize = (64 << 10) + 1;
+
 /// Collective configuration of one communicator.
 #[derive(Debug, Clone)]
 pub(crate) struct CollConfig {
@@ -319,7 +327,7 @@ impl CollConfig {
             model: CostModel::DEFAULT,
             single_copy_min: crate::settings::raw("RANKWIRE_ALLREDUCE_SINGLE_COPY")
                 .and_then(|v| crate::settings::parse_bytes(&v))
-                .map_or(super::single_copy::DEFAULT_MIN_BYTES, |n| {
+                .map_or(SINGLE_COPY_MIN_BYTES, |n| {
                     usize::try_from(n).unwrap_or(usize::MAX)
                 }),
         }

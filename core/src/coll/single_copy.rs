@@ -13,7 +13,10 @@
 //! 1. **Descriptors.** Each rank sends every other rank its pid, the address of its
 //!    input (the send buffer, or the receive buffer in place), of its receive buffer
 //!    and the vector length (p − 1 rounds of small exchanges, which also tell that
-//!    every rank has entered the call, so its buffers may be read).
+//!    every rank has entered the call, so its buffers may be read). A descriptor whose
+//!    pid is not the one its rank published at start-up, or whose length differs, fails
+//!    the call on every rank (after all rounds, so that none waits for a skipped one)
+//!    before any memory is touched.
 //! 2. **Reduce-scatter.** Block `i` (elements split as evenly as possible, lower blocks
 //!    one element larger) belongs to rank `i`. For every segment of its block
 //!    ([`SEGMENT_BYTES`]) a rank reads the same segment of each lower rank's input and
@@ -39,7 +42,7 @@
 //!
 //! It runs only for the blocking host forms (`allreduce`, `allreduce_in_place`), for
 //! vectors of at least `RANKWIRE_ALLREDUCE_SINGLE_COPY` bytes (default
-//! [`DEFAULT_MIN_BYTES`]; 0 turns it off), when no allreduce algorithm is forced and
+//! [`super::select::SINGLE_COPY_MIN_BYTES`]; 0 turns it off), when no allreduce algorithm is forced and
 //! the collective check is off, on communicators whose ranks agreed (once, at the first
 //! such call, by an allreduce of a flag) that each can read every other by
 //! cross-memory attach. Blocking and nonblocking calls of one collective do not match
@@ -59,13 +62,10 @@ use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::select::HostRndv;
 
-/// Default of `RANKWIRE_ALLREDUCE_SINGLE_COPY`: smallest vector (bytes per rank) that
-/// takes this path, just above the direct path's largest
-/// ([`super::direct::MAX_DIRECT_ALLREDUCE_BYTES`], 64 KiB). Up to there recursive
-/// doubling, whose messages are eager or one rendezvous each, costs less than the two
-/// rounds of messages here; above it the schedules took 1.5–2 times as long
-/// (benches/results/2026-12-05_single-copy-allreduce/).
-pub(crate) const DEFAULT_MIN_BYTES: usize = super::direct::MAX_DIRECT_ALLREDUCE_BYTES + 1;
+// The default size is `super::select::SINGLE_COPY_MIN_BYTES` (the settings live with the
+// other collective settings, which this file reads through `CollConfig`).
+const _: () =
+    assert!(super::select::SINGLE_COPY_MIN_BYTES == super::direct::MAX_DIRECT_ALLREDUCE_BYTES + 1);
 
 /// Bytes of one reduce-scatter segment: read from a peer into a temporary of this size
 /// and combined while it is in the cache (L2 is 512 KiB per core on the machines here).
@@ -125,14 +125,14 @@ impl Communicator {
     /// host rendezvous with each is single copy by CMA), before agreement.
     fn single_copy_local(&self) -> bool {
         let me = self.st.group[self.rank()];
+        let paths = &self.inner.paths;
         self.st.group.iter().all(|&w| {
             w == me
-                || self
-                    .inner
-                    .paths
+                || paths
                     .peers
                     .get(w as usize)
                     .is_some_and(|p| p.same_node && matches!(p.rndv, HostRndv::Cma { .. }))
+                    && paths.pids.get(w as usize).is_some_and(Option::is_some)
         })
     }
 
@@ -254,7 +254,25 @@ impl Communicator {
             let mut got = [0u8; DESC_BYTES];
             self.exchange(WHAT, tag, to, &desc, from, &mut got)?;
             let b = decode_desc(&got);
-            if b.len != n as u64 && mismatch.is_none() {
+            // The process the runtime learned at start-up for that rank: a descriptor
+            // naming another one is not this call's (mismatched collectives), and its
+            // addresses must not be touched.
+            let known = self
+                .inner
+                .paths
+                .pids
+                .get(self.st.group[from] as usize)
+                .copied()
+                .flatten();
+            if mismatch.is_none() && known != Some(b.pid) {
+                mismatch = Some(Error::Collective(format!(
+                    "{WHAT}: rank {from} sent a descriptor naming process {} where its process \
+                     is {}; the ranks called different collectives (set \
+                     RANKWIRE_COLL_CHECK=1 to name the difference)",
+                    b.pid,
+                    known.map_or("unknown".to_string(), |p| p.to_string())
+                )));
+            } else if b.len != n as u64 && mismatch.is_none() {
                 mismatch = Some(Error::Collective(format!(
                     "{WHAT}: rank {from} passed {} bytes where this rank passed {n}; the ranks \
                      disagree on counts or datatypes (set RANKWIRE_COLL_CHECK=1 to name the \
