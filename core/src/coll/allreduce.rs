@@ -12,6 +12,28 @@ use crate::comm::Communicator;
 use crate::error::Result;
 
 impl Communicator {
+    /// The blocking forms' paths without a schedule, on `send` (`None`: in place) →
+    /// `recv` as bytes: the single-copy allreduce (`single_copy.rs`), else recursive
+    /// doubling run directly (`direct.rs`). `None`: neither applies, run the schedule.
+    fn allreduce_without_schedule<T: Pod>(
+        &self,
+        send: Option<&[u8]>,
+        recv: &mut [u8],
+        op: &ReduceOp<T>,
+    ) -> Option<Result<()>> {
+        let es = std::mem::size_of::<T>();
+        let red = |s: &[u8], d: &mut [u8], left: bool| op.apply_bytes(s, d, left);
+        if let Some(r) = self.allreduce_single_copy(send, recv, es, &red) {
+            return Some(r);
+        }
+        let algo = self
+            .st
+            .cfg
+            .allreduce(self.size(), recv.len(), op.is_commutative())
+            .ok()?;
+        self.allreduce_direct(algo, send, recv, es, &red)
+    }
+
     /// Reduce every rank's `send` element-wise with `op` and deliver the result to
     /// every rank's `recv` (MPI_Allreduce, MPI 4.1 §6.9.6).
     ///
@@ -39,31 +61,12 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
         let op = op.into();
-        let bytes = std::mem::size_of_val(send);
         if op.is_defined()
             && recv.len() == send.len()
-            && let Some(r) = self.allreduce_single_copy(
-                self.st.cfg.allreduce_forced(),
+            && let Some(r) = self.allreduce_without_schedule(
                 Some(bytemuck::cast_slice(send)),
                 bytemuck::cast_slice_mut(recv),
-                std::mem::size_of::<T>(),
-                &|s: &[u8], d: &mut [u8], left: bool| op.apply_bytes(s, d, left),
-            )
-        {
-            return r;
-        }
-        if op.is_defined()
-            && recv.len() == send.len()
-            && let Ok(algo) = self
-                .st
-                .cfg
-                .allreduce(self.size(), bytes, op.is_commutative())
-            && let Some(r) = self.allreduce_direct(
-                algo,
-                Some(bytemuck::cast_slice(send)),
-                bytemuck::cast_slice_mut(recv),
-                std::mem::size_of::<T>(),
-                &|s: &[u8], d: &mut [u8], left: bool| op.apply_bytes(s, d, left),
+                &op,
             )
         {
             return r;
@@ -121,30 +124,9 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
         let op = op.into();
-        let bytes = std::mem::size_of_val(buf);
         if op.is_defined()
-            && let Some(r) = self.allreduce_single_copy(
-                self.st.cfg.allreduce_forced(),
-                None,
-                bytemuck::cast_slice_mut(buf),
-                std::mem::size_of::<T>(),
-                &|s: &[u8], d: &mut [u8], left: bool| op.apply_bytes(s, d, left),
-            )
-        {
-            return r;
-        }
-        if op.is_defined()
-            && let Ok(algo) = self
-                .st
-                .cfg
-                .allreduce(self.size(), bytes, op.is_commutative())
-            && let Some(r) = self.allreduce_direct(
-                algo,
-                None,
-                bytemuck::cast_slice_mut(buf),
-                std::mem::size_of::<T>(),
-                &|s: &[u8], d: &mut [u8], left: bool| op.apply_bytes(s, d, left),
-            )
+            && let Some(r) =
+                self.allreduce_without_schedule(None, bytemuck::cast_slice_mut(buf), &op)
         {
             return r;
         }

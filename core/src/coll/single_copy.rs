@@ -102,7 +102,7 @@ fn encode_desc(pid: u32, input: u64, recv: u64, len: u64) -> [u8; DESC_BYTES] {
 }
 
 /// A peer's buffers as its descriptor names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct PeerBufs {
     pid: u32,
     input: u64,
@@ -159,7 +159,6 @@ impl Communicator {
     /// `red`. `None`: not applicable (size, settings, communicator), use another path.
     pub(crate) fn allreduce_single_copy(
         &self,
-        forced: bool,
         send: Option<&[u8]>,
         recv: &mut [u8],
         elem_bytes: usize,
@@ -169,7 +168,7 @@ impl Communicator {
         let min = self.st.cfg.single_copy_min;
         if min == 0
             || bytes < min
-            || forced
+            || self.st.cfg.allreduce_forced()
             || self.st.cfg.check
             || self.size() < 2
             || elem_bytes == 0
@@ -236,15 +235,7 @@ impl Communicator {
             n as u64,
         );
         // 1. Descriptors, p - 1 rounds: to me + d, from me - d.
-        let mut peers = vec![
-            PeerBufs {
-                pid: 0,
-                input: 0,
-                recv: 0,
-                len: 0
-            };
-            p
-        ];
+        let mut peers = vec![PeerBufs::default(); p];
         // Every round runs even after a length mismatch, so that every rank gets all
         // descriptors (and each sees the mismatch) instead of one waiting for a round
         // another rank skipped.
