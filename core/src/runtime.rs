@@ -439,12 +439,28 @@ impl Waiter {
             return IdleAction::Spin;
         }
         let since = *self.idle_since.get_or_insert_with(Instant::now);
+        let idle = since.elapsed();
         match backoff.block_after {
-            Some(d) if since.elapsed() >= d => IdleAction::Block(Duration::from_millis(1)),
+            Some(d) if idle >= d => IdleAction::Block(block_bound(idle)),
             _ => IdleAction::Yield,
         }
     }
 }
+
+/// The longest sleep of a wait idle for `idle`: 1/16 of it, between [`MIN_BLOCK`] and
+/// [`MAX_BLOCK`]. Transports wake a sleeper when data arrives; the bound only limits
+/// how late it sees what wakes no transport (another thread of the process wanting
+/// the engine, the watchdog's clock). Sleeping 1 ms at a time, a rank waiting 1.5 s
+/// on an RDMA peer in the emulated Soft-RoCE VM woke 1,500 times and spent 12–17 %
+/// (once above 30 %) of the wait on the CPU.
+fn block_bound(idle: Duration) -> Duration {
+    (idle / 16).clamp(MIN_BLOCK, MAX_BLOCK)
+}
+
+/// Shortest sleep of a blocking wait ([`block_bound`]).
+const MIN_BLOCK: Duration = Duration::from_millis(1);
+/// Longest sleep of a blocking wait ([`block_bound`]): reached after 64 ms idle.
+const MAX_BLOCK: Duration = Duration::from_millis(4);
 
 /// What a waiter should do after an idle round.
 enum IdleAction {
@@ -454,4 +470,20 @@ enum IdleAction {
     Yield,
     /// Sleep in the kernel until a transport sees activity, at most this long.
     Block(Duration),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_idle_wait_sleeps_longer_up_to_the_bound() {
+        assert_eq!(block_bound(Duration::ZERO), MIN_BLOCK);
+        assert_eq!(block_bound(Duration::from_millis(12)), MIN_BLOCK);
+        assert_eq!(
+            block_bound(Duration::from_millis(40)),
+            Duration::from_micros(2500)
+        );
+        assert_eq!(block_bound(Duration::from_secs(5)), MAX_BLOCK);
+    }
 }
