@@ -56,8 +56,14 @@ use rankwire_transports::{
 
 use crate::error::Error;
 use crate::protocol::{OutFrame, Protocol, PullReq, RawBuf, ReqId};
+use crate::runtime::sleep::PollSet;
 use crate::select::Route;
 use crate::wire::RemoteMem;
+
+/// Longest sleep on the shared-memory doorbell, which a waiting thread takes with the
+/// engine locked (other threads of the process wait that long at most), and longest
+/// sleep while frames wait for a transport to take them.
+const SHM_SLEEP_MAX: Duration = Duration::from_millis(1);
 
 /// Pause after learning that a peer died, before failing requests with it (once per
 /// peer; only on this error path).
@@ -943,83 +949,81 @@ impl Engine {
             && self.tp.is_flushed()
     }
 
-    /// Sleep until a transport sees activity, at most `timeout`.
+    /// Prepare to sleep until a transport sees activity, at most `timeout`.
     ///
-    /// A futex (shm) and epoll (tcp) cannot be waited on together: with peers on both,
-    /// sleep on the shm doorbell with a short timeout so TCP arrivals wait at most that.
-    pub(crate) fn wait_activity(&mut self, timeout: Duration) {
+    /// Returns the fds to sleep on in `poll(2)` with the engine unlocked (RDMA
+    /// completion channel, TCP epoll: `crate::runtime::sleep`), then call
+    /// [`Engine::after_sleep`]. Returns `None` where it slept already, the engine
+    /// locked, or only yielded: on the shared-memory doorbell (a futex, not an fd; at
+    /// most [`SHM_SLEEP_MAX`]), with device copies in flight (they wake no transport),
+    /// or with work pending.
+    ///
+    /// A futex (shm) and an fd cannot be waited on together: with peers on both, sleep
+    /// on the shm doorbell at most 200 µs, so that others' arrivals wait at most that.
+    pub(crate) fn prepare_sleep(&mut self, timeout: Duration) -> Option<PollSet> {
         // Device copies in flight complete without waking a transport: keep polling.
         if self.mem.in_flight() {
             std::thread::yield_now();
-            return;
+            return None;
         }
         let uses = |r: Route| self.routes.contains(&r);
+        let shm_sleep = match (uses(Route::Shm), uses(Route::Tcp)) {
+            _ if uses(Route::Shm) && self.tp.contains(TransportKind::Rdma) => {
+                Some(Duration::from_micros(200))
+            }
+            (true, false) => Some(SHM_SLEEP_MAX),
+            (true, true) => Some(Duration::from_micros(200)),
+            _ => None,
+        };
+        if let Some(cap) = shm_sleep {
+            if let Some(t) = self.tp.by_kind_mut(TransportKind::Shm) {
+                t.wait_activity(timeout.min(cap));
+            }
+            return None;
+        }
+        // Frames the transports refused for now are retried by progress, which no fd
+        // may signal: come back as often as before the long sleeps.
+        let timeout = if self.backlog.iter().all(|q| q.is_empty())
+            && self.wireup.is_empty()
+            && !self.proto.has_output()
+        {
+            timeout
+        } else {
+            timeout.min(SHM_SLEEP_MAX)
+        };
+        let mut set = PollSet::new(timeout);
         // The RDMA transport exists only when some peer is reached through it.
         if self.tp.contains(TransportKind::Rdma) {
-            self.wait_rdma(timeout, uses(Route::Shm));
-            return;
+            // Without a completion channel, or with RDMA work pending: yield.
+            let Some(rfd) = self.tp.rdma_mut().and_then(|r| r.prepare_wait()) else {
+                std::thread::yield_now();
+                return None;
+            };
+            set.push(rfd);
         }
-        match (uses(Route::Shm), uses(Route::Tcp)) {
-            (true, false) => {
-                if let Some(t) = self.tp.by_kind_mut(TransportKind::Shm) {
-                    t.wait_activity(timeout)
-                }
-            }
-            (true, true) => {
-                if let Some(t) = self.tp.by_kind_mut(TransportKind::Shm) {
-                    t.wait_activity(timeout.min(Duration::from_micros(200)))
-                }
-            }
-            (false, true) => {
-                if let Some(t) = self.tp.by_kind_mut(TransportKind::Tcp) {
-                    t.wait_activity(timeout)
-                }
-            }
-            (false, false) => std::thread::yield_now(),
-        }
-    }
-
-    /// [`Engine::wait_activity`] with an RDMA transport: sleep in `poll(2)` on its
-    /// completion channel (armed by `prepare_wait`) and on the TCP transport's epoll fd
-    /// (TCP carries other peers and the queue pairs' set-up), at most `timeout`. Where
-    /// shared memory is used too, sleep on its doorbell (a futex, not an fd) for at
-    /// most 200 µs instead, as with shared memory and TCP. Without a completion channel,
-    /// or with RDMA work pending, it yields.
-    fn wait_rdma(&mut self, timeout: Duration, shm: bool) {
-        if shm {
-            if let Some(t) = self.tp.by_kind_mut(TransportKind::Shm) {
-                t.wait_activity(timeout.min(Duration::from_micros(200)));
-            }
-            return;
-        }
-        let Some(rfd) = self.tp.rdma_mut().and_then(|r| r.prepare_wait()) else {
-            std::thread::yield_now();
-            return;
-        };
-        let mut timeout = timeout;
-        let mut fds = vec![libc::pollfd {
-            fd: rfd,
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+        // TCP carries other peers (and, with RDMA, the queue pairs' set-up).
         if let Some(t) = self.tp.tcp_mut() {
             match t.wait_fd() {
                 Some((fd, cap)) => {
                     if let Some(c) = cap {
-                        timeout = timeout.min(c);
+                        set.timeout = set.timeout.min(c);
                     }
-                    fds.push(libc::pollfd {
-                        fd,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    });
+                    set.push(fd);
                 }
-                None => timeout = Duration::ZERO,
+                // Work to do now.
+                None => return None,
             }
         }
-        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid array of pollfd for the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if set.n == 0 {
+            std::thread::yield_now();
+            return None;
+        }
+        Some(set)
+    }
+
+    /// After a sleep on [`Engine::prepare_sleep`]'s fds: take and acknowledge the RDMA
+    /// completion events that came.
+    pub(crate) fn after_sleep(&mut self) {
         if let Some(r) = self.tp.rdma_mut() {
             r.finish_wait();
         }

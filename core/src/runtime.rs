@@ -63,6 +63,7 @@ use crate::explain::Paths;
 use crate::watchdog::Watch;
 
 mod p2p;
+pub(crate) mod sleep;
 
 /// The running job as seen by this process (behind [`crate::Universe`]).
 pub(crate) struct Inner {
@@ -89,6 +90,8 @@ pub(crate) struct Inner {
     watchdog: OnceLock<Duration>,
     /// Whether the blocking-send-to-self warning was logged (once per runtime).
     pub(crate) warned_self_send: AtomicBool,
+    /// Wakes threads that sleep in `poll(2)` with the engine unlocked ([`sleep`]).
+    kick: sleep::Kick,
 }
 
 impl Inner {
@@ -113,6 +116,7 @@ impl Inner {
             coll_cfg: OnceLock::new(),
             watchdog: OnceLock::new(),
             warned_self_send: AtomicBool::new(false),
+            kick: sleep::Kick::new(),
         }
     }
 
@@ -145,7 +149,16 @@ impl Inner {
         self.watchdog.get().copied()
     }
 
+    /// The engine, locked, for a call of the API: threads sleeping with the engine
+    /// unlocked are woken, since what this call does may be what they wait for.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        let e = self.lock_quiet();
+        self.kick.wake_sleepers();
+        e
+    }
+
+    /// The engine, locked, without waking sleepers (a waiting thread taking it again).
+    fn lock_quiet(&self) -> MutexGuard<'_, Engine> {
         // A panic while holding the lock leaves the engine as consistent as the
         // protocol's own invariants; keep going rather than cascade the panic.
         self.engine.lock().unwrap_or_else(|p| p.into_inner())
@@ -193,7 +206,7 @@ impl Inner {
         loop {
             let mut e = match first.take() {
                 Some(g) => g,
-                None => self.lock(),
+                None => self.lock_quiet(),
             };
             if let Some(v) = done(&mut e) {
                 return v;
@@ -205,6 +218,8 @@ impl Inner {
             let mut rounds = 0u32;
             let action = loop {
                 if self.progress(&mut e) {
+                    // What moved may complete another thread's wait.
+                    self.kick.wake_sleepers();
                     if let Some(v) = done(&mut e) {
                         return v;
                     }
@@ -249,7 +264,18 @@ impl Inner {
                 }
             }
             match action {
-                IdleAction::Block(d) => e.wait_activity(d),
+                IdleAction::Block(d) => {
+                    if let Some(set) = e.prepare_sleep(d) {
+                        // Sleep with the engine unlocked; a thread that takes it
+                        // meanwhile wakes this one through the kick.
+                        self.kick.register();
+                        drop(e);
+                        self.kick.sleep(set);
+                        let mut e = self.lock_quiet();
+                        e.after_sleep();
+                        first = Some(e);
+                    }
+                }
                 _ => {
                     drop(e);
                     std::thread::yield_now();
@@ -448,19 +474,19 @@ impl Waiter {
 }
 
 /// The longest sleep of a wait idle for `idle`: 1/16 of it, between [`MIN_BLOCK`] and
-/// [`MAX_BLOCK`]. Transports wake a sleeper when data arrives; the bound only limits
-/// how late it sees what wakes no transport (another thread of the process wanting
-/// the engine, the watchdog's clock). Sleeping 1 ms at a time, a rank waiting 1.5 s
-/// on an RDMA peer in the emulated Soft-RoCE VM woke 1,500 times and spent 12–17 %
-/// (once above 30 %) of the wait on the CPU.
+/// [`sleep::MAX_FD_SLEEP`] (shared-memory sleeps are cut shorter by the engine).
+/// Transports wake a sleeper when data arrives, and other threads through the kick;
+/// the bound only limits how late it sees what wakes neither (the watchdog's clock, a
+/// dead peer's grace period). Sleeping 1 ms at a time (4 ms: the guest's timer tick), a
+/// rank waiting 1.5 s on an RDMA peer in the emulated Soft-RoCE VM woke about 300
+/// times and spent 12–17 % (in one CI run above 30 %) of the wait on the CPU, two
+/// thirds of it in the kernel.
 fn block_bound(idle: Duration) -> Duration {
-    (idle / 16).clamp(MIN_BLOCK, MAX_BLOCK)
+    (idle / 16).clamp(MIN_BLOCK, sleep::MAX_FD_SLEEP)
 }
 
 /// Shortest sleep of a blocking wait ([`block_bound`]).
 const MIN_BLOCK: Duration = Duration::from_millis(1);
-/// Longest sleep of a blocking wait ([`block_bound`]): reached after 64 ms idle.
-const MAX_BLOCK: Duration = Duration::from_millis(4);
 
 /// What a waiter should do after an idle round.
 enum IdleAction {
@@ -484,6 +510,6 @@ mod tests {
             block_bound(Duration::from_millis(40)),
             Duration::from_micros(2500)
         );
-        assert_eq!(block_bound(Duration::from_secs(5)), MAX_BLOCK);
+        assert_eq!(block_bound(Duration::from_secs(5)), sleep::MAX_FD_SLEEP);
     }
 }

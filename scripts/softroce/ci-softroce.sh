@@ -13,7 +13,9 @@
 # every suite in the guest exited 0 and none is missing. Nothing is left running: QEMU runs
 # in the foreground under a timeout.
 # env: WORK (default /tmp/rankwire-softroce), VM_TIMEOUT (default 1800 s), FRESH=1 rebuilds
-#      the guest image.
+#      the guest image, SOFTROCE_ONE_VM=0 / SOFTROCE_TWO_VM=0 skip a stage,
+#      SOFTROCE_TEST_ARGS="NAME --exact" passes libtest arguments (a filter) to every suite
+#      in the guest (a developer's partial run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HERE=scripts/softroce
@@ -59,6 +61,7 @@ cargo build -p rankwire-examples --example heat2d
 mkdir -p "$SHARE/bin/examples"; cp target/debug/examples/heat2d "$SHARE/bin/examples/"
 for e in $exes; do cp "$e" "$SHARE/bin/deps/"; done
 cp "$HERE/guest-rdma.sh" "$SHARE/"
+printf '%s\n' "${SOFTROCE_TEST_ARGS:-}" > "$SHARE/test-args"
 t3=$(date +%s); echo "ci-softroce: TIMING build=$((t3-t2))s"
 
 fail=0

@@ -47,7 +47,8 @@ for t in /tmp/bin/deps/*; do
   esac
   echo "=== $name"
   start=$(cut -d' ' -f1 /proc/uptime)
-  timeout 900 "$t" --test-threads=1 --nocapture
+  # shellcheck disable=SC2046 # libtest arguments from the host, split on spaces
+  timeout 900 "$t" --test-threads=1 --nocapture $(cat "$S/test-args" 2>/dev/null)
   rc=$?
   echo "RDMA-SUITE $name rc=$rc (started at ${start}s, ended at $(cut -d' ' -f1 /proc/uptime)s uptime)"
 done

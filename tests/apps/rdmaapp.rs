@@ -77,7 +77,7 @@ fn main() {
         "allpairs" => allpairs(&world),
         "busypeer" => busypeer(&world),
         "gdr" => gdr(&universe, &world),
-        "idle" => idle(&world),
+        "idle" => idle(&universe, &world),
         other => fail(&format!("unknown scenario {other:?}")),
     };
     if let Err(e) = r {
@@ -411,7 +411,8 @@ fn check_gdr_counters(rank: usize, dp: &rankwire::RdmaStats) {
     }
 }
 
-fn cpu_time() -> std::time::Duration {
+/// User and system CPU time of this process so far.
+fn cpu_time() -> (std::time::Duration, std::time::Duration) {
     // SAFETY: getrusage writes the struct it is given.
     let u = unsafe {
         let mut u: libc::rusage = std::mem::zeroed();
@@ -422,23 +423,29 @@ fn cpu_time() -> std::time::Duration {
         std::time::Duration::from_secs(t.tv_sec as u64)
             + std::time::Duration::from_micros(t.tv_usec as u64)
     };
-    tv(u.ru_utime) + tv(u.ru_stime)
+    (tv(u.ru_utime), tv(u.ru_stime))
 }
 
-fn idle(w: &Communicator) -> Result<()> {
+fn idle(universe: &rankwire::Universe, w: &Communicator) -> Result<()> {
     let me = w.rank();
     // Both ranks have talked once (queue pairs made on demand are up).
     w.barrier()?;
     match me {
         0 => {
             let mut b = [0u8; 8];
-            let (t0, c0) = (std::time::Instant::now(), cpu_time());
+            let sleeps = || universe.rdma_stats().map_or(0, |(_, d)| d.sleeps);
+            let (t0, c0, s0) = (std::time::Instant::now(), cpu_time(), sleeps());
             w.recv(&mut b, 1, 9)?;
-            let (wall, cpu) = (t0.elapsed(), cpu_time() - c0);
+            let (wall, c1, s1) = (t0.elapsed(), cpu_time(), sleeps());
+            let (user, sys) = (c1.0 - c0.0, c1.1 - c0.1);
+            let cpu = user + sys;
             println!(
-                "rank 0: idle wait: wall {} ms, cpu {} ms",
+                "rank 0: idle wait: wall {} ms, cpu {} ms (user {} ms, system {} ms), {} sleeps",
                 wall.as_millis(),
-                cpu.as_millis()
+                cpu.as_millis(),
+                user.as_millis(),
+                sys.as_millis(),
+                s1 - s0
             );
             if b != [7u8; 8] {
                 fail("idle: wrong data");

@@ -295,6 +295,7 @@ impl RdmaTransport {
         if any {
             return None;
         }
+        self.stats.sleeps += 1;
         // SAFETY: a live channel.
         Some(unsafe { (*self.channel).fd })
     }

@@ -417,6 +417,9 @@ pub struct RdmaStats {
     pub gdr_flushes: u64,
     /// Waits that a completion-channel event ended ([`RdmaTransport::finish_wait`]).
     pub wakeups: u64,
+    /// Waits that went to sleep on the completion channel
+    /// ([`RdmaTransport::prepare_wait`] gave its fd): woken by an event or a timeout.
+    pub sleeps: u64,
     /// The device registration cache (GPUDirect RDMA: hits, misses, evictions,
     /// invalidations by buffer id); all zero while device registration is off.
     pub device_regcache: crate::regcache::RegCacheStats,
