@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 . scripts/mps.sh
 out=${OUT:-.}/floors.txt
 tmp=$(mktemp -d); trap 'mps_stop; rm -rf "$tmp"' EXIT
-nvcc -O2 -o "$tmp/floors" benches/gpu/floors.cu -lcuda || { echo "nvcc failed" | tee "$out"; exit 1; }
+PATH=$PATH:/usr/local/cuda/bin nvcc -O2 -o "$tmp/floors" benches/gpu/floors.cu -lcuda || { echo "nvcc failed" | tee "$out"; exit 1; }
 {
   echo "== $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
   for sched in 0 1; do echo "== no MPS, sched $sched"; "$tmp/floors" 2000 "$sched"; done

@@ -21,7 +21,7 @@ mps_ctl() {
 mps_running() { # a control pipe there, and a daemon answering on it (not a stale pipe)
   local dir=${1:-${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}} ctl
   ctl=$(mps_ctl)
-  [ -n "$ctl" ] && [ -p "$dir/control" ] &&
+  [ -n "$ctl" ] && { [ -p "$dir/control" ] || [ -S "$dir/control" ]; } &&
     echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$dir timeout 5 "$ctl" >/dev/null 2>&1
 }
 mps_start() {

@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
   // warm-up
   for (int i = 0; i < 200; i++) { CK(cuMemcpyDtoDAsync(b, a, 8, s)); CK(cuStreamSynchronize(s)); }
 
-#define LOOP(name, body) do { for (int i = 0; i < iters; i++) { double t0 = now_us(); body; t[i] = now_us() - t0; } report(name, t); } while (0)
+#define LOOP(name, ...) do { for (int i = 0; i < iters; i++) { double t0 = now_us(); __VA_ARGS__; t[i] = now_us() - t0; } report(name, t); } while (0)
   LOOP("D2D 8B async + cuStreamSynchronize", { CK(cuMemcpyDtoDAsync(b, a, 8, s)); CK(cuStreamSynchronize(s)); });
   LOOP("D2D 8B async + spin cuStreamQuery", { CK(cuMemcpyDtoDAsync(b, a, 8, s)); while (cuStreamQuery(s) == CUDA_ERROR_NOT_READY) {} });
   LOOP("D2D 8B async + event record + spin cuEventQuery", { CK(cuMemcpyDtoDAsync(b, a, 8, s)); CK(cuEventRecord(ev, s)); while (cuEventQuery(ev) == CUDA_ERROR_NOT_READY) {} });
@@ -81,5 +81,22 @@ int main(int argc, char **argv) {
   CK(cuStreamSynchronize(s));
   LOOP("kernel launch enqueue only", { copy8<<<1, 1, 0, (cudaStream_t)s>>>((const uint64_t *)a, (uint64_t *)b, nullptr, 0); });
   CK(cuStreamSynchronize(s));
+  // Host-side driver calls a device send or receive makes (classification, IPC export).
+  {
+    CUpointer_attribute at[6] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                 CU_POINTER_ATTRIBUTE_BUFFER_ID, CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    unsigned int mt = 0; int ord = 0; CUdeviceptr base = 0; size_t sz = 0; unsigned long long bid = 0; unsigned int man = 0;
+    void *vals[6] = {&mt, &ord, &base, &sz, &bid, &man};
+    LOOP("cuPointerGetAttributes (6 attributes)", { CK(cuPointerGetAttributes(6, at, vals, a + 64)); });
+    LOOP("cuPointerGetAttribute (buffer id)", { CK(cuPointerGetAttribute(&bid, CU_POINTER_ATTRIBUTE_BUFFER_ID, a + 64)); });
+    CUipcMemHandle h;
+    LOOP("cuIpcGetMemHandle", { CK(cuIpcGetMemHandle(&h, a)); });
+    CUcontext cur;
+    LOOP("cuCtxGetCurrent", { CK(cuCtxGetCurrent(&cur)); });
+    LOOP("cuCtxSetCurrent (same context)", { CK(cuCtxSetCurrent(ctx)); });
+    LOOP("cuEventRecord", { CK(cuEventRecord(ev, s)); });
+    CK(cuStreamSynchronize(s));
+  }
   return 0;
 }
