@@ -6,7 +6,7 @@
 # Two passes (issue 18): every step without MPS; then, with the MPS control daemon
 # started here (scripts/mps.sh: as root, CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe,
 # CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log; stopped at the end and on exit), the benchmark
-# steps again (bench, p2p_latency, p2p_bw, coll_bench_*, the ompi reference steps) and
+# steps again (bench, p2p_latency, p2p_bw, coll_bench_*, the ompi reference steps), stream_p2p and
 # doctor, explain, coll_check_2 and coll_check_4, each named with the suffix _mps. Where
 # the daemon cannot start, summary.txt says why and the MPS pass is skipped.
 # GPU_ONLY=REGEX runs only the steps whose names it matches (both passes; the daemon is
@@ -34,6 +34,8 @@ step explain 120 $B/rwrun -n 2 --explain $B/rw-gpuapp reuse
 step check 600 $B/rwrun -n 2 $B/rw-gpuapp check ${GPU_CHECK_MAX:-67108864}
 step reuse 300 $B/rwrun -n 2 $B/rw-gpuapp reuse
 step cudarc 300 $B/rwrun -n 2 --report-bindings $B/rw-gpuapp cudarc
+# Stream-ordered point-to-point between user kernels (issue 18), and its one-way time.
+step stream_p2p 300 $B/rwrun -n 2 $B/rw-gpuapp streamp2p
 # GPUDirect RDMA's GPU side without a NIC: device regions, DMA-BUF export, buffer ids.
 step gdrside 120 $B/rwrun -n 2 $B/rw-gpuapp gdrside
 step check_noipc 600 env RANKWIRE_CUDA_IPC=0 $B/rwrun -n 2 $B/rw-gpuapp check 4194304
@@ -92,7 +94,7 @@ bench_coll ""
 bench_ompi ""
 # The MPS pass.
 mps_steps=(doctor_mps explain_mps coll_check_2_mps coll_check_3_mps coll_check_4_mps
-  coll_peer_2_mps coll_peer_3_mps coll_peer_4_mps coll_check_nopeer_2_mps bench_mps p2p_latency_mps
+  stream_p2p_mps coll_peer_2_mps coll_peer_3_mps coll_peer_4_mps coll_check_nopeer_2_mps bench_mps p2p_latency_mps
   p2p_bw_mps coll_bench_2_mps coll_bench_nostaged_2_mps coll_bench_nopeer_2_mps coll_bench_4_mps
   coll_bench_nostaged_4_mps coll_bench_nopeer_4_mps
   ompi_host_staged_mps ompi_allreduce_2_mps ompi_allreduce_4_mps)
@@ -110,6 +112,7 @@ elif [ $want_mps = 1 ]; then
       step coll_peer_${n}_mps 600 $B/rwrun -n $n $B/rw-gpucoll peer ${GPU_PEER_MAX:-4194304}
     done
     step coll_check_nopeer_2_mps 600 env RANKWIRE_GPU_PEER=off $B/rwrun -n 2 $B/rw-gpucoll check 4194304
+    step stream_p2p_mps 300 $B/rwrun -n 2 $B/rw-gpuapp streamp2p
     bench_p2p _mps
     bench_coll _mps
     bench_ompi _mps

@@ -231,6 +231,33 @@ fn gpu_app_skips_cleanly_without_a_gpu() {
 }
 
 #[test]
+fn stream_ordered_p2p_without_a_gpu_is_a_clear_error() {
+    // send_device_on_stream / recv_device_on_stream: a rank out of range or a bad tag
+    // is a usage error, and without GPU support the call fails with Error::Gpu naming
+    // the stream-ordered path (no panic, no hang); finalize is clean. On the GPU
+    // machine, `rw-gpuapp streamp2p` (scripts/gpu-run.sh) checks the real thing.
+    let app = binary("rw-gpuapp").to_string_lossy().into_owned();
+    let out = rwrun(["-n", "2", &app, "stream_nogpu"])
+        .timeout(Duration::from_secs(60))
+        .run();
+    out.assert_ok();
+    if out.stdout.contains("skipped:") {
+        eprintln!("skipped: this machine has a GPU (scripts/gpu-run.sh runs streamp2p)");
+    } else {
+        assert!(
+            out.stdout.contains("rank 1: stream_nogpu OK"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.contains("stream-ordered point-to-point"),
+            "{}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
 fn no_shm_left_after_normal_exit_panic_and_sigkill() {
     // The support library fails any run that leaves a new /dev/shm entry; run the shm
     // transport through a clean exit, a panicking rank and a SIGKILLed rank.

@@ -394,6 +394,29 @@ impl Communicator {
         Ok(self.inner.irecv(pat, raw))
     }
 
+    /// [`Error::Usage`] unless `dest` is a rank of this communicator and `tag` a valid
+    /// send tag (the checks of a send, made before an operation is queued).
+    pub(crate) fn check_dest_tag(&self, dest: usize, tag: i32) -> Result<()> {
+        self.check_rank(dest)?;
+        check_tag(tag)
+    }
+
+    /// [`Error::Usage`] unless `source` and `tag` are valid for a receive.
+    pub(crate) fn check_source_tag(&self, source: Source, tag: Tag) -> Result<()> {
+        if let Source::Rank(r) = source {
+            self.check_rank(r)?;
+        }
+        match tag {
+            Tag::Value(t) => check_tag(t),
+            Tag::Any => Ok(()),
+        }
+    }
+
+    /// [`Error::Usage`] once the runtime was finalized.
+    pub(crate) fn check_live(&self) -> Result<()> {
+        self.inner.check_live()
+    }
+
     /// World rank of communicator rank `r`.
     #[inline]
     fn check_rank(&self, r: usize) -> Result<u32> {

@@ -75,6 +75,7 @@ mod request;
 mod runtime;
 mod select;
 mod settings_check;
+mod stream_p2p;
 mod universe;
 pub mod watchdog;
 pub mod wire;

@@ -92,6 +92,18 @@ pub(crate) struct Inner {
     pub(crate) warned_self_send: AtomicBool,
     /// Wakes threads that sleep in `poll(2)` with the engine unlocked ([`sleep`]).
     kick: sleep::Kick,
+    /// The proxy of stream-ordered point-to-point (`crate::stream_p2p`), made by the
+    /// first such call; stopped at finalize.
+    pub(crate) stream_proxy: OnceLock<Arc<dyn Stoppable>>,
+}
+
+/// A helper of the runtime that finalize stops first (the stream proxy): typed here as
+/// a trait so that this file does not depend on the helper's.
+pub(crate) trait Stoppable: Send + Sync {
+    /// Let the helper finish its work in flight, then end it.
+    fn stop(&self);
+    /// The helper itself, for its own module to downcast.
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
 }
 
 impl Inner {
@@ -117,6 +129,7 @@ impl Inner {
             watchdog: OnceLock::new(),
             warned_self_send: AtomicBool::new(false),
             kick: sleep::Kick::new(),
+            stream_proxy: OnceLock::new(),
         }
     }
 

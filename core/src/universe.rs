@@ -207,6 +207,10 @@ impl Inner {
     }
 
     pub(crate) fn finalize(&self) -> Result<()> {
+        // Stream-ordered operations in flight finish first (they need progress).
+        if let Some(p) = self.stream_proxy.get() {
+            p.stop();
+        }
         if self.finalized.swap(true, Ordering::AcqRel) {
             return Ok(());
         }

@@ -131,6 +131,35 @@ impl Stream {
         unsafe { result::stream_wait_event(self.raw, event.raw) }
     }
 
+    /// Make work enqueued on this stream after this call wait until the 32-bit word at
+    /// device address `addr` is at least `value` (`cuStreamWaitValue32`, `GEQ`:
+    /// `(int32)(*addr - value) >= 0`, so a counter may wrap), without blocking the host.
+    ///
+    /// # Safety
+    /// `addr` must be 4 live bytes the device can read (device memory, or a
+    /// [`MappedFlags`] slot's [`MappedFlags::device_addr`]) until the wait has passed,
+    /// and something must eventually write a value that passes it, or the stream
+    /// never proceeds.
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`] (e.g. a device without stream memory operations).
+    pub unsafe fn wait_value_geq(&self, addr: u64, value: u32) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: the stream is live; `addr` is the caller's contract.
+        unsafe { result::stream_wait_value32_geq(self.raw, addr, value) }
+    }
+
+    /// Whether work enqueued on this stream now would be captured into a CUDA graph
+    /// (`cuStreamIsCapturing`).
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`].
+    pub fn is_capturing(&self) -> Result<bool, GpuError> {
+        self.bind()?;
+        // SAFETY: the stream is live.
+        unsafe { result::stream_is_capturing(self.raw) }
+    }
+
     /// Start capturing the work enqueued on this stream into a CUDA graph
     /// (`cuStreamBeginCapture`, relaxed mode); nothing runs until the graph is launched.
     ///
@@ -616,5 +645,94 @@ mod tests {
             Err(e) if e.is_no_gpu() => println!("skipped: stream/event: {e}"),
             Err(e) => panic!("stream: {e}"),
         }
+    }
+}
+
+/// An array of 32-bit words in pinned host memory mapped into the device address space
+/// (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_DEVICEMAP`): the host writes a word and a
+/// stream waiting on it ([`Stream::wait_value_geq`]) proceeds. Zeroed; freed on drop,
+/// which must come after every wait on it has passed.
+#[derive(Debug)]
+pub struct MappedFlags {
+    host: *mut u32,
+    device: u64,
+    len: usize,
+}
+
+// SAFETY: the words are only accessed through atomic volatile-like stores and loads
+// (`set`, `get`), which are sound from any thread.
+unsafe impl Send for MappedFlags {}
+// SAFETY: as above.
+unsafe impl Sync for MappedFlags {}
+
+impl MappedFlags {
+    /// `len` zeroed words (`len` ≥ 1). Makes device 0's primary context current if the
+    /// thread has none.
+    ///
+    /// # Errors
+    /// [`GpuError::NotBuilt`], [`GpuError::NoDriver`], [`GpuError::Driver`]
+    /// (`cuMemHostAlloc`, `cuMemHostGetDevicePointer`).
+    pub fn new(len: usize) -> Result<MappedFlags, GpuError> {
+        result::ensure_init()?;
+        result::ensure_some_context()?;
+        let len = len.max(1);
+        let p = result::mem_host_alloc(len * 4)?;
+        // SAFETY: a fresh mapped allocation of len * 4 bytes.
+        let device = match unsafe { result::mem_host_device_pointer(p) } {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: allocated above, freed once.
+                let _ = unsafe { result::mem_free_host(p) };
+                return Err(e);
+            }
+        };
+        // SAFETY: p is valid for len * 4 writable bytes.
+        unsafe { std::ptr::write_bytes(p, 0, len * 4) };
+        Ok(MappedFlags {
+            host: p.cast(),
+            device,
+            len,
+        })
+    }
+
+    /// Number of words.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false (there is at least one word).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The device address of word `i` (panics if `i >= len`).
+    pub fn device_addr(&self, i: usize) -> u64 {
+        assert!(i < self.len, "flag {i} of {}", self.len);
+        self.device + 4 * i as u64
+    }
+
+    fn word(&self, i: usize) -> &std::sync::atomic::AtomicU32 {
+        assert!(i < self.len, "flag {i} of {}", self.len);
+        // SAFETY: `host` is valid, 4-aligned memory of len words for self's lifetime;
+        // AtomicU32 has u32's layout.
+        unsafe { &*self.host.add(i).cast::<std::sync::atomic::AtomicU32>() }
+    }
+
+    /// Write `v` to word `i` (release order: what the host wrote before is visible to
+    /// whoever sees the value).
+    pub fn set(&self, i: usize, v: u32) {
+        self.word(i).store(v, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Read word `i`.
+    pub fn get(&self, i: usize) -> u32 {
+        self.word(i).load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+impl Drop for MappedFlags {
+    fn drop(&mut self) {
+        // SAFETY: allocated by mem_host_alloc in new, freed once here.
+        let _ = unsafe { result::mem_free_host(self.host.cast()) };
     }
 }

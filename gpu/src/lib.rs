@@ -67,8 +67,9 @@ mod result;
 
 pub use buffer::{AllocKind, DeviceBuffer, PinnedBuffer};
 pub use copy::{
-    CopyPath, Event, Graph, Stream, can_access_peer, memcpy_dtod_async, memcpy_dtoh_async,
-    memcpy_htod_async, memcpy_peer_async, memcpy_staged, synchronize_legacy_stream,
+    CopyPath, Event, Graph, MappedFlags, Stream, can_access_peer, memcpy_dtod_async,
+    memcpy_dtoh_async, memcpy_htod_async, memcpy_peer_async, memcpy_staged,
+    synchronize_legacy_stream,
 };
 pub use dmabuf::{
     compute_capability, dmabuf_supported, export_dmabuf, flush_gpudirect_rdma_writes,

@@ -104,6 +104,9 @@ fn fail(msg: &str) -> ! {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mode = args.get(1).cloned().unwrap_or_default();
+    if mode == "stream_nogpu" {
+        return stream_nogpu();
+    }
     if !rankwire::gpu::available() {
         println!("skipped: no usable GPU (CUDA support not built or libcuda not found)");
         return;
@@ -121,6 +124,7 @@ fn main() {
         "reuse" => reuse(&w, &u),
         "cudarc" => cudarc_check(&w, &u),
         "gdrside" => gdr_side(),
+        "streamp2p" => stream_p2p(&w, &u),
         "bench" => bench(
             &w,
             args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1 << 30),
@@ -523,4 +527,181 @@ fn cudarc_check(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
 fn cudarc_check(_w: &Communicator, _u: &rankwire::Universe) -> Result<()> {
     println!("skipped: cudarc buffers need the `cuda` feature");
     Ok(())
+}
+
+/// Without a GPU: the stream-ordered point-to-point calls give a clear error (a rank
+/// out of range: `Usage`; otherwise `Gpu`), no panic and no hang. On a machine with a
+/// GPU it only says it skipped (the `streamp2p` mode runs the real check there).
+fn stream_nogpu() {
+    if rankwire::gpu::available() {
+        println!("skipped: this machine has a GPU (streamp2p checks it)");
+        return;
+    }
+    let u = rankwire::init().unwrap_or_else(|e| fail(&format!("init: {e}")));
+    let w = u.world();
+    // SAFETY: the legacy stream handle of device 0; never used, since every call below
+    // fails before it touches the stream (no GPU support here).
+    let stream = unsafe { Stream::from_raw(std::ptr::null_mut(), 0) };
+    let n = w.size();
+    // SAFETY: nothing is enqueued (every call fails), so no memory is touched.
+    let bad_rank = unsafe { w.send_device_on_stream(0x1000, 8, n, 0, &stream) };
+    if !matches!(bad_rank, Err(rankwire::Error::Usage(_))) {
+        fail(&format!("rank out of range: {bad_rank:?}"));
+    }
+    // SAFETY: as above.
+    let bad_tag = unsafe { w.recv_device_on_stream(0x1000, 8, 0, -5, &stream) };
+    if !matches!(bad_tag, Err(rankwire::Error::Usage(_))) {
+        fail(&format!("bad tag: {bad_tag:?}"));
+    }
+    // SAFETY: as above.
+    let no_gpu = unsafe { w.send_device_on_stream(0x1000, 8, 0, 0, &stream) };
+    match no_gpu {
+        Err(rankwire::Error::Gpu(m)) if m.contains("stream-ordered") => {
+            println!("rank {}: stream_nogpu: {m}", w.rank())
+        }
+        other => fail(&format!("without a GPU: {other:?}")),
+    }
+    w.wait_stream_ops()
+        .unwrap_or_else(|e| fail(&format!("wait_stream_ops with nothing enqueued: {e}")));
+    u.finalize()
+        .unwrap_or_else(|e| fail(&format!("finalize: {e}")));
+    println!("rank {}: stream_nogpu OK", w.rank());
+}
+
+/// A copy kernel on `stream`: `dst = src` for `bytes` (a multiple of 4) bytes.
+fn copy_kernel(dst: u64, src: u64, bytes: usize, stream: &Stream) -> Result<()> {
+    use rankwire::gpu::{DType, RedOp};
+    // SAFETY: the callers pass live device buffers of at least `bytes` bytes, kept
+    // until the stream is synchronized.
+    unsafe { rankwire::gpu::reduce_async(DType::U32, RedOp::Bor, dst, src, src, bytes / 4, stream) }
+        .map_err(|e| rankwire::Error::Gpu(format!("copy kernel: {e}")))
+}
+
+fn dev_with(dev: i32, data: &[u8]) -> Result<DeviceBuffer> {
+    let mut b =
+        DeviceBuffer::alloc(dev, data.len()).map_err(|e| rankwire::Error::Gpu(e.to_string()))?;
+    b.copy_from_host(0, data)
+        .map_err(|e| rankwire::Error::Gpu(e.to_string()))?;
+    Ok(b)
+}
+
+fn bytes_of(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Stream-ordered point-to-point between user kernels on one stream, ranks 0 and 1
+/// (issue 18): rank 0 writes A into `buf` with a kernel, sends it on the stream, then
+/// a kernel overwrites `buf` with B (so the send must have read it before), sends it
+/// again, and receives C back; rank 1 poisons its buffers with a kernel, receives A and
+/// B on the stream with kernels copying them out after each receive, then sends C from
+/// a buffer a kernel fills. No host synchronization in between; one
+/// `stream.synchronize()` at the end. Sizes 8 B – 4 MiB; a third message from rank 0 is
+/// received by a blocking `recv_device` (stream-ordered sends match any receive). Then
+/// an 8-byte ping-pong of 2000 round trips enqueued back to back gives the one-way
+/// time of a stream-ordered message.
+fn stream_p2p(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
+    let me = w.rank();
+    if me > 1 {
+        return w.barrier();
+    }
+    let dev = u.gpu_device()?;
+    let stream = Stream::new(dev).map_err(|e| rankwire::Error::Gpu(e.to_string()))?;
+    let gpu = |e: rankwire::gpu::GpuError| rankwire::Error::Gpu(e.to_string());
+    for (k, &len) in [8usize, 4096, 65536, 4 << 20].iter().enumerate() {
+        let tag = 10 * k as i32;
+        let (a, b, c) = (bytes_of(1, len), bytes_of(2, len), bytes_of(3, len));
+        let junk = vec![0xEEu8; len];
+        if me == 0 {
+            let (da, db, dc) = (
+                dev_with(dev, &a)?,
+                dev_with(dev, &b)?,
+                dev_with(dev, &junk)?,
+            );
+            let buf = dev_with(dev, &junk)?;
+            let back = dev_with(dev, &junk)?;
+            let third = dev_with(dev, &c)?;
+            // SAFETY: every buffer lives until the synchronize below.
+            unsafe {
+                copy_kernel(buf.ptr(), da.ptr(), len, &stream)?;
+                w.send_device_on_stream(buf.ptr(), len, 1, tag, &stream)?;
+                copy_kernel(buf.ptr(), db.ptr(), len, &stream)?;
+                w.send_device_on_stream(buf.ptr(), len, 1, tag + 1, &stream)?;
+                w.recv_device_on_stream(back.ptr(), len, 1, tag + 2, &stream)?;
+                copy_kernel(dc.ptr(), back.ptr(), len, &stream)?;
+                w.send_device_on_stream(third.ptr(), len, 1, tag + 3, &stream)?;
+            }
+            stream.synchronize().map_err(gpu)?;
+            w.wait_stream_ops()?;
+            let got = dc.to_vec().map_err(gpu)?;
+            if got != c {
+                return Err(rankwire::Error::Gpu(format!(
+                    "{len} B: rank 0 received wrong data"
+                )));
+            }
+        } else {
+            let (dj, dc) = (dev_with(dev, &junk)?, dev_with(dev, &c)?);
+            let (r1, r2) = (dev_with(dev, &junk)?, dev_with(dev, &junk)?);
+            let (o1, o2) = (dev_with(dev, &junk)?, dev_with(dev, &junk)?);
+            let sb = dev_with(dev, &junk)?;
+            // SAFETY: every buffer lives until the synchronize below.
+            unsafe {
+                copy_kernel(r1.ptr(), dj.ptr(), len, &stream)?;
+                w.recv_device_on_stream(r1.ptr(), len, 0, tag, &stream)?;
+                copy_kernel(o1.ptr(), r1.ptr(), len, &stream)?;
+                w.recv_device_on_stream(r2.ptr(), len, 0, tag + 1, &stream)?;
+                copy_kernel(o2.ptr(), r2.ptr(), len, &stream)?;
+                copy_kernel(sb.ptr(), dc.ptr(), len, &stream)?;
+                w.send_device_on_stream(sb.ptr(), len, 0, tag + 2, &stream)?;
+            }
+            // The third message: a blocking device receive on the host.
+            let mut third = dev_with(dev, &junk)?;
+            w.recv_device(&mut third, 0, tag + 3)?;
+            stream.synchronize().map_err(gpu)?;
+            w.wait_stream_ops()?;
+            let (g1, g2, g3) = (
+                o1.to_vec().map_err(gpu)?,
+                o2.to_vec().map_err(gpu)?,
+                third.to_vec().map_err(gpu)?,
+            );
+            if g1 != a || g2 != b || g3 != c {
+                return Err(rankwire::Error::Gpu(format!(
+                    "{len} B: rank 1 received wrong data (first {}, second {}, third {})",
+                    g1 == a,
+                    g2 == b,
+                    g3 == c
+                )));
+            }
+        }
+        println!("rank {me}: stream-ordered {len} B ok");
+    }
+    // One-way time: 2000 round trips of 8 B enqueued back to back.
+    let iters = 2000;
+    let x = dev_with(dev, &[0u8; 8])?;
+    let y = dev_with(dev, &[0u8; 8])?;
+    w.barrier()?;
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        // SAFETY: x and y live until the synchronize below.
+        unsafe {
+            if me == 0 {
+                w.send_device_on_stream(x.ptr(), 8, 1, 7, &stream)?;
+                w.recv_device_on_stream(y.ptr(), 8, 1, 7, &stream)?;
+            } else {
+                w.recv_device_on_stream(y.ptr(), 8, 0, 7, &stream)?;
+                w.send_device_on_stream(x.ptr(), 8, 0, 7, &stream)?;
+            }
+        }
+    }
+    let enqueued = t0.elapsed();
+    stream.synchronize().map_err(gpu)?;
+    w.wait_stream_ops()?;
+    let total = t0.elapsed();
+    println!(
+        "rank {me}: stream-ordered 8 B ping-pong: one way {:.2} us ({iters} round trips; enqueueing took {:.2} us per call)",
+        total.as_secs_f64() * 1e6 / (2.0 * iters as f64),
+        enqueued.as_secs_f64() * 1e6 / (2.0 * iters as f64)
+    );
+    w.barrier()
 }

@@ -58,6 +58,9 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
     "cuStreamQuery",
+    "cuStreamWaitValue32_v2",
+    "cuStreamIsCapturing",
+    "cuMemHostGetDevicePointer_v2",
     "cuEventCreate",
     "cuEventRecord",
     "cuEventQuery",
@@ -583,6 +586,58 @@ pub(crate) unsafe fn stream_query(s: RawStream) -> Result<bool, GpuError> {
         return Ok(false);
     }
     check("cuStreamQuery", r).map(|()| true)
+}
+
+/// `cuStreamWaitValue32(s, addr, value, CU_STREAM_WAIT_VALUE_GEQ)`: work enqueued on
+/// `s` later waits until the 32-bit word at `addr` is at least `value` (compared as
+/// `(int32)(*addr - value) >= 0`).
+///
+/// # Safety
+/// `s` must be a live stream; `addr` a device address of 4 live bytes (device memory,
+/// or host memory mapped with `CU_MEMHOSTALLOC_DEVICEMAP`) until the wait has passed.
+pub(crate) unsafe fn stream_wait_value32_geq(
+    s: RawStream,
+    addr: u64,
+    value: u32,
+) -> Result<(), GpuError> {
+    ensure_init()?;
+    // SAFETY: the caller's contract.
+    check("cuStreamWaitValue32", unsafe {
+        sys::cuStreamWaitValue32_v2(
+            s,
+            addr,
+            value,
+            sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as c_uint,
+        )
+    })
+}
+
+/// `cuStreamIsCapturing`: whether work enqueued on `s` now is captured into a graph.
+///
+/// # Safety
+/// `s` must be a live stream.
+pub(crate) unsafe fn stream_is_capturing(s: RawStream) -> Result<bool, GpuError> {
+    ensure_init()?;
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the caller's contract; `status` is a valid out-pointer.
+    check("cuStreamIsCapturing", unsafe {
+        sys::cuStreamIsCapturing(s, &mut status)
+    })?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+/// `cuMemHostGetDevicePointer`: the device address of mapped pinned host memory.
+///
+/// # Safety
+/// `p` must come from [`mem_host_alloc`] (which maps it) and be live.
+pub(crate) unsafe fn mem_host_device_pointer(p: *mut u8) -> Result<u64, GpuError> {
+    ensure_init()?;
+    let mut d: sys::CUdeviceptr = 0;
+    // SAFETY: the caller's contract; `d` is a valid out-pointer.
+    check("cuMemHostGetDevicePointer", unsafe {
+        sys::cuMemHostGetDevicePointer_v2(&mut d, p.cast(), 0)
+    })?;
+    Ok(d)
 }
 
 /// `cuStreamWaitEvent(s, e, 0)`: work enqueued on `s` later waits for `e`.

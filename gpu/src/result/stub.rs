@@ -191,6 +191,28 @@ pub(crate) unsafe fn stream_query(_s: RawStream) -> Result<bool, GpuError> {
     Err(GpuError::NotBuilt)
 }
 
+/// # Safety
+/// None needed in this build; kept `unsafe` to match the CUDA build.
+pub(crate) unsafe fn stream_wait_value32_geq(
+    _s: RawStream,
+    _addr: u64,
+    _value: u32,
+) -> Result<(), GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
+/// # Safety
+/// None needed in this build; kept `unsafe` to match the CUDA build.
+pub(crate) unsafe fn stream_is_capturing(_s: RawStream) -> Result<bool, GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
+/// # Safety
+/// None needed in this build; kept `unsafe` to match the CUDA build.
+pub(crate) unsafe fn mem_host_device_pointer(_p: *mut u8) -> Result<u64, GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
 pub(crate) unsafe fn stream_wait_event(_s: RawStream, _e: RawEvent) -> Result<(), GpuError> {
     Err(GpuError::NotBuilt)
 }

@@ -1,0 +1,476 @@
+//! Stream-ordered point-to-point: [`Communicator::send_device_on_stream`] and
+//! [`Communicator::recv_device_on_stream`] enqueue a send or a receive of device memory
+//! on the caller's CUDA stream and return without waiting, like NCCL's `ncclSend` /
+//! `ncclRecv` or MPICH's `MPIX_Send_enqueue` / `MPIX_Recv_enqueue`.
+//!
+//! How (one proxy thread per runtime, started by the first such call; the pattern of
+//! NCCL's proxy and of MPICH's enqueue, with stream memory operations instead of host
+//! functions, which may not call CUDA):
+//! 1. The call records an event on the stream (the point where the buffer is ready to
+//!    read, or free to overwrite), then enqueues `cuStreamWaitValue32(flag ≥ v)` on a
+//!    word of pinned, device-mapped host memory ([`MappedFlags`]): work enqueued after
+//!    it waits until the operation has completed.
+//! 2. The proxy thread waits for the event, posts the operation through the ordinary
+//!    nonblocking path (`isend_raw` / `irecv_raw`: every transport, CUDA IPC, staging,
+//!    GPUDirect RDMA), drives progress until it completes, and writes `v` into the
+//!    flag; the stream proceeds.
+//!
+//! Operations of one stream therefore run one after the other, in stream order, as
+//! blocking calls would: a send and a receive between two ranks must be enqueued in
+//! matching order (rank 0 sends then receives, rank 1 receives then sends), or be put
+//! on different streams, or a rendezvous send waits forever for its receive (as with
+//! NCCL point-to-point outside a group). A failed operation still writes its flag, so
+//! that the stream does not hang; its error is logged at once and returned by
+//! [`Communicator::wait_stream_ops`] and by the next stream-ordered call. The flag
+//! values differ per use, so these calls cannot be captured in a CUDA graph (the call
+//! fails if the stream is capturing).
+//!
+//! Flags: [`SLOTS`] words; operation `i` uses word `i % SLOTS` with value
+//! `i / SLOTS + 1`, and a word is reused only after its previous operation completed,
+//! so a wait is never passed by another operation's completion.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rankwire_gpu::{Event, MappedFlags, Stream};
+
+use crate::comm::{Communicator, Source, Tag};
+use crate::error::{Error, Result};
+use crate::request::Request;
+
+/// Flag words of a runtime's proxy: at most this many stream-ordered operations in
+/// flight; one more waits (on the host) for the oldest to complete.
+pub(crate) const SLOTS: usize = 1024;
+
+/// How long [`StreamProxy::stop`] (finalize) waits for operations still in flight
+/// before it releases their streams with an error.
+const STOP_WAIT: Duration = Duration::from_secs(60);
+
+/// The operation of a job.
+enum Op {
+    Send { dest: usize, tag: i32 },
+    Recv { source: Source, tag: Tag },
+}
+
+/// One stream-ordered operation.
+struct Job {
+    comm: Communicator,
+    op: Op,
+    ptr: u64,
+    len_bytes: usize,
+    /// Recorded on the user's stream where the operation may start.
+    start: Event,
+    /// The operation's index (flag word `index % SLOTS`, value `index / SLOTS + 1`).
+    index: u64,
+}
+
+impl Job {
+    fn slot(&self) -> usize {
+        (self.index % SLOTS as u64) as usize
+    }
+
+    fn value(&self) -> u32 {
+        (self.index / SLOTS as u64 + 1) as u32
+    }
+
+    fn what(&self) -> String {
+        match &self.op {
+            Op::Send { dest, tag } => format!(
+                "stream-ordered send of {} bytes to rank {dest} tag {tag}",
+                self.len_bytes
+            ),
+            Op::Recv { source, tag } => format!(
+                "stream-ordered receive of {} bytes from {source:?} tag {tag:?}",
+                self.len_bytes
+            ),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Enqueued, not yet taken by the proxy thread.
+    queue: VecDeque<Job>,
+    /// Indices of the operations not completed yet.
+    outstanding: BTreeSet<u64>,
+    /// Next operation index.
+    next: u64,
+    /// The first error since [`StreamProxy::take_error`] last ran.
+    error: Option<Error>,
+    /// Finalize asked the thread to finish.
+    stop: bool,
+    /// The thread is running.
+    running: bool,
+}
+
+/// The proxy of one runtime (see the module doc).
+pub(crate) struct StreamProxy {
+    state: Mutex<State>,
+    /// Signals new jobs and stop (to the thread) and completions (to waiters).
+    cv: Condvar,
+    /// Never freed: a stream may still wait on a word after the runtime is gone.
+    flags: std::mem::ManuallyDrop<MappedFlags>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl StreamProxy {
+    /// A proxy with its flag words (no thread yet).
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] when the mapped host memory cannot be had (no GPU support,
+    /// no driver).
+    pub(crate) fn new() -> Result<StreamProxy> {
+        let flags = MappedFlags::new(SLOTS).map_err(|e| {
+            Error::Gpu(format!(
+                "stream-ordered point-to-point: cannot allocate its flags in mapped host \
+                 memory: {e}"
+            ))
+        })?;
+        Ok(StreamProxy {
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+            flags: std::mem::ManuallyDrop::new(flags),
+            thread: Mutex::new(None),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The first error of an operation since the last call, if any.
+    fn take_error(&self) -> Option<Error> {
+        self.lock().error.take()
+    }
+
+    /// Enqueue an operation on `stream` (see the module doc).
+    ///
+    /// # Safety
+    /// `ptr` must be device memory valid for `len_bytes` bytes (reads for a send,
+    /// writes for a receive) until the operation has completed on the stream.
+    unsafe fn enqueue(
+        self: &Arc<Self>,
+        comm: &Communicator,
+        op: Op,
+        ptr: u64,
+        len_bytes: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        if let Some(e) = self.take_error() {
+            return Err(e);
+        }
+        let gpu = |what: &str, e: rankwire_gpu::GpuError| {
+            Error::Gpu(format!("stream-ordered point-to-point: {what}: {e}"))
+        };
+        if stream
+            .is_capturing()
+            .map_err(|e| gpu("cuStreamIsCapturing", e))?
+        {
+            return Err(Error::usage(
+                "stream-ordered point-to-point cannot be captured in a CUDA graph (its \
+                 completion flags change per call); fix: enqueue it outside the capture, \
+                 or use the stream-ordered collectives, which can be captured",
+            ));
+        }
+        let start = Event::new(stream.device()).map_err(|e| gpu("cuEventCreate", e))?;
+        let mut st = self.lock();
+        let index = st.next;
+        // The word's previous operation must be done before the word is reused.
+        if index >= SLOTS as u64 {
+            let before = index - SLOTS as u64;
+            while st.outstanding.contains(&before) {
+                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        let job = Job {
+            comm: comm.clone(),
+            op,
+            ptr,
+            len_bytes,
+            start,
+            index,
+        };
+        job.start
+            .record(stream)
+            .map_err(|e| gpu("cuEventRecord", e))?;
+        // SAFETY: the word lives for the process (never freed); the proxy writes the
+        // value when the operation completes or fails, or at finalize.
+        unsafe { stream.wait_value_geq(self.flags.device_addr(job.slot()), job.value()) }
+            .map_err(|e| gpu("cuStreamWaitValue32", e))?;
+        st.next += 1;
+        st.outstanding.insert(index);
+        st.queue.push_back(job);
+        let start_thread = !st.running;
+        st.running = true;
+        drop(st);
+        self.cv.notify_all();
+        if start_thread {
+            let me = self.clone();
+            let device = stream.device();
+            let h = std::thread::Builder::new()
+                .name("rankwire-stream-proxy".into())
+                .spawn(move || me.run(device))
+                .map_err(|e| Error::Gpu(format!("cannot start the stream proxy thread: {e}")))?;
+            *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+        }
+        Ok(())
+    }
+
+    /// Wait until every operation enqueued before this call has completed; the first
+    /// error since the last call.
+    fn wait_all(&self) -> Result<()> {
+        let mut st = self.lock();
+        let target = st.next;
+        while st.outstanding.first().is_some_and(|&i| i < target) {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        match st.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The operation completed (or failed, or was given up): release its stream.
+    fn complete(&self, job: &Job, result: Result<()>) {
+        self.flags.set(job.slot(), job.value());
+        let mut st = self.lock();
+        st.outstanding.remove(&job.index);
+        if let Err(e) = result {
+            let e = Error::Gpu(format!("{}: {e}", job.what()));
+            tracing::error!("rankwire: {e}");
+            st.error.get_or_insert(e);
+        }
+        drop(st);
+        self.cv.notify_all();
+    }
+
+    /// The proxy thread: start jobs whose stream reached them, drive them to
+    /// completion, release their streams.
+    fn run(self: Arc<Self>, device: i32) {
+        let _ = rankwire_gpu::set_current_device(device);
+        let mut waiting: VecDeque<Job> = VecDeque::new();
+        let mut flying: Vec<(Job, Request<'static>)> = Vec::new();
+        let mut stop_at: Option<Instant> = None;
+        loop {
+            {
+                let mut st = self.lock();
+                waiting.extend(st.queue.drain(..));
+                if st.stop && stop_at.is_none() {
+                    stop_at = Some(Instant::now() + STOP_WAIT);
+                }
+                if waiting.is_empty() && flying.is_empty() {
+                    if st.stop {
+                        st.running = false;
+                        return;
+                    }
+                    drop(self.cv.wait(st).unwrap_or_else(|p| p.into_inner()));
+                    continue;
+                }
+            }
+            if stop_at.is_some_and(|t| Instant::now() > t) {
+                let why = || {
+                    Error::Gpu(format!(
+                        "still pending when the runtime finalized ({} s later); its stream \
+                         was released",
+                        STOP_WAIT.as_secs()
+                    ))
+                };
+                for j in waiting.drain(..) {
+                    self.complete(&j, Err(why()));
+                }
+                for (j, r) in flying.drain(..) {
+                    // No progress runs after finalize: nothing will touch the buffer.
+                    std::mem::forget(r);
+                    self.complete(&j, Err(why()));
+                }
+                continue;
+            }
+            let mut moved = false;
+            // Start the jobs whose point on the stream was reached, in enqueue order.
+            let mut i = 0;
+            while i < waiting.len() {
+                match waiting[i].start.query() {
+                    Ok(false) => i += 1,
+                    Ok(true) => {
+                        moved = true;
+                        let Some(j) = waiting.remove(i) else { break };
+                        match post(&j) {
+                            Ok(r) => flying.push((j, r)),
+                            Err(e) => self.complete(&j, Err(e)),
+                        }
+                    }
+                    Err(e) => {
+                        moved = true;
+                        let Some(j) = waiting.remove(i) else { break };
+                        self.complete(
+                            &j,
+                            Err(Error::Gpu(format!(
+                                "the stream failed before the operation (cuEventQuery): {e}"
+                            ))),
+                        );
+                    }
+                }
+            }
+            // Drive the posted ones (each test is a progress round).
+            let mut k = 0;
+            while k < flying.len() {
+                let (j, r) = flying.swap_remove(k);
+                match r.test() {
+                    Ok(result) => {
+                        moved = true;
+                        self.complete(&j, result.map(|_| ()));
+                    }
+                    Err(r) => {
+                        flying.push((j, r));
+                        let last = flying.len() - 1;
+                        flying.swap(k, last);
+                        k += 1;
+                    }
+                }
+            }
+            if !moved {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Finalize: let the thread finish what is in flight (at most [`STOP_WAIT`]), then
+    /// end it.
+    fn stop_thread(&self) {
+        self.lock().stop = true;
+        self.cv.notify_all();
+        let h = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+}
+
+impl crate::runtime::Stoppable for StreamProxy {
+    fn stop(&self) {
+        self.stop_thread()
+    }
+
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}
+
+/// The runtime's proxy, if one was made.
+fn proxy_of(c: &Communicator) -> Option<Arc<StreamProxy>> {
+    let p = c.inner.stream_proxy.get()?.clone();
+    p.as_any().downcast::<StreamProxy>().ok()
+}
+
+/// Post `j` through the nonblocking path.
+fn post(j: &Job) -> Result<Request<'static>> {
+    // SAFETY: the caller of the stream-ordered call guaranteed the device buffer until
+    // the operation completes on the stream, which waits for this request.
+    unsafe {
+        match &j.op {
+            Op::Send { dest, tag } => {
+                j.comm
+                    .isend_raw(j.ptr as *const u8, j.len_bytes, *dest, *tag)
+            }
+            Op::Recv { source, tag } => {
+                j.comm
+                    .irecv_raw(j.ptr as *mut u8, j.len_bytes, *source, *tag)
+            }
+        }
+    }
+}
+
+impl Communicator {
+    /// The runtime's stream proxy, made on first use.
+    fn stream_proxy(&self) -> Result<Arc<StreamProxy>> {
+        self.check_live()?;
+        if let Some(p) = proxy_of(self) {
+            return Ok(p);
+        }
+        let p = Arc::new(StreamProxy::new()?);
+        let _ = self.inner.stream_proxy.set(p);
+        proxy_of(self).ok_or_else(|| Error::Gpu("stream proxy of another type".into()))
+    }
+
+    /// Send `len_bytes` bytes of device memory at `ptr` to rank `dest` with `tag`,
+    /// enqueued on `stream` (stream-ordered, like NCCL's `ncclSend`; see
+    /// `core/src/stream_p2p.rs`): the send reads the buffer after the work enqueued on
+    /// `stream` before the call, and work enqueued after the call waits until the send
+    /// has completed. Returns without waiting. Any receive matches it (blocking,
+    /// nonblocking or stream-ordered).
+    ///
+    /// Operations of one stream run in stream order, one after the other: a pair of
+    /// ranks that send to each other must enqueue the send on one rank and the receive
+    /// on the other first (or use two streams), as with blocking sends.
+    ///
+    /// # Safety
+    /// `ptr` must be device memory of `stream`'s device, valid for reads of
+    /// `len_bytes` bytes until the send has completed on the stream (for example until
+    /// a later synchronization of `stream`); `stream` must belong to the device's
+    /// primary context (see [`rankwire_gpu::Stream::from_raw`]).
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for a rank or tag out of range or a stream being captured into
+    /// a CUDA graph; [`Error::Gpu`] without GPU support or when the stream operations
+    /// fail, and for the error of an earlier stream-ordered operation (reported once).
+    /// An error of this operation itself comes later, from
+    /// [`Communicator::wait_stream_ops`] or the next stream-ordered call; its stream is
+    /// released anyway (the data is then not what was sent).
+    pub unsafe fn send_device_on_stream(
+        &self,
+        ptr: u64,
+        len_bytes: usize,
+        dest: usize,
+        tag: i32,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.check_dest_tag(dest, tag)?;
+        let p = self.stream_proxy()?;
+        // SAFETY: the caller's contract.
+        unsafe { p.enqueue(self, Op::Send { dest, tag }, ptr, len_bytes, stream) }
+    }
+
+    /// Receive into `len_bytes` bytes of device memory at `ptr` from `source` with
+    /// `tag`, enqueued on `stream` (stream-ordered, like NCCL's `ncclRecv`; see
+    /// [`Communicator::send_device_on_stream`]): the receive writes the buffer after
+    /// the work enqueued on `stream` before the call, and work enqueued after the call
+    /// sees the received data. Returns without waiting. The status is not reported; a
+    /// message longer than `len_bytes` is a truncation error.
+    ///
+    /// # Safety
+    /// `ptr` must be device memory of `stream`'s device, valid for writes of
+    /// `len_bytes` bytes and not accessed otherwise until the receive has completed on
+    /// the stream; `stream` as for [`Communicator::send_device_on_stream`].
+    ///
+    /// # Errors
+    /// As [`Communicator::send_device_on_stream`].
+    pub unsafe fn recv_device_on_stream(
+        &self,
+        ptr: u64,
+        len_bytes: usize,
+        source: impl Into<Source>,
+        tag: impl Into<Tag>,
+        stream: &Stream,
+    ) -> Result<()> {
+        let (source, tag) = (source.into(), tag.into());
+        self.check_source_tag(source, tag)?;
+        let p = self.stream_proxy()?;
+        // SAFETY: the caller's contract.
+        unsafe { p.enqueue(self, Op::Recv { source, tag }, ptr, len_bytes, stream) }
+    }
+
+    /// Wait (on the host) until every stream-ordered send and receive enqueued in this
+    /// process before the call has completed, and return the first error of one since
+    /// the last report. Does not wait for other work on the streams.
+    ///
+    /// # Errors
+    /// The error of a failed stream-ordered operation ([`Error::Gpu`] naming it and
+    /// its cause).
+    pub fn wait_stream_ops(&self) -> Result<()> {
+        match proxy_of(self) {
+            Some(p) => p.wait_all(),
+            None => Ok(()),
+        }
+    }
+}
