@@ -61,6 +61,8 @@ struct Job {
     len_bytes: usize,
     /// Recorded on the user's stream where the operation may start.
     start: Event,
+    /// That stream's handle, as an integer: its jobs start in order.
+    stream: usize,
     /// The operation's index (flag word `index % SLOTS`, value `index / SLOTS + 1`).
     index: u64,
 }
@@ -174,32 +176,47 @@ impl StreamProxy {
             ));
         }
         let start = Event::new(stream.device()).map_err(|e| gpu("cuEventCreate", e))?;
-        let mut st = self.lock();
-        let index = st.next;
-        // The word's previous operation must be done before the word is reused.
-        if index >= SLOTS as u64 {
-            let before = index - SLOTS as u64;
-            while st.outstanding.contains(&before) {
-                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        // Take an index (waiting, on the host, until its word's previous operation is
+        // done), then enqueue on the stream without the lock: a driver call may block
+        // while the stream's queue is full, until the GPU gets past earlier waits,
+        // which the proxy releases under this lock.
+        let index = {
+            let mut st = self.lock();
+            let index = st.next;
+            if index >= SLOTS as u64 {
+                let before = index - SLOTS as u64;
+                while st.outstanding.contains(&before) {
+                    st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                }
             }
-        }
+            st.next += 1;
+            st.outstanding.insert(index);
+            index
+        };
         let job = Job {
             comm: comm.clone(),
             op,
             ptr,
             len_bytes,
             start,
+            stream: stream.as_raw() as usize,
             index,
         };
-        job.start
-            .record(stream)
-            .map_err(|e| gpu("cuEventRecord", e))?;
+        let enqueued = job.start.record(stream).map_err(|e| gpu("cuEventRecord", e));
         // SAFETY: the word lives for the process (never freed); the proxy writes the
         // value when the operation completes or fails, or at finalize.
-        unsafe { stream.wait_value_geq(self.flags.device_addr(job.slot()), job.value()) }
-            .map_err(|e| gpu("cuStreamWaitValue32", e))?;
-        st.next += 1;
-        st.outstanding.insert(index);
+        let enqueued = enqueued.and_then(|()| {
+            unsafe { stream.wait_value_geq(self.flags.device_addr(job.slot()), job.value()) }
+                .map_err(|e| gpu("cuStreamWaitValue32", e))
+        });
+        if let Err(e) = enqueued {
+            // Nothing waits on the word: give the index back as done.
+            self.flags.set(job.slot(), job.value());
+            self.lock().outstanding.remove(&index);
+            self.cv.notify_all();
+            return Err(e);
+        }
+        let mut st = self.lock();
         st.queue.push_back(job);
         let start_thread = !st.running;
         st.running = true;
@@ -287,11 +304,20 @@ impl StreamProxy {
                 continue;
             }
             let mut moved = false;
-            // Start the jobs whose point on the stream was reached, in enqueue order.
+            // Start the jobs whose point on the stream was reached, in enqueue order;
+            // behind a job not reached yet, its stream's later jobs are not either.
             let mut i = 0;
+            let mut blocked: Vec<usize> = Vec::new();
             while i < waiting.len() {
+                if blocked.contains(&waiting[i].stream) {
+                    i += 1;
+                    continue;
+                }
                 match waiting[i].start.query() {
-                    Ok(false) => i += 1,
+                    Ok(false) => {
+                        blocked.push(waiting[i].stream);
+                        i += 1;
+                    }
                     Ok(true) => {
                         moved = true;
                         let Some(j) = waiting.remove(i) else { break };
