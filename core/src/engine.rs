@@ -961,8 +961,9 @@ impl Engine {
     /// A futex (shm) and an fd cannot be waited on together: with peers on both, sleep
     /// on the shm doorbell at most 200 µs, so that others' arrivals wait at most that.
     pub(crate) fn prepare_sleep(&mut self, timeout: Duration) -> Option<PollSet> {
-        // Device copies in flight complete without waking a transport: keep polling.
-        if self.mem.in_flight() {
+        // Device copies in flight (staging, CUDA IPC gets) complete without waking a
+        // transport: keep polling.
+        if self.mem.in_flight() || self.ipc_busy() {
             std::thread::yield_now();
             return None;
         }

@@ -170,7 +170,8 @@ impl Inner {
         e
     }
 
-    /// The engine, locked, without waking sleepers (a waiting thread taking it again).
+    /// The engine, locked, without waking sleepers (a waiting thread taking it again,
+    /// a test that wakes them only if its progress moved something).
     fn lock_quiet(&self) -> MutexGuard<'_, Engine> {
         // A panic while holding the lock leaves the engine as consistent as the
         // protocol's own invariants; keep going rather than cascade the panic.
@@ -285,6 +286,7 @@ impl Inner {
                         drop(e);
                         self.kick.sleep(set);
                         let mut e = self.lock_quiet();
+                        self.kick.unregister();
                         e.after_sleep();
                         first = Some(e);
                     }
@@ -489,8 +491,7 @@ impl Waiter {
 /// The longest sleep of a wait idle for `idle`: 1/16 of it, between [`MIN_BLOCK`] and
 /// [`sleep::MAX_FD_SLEEP`] (shared-memory sleeps are cut shorter by the engine).
 /// Transports wake a sleeper when data arrives, and other threads through the kick;
-/// the bound only limits how late it sees what wakes neither (the watchdog's clock, a
-/// dead peer's grace period). Sleeping 1 ms at a time (4 ms: the guest's timer tick), a
+/// the bound only limits how late it sees what wakes neither (the watchdog's clock). Sleeping 1 ms at a time (4 ms: the guest's timer tick), a
 /// rank waiting 1.5 s on an RDMA peer in the emulated Soft-RoCE VM woke about 300
 /// times and spent 12–17 % (in one CI run above 30 %) of the wait on the CPU, two
 /// thirds of it in the kernel.

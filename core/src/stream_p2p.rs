@@ -43,9 +43,12 @@ use crate::request::Request;
 /// flight; one more waits (on the host) for the oldest to complete.
 pub(crate) const SLOTS: usize = 1024;
 
-/// How long [`StreamProxy::stop`] (finalize) waits for operations still in flight
-/// before it releases their streams with an error.
+/// How long finalize waits for operations still in flight before it releases their
+/// streams with an error (see `StreamProxy::give_up_at_finalize`).
 const STOP_WAIT: Duration = Duration::from_secs(60);
+
+/// Idle passes of the proxy thread that only yield before it sleeps between passes.
+const IDLE_SPINS: u32 = 2000;
 
 /// The operation of a job.
 enum Op {
@@ -102,6 +105,8 @@ struct State {
     error: Option<Error>,
     /// Finalize asked the thread to finish.
     stop: bool,
+    /// Finalize began: no more operations are taken.
+    closed: bool,
     /// The thread is running.
     running: bool,
 }
@@ -179,9 +184,15 @@ impl StreamProxy {
         // Take an index (waiting, on the host, until its word's previous operation is
         // done), then enqueue on the stream without the lock: a driver call may block
         // while the stream's queue is full, until the GPU gets past earlier waits,
-        // which the proxy releases under this lock.
+        // which needs the proxy to complete operations (and take this lock).
         let index = {
             let mut st = self.lock();
+            if st.closed {
+                return Err(Error::usage(
+                    "a stream-ordered operation after finalize began; fix: enqueue every \
+                     operation before finalize",
+                ));
+            }
             let index = st.next;
             if index >= SLOTS as u64 {
                 let before = index - SLOTS as u64;
@@ -202,7 +213,10 @@ impl StreamProxy {
             stream: stream.as_raw() as usize,
             index,
         };
-        let enqueued = job.start.record(stream).map_err(|e| gpu("cuEventRecord", e));
+        let enqueued = job
+            .start
+            .record(stream)
+            .map_err(|e| gpu("cuEventRecord", e));
         // SAFETY: the word lives for the process (never freed); the proxy writes the
         // value when the operation completes or fails, or at finalize.
         let enqueued = enqueued.and_then(|()| {
@@ -225,13 +239,38 @@ impl StreamProxy {
         if start_thread {
             let me = self.clone();
             let device = stream.device();
-            let h = std::thread::Builder::new()
+            match std::thread::Builder::new()
                 .name("rankwire-stream-proxy".into())
                 .spawn(move || me.run(device))
-                .map_err(|e| Error::Gpu(format!("cannot start the stream proxy thread: {e}")))?;
-            *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+            {
+                Ok(h) => *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(h),
+                Err(e) => {
+                    // Nobody would release the queued operations' streams: do it now.
+                    let e = format!("cannot start the stream proxy thread: {e}");
+                    self.abandon(std::mem::take(&mut self.lock().queue), Vec::new(), &e);
+                    self.lock().running = false;
+                    return Err(Error::Gpu(e));
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Release the streams of `waiting` and `flying` with the error `why` (their
+    /// requests are forgotten: see the callers).
+    fn abandon(
+        &self,
+        waiting: impl IntoIterator<Item = Job>,
+        flying: Vec<(Job, Request<'static>)>,
+        why: &str,
+    ) {
+        for j in waiting {
+            self.complete(&j, Err(Error::Gpu(why.to_string())));
+        }
+        for (j, r) in flying {
+            std::mem::forget(r);
+            self.complete(&j, Err(Error::Gpu(why.to_string())));
+        }
     }
 
     /// Wait until every operation enqueued before this call has completed; the first
@@ -263,12 +302,28 @@ impl StreamProxy {
     }
 
     /// The proxy thread: start jobs whose stream reached them, drive them to
-    /// completion, release their streams.
+    /// completion, release their streams. A panic inside releases every stream it
+    /// holds with an error (a stream must never wait forever).
     fn run(self: Arc<Self>, device: i32) {
         let _ = rankwire_gpu::set_current_device(device);
         let mut waiting: VecDeque<Job> = VecDeque::new();
         let mut flying: Vec<(Job, Request<'static>)> = Vec::new();
+        let body = std::panic::AssertUnwindSafe(|| self.run_loop(&mut waiting, &mut flying));
+        if std::panic::catch_unwind(body).is_err() {
+            let queued = std::mem::take(&mut self.lock().queue);
+            let why = "the stream proxy thread panicked; its stream was released";
+            self.abandon(
+                waiting.drain(..).chain(queued),
+                std::mem::take(&mut flying),
+                why,
+            );
+            self.lock().running = false;
+        }
+    }
+
+    fn run_loop(&self, waiting: &mut VecDeque<Job>, flying: &mut Vec<(Job, Request<'static>)>) {
         let mut stop_at: Option<Instant> = None;
+        let mut idle_rounds = 0u32;
         loop {
             {
                 let mut st = self.lock();
@@ -284,24 +339,22 @@ impl StreamProxy {
                     drop(self.cv.wait(st).unwrap_or_else(|p| p.into_inner()));
                     continue;
                 }
+                // Nothing moved for a while (a long kernel before the next operation,
+                // a peer that is late): poll less often, up to every millisecond.
+                if idle_rounds > IDLE_SPINS {
+                    let k = (idle_rounds - IDLE_SPINS).min(7);
+                    let d = Duration::from_micros(10 << k).min(Duration::from_millis(1));
+                    drop(
+                        self.cv
+                            .wait_timeout(st, d)
+                            .unwrap_or_else(|p| p.into_inner()),
+                    );
+                }
             }
-            if stop_at.is_some_and(|t| Instant::now() > t) {
-                let why = || {
-                    Error::Gpu(format!(
-                        "still pending when the runtime finalized ({} s later); its stream \
-                         was released",
-                        STOP_WAIT.as_secs()
-                    ))
-                };
-                for j in waiting.drain(..) {
-                    self.complete(&j, Err(why()));
-                }
-                for (j, r) in flying.drain(..) {
-                    // No progress runs after finalize: nothing will touch the buffer.
-                    std::mem::forget(r);
-                    self.complete(&j, Err(why()));
-                }
-                continue;
+            if let Some(t) = stop_at
+                && Instant::now() > t
+            {
+                self.give_up_at_finalize(waiting, flying, t);
             }
             let mut moved = false;
             // Start the jobs whose point on the stream was reached, in enqueue order;
@@ -355,16 +408,68 @@ impl StreamProxy {
                     }
                 }
             }
-            if !moved {
-                std::thread::yield_now();
+            if moved {
+                idle_rounds = 0;
+            } else {
+                idle_rounds = idle_rounds.saturating_add(1);
+                if idle_rounds <= IDLE_SPINS {
+                    std::thread::yield_now();
+                }
             }
+        }
+    }
+
+    /// Finalize waited [`STOP_WAIT`] since `since`: release what cannot finish.
+    /// Operations the stream never reached are released unposted. Receives that have
+    /// not matched are cancelled (nothing writes their buffers later). Matched
+    /// receives are left to finish (their data is on its way, or the peer's failure
+    /// fails them). Sends still pending after another [`STOP_WAIT`] are given up: their
+    /// requests are forgotten (nothing writes user memory for a send; a receiver that
+    /// matches later reads the buffer, which the program may have freed by then).
+    fn give_up_at_finalize(
+        &self,
+        waiting: &mut VecDeque<Job>,
+        flying: &mut Vec<(Job, Request<'static>)>,
+        since: Instant,
+    ) {
+        let why = |what: &str| {
+            format!(
+                "{what} when the runtime finalized ({} s later); its stream was released",
+                STOP_WAIT.as_secs()
+            )
+        };
+        self.abandon(
+            waiting.drain(..),
+            Vec::new(),
+            &why("not reached by its stream"),
+        );
+        let mut k = 0;
+        while k < flying.len() {
+            if flying[k].1.cancel() {
+                let (j, r) = flying.swap_remove(k);
+                drop(r);
+                self.complete(&j, Err(Error::Gpu(why("a receive never matched"))));
+            } else {
+                k += 1;
+            }
+        }
+        if Instant::now() > since + STOP_WAIT {
+            let (sends, rest): (Vec<_>, Vec<_>) = std::mem::take(flying)
+                .into_iter()
+                .partition(|(j, _)| matches!(j.op, Op::Send { .. }));
+            *flying = rest;
+            self.abandon(Vec::new(), sends, &why("a send never matched"));
         }
     }
 
     /// Finalize: let the thread finish what is in flight (at most [`STOP_WAIT`]), then
     /// end it.
     fn stop_thread(&self) {
-        self.lock().stop = true;
+        {
+            let mut st = self.lock();
+            st.stop = true;
+            st.closed = true;
+        }
         self.cv.notify_all();
         let h = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(h) = h {
@@ -428,7 +533,10 @@ impl Communicator {
     ///
     /// Operations of one stream run in stream order, one after the other: a pair of
     /// ranks that send to each other must enqueue the send on one rank and the receive
-    /// on the other first (or use two streams), as with blocking sends.
+    /// on the other first (or use two streams), as with blocking sends. At most 1024
+    /// stream-ordered operations of a process are in flight: the next call waits on
+    /// the host until the oldest has completed (so a rank must not enqueue more than
+    /// 1024 receives whose senders wait for this rank's host).
     ///
     /// # Safety
     /// `ptr` must be device memory of `stream`'s device, valid for reads of
@@ -438,9 +546,10 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::Usage`] for a rank or tag out of range or a stream being captured into
-    /// a CUDA graph; [`Error::Gpu`] without GPU support or when the stream operations
-    /// fail, and for the error of an earlier stream-ordered operation (reported once).
-    /// An error of this operation itself comes later, from
+    /// a CUDA graph, or after finalize began; [`Error::Gpu`] without GPU support or
+    /// when the stream operations fail, and for the error of an earlier stream-ordered
+    /// operation (reported once; this operation is then not enqueued). An error of
+    /// this operation itself comes later, from
     /// [`Communicator::wait_stream_ops`] or the next stream-ordered call; its stream is
     /// released anyway (the data is then not what was sent).
     pub unsafe fn send_device_on_stream(

@@ -88,15 +88,19 @@ impl Inner {
 
     /// One progress round, then the outcome of request `id` if it is done (taken).
     pub(crate) fn test_request(&self, id: ReqId) -> Option<Result<Status>> {
-        let mut e = self.lock();
-        self.progress(&mut e);
+        let mut e = self.lock_quiet();
+        if self.progress(&mut e) {
+            self.kick.wake_sleepers();
+        }
         e.proto.take_done(id)
     }
 
     /// One progress round, then whether every request of `ids` is done (none taken).
     pub(crate) fn requests_done(&self, mut ids: impl Iterator<Item = ReqId>) -> bool {
-        let mut e = self.lock();
-        self.progress(&mut e);
+        let mut e = self.lock_quiet();
+        if self.progress(&mut e) {
+            self.kick.wake_sleepers();
+        }
         ids.all(|id| e.proto.is_done(id))
     }
 
