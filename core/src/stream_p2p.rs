@@ -247,7 +247,9 @@ impl StreamProxy {
                 Err(e) => {
                     // Nobody would release the queued operations' streams: do it now.
                     let e = format!("cannot start the stream proxy thread: {e}");
-                    self.abandon(std::mem::take(&mut self.lock().queue), Vec::new(), &e);
+                    // Taken first: `abandon` locks the state for each job.
+                    let queued = std::mem::take(&mut self.lock().queue);
+                    self.abandon(queued, Vec::new(), &e);
                     self.lock().running = false;
                     return Err(Error::Gpu(e));
                 }
@@ -267,8 +269,12 @@ impl StreamProxy {
         for j in waiting {
             self.complete(&j, Err(Error::Gpu(why.to_string())));
         }
-        for (j, r) in flying {
-            std::mem::forget(r);
+        for (j, mut r) in flying {
+            // A receive that has not matched is withdrawn (nothing writes its buffer
+            // later); anything else is forgotten, as the callers say.
+            if !r.cancel() {
+                std::mem::forget(r);
+            }
             self.complete(&j, Err(Error::Gpu(why.to_string())));
         }
     }
