@@ -968,15 +968,13 @@ impl Engine {
             return None;
         }
         let uses = |r: Route| self.routes.contains(&r);
-        let shm_sleep = match (uses(Route::Shm), uses(Route::Tcp)) {
-            _ if uses(Route::Shm) && self.tp.contains(TransportKind::Rdma) => {
-                Some(Duration::from_micros(200))
-            }
-            (true, false) => Some(SHM_SLEEP_MAX),
-            (true, true) => Some(Duration::from_micros(200)),
-            _ => None,
-        };
-        if let Some(cap) = shm_sleep {
+        if uses(Route::Shm) {
+            let others = uses(Route::Tcp) || self.tp.contains(TransportKind::Rdma);
+            let cap = if others {
+                Duration::from_micros(200)
+            } else {
+                SHM_SLEEP_MAX
+            };
             if let Some(t) = self.tp.by_kind_mut(TransportKind::Shm) {
                 t.wait_activity(timeout.min(cap));
             }

@@ -171,7 +171,7 @@ impl Inner {
     }
 
     /// The engine, locked, without waking sleepers (a waiting thread taking it again,
-    /// a test that wakes them only if its progress moved something).
+    /// a test: [`Inner::progress`] wakes them if it moved something).
     fn lock_quiet(&self) -> MutexGuard<'_, Engine> {
         // A panic while holding the lock leaves the engine as consistent as the
         // protocol's own invariants; keep going rather than cascade the panic.
@@ -188,14 +188,18 @@ impl Inner {
 
     /// One progress round of everything (see the module doc): the engine, then every
     /// active collective schedule, oldest first. `e` is this runtime's engine, locked.
-    /// Returns whether anything happened.
+    /// Returns whether anything happened; if so, threads sleeping with the engine
+    /// unlocked are woken (what moved may complete their waits).
     #[inline]
     pub(crate) fn progress(&self, e: &mut Engine) -> bool {
-        let moved = e.progress();
+        let mut moved = e.progress();
         if self.schedules.advance(e) {
             // Push out what the new rounds posted.
             e.progress();
-            return true;
+            moved = true;
+        }
+        if moved {
+            self.kick.wake_sleepers();
         }
         moved
     }
@@ -232,8 +236,6 @@ impl Inner {
             let mut rounds = 0u32;
             let action = loop {
                 if self.progress(&mut e) {
-                    // What moved may complete another thread's wait.
-                    self.kick.wake_sleepers();
                     if let Some(v) = done(&mut e) {
                         return v;
                     }
@@ -491,10 +493,10 @@ impl Waiter {
 /// The longest sleep of a wait idle for `idle`: 1/16 of it, between [`MIN_BLOCK`] and
 /// [`sleep::MAX_FD_SLEEP`] (shared-memory sleeps are cut shorter by the engine).
 /// Transports wake a sleeper when data arrives, and other threads through the kick;
-/// the bound only limits how late it sees what wakes neither (the watchdog's clock). Sleeping 1 ms at a time (4 ms: the guest's timer tick), a
-/// rank waiting 1.5 s on an RDMA peer in the emulated Soft-RoCE VM woke about 300
-/// times and spent 12–17 % (in one CI run above 30 %) of the wait on the CPU, two
-/// thirds of it in the kernel.
+/// the bound only limits how late it sees what wakes neither (the watchdog's clock).
+/// Sleeping 1 ms at a time (4 ms: the guest's timer tick), a rank waiting 1.5 s on an
+/// RDMA peer in the emulated Soft-RoCE VM woke about 300 times and spent 12–17 % (in
+/// one CI run above 30 %) of the wait on the CPU, two thirds of it in the kernel.
 fn block_bound(idle: Duration) -> Duration {
     (idle / 16).clamp(MIN_BLOCK, sleep::MAX_FD_SLEEP)
 }
