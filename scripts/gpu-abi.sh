@@ -26,7 +26,7 @@ run() { # name, command...
   local t0=$SECONDS
   timeout -k 5 "${RUN_TIMEOUT:-300}" "$@" >"$out/$name.log" 2>&1
   local rc=$?
-  note "$name: rc=$rc ($((SECONDS - t0)) s) $(grep -h -E 'ok, [0-9]+ checks|gpu_buffers:' "$out/$name.log" | tr '\n' ' ' | cut -c1-300)"
+  note "$name: rc=$rc ($((SECONDS - t0)) s) $(grep -h -E 'ok, [0-9]+ checks|gpu_buffers:|mixed_buffers:' "$out/$name.log" | tr '\n' ' ' | cut -c1-300)"
 }
 abi/bin/mpicc -O2 abi/tests/gpu/gpu_buffers.c -I"$CUDA_HOME/include" -L"$CUDA_HOME/lib64" -lcudart \
   -Wl,-rpath,"$CUDA_HOME/lib64" -o /tmp/gpu_buffers >"$out/build.log" 2>&1 || note "gpu_buffers: build failed (build.log)"
@@ -34,8 +34,18 @@ for c in abi/tests/c/*.c; do
   n=$(basename "$c" .c)
   abi/bin/mpicc -O1 "$c" -o "/tmp/abi-$n" -lm >>"$out/build.log" 2>&1 || note "$n: build failed"
 done
+abi/bin/mpicc -O2 abi/tests/gpu/mixed_buffers.c -I"$CUDA_HOME/include" -L"$CUDA_HOME/lib64" -lcudart \
+  -Wl,-rpath,"$CUDA_HOME/lib64" -o /tmp/mixed_buffers >>"$out/build.log" 2>&1 || note "mixed_buffers: build failed (build.log)"
 run gpu_buffers_2 "$B/rwrun" -n 2 /tmp/gpu_buffers
-for c in abi/tests/c/*.c; do
+# Host and device buffers mixed in one collective (memkind.rs): device on rank 0 only,
+# on rank 1 only, on both (the device path, after the agreement), and on both with the
+# agreement off (the device path without it: the time it costs).
+for m in 1 2 3; do run "mixed_buffers_2_m$m" "$B/rwrun" -n 2 /tmp/mixed_buffers $m; done
+run mixed_buffers_2_m3_off env RANKWIRE_ABI_MEMORY_AGREEMENT=off "$B/rwrun" -n 2 /tmp/mixed_buffers 3
+# The negative control: a mix with the agreement off must fail (hang or abort) here.
+RUN_TIMEOUT=30 run mixed_buffers_2_m1_off env RANKWIRE_ABI_MEMORY_AGREEMENT=off "$B/rwrun" -n 2 /tmp/mixed_buffers 1
+# GPU_ABI_QUICK=1: without the host-buffer C tests and OSU (the device tests only).
+[ "${GPU_ABI_QUICK:-0}" = 1 ] || for c in abi/tests/c/*.c; do
   n=$(basename "$c" .c)
   run "host_${n}_2" "$B/rwrun" -n 2 "/tmp/abi-$n"
 done
@@ -45,7 +55,12 @@ if mps_start /tmp/mps-pipe /tmp/mps-log; then
   note "MPS started"
   run gpu_buffers_2_mps "$B/rwrun" -n 2 /tmp/gpu_buffers
   run gpu_buffers_4_mps "$B/rwrun" -n 4 /tmp/gpu_buffers
-  if ls "$B"/osu-micro-benchmarks-7.2.tar.gz >/dev/null 2>&1; then
+  for m in 1 3; do run "mixed_buffers_2_m${m}_mps" "$B/rwrun" -n 2 /tmp/mixed_buffers $m; done
+  run mixed_buffers_2_m3_off_mps env RANKWIRE_ABI_MEMORY_AGREEMENT=off "$B/rwrun" -n 2 /tmp/mixed_buffers 3
+  for m in 5 6 7; do run "mixed_buffers_3_m${m}_mps" "$B/rwrun" -n 3 /tmp/mixed_buffers $m; done
+  if [ "${GPU_ABI_QUICK:-0}" = 1 ]; then
+    note "osu: skipped (GPU_ABI_QUICK=1)"
+  elif ls "$B"/osu-micro-benchmarks-7.2.tar.gz >/dev/null 2>&1; then
     t0=$SECONDS
     OSU_TARBALL=$B/osu-micro-benchmarks-7.2.tar.gz MPICC=$(pwd)/abi/bin/mpicc MPICXX=$(pwd)/abi/bin/mpicxx \
       MPIEXEC="$B/rwrun" ABI_LIBDIR="$B/lib" OSU_NP=2 OSU_ALLOW_FAIL=1 \

@@ -35,7 +35,7 @@ step check 600 $B/rwrun -n 2 $B/rw-gpuapp check ${GPU_CHECK_MAX:-67108864}
 step reuse 300 $B/rwrun -n 2 $B/rw-gpuapp reuse
 step cudarc 300 $B/rwrun -n 2 --report-bindings $B/rw-gpuapp cudarc
 # Stream-ordered point-to-point between user kernels (issue 18), and its one-way time.
-step stream_p2p 300 $B/rwrun -n 2 $B/rw-gpuapp streamp2p
+step stream_p2p 120 $B/rwrun -n 2 $B/rw-gpuapp streamp2p
 # GPUDirect RDMA's GPU side without a NIC: device regions, DMA-BUF export, buffer ids.
 step gdrside 120 $B/rwrun -n 2 $B/rw-gpuapp gdrside
 step check_noipc 600 env RANKWIRE_CUDA_IPC=0 $B/rwrun -n 2 $B/rw-gpuapp check 4194304
@@ -112,7 +112,7 @@ elif [ $want_mps = 1 ]; then
       step coll_peer_${n}_mps 600 $B/rwrun -n $n $B/rw-gpucoll peer ${GPU_PEER_MAX:-4194304}
     done
     step coll_check_nopeer_2_mps 600 env RANKWIRE_GPU_PEER=off $B/rwrun -n 2 $B/rw-gpucoll check 4194304
-    step stream_p2p_mps 300 $B/rwrun -n 2 $B/rw-gpuapp streamp2p
+    step stream_p2p_mps 120 $B/rwrun -n 2 $B/rw-gpuapp streamp2p
     bench_p2p _mps
     bench_coll _mps
     bench_ompi _mps

@@ -152,7 +152,29 @@ c_tests!(
     request_errhandler,
     request_free,
     aliased_allreduce,
+    coll_memkind,
 );
+
+/// The memory-kind agreement forced on (`RANKWIRE_ABI_MEMORY_AGREEMENT=on`, as on a
+/// job with a GPU driver): every blocking bcast, allgather, allreduce, reduce and
+/// reduce_scatter_block first runs the agreement's allreduce (abi/src/memkind.rs);
+/// the collective programs still give their right results, at every rank count.
+/// (Mixed host and device buffers need a GPU: scripts/gpu-abi.sh, mixed_buffers.c.)
+#[test]
+fn collectives_with_the_memory_kind_agreement_forced_on() {
+    let p = prefix();
+    for name in ["coll_memkind", "coll_basic", "coll_nb", "coll_ops"] {
+        let exe = out_dir("abi-tests-agree").join(name);
+        compile_c(&p.join("bin/mpicc"), name, &exe);
+        for n in ranks_of_c(name) {
+            let out = rwrun(["-n".to_string(), n.to_string(), exe.display().to_string()])
+                .env("RANKWIRE_ABI_MEMORY_AGREEMENT", "on")
+                .timeout(Duration::from_secs(120))
+                .run();
+            assert_c_ok(name, n, "agreement on", &out);
+        }
+    }
+}
 
 /// Every C program in abi/tests/c has a test above.
 #[test]

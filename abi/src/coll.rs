@@ -18,8 +18,8 @@
 //! agree (MPI 4.1 §6.1: equal type signatures); non-contiguous types are packed and
 //! unpacked, device memory staged through host memory (see `coll_buf.rs`), except
 //! for `MPI_Bcast` and `MPI_Allgather` on contiguous device buffers, which run on
-//! rankwire's device collectives (all ranks must then pass device buffers, see
-//! `coll_red.rs`; not yet run on a GPU). The reductions are in `coll_red.rs`.
+//! rankwire's device collectives when every rank's buffers allow it (the agreement of
+//! `memkind.rs`). The reductions are in `coll_red.rs`.
 //!
 //! # `MPI_IN_PLACE` (MPI 4.1 §6.2.3)
 //! | collective | where | meaning |
@@ -257,7 +257,11 @@ pub(crate) unsafe fn bcast<C: Num>(
     let root = root_arg(&c, root)?;
     let n = cnt(n)?;
     let t = for_comm(dt)?;
-    if let Some((p, len)) = device_span(buf as *const u8, n, &t) {
+    let local = device_span(buf as *const u8, n, &t);
+    // Every rank, whatever its buffer: the ranks agree on the path (memkind.rs).
+    if crate::memkind::device_path(&c, comm, mode, local.is_some())?
+        && let Some((p, len)) = local
+    {
         if mode == Mode::Block {
             c.bcast_device(&mut DevRaw(p, len), root)?;
             return Ok(None);
@@ -519,29 +523,41 @@ pub(crate) unsafe fn allgather<C: Num>(
     let rn = cnt(rn)?;
     let t = for_comm(rt)?;
     let inplace = in_place(sbuf);
-    if let Some(r) = device_span(rbuf as *const u8, rn * p, &t) {
-        if inplace && mode == Mode::Block {
+    let r = device_span(rbuf as *const u8, rn * p, &t);
+    let s = match r {
+        Some(_) if !inplace => device_span(sbuf as *const u8, cnt(sn)?, &*for_comm(st)?),
+        _ => None,
+    };
+    // The device call this rank's buffers allow (in place: blocking only).
+    let local = r.filter(|_| {
+        if inplace {
+            mode == Mode::Block
+        } else {
+            s.is_some()
+        }
+    });
+    // Every rank, whatever its buffers: the ranks agree on the path (memkind.rs).
+    if crate::memkind::device_path(&c, comm, mode, local.is_some())?
+        && let Some(r) = local
+    {
+        if inplace {
             c.allgather_device_in_place(&mut DevRaw(r.0, r.1))?;
             return Ok(None);
         }
-        if !inplace {
-            let sn = cnt(sn)?;
-            let stt = for_comm(st)?;
-            if let Some(s) = device_span(sbuf as *const u8, sn, &stt) {
-                if mode == Mode::Block {
-                    c.allgather_device(&DevRaw(s.0, s.1), &mut DevRaw(r.0, r.1))?;
-                    return Ok(None);
-                }
-                let sb = Pinned::new(DevRaw(s.0, s.1));
-                let rb = Pinned::new(DevRaw(r.0, r.1));
-                // SAFETY: the boxes live in the request's keep list until it completes.
-                let q = unsafe { c.iallgather_device(sb.get(), rb.get())? };
-                return Ok(Some(Started {
-                    active: Active::Coll(q),
-                    finish: None,
-                    keep: vec![Box::new(sb), Box::new(rb)],
-                }));
+        if let Some(s) = s {
+            if mode == Mode::Block {
+                c.allgather_device(&DevRaw(s.0, s.1), &mut DevRaw(r.0, r.1))?;
+                return Ok(None);
             }
+            let sb = Pinned::new(DevRaw(s.0, s.1));
+            let rb = Pinned::new(DevRaw(r.0, r.1));
+            // SAFETY: the boxes live in the request's keep list until it completes.
+            let q = unsafe { c.iallgather_device(sb.get(), rb.get())? };
+            return Ok(Some(Started {
+                active: Active::Coll(q),
+                finish: None,
+                keep: vec![Box::new(sb), Box::new(rb)],
+            }));
         }
     }
     // SAFETY: the caller's buffers.

@@ -8,9 +8,10 @@
 //!   kernels): blocking allreduce, reduce, reduce_scatter_block (also in place), and
 //!   nonblocking allreduce, reduce, reduce_scatter_block out of place. Every other
 //!   device case is staged through host memory. The device collectives exchange
-//!   other messages than the host ones, so every rank of a call must pass device
-//!   buffers or every rank host buffers (mixing them across ranks, legal in MPI, is
-//!   not supported and hangs). Not yet run on a GPU.
+//!   other messages than the host ones, so where a rank could pass device memory the
+//!   ranks first agree whether all of them take the device path (`memkind.rs`): a
+//!   collective with device buffers on some ranks and host buffers on others, legal
+//!   in MPI, runs on the host path.
 //! - **Core**: rankwire's typed reduction on `T` = the basic type (host memory).
 //! - **Packed**: rankwire's collective on packed records with `op.rs`'s combine as a
 //!   commutative rankwire user operation (complex, `long double`, `MPI_DOUBLE_INT`,
@@ -241,16 +242,24 @@ pub unsafe fn allreduce(
     let inplace = is_in_place(send) || (n > 0 && std::ptr::eq(send, recv));
     let rs = span(recv, n, &red.ty);
     let ss = if inplace { rs } else { span(send, n, &red.ty) };
-    if let Some((d, o)) = device_plan(&red)
+    // The device call this rank's buffers allow (in place: blocking only).
+    let local = match (device_plan(&red), rs, ss) {
+        (Some(p), Span::Device(..), _) if inplace && matches!(mode, Mode::Block) => Some(p),
+        (Some(p), Span::Device(..), Span::Device(..)) if !inplace => Some(p),
+        _ => None,
+    };
+    // Every rank, whatever its buffers: the ranks agree on the path (memkind.rs).
+    if crate::memkind::device_path(&c, comm, mode, local.is_some())?
+        && let Some((d, o)) = local
         && let Span::Device(r0, r1) = rs
     {
         let r = (r0, r1);
-        if inplace && matches!(mode, Mode::Block) {
+        if inplace {
             let mut rb = DevRaw(r.0, r.1);
             c.allreduce_device_in_place(&mut rb, d, o)?;
             return Ok(None);
         }
-        if !inplace && let Span::Device(s0, s1) = ss {
+        if let Span::Device(s0, s1) = ss {
             let s = (s0, s1);
             if matches!(mode, Mode::Block) {
                 c.allreduce_device(&DevRaw(s.0, s.1), &mut DevRaw(r.0, r.1), d, o)?;
@@ -374,16 +383,22 @@ pub unsafe fn reduce(
         Span::Host
     };
     let ss = if inplace { rs } else { span(send, n, &red.ty) };
-    if let Some((d, o)) = device_plan(&red) {
-        let r = match rs {
-            Span::Device(a, l) => Some((a, l)),
-            _ if !at_root => Some((0, 0)),
-            _ => None,
-        };
-        let s = match ss {
-            Span::Device(a, l) => Some((a, l)),
-            _ => None,
-        };
+    let r = match rs {
+        Span::Device(a, l) => Some((a, l)),
+        _ if !at_root => Some((0, 0)),
+        _ => None,
+    };
+    let s = match ss {
+        Span::Device(a, l) => Some((a, l)),
+        _ => None,
+    };
+    // The device call this rank's buffers allow (in place: blocking only).
+    let local = device_plan(&red)
+        .filter(|_| r.is_some() && s.is_some() && (!inplace || matches!(mode, Mode::Block)));
+    // Every rank, whatever its buffers: the ranks agree on the path (memkind.rs).
+    if crate::memkind::device_path(&c, comm, mode, local.is_some())?
+        && let Some((d, o)) = local
+    {
         if let (Some(r), Some(s)) = (r, s) {
             if matches!(mode, Mode::Block) {
                 if inplace {
@@ -527,14 +542,32 @@ pub unsafe fn reduce_scatter_block(
     let n = crate::datatype::count(count)?;
     let p = c.size();
     let inplace = is_in_place(send);
-    if let Some((d, o)) = device_plan(&red)
-        && let Some(r) = device_run(recv, if inplace { n * p } else { n }, &red)
+    let plan_ok = device_plan(&red);
+    let r = plan_ok.and_then(|_| device_run(recv, if inplace { n * p } else { n }, &red));
+    let s = if inplace || r.is_none() {
+        None
+    } else {
+        device_run(send, n * p, &red)
+    };
+    // The device call this rank's buffers allow (in place: blocking only).
+    let local = plan_ok.filter(|_| {
+        r.is_some()
+            && if inplace {
+                matches!(mode, Mode::Block)
+            } else {
+                s.is_some()
+            }
+    });
+    // Every rank, whatever its buffers: the ranks agree on the path (memkind.rs).
+    if crate::memkind::device_path(&c, comm, mode, local.is_some())?
+        && let Some((d, o)) = local
+        && let Some(r) = r
     {
-        if inplace && matches!(mode, Mode::Block) {
+        if inplace {
             c.reduce_scatter_block_device_in_place(&mut DevRaw(r.0, r.1), d, o)?;
             return Ok(None);
         }
-        if !inplace && let Some(s) = device_run(send, n * p, &red) {
+        if let Some(s) = s {
             if matches!(mode, Mode::Block) {
                 c.reduce_scatter_block_device(&DevRaw(s.0, s.1), &mut DevRaw(r.0, r.1), d, o)?;
                 return Ok(None);

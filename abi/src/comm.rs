@@ -127,15 +127,27 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) ->
     })
 }
 
-/// `MPI_Comm_dup_with_info` (the info is ignored: rankwire has no communicator hints).
+/// `MPI_Comm_dup_with_info`: `MPI_Comm_dup` with `info`'s memory-kind assertion
+/// `mpi_assert_memory_alloc_kinds` on the new communicator (`memkind.rs`); other keys
+/// are ignored.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Comm_dup_with_info(
     comm: MPI_Comm,
-    _info: MPI_Info,
+    info: MPI_Info,
     newcomm: *mut MPI_Comm,
 ) -> c_int {
     // SAFETY: forwarded.
-    unsafe { MPI_Comm_dup(comm, newcomm) }
+    let rc = unsafe { MPI_Comm_dup(comm, newcomm) };
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    // The new communicator's hints are `info`'s (MPI 4.1 §7.4.2), not `comm`'s.
+    guard(comm, || {
+        // SAFETY: MPI_Comm_dup wrote the new handle.
+        let h = unsafe { *newcomm };
+        crate::memkind::forget(h);
+        crate::memkind::set_from_info(h, info)
+    })
 }
 
 /// `MPI_Comm_idup`: performed at the call (blocking dup), the request is complete.
@@ -418,6 +430,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
         crate::topo::forget(h);
         crate::error::forget_comm(h);
         crate::p2p::forget_comm_buffer(h);
+        crate::memkind::forget(h);
         if let Some(m) = NAMES.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             m.remove(&h);
         }

@@ -113,6 +113,7 @@ fn do_init(required: c_int) -> R<c_int> {
         .split(Some(world.rank() as u32), 0)?
         .expect("a rank with a color is in its split");
     let provided = required.clamp(MPI_THREAD_SINGLE, PROVIDED_MAX);
+    crate::memkind::at_init(&world)?;
     let _ = PREDEFINED_COMMS.set((world, selfc));
     *ENV.lock().unwrap_or_else(|e| e.into_inner()) = Some(Env {
         universe: Some(u),

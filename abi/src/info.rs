@@ -340,17 +340,26 @@ pub unsafe extern "C" fn MPI_Info_get_nthkey(info: MPI_Info, n: c_int, key: *mut
     })
 }
 
-/// `MPI_Comm_get_info`: a new, empty info (no hints are in use).
+/// `MPI_Comm_get_info`: a new info with the hints in use: the memory-kind assertion
+/// `mpi_assert_memory_alloc_kinds` where the program set one (see `memkind.rs`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) -> c_int {
     guard(comm, || {
         crate::comm::lookup(comm)?;
+        let used: Vec<(String, String)> = crate::memkind::asserted(comm)
+            .map(|v| (crate::memkind::ASSERT_KEY.to_string(), v))
+            .into_iter()
+            .collect();
         // SAFETY: C caller's pointer.
-        unsafe { put(info_used, INFOS.insert(Mutex::new(Vec::new())), "info_used") }
+        unsafe { put(info_used, INFOS.insert(Mutex::new(used)), "info_used") }
     })
 }
 
-/// `MPI_Comm_set_info`: accepted and ignored (rankwire takes no communicator hints).
+/// `MPI_Comm_set_info` (collective): takes the memory-kind assertion
+/// `mpi_assert_memory_alloc_kinds` (`memkind.rs`); other keys are ignored.
+///
+/// # Errors
+/// `MPI_ERR_COMM`, `MPI_ERR_INFO` (a freed info, an empty kind list).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Comm_set_info(comm: MPI_Comm, info: MPI_Info) -> c_int {
     guard(comm, || {
@@ -358,7 +367,7 @@ pub unsafe extern "C" fn MPI_Comm_set_info(comm: MPI_Comm, info: MPI_Info) -> c_
         if info != MPI_INFO_NULL {
             lookup(info)?;
         }
-        Ok(())
+        crate::memkind::set_from_info(comm, info)
     })
 }
 

@@ -37,6 +37,7 @@ pub mod error;
 pub mod group;
 pub mod handles;
 pub mod info;
+pub mod memkind;
 pub mod op;
 pub mod p2p;
 pub mod pmpi;

@@ -550,6 +550,15 @@ pub static SETTINGS: &[Setting] = &[
         "largest device message to a rank on this node sent eagerly (staged through host memory)",
     ),
     rank(
+        "RANKWIRE_ABI_MEMORY_AGREEMENT",
+        "auto",
+        "auto, on or off",
+        Check::OneOf(&["auto", "on", "off", "1", "0"]),
+        "MPI ABI: ranks agree before a bcast, allgather, allreduce, reduce or \
+         reduce_scatter_block whether all pass device buffers (auto: where a rank of the \
+         job has a CUDA driver; off: the program never mixes host and device buffers)",
+    ),
+    rank(
         "RANKWIRE_GPU_PEER",
         "auto",
         "auto, on or off",
