@@ -398,28 +398,26 @@ pub unsafe fn reduce(
     // Every rank, whatever its buffers: the ranks agree on the path (memkind.rs).
     if crate::memkind::device_path(&c, comm, mode, local.is_some())?
         && let Some((d, o)) = local
+        && let (Some(r), Some(s)) = (r, s)
     {
-        if let (Some(r), Some(s)) = (r, s) {
-            if matches!(mode, Mode::Block) {
-                if inplace {
-                    c.reduce_device_in_place(&mut DevRaw(r.0, r.1), d, o, root)?;
-                } else {
-                    c.reduce_device(&DevRaw(s.0, s.1), &mut DevRaw(r.0, r.1), d, o, root)?;
-                }
-                return Ok(None);
+        if matches!(mode, Mode::Block) {
+            if inplace {
+                c.reduce_device_in_place(&mut DevRaw(r.0, r.1), d, o, root)?;
+            } else {
+                c.reduce_device(&DevRaw(s.0, s.1), &mut DevRaw(r.0, r.1), d, o, root)?;
             }
-            if !inplace {
-                let sb = Pinned::new(DevRaw(s.0, s.1));
-                let rb = Pinned::new(DevRaw(r.0, r.1));
-                // SAFETY: the boxes live in the request's keep list until it completes.
-                let q = unsafe { c.ireduce_device(sb.get(), rb.get(), d, o, root)? };
-                return Ok(Some(crate::request::Started {
-                    active: crate::request::Active::Coll(q),
-                    finish: None,
-                    keep: vec![Box::new(sb), Box::new(rb)],
-                }));
-            }
+            return Ok(None);
         }
+        // Nonblocking, out of place (`local` excludes in place).
+        let sb = Pinned::new(DevRaw(s.0, s.1));
+        let rb = Pinned::new(DevRaw(r.0, r.1));
+        // SAFETY: the boxes live in the request's keep list until it completes.
+        let q = unsafe { c.ireduce_device(sb.get(), rb.get(), d, o, root)? };
+        return Ok(Some(crate::request::Started {
+            active: crate::request::Active::Coll(q),
+            finish: None,
+            keep: vec![Box::new(sb), Box::new(rb)],
+        }));
     }
     let s = if inplace {
         None
