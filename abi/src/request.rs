@@ -615,13 +615,17 @@ fn status_at(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
 
 /// `MPI_Waitall`'s working vectors: (index in the array, operation taken out) and
 /// (index, outcome).
-type WaitallScratch = (Vec<(usize, Started)>, Vec<(usize, Done)>);
+type WaitallScratch = (
+    Vec<(usize, Started)>,
+    Vec<(usize, Done)>,
+    Vec<rankwire::Result<rankwire::Status>>,
+);
 
 thread_local! {
     /// The vectors of the thread's last `MPI_Waitall`, kept (empty) so that the next one
     /// does not allocate.
     static WAITALL_SCRATCH: std::cell::Cell<WaitallScratch> =
-        const { std::cell::Cell::new((Vec::new(), Vec::new())) };
+        const { std::cell::Cell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
 /// `MPI_Waitall`: completes every request; on any failure returns
@@ -731,13 +735,41 @@ unsafe fn waitall_impl(
     // first offered to help their receivers copy, a window of arrivals taken per
     // round, the runtime locked once: rankwire::wait_complete), then each operation
     // is completed (those return at once).
-    rankwire::wait_complete(ops.iter().flat_map(|(_, s)| match &s.active {
-        Active::P2p(r) => std::slice::from_ref(r),
-        Active::Multi(rs) => rs.as_slice(),
-        _ => &[],
-    }));
     let mut dones = std::mem::take(&mut scratch.1);
-    dones.extend(ops.drain(..).map(|(i, op)| (i, wait_started(op))));
+    if ops
+        .iter()
+        .any(|(_, s)| matches!(s.active, Active::Multi(_)))
+    {
+        rankwire::wait_complete(ops.iter().flat_map(|(_, s)| match &s.active {
+            Active::P2p(r) => std::slice::from_ref(r),
+            Active::Multi(rs) => rs.as_slice(),
+            _ => &[],
+        }));
+        dones.extend(ops.drain(..).map(|(i, op)| (i, wait_started(op))));
+    } else {
+        // The common case: the point-to-point outcomes are taken under the same lock
+        // of the runtime as the wait (rankwire::wait_all_in_place), not one more lock
+        // per request.
+        let mut outcomes = std::mem::take(&mut scratch.2);
+        rankwire::wait_all_in_place(
+            ops.iter_mut().filter_map(|(_, s)| match &mut s.active {
+                Active::P2p(r) => Some(r),
+                _ => None,
+            }),
+            &mut outcomes,
+        );
+        let mut taken = outcomes.drain(..);
+        dones.extend(ops.drain(..).map(|(i, op)| {
+            // One outcome per point-to-point operation, in order.
+            let d = match (&op.active, taken.len()) {
+                (Active::P2p(_), 1..) => finish_started(op, taken.next().expect("len ≥ 1")),
+                _ => wait_started(op),
+            };
+            (i, d)
+        }));
+        drop(taken);
+        scratch.2 = outcomes;
+    }
     {
         let mut t = table();
         for (i, d) in dones.iter_mut() {

@@ -106,6 +106,11 @@ impl<'a> Request<'a> {
     /// A receive fails with [`crate::Error::Matching`] on truncation; any request
     /// fails with [`crate::Error::Connection`] if its peer died.
     pub fn wait(mut self) -> Result<Status> {
+        self.wait_in_place()
+    }
+
+    /// [`Request::wait`] without consuming the request (which is finished after it).
+    fn wait_in_place(&mut self) -> Result<Status> {
         if let Some(r) = self.take_ready() {
             return r;
         }
@@ -321,6 +326,63 @@ pub fn wait_complete<'r, 'a: 'r>(reqs: impl IntoIterator<Item = &'r Request<'a>>
         // Offering help is a no-op for a receive's id.
         inner.wait_all_then(ids.len(), |i| Some(ids[i]), ids.iter().copied(), |_| ());
     }
+}
+
+/// Waits for every request of `reqs` (as [`wait_complete`]) and takes their outcomes
+/// under the same lock of the runtime: `out` (cleared first) gets one outcome per
+/// request, in order, and each request is finished (a later `wait` or `test` of it
+/// returns an error). For callers that keep their requests in their own tables (the
+/// MPI ABI's `MPI_Waitall`), where [`wait_all_results`] would need them moved out:
+/// the runtime is locked once, not once more per request.
+pub fn wait_all_in_place<'r, 'a: 'r>(
+    reqs: impl IntoIterator<Item = &'r mut Request<'a>>,
+    out: &mut Vec<Result<Status>>,
+) {
+    out.clear();
+    let mut reqs: smallvec::SmallVec<[&'r mut Request<'a>; 64]> = reqs.into_iter().collect();
+    let mut inner: Option<Arc<Inner>> = None;
+    for r in reqs.iter().filter(|r| r.pending_id().is_some()) {
+        match (&inner, r.inner.as_ref()) {
+            (None, Some(i)) => inner = Some(i.clone()),
+            (Some(first), Some(i)) if Arc::ptr_eq(first, i) => {}
+            // Several runtimes (not made by this crate's API): one by one.
+            _ => {
+                inner = None;
+                break;
+            }
+        }
+    }
+    let Some(inner) = inner else {
+        out.extend(reqs.iter_mut().map(|r| r.wait_in_place()));
+        return;
+    };
+    let ids: smallvec::SmallVec<[Option<ReqId>; 64]> =
+        reqs.iter().map(|r| r.pending_id()).collect();
+    let sends: smallvec::SmallVec<[ReqId; 64]> = reqs
+        .iter()
+        .filter(|r| !r.is_recv)
+        .filter_map(|r| r.pending_id())
+        .collect();
+    inner.wait_all_then(
+        ids.len(),
+        |i| ids[i],
+        sends.iter().copied(),
+        |e| {
+            for r in reqs.iter_mut() {
+                let outcome = match r.pending_id() {
+                    Some(id) => {
+                        r.done = true;
+                        // Invariant: wait_all_then returned once every pending id was
+                        // done, and only this request takes its own outcome.
+                        let o = e.proto.take_done(id).unwrap_or_else(|| Err(lost_outcome()));
+                        r.localize(o)
+                    }
+                    None => r.take_ready().unwrap_or_else(|| Err(finished_request())),
+                };
+                out.push(outcome);
+            }
+        },
+    );
 }
 
 /// Wait until one of the requests completes (MPI_Waitany). Completed slots become
