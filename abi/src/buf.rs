@@ -36,6 +36,21 @@ pub fn is_device(ptr: *const u8, len: usize) -> bool {
     }
 }
 
+/// The byte length of `n` elements of `dt` at `ptr` when they are one run of host
+/// memory of a contiguous predefined type that needs no check beyond this (`n ≥ 0`,
+/// not `MPI_IN_PLACE`, not null with data): the common point-to-point case, taken
+/// without building a [`SendBuf`] or [`RecvBuf`]. `None`: anything else, which the
+/// general path checks and reports.
+#[inline]
+pub fn host_run(ptr: *const u8, n: i64, dt: MPI_Datatype) -> Option<usize> {
+    let size = crate::datatype::contiguous_predefined(dt)?;
+    let len = usize::try_from(n).ok()?.checked_mul(size)?;
+    if ptr as usize == MPI_IN_PLACE || (ptr.is_null() && len > 0) || is_device(ptr, len) {
+        return None;
+    }
+    Some(len)
+}
+
 /// Bytes `[off, off + len)` relative to `ptr` as a pointer (MPI_BOTTOM-relative
 /// addresses included: `ptr` may be null with absolute displacements).
 fn at(ptr: *const u8, off: isize) -> *const u8 {

@@ -492,6 +492,19 @@ unsafe fn send_impl(
         }
         let d = rank_arg(&c, dest, "destination")?;
         let t = tag_arg(tag)?;
+        // The common case without a SendBuf: contiguous host bytes sent in place.
+        if mode != Mode::Buffered
+            && let Some(len) = crate::buf::host_run(buf as *const u8, count, dt)
+        {
+            // SAFETY: C caller's buffer of `len` bytes.
+            let slice = unsafe { crate::buf::bytes(buf as *const u8, len) };
+            if mode == Mode::Sync {
+                c.ssend(slice, d, t)?;
+            } else {
+                c.send(slice, d, t)?;
+            }
+            return Ok(());
+        }
         // SAFETY: C caller's buffer.
         let b = unsafe { send_buf(buf as *const u8, count, dt)? };
         if mode == Mode::Buffered || is_device(b.ptr, b.len) {
@@ -530,6 +543,24 @@ unsafe fn recv_impl(
         }
         let src = recv_source(&c, source)?;
         let tg = recv_tag(tag)?;
+        // The common case without a RecvBuf: contiguous host bytes received in place.
+        if let Some(len) = crate::buf::host_run(buf as *const u8, count, dt) {
+            // SAFETY: C caller's buffer of `len` bytes.
+            let s = unsafe { crate::buf::bytes_mut(buf as *mut u8, len) };
+            return match c.recv(s, src, tg) {
+                Ok(st) => {
+                    // SAFETY: C caller's pointer.
+                    unsafe { write_status(status, &st, false, MPI_SUCCESS) };
+                    Ok(())
+                }
+                // SAFETY: as above (truncation fills the status).
+                Err(e) => finish_recv(
+                    Err(e),
+                    unsafe { recv_buf(buf as *mut u8, count, dt)? },
+                    status,
+                ),
+            };
+        }
         // SAFETY: C caller's buffer.
         let b = unsafe { recv_buf(buf as *mut u8, count, dt)? };
         let r = if is_device(b.ptr, b.len) {
@@ -663,6 +694,24 @@ unsafe fn post_send(
     }
     let d = rank_arg(&c, dest, "destination")?;
     let t = tag_arg(tag)?;
+    // The common case without a SendBuf: contiguous host bytes sent in place.
+    if mode != Mode::Buffered
+        && let Some(len) = crate::buf::host_run(buf as *const u8, count, dt)
+    {
+        // SAFETY: the C caller's buffer, valid until completion (MPI's contract).
+        let slice: &'static [u8] = unsafe { crate::buf::bytes(buf as *const u8, len) };
+        let req = if mode == Mode::Sync {
+            c.issend(slice, d, t)?
+        } else {
+            c.isend(slice, d, t)?
+        };
+        // A send the transport took at once (the common eager send) is done: its
+        // wait needs no runtime call.
+        return Ok(Started::plain(match req.completed_at_post() {
+            Some(st) => Active::Ready(st),
+            None => Active::P2p(req),
+        }));
+    }
     // SAFETY: C caller's buffer.
     let b = unsafe { send_buf(buf as *const u8, count, dt)? };
     start_send(&c, comm, b, d, t, mode)
@@ -682,6 +731,12 @@ unsafe fn post_recv(
     }
     let src = recv_source(&c, source)?;
     let tg = recv_tag(tag)?;
+    // The common case without a RecvBuf: contiguous host bytes received in place.
+    if let Some(len) = crate::buf::host_run(buf as *const u8, count, dt) {
+        // SAFETY: the C caller's buffer, valid until completion (MPI's contract).
+        let s: &'static mut [u8] = unsafe { crate::buf::bytes_mut(buf as *mut u8, len) };
+        return Ok(Started::plain(Active::P2p(c.irecv(s, src, tg)?)));
+    }
     // SAFETY: C caller's buffer.
     let b = unsafe { recv_buf(buf as *mut u8, count, dt)? };
     start_recv(&c, b, src, tg)
