@@ -272,6 +272,64 @@ pub unsafe fn allreduce(
             )));
         }
     }
+    // The common blocking case without Src/Dst: a predefined operation on host
+    // elements of a contiguous predefined type, aligned, reduced in place in the
+    // caller's buffers.
+    if mode == Mode::Block
+        && n > 0
+        && matches!(red.plan, Plan::Core { .. })
+        && rs == Span::Host
+        && ss == Span::Host
+        && let Some(size) = crate::datatype::contiguous_predefined(dt)
+        && (recv as usize).is_multiple_of(size)
+        && (inplace || (send as usize).is_multiple_of(size))
+    {
+        struct Direct {
+            c: crate::comm::CommRef,
+            send: Option<*const u8>,
+            recv: *mut u8,
+            bytes: usize,
+        }
+        impl Typed for Direct {
+            fn go<T: Pod>(self, op: ReduceOp<T>) -> R<Out> {
+                let (es, al) = (std::mem::size_of::<T>(), std::mem::align_of::<T>());
+                let misaligned = |p: usize| !p.is_multiple_of(al);
+                if es == 0
+                    || !self.bytes.is_multiple_of(es)
+                    || misaligned(self.recv as usize)
+                    || self.send.is_some_and(|s| misaligned(s as usize))
+                {
+                    return Err(internal(
+                        "a predefined type's layout differs from its element type",
+                    ));
+                }
+                let n = self.bytes / es;
+                // SAFETY: the caller's `n` elements of T (aligned, checked) in host memory,
+                // for the call.
+                let d = unsafe { std::slice::from_raw_parts_mut(self.recv as *mut T, n) };
+                match self.send {
+                    Some(s) => {
+                        // SAFETY: as above; MPI forbids overlap with `recv` out of place.
+                        let s = unsafe { std::slice::from_raw_parts(s as *const T, n) };
+                        self.c.allreduce::<T>(s, d, op)?
+                    }
+                    None => self.c.allreduce_in_place::<T>(d, op)?,
+                }
+                Ok(None)
+            }
+        }
+        let send = (!inplace).then_some(send);
+        let bytes = n * size;
+        return dispatch(
+            &red,
+            Direct {
+                c,
+                send,
+                recv,
+                bytes,
+            },
+        );
+    }
     let s = if inplace {
         None
     } else {
