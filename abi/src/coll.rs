@@ -275,6 +275,18 @@ pub(crate) unsafe fn bcast<C: Num>(
             keep: vec![Box::new(b)],
         }));
     }
+    // The common blocking case without a Dst: the caller's contiguous host bytes.
+    if mode == Mode::Block
+        && let Some((off, len)) = t.contiguous_span(n)
+        && len > 0
+    {
+        let p = (buf as *mut u8).wrapping_offset(off);
+        if !p.is_null() && buf as usize != MPI_IN_PLACE && !crate::buf::is_device(p, len) {
+            // SAFETY: the caller's `len` bytes of host memory at `p`, for the call.
+            c.bcast(unsafe { crate::buf::bytes_mut(p, len) }, root)?;
+            return Ok(None);
+        }
+    }
     let at_root = c.rank() == root;
     // SAFETY: the caller's buffer.
     let d = unsafe { dst(buf as *mut u8, n, dt, at_root)? };
