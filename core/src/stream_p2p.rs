@@ -27,7 +27,9 @@
 //!
 //! Flags: [`SLOTS`] words; operation `i` uses word `i % SLOTS` with value
 //! `i / SLOTS + 1`, and a word is reused only after its previous operation completed,
-//! so a wait is never passed by another operation's completion.
+//! so a wait is never passed by another operation's completion. At most
+//! [`MAX_IN_FLIGHT`] operations are outstanding: one more waits on the host (so that
+//! the enqueueing thread never blocks inside the driver on a full stream queue).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -39,9 +41,22 @@ use crate::comm::{Communicator, Source, Tag};
 use crate::error::{Error, Result};
 use crate::request::Request;
 
-/// Flag words of a runtime's proxy: at most this many stream-ordered operations in
-/// flight; one more waits (on the host) for the oldest to complete.
+/// Flag words of a runtime's proxy (operation `i` uses word `i % SLOTS`).
 pub(crate) const SLOTS: usize = 1024;
+
+/// At most this many stream-ordered operations of a runtime are outstanding; the
+/// call that would enqueue one more waits on the host until the oldest completes.
+/// Each operation puts two commands on its stream (an event record and a wait on a
+/// flag); with thousands enqueued back to back, the stream's command queue fills and
+/// the enqueueing driver call blocks inside the driver until the GPU passes earlier
+/// waits. The 2000-round-trip ping-pong of `rw-gpuapp streamp2p` hung that way on an
+/// H100 (2026-12-06, both without and with MPS): most likely the blocked call holds a
+/// driver lock that the proxy's own driver calls (`cuEventQuery`, the copies of the
+/// transfer) need, so the proxy could not release the waits. Kept well below the
+/// queue's depth, the enqueueing thread never blocks in the driver. Must not exceed
+/// [`SLOTS`] (a flag word is then never reused by an operation still outstanding).
+pub(crate) const MAX_IN_FLIGHT: u64 = 128;
+const _: () = assert!(MAX_IN_FLIGHT <= SLOTS as u64);
 
 /// How long finalize waits for operations still in flight before it releases their
 /// streams with an error (see `StreamProxy::give_up_at_finalize`).
@@ -194,11 +209,13 @@ impl StreamProxy {
                 ));
             }
             let index = st.next;
-            if index >= SLOTS as u64 {
-                let before = index - SLOTS as u64;
-                while st.outstanding.contains(&before) {
-                    st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-                }
+            // At most MAX_IN_FLIGHT outstanding (so also word `index % SLOTS` free).
+            while st
+                .outstanding
+                .first()
+                .is_some_and(|&oldest| oldest + MAX_IN_FLIGHT <= index)
+            {
+                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
             }
             st.next += 1;
             st.outstanding.insert(index);
@@ -539,10 +556,10 @@ impl Communicator {
     ///
     /// Operations of one stream run in stream order, one after the other: a pair of
     /// ranks that send to each other must enqueue the send on one rank and the receive
-    /// on the other first (or use two streams), as with blocking sends. At most 1024
-    /// stream-ordered operations of a process are in flight: the next call waits on
-    /// the host until the oldest has completed (so a rank must not enqueue more than
-    /// 1024 receives whose senders wait for this rank's host).
+    /// on the other first (or use two streams), as with blocking sends. At most 128
+    /// stream-ordered operations of a process are in flight: the
+    /// next call waits on the host until the oldest has completed (so a rank must not
+    /// enqueue more than 128 receives whose senders wait for this rank's host).
     ///
     /// # Safety
     /// `ptr` must be device memory of `stream`'s device, valid for reads of
