@@ -599,8 +599,8 @@ fn bytes_of(seed: u8, len: usize) -> Vec<u8> {
 /// a buffer a kernel fills. No host synchronization in between; one
 /// `stream.synchronize()` at the end. Sizes 8 B – 4 MiB; a third message from rank 0 is
 /// received by a blocking `recv_device` (stream-ordered sends match any receive). Then
-/// an 8-byte ping-pong of 2000 round trips enqueued back to back gives the one-way
-/// time of a stream-ordered message.
+/// 8-byte ping-pongs of 20, 200 and 2000 round trips enqueued back to back
+/// (`RW_STREAM_ITERS`) give the one-way time of a stream-ordered message.
 fn stream_p2p(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
     let me = w.rank();
     if me > 1 {
@@ -676,32 +676,41 @@ fn stream_p2p(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
         }
         println!("rank {me}: stream-ordered {len} B ok");
     }
-    // One-way time: 2000 round trips of 8 B enqueued back to back.
-    let iters = 2000;
+    // One-way time: round trips of 8 B enqueued back to back, 20, then 200, then 2000
+    // (RW_STREAM_ITERS, comma-separated), each count timed on its own, so that a count
+    // that stalls shows how far the smaller ones got and how long they took.
+    let counts: Vec<usize> = std::env::var("RW_STREAM_ITERS")
+        .unwrap_or_else(|_| "20,200,2000".into())
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
     let x = dev_with(dev, &[0u8; 8])?;
     let y = dev_with(dev, &[0u8; 8])?;
-    w.barrier()?;
-    let t0 = Instant::now();
-    for _ in 0..iters {
-        // SAFETY: x and y live until the synchronize below.
-        unsafe {
-            if me == 0 {
-                w.send_device_on_stream(x.ptr(), 8, 1, 7, &stream)?;
-                w.recv_device_on_stream(y.ptr(), 8, 1, 7, &stream)?;
-            } else {
-                w.recv_device_on_stream(y.ptr(), 8, 0, 7, &stream)?;
-                w.send_device_on_stream(x.ptr(), 8, 0, 7, &stream)?;
+    for iters in counts {
+        w.barrier()?;
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            // SAFETY: x and y live until the synchronize below.
+            unsafe {
+                if me == 0 {
+                    w.send_device_on_stream(x.ptr(), 8, 1, 7, &stream)?;
+                    w.recv_device_on_stream(y.ptr(), 8, 1, 7, &stream)?;
+                } else {
+                    w.recv_device_on_stream(y.ptr(), 8, 0, 7, &stream)?;
+                    w.send_device_on_stream(x.ptr(), 8, 0, 7, &stream)?;
+                }
             }
         }
+        let enqueued = t0.elapsed();
+        eprintln!("rank {me}: {iters} round trips enqueued in {:.1} ms", enqueued.as_secs_f64() * 1e3);
+        stream.synchronize().map_err(gpu)?;
+        w.wait_stream_ops()?;
+        let total = t0.elapsed();
+        println!(
+            "rank {me}: stream-ordered 8 B ping-pong: one way {:.2} us ({iters} round trips; enqueueing took {:.2} us per call)",
+            total.as_secs_f64() * 1e6 / (2.0 * iters as f64),
+            enqueued.as_secs_f64() * 1e6 / (2.0 * iters as f64)
+        );
     }
-    let enqueued = t0.elapsed();
-    stream.synchronize().map_err(gpu)?;
-    w.wait_stream_ops()?;
-    let total = t0.elapsed();
-    println!(
-        "rank {me}: stream-ordered 8 B ping-pong: one way {:.2} us ({iters} round trips; enqueueing took {:.2} us per call)",
-        total.as_secs_f64() * 1e6 / (2.0 * iters as f64),
-        enqueued.as_secs_f64() * 1e6 / (2.0 * iters as f64)
-    );
     w.barrier()
 }
