@@ -702,7 +702,10 @@ fn stream_p2p(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
             }
         }
         let enqueued = t0.elapsed();
-        eprintln!("rank {me}: {iters} round trips enqueued in {:.1} ms", enqueued.as_secs_f64() * 1e3);
+        eprintln!(
+            "rank {me}: {iters} round trips enqueued in {:.1} ms",
+            enqueued.as_secs_f64() * 1e3
+        );
         stream.synchronize().map_err(gpu)?;
         w.wait_stream_ops()?;
         let total = t0.elapsed();
