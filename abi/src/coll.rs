@@ -277,6 +277,7 @@ pub(crate) unsafe fn bcast<C: Num>(
     }
     // The common blocking case without a Dst: the caller's contiguous host bytes.
     if mode == Mode::Block
+        && n.checked_mul(t.size.max(t.extent.unsigned_abs())).is_some()
         && let Some((off, len)) = t.contiguous_span(n)
         && len > 0
     {
@@ -536,8 +537,13 @@ pub(crate) unsafe fn allgather<C: Num>(
     let t = for_comm(rt)?;
     let inplace = in_place(sbuf);
     let r = device_span(rbuf as *const u8, rn * p, &t);
-    let s = match r {
-        Some(_) if !inplace => device_span(sbuf as *const u8, cnt(sn)?, &*for_comm(st)?),
+    // Errors of the send arguments are reported by the general path, after the
+    // agreement (here they only make the device path unavailable).
+    let s = match (r, inplace) {
+        (Some(_), false) => match (cnt(sn), for_comm(st)) {
+            (Ok(sn), Ok(stt)) => device_span(sbuf as *const u8, sn, &stt),
+            _ => None,
+        },
         _ => None,
     };
     // The device call this rank's buffers allow (in place: blocking only).

@@ -281,8 +281,11 @@ pub unsafe fn allreduce(
         && rs == Span::Host
         && ss == Span::Host
         && let Some(size) = crate::datatype::contiguous_predefined(dt)
+        && let Some(bytes) = n.checked_mul(size)
+        && !recv.is_null()
+        && recv as usize != MPI_IN_PLACE
         && (recv as usize).is_multiple_of(size)
-        && (inplace || (send as usize).is_multiple_of(size))
+        && (inplace || (!send.is_null() && (send as usize).is_multiple_of(size)))
     {
         struct Direct {
             c: crate::comm::CommRef,
@@ -319,7 +322,6 @@ pub unsafe fn allreduce(
             }
         }
         let send = (!inplace).then_some(send);
-        let bytes = n * size;
         return dispatch(
             &red,
             Direct {

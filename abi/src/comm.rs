@@ -136,6 +136,11 @@ pub unsafe extern "C" fn MPI_Comm_dup_with_info(
     info: MPI_Info,
     newcomm: *mut MPI_Comm,
 ) -> c_int {
+    // A bad info handle is reported before the communicator is made.
+    let rc = guard(comm, || crate::info::value_of(info, "").map(|_| ()));
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
     // SAFETY: forwarded.
     let rc = unsafe { MPI_Comm_dup(comm, newcomm) };
     if rc != MPI_SUCCESS {
@@ -146,7 +151,8 @@ pub unsafe extern "C" fn MPI_Comm_dup_with_info(
         // SAFETY: MPI_Comm_dup wrote the new handle.
         let h = unsafe { *newcomm };
         crate::memkind::forget(h);
-        crate::memkind::set_from_info(h, info)
+        let c = lookup(h)?;
+        crate::memkind::set_from_info(&c, h, info)
     })
 }
 

@@ -359,15 +359,12 @@ pub unsafe extern "C" fn MPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_I
 /// `mpi_assert_memory_alloc_kinds` (`memkind.rs`); other keys are ignored.
 ///
 /// # Errors
-/// `MPI_ERR_COMM`, `MPI_ERR_INFO` (a freed info, an empty kind list).
+/// `MPI_ERR_COMM`, `MPI_ERR_INFO` (a freed info handle).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Comm_set_info(comm: MPI_Comm, info: MPI_Info) -> c_int {
     guard(comm, || {
-        crate::comm::lookup(comm)?;
-        if info != MPI_INFO_NULL {
-            lookup(info)?;
-        }
-        crate::memkind::set_from_info(comm, info)
+        let c = crate::comm::lookup(comm)?;
+        crate::memkind::set_from_info(&c, comm, info)
     })
 }
 

@@ -31,9 +31,11 @@
 //!
 //! MPI 4.1's memory-kind assertion (§11.4.3 and the Memory Allocation Kinds side
 //! document): `mpi_assert_memory_alloc_kinds` set on a communicator with
-//! `MPI_Comm_set_info` or `MPI_Comm_dup_with_info` to kinds that all take one path
-//! here (only `cuda:device`, or only host kinds: `system`, `mpi`, `cuda:host`,
-//! `cuda:managed`) turns the agreement off on that communicator.
+//! `MPI_Comm_set_info` or `MPI_Comm_dup_with_info` turns the agreement off on that
+//! communicator where every rank asserted kinds that all take the same path here (only
+//! `cuda:device` on every rank, or only host kinds on every rank: `system`, `mpi`,
+//! `cuda:host`, `cuda:managed`). The assertion is per process, so those calls compare
+//! the ranks' assertions in one allreduce; `MPI_Comm_dup` does not carry it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -43,7 +45,7 @@ use rankwire::Communicator;
 
 use crate::coll::Mode;
 use crate::consts::*;
-use crate::error::{R, err};
+use crate::error::R;
 
 /// The info key of MPI 4.1's memory-kind assertion on communicators.
 pub const ASSERT_KEY: &str = "mpi_assert_memory_alloc_kinds";
@@ -92,43 +94,53 @@ pub fn at_init(world: &Communicator) -> R {
     Ok(())
 }
 
-/// Whether every kind in `value` (MPI 4.1's comma-separated `kind[:restrictor]`
-/// list) takes the same path here: all `cuda:device`, or all host memory.
-///
-/// # Errors
-/// `MPI_ERR_INFO` for an empty list.
-fn single_path(value: &str) -> R<bool> {
+/// The path that every kind in `value` (MPI 4.1's comma-separated `kind[:restrictor]`
+/// list) takes here: 1 = host memory only (also the empty list: no kinds at all),
+/// 2 = `cuda:device` only, 0 = both or unknown kinds.
+fn path_class(value: &str) -> i32 {
     let kinds: Vec<&str> = value
         .split(',')
         .map(str::trim)
         .filter(|k| !k.is_empty())
         .collect();
-    if kinds.is_empty() {
-        return Err(err(
-            MPI_ERR_INFO,
-            format!(
-                "{ASSERT_KEY} is empty; fix: list the memory kinds the communicator's buffers use, e.g. \"cuda:device\" or \"system\""
-            ),
-        ));
+    // `cuda` without a restrictor is every CUDA kind, host and device memory.
+    let host = |k: &&str| matches!(*k, "system" | "mpi" | "cuda:host" | "cuda:managed");
+    if kinds.iter().all(host) {
+        1
+    } else if kinds.iter().all(|k| *k == "cuda:device") {
+        2
+    } else {
+        0
     }
-    // `cuda` without a restrictor is every CUDA kind, device memory included.
-    let device = |k: &str| k == "cuda:device" || k == "cuda";
-    let host = |k: &str| matches!(k, "system" | "mpi" | "cuda:host" | "cuda:managed");
-    Ok(kinds.iter().all(|k| device(k) && *k != "cuda") || kinds.iter().all(|k| host(k)))
 }
 
 /// Records the memory-kind assertion of `info` on `comm` (`MPI_Comm_set_info`,
-/// `MPI_Comm_dup_with_info`); an info without the key leaves `comm` as it was.
+/// `MPI_Comm_dup_with_info`; collective over `c`, the communicator of `comm`). The
+/// assertion is per process (MPI 4.1 §11.4.3: the kinds "the calling MPI process"
+/// will use), so the ranks compare theirs in one allreduce: the agreement is skipped
+/// only where every rank asserted kinds of the same one path. An info without the key
+/// leaves this rank's assertion as it was.
 ///
 /// # Errors
-/// `MPI_ERR_INFO` for a freed info handle or an empty kind list.
-pub fn set_from_info(comm: MPI_Comm, info: MPI_Info) -> R {
-    let Some(value) = crate::info::value_of(info, ASSERT_KEY)? else {
-        return Ok(());
+/// `MPI_ERR_INFO` for a freed info handle (after the allreduce, which every rank
+/// joins); those of the allreduce.
+pub fn set_from_info(c: &Communicator, comm: MPI_Comm, info: MPI_Info) -> R {
+    let looked = crate::info::value_of(info, ASSERT_KEY);
+    let effective = match &looked {
+        Ok(Some(v)) => Some(v.clone()),
+        _ => with(|m| m.get(&comm).map(|a| a.value.clone())),
     };
-    let single_path = single_path(&value)?;
-    with(|m| m.insert(comm, Asserted { value, single_path }));
-    Ok(())
+    let class = effective.as_deref().map_or(0, path_class);
+    // Minimum and maximum of the classes in one allreduce.
+    let mine = [class, -class];
+    let mut r = [0i32; 2];
+    c.allreduce(&mine, &mut r, rankwire::Op::Min)?;
+    let single_path = r[0] != 0 && r[0] == -r[1];
+    with(|m| match effective {
+        Some(value) => m.insert(comm, Asserted { value, single_path }),
+        None => m.remove(&comm),
+    });
+    looked.map(|_| ())
 }
 
 /// The assertion set on `comm`, for `MPI_Comm_get_info`.
@@ -165,17 +177,18 @@ pub fn device_path(c: &Communicator, comm: MPI_Comm, mode: Mode, mine: bool) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::single_path;
+    use super::path_class;
 
     #[test]
     fn one_path_kind_lists() {
-        assert!(single_path("cuda:device").unwrap());
-        assert!(single_path("system,mpi").unwrap());
-        assert!(single_path(" system , cuda:host,cuda:managed ").unwrap());
-        assert!(!single_path("system,cuda:device").unwrap());
-        assert!(!single_path("cuda").unwrap());
-        assert!(!single_path("cuda:device,cuda").unwrap());
-        assert!(!single_path("rocm:device").unwrap());
-        assert!(single_path(" , ").is_err());
+        assert_eq!(path_class("cuda:device"), 2);
+        assert_eq!(path_class("system,mpi"), 1);
+        assert_eq!(path_class(" system , cuda:host,cuda:managed "), 1);
+        assert_eq!(path_class(""), 1, "no kinds at all");
+        assert_eq!(path_class(" , "), 1);
+        assert_eq!(path_class("system,cuda:device"), 0);
+        assert_eq!(path_class("cuda"), 0);
+        assert_eq!(path_class("cuda:device,cuda"), 0);
+        assert_eq!(path_class("rocm:device"), 0);
     }
 }

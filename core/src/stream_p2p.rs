@@ -45,7 +45,7 @@ use crate::request::Request;
 pub(crate) const SLOTS: usize = 1024;
 
 /// At most this many stream-ordered operations of a runtime are outstanding; the
-/// call that would enqueue one more waits on the host until the oldest completes.
+/// call that would enqueue one more waits on the host until one completes.
 /// Each operation puts two commands on its stream (an event record and a wait on a
 /// flag); with thousands enqueued back to back, the stream's command queue fills and
 /// the enqueueing driver call blocks inside the driver until the GPU passes earlier
@@ -53,10 +53,10 @@ pub(crate) const SLOTS: usize = 1024;
 /// H100 (2026-12-06, both without and with MPS): most likely the blocked call holds a
 /// driver lock that the proxy's own driver calls (`cuEventQuery`, the copies of the
 /// transfer) need, so the proxy could not release the waits. Kept well below the
-/// queue's depth, the enqueueing thread never blocks in the driver. Must not exceed
-/// [`SLOTS`] (a flag word is then never reused by an operation still outstanding).
+/// queue's depth, the enqueueing thread never blocks in the driver. (That alone did
+/// not cure the stall: see benches/results/gpu-2026-12-06b-h100/.) A flag word is
+/// reused only once its previous operation, [`SLOTS`] indices earlier, completed.
 pub(crate) const MAX_IN_FLIGHT: u64 = 128;
-const _: () = assert!(MAX_IN_FLIGHT <= SLOTS as u64);
 
 /// How long finalize waits for operations still in flight before it releases their
 /// streams with an error (see `StreamProxy::give_up_at_finalize`).
@@ -208,15 +208,24 @@ impl StreamProxy {
                      operation before finalize",
                 ));
             }
-            let index = st.next;
-            // At most MAX_IN_FLIGHT outstanding (so also word `index % SLOTS` free).
-            while st
-                .outstanding
-                .first()
-                .is_some_and(|&oldest| oldest + MAX_IN_FLIGHT <= index)
+            // At most MAX_IN_FLIGHT outstanding, and the next index's flag word free (its
+            // previous operation, SLOTS earlier, completed). The index is read after the
+            // wait (which lets go of the lock): two waiting threads get different ones.
+            while st.outstanding.len() as u64 >= MAX_IN_FLIGHT
+                || st
+                    .next
+                    .checked_sub(SLOTS as u64)
+                    .is_some_and(|before| st.outstanding.contains(&before))
             {
+                if st.closed {
+                    return Err(Error::usage(
+                        "a stream-ordered operation after finalize began; fix: enqueue every \
+                         operation before finalize",
+                    ));
+                }
                 st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
             }
+            let index = st.next;
             st.next += 1;
             st.outstanding.insert(index);
             index
@@ -558,7 +567,7 @@ impl Communicator {
     /// ranks that send to each other must enqueue the send on one rank and the receive
     /// on the other first (or use two streams), as with blocking sends. At most 128
     /// stream-ordered operations of a process are in flight: the
-    /// next call waits on the host until the oldest has completed (so a rank must not
+    /// next call waits on the host until one has completed (so a rank must not
     /// enqueue more than 128 receives whose senders wait for this rank's host).
     ///
     /// # Safety
