@@ -74,32 +74,53 @@ fn start_send(
     if mode == Mode::Buffered {
         return start_bsend(c, comm, b, dest, tag);
     }
-    // SAFETY: the buffer is the C caller's (valid until completion, MPI's contract)
-    // or owned by `b`, kept in the Started.
-    let slice: &'static [u8] = unsafe { crate::buf::bytes(b.ptr, b.len) };
     let req = if is_device(b.ptr, b.len) {
-        // SAFETY: as above.
+        // SAFETY: the buffer is the C caller's (valid until completion, MPI's
+        // contract) or owned by `b`, kept in the Started.
         unsafe { c.isend_raw(b.ptr, b.len, dest, tag)? }
-    } else if mode == Mode::Sync {
-        c.issend(slice, dest, tag)?
     } else {
-        c.isend(slice, dest, tag)?
+        // SAFETY: as above.
+        isend_host(
+            c,
+            unsafe { crate::buf::bytes(b.ptr, b.len) },
+            dest,
+            tag,
+            mode,
+        )?
     };
+    if b.packed.is_some() {
+        return Ok(Started {
+            active: Active::P2p(req),
+            finish: None,
+            keep: vec![Box::new(b)],
+        });
+    }
     // In place (contiguous): the C caller owns the buffer, nothing to keep.
-    let keep: crate::request::Keep = if b.packed.is_some() {
-        vec![Box::new(b)]
+    Ok(unpacked_send(req))
+}
+
+/// A nonblocking send of host bytes in `mode` (standard and ready: `isend`;
+/// synchronous: `issend`).
+fn isend_host(
+    c: &Communicator,
+    slice: &'static [u8],
+    dest: usize,
+    tag: i32,
+    mode: Mode,
+) -> rankwire::Result<rankwire::Request<'static>> {
+    if mode == Mode::Sync {
+        c.issend(slice, dest, tag)
     } else {
-        // A send the transport took at once (the common eager send) is done: its
-        // wait needs no runtime call.
-        if let Some(st) = req.completed_at_post() {
-            return Ok(Started::plain(Active::Ready(st)));
-        }
-        Vec::new()
-    };
-    Ok(Started {
-        active: Active::P2p(req),
-        finish: None,
-        keep,
+        c.isend(slice, dest, tag)
+    }
+}
+
+/// The operation of a send of the caller's own bytes: a send the transport took at
+/// once (the common eager send) is done, and its wait needs no runtime call.
+fn unpacked_send(req: rankwire::Request<'static>) -> Started {
+    Started::plain(match req.completed_at_post() {
+        Some(st) => Active::Ready(st),
+        None => Active::P2p(req),
     })
 }
 
@@ -492,30 +513,29 @@ unsafe fn send_impl(
         }
         let d = rank_arg(&c, dest, "destination")?;
         let t = tag_arg(tag)?;
-        // The common case without a SendBuf: contiguous host bytes sent in place.
-        if mode != Mode::Buffered
-            && let Some(len) = crate::buf::host_run(buf as *const u8, count, dt)
-        {
+        // The packed copy of a derived type, kept for the call.
+        let packed: SendBuf;
+        let slice = match crate::buf::host_run(buf as *const u8, count, dt) {
+            // The common case without a SendBuf: contiguous host bytes sent in place.
             // SAFETY: C caller's buffer of `len` bytes.
-            let slice = unsafe { crate::buf::bytes(buf as *const u8, len) };
-            if mode == Mode::Sync {
-                c.ssend(slice, d, t)?;
-            } else {
-                c.send(slice, d, t)?;
+            Some(len) if mode != Mode::Buffered => unsafe {
+                crate::buf::bytes(buf as *const u8, len)
+            },
+            _ => {
+                // SAFETY: C caller's buffer.
+                let b = unsafe { send_buf(buf as *const u8, count, dt)? };
+                if mode == Mode::Buffered || is_device(b.ptr, b.len) {
+                    let s = start_send(&c, comm, b, d, t, mode)?;
+                    if let Active::P2p(r) = s.active {
+                        r.wait()?;
+                    }
+                    return Ok(());
+                }
+                packed = b;
+                // SAFETY: the caller's buffer (or the packed copy in it) for the call.
+                unsafe { crate::buf::bytes(packed.ptr, packed.len) }
             }
-            return Ok(());
-        }
-        // SAFETY: C caller's buffer.
-        let b = unsafe { send_buf(buf as *const u8, count, dt)? };
-        if mode == Mode::Buffered || is_device(b.ptr, b.len) {
-            let s = start_send(&c, comm, b, d, t, mode)?;
-            if let Active::P2p(r) = s.active {
-                r.wait()?;
-            }
-            return Ok(());
-        }
-        // SAFETY: the caller's buffer (or the packed copy in b) for the call.
-        let slice = unsafe { crate::buf::bytes(b.ptr, b.len) };
+        };
         if mode == Mode::Sync {
             c.ssend(slice, d, t)?;
         } else {
@@ -700,17 +720,7 @@ unsafe fn post_send(
     {
         // SAFETY: the C caller's buffer, valid until completion (MPI's contract).
         let slice: &'static [u8] = unsafe { crate::buf::bytes(buf as *const u8, len) };
-        let req = if mode == Mode::Sync {
-            c.issend(slice, d, t)?
-        } else {
-            c.isend(slice, d, t)?
-        };
-        // A send the transport took at once (the common eager send) is done: its
-        // wait needs no runtime call.
-        return Ok(Started::plain(match req.completed_at_post() {
-            Some(st) => Active::Ready(st),
-            None => Active::P2p(req),
-        }));
+        return Ok(unpacked_send(isend_host(&c, slice, d, t, mode)?));
     }
     // SAFETY: C caller's buffer.
     let b = unsafe { send_buf(buf as *const u8, count, dt)? };

@@ -761,9 +761,12 @@ unsafe fn waitall_impl(
         let mut taken = outcomes.drain(..);
         dones.extend(ops.drain(..).map(|(i, op)| {
             // One outcome per point-to-point operation, in order.
-            let d = match (&op.active, taken.len()) {
-                (Active::P2p(_), 1..) => finish_started(op, taken.next().expect("len ≥ 1")),
-                _ => wait_started(op),
+            let d = if matches!(op.active, Active::P2p(_))
+                && let Some(r) = taken.next()
+            {
+                finish_started(op, r)
+            } else {
+                wait_started(op)
             };
             (i, d)
         }));

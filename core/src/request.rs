@@ -243,47 +243,9 @@ pub fn wait_all(mut reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
 /// rounds take a window of arrivals each (not one round per message), and the outcomes
 /// are taken under the same lock.
 pub fn wait_all_results(mut reqs: Vec<Request<'_>>) -> Vec<Result<Status>> {
-    let Some(inner) = common_runtime(&reqs) else {
-        return reqs.into_iter().map(Request::wait).collect();
-    };
-    let sends = reqs
-        .iter()
-        .filter(|r| !r.is_recv && r.pending_id().is_some())
-        .map(|r| r.id);
-    let outcomes = inner.wait_all_then(
-        reqs.len(),
-        |i| reqs[i].pending_id(),
-        sends,
-        |e| {
-            reqs.iter()
-                .map(|r| r.pending_id().map(|id| e.proto.take_done(id)))
-                .collect::<Vec<_>>()
-        },
-    );
-    reqs.iter_mut()
-        .zip(outcomes)
-        .map(|(r, taken)| match taken {
-            Some(outcome) => {
-                r.done = true;
-                // Invariant: wait_all_then returned once every pending id was done,
-                // and only this request takes its own outcome.
-                let outcome = outcome.unwrap_or_else(|| Err(lost_outcome()));
-                r.localize(outcome)
-            }
-            None => r.take_ready().unwrap_or_else(|| Err(finished_request())),
-        })
-        .collect()
-}
-
-/// The runtime all pending requests of `reqs` wait in, if there is one and only one
-/// (`None`: none is pending, or they belong to different runtimes; then they are
-/// completed one by one).
-fn common_runtime(reqs: &[Request<'_>]) -> Option<Arc<Inner>> {
-    let mut pending = reqs.iter().filter(|r| r.pending_id().is_some());
-    let inner = pending.next()?.inner.clone()?;
-    pending
-        .all(|r| r.inner.as_ref().is_some_and(|i| Arc::ptr_eq(i, &inner)))
-        .then_some(inner)
+    let mut out = Vec::with_capacity(reqs.len());
+    wait_all_in_place(reqs.iter_mut(), &mut out);
+    out
 }
 
 /// The outcome of waiting for or testing a request that is finished already: a
