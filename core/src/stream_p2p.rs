@@ -25,6 +25,12 @@
 //! values differ per use, so these calls cannot be captured in a CUDA graph (the call
 //! fails if the stream is capturing).
 //!
+//! While an operation's wait is on a stream, this process's frees and CUDA IPC unmaps
+//! (`cuMemFree`, `cuMemFreeHost`, `cuIpcCloseMemHandle`) are held back
+//! ([`rankwire_gpu::host_wait_begin`]): those driver calls wait until every stream of the
+//! device has passed its queued work, so the proxy (or any thread driving progress)
+//! making one would wait for the flag that it must write.
+//!
 //! Flags: [`SLOTS`] words; operation `i` uses word `i % SLOTS` with value
 //! `i / SLOTS + 1`, and a word is reused only after its previous operation completed,
 //! so a wait is never passed by another operation's completion. At most
@@ -47,15 +53,14 @@ pub(crate) const SLOTS: usize = 1024;
 /// At most this many stream-ordered operations of a runtime are outstanding; the
 /// call that would enqueue one more waits on the host until one completes.
 /// Each operation puts two commands on its stream (an event record and a wait on a
-/// flag); with thousands enqueued back to back, the stream's command queue fills and
-/// the enqueueing driver call blocks inside the driver until the GPU passes earlier
-/// waits. The 2000-round-trip ping-pong of `rw-gpuapp streamp2p` hung that way on an
-/// H100 (2026-12-06, both without and with MPS): most likely the blocked call holds a
-/// driver lock that the proxy's own driver calls (`cuEventQuery`, the copies of the
-/// transfer) need, so the proxy could not release the waits. Kept well below the
-/// queue's depth, the enqueueing thread never blocks in the driver. (That alone did
-/// not cure the stall: see benches/results/gpu-2026-12-06b-h100/.) A flag word is
-/// reused only once its previous operation, [`SLOTS`] indices earlier, completed.
+/// flag); with thousands enqueued back to back the stream's command queue could fill,
+/// and the enqueueing driver call would then block inside the driver until the GPU
+/// passes earlier waits. Kept well below the queue's depth, the enqueueing thread never
+/// blocks in the driver. (The hang of the 2000-round-trip ping-pong of
+/// `rw-gpuapp streamp2p` that first suggested this had another cause: a CUDA IPC
+/// mapping closed while the stream waited, see `rankwire_gpu::host_wait_begin` and
+/// benches/results/gpu-2026-12-06c-h100/.) A flag word is reused only once its
+/// previous operation, [`SLOTS`] indices earlier, completed.
 pub(crate) const MAX_IN_FLIGHT: u64 = 128;
 
 /// How long finalize waits for operations still in flight before it releases their
@@ -64,6 +69,11 @@ const STOP_WAIT: Duration = Duration::from_secs(60);
 
 /// Idle passes of the proxy thread that only yield before it sleeps between passes.
 const IDLE_SPINS: u32 = 2000;
+
+/// With operations pending and none started or completed for this long, the proxy
+/// logs (warn) what it waits for, once per stall: a stream that never reaches an
+/// operation, or a peer that never matches one, then has a name in the job's log.
+const STALL_REPORT: Duration = Duration::from_secs(10);
 
 /// The operation of a job.
 enum Op {
@@ -239,6 +249,9 @@ impl StreamProxy {
             stream: stream.as_raw() as usize,
             index,
         };
+        // From here until its flag is written, frees and IPC unmaps of this process are
+        // held back: they would wait for this stream's wait (rankwire_gpu::host_wait_begin).
+        rankwire_gpu::host_wait_begin();
         let enqueued = job
             .start
             .record(stream)
@@ -252,6 +265,7 @@ impl StreamProxy {
         if let Err(e) = enqueued {
             // Nothing waits on the word: give the index back as done.
             self.flags.set(job.slot(), job.value());
+            rankwire_gpu::host_wait_end();
             self.lock().outstanding.remove(&index);
             self.cv.notify_all();
             return Err(e);
@@ -322,6 +336,8 @@ impl StreamProxy {
     /// The operation completed (or failed, or was given up): release its stream.
     fn complete(&self, job: &Job, result: Result<()>) {
         self.flags.set(job.slot(), job.value());
+        // The stream may pass now: releases held back meanwhile may run.
+        rankwire_gpu::host_wait_end();
         let mut st = self.lock();
         st.outstanding.remove(&job.index);
         if let Err(e) = result {
@@ -356,6 +372,8 @@ impl StreamProxy {
     fn run_loop(&self, waiting: &mut VecDeque<Job>, flying: &mut Vec<(Job, Request<'static>)>) {
         let mut stop_at: Option<Instant> = None;
         let mut idle_rounds = 0u32;
+        let mut last_moved = Instant::now();
+        let mut reported = false;
         loop {
             {
                 let mut st = self.lock();
@@ -442,13 +460,61 @@ impl StreamProxy {
             }
             if moved {
                 idle_rounds = 0;
+                last_moved = Instant::now();
+                reported = false;
             } else {
+                if !reported && last_moved.elapsed() > STALL_REPORT {
+                    reported = true;
+                    tracing::warn!(
+                        "rankwire: {}",
+                        self.stall_report(waiting, flying, last_moved)
+                    );
+                }
                 idle_rounds = idle_rounds.saturating_add(1);
                 if idle_rounds <= IDLE_SPINS {
                     std::thread::yield_now();
                 }
             }
         }
+    }
+
+    /// What a stalled proxy waits for (see [`STALL_REPORT`]).
+    fn stall_report(
+        &self,
+        waiting: &VecDeque<Job>,
+        flying: &[(Job, Request<'static>)],
+        since: Instant,
+    ) -> String {
+        let outstanding = self.lock().outstanding.len();
+        let mut s = format!(
+            "stream-ordered point-to-point: nothing started or completed for {:.0} s; \
+             {outstanding} operations outstanding, {} not yet reached by their stream, {} \
+             posted and not complete",
+            since.elapsed().as_secs_f64(),
+            waiting.len(),
+            flying.len()
+        );
+        if let Some(j) = waiting.front() {
+            s.push_str(&format!(
+                "; the oldest unreached is #{} ({}; its start event reached: {:?}; flag word \
+                 {} = {}, waits for {})",
+                j.index,
+                j.what(),
+                j.start.query().ok(),
+                j.slot(),
+                self.flags.get(j.slot()),
+                j.value()
+            ));
+        }
+        if let Some((j, _)) = flying.iter().min_by_key(|(j, _)| j.index) {
+            s.push_str(&format!(
+                "; the oldest posted is #{} ({}): its peer has not matched it or its \
+                 transfer has not completed",
+                j.index,
+                j.what()
+            ));
+        }
+        s
     }
 
     /// Finalize waited [`STOP_WAIT`] since `since`: release what cannot finish.

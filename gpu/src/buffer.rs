@@ -206,8 +206,9 @@ impl DeviceBuffer {
                 result::bind_device(self.device)?;
                 // SAFETY: allocated by cuMemAlloc/cuMemAllocManaged, freed once (len is
                 // set to 0 by every caller afterwards), no queued work on the runtime
-                // stream; other users were bound by the borrow on self.
-                unsafe { result::mem_free(self.ptr) }
+                // stream; other users were bound by the borrow on self. Held back while a
+                // stream waits on a host flag (crate::release).
+                unsafe { crate::release::release(crate::release::Release::DeviceMemory(self.ptr)) }
             }
             AllocKind::Pool => {
                 // SAFETY: allocated by cuMemAllocAsync, freed once, on a live stream.
@@ -313,8 +314,11 @@ impl Drop for PinnedBuffer {
         if self.len > 0 {
             // SAFETY: allocated by cuMemHostAlloc and freed once, here. Copies using it
             // were synchronized by their owners (the staging code waits for its streams).
-            // Drop cannot report a failure.
-            let _freed = unsafe { result::mem_free_host(self.ptr) };
+            // Drop cannot report a failure. Held back while a stream waits on a host
+            // flag (crate::release).
+            let _freed = unsafe {
+                crate::release::release(crate::release::Release::PinnedHost(self.ptr as usize))
+            };
         }
     }
 }

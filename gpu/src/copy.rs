@@ -732,7 +732,10 @@ impl MappedFlags {
 
 impl Drop for MappedFlags {
     fn drop(&mut self) {
-        // SAFETY: allocated by mem_host_alloc in new, freed once here.
-        let _ = unsafe { result::mem_free_host(self.host.cast()) };
+        // SAFETY: allocated by mem_host_alloc in new, freed once here; held back while a
+        // stream waits on a host flag (crate::release).
+        let _ = unsafe {
+            crate::release::release(crate::release::Release::PinnedHost(self.host as usize))
+        };
     }
 }

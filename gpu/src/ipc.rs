@@ -257,7 +257,9 @@ impl IpcOpener for CudaIpcOpener {
         result::bind_device(self.device)?;
         // SAFETY: the cache calls close once per successful open, only when the entry's
         // in-flight refcount is zero (or at close_all, when the caller has finished).
-        unsafe { result::ipc_close_mem_handle(mapped_base) }
+        // Held back while a stream of this process waits on a host flag: the close
+        // would wait for that stream (crate::release).
+        unsafe { crate::release::release(crate::release::Release::IpcMapping(mapped_base)) }
     }
 }
 

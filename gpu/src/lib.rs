@@ -63,6 +63,7 @@ pub mod peer;
 pub mod pointer;
 pub mod pool;
 pub mod reduce;
+mod release;
 mod result;
 
 pub use buffer::{AllocKind, DeviceBuffer, PinnedBuffer};
@@ -88,6 +89,7 @@ pub use pool::{TmpCache, TmpCacheStats, TmpPool};
 pub use reduce::{
     DType, KernelCacheStats, RedOp, kernel_cache_stats, reduce_async, reduce_rows_async,
 };
+pub use release::{held_releases, host_wait_begin, host_wait_end};
 
 /// Whether a CUDA driver can be used by this build in this process.
 ///

@@ -609,7 +609,13 @@ fn stream_p2p(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
     let dev = u.gpu_device()?;
     let stream = Stream::new(dev).map_err(|e| rankwire::Error::Gpu(e.to_string()))?;
     let gpu = |e: rankwire::gpu::GpuError| rankwire::Error::Gpu(e.to_string());
-    for (k, &len) in [8usize, 4096, 65536, 4 << 20].iter().enumerate() {
+    // RW_STREAM_PP_ONLY=1 skips the data phase (diagnosis: the ping-pong alone).
+    let sizes: &[usize] = if std::env::var_os("RW_STREAM_PP_ONLY").is_some() {
+        &[]
+    } else {
+        &[8, 4096, 65536, 4 << 20]
+    };
+    for (k, &len) in sizes.iter().enumerate() {
         let tag = 10 * k as i32;
         let (a, b, c) = (bytes_of(1, len), bytes_of(2, len), bytes_of(3, len));
         let junk = vec![0xEEu8; len];
@@ -689,31 +695,61 @@ fn stream_p2p(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
     for iters in counts {
         w.barrier()?;
         let t0 = Instant::now();
-        for _ in 0..iters {
-            // SAFETY: x and y live until the synchronize below.
-            unsafe {
-                if me == 0 {
-                    w.send_device_on_stream(x.ptr(), 8, 1, 7, &stream)?;
-                    w.recv_device_on_stream(y.ptr(), 8, 1, 7, &stream)?;
-                } else {
-                    w.recv_device_on_stream(y.ptr(), 8, 0, 7, &stream)?;
-                    w.send_device_on_stream(x.ptr(), 8, 0, 7, &stream)?;
+        // A watcher prints how far the loop got every 5 s, so that a stall shows
+        // whether the enqueueing (bounded by the operations in flight) or the final
+        // synchronize stopped, and after how many round trips.
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let finished = std::sync::atomic::AtomicBool::new(false);
+        let r = std::thread::scope(|sc| -> Result<()> {
+            sc.spawn(|| {
+                use std::sync::atomic::Ordering::Relaxed;
+                let mut next = 5.0;
+                while !finished.load(Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    let t = t0.elapsed().as_secs_f64();
+                    if t >= next {
+                        next += 5.0;
+                        eprintln!(
+                            "rank {me}: after {t:.0} s: {} of {iters} round trips enqueued",
+                            done.load(Relaxed)
+                        );
+                    }
                 }
-            }
-        }
-        let enqueued = t0.elapsed();
-        eprintln!(
-            "rank {me}: {iters} round trips enqueued in {:.1} ms",
-            enqueued.as_secs_f64() * 1e3
-        );
-        stream.synchronize().map_err(gpu)?;
-        w.wait_stream_ops()?;
-        let total = t0.elapsed();
-        println!(
-            "rank {me}: stream-ordered 8 B ping-pong: one way {:.2} us ({iters} round trips; enqueueing took {:.2} us per call)",
-            total.as_secs_f64() * 1e6 / (2.0 * iters as f64),
-            enqueued.as_secs_f64() * 1e6 / (2.0 * iters as f64)
-        );
+            });
+            let body = || -> Result<()> {
+                for _ in 0..iters {
+                    // SAFETY: x and y live until the synchronize below.
+                    unsafe {
+                        if me == 0 {
+                            w.send_device_on_stream(x.ptr(), 8, 1, 7, &stream)?;
+                            w.recv_device_on_stream(y.ptr(), 8, 1, 7, &stream)?;
+                        } else {
+                            w.recv_device_on_stream(y.ptr(), 8, 0, 7, &stream)?;
+                            w.send_device_on_stream(x.ptr(), 8, 0, 7, &stream)?;
+                        }
+                    }
+                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                let enqueued = t0.elapsed();
+                eprintln!(
+                    "rank {me}: {iters} round trips enqueued in {:.1} ms",
+                    enqueued.as_secs_f64() * 1e3
+                );
+                stream.synchronize().map_err(gpu)?;
+                w.wait_stream_ops()?;
+                let total = t0.elapsed();
+                println!(
+                    "rank {me}: stream-ordered 8 B ping-pong: one way {:.2} us ({iters} round trips; enqueueing took {:.2} us per call)",
+                    total.as_secs_f64() * 1e6 / (2.0 * iters as f64),
+                    enqueued.as_secs_f64() * 1e6 / (2.0 * iters as f64)
+                );
+                Ok(())
+            };
+            let r = body();
+            finished.store(true, std::sync::atomic::Ordering::Relaxed);
+            r
+        });
+        r?;
     }
     w.barrier()
 }

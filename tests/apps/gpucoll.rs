@@ -774,20 +774,29 @@ fn peer(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
 /// back-to-back stream-ordered calls (one synchronize per 1000: the device-side cost),
 /// and the floor of one empty-ish kernel plus synchronize on the same stream.
 fn latency(w: &Communicator, bytes: usize) -> rankwire::Result<()> {
-    let iters = 2000;
+    // Large sizes (a breakdown of large allreduce: device side vs host side) take fewer.
+    let (iters, warm) = if bytes > 1 << 20 { (50, 5) } else { (2000, 50) };
     let n = (bytes / 4).max(1);
     let send = upload(&vec![1u8; n * 4]);
     let mut recv = poisoned(n * 4);
     let stream = Stream::new(0).unwrap_or_else(|e| fail(&format!("stream: {e}")));
     let time = |name: &str, f: &mut dyn FnMut() -> rankwire::Result<()>| -> rankwire::Result<()> {
-        for _ in 0..50 {
+        let drain = || {
+            stream
+                .synchronize()
+                .map_err(|e| rankwire::Error::Gpu(e.to_string()))
+        };
+        for _ in 0..warm {
             f()?;
         }
+        drain()?;
         w.barrier()?;
         let t = std::time::Instant::now();
         for _ in 0..iters {
             f()?;
         }
+        // Stream-ordered calls still queued count too.
+        drain()?;
         let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
         if w.rank() == 0 {
             println!("{name:<48} {:>10} B {us:>10.2} us", n * 4);
@@ -808,12 +817,22 @@ fn latency(w: &Communicator, bytes: usize) -> rankwire::Result<()> {
         sync(&stream)
     })?;
     let mut k = 0;
-    time("allreduce_device_on_stream, sync every 1000", &mut || {
-        // SAFETY: live buffers until the synchronize.
-        unsafe { w.allreduce_device_on_stream(sp, rp, n * 4, Datatype::F32, Op::Sum, &stream)? };
-        k += 1;
-        if k % 1000 == 0 { sync(&stream) } else { Ok(()) }
-    })?;
+    let every = iters.min(1000);
+    time(
+        &format!("allreduce_device_on_stream, sync every {every}"),
+        &mut || {
+            // SAFETY: live buffers until the synchronize.
+            unsafe {
+                w.allreduce_device_on_stream(sp, rp, n * 4, Datatype::F32, Op::Sum, &stream)?
+            };
+            k += 1;
+            if k % every == 0 {
+                sync(&stream)
+            } else {
+                Ok(())
+            }
+        },
+    )?;
     sync(&stream)?;
     time("one kernel + synchronize (floor)", &mut || {
         // SAFETY: live buffers.

@@ -236,6 +236,26 @@ pub(crate) fn bind_device(ordinal: i32) -> Result<(), GpuError> {
     check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })
 }
 
+/// The current context of this thread as an integer (0: none), for
+/// [`set_context_raw`] on another thread.
+pub(crate) fn current_context_raw() -> Result<usize, GpuError> {
+    ensure_init()?;
+    let mut cur: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: cur is a valid out-pointer.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut cur) })?;
+    Ok(cur as usize)
+}
+
+/// Make a context from [`current_context_raw`] current (`cuCtxSetCurrent`). Every
+/// context rankwire makes current is a primary context, retained for the process.
+pub(crate) fn set_context_raw(ctx: usize) -> Result<(), GpuError> {
+    ensure_init()?;
+    // SAFETY: a retained primary context (see above), valid for the process lifetime.
+    check("cuCtxSetCurrent", unsafe {
+        sys::cuCtxSetCurrent(ctx as sys::CUcontext)
+    })
+}
+
 /// Make sure some context is current on this thread; binds device 0 if none is.
 pub(crate) fn ensure_some_context() -> Result<(), GpuError> {
     ensure_init()?;

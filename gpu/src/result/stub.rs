@@ -46,6 +46,14 @@ pub(crate) fn bind_device(_ordinal: i32) -> Result<(), GpuError> {
     Err(GpuError::NotBuilt)
 }
 
+pub(crate) fn current_context_raw() -> Result<usize, GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
+pub(crate) fn set_context_raw(_ctx: usize) -> Result<(), GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
 pub(crate) fn ensure_some_context() -> Result<(), GpuError> {
     Err(GpuError::NotBuilt)
 }
