@@ -904,6 +904,12 @@ pub(crate) fn build(
     let out_pre = export_of(ex_out, recv, out_len);
     let in_ok = !ex_in || in_len == 0 || in_pre.is_some();
     let out_ok = !ex_out || out_len == 0 || out_pre.is_some();
+    if !(in_ok && out_ok) {
+        tracing::debug!(
+            "peer {what}: {in_len} B: a buffer cannot be exported for CUDA IPC (input {in_ok}, \
+             output {out_ok}): through a runtime temporary"
+        );
+    }
     let user_in = if in_place { Buf::Recv } else { Buf::Send };
     let (in_buf, out_buf) = if in_place && !(in_ok && out_ok) {
         let t = b.tmp(in_len.max(out_len));
@@ -954,6 +960,7 @@ pub(crate) fn build(
         let mut outs = vec![0u64; p];
         let my_in = if in_len > 0 { bufs.addr(in_s)? } else { 0 };
         let my_out = if out_len > 0 { bufs.addr(out_s)? } else { 0 };
+        let t0 = std::time::Instant::now();
         let mut g = lock(&group);
         g.reap();
         let mut maps = Vec::new();
@@ -982,6 +989,19 @@ pub(crate) fn build(
                 *slot = m.addr();
                 maps.push(m);
             }
+        }
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let st = g.cache.stats();
+            tracing::debug!(
+                "peer {what}: mapped form, {in_len} B: {} peer buffers mapped in {:.1} us (IPC \
+                 cache so far: opened {}, hits {}, stale {}, evicted {})",
+                maps.len(),
+                t0.elapsed().as_secs_f64() * 1e6,
+                st.opened,
+                st.hits,
+                st.stale_evictions,
+                st.lru_evictions
+            );
         }
         let args = mapped_args(c, me, &g.bases, &ins, &outs);
         let post_copy = if out_buf != Buf::Recv && out_len > 0 {
