@@ -25,11 +25,12 @@
 //! values differ per use, so these calls cannot be captured in a CUDA graph (the call
 //! fails if the stream is capturing).
 //!
-//! While an operation's wait is on a stream, this process's frees and CUDA IPC unmaps
-//! (`cuMemFree`, `cuMemFreeHost`, `cuIpcCloseMemHandle`) are held back
+//! From the first operation on, this process's frees and CUDA IPC unmaps (`cuMemFree`,
+//! `cuMemFreeHost`, `cuIpcCloseMemHandle`) run on a release thread
 //! ([`rankwire_gpu::host_wait_begin`]): those driver calls wait until every stream of the
-//! device has passed its queued work, so the proxy (or any thread driving progress)
-//! making one would wait for the flag that it must write.
+//! device has passed its queued work, so the proxy (or any thread driving progress, or
+//! holding a lock the proxy needs) making one would wait for a flag that only the proxy
+//! writes.
 //!
 //! Flags: [`SLOTS`] words; operation `i` uses word `i % SLOTS` with value
 //! `i / SLOTS + 1`, and a word is reused only after its previous operation completed,
@@ -58,7 +59,7 @@ pub(crate) const SLOTS: usize = 1024;
 /// passes earlier waits. Kept well below the queue's depth, the enqueueing thread never
 /// blocks in the driver. (The hang of the 2000-round-trip ping-pong of
 /// `rw-gpuapp streamp2p` that first suggested this had another cause: a CUDA IPC
-/// mapping closed while the stream waited, see `rankwire_gpu::host_wait_begin` and
+/// mapping closed by the proxy while its stream waited, see `rankwire_gpu::host_wait_begin` and
 /// benches/results/gpu-2026-12-06c-h100/.) A flag word is reused only once its
 /// previous operation, [`SLOTS`] indices earlier, completed.
 pub(crate) const MAX_IN_FLIGHT: u64 = 128;
@@ -249,8 +250,8 @@ impl StreamProxy {
             stream: stream.as_raw() as usize,
             index,
         };
-        // From here until its flag is written, frees and IPC unmaps of this process are
-        // held back: they would wait for this stream's wait (rankwire_gpu::host_wait_begin).
+        // From here on, frees and IPC unmaps of this process run on the release thread:
+        // they would wait for this stream's wait (rankwire_gpu::host_wait_begin).
         rankwire_gpu::host_wait_begin();
         let enqueued = job
             .start
@@ -336,7 +337,6 @@ impl StreamProxy {
     /// The operation completed (or failed, or was given up): release its stream.
     fn complete(&self, job: &Job, result: Result<()>) {
         self.flags.set(job.slot(), job.value());
-        // The stream may pass now: releases held back meanwhile may run.
         rankwire_gpu::host_wait_end();
         let mut st = self.lock();
         st.outstanding.remove(&job.index);
@@ -387,6 +387,9 @@ impl StreamProxy {
                         return;
                     }
                     drop(self.cv.wait(st).unwrap_or_else(|p| p.into_inner()));
+                    // Idle time is no stall: count from the new work.
+                    last_moved = Instant::now();
+                    reported = false;
                     continue;
                 }
                 // Nothing moved for a while (a long kernel before the next operation,

@@ -184,7 +184,10 @@ impl DeviceBuffer {
         s.synchronize()
     }
 
-    /// Free the buffer now, reporting a failure (dropping it frees silently).
+    /// Free the buffer now, reporting a failure (dropping it frees silently). Once the
+    /// process has used stream-ordered operations, `cuMemFree` runs on a release thread
+    /// instead (it waits for every stream of the device, see `host_wait_begin`): this
+    /// returns `Ok` at once and a failure is logged.
     ///
     /// # Errors
     /// Driver errors of `cuMemFree_v2` / `cuMemFreeAsync`.
@@ -206,8 +209,8 @@ impl DeviceBuffer {
                 result::bind_device(self.device)?;
                 // SAFETY: allocated by cuMemAlloc/cuMemAllocManaged, freed once (len is
                 // set to 0 by every caller afterwards), no queued work on the runtime
-                // stream; other users were bound by the borrow on self. Held back while a
-                // stream waits on a host flag (crate::release).
+                // stream; other users were bound by the borrow on self. On the release thread
+                // once stream-ordered operations are in use (crate::release).
                 unsafe { crate::release::release(crate::release::Release::DeviceMemory(self.ptr)) }
             }
             AllocKind::Pool => {
@@ -314,8 +317,8 @@ impl Drop for PinnedBuffer {
         if self.len > 0 {
             // SAFETY: allocated by cuMemHostAlloc and freed once, here. Copies using it
             // were synchronized by their owners (the staging code waits for its streams).
-            // Drop cannot report a failure. Held back while a stream waits on a host
-            // flag (crate::release).
+            // Drop cannot report a failure. On the release thread once
+            // stream-ordered operations are in use (crate::release).
             let _freed = unsafe {
                 crate::release::release(crate::release::Release::PinnedHost(self.ptr as usize))
             };

@@ -682,7 +682,9 @@ impl MappedFlags {
             Ok(d) => d,
             Err(e) => {
                 // SAFETY: allocated above, freed once.
-                let _ = unsafe { result::mem_free_host(p) };
+                let _ = unsafe {
+                    crate::release::release(crate::release::Release::PinnedHost(p as usize))
+                };
                 return Err(e);
             }
         };
@@ -732,8 +734,8 @@ impl MappedFlags {
 
 impl Drop for MappedFlags {
     fn drop(&mut self) {
-        // SAFETY: allocated by mem_host_alloc in new, freed once here; held back while a
-        // stream waits on a host flag (crate::release).
+        // SAFETY: allocated by mem_host_alloc in new, freed once here; on the release
+        // thread once stream-ordered operations are in use (crate::release).
         let _ = unsafe {
             crate::release::release(crate::release::Release::PinnedHost(self.host as usize))
         };

@@ -257,8 +257,8 @@ impl IpcOpener for CudaIpcOpener {
         result::bind_device(self.device)?;
         // SAFETY: the cache calls close once per successful open, only when the entry's
         // in-flight refcount is zero (or at close_all, when the caller has finished).
-        // Held back while a stream of this process waits on a host flag: the close
-        // would wait for that stream (crate::release).
+        // On the release thread once stream-ordered operations are in use: the close
+        // waits for every stream of the device (crate::release).
         unsafe { crate::release::release(crate::release::Release::IpcMapping(mapped_base)) }
     }
 }

@@ -1,5 +1,5 @@
-//! Releases that wait for the whole device, held back while a stream of this process
-//! waits for a host thread.
+//! Releases that wait for the whole device, moved off the threads that drive progress
+//! once stream-ordered operations are in use.
 //!
 //! Stream-ordered operations (rankwire's `send_device_on_stream` and co.) enqueue
 //! `cuStreamWaitValue32` on a word of host memory that a host thread of this process
@@ -10,23 +10,31 @@
 //! host flag, `cuMemFree`, `cuMemFreeHost` and `cuIpcCloseMemHandle` blocked until the
 //! flag was written; `cuMemAlloc`, `cuMemHostAlloc`, `cuMemHostRegister`,
 //! `cuIpcOpenMemHandle`, `cuIpcGetMemHandle`, and copies, events and synchronizes on
-//! other streams returned at once. A thread that frees or unmaps while the flag it (or
-//! the proxy waiting behind it) must write is pending waits forever: the stream-ordered
-//! ping-pong of `rw-gpuapp streamp2p` hung that way when the receiver closed a stale
-//! CUDA IPC mapping.
+//! other streams returned at once. A thread that makes such a call while the flag that
+//! it, or a thread waiting for a lock it holds, must write is pending, waits forever: the
+//! stream-ordered ping-pong of `rw-gpuapp streamp2p` hung that way when the proxy closed
+//! a stale CUDA IPC mapping.
 //!
-//! So these three releases go through one gate: [`host_wait_begin`] counts a stream
-//! wait on a host flag before it is enqueued, [`host_wait_end`] after its flag is
-//! written. While the count is above zero a release is queued; when it drops to zero
-//! the queue is run. The memory stays allocated (and mapped) a little longer; a
-//! release's error is logged, as the caller has moved on.
+//! So from the first stream-ordered operation of the process on ([`host_wait_begin`]),
+//! these three releases are handed to one release thread, which holds no lock of the
+//! runtime and writes no flag: it may block in the driver for as long as the streams
+//! take, and nothing waits for it. Before that, a release runs at once on the caller's
+//! thread, as it always did. A handed-over release's error is logged (the caller has
+//! moved on). The memory stays allocated (and mapped) until the thread gets to it.
+//!
+//! Known limit: reopening a CUDA IPC handle whose close is still queued can fail
+//! (`CUDA_ERROR_ALREADY_MAPPED`); the IPC cache closes an entry only after it was
+//! evicted or went stale, so the same handle comes back only if the peer's buffer
+//! itself is sent again after an eviction.
 
-use std::sync::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 
 use crate::error::GpuError;
 use crate::result;
 
-/// One release the gate may hold back.
+/// One release that may wait for the whole device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
     /// `cuMemFree` of a `cuMemAlloc`/`cuMemAllocManaged` pointer.
@@ -37,96 +45,117 @@ pub(crate) enum Release {
     IpcMapping(u64),
 }
 
-/// The count of stream waits on host flags and the releases held back.
-struct Gate<R> {
-    waits: usize,
-    held: Vec<R>,
+/// Whether releases go to the release thread (set by the first [`host_wait_begin`]).
+static HANDED_OFF: AtomicBool = AtomicBool::new(false);
+/// Stream waits on host flags counted by [`host_wait_begin`] and not yet ended.
+static WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// The queue of the release thread: releases with the context they were made in.
+struct Queue {
+    items: VecDeque<(Release, usize)>,
+    /// Taken by the thread and not finished yet.
+    busy: usize,
+    started: bool,
 }
 
-impl<R> Gate<R> {
-    const fn new() -> Self {
-        Gate {
-            waits: 0,
-            held: Vec::new(),
-        }
-    }
+static QUEUE: Mutex<Queue> = Mutex::new(Queue {
+    items: VecDeque::new(),
+    busy: 0,
+    started: false,
+});
+static WORK: Condvar = Condvar::new();
 
-    /// `Some(r)`: perform it now (no wait pending); `None`: held back.
-    fn admit(&mut self, r: R) -> Option<R> {
-        if self.waits == 0 {
-            Some(r)
-        } else {
-            self.held.push(r);
-            None
-        }
-    }
-
-    /// A wait ended: the releases to perform now, in the order they came (all of them
-    /// once no wait is pending, else none).
-    fn end(&mut self) -> Vec<R> {
-        self.waits = self.waits.saturating_sub(1);
-        if self.waits == 0 {
-            std::mem::take(&mut self.held)
-        } else {
-            Vec::new()
-        }
-    }
+fn queue() -> std::sync::MutexGuard<'static, Queue> {
+    QUEUE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The process's gate, with each held release's context. The lock is held while a
-/// release runs, so that no stream wait is enqueued between the check and the call.
-static GATE: Mutex<Gate<(Release, usize)>> = Mutex::new(Gate::new());
-
-fn gate() -> std::sync::MutexGuard<'static, Gate<(Release, usize)>> {
-    GATE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A stream wait on a host flag is about to be enqueued: releases are held back until
-/// the matching [`host_wait_end`].
+/// A stream wait on a host flag is about to be enqueued. From now on, releases that
+/// wait for the whole device run on the release thread.
 pub fn host_wait_begin() {
-    gate().waits += 1;
+    HANDED_OFF.store(true, Ordering::SeqCst);
+    WAITS.fetch_add(1, Ordering::SeqCst);
 }
 
 /// The flag of a wait counted by [`host_wait_begin`] has been written (or the wait was
-/// never enqueued). When no such wait remains, the releases held back run here.
+/// never enqueued). Bookkeeping for [`host_waits`] only.
 pub fn host_wait_end() {
-    let mut g = gate();
-    for (r, ctx) in g.end() {
-        if let Err(e) = run(r, ctx) {
-            tracing::warn!("rankwire-gpu: a release held back during a stream wait: {e}");
-        }
-    }
+    let _ = WAITS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| w.checked_sub(1));
 }
 
-/// Releases held back now (diagnostics and tests).
-pub fn held_releases() -> usize {
-    gate().held.len()
+/// Stream waits on host flags pending now (diagnostics).
+pub fn host_waits() -> u64 {
+    WAITS.load(Ordering::SeqCst)
 }
 
-/// Perform `r` now, or hold it back while a stream waits on a host flag (then `Ok`).
+/// Releases handed to the release thread and not finished yet (diagnostics and tests).
+pub fn pending_releases() -> usize {
+    let q = queue();
+    q.items.len() + q.busy
+}
+
+/// Perform `r` now, or hand it to the release thread once stream-ordered operations
+/// are in use (then `Ok`).
 ///
 /// # Safety
 /// As the driver call of `r` (`cuMemFree`, `cuMemFreeHost`, `cuIpcCloseMemHandle`);
 /// the caller never uses the memory again.
 pub(crate) unsafe fn release(r: Release) -> Result<(), GpuError> {
-    let mut g = gate();
-    let ctx = if g.waits == 0 {
-        0
-    } else {
-        result::current_context_raw().unwrap_or(0)
-    };
-    match g.admit((r, ctx)) {
-        // SAFETY: the caller's contract; the lock keeps new stream waits out meanwhile.
-        Some((r, _)) => unsafe { perform(r) },
-        None => Ok(()),
+    if !HANDED_OFF.load(Ordering::SeqCst) {
+        // SAFETY: the caller's contract.
+        return unsafe { perform(r) };
+    }
+    let ctx = result::current_context_raw().unwrap_or(0);
+    let mut q = queue();
+    q.items.push_back((r, ctx));
+    if !q.started {
+        match std::thread::Builder::new()
+            .name("rankwire-gpu-release".into())
+            .spawn(release_thread)
+        {
+            Ok(_) => q.started = true,
+            Err(e) => {
+                // No thread: run it here (as before stream-ordered operations).
+                q.items.pop_back();
+                drop(q);
+                tracing::warn!("rankwire-gpu: cannot start the release thread: {e}");
+                // SAFETY: the caller's contract.
+                return unsafe { perform(r) };
+            }
+        }
+    }
+    drop(q);
+    WORK.notify_one();
+    Ok(())
+}
+
+fn release_thread() {
+    loop {
+        let (r, ctx) = {
+            let mut q = queue();
+            loop {
+                if let Some(item) = q.items.pop_front() {
+                    q.busy += 1;
+                    break item;
+                }
+                q = WORK.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        if let Err(e) = run(r, ctx) {
+            tracing::warn!("rankwire-gpu: a release handed to the release thread: {e}");
+        }
+        queue().busy -= 1;
     }
 }
 
+/// `r` in the context it was made in: device memory and IPC mappings belong to one
+/// context (the callers bind its device's primary context first); portable pinned host
+/// memory can be freed from any.
 fn run(r: Release, ctx: usize) -> Result<(), GpuError> {
-    if ctx != 0 {
-        result::set_context_raw(ctx)?;
+    match (r, ctx) {
+        (Release::PinnedHost(_), _) | (_, 0) => result::ensure_some_context()?,
+        (_, ctx) => result::set_context_raw(ctx)?,
     }
-    // SAFETY: held by `release`, whose caller guaranteed the call.
+    // SAFETY: handed over by `release`, whose caller guaranteed the call.
     unsafe { perform(r) }
 }
 
@@ -146,32 +175,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn releases_wait_for_the_last_host_wait() {
-        let mut g: Gate<u32> = Gate::new();
-        assert_eq!(g.admit(1), Some(1), "no wait pending: at once");
-        g.waits += 2;
-        assert_eq!(g.admit(2), None);
-        assert_eq!(g.admit(3), None);
-        assert!(g.end().is_empty(), "one wait still pending");
-        assert_eq!(g.end(), [2, 3], "in the order they came");
-        assert!(g.end().is_empty());
-        assert_eq!(g.waits, 0, "an extra end does not underflow");
-        assert_eq!(g.admit(4), Some(4));
-    }
-
-    #[test]
-    fn a_release_during_a_host_wait_is_held_then_run() {
-        // The real gate: held while the wait is counted, gone (run, or its failure
-        // logged without a GPU) when it ends. No other test of this crate waits on a
-        // host flag, so the count is this test's.
+    fn after_a_host_wait_releases_go_to_the_release_thread() {
+        // Without a GPU every driver call fails (NotBuilt / NoDriver): a release made
+        // before any host wait fails at once, on this thread; one made after is handed
+        // over (Ok), and the thread takes it (its failure logged). With a GPU the
+        // address is rejected by the driver the same way. The switch is one-way and
+        // process-wide; no other test of this crate begins a host wait.
+        let before = HANDED_OFF.load(Ordering::SeqCst);
+        // SAFETY: the address is never used; the driver rejects it or is absent.
+        let r0 = unsafe { release(Release::IpcMapping(0x1000)) };
+        if !before {
+            assert!(r0.is_err(), "performed at once: the driver's answer");
+        }
         host_wait_begin();
-        // SAFETY: the address is never used; without a GPU the call fails (logged),
-        // with one cuIpcCloseMemHandle rejects it.
-        let r = unsafe { release(Release::IpcMapping(0x1000)) };
-        let held_now = held_releases();
+        assert!(host_waits() >= 1);
+        // SAFETY: as above.
+        let r1 = unsafe { release(Release::IpcMapping(0x2000)) };
+        assert!(r1.is_ok(), "handed over, so no error here");
+        let t = std::time::Instant::now();
+        while pending_releases() > 0 {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(10),
+                "the release thread takes it"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         host_wait_end();
-        assert!(r.is_ok(), "held, so no error yet");
-        assert!(held_now >= 1);
-        assert_eq!(held_releases(), 0);
+        host_wait_end(); // an extra end does not underflow
+        assert_eq!(host_waits(), 0);
     }
 }

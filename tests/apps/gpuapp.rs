@@ -745,9 +745,15 @@ fn stream_p2p(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
                 );
                 Ok(())
             };
-            let r = body();
-            finished.store(true, std::sync::atomic::Ordering::Relaxed);
-            r
+            // The watcher ends also when the body panics.
+            struct Finish<'a>(&'a std::sync::atomic::AtomicBool);
+            impl Drop for Finish<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            let _finish = Finish(&finished);
+            body()
         });
         r?;
     }

@@ -960,9 +960,9 @@ pub(crate) fn build(
         let mut outs = vec![0u64; p];
         let my_in = if in_len > 0 { bufs.addr(in_s)? } else { 0 };
         let my_out = if out_len > 0 { bufs.addr(out_s)? } else { 0 };
-        let t0 = std::time::Instant::now();
         let mut g = lock(&group);
         g.reap();
+        let t0 = std::time::Instant::now();
         let mut maps = Vec::new();
         for j in 0..p {
             if j == me {
