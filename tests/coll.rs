@@ -35,6 +35,17 @@ fn one_hundred_and_twenty_eight_ranks_on_one_node() {
     run_scenario(&app(), 128, &[], &["scale"], Duration::from_secs(240));
 }
 
+/// The node-aware device allreduce's decision (issue 18), on fake nodes of 2 ranks and on
+/// this one real node: which rank is in which node, and where it does not apply.
+#[test]
+fn device_allreduce_hierarchy_is_decided_alike_on_every_rank() {
+    for n in [2, 3, 4, 5] {
+        run_ok(n, &[("RANKWIRE_TEST_GPU_HIER_SPLIT", "2")], &["hier"]);
+    }
+    run_ok(4, &[("RANKWIRE_TEST_GPU_HIER_SPLIT", "1")], &["hier"]);
+    run_ok(4, &[], &["hier"]);
+}
+
 #[test]
 fn every_collective_matches_the_reference_at_sizes_1_to_8() {
     for n in 1..=8 {

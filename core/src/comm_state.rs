@@ -44,6 +44,10 @@ pub(crate) struct CommState {
     /// Whether every rank reads every other by cross-memory attach, agreed at the first
     /// single-copy allreduce (`coll/single_copy.rs`).
     pub(crate) single_copy: std::sync::OnceLock<bool>,
+    /// The node and leader communicators of the node-aware device allreduce
+    /// (`coll/device_hier.rs`), decided at the first one; `None` where it does not
+    /// apply. Held as `Any` so that this file names no communicator.
+    pub(crate) hier: std::sync::OnceLock<Option<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl Drop for CommState {
@@ -77,6 +81,7 @@ impl CommState {
             releaser: None,
             peer: std::sync::Mutex::new(Default::default()),
             single_copy: std::sync::OnceLock::new(),
+            hier: std::sync::OnceLock::new(),
         })
     }
 

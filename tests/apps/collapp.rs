@@ -54,6 +54,7 @@ fn main() {
         "reuse" => reuse(world),
         "exhaust" => exhaust(world),
         "scale" => scale(world),
+        "hier" => hier(world),
         other => fail(&format!("unknown scenario {other:?}")),
     });
 }
@@ -739,6 +740,32 @@ fn check_mode(w: &Communicator) -> Result<()> {
     w.allreduce(&[1i64], &mut s, Op::Sum)?;
     expect("allreduce after mismatches", &s[0], &(p as i64))?;
     w.barrier()
+}
+
+/// The node-aware device allreduce's decision (host collectives only, no GPU): with
+/// `RANKWIRE_TEST_GPU_HIER_SPLIT=k`, ranks `k·i ..` form fake node `i`; without it, all
+/// ranks of this machine are one node and the hierarchy does not apply. Asked twice:
+/// the second answer is the kept one.
+fn hier(w: &Communicator) -> Result<()> {
+    let (n, me) = (w.size(), w.rank());
+    let want = match std::env::var("RANKWIRE_TEST_GPU_HIER_SPLIT")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        Some(k) if k > 0 => {
+            let nodes = n.div_ceil(k);
+            let node_size = k.min(n - (me / k) * k);
+            (n >= 3 && nodes >= 2 && k.min(n) >= 2).then_some((me % k, node_size, nodes))
+        }
+        _ => None,
+    };
+    for _ in 0..2 {
+        expect("hierarchy", &w.device_allreduce_hierarchy()?, &want)?;
+    }
+    // The communicators it made work: an allreduce on the world after it still matches.
+    let mut out = [0u64];
+    w.allreduce(&[me as u64], &mut out, Op::Sum)?;
+    expect("sum", &out[0], &((n * (n - 1) / 2) as u64))
 }
 
 /// Without the check, a count mismatch that reaches a receive fails the call on the

@@ -45,6 +45,7 @@ use rankwire_gpu::{DType, PtrKind, RedOp, Stream, TmpPool};
 use rankwire_transports::MemoryKind;
 
 use crate::coll::check::Spec;
+use crate::coll::device_hier;
 use crate::coll::device_peer::{self, PeerColl, PeerGroup};
 use crate::coll::ops::{Datatype, Op};
 use crate::coll::sched::{Buf, Builder, CopyDir, DevOps, Slice, UserBufs};
@@ -489,20 +490,33 @@ impl Communicator {
                 es: dt.size(),
             };
             let forced = self.st.cfg.allreduce_forced();
+            let hier_test = device_hier::test_split().is_some();
             // SAFETY: both buffers are borrowed for the whole (blocking) call.
-            if unsafe {
-                self.peer_direct(
-                    "allreduce_device",
-                    c,
-                    Some((dt, rop)),
-                    sp,
-                    rp,
-                    sl,
-                    forced,
-                    device,
-                )?
-            } {
+            if !hier_test
+                && unsafe {
+                    self.peer_direct(
+                        "allreduce_device",
+                        c,
+                        Some((dt, rop)),
+                        sp,
+                        rp,
+                        sl,
+                        forced,
+                        device,
+                    )?
+                }
+            {
                 return Ok(());
+            }
+            // Ranks on several nodes: node-aware. Decided on what every rank sees alike
+            // (the peer verdict, the settings), never on a launch that did not fit.
+            if !self.st.cfg.check
+                && !forced
+                && (hier_test || self.peer_for(device, sl, forced)?.is_none())
+                && let Some(h) = self.device_hierarchy()?
+            {
+                // SAFETY: both buffers are borrowed for the whole (blocking) call.
+                return unsafe { h.allreduce(sp, rp, sl, dtype, op) };
             }
         }
         self.iallreduce_device(send, recv, dtype, op)?.wait()
@@ -1040,9 +1054,10 @@ impl Communicator {
         let device =
             device_of("allreduce_device_in_place", "the buffer", r.ptr(), r.len())?.unwrap_or(0);
         let forced = self.st.cfg.allreduce_forced();
+        let hier_test = device_hier::test_split().is_some();
         // SAFETY: `buf` is borrowed exclusively for the whole call.
         unsafe {
-            if self.peer_for(device, r.len(), forced)?.is_some() {
+            if !hier_test && self.peer_for(device, r.len(), forced)?.is_some() {
                 if let (Ok(dt), true) = (dtype_of(dtype), !self.st.cfg.check)
                     && let Ok(rop) = op_of(op, dt)
                     && r.len().is_multiple_of(dt.size())
@@ -1067,6 +1082,13 @@ impl Communicator {
                 return self
                     .iallreduce_device_raw(r.ptr(), r.len(), r.ptr(), r.len(), dtype, op)?
                     .wait();
+            }
+            // Ranks on several nodes: node-aware (see allreduce_device).
+            if !self.st.cfg.check
+                && !forced
+                && let Some(h) = self.device_hierarchy()?
+            {
+                return h.allreduce(r.ptr(), r.ptr(), r.len(), dtype, op);
             }
             self.with_input_copy(device, r.ptr(), r.len(), |tmp| {
                 self.iallreduce_device_raw(tmp, r.len(), r.ptr(), r.len(), dtype, op)?
@@ -1479,7 +1501,7 @@ impl Communicator {
 }
 
 /// A raw device range as [`DeviceMemory`] (the in-place and stream-ordered forms).
-struct DevRaw(u64, usize);
+pub(crate) struct DevRaw(pub(crate) u64, pub(crate) usize);
 
 // SAFETY: the callers above pass live device ranges they keep borrowed (or, for the
 // stream-ordered forms, the caller's contract keeps them live) for the whole call.

@@ -87,6 +87,7 @@ mod barrier;
 mod bcast;
 mod check;
 pub mod device;
+pub(crate) mod device_hier;
 pub(crate) mod device_peer;
 mod direct;
 mod gather;
