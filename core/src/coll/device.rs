@@ -490,7 +490,7 @@ impl Communicator {
                 es: dt.size(),
             };
             let forced = self.st.cfg.allreduce_forced();
-            let hier_test = device_hier::test_split().is_some();
+            let hier_test = device_hier::test_split_for(self.size()).is_some();
             // SAFETY: both buffers are borrowed for the whole (blocking) call.
             if !hier_test
                 && unsafe {
@@ -1054,7 +1054,7 @@ impl Communicator {
         let device =
             device_of("allreduce_device_in_place", "the buffer", r.ptr(), r.len())?.unwrap_or(0);
         let forced = self.st.cfg.allreduce_forced();
-        let hier_test = device_hier::test_split().is_some();
+        let hier_test = device_hier::test_split_for(self.size()).is_some();
         // SAFETY: `buf` is borrowed exclusively for the whole call.
         unsafe {
             if !hier_test && self.peer_for(device, r.len(), forced)?.is_some() {

@@ -43,8 +43,14 @@ pub(crate) struct Hier {
     nodes: usize,
 }
 
-/// `RANKWIRE_TEST_GPU_HIER_SPLIT`: ranks per fake node, tests only.
-pub(crate) fn test_split() -> Option<usize> {
+/// `RANKWIRE_TEST_GPU_HIER_SPLIT`: ranks per fake node, tests only. It applies to
+/// communicators of three or more ranks only, so that the node and leader
+/// communicators (two ranks each in the tests) take their usual paths.
+pub(crate) fn test_split_for(size: usize) -> Option<usize> {
+    test_split().filter(|_| size >= 3)
+}
+
+fn test_split() -> Option<usize> {
     // A test switch: not in the settings table (RANKWIRE_TEST_* are never warned about).
     std::env::var("RANKWIRE_TEST_GPU_HIER_SPLIT")
         .ok()
@@ -124,7 +130,7 @@ impl Communicator {
         if self.size() < 3 {
             return Ok(None);
         }
-        let node = match test_split() {
+        let node = match test_split_for(self.size()) {
             Some(k) => self
                 .split(Some((self.rank() / k) as u32), 0)?
                 .ok_or_else(|| crate::error::Error::usage("hierarchy: no node communicator"))?,
