@@ -759,10 +759,20 @@ fn hier(w: &Communicator) -> Result<()> {
         }
         _ => None,
     };
-    for _ in 0..2 {
-        expect("hierarchy", &w.device_allreduce_hierarchy()?, &want)?;
-    }
-    // The communicators it made work: an allreduce on the world after it still matches.
+    let before = w.context_stats().0;
+    expect("hierarchy", &w.device_allreduce_hierarchy()?, &want)?;
+    // Where it applies, two communicators (the node's, the leaders' on leaders) are kept.
+    let kept = w.context_stats().0 - before;
+    let want_kept = match want {
+        Some((0, ..)) => 2,
+        Some(_) => 1,
+        None => 0,
+    };
+    expect("context ids kept", &kept, &want_kept)?;
+    // Asked again: the kept answer, no new communicator.
+    expect("hierarchy", &w.device_allreduce_hierarchy()?, &want)?;
+    expect("context ids", &w.context_stats().0, &(before + want_kept))?;
+    // Later collectives on the world still match.
     let mut out = [0u64];
     w.allreduce(&[me as u64], &mut out, Op::Sum)?;
     expect("sum", &out[0], &((n * (n - 1) / 2) as u64))

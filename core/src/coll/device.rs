@@ -45,7 +45,7 @@ use rankwire_gpu::{DType, PtrKind, RedOp, Stream, TmpPool};
 use rankwire_transports::MemoryKind;
 
 use crate::coll::check::Spec;
-use crate::coll::device_hier;
+use crate::coll::device_hier::Hier;
 use crate::coll::device_peer::{self, PeerColl, PeerGroup};
 use crate::coll::ops::{Datatype, Op};
 use crate::coll::sched::{Buf, Builder, CopyDir, DevOps, Slice, UserBufs};
@@ -480,6 +480,14 @@ impl Communicator {
     ) -> Result<()> {
         let (sp, sl) = send.device_region()?;
         let (rp, rl) = recv.device_region_mut()?;
+        // Ranks on several nodes: node-aware (coll/device_hier.rs), decided from the
+        // communicator and the settings only, alike on every rank.
+        if let Some(h) = self.node_aware()? {
+            // SAFETY: both buffers are borrowed for the whole (blocking) call.
+            return unsafe {
+                self.node_aware_allreduce(&h, "allreduce_device", (sp, sl), (rp, rl), dtype, op)
+            };
+        }
         if sl == rl
             && let (Ok(dt), Ok(device)) = (dtype_of(dtype), common_device("", (sp, sl), (rp, rl)))
             && let Ok(rop) = op_of(op, dt)
@@ -490,33 +498,20 @@ impl Communicator {
                 es: dt.size(),
             };
             let forced = self.st.cfg.allreduce_forced();
-            let hier_test = device_hier::test_split_for(self.size()).is_some();
             // SAFETY: both buffers are borrowed for the whole (blocking) call.
-            if !hier_test
-                && unsafe {
-                    self.peer_direct(
-                        "allreduce_device",
-                        c,
-                        Some((dt, rop)),
-                        sp,
-                        rp,
-                        sl,
-                        forced,
-                        device,
-                    )?
-                }
-            {
+            if unsafe {
+                self.peer_direct(
+                    "allreduce_device",
+                    c,
+                    Some((dt, rop)),
+                    sp,
+                    rp,
+                    sl,
+                    forced,
+                    device,
+                )?
+            } {
                 return Ok(());
-            }
-            // Ranks on several nodes: node-aware. Decided on what every rank sees alike
-            // (the peer verdict, the settings), never on a launch that did not fit.
-            if !self.st.cfg.check
-                && !forced
-                && (hier_test || self.peer_for(device, sl, forced)?.is_none())
-                && let Some(h) = self.device_hierarchy()?
-            {
-                // SAFETY: both buffers are borrowed for the whole (blocking) call.
-                return unsafe { h.allreduce(sp, rp, sl, dtype, op) };
             }
         }
         self.iallreduce_device(send, recv, dtype, op)?.wait()
@@ -1010,6 +1005,46 @@ impl Communicator {
         Ok(true)
     }
 
+    /// The node-aware allreduce (`coll/device_hier.rs`) of `send` into `recv` (`(address,
+    /// bytes)`; the same range: in place): the arguments checked as the flat forms check
+    /// them, then a reduce to each node's first rank, an in-place allreduce among the
+    /// node leaders, and a broadcast inside each node.
+    ///
+    /// # Safety
+    /// Both ranges must be live device memory for the whole call.
+    unsafe fn node_aware_allreduce(
+        &self,
+        h: &Hier,
+        what: &str,
+        (sp, sl): (u64, usize),
+        (rp, rl): (u64, usize),
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<()> {
+        let dt = dtype_of(dtype)?;
+        op_of(op, dt)?;
+        elems(what, "the send buffer", sl, dt)?;
+        if sl != rl {
+            return Err(Error::usage(format!(
+                "{what}: the receive buffer has {rl} bytes and the send buffer {sl}; they \
+                 must be equal"
+            )));
+        }
+        common_device(what, (sp, sl), (rp, rl))?;
+        let node = h.node(self);
+        let leader = node.rank() == 0;
+        if sp == rp {
+            node.reduce_device_in_place(&mut DevRaw(rp, rl), dtype, op, 0)?;
+        } else {
+            let out = if leader { rl } else { 0 };
+            node.reduce_device(&DevRaw(sp, sl), &mut DevRaw(rp, out), dtype, op, 0)?;
+        }
+        if let Some(l) = h.leaders(self) {
+            l.allreduce_device_in_place(&mut DevRaw(rp, rl), dtype, op)?;
+        }
+        node.bcast_device(&mut DevRaw(rp, rl), 0)
+    }
+
     /// Run `f` with a device copy of the `bytes` at `buf` (a pooled temporary, filled
     /// and synchronized on the runtime stream first): the in-place forms on the host
     /// schedules, which need a separate input.
@@ -1051,13 +1086,19 @@ impl Communicator {
         op: Op,
     ) -> Result<()> {
         let r = Region::of_mut(buf)?;
+        if let Some(h) = self.node_aware()? {
+            let b = (r.ptr(), r.len());
+            // SAFETY: `buf` is borrowed exclusively for the whole call.
+            return unsafe {
+                self.node_aware_allreduce(&h, "allreduce_device_in_place", b, b, dtype, op)
+            };
+        }
         let device =
             device_of("allreduce_device_in_place", "the buffer", r.ptr(), r.len())?.unwrap_or(0);
         let forced = self.st.cfg.allreduce_forced();
-        let hier_test = device_hier::test_split_for(self.size()).is_some();
         // SAFETY: `buf` is borrowed exclusively for the whole call.
         unsafe {
-            if !hier_test && self.peer_for(device, r.len(), forced)?.is_some() {
+            if self.peer_for(device, r.len(), forced)?.is_some() {
                 if let (Ok(dt), true) = (dtype_of(dtype), !self.st.cfg.check)
                     && let Ok(rop) = op_of(op, dt)
                     && r.len().is_multiple_of(dt.size())
@@ -1082,13 +1123,6 @@ impl Communicator {
                 return self
                     .iallreduce_device_raw(r.ptr(), r.len(), r.ptr(), r.len(), dtype, op)?
                     .wait();
-            }
-            // Ranks on several nodes: node-aware (see allreduce_device).
-            if !self.st.cfg.check
-                && !forced
-                && let Some(h) = self.device_hierarchy()?
-            {
-                return h.allreduce(r.ptr(), r.ptr(), r.len(), dtype, op);
             }
             self.with_input_copy(device, r.ptr(), r.len(), |tmp| {
                 self.iallreduce_device_raw(tmp, r.len(), r.ptr(), r.len(), dtype, op)?
@@ -1501,7 +1535,7 @@ impl Communicator {
 }
 
 /// A raw device range as [`DeviceMemory`] (the in-place and stream-ordered forms).
-pub(crate) struct DevRaw(pub(crate) u64, pub(crate) usize);
+struct DevRaw(u64, usize);
 
 // SAFETY: the callers above pass live device ranges they keep borrowed (or, for the
 // stream-ordered forms, the caller's contract keeps them live) for the whole call.

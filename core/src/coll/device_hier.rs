@@ -1,119 +1,118 @@
-//! Hierarchical allreduce on device buffers for communicators that span several nodes:
-//! a reduce to the first rank of each node (peer-memory kernels where the node's ranks
-//! can use them), an allreduce among those node leaders (the host schedules across
-//! nodes: CUDA IPC cannot reach another node), and a broadcast inside each node — the
-//! shape of NCCL's and MVAPICH2-GDR's node-aware allreduce. Only one rank per node
-//! moves data between nodes, instead of every rank in the flat schedules.
+//! The node-aware allreduce on device buffers for communicators that span several
+//! nodes: a reduce to the first rank of each node (peer-memory kernels where the node's
+//! ranks can use them), an allreduce among those node leaders (the host schedules
+//! across nodes: CUDA IPC cannot reach another node), and a broadcast inside each node —
+//! the shape of NCCL's and MVAPICH2-GDR's node-aware allreduce. Only one rank per node
+//! moves data between nodes, instead of every rank in the flat schedules. The steps
+//! themselves are in `coll/device.rs` (`node_aware_allreduce`); this file decides and
+//! keeps the communicators.
 //!
 //! # When it runs
 //! The blocking [`Communicator::allreduce_device`] and
 //! [`Communicator::allreduce_device_in_place`], on a communicator whose ranks sit on at
-//! least two nodes with at least one node holding two or more ranks, when the
-//! communicator's own peer-memory path does not apply (it needs all ranks on one node).
-//! The first such call decides, collectively (`split_shared`, two host allreduces, a
-//! split of the node leaders); the node and leader communicators are kept for later
-//! calls. Nonblocking, persistent and stream-ordered forms keep the flat schedules
-//! (MPI lets a nonblocking call start before its peers arrive; the three steps here
-//! wait for each other).
+//! least two nodes with at least one node holding two or more ranks, unless
+//! `RANKWIRE_COLL_CHECK` is on or `RANKWIRE_ALLREDUCE_ALGO` forces an algorithm. The
+//! first such call decides, collectively (`split_shared`, two host allreduces, a split
+//! of the node leaders), from the communicator alone — never from a rank's buffers — so
+//! every rank takes the same branch; the node and leader communicators are kept (two
+//! context ids) and never take this path themselves. Nonblocking, persistent and
+//! stream-ordered forms keep the flat schedules (a nonblocking call may start before
+//! its peers arrive; the three steps here wait for each other).
+//!
+//! # Errors
+//! A step that fails on some ranks leaves the others waiting in the next step (as a
+//! failed flat schedule leaves its partners): the error is returned where it happened,
+//! and with the default error handling it ends the job.
 //!
 //! # Numerics
 //! Every rank receives the leaders' result through the broadcast, so the result is
 //! bitwise identical on every rank. The combination order differs from the flat
-//! schedules (node partial sums first), as NCCL's hierarchy does.
+//! schedules (node partial sums first).
 //!
 //! # Testing on one node
-//! `RANKWIRE_TEST_GPU_HIER_SPLIT=k` (tests only) makes the hierarchy treat ranks
-//! `k·i .. k·i + k − 1` as node `i` and take it even on one node, so that the three
-//! steps and their composition run on a one-GPU machine.
+//! `RANKWIRE_TEST_GPU_HIER_SPLIT=k` (tests only) makes the decision treat ranks
+//! `k·i .. k·i + k − 1` as node `i`, so that the three steps and their composition run
+//! on a one-GPU machine.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use crate::coll::device::DevRaw;
-use crate::coll::ops::{Datatype, Op};
+use crate::coll::ops::Op;
 use crate::comm::Communicator;
-use crate::error::Result;
+use crate::comm_state::CommState;
+use crate::error::{Error, Result};
 
-/// The communicators of a node-aware allreduce.
+/// The communicators of a node-aware allreduce, as shared states (a `Communicator`
+/// would hold the runtime, and the world's state would then keep its own runtime
+/// alive).
 pub(crate) struct Hier {
     /// The ranks of this rank's node (rank 0 of it is the node's leader).
-    node: Communicator,
+    node: Arc<CommState>,
     /// The node leaders; `Some` on leaders only.
-    leaders: Option<Communicator>,
+    leaders: Option<Arc<CommState>>,
     /// How many nodes.
     nodes: usize,
 }
 
-/// `RANKWIRE_TEST_GPU_HIER_SPLIT`: ranks per fake node, tests only. It applies to
-/// communicators of three or more ranks only, so that the node and leader
-/// communicators (two ranks each in the tests) take their usual paths.
-pub(crate) fn test_split_for(size: usize) -> Option<usize> {
-    test_split().filter(|_| size >= 3)
-}
-
-fn test_split() -> Option<usize> {
-    // A test switch: not in the settings table (RANKWIRE_TEST_* are never warned about).
-    std::env::var("RANKWIRE_TEST_GPU_HIER_SPLIT")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&k| k > 0)
-}
-
 impl Hier {
-    /// Allreduce of `bytes` at `send` into `recv` (`send == recv`: in place) through the
-    /// node and leader communicators.
-    ///
-    /// # Safety
-    /// Both ranges must be live device memory for the whole call.
-    pub(crate) unsafe fn allreduce(
-        &self,
-        send: u64,
-        recv: u64,
-        bytes: usize,
-        dtype: Datatype,
-        op: Op,
-    ) -> Result<()> {
-        let leader = self.node.rank() == 0;
-        if send == recv {
-            self.node
-                .reduce_device_in_place(&mut DevRaw(recv, bytes), dtype, op, 0)?;
-        } else {
-            let out = if leader { bytes } else { 0 };
-            self.node
-                .reduce_device(&DevRaw(send, bytes), &mut DevRaw(recv, out), dtype, op, 0)?;
+    /// The node communicator, on `c`'s runtime.
+    pub(crate) fn node(&self, c: &Communicator) -> Communicator {
+        Communicator {
+            inner: c.inner.clone(),
+            st: self.node.clone(),
         }
-        if let Some(l) = &self.leaders {
-            l.allreduce_device_in_place(&mut DevRaw(recv, bytes), dtype, op)?;
-        }
-        self.node.bcast_device(&mut DevRaw(recv, bytes), 0)
     }
+
+    /// The leaders' communicator, on leaders only.
+    pub(crate) fn leaders(&self, c: &Communicator) -> Option<Communicator> {
+        self.leaders.as_ref().map(|st| Communicator {
+            inner: c.inner.clone(),
+            st: st.clone(),
+        })
+    }
+}
+
+/// `RANKWIRE_TEST_GPU_HIER_SPLIT`: ranks per fake node, tests only (read once; not in
+/// the settings table: `RANKWIRE_TEST_*` are never warned about).
+fn test_split() -> Option<usize> {
+    static SPLIT: OnceLock<Option<usize>> = OnceLock::new();
+    *SPLIT.get_or_init(|| {
+        std::env::var("RANKWIRE_TEST_GPU_HIER_SPLIT")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&k| k > 0)
+    })
 }
 
 impl Communicator {
     /// Whether the blocking device allreduce of this communicator is node-aware (see
     /// `coll/device_hier.rs` in the source): `Some((node_rank, node_size, nodes))` —
     /// this rank's rank among the ranks of its node, their number, and the number of
-    /// nodes — or `None` (one node, or one rank per node: the flat schedules). Decided
-    /// collectively on the first call (of this or of a device allreduce that needs it):
-    /// every rank must call it at the same point. Needs no GPU.
+    /// nodes — or `None`: one node, one rank per node, `RANKWIRE_COLL_CHECK` on, or a
+    /// forced `RANKWIRE_ALLREDUCE_ALGO` (the flat schedules). Needs no GPU.
+    ///
+    /// Collective: every rank must call it, at the same point of its collective calls
+    /// (the first call on a communicator decides, with host collectives; later calls
+    /// read the kept answer). Where it applies, the communicator keeps two more context
+    /// ids (its node's and its leaders').
     ///
     /// # Errors
-    /// Those of the host collectives of the decision ([`Error::Connection`] if a peer
-    /// died).
-    ///
-    /// [`Error::Connection`]: crate::Error::Connection
+    /// Those of the host collectives of the decision: [`Error::Connection`] if a peer
+    /// died, [`Error::Usage`] if context ids ran out.
     pub fn device_allreduce_hierarchy(&self) -> Result<Option<(usize, usize, usize)>> {
         Ok(self
-            .device_hierarchy()?
-            .map(|h| (h.node.rank(), h.node.size(), h.nodes)))
+            .node_aware()?
+            .map(|h| (h.node.rank, h.node.group.len(), h.nodes)))
     }
 
-    /// The node-aware hierarchy of this communicator's device allreduce (see the module
-    /// doc), decided collectively on the first call; `None` where it does not apply.
-    /// Every rank must call it at the same point.
+    /// The node-aware hierarchy of this communicator's blocking device allreduce, or
+    /// `None` (see the module doc). Collective on the first call.
     ///
     /// # Errors
-    /// Those of the host collectives of the decision.
-    pub(crate) fn device_hierarchy(&self) -> Result<Option<Arc<Hier>>> {
+    /// As [`Communicator::device_allreduce_hierarchy`].
+    pub(crate) fn node_aware(&self) -> Result<Option<Arc<Hier>>> {
+        if self.st.cfg.check || self.st.cfg.allreduce_forced() {
+            return Ok(None);
+        }
         if let Some(h) = self.st.hier.get() {
             return Ok(h.clone().and_then(|a| a.downcast::<Hier>().ok()));
         }
@@ -130,10 +129,10 @@ impl Communicator {
         if self.size() < 3 {
             return Ok(None);
         }
-        let node = match test_split_for(self.size()) {
+        let node = match test_split() {
             Some(k) => self
                 .split(Some((self.rank() / k) as u32), 0)?
-                .ok_or_else(|| crate::error::Error::usage("hierarchy: no node communicator"))?,
+                .ok_or_else(|| Error::usage("node-aware allreduce: no node communicator"))?,
             None => self.split_shared()?,
         };
         let mut nodes = [0u64];
@@ -144,6 +143,12 @@ impl Communicator {
             return Ok(None);
         }
         let leaders = self.split((node.rank() == 0).then_some(0), 0)?;
+        // The node and leader communicators never take this path themselves (one node,
+        // or one rank per node; and under the test switch they would split again).
+        let _ = node.st.hier.set(None);
+        if let Some(l) = &leaders {
+            let _ = l.st.hier.set(None);
+        }
         tracing::info!(
             "device allreduce on this communicator of {} ranks is node-aware: {} nodes, up \
              to {} ranks per node",
@@ -152,8 +157,8 @@ impl Communicator {
             largest[0]
         );
         Ok(Some(Arc::new(Hier {
-            node,
-            leaders,
+            node: node.st.clone(),
+            leaders: leaders.map(|l| l.st.clone()),
             nodes: nodes[0] as usize,
         })))
     }
