@@ -65,6 +65,8 @@ ALLOWED_STATICS: dict[tuple[str, str], str] = {
     ("coll/device.rs", "S"): "device-collective settings read once from the "
     "environment (RANKWIRE_GPU_*), never written after: no state, a cached read of "
     "the process environment (the pool itself is the engine's, gpu/src/pool.rs)",
+    ("coll/device_hier.rs", "SPLIT"): "RANKWIRE_TEST_GPU_HIER_SPLIT (a test switch) read once from "
+    "the environment, never written after (a cached read, no state)",
     ("coll/device_peer.rs", "S"): "peer-memory collective settings (RANKWIRE_GPU_PEER*) "
     "read once from the environment, never written after; the groups themselves live "
     "in each communicator's state",
