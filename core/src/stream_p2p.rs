@@ -59,8 +59,8 @@ pub(crate) const SLOTS: usize = 1024;
 /// passes earlier waits. Kept well below the queue's depth, the enqueueing thread never
 /// blocks in the driver. (The hang of the 2000-round-trip ping-pong of
 /// `rw-gpuapp streamp2p` that first suggested this had another cause: a CUDA IPC
-/// mapping closed by the proxy while its stream waited, see `rankwire_gpu::host_wait_begin` and
-/// benches/results/gpu-2026-12-06c-h100/.) A flag word is reused only once its
+/// mapping closed by the proxy while its stream waited, see
+/// `rankwire_gpu::host_wait_begin` and benches/results/gpu-2026-12-06c-h100/.) A flag word is reused only once its
 /// previous operation, [`SLOTS`] indices earlier, completed.
 pub(crate) const MAX_IN_FLIGHT: u64 = 128;
 
@@ -266,7 +266,6 @@ impl StreamProxy {
         if let Err(e) = enqueued {
             // Nothing waits on the word: give the index back as done.
             self.flags.set(job.slot(), job.value());
-            rankwire_gpu::host_wait_end();
             self.lock().outstanding.remove(&index);
             self.cv.notify_all();
             return Err(e);
@@ -337,7 +336,6 @@ impl StreamProxy {
     /// The operation completed (or failed, or was given up): release its stream.
     fn complete(&self, job: &Job, result: Result<()>) {
         self.flags.set(job.slot(), job.value());
-        rankwire_gpu::host_wait_end();
         let mut st = self.lock();
         st.outstanding.remove(&job.index);
         if let Err(e) = result {
@@ -635,9 +633,9 @@ impl Communicator {
     /// Operations of one stream run in stream order, one after the other: a pair of
     /// ranks that send to each other must enqueue the send on one rank and the receive
     /// on the other first (or use two streams), as with blocking sends. At most 128
-    /// stream-ordered operations of a process are in flight: the
-    /// next call waits on the host until one has completed (so a rank must not
-    /// enqueue more than 128 receives whose senders wait for this rank's host).
+    /// stream-ordered operations of a process are in flight: the next call waits on the
+    /// host until one has completed (so a rank must not enqueue more than 128 receives
+    /// whose senders wait for this rank's host).
     ///
     /// # Safety
     /// `ptr` must be device memory of `stream`'s device, valid for reads of

@@ -15,6 +15,7 @@
 
 use crate::copy::{self, Stream};
 use crate::error::GpuError;
+use crate::release::{Release, release};
 use crate::result;
 
 /// How a [`DeviceBuffer`] was allocated.
@@ -211,7 +212,7 @@ impl DeviceBuffer {
                 // set to 0 by every caller afterwards), no queued work on the runtime
                 // stream; other users were bound by the borrow on self. On the release thread
                 // once stream-ordered operations are in use (crate::release).
-                unsafe { crate::release::release(crate::release::Release::DeviceMemory(self.ptr)) }
+                unsafe { release(Release::DeviceMemory(self.ptr)) }
             }
             AllocKind::Pool => {
                 // SAFETY: allocated by cuMemAllocAsync, freed once, on a live stream.
@@ -319,9 +320,7 @@ impl Drop for PinnedBuffer {
             // were synchronized by their owners (the staging code waits for its streams).
             // Drop cannot report a failure. On the release thread once
             // stream-ordered operations are in use (crate::release).
-            let _freed = unsafe {
-                crate::release::release(crate::release::Release::PinnedHost(self.ptr as usize))
-            };
+            let _freed = unsafe { release(Release::PinnedHost(self.ptr as usize)) };
         }
     }
 }

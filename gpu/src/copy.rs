@@ -21,6 +21,7 @@ use std::sync::Mutex;
 
 use crate::buffer::PinnedBuffer;
 use crate::error::GpuError;
+use crate::release::{Release, release};
 use crate::result::{self, RawEvent, RawGraph, RawStream};
 
 /// A non-blocking CUDA stream of one device (`CU_STREAM_NON_BLOCKING`).
@@ -682,9 +683,7 @@ impl MappedFlags {
             Ok(d) => d,
             Err(e) => {
                 // SAFETY: allocated above, freed once.
-                let _ = unsafe {
-                    crate::release::release(crate::release::Release::PinnedHost(p as usize))
-                };
+                let _ = unsafe { release(Release::PinnedHost(p as usize)) };
                 return Err(e);
             }
         };
@@ -736,8 +735,6 @@ impl Drop for MappedFlags {
     fn drop(&mut self) {
         // SAFETY: allocated by mem_host_alloc in new, freed once here; on the release
         // thread once stream-ordered operations are in use (crate::release).
-        let _ = unsafe {
-            crate::release::release(crate::release::Release::PinnedHost(self.host as usize))
-        };
+        let _ = unsafe { release(Release::PinnedHost(self.host as usize)) };
     }
 }

@@ -37,6 +37,7 @@ use lru::LruCache;
 
 use crate::error::{GpuError, Unsupported};
 use crate::pointer::{self, MemoryInfo, PtrKind};
+use crate::release::{Release, release};
 use crate::result;
 
 /// An opaque CUDA IPC memory handle (`CUipcMemHandle`, 64 bytes).
@@ -259,7 +260,7 @@ impl IpcOpener for CudaIpcOpener {
         // in-flight refcount is zero (or at close_all, when the caller has finished).
         // On the release thread once stream-ordered operations are in use: the close
         // waits for every stream of the device (crate::release).
-        unsafe { crate::release::release(crate::release::Release::IpcMapping(mapped_base)) }
+        unsafe { release(Release::IpcMapping(mapped_base)) }
     }
 }
 

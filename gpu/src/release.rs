@@ -28,7 +28,7 @@
 //! itself is sent again after an eviction.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crate::error::GpuError;
@@ -47,8 +47,6 @@ pub(crate) enum Release {
 
 /// Whether releases go to the release thread (set by the first [`host_wait_begin`]).
 static HANDED_OFF: AtomicBool = AtomicBool::new(false);
-/// Stream waits on host flags counted by [`host_wait_begin`] and not yet ended.
-static WAITS: AtomicU64 = AtomicU64::new(0);
 
 /// The queue of the release thread: releases with the context they were made in.
 struct Queue {
@@ -73,18 +71,6 @@ fn queue() -> std::sync::MutexGuard<'static, Queue> {
 /// wait for the whole device run on the release thread.
 pub fn host_wait_begin() {
     HANDED_OFF.store(true, Ordering::SeqCst);
-    WAITS.fetch_add(1, Ordering::SeqCst);
-}
-
-/// The flag of a wait counted by [`host_wait_begin`] has been written (or the wait was
-/// never enqueued). Bookkeeping for [`host_waits`] only.
-pub fn host_wait_end() {
-    let _ = WAITS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| w.checked_sub(1));
-}
-
-/// Stream waits on host flags pending now (diagnostics).
-pub fn host_waits() -> u64 {
-    WAITS.load(Ordering::SeqCst)
 }
 
 /// Releases handed to the release thread and not finished yet (diagnostics and tests).
@@ -188,7 +174,6 @@ mod tests {
             assert!(r0.is_err(), "performed at once: the driver's answer");
         }
         host_wait_begin();
-        assert!(host_waits() >= 1);
         // SAFETY: as above.
         let r1 = unsafe { release(Release::IpcMapping(0x2000)) };
         assert!(r1.is_ok(), "handed over, so no error here");
@@ -200,8 +185,5 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        host_wait_end();
-        host_wait_end(); // an extra end does not underflow
-        assert_eq!(host_waits(), 0);
     }
 }

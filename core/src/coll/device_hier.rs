@@ -113,15 +113,16 @@ impl Communicator {
         if self.st.cfg.check || self.st.cfg.allreduce_forced() {
             return Ok(None);
         }
-        if let Some(h) = self.st.hier.get() {
-            return Ok(h.clone().and_then(|a| a.downcast::<Hier>().ok()));
-        }
-        let h = self.build_hierarchy()?;
-        let stored = self
-            .st
-            .hier
-            .get_or_init(|| h.clone().map(|a| a as Arc<dyn std::any::Any + Send + Sync>));
-        Ok(stored.clone().and_then(|a| a.downcast::<Hier>().ok()))
+        let kept = match self.st.hier.get() {
+            Some(kept) => kept,
+            None => {
+                let h = self.build_hierarchy()?;
+                self.st
+                    .hier
+                    .get_or_init(|| h.map(|a| a as Arc<dyn std::any::Any + Send + Sync>))
+            }
+        };
+        Ok(kept.clone().and_then(|a| a.downcast::<Hier>().ok()))
     }
 
     fn build_hierarchy(&self) -> Result<Option<Arc<Hier>>> {
