@@ -16,7 +16,10 @@
 #               build (PyPI wheel, as scripts/abi-env.sh fetches it), its mpiexec
 #   ompi        OSU built with mpicc.openmpi, mpirun.openmpi (ob1, btl self,vader)
 #   mpich       OSU built with mpicc.mpich, mpirun.mpich (Debian's ch4:ucx)
-#   rw-bench    rankwire-bench (the native Rust benchmark), same modes and sizes
+#   rw-bench    rankwire-bench (the native Rust benchmark), same modes and sizes; its
+#               collectives with --barrier-each, OSU's loop (each call timed alone, an
+#               untimed MPI_Barrier after it; before 2026-12-06 they ran back to back,
+#               which is not what OSU measures)
 #   rw-abi-base the rw-abi OSU binaries on the library and rwrun of another rankwire
 #               build: RW_ABI_BASE=DIR, a prefix made by `scripts/install.sh --prefix
 #               DIR` in a checkout of the commit to compare with (before/after ratios
@@ -167,7 +170,11 @@ cmds() {
         if [ "$b" = barrier ]; then
             echo "$(launcher "$c" "$np")$RW_BENCH barrier --iters $i --warmup $w"
         else
-            echo "$(launcher "$c" "$np")$RW_BENCH $b --min-size $(minsize "$b") --max-size $MAX --iters $i --warmup $w"
+            # Collectives timed as OSU times them (each call alone, a barrier after
+            # it: --barrier-each); point-to-point loops are the same in both already.
+            local sync=""
+            is_coll "$b" && sync=" --barrier-each"
+            echo "$(launcher "$c" "$np")$RW_BENCH $b --min-size $(minsize "$b") --max-size $MAX --iters $i --warmup $w$sync"
         fi
         return
     fi

@@ -110,6 +110,12 @@ struct Args {
     /// one H200).
     #[arg(long, value_name = "BYTES_PER_S")]
     copy_bw: Option<f64>,
+    /// Collectives: a barrier after every call, and only the call timed (the loop of the
+    /// OSU micro-benchmarks 7.2 `osu_allreduce`, `osu_bcast`, ...: `t_start`, the call,
+    /// `t_stop`, `MPI_Barrier`). Default: calls back to back, one timer around the loop.
+    /// `barrier` itself is always timed back to back (as `osu_barrier` does).
+    #[arg(long)]
+    barrier_each: bool,
 }
 
 /// Device copy bandwidth (bytes per second, read + write) used when the measurement
@@ -137,6 +143,10 @@ fn bound_us(ranks_on_gpu: usize, size_bytes: usize, copy_bw: f64) -> f64 {
 fn main() -> Result<()> {
     let args = Args::parse();
     OFFSET.store(args.offset, std::sync::atomic::Ordering::Relaxed);
+    BARRIER_EACH.store(
+        args.barrier_each && args.mode != Mode::Barrier,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let universe = rankwire::init()?;
     let world = universe.world();
     if args.mode.is_collective() {
@@ -440,16 +450,33 @@ fn device_collective(
 }
 
 /// Average time per call of `f` on this rank, µs, after `warmup` untimed calls.
+/// Microseconds per call of `f` on this rank: `warmup` untimed calls, then `iters`
+/// timed ones, back to back (one timer around the loop), or with `--barrier-each` as
+/// OSU times its collectives: each call timed alone, a barrier after it (untimed).
 fn time_calls(
     world: &rankwire::Communicator,
     iters: usize,
     warmup: usize,
     mut f: impl FnMut() -> rankwire::Result<()>,
 ) -> Result<f64> {
+    let synced = BARRIER_EACH.load(std::sync::atomic::Ordering::Relaxed);
     for _ in 0..warmup {
         f()?;
+        if synced {
+            world.barrier()?;
+        }
     }
     world.barrier()?;
+    if synced {
+        let mut total = std::time::Duration::ZERO;
+        for _ in 0..iters {
+            let t = Instant::now();
+            f()?;
+            total += t.elapsed();
+            world.barrier()?;
+        }
+        return Ok(total.as_secs_f64() * 1e6 / iters as f64);
+    }
     let t = Instant::now();
     for _ in 0..iters {
         f()?;
@@ -516,6 +543,9 @@ impl Drop for HostBuf {
 
 /// Host buffer offset for every `Buf::new` of this run (`--offset`).
 static OFFSET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `--barrier-each` (set once in `main`).
+static BARRIER_EACH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A benchmark buffer in host or device memory.
 enum Buf {
