@@ -19,10 +19,18 @@ use std::sync::Arc;
 /// reads it, and MPI's writes are not overtaken by such work queued earlier. Work on the
 /// program's own streams must be synchronized by the program before the call (the rule
 /// of every CUDA-aware MPI).
+#[inline]
 pub fn is_device(ptr: *const u8, len: usize) -> bool {
     if len == 0 || ptr.is_null() || !rankwire::gpu::available() {
         return false;
     }
+    classify_device(ptr, len)
+}
+
+/// [`is_device`] where a CUDA driver is present: the pointer cache's answer (out of
+/// line: the host-only hot path stays small).
+#[inline(never)]
+fn classify_device(ptr: *const u8, len: usize) -> bool {
     match rankwire::gpu::classify(ptr, len).map(|m| m.kind) {
         Ok(rankwire::gpu::PtrKind::Device { ordinal }) => {
             // Once per MPI call (several buffers of one call share it). A failure here

@@ -253,6 +253,25 @@ pub(crate) unsafe fn bcast<C: Num>(
     dt: MPI_Datatype,
     root: c_int,
 ) -> R<Out> {
+    // The common blocking case, recognised from the handles alone (no datatype object
+    // looked up): `n > 0` elements of a contiguous predefined type in host memory, in a
+    // job where the ranks need not agree on a device path (memkind.rs). The general
+    // path below makes the same core call for it, after more lookups.
+    if mode == Mode::Block
+        && !crate::memkind::agreement_needed()
+        && let Some(size) = crate::datatype::contiguous_predefined(dt)
+        && let Ok(n) = cnt(n)
+        && let Some(len) = n.checked_mul(size).filter(|&l| l > 0)
+        && !buf.is_null()
+        && buf as usize != MPI_IN_PLACE
+        && !crate::buf::is_device(buf as *const u8, len)
+    {
+        let c = lookup(comm)?;
+        let root = root_arg(&c, root)?;
+        // SAFETY: the caller's `len` bytes of host memory at `buf`, for the call.
+        c.bcast(unsafe { crate::buf::bytes_mut(buf as *mut u8, len) }, root)?;
+        return Ok(None);
+    }
     let c = lookup(comm)?;
     let root = root_arg(&c, root)?;
     let n = cnt(n)?;

@@ -214,6 +214,91 @@ fn is_in_place(p: *const u8) -> bool {
     p as usize == MPI_IN_PLACE
 }
 
+/// A blocking allreduce of host elements reduced in the caller's buffers (aligned,
+/// whole elements: checked again in `go`); `send: None` is the in-place form.
+struct HostDirect {
+    c: crate::comm::CommRef,
+    send: Option<*const u8>,
+    recv: *mut u8,
+    bytes: usize,
+}
+impl Typed for HostDirect {
+    fn go<T: Pod>(self, op: ReduceOp<T>) -> R<Out> {
+        let (es, al) = (std::mem::size_of::<T>(), std::mem::align_of::<T>());
+        let misaligned = |p: usize| !p.is_multiple_of(al);
+        if es == 0
+            || !self.bytes.is_multiple_of(es)
+            || misaligned(self.recv as usize)
+            || self.send.is_some_and(|s| misaligned(s as usize))
+        {
+            return Err(internal(
+                "a predefined type's layout differs from its element type",
+            ));
+        }
+        let n = self.bytes / es;
+        // SAFETY: the caller's `n` elements of T (aligned, checked) in host memory,
+        // for the call.
+        let d = unsafe { std::slice::from_raw_parts_mut(self.recv as *mut T, n) };
+        match self.send {
+            Some(s) => {
+                // SAFETY: as above; MPI forbids overlap with `recv` out of place.
+                let s = unsafe { std::slice::from_raw_parts(s as *const T, n) };
+                self.c.allreduce::<T>(s, d, op)?
+            }
+            None => self.c.allreduce_in_place::<T>(d, op)?,
+        }
+        Ok(None)
+    }
+}
+
+/// The blocking `MPI_Allreduce` of the common case, recognised from the handles and
+/// pointers alone (no datatype or operation object looked up, no reference count): a
+/// predefined operation rankwire reduces natively, on a contiguous predefined datatype
+/// it is defined on, `count > 0` aligned elements in host memory, in a job where the
+/// ranks need not agree on a device path (`memkind::agreement_needed`). `None`:
+/// anything else, which [`allreduce`]'s general path checks and reports (the results
+/// are the same either way: the same core call).
+///
+/// # Safety
+/// The C caller's buffers.
+unsafe fn allreduce_fast(
+    comm: MPI_Comm,
+    send: *const u8,
+    recv: *mut u8,
+    count: i64,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+) -> Option<R<Out>> {
+    let size = crate::datatype::contiguous_predefined(dt)?;
+    let b = crate::op::Builtin::of(op)?;
+    let o = b.core()?;
+    let (basic, _) = crate::datatype::predefined(dt)?;
+    let d = crate::op::core_type(basic)?;
+    if !b.defined_on(basic) || crate::memkind::agreement_needed() {
+        return None;
+    }
+    let n = usize::try_from(count).ok().filter(|&n| n > 0)?;
+    let bytes = n.checked_mul(size)?;
+    let inplace = is_in_place(send) || std::ptr::eq(send, recv);
+    let aligned = |p: usize| p != 0 && p != MPI_IN_PLACE && p.is_multiple_of(size);
+    if !aligned(recv as usize)
+        || (!inplace && !aligned(send as usize))
+        || crate::buf::is_device(recv, bytes)
+        || (!inplace && crate::buf::is_device(send, bytes))
+    {
+        return None;
+    }
+    let c = lookup(comm).ok()?;
+    let t = HostDirect {
+        c,
+        send: (!inplace).then_some(send),
+        recv,
+        bytes,
+    };
+    let r = with_core_type!(d, T => t.go::<T>(o.into()), _ => return None);
+    Some(r)
+}
+
 /// `MPI_Allreduce` & co (MPI 4.1 §6.9.6): every rank's `count` elements reduced
 /// into every rank's `recv`; `send == MPI_IN_PLACE`: the input is `recv`.
 ///
@@ -232,6 +317,12 @@ pub unsafe fn allreduce(
     dt: MPI_Datatype,
     op: MPI_Op,
 ) -> R<Out> {
+    if mode == Mode::Block
+        // SAFETY: the caller's buffers.
+        && let Some(r) = unsafe { allreduce_fast(comm, send, recv, count, dt, op) }
+    {
+        return r;
+    }
     let c = lookup(comm)?;
     let red = plan(op, dt)?;
     let n = crate::datatype::count(count)?;
@@ -287,44 +378,10 @@ pub unsafe fn allreduce(
         && (recv as usize).is_multiple_of(size)
         && (inplace || (!send.is_null() && (send as usize).is_multiple_of(size)))
     {
-        struct Direct {
-            c: crate::comm::CommRef,
-            send: Option<*const u8>,
-            recv: *mut u8,
-            bytes: usize,
-        }
-        impl Typed for Direct {
-            fn go<T: Pod>(self, op: ReduceOp<T>) -> R<Out> {
-                let (es, al) = (std::mem::size_of::<T>(), std::mem::align_of::<T>());
-                let misaligned = |p: usize| !p.is_multiple_of(al);
-                if es == 0
-                    || !self.bytes.is_multiple_of(es)
-                    || misaligned(self.recv as usize)
-                    || self.send.is_some_and(|s| misaligned(s as usize))
-                {
-                    return Err(internal(
-                        "a predefined type's layout differs from its element type",
-                    ));
-                }
-                let n = self.bytes / es;
-                // SAFETY: the caller's `n` elements of T (aligned, checked) in host memory,
-                // for the call.
-                let d = unsafe { std::slice::from_raw_parts_mut(self.recv as *mut T, n) };
-                match self.send {
-                    Some(s) => {
-                        // SAFETY: as above; MPI forbids overlap with `recv` out of place.
-                        let s = unsafe { std::slice::from_raw_parts(s as *const T, n) };
-                        self.c.allreduce::<T>(s, d, op)?
-                    }
-                    None => self.c.allreduce_in_place::<T>(d, op)?,
-                }
-                Ok(None)
-            }
-        }
         let send = (!inplace).then_some(send);
         return dispatch(
             &red,
-            Direct {
+            HostDirect {
                 c,
                 send,
                 recv,

@@ -2,7 +2,7 @@
 //! created by dup, split, create (MPI 4.1 chapter 7), on rankwire's [`Communicator`].
 
 use crate::consts::*;
-use crate::error::{R, err};
+use crate::error::{MpiErr, R, err};
 use crate::handles::{Kind, Table};
 use rankwire::Communicator;
 
@@ -14,19 +14,26 @@ pub static COMMS: Table<Communicator> = Table::new(Kind::Comm);
 /// # Errors
 /// `MPI_ERR_COMM` for `MPI_COMM_NULL`, a freed or unknown handle; `MPI_ERR_OTHER`
 /// before `MPI_Init` / after `MPI_Finalize`.
+#[inline]
 pub fn lookup(c: MPI_Comm) -> R<CommRef> {
     match c {
         MPI_COMM_WORLD => crate::env::world().map(CommRef::Predefined),
         MPI_COMM_SELF => crate::env::self_comm().map(CommRef::Predefined),
-        _ => COMMS.get(c).map(CommRef::Created).ok_or_else(|| {
-            err(
-                MPI_ERR_COMM,
-                format!(
-                    "communicator {c:#x} is not a communicator (MPI_COMM_NULL, freed, or not a handle of this library); fix: pass MPI_COMM_WORLD, MPI_COMM_SELF or one from MPI_Comm_dup/split/create"
-                ),
-            )
-        }),
+        _ => lookup_created(c),
     }
+}
+
+/// [`lookup`] of a created communicator (a table lookup), or the error for a handle
+/// that is none.
+fn lookup_created(c: MPI_Comm) -> R<CommRef> {
+    COMMS.get(c).map(CommRef::Created).ok_or_else(|| {
+        err(
+            MPI_ERR_COMM,
+            format!(
+                "communicator {c:#x} is not a communicator (MPI_COMM_NULL, freed, or not a handle of this library); fix: pass MPI_COMM_WORLD, MPI_COMM_SELF or one from MPI_Comm_dup/split/create"
+            ),
+        )
+    })
 }
 
 /// The communicator behind a handle, borrowed for a call: `MPI_COMM_WORLD` and
@@ -54,18 +61,25 @@ impl std::ops::Deref for CommRef {
 ///
 /// # Errors
 /// `MPI_ERR_RANK` when out of `0..size`.
+#[inline]
 pub fn rank_arg(comm: &Communicator, r: i32, what: &str) -> R<usize> {
     if r < 0 || r as usize >= comm.size() {
-        return Err(err(
-            MPI_ERR_RANK,
-            format!(
-                "{what} rank {r} is out of range for a communicator of size {}; fix: pass a rank in 0..{} (or MPI_PROC_NULL)",
-                comm.size(),
-                comm.size()
-            ),
-        ));
+        return Err(bad_rank(comm, r, what));
     }
     Ok(r as usize)
+}
+
+/// [`rank_arg`]'s error (out of line: the hot path stays small).
+#[cold]
+fn bad_rank(comm: &Communicator, r: i32, what: &str) -> MpiErr {
+    err(
+        MPI_ERR_RANK,
+        format!(
+            "{what} rank {r} is out of range for a communicator of size {}; fix: pass a rank in 0..{} (or MPI_PROC_NULL)",
+            comm.size(),
+            comm.size()
+        ),
+    )
 }
 
 use crate::error::{guard, put};

@@ -512,26 +512,35 @@ fn predefined_info(dt: MPI_Datatype, b: Basic, name: &str) -> Arc<TypeInfo> {
 /// created types. The hot path of every communication call: one relaxed load once the
 /// type has been seen, no lock or reference count (the layout of a predefined type
 /// never changes; renaming it does not touch the layout).
+#[inline]
 pub fn contiguous_predefined(dt: MPI_Datatype) -> Option<usize> {
-    /// Per predefined handle: 0 = not looked at yet, `usize::MAX` = not contiguous,
-    /// otherwise the element size.
-    static SIZES: [std::sync::atomic::AtomicUsize; 256] =
-        [const { std::sync::atomic::AtomicUsize::new(0) }; 256];
-    let i = dt.checked_sub(0x200).filter(|&i| i < 256)?;
-    match SIZES[i].load(std::sync::atomic::Ordering::Relaxed) {
-        0 => {
-            let (b, name) = predefined(dt)?;
-            let t = predefined_info(dt, b, name);
-            let contiguous = t.size > 0
-                && t.extent == t.size as isize
-                && t.contiguous_span(2) == Some((0, 2 * t.size));
-            let v = if contiguous { t.size } else { usize::MAX };
-            SIZES[i].store(v, std::sync::atomic::Ordering::Relaxed);
-            contiguous.then_some(v)
-        }
+    let i = dt.wrapping_sub(0x200);
+    if i >= 256 {
+        return None;
+    }
+    match CONTIGUOUS_SIZES[i].load(std::sync::atomic::Ordering::Relaxed) {
+        0 => contiguous_predefined_first(dt, i),
         usize::MAX => None,
         size => Some(size),
     }
+}
+
+/// Per predefined handle (`dt - 0x200`): 0 = not looked at yet, `usize::MAX` = not
+/// contiguous, otherwise the element size.
+static CONTIGUOUS_SIZES: [std::sync::atomic::AtomicUsize; 256] =
+    [const { std::sync::atomic::AtomicUsize::new(0) }; 256];
+
+/// [`contiguous_predefined`] the first time a handle is seen: its layout built and the
+/// answer kept.
+#[cold]
+fn contiguous_predefined_first(dt: MPI_Datatype, i: usize) -> Option<usize> {
+    let (b, name) = predefined(dt)?;
+    let t = predefined_info(dt, b, name);
+    let contiguous =
+        t.size > 0 && t.extent == t.size as isize && t.contiguous_span(2) == Some((0, 2 * t.size));
+    let v = if contiguous { t.size } else { usize::MAX };
+    CONTIGUOUS_SIZES[i].store(v, std::sync::atomic::Ordering::Relaxed);
+    contiguous.then_some(v)
 }
 
 /// Renames predefined type `dt` (`MPI_Type_set_name`); other handles are ignored.

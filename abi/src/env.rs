@@ -39,6 +39,7 @@ fn env<T>(f: impl FnOnce(&Env) -> T) -> R<T> {
 }
 
 /// The error of a call outside `MPI_Init` .. `MPI_Finalize` (`phase` as in `PHASE`).
+#[cold]
 fn not_live(phase: u8) -> crate::error::MpiErr {
     if phase == 2 {
         err(
@@ -58,6 +59,7 @@ fn not_live(phase: u8) -> crate::error::MpiErr {
 /// reference count.
 static PREDEFINED_COMMS: OnceLock<(Communicator, Communicator)> = OnceLock::new();
 
+#[inline]
 fn predefined_comms() -> R<&'static (Communicator, Communicator)> {
     match (PREDEFINED_COMMS.get(), PHASE.load(Ordering::Acquire)) {
         (Some(c), 1) => Ok(c),
@@ -69,6 +71,7 @@ fn predefined_comms() -> R<&'static (Communicator, Communicator)> {
 ///
 /// # Errors
 /// `MPI_ERR_OTHER` before `MPI_Init` or after `MPI_Finalize`.
+#[inline]
 pub fn world() -> R<&'static Communicator> {
     predefined_comms().map(|c| &c.0)
 }
@@ -77,6 +80,7 @@ pub fn world() -> R<&'static Communicator> {
 ///
 /// # Errors
 /// As [`world`].
+#[inline]
 pub fn self_comm() -> R<&'static Communicator> {
     predefined_comms().map(|c| &c.1)
 }

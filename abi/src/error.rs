@@ -250,7 +250,11 @@ pub fn guard(comm: MPI_Comm, f: impl FnOnce() -> R) -> c_int {
 /// As [`guard`], for a call that learns whose error handler applies while it runs
 /// (the communicator of a request): `f` may set it, starting from `MPI_COMM_WORLD`.
 pub fn guard_on(f: impl FnOnce(&mut MPI_Comm) -> R) -> c_int {
-    CALL.with(|c| c.set(c.get().wrapping_add(1)));
+    // Only the device path reads the count (`first_time_in_call`); without a CUDA
+    // driver no call reaches it, and the thread-local access is skipped.
+    if rankwire::gpu::available() {
+        CALL.with(|c| c.set(c.get().wrapping_add(1)));
+    }
     let mut comm = MPI_COMM_WORLD;
     match catch_unwind(AssertUnwindSafe(|| f(&mut comm))) {
         Ok(Ok(())) => MPI_SUCCESS,

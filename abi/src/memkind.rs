@@ -153,6 +153,13 @@ pub fn forget(comm: MPI_Comm) {
     with(|m| m.remove(&comm));
 }
 
+/// Whether [`device_path`] may communicate: the job has a CUDA driver on some rank (or
+/// the agreement was forced on). `false`: every rank decides from its own buffers, so a
+/// call with host buffers takes the host path without asking.
+pub fn agreement_needed() -> bool {
+    AGREE.load(Ordering::Relaxed)
+}
+
 /// Whether this call of one of the five collectives takes the device path, given
 /// that this rank's buffers allow it (`mine`). Every rank of `comm` must call it, with
 /// whatever buffers it has, before either path sends anything.

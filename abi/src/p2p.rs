@@ -14,9 +14,11 @@
 use crate::buf::{RecvBuf, SendBuf, is_device, recv_buf, send_buf};
 use crate::comm::{lookup, rank_arg};
 use crate::consts::*;
-use crate::error::{R, err, guard, put};
+use crate::error::{MpiErr, R, err, guard, put};
 use crate::handles::{Kind, Table};
-use crate::request::{Active, Started, empty_status, insert, insert_persistent, write_status};
+use crate::request::{
+    Active, Started, empty_status, insert, insert_persistent, insert_plain, write_status,
+};
 use rankwire::{Communicator, Source, Tag};
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
@@ -35,19 +37,27 @@ pub enum Mode {
     Ready,
 }
 
+#[inline]
 fn tag_arg(tag: c_int) -> R<i32> {
     if !(0..=rankwire::TAG_UB).contains(&tag) {
-        return Err(err(
-            MPI_ERR_TAG,
-            format!(
-                "tag {tag} is invalid for a send; fix: pass a tag in 0..={} (MPI_TAG_UB)",
-                rankwire::TAG_UB
-            ),
-        ));
+        return Err(bad_tag(tag));
     }
     Ok(tag)
 }
 
+/// [`tag_arg`]'s error (out of line: the hot path stays small).
+#[cold]
+fn bad_tag(tag: c_int) -> MpiErr {
+    err(
+        MPI_ERR_TAG,
+        format!(
+            "tag {tag} is invalid for a send; fix: pass a tag in 0..={} (MPI_TAG_UB)",
+            rankwire::TAG_UB
+        ),
+    )
+}
+
+#[inline]
 fn recv_tag(tag: c_int) -> R<Tag> {
     if tag == MPI_ANY_TAG {
         return Ok(Tag::Any);
@@ -55,6 +65,7 @@ fn recv_tag(tag: c_int) -> R<Tag> {
     tag_arg(tag).map(Tag::Value)
 }
 
+#[inline]
 fn recv_source(c: &Communicator, src: c_int) -> R<Source> {
     if src == MPI_ANY_SOURCE {
         return Ok(Source::Any);
@@ -118,10 +129,15 @@ fn isend_host(
 /// The operation of a send of the caller's own bytes: a send the transport took at
 /// once (the common eager send) is done, and its wait needs no runtime call.
 fn unpacked_send(req: rankwire::Request<'static>) -> Started {
-    Started::plain(match req.completed_at_post() {
+    Started::plain(send_active(req))
+}
+
+/// [`unpacked_send`]'s operation.
+fn send_active(req: rankwire::Request<'static>) -> Active {
+    match req.completed_at_post() {
         Some(st) => Active::Ready(st),
         None => Active::P2p(req),
-    })
+    }
 }
 
 fn start_recv(c: &Communicator, b: RecvBuf, src: Source, tag: Tag) -> R<Started> {
@@ -780,6 +796,21 @@ macro_rules! isend_fns {
             request: *mut MPI_Request,
         ) -> c_int {
             guard(comm, || {
+                // The common case first, its request built in place: the caller's
+                // contiguous host bytes sent as they are (checks in post_send's order).
+                if $mode != Mode::Buffered
+                    && dest != MPI_PROC_NULL
+                    && let Some(len) = crate::buf::host_run(buf as *const u8, count, datatype)
+                {
+                    let c = lookup(comm)?;
+                    let d = rank_arg(&c, dest, "destination")?;
+                    let t = tag_arg(tag)?;
+                    // SAFETY: the C caller's buffer, valid until completion (MPI's contract).
+                    let slice: &'static [u8] = unsafe { crate::buf::bytes(buf as *const u8, len) };
+                    let active = send_active(isend_host(&c, slice, d, t, $mode)?);
+                    // SAFETY: C caller's pointer.
+                    return unsafe { put(request, insert_plain(comm, active), "request") };
+                }
                 // SAFETY: C caller's buffer, valid until completion.
                 let s = unsafe { post_send(buf, count, datatype, dest, tag, comm, $mode)? };
                 // SAFETY: C caller's pointer.
@@ -911,6 +942,20 @@ pub unsafe extern "C" fn MPI_Irecv_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard(comm, || {
+        // The common case first, its request built in place: contiguous host bytes
+        // received in place (checks in post_recv's order).
+        if source != MPI_PROC_NULL
+            && let Some(len) = crate::buf::host_run(buf as *const u8, count, datatype)
+        {
+            let c = lookup(comm)?;
+            let src = recv_source(&c, source)?;
+            let tg = recv_tag(tag)?;
+            // SAFETY: the C caller's buffer, valid until completion (MPI's contract).
+            let s: &'static mut [u8] = unsafe { crate::buf::bytes_mut(buf as *mut u8, len) };
+            let active = Active::P2p(c.irecv(s, src, tg)?);
+            // SAFETY: C caller's pointer.
+            return unsafe { put(request, insert_plain(comm, active), "request") };
+        }
         // SAFETY: C caller's buffer, valid until completion.
         let s = unsafe { post_recv(buf, count, datatype, source, tag, comm)? };
         // SAFETY: C caller's pointer.

@@ -216,6 +216,25 @@ pub fn insert(comm: MPI_Comm, s: Started) -> MPI_Request {
     new_slot(comm, Some(s), None)
 }
 
+/// A new active request for `active`, with nothing to run or keep at completion (the
+/// common point-to-point case: the caller's own contiguous host bytes), whose errors go
+/// to `comm`'s handler. As [`insert`], built in place.
+pub fn insert_plain(comm: MPI_Comm, active: Active) -> MPI_Request {
+    handle_of(table().insert(Slot {
+        comm,
+        op: Some(Started {
+            active,
+            finish: None,
+            keep: Vec::new(),
+        }),
+        start: None,
+        cancelled: false,
+        busy: false,
+        greq: None,
+        freed: false,
+    }))
+}
+
 /// A new inactive persistent request; `MPI_Start` runs `start`.
 pub fn insert_persistent(comm: MPI_Comm, start: StartFn) -> MPI_Request {
     new_slot(comm, None, Some(Arc::new(start)))
@@ -613,19 +632,22 @@ fn status_at(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
     }
 }
 
-/// `MPI_Waitall`'s working vectors: (index in the array, operation taken out) and
-/// (index, outcome).
+/// `MPI_Waitall`'s working vectors: (index in the array, operation taken out),
+/// (index, outcome), the point-to-point outcomes, and (index, request) of the plain
+/// point-to-point operations (nothing to run or keep at completion: the common case,
+/// completed without building a [`Done`]).
 type WaitallScratch = (
     Vec<(usize, Started)>,
     Vec<(usize, Done)>,
     Vec<rankwire::Result<rankwire::Status>>,
+    Vec<(usize, rankwire::Request<'static>)>,
 );
 
 thread_local! {
     /// The vectors of the thread's last `MPI_Waitall`, kept (empty) so that the next one
     /// does not allocate.
     static WAITALL_SCRATCH: std::cell::Cell<WaitallScratch> =
-        const { std::cell::Cell::new((Vec::new(), Vec::new(), Vec::new())) };
+        const { std::cell::Cell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new())) };
 }
 
 /// `MPI_Waitall`: completes every request; on any failure returns
@@ -665,6 +687,7 @@ unsafe fn waitall_impl(
     // callback the runtime runs meanwhile, finds them taken and allocates its own).
     let mut scratch = WAITALL_SCRATCH.with(|c| c.take());
     let mut ops = std::mem::take(&mut scratch.0);
+    let mut plain = std::mem::take(&mut scratch.3);
     {
         let mut t = table();
         let mut comm_set = false;
@@ -714,6 +737,14 @@ unsafe fn waitall_impl(
                         continue;
                     }
                     match s.op.take() {
+                        Some(Started {
+                            active: Active::P2p(r),
+                            finish: None,
+                            keep,
+                        }) if keep.is_empty() => {
+                            s.busy = true;
+                            plain.push((i, r));
+                        }
                         Some(op) => {
                             s.busy = true;
                             ops.push((i, op));
@@ -736,10 +767,17 @@ unsafe fn waitall_impl(
     // round, the runtime locked once: rankwire::wait_complete), then each operation
     // is completed (those return at once).
     let mut dones = std::mem::take(&mut scratch.1);
+    let mut outcomes = std::mem::take(&mut scratch.2);
     if ops
         .iter()
         .any(|(_, s)| matches!(s.active, Active::Multi(_)))
     {
+        // The rare mixed case: the plain operations go the general way too.
+        ops.extend(
+            plain
+                .drain(..)
+                .map(|(i, r)| (i, Started::plain(Active::P2p(r)))),
+        );
         rankwire::wait_complete(ops.iter().flat_map(|(_, s)| match &s.active {
             Active::P2p(r) => std::slice::from_ref(r),
             Active::Multi(rs) => rs.as_slice(),
@@ -749,16 +787,40 @@ unsafe fn waitall_impl(
     } else {
         // The common case: the point-to-point outcomes are taken under the same lock
         // of the runtime as the wait (rankwire::wait_all_in_place), not one more lock
-        // per request.
-        let mut outcomes = std::mem::take(&mut scratch.2);
+        // per request; the plain operations' first, in order, then the others'.
         rankwire::wait_all_in_place(
-            ops.iter_mut().filter_map(|(_, s)| match &mut s.active {
-                Active::P2p(r) => Some(r),
-                _ => None,
-            }),
+            plain
+                .iter_mut()
+                .map(|(_, r)| r)
+                .chain(ops.iter_mut().filter_map(|(_, s)| match &mut s.active {
+                    Active::P2p(r) => Some(r),
+                    _ => None,
+                })),
             &mut outcomes,
         );
         let mut taken = outcomes.drain(..);
+        {
+            // The plain operations are complete: each retired and its status written
+            // under one lock of the table (statuses are the caller's memory; no
+            // callback runs here).
+            let mut t = table();
+            for ((i, _), r) in plain.iter().zip(taken.by_ref()) {
+                let cancelled = retire(&mut t, &mut arr[*i]);
+                let at = status_at(statuses, *i);
+                match r {
+                    // SAFETY: the status array has `count` entries (or is ignored).
+                    Ok(st) => unsafe { write_status(at, &st, cancelled, MPI_SUCCESS) },
+                    Err(e) => {
+                        let e = MpiErr::from(e);
+                        // SAFETY: as above.
+                        unsafe { write_status(at, &empty_status(), cancelled, e.class) };
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        // The finished requests dropped outside the table's lock.
+        plain.clear();
         dones.extend(ops.drain(..).map(|(i, op)| {
             // One outcome per point-to-point operation, in order.
             let d = if matches!(op.active, Active::P2p(_))
@@ -771,8 +833,9 @@ unsafe fn waitall_impl(
             (i, d)
         }));
         drop(taken);
-        scratch.2 = outcomes;
     }
+    scratch.2 = outcomes;
+    scratch.3 = plain;
     {
         let mut t = table();
         for (i, d) in dones.iter_mut() {

@@ -96,6 +96,7 @@ pub use release::{host_wait_begin, pending_releases};
 /// Without the `cuda` feature this is always `false`. With it, it checks (once) that
 /// the driver library (`libcuda.so`) can be loaded, without panicking when it cannot
 /// (cudarc's `is_culib_present`). It does not initialize the driver; see [`init`].
+#[inline]
 pub fn available() -> bool {
     result::driver_present()
 }

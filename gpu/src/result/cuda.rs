@@ -86,6 +86,7 @@ fn check(call: &'static str, r: sys::CUresult) -> Result<(), GpuError> {
 }
 
 /// Whether libcuda can be loaded; computed once (cudarc's check dlopens every time).
+#[inline]
 pub(crate) fn driver_present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     // SAFETY: is_culib_present only tries to dlopen candidate library names and drops
