@@ -490,7 +490,8 @@ pub unsafe extern "C" fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
 }
 
 thread_local! {
-    /// Number of exported calls this thread has entered (for once-per-call work).
+    /// Number of exported calls this thread has entered (for once-per-call work),
+    /// counted only where a CUDA driver is present (its only reader is the device path).
     static CALL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// The call in which the default stream was last waited for.
     static SYNCED_IN: std::cell::Cell<u64> = const { std::cell::Cell::new(u64::MAX) };

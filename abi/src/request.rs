@@ -682,7 +682,8 @@ unsafe fn waitall_impl(
 ) -> R {
     // SAFETY: C arrays of `count` entries.
     let arr = unsafe { arrays(count, reqs)? };
-    let mut failed: Option<MpiErr> = None;
+    // The failure of the lowest index (the operations complete in another order).
+    let mut failed: Option<(usize, MpiErr)> = None;
     // Vectors reused from the thread's previous MPI_Waitall (a nested call, from a
     // callback the runtime runs meanwhile, finds them taken and allocates its own).
     let mut scratch = WAITALL_SCRATCH.with(|c| c.take());
@@ -757,7 +758,7 @@ unsafe fn waitall_impl(
                     unsafe {
                         write_status(status_at(statuses, i), &inactive_status(), false, e.class)
                     };
-                    failed.get_or_insert(e);
+                    first_failure(&mut failed, i, e);
                 }
             }
         }
@@ -814,7 +815,7 @@ unsafe fn waitall_impl(
                         let e = MpiErr::from(e);
                         // SAFETY: as above.
                         unsafe { write_status(at, &empty_status(), cancelled, e.class) };
-                        failed.get_or_insert(e);
+                        first_failure(&mut failed, *i, e);
                     }
                 }
             }
@@ -845,16 +846,23 @@ unsafe fn waitall_impl(
     for (i, d) in dones.drain(..) {
         // SAFETY: the status array has `count` entries (or is ignored).
         if let Err(e) = unsafe { report(&Outcome::Completed(d), status_at(statuses, i)) } {
-            failed.get_or_insert(e);
+            first_failure(&mut failed, i, e);
         }
     }
     scratch.0 = ops;
     scratch.1 = dones;
     WAITALL_SCRATCH.with(|c| c.set(scratch));
     match failed {
-        Some(e) if !statuses.is_null() => Err(err(MPI_ERR_IN_STATUS, e.msg)),
-        Some(e) => Err(e),
+        Some((_, e)) if !statuses.is_null() => Err(err(MPI_ERR_IN_STATUS, e.msg)),
+        Some((_, e)) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// Keeps in `failed` the error of the lowest request index seen so far.
+fn first_failure(failed: &mut Option<(usize, MpiErr)>, i: usize, e: MpiErr) {
+    if failed.as_ref().is_none_or(|(j, _)| i < *j) {
+        *failed = Some((i, e));
     }
 }
 

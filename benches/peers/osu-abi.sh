@@ -157,8 +157,11 @@ osu_args() {
     # posts every slot into one buffer, which stays in cache)
     case $b in bw | bibw) i=$((i / 10 + 1)) w=$((w / 10 + 1)) ;; esac
     case $b in bw | bibw) [ -n "${OSU_BW_BUFS:-}" ] && w="$w -b $OSU_BW_BUFS" ;; esac
+    # osu_allreduce sums MPI_CHAR unless told (OSU 7.2's default type); rankwire-bench
+    # sums f32 (Size/4 elements): -T mpi_float makes both do the same reduction
     case $b in
     barrier) echo "-i $i -x $w" ;;
+    allreduce) echo "-m $lo:$hi -i $i -x $w -T mpi_float" ;;
     *) echo "-m $lo:$hi -i $i -x $w" ;;
     esac
 }

@@ -12,9 +12,10 @@
 //!   directions.
 //!
 //! Collective modes (as `osu_allreduce`, `osu_bcast`, `osu_allgather`, `osu_alltoall`,
-//! `osu_barrier`): every rank times `iters` back-to-back calls after a barrier; the
-//! row gives the average over ranks of each rank's per-call time, and the minimum and
-//! maximum over ranks, in microseconds.
+//! `osu_barrier`): every rank times `iters` back-to-back calls after a barrier (with
+//! `--barrier-each`: each call timed alone with an untimed barrier after it, OSU's
+//! loop); the row gives the average over ranks of each rank's per-call time, and the
+//! minimum and maximum over ranks, in microseconds.
 //! - `allreduce`: `Size` bytes of f32 summed (count = Size/4). Also `algbw` = Size /
 //!   time and `busbw` = algbw × 2(n−1)/n in GB/s (1e9 bytes), as in nccl-tests
 //!   (`doc/PERFORMANCE.md`): busbw is the per-rank link traffic of an optimal ring.
@@ -449,7 +450,6 @@ fn device_collective(
     })
 }
 
-/// Average time per call of `f` on this rank, µs, after `warmup` untimed calls.
 /// Microseconds per call of `f` on this rank: `warmup` untimed calls, then `iters`
 /// timed ones, back to back (one timer around the loop), or with `--barrier-each` as
 /// OSU times its collectives: each call timed alone, a barrier after it (untimed).

@@ -14,6 +14,7 @@ pub(crate) type RawStream = *mut c_void;
 pub(crate) type RawEvent = *mut c_void;
 pub(crate) type RawGraph = (*mut c_void, *mut c_void);
 
+#[inline]
 pub(crate) fn driver_present() -> bool {
     false
 }
