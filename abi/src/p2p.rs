@@ -107,7 +107,7 @@ fn start_send(
         });
     }
     // In place (contiguous): the C caller owns the buffer, nothing to keep.
-    Ok(unpacked_send(req))
+    Ok(Started::plain(send_active(req)))
 }
 
 /// A nonblocking send of host bytes in `mode` (standard and ready: `isend`;
@@ -128,11 +128,6 @@ fn isend_host(
 
 /// The operation of a send of the caller's own bytes: a send the transport took at
 /// once (the common eager send) is done, and its wait needs no runtime call.
-fn unpacked_send(req: rankwire::Request<'static>) -> Started {
-    Started::plain(send_active(req))
-}
-
-/// [`unpacked_send`]'s operation.
 fn send_active(req: rankwire::Request<'static>) -> Active {
     match req.completed_at_post() {
         Some(st) => Active::Ready(st),
@@ -724,23 +719,78 @@ unsafe fn post_send(
     comm: MPI_Comm,
     mode: Mode,
 ) -> R<Started> {
+    // SAFETY: the caller's buffer, valid until completion.
+    if let Some(a) = unsafe { send_plain(buf, count, dt, dest, tag, comm, mode)? } {
+        return Ok(Started::plain(a));
+    }
     let c = lookup(comm)?;
     if dest == MPI_PROC_NULL {
         return Ok(Started::plain(Active::Ready(empty_status())));
     }
     let d = rank_arg(&c, dest, "destination")?;
     let t = tag_arg(tag)?;
-    // The common case without a SendBuf: contiguous host bytes sent in place.
-    if mode != Mode::Buffered
-        && let Some(len) = crate::buf::host_run(buf as *const u8, count, dt)
-    {
-        // SAFETY: the C caller's buffer, valid until completion (MPI's contract).
-        let slice: &'static [u8] = unsafe { crate::buf::bytes(buf as *const u8, len) };
-        return Ok(unpacked_send(isend_host(&c, slice, d, t, mode)?));
-    }
     // SAFETY: C caller's buffer.
     let b = unsafe { send_buf(buf as *const u8, count, dt)? };
     start_send(&c, comm, b, d, t, mode)
+}
+
+/// The common send, without a [`SendBuf`]: the caller's contiguous host bytes of a
+/// predefined type sent as they are (not buffered mode, not `MPI_PROC_NULL`), checked
+/// in [`post_send`]'s order. `None`: any other case, for the general path.
+///
+/// # Safety
+/// The C caller's buffer, valid until completion (MPI's contract).
+#[inline]
+unsafe fn send_plain(
+    buf: *const c_void,
+    count: MPI_Count,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    mode: Mode,
+) -> R<Option<Active>> {
+    if mode == Mode::Buffered || dest == MPI_PROC_NULL {
+        return Ok(None);
+    }
+    let Some(len) = crate::buf::host_run(buf as *const u8, count, dt) else {
+        return Ok(None);
+    };
+    let c = lookup(comm)?;
+    let d = rank_arg(&c, dest, "destination")?;
+    let t = tag_arg(tag)?;
+    // SAFETY: the caller's contract.
+    let slice: &'static [u8] = unsafe { crate::buf::bytes(buf as *const u8, len) };
+    Ok(Some(send_active(isend_host(&c, slice, d, t, mode)?)))
+}
+
+/// The common receive, without a [`RecvBuf`]: contiguous host bytes of a predefined
+/// type received in place (not `MPI_PROC_NULL`), checked in [`post_recv`]'s order.
+/// `None`: any other case, for the general path.
+///
+/// # Safety
+/// The C caller's buffer, valid until completion (MPI's contract).
+#[inline]
+unsafe fn recv_plain(
+    buf: *mut c_void,
+    count: MPI_Count,
+    dt: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> R<Option<Active>> {
+    if source == MPI_PROC_NULL {
+        return Ok(None);
+    }
+    let Some(len) = crate::buf::host_run(buf as *const u8, count, dt) else {
+        return Ok(None);
+    };
+    let c = lookup(comm)?;
+    let src = recv_source(&c, source)?;
+    let tg = recv_tag(tag)?;
+    // SAFETY: the caller's contract.
+    let s: &'static mut [u8] = unsafe { crate::buf::bytes_mut(buf as *mut u8, len) };
+    Ok(Some(Active::P2p(c.irecv(s, src, tg)?)))
 }
 
 unsafe fn post_recv(
@@ -751,18 +801,16 @@ unsafe fn post_recv(
     tag: c_int,
     comm: MPI_Comm,
 ) -> R<Started> {
+    // SAFETY: the caller's buffer, valid until completion.
+    if let Some(a) = unsafe { recv_plain(buf, count, dt, source, tag, comm)? } {
+        return Ok(Started::plain(a));
+    }
     let c = lookup(comm)?;
     if source == MPI_PROC_NULL {
         return Ok(Started::plain(Active::Ready(empty_status())));
     }
     let src = recv_source(&c, source)?;
     let tg = recv_tag(tag)?;
-    // The common case without a RecvBuf: contiguous host bytes received in place.
-    if let Some(len) = crate::buf::host_run(buf as *const u8, count, dt) {
-        // SAFETY: the C caller's buffer, valid until completion (MPI's contract).
-        let s: &'static mut [u8] = unsafe { crate::buf::bytes_mut(buf as *mut u8, len) };
-        return Ok(Started::plain(Active::P2p(c.irecv(s, src, tg)?)));
-    }
     // SAFETY: C caller's buffer.
     let b = unsafe { recv_buf(buf as *mut u8, count, dt)? };
     start_recv(&c, b, src, tg)
@@ -796,20 +844,13 @@ macro_rules! isend_fns {
             request: *mut MPI_Request,
         ) -> c_int {
             guard(comm, || {
-                // The common case first, its request built in place: the caller's
-                // contiguous host bytes sent as they are (checks in post_send's order).
-                if $mode != Mode::Buffered
-                    && dest != MPI_PROC_NULL
-                    && let Some(len) = crate::buf::host_run(buf as *const u8, count, datatype)
+                // The common case first, its request built in place.
+                // SAFETY: C caller's buffer, valid until completion.
+                if let Some(a) =
+                    unsafe { send_plain(buf, count, datatype, dest, tag, comm, $mode)? }
                 {
-                    let c = lookup(comm)?;
-                    let d = rank_arg(&c, dest, "destination")?;
-                    let t = tag_arg(tag)?;
-                    // SAFETY: the C caller's buffer, valid until completion (MPI's contract).
-                    let slice: &'static [u8] = unsafe { crate::buf::bytes(buf as *const u8, len) };
-                    let active = send_active(isend_host(&c, slice, d, t, $mode)?);
                     // SAFETY: C caller's pointer.
-                    return unsafe { put(request, insert_plain(comm, active), "request") };
+                    return unsafe { put(request, insert_plain(comm, a), "request") };
                 }
                 // SAFETY: C caller's buffer, valid until completion.
                 let s = unsafe { post_send(buf, count, datatype, dest, tag, comm, $mode)? };
@@ -942,19 +983,11 @@ pub unsafe extern "C" fn MPI_Irecv_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard(comm, || {
-        // The common case first, its request built in place: contiguous host bytes
-        // received in place (checks in post_recv's order).
-        if source != MPI_PROC_NULL
-            && let Some(len) = crate::buf::host_run(buf as *const u8, count, datatype)
-        {
-            let c = lookup(comm)?;
-            let src = recv_source(&c, source)?;
-            let tg = recv_tag(tag)?;
-            // SAFETY: the C caller's buffer, valid until completion (MPI's contract).
-            let s: &'static mut [u8] = unsafe { crate::buf::bytes_mut(buf as *mut u8, len) };
-            let active = Active::P2p(c.irecv(s, src, tg)?);
+        // The common case first, its request built in place.
+        // SAFETY: C caller's buffer, valid until completion.
+        if let Some(a) = unsafe { recv_plain(buf, count, datatype, source, tag, comm)? } {
             // SAFETY: C caller's pointer.
-            return unsafe { put(request, insert_plain(comm, active), "request") };
+            return unsafe { put(request, insert_plain(comm, a), "request") };
         }
         // SAFETY: C caller's buffer, valid until completion.
         let s = unsafe { post_recv(buf, count, datatype, source, tag, comm)? };

@@ -60,8 +60,9 @@ pub(crate) const SLOTS: usize = 1024;
 /// blocks in the driver. (The hang of the 2000-round-trip ping-pong of
 /// `rw-gpuapp streamp2p` that first suggested this had another cause: a CUDA IPC
 /// mapping closed by the proxy while its stream waited, see
-/// `rankwire_gpu::host_wait_begin` and benches/results/gpu-2026-12-06c-h100/.) A flag word is reused only once its
-/// previous operation, [`SLOTS`] indices earlier, completed.
+/// `rankwire_gpu::host_wait_begin` and benches/results/gpu-2026-12-06c-h100/.) A flag
+/// word is reused only once its previous operation, [`SLOTS`] indices earlier,
+/// completed.
 pub(crate) const MAX_IN_FLIGHT: u64 = 128;
 
 /// How long finalize waits for operations still in flight before it releases their
