@@ -153,6 +153,7 @@ c_tests!(
     request_free,
     aliased_allreduce,
     coll_memkind,
+    status_error,
 );
 
 /// The memory-kind agreement forced on (`RANKWIRE_ABI_MEMORY_AGREEMENT=on`, as on a
@@ -379,6 +380,13 @@ const NOT_ON_MPICH: &[(&str, &str)] = &[
         "checks that MPI_Waitany/Testany/Waitsome/Testsome/Testall and MPI_Startall raise a \
          request's error on the request's communicator (as MPI_Wait does); MPICH 5.0.2 \
          raises them on MPI_COMM_WORLD (fatal)",
+    ),
+    (
+        "status_error",
+        "checks that a successful MPI_Waitall leaves MPI_ERROR alone (MPI 4.1 §3.2.5: it \
+         is updated only when the call returns MPI_ERR_IN_STATUS); MPICH 5.0.2 writes \
+         MPI_SUCCESS there, and on MPI_ERR_IN_STATUS marks a request it did not wait for \
+         MPI_ERR_PENDING (allowed) where rankwire completes it",
     ),
 ];
 

@@ -281,15 +281,31 @@ pub fn guard_on(f: impl FnOnce(&mut MPI_Comm) -> R) -> c_int {
 /// # Safety
 /// `out` must be null or valid for a write of `T`.
 pub unsafe fn put<T>(out: *mut T, v: T, what: &str) -> R {
-    if out.is_null() {
-        return Err(err(
-            MPI_ERR_ARG,
-            format!("{what} is a null pointer; fix: pass the address of a variable"),
-        ));
-    }
+    out_arg(out, what)?;
     // SAFETY: non-null and valid by the caller's contract.
     unsafe { out.write(v) };
     Ok(())
+}
+
+/// Checks an output pointer before the call does anything (a nonblocking call must not
+/// post an operation whose request it cannot return).
+///
+/// # Errors
+/// `MPI_ERR_ARG` when `out` is null, as [`put`].
+#[inline]
+pub fn out_arg<T>(out: *mut T, what: &str) -> R {
+    if out.is_null() {
+        return Err(null_out(what));
+    }
+    Ok(())
+}
+
+#[cold]
+fn null_out(what: &str) -> MpiErr {
+    err(
+        MPI_ERR_ARG,
+        format!("{what} is a null pointer; fix: pass the address of a variable"),
+    )
 }
 
 /// User error classes and codes (`MPI_Add_error_class` / `MPI_Add_error_code`):

@@ -14,7 +14,7 @@
 use crate::buf::{RecvBuf, SendBuf, is_device, recv_buf, send_buf};
 use crate::comm::{lookup, rank_arg};
 use crate::consts::*;
-use crate::error::{MpiErr, R, err, guard, put};
+use crate::error::{MpiErr, R, err, guard, out_arg, put};
 use crate::handles::{Kind, Table};
 use crate::request::{
     Active, Started, empty_status, insert, insert_persistent, insert_plain, write_status,
@@ -630,7 +630,8 @@ fn finish_recv(r: rankwire::Result<rankwire::Status>, b: RecvBuf, status: *mut M
                 };
                 let _ = b.finish(st.len_bytes);
                 // SAFETY: C caller's pointer.
-                unsafe { write_status(status, &st, false, MPI_ERR_TRUNCATE) };
+                // (One status: the error is the call's return value, MPI_ERROR untouched.)
+                unsafe { write_status(status, &st, false, MPI_SUCCESS) };
             }
             Err(e.into())
         }
@@ -844,6 +845,7 @@ macro_rules! isend_fns {
             request: *mut MPI_Request,
         ) -> c_int {
             guard(comm, || {
+                out_arg(request, "request")?;
                 // The common case first, its request built in place.
                 // SAFETY: C caller's buffer, valid until completion.
                 if let Some(a) =
@@ -983,6 +985,7 @@ pub unsafe extern "C" fn MPI_Irecv_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard(comm, || {
+        out_arg(request, "request")?;
         // The common case first, its request built in place.
         // SAFETY: C caller's buffer, valid until completion.
         if let Some(a) = unsafe { recv_plain(buf, count, datatype, source, tag, comm)? } {

@@ -309,6 +309,14 @@ fn retire(t: &mut slab::Slab<Slot>, h: &mut MPI_Request) -> bool {
 /// `MPI_STATUS_IGNORE`). Internal slots: 0 and 1 = received bytes (low, high 32
 /// bits), 2 = cancelled flag.
 ///
+/// `MPI_ERROR` is written only when `error` is not `MPI_SUCCESS`, and callers pass an
+/// error only for the statuses of a call that returns `MPI_ERR_IN_STATUS` (MPI 4.1
+/// §3.2.5: calls with one status return their error and leave the field alone; calls
+/// with arrays of statuses set it only when they return `MPI_ERR_IN_STATUS`, see
+/// [`set_status_errors`]). The exception is the *empty* status of a null or inactive
+/// request ([`inactive_status`]), which MPI 4.1 §3.7.3 defines with error
+/// `MPI_SUCCESS`: it is written whole.
+///
 /// # Safety
 /// `out` null or valid for a write.
 pub unsafe fn write_status(
@@ -321,20 +329,40 @@ pub unsafe fn write_status(
         return;
     }
     let bytes = st.len_bytes as u64;
-    let s = MPI_Status {
-        MPI_SOURCE: st.source as c_int,
-        MPI_TAG: st.tag,
-        MPI_ERROR: error,
-        MPI_internal: [
+    // SAFETY: caller's contract; field by field, so that MPI_ERROR keeps its value.
+    unsafe {
+        (*out).MPI_SOURCE = st.source as c_int;
+        (*out).MPI_TAG = st.tag;
+        (*out).MPI_internal = [
             bytes as u32 as c_int,
             (bytes >> 32) as c_int,
             cancelled as c_int,
             0,
             0,
-        ],
-    };
-    // SAFETY: caller's contract.
-    unsafe { out.write(s) };
+        ];
+        if error != MPI_SUCCESS {
+            (*out).MPI_ERROR = error;
+        } else if !cancelled && *st == inactive_status() {
+            (*out).MPI_ERROR = MPI_SUCCESS;
+        }
+    }
+}
+
+/// For a call with an array of statuses that returns `MPI_ERR_IN_STATUS`: the
+/// `MPI_ERROR` of each of the first `n` statuses that did not fail (`failed`: the
+/// indices that did, their field already written) becomes `MPI_SUCCESS` (MPI 4.1
+/// §3.7.5). Nothing for `MPI_STATUSES_IGNORE`.
+///
+/// # Safety
+/// `statuses` null or valid for `n` statuses.
+unsafe fn set_status_errors(statuses: *mut MPI_Status, n: usize, failed: &[usize]) {
+    if statuses.is_null() {
+        return;
+    }
+    for i in (0..n).filter(|i| !failed.contains(i)) {
+        // SAFETY: caller's contract.
+        unsafe { (*statuses.add(i)).MPI_ERROR = MPI_SUCCESS };
+    }
 }
 
 /// The status of a completed operation with `MPI_PROC_NULL` (MPI 4.1 §3.10: source
@@ -519,11 +547,12 @@ fn bad_request(h: MPI_Request) -> MpiErr {
     )
 }
 
-/// Writes `o`'s status and returns its error, if any.
+/// Writes `o`'s status and returns its error, if any. `multi`: the status is an entry
+/// of an array (its `MPI_ERROR` gets the error); otherwise `MPI_ERROR` is left alone.
 ///
 /// # Safety
 /// `status` null or valid.
-unsafe fn report(o: &Outcome, status: *mut MPI_Status) -> R {
+unsafe fn report(o: &Outcome, status: *mut MPI_Status, multi: bool) -> R {
     match o {
         Outcome::Inactive | Outcome::Pending => {
             // SAFETY: caller's pointer.
@@ -531,12 +560,10 @@ unsafe fn report(o: &Outcome, status: *mut MPI_Status) -> R {
             Ok(())
         }
         Outcome::Completed(d) => {
-            let code = d
-                .result
-                .as_ref()
-                .err()
-                .map(|e| e.class)
-                .unwrap_or(MPI_SUCCESS);
+            let code = match &d.result {
+                Err(e) if multi => e.class,
+                _ => MPI_SUCCESS,
+            };
             // SAFETY: caller's pointer.
             unsafe { write_status(status, &d.st, d.cancelled, code) };
             d.result.clone()
@@ -571,7 +598,7 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_St
             }
         };
         // SAFETY: caller's pointer.
-        unsafe { report(&o, status) }
+        unsafe { report(&o, status, false) }
     })
 }
 
@@ -600,7 +627,7 @@ pub unsafe extern "C" fn MPI_Test(
             return Ok(());
         }
         // SAFETY: caller's pointer.
-        unsafe { report(&o, status) }
+        unsafe { report(&o, status, false) }
     })
 }
 
@@ -684,6 +711,9 @@ unsafe fn waitall_impl(
     let arr = unsafe { arrays(count, reqs)? };
     // The failure of the lowest index (the operations complete in another order).
     let mut failed: Option<(usize, MpiErr)> = None;
+    // Every index that failed (their MPI_ERROR written; the others get MPI_SUCCESS when
+    // the call returns MPI_ERR_IN_STATUS).
+    let mut failed_at: Vec<usize> = Vec::new();
     // Vectors reused from the thread's previous MPI_Waitall (a nested call, from a
     // callback the runtime runs meanwhile, finds them taken and allocates its own).
     let mut scratch = WAITALL_SCRATCH.with(|c| c.take());
@@ -758,7 +788,7 @@ unsafe fn waitall_impl(
                     unsafe {
                         write_status(status_at(statuses, i), &inactive_status(), false, e.class)
                     };
-                    first_failure(&mut failed, i, e);
+                    first_failure(&mut failed, &mut failed_at, i, e);
                 }
             }
         }
@@ -815,7 +845,7 @@ unsafe fn waitall_impl(
                         let e = MpiErr::from(e);
                         // SAFETY: as above.
                         unsafe { write_status(at, &empty_status(), cancelled, e.class) };
-                        first_failure(&mut failed, *i, e);
+                        first_failure(&mut failed, &mut failed_at, *i, e);
                     }
                 }
             }
@@ -845,22 +875,28 @@ unsafe fn waitall_impl(
     }
     for (i, d) in dones.drain(..) {
         // SAFETY: the status array has `count` entries (or is ignored).
-        if let Err(e) = unsafe { report(&Outcome::Completed(d), status_at(statuses, i)) } {
-            first_failure(&mut failed, i, e);
+        if let Err(e) = unsafe { report(&Outcome::Completed(d), status_at(statuses, i), true) } {
+            first_failure(&mut failed, &mut failed_at, i, e);
         }
     }
     scratch.0 = ops;
     scratch.1 = dones;
     WAITALL_SCRATCH.with(|c| c.set(scratch));
     match failed {
-        Some((_, e)) if !statuses.is_null() => Err(err(MPI_ERR_IN_STATUS, e.msg)),
+        Some((_, e)) if !statuses.is_null() => {
+            // SAFETY: the status array has `count` entries.
+            unsafe { set_status_errors(statuses, arr.len(), &failed_at) };
+            Err(err(MPI_ERR_IN_STATUS, e.msg))
+        }
         Some((_, e)) => Err(e),
         None => Ok(()),
     }
 }
 
-/// Keeps in `failed` the error of the lowest request index seen so far.
-fn first_failure(failed: &mut Option<(usize, MpiErr)>, i: usize, e: MpiErr) {
+/// Keeps in `failed` the error of the lowest request index seen so far, and `i` in
+/// `at`.
+fn first_failure(failed: &mut Option<(usize, MpiErr)>, at: &mut Vec<usize>, i: usize, e: MpiErr) {
+    at.push(i);
     if failed.as_ref().is_none_or(|(j, _)| i < *j) {
         *failed = Some((i, e));
     }
@@ -1004,7 +1040,7 @@ unsafe fn any_impl(
                 // Errors go to the handler of the completed request's communicator.
                 let o = complete(&mut arr[i], true, ec)?;
                 // SAFETY: caller's pointer.
-                unsafe { report(&o, status) }
+                unsafe { report(&o, status, false) }
             }
             None => {
                 // SAFETY: checked pointers.
@@ -1074,6 +1110,7 @@ unsafe fn some_impl(
         }
         let mut k = 0usize;
         let mut failed = None;
+        let mut failed_at: Vec<usize> = Vec::new();
         // Errors go to the handler of the first failed request's communicator.
         let mut failed_comm = None;
         for (i, h) in arr.iter_mut().enumerate() {
@@ -1085,7 +1122,7 @@ unsafe fn some_impl(
             // (MPI_ERR_IN_STATUS), after the requests completed before it.
             let r = complete(h, true, &mut comm).and_then(|o| {
                 // SAFETY: the status array has n entries (or is ignored).
-                unsafe { report(&o, status_at(statuses, k)) }
+                unsafe { report(&o, status_at(statuses, k), true) }
             });
             // SAFETY: arrays of n entries; k <= i.
             unsafe { *indices.add(k) = i as c_int };
@@ -1096,6 +1133,7 @@ unsafe fn some_impl(
                         (*status_at(statuses, k)).MPI_ERROR = e.class;
                     }
                 }
+                failed_at.push(k);
                 failed.get_or_insert(e);
                 failed_comm.get_or_insert(comm);
             }
@@ -1107,7 +1145,11 @@ unsafe fn some_impl(
             *ec = c;
         }
         match failed {
-            Some(e) if !statuses.is_null() => Err(err(MPI_ERR_IN_STATUS, e.msg)),
+            Some(e) if !statuses.is_null() => {
+                // SAFETY: the status array has n entries, k of them written.
+                unsafe { set_status_errors(statuses, k, &failed_at) };
+                Err(err(MPI_ERR_IN_STATUS, e.msg))
+            }
             Some(e) => Err(e),
             None => Ok(()),
         }
