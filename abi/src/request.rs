@@ -416,20 +416,49 @@ struct Done {
     result: R,
 }
 
+/// The status of a failed operation: for a truncated receive, its source, tag and the
+/// bytes received (the buffer's size: MPI 4.1 §3.2.4 fills the status of a truncated
+/// receive); for any other failure, the empty status.
+fn failed_status(e: &rankwire::Error) -> rankwire::Status {
+    match e {
+        rankwire::Error::Matching(rankwire::MatchError::Truncated {
+            source_rank,
+            tag,
+            buffer_bytes,
+            ..
+        }) => rankwire::Status {
+            source: *source_rank as usize,
+            tag: *tag,
+            len_bytes: *buffer_bytes as usize,
+        },
+        _ => empty_status(),
+    }
+}
+
 fn finish_started(s: Started, r: rankwire::Result<rankwire::Status>) -> Done {
     let Started { finish, keep, .. } = s;
     let mut result: R = Ok(());
+    let mut truncated = false;
     let mut st = match r {
         Ok(st) => st,
         Err(e) => {
+            truncated = matches!(
+                e,
+                rankwire::Error::Matching(rankwire::MatchError::Truncated { .. })
+            );
+            let st = failed_status(&e);
             result = Err(MpiErr::from(e));
-            empty_status()
+            st
         }
     };
-    if result.is_ok()
-        && let Some(f) = finish
-    {
-        result = f(&mut st);
+    if let Some(f) = finish {
+        if result.is_ok() {
+            result = f(&mut st);
+        } else if truncated {
+            // A truncated receive: what arrived is unpacked into the user's buffer
+            // too; the call still reports the truncation.
+            let _ = f(&mut st);
+        }
     }
     drop(keep);
     Done {
@@ -842,9 +871,10 @@ unsafe fn waitall_impl(
                     // SAFETY: the status array has `count` entries (or is ignored).
                     Ok(st) => unsafe { write_status(at, &st, cancelled, MPI_SUCCESS) },
                     Err(e) => {
+                        let st = failed_status(&e);
                         let e = MpiErr::from(e);
                         // SAFETY: as above.
-                        unsafe { write_status(at, &empty_status(), cancelled, e.class) };
+                        unsafe { write_status(at, &st, cancelled, e.class) };
                         first_failure(&mut failed, &mut failed_at, *i, e);
                     }
                 }

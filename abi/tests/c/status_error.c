@@ -53,6 +53,12 @@ int main(int argc, char **argv) {
     MPI_Error_class(rc, &cls);
     CHECK(cls == MPI_ERR_TRUNCATE, "wait on a truncated receive: class %d", cls);
     CHECK(st[0].MPI_ERROR == SENTINEL, "MPI_Wait wrote MPI_ERROR %d on failure", st[0].MPI_ERROR);
+    /* The status of a truncated receive is filled (MPI 4.1 §3.2.4): source, tag, and
+     * the count received (the buffer's). */
+    int n = -1;
+    MPI_Get_count(&st[0], MPI_INT, &n);
+    CHECK(st[0].MPI_SOURCE == 0 && st[0].MPI_TAG == 5 && n == 1 && small == 1,
+          "truncated MPI_Wait status: source %d tag %d count %d (value %d)", st[0].MPI_SOURCE, st[0].MPI_TAG, n, small);
     /* In MPI_Waitall: MPI_ERR_IN_STATUS, the failed entry's class, MPI_SUCCESS on the
      * good one. */
     MPI_Irecv(&small, 1, MPI_INT, 0, 6, MPI_COMM_WORLD, &r[0]);
@@ -64,10 +70,32 @@ int main(int argc, char **argv) {
     CHECK(cls == MPI_ERR_IN_STATUS, "waitall with a truncated receive: class %d", cls);
     CHECK(st[0].MPI_ERROR == MPI_ERR_TRUNCATE && st[1].MPI_ERROR == MPI_SUCCESS,
           "waitall statuses' MPI_ERROR %d %d", st[0].MPI_ERROR, st[1].MPI_ERROR);
+    MPI_Get_count(&st[0], MPI_INT, &n);
+    CHECK(st[0].MPI_SOURCE == 0 && st[0].MPI_TAG == 6 && n == 1,
+          "truncated MPI_Waitall status: source %d tag %d count %d", st[0].MPI_SOURCE, st[0].MPI_TAG, n);
   }
   if (rank == 0) {
     MPI_Recv(&b, 1, MPI_INT, 1, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     MPI_Send(&a, 1, MPI_INT, 1, 7, MPI_COMM_WORLD);
+  }
+
+  /* A truncated receive into a derived datatype: what fits is unpacked into place. */
+  int three[3] = {41, 42, 43}, dst[3] = {-1, -1, -1};
+  if (rank == 0) {
+    MPI_Send(three, 3, MPI_INT, 1, 11, MPI_COMM_WORLD);
+  } else {
+    MPI_Datatype vec;
+    MPI_Type_vector(2, 1, 2, MPI_INT, &vec);
+    MPI_Type_commit(&vec);
+    MPI_Irecv(dst, 1, vec, 0, 11, MPI_COMM_WORLD, &r[0]);
+    rc = MPI_Wait(&r[0], &st[0]);
+    MPI_Error_class(rc, &cls);
+    int n = -1;
+    MPI_Get_count(&st[0], MPI_INT, &n);
+    CHECK(cls == MPI_ERR_TRUNCATE && st[0].MPI_SOURCE == 0 && st[0].MPI_TAG == 11 && n == 2,
+          "truncated vector receive: class %d source %d tag %d count %d", cls, st[0].MPI_SOURCE, st[0].MPI_TAG, n);
+    CHECK(dst[0] == 41 && dst[1] == -1 && dst[2] == 42, "truncated vector receive wrote %d %d %d", dst[0], dst[1], dst[2]);
+    MPI_Type_free(&vec);
   }
 
   /* The empty status of a null request is whole (MPI 4.1 §3.7.3): error MPI_SUCCESS. */
