@@ -154,6 +154,7 @@ c_tests!(
     aliased_allreduce,
     coll_memkind,
     status_error,
+    cancel_thread,
 );
 
 /// The memory-kind agreement forced on (`RANKWIRE_ABI_MEMORY_AGREEMENT=on`, as on a

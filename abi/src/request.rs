@@ -162,6 +162,17 @@ struct Slot {
     /// (the program may still call `MPI_Grequest_complete` with a copy of the handle)
     /// until that completion, which runs `free_fn` and removes it.
     freed: bool,
+    /// While `busy` with a receive: its id, so that `MPI_Cancel` from another thread can
+    /// withdraw it (`rankwire::Communicator::withdraw_recv`) and the waiter return.
+    recv_id: Option<rankwire::RecvId>,
+}
+
+/// The id of `op`'s receive, if it is a point-to-point receive still pending.
+fn recv_id_of(op: &Started) -> Option<rankwire::RecvId> {
+    match &op.active {
+        Active::P2p(r) => r.recv_id(),
+        _ => None,
+    }
 }
 
 /// Every created request: a slab (dense keys, slots reused, no allocation per
@@ -208,6 +219,7 @@ fn new_slot(comm: MPI_Comm, op: Option<Started>, start: Option<Arc<StartFn>>) ->
         busy: false,
         greq,
         freed: false,
+        recv_id: None,
     }))
 }
 
@@ -232,6 +244,7 @@ pub fn insert_plain(comm: MPI_Comm, active: Active) -> MPI_Request {
         busy: false,
         greq: None,
         freed: false,
+        recv_id: None,
     }))
 }
 
@@ -276,6 +289,7 @@ fn take_op(h: MPI_Request) -> R<Taken> {
         None => Ok(Taken::Inactive),
         Some(op) => {
             s.busy = true;
+            s.recv_id = recv_id_of(&op);
             Ok(Taken::Op(s.comm, op))
         }
     }
@@ -441,6 +455,15 @@ fn finish_started(s: Started, r: rankwire::Result<rankwire::Status>) -> Done {
     let mut truncated = false;
     let mut st = match r {
         Ok(st) => st,
+        Err(rankwire::Error::Matching(rankwire::MatchError::Cancelled)) => {
+            // Withdrawn by MPI_Cancel from another thread while this wait ran.
+            drop(keep);
+            return Done {
+                st: empty_status(),
+                cancelled: true,
+                result: Ok(()),
+            };
+        }
         Err(e) => {
             truncated = matches!(
                 e,
@@ -803,10 +826,12 @@ unsafe fn waitall_impl(
                             keep,
                         }) if keep.is_empty() => {
                             s.busy = true;
+                            s.recv_id = r.recv_id();
                             plain.push((i, r));
                         }
                         Some(op) => {
                             s.busy = true;
+                            s.recv_id = recv_id_of(&op);
                             ops.push((i, op));
                         }
                         None => empty(),
@@ -870,6 +895,11 @@ unsafe fn waitall_impl(
                 match r {
                     // SAFETY: the status array has `count` entries (or is ignored).
                     Ok(st) => unsafe { write_status(at, &st, cancelled, MPI_SUCCESS) },
+                    // Withdrawn by MPI_Cancel from another thread while this wait ran.
+                    // SAFETY: as above.
+                    Err(rankwire::Error::Matching(rankwire::MatchError::Cancelled)) => unsafe {
+                        write_status(at, &empty_status(), true, MPI_SUCCESS)
+                    },
                     Err(e) => {
                         let st = failed_status(&e);
                         let e = MpiErr::from(e);
@@ -1287,8 +1317,10 @@ pub fn drain_detached() {
 /// How long `MPI_Finalize` waits for operations whose requests were freed.
 const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// `MPI_Cancel`: withdraws a receive that has not matched; a send or a matched
-/// receive completes normally (its status then says "not cancelled").
+/// `MPI_Cancel`: withdraws a receive that has not matched, also while another thread
+/// waits for or tests its request (that call then returns with a cancelled status); a
+/// send or a matched receive completes normally (its status then says "not
+/// cancelled").
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
     guard_on(|ec| {
@@ -1297,18 +1329,32 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
         }
         // SAFETY: non-null C pointer.
         let h = unsafe { *request };
-        let greq = {
+        let (greq, busy_recv) = {
             let mut t = table();
             let s = slot_mut(&mut t, h)?;
             *ec = s.comm;
-            if s.op.is_some() || s.busy {
+            let greq = if s.op.is_some() || s.busy {
                 s.greq.clone()
             } else {
                 None
-            }
+            };
+            (greq, if s.busy { Some(s.recv_id) } else { None })
         };
         if let Some(q) = greq {
             return cancel_greq(&q);
+        }
+        if let Some(id) = busy_recv {
+            // Another thread waits for (or tests, or starts) this request: a receive
+            // that has not matched is withdrawn under it, and that wait returns with a
+            // cancelled status; anything else completes as usual.
+            if let Some(id) = id {
+                // (Every communicator shares the process's runtime: world's serves
+                // when the request's communicator was freed meanwhile.)
+                crate::comm::lookup(*ec)
+                    .or_else(|_| crate::comm::lookup(MPI_COMM_WORLD))?
+                    .withdraw_recv(id);
+            }
+            return Ok(());
         }
         let Taken::Op(_, mut op) = take_op(h)? else {
             return Ok(());

@@ -240,6 +240,17 @@ impl Communicator {
         Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(&self.st))
     }
 
+    /// Withdraw the receive `id` (from [`Request::recv_id`]) if it has not matched a
+    /// message yet, from any thread, also while another thread waits for or tests its
+    /// request (MPI_Cancel on a receive, MPI 4.1 §3.8.4): that request then completes
+    /// with [`Error::Matching`] [`crate::MatchError::Cancelled`] and nothing is written to
+    /// its buffer. Returns `false` when the receive has matched or completed already (it
+    /// completes as usual) or `id` is not a pending receive of this process.
+    /// [`Request::cancel`] is the form for the thread that owns the request.
+    pub fn withdraw_recv(&self, id: crate::RecvId) -> bool {
+        self.inner.withdraw_recv(id.0)
+    }
+
     /// Wait for a message that a receive with `source` and `tag` would match and return
     /// its status without receiving it (MPI_Probe).
     ///

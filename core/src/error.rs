@@ -158,6 +158,13 @@ pub enum MatchError {
         /// Element size of the receive buffer in bytes.
         elem_bytes: usize,
     },
+    /// The receive was withdrawn by [`crate::Communicator::withdraw_recv`] (another
+    /// thread's cancel, MPI 4.1 §3.8.4) before it matched a message: nothing was written
+    /// to its buffer. Not a failure of the program when the cancel was meant.
+    #[error(
+        "receive withdrawn by a cancel before it matched a message: nothing was written to its buffer; fix: nothing, if the cancel was meant (MPI_Test_cancelled tells)"
+    )]
+    Cancelled,
 }
 
 impl Error {
@@ -231,6 +238,9 @@ impl Error {
             }
             Error::Matching(MatchError::ElementSize { .. }) => {
                 "sender and receiver must use the same element type".into()
+            }
+            Error::Matching(MatchError::Cancelled) => {
+                "nothing, if the cancel was meant (MPI_Test_cancelled tells)".into()
             }
             Error::Transport {
                 transport,

@@ -8,6 +8,12 @@ use crate::error::Result;
 use crate::protocol::{ReqId, Status};
 use crate::runtime::Inner;
 
+/// Names a pending receive of this process (from [`Request::recv_id`]) for
+/// [`crate::Communicator::withdraw_recv`]. An id outlives its receive harmlessly: once
+/// the receive has matched or completed, no later request answers to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RecvId(pub(crate) ReqId);
+
 /// A pending nonblocking operation. Borrows its buffer for `'a`, so the buffer can be
 /// neither read (receive) nor written (send) until the request completes.
 ///
@@ -168,6 +174,19 @@ impl<'a> Request<'a> {
             true
         } else {
             false
+        }
+    }
+
+    /// The id of this request if it is a receive the runtime may still match, for
+    /// [`crate::Communicator::withdraw_recv`] from another thread while this request is
+    /// waited for (`None` for a send, a finished receive, or one completed at post).
+    /// Costs no runtime call.
+    #[inline]
+    pub fn recv_id(&self) -> Option<RecvId> {
+        if self.is_recv {
+            self.pending_id().map(RecvId)
+        } else {
+            None
         }
     }
 

@@ -715,4 +715,17 @@ impl Protocol {
             false
         }
     }
+
+    /// Withdraw a receive that has not matched yet while its request may still be
+    /// waited for: the request completes with [`MatchError::Cancelled`] (which a waiter
+    /// takes as its outcome). Returns whether it was withdrawn; `false` for an id that
+    /// matched, completed, or is no receive of this rank (ids are generation-checked).
+    pub fn withdraw_recv(&mut self, id: ReqId) -> bool {
+        if self.matcher.cancel(id) {
+            self.reqs.complete(id, Err(MatchError::Cancelled.into()));
+            true
+        } else {
+            false
+        }
+    }
 }

@@ -66,6 +66,16 @@ impl Inner {
         self.lock().proto.cancel_recv(id)
     }
 
+    /// Withdraw receive `id` if it has not matched yet, completing its request with
+    /// [`crate::MatchError::Cancelled`], and wake a thread asleep waiting for it.
+    pub(crate) fn withdraw_recv(&self, id: ReqId) -> bool {
+        let done = self.lock().proto.withdraw_recv(id);
+        if done {
+            self.kick.wake_sleepers();
+        }
+        done
+    }
+
     /// Wait for request `id` and take its outcome. A send waited for offers its
     /// receiver a share of the copy (for a receive's id that does nothing).
     ///
