@@ -7,7 +7,8 @@
  * MPI_ERROR = MPI_ERR_REQUEST, the others completed); a window of 64 nonblocking
  * operations per direction completed by one MPI_Waitall, 200 times (handles reused,
  * data checked); MPI_Testall / MPI_Testany / MPI_Waitsome on a mix; MPI_Request_free
- * of an active receive; and MPI_Grequest_complete called by another thread while the
+ * of an active receive; small sends finished by each call of the wait/test families;
+ * and MPI_Grequest_complete called by another thread while the
  * main thread waits in MPI_Wait on that request (MPI_THREAD_MULTIPLE). Each rank
  * checks its results. */
 #include <mpi.h>
@@ -206,6 +207,53 @@ int main(int argc, char **argv) {
         OK(MPI_Sendrecv(&w, 1, MPI_INT, peer, 31, &x, 1, MPI_INT, peer, 31, MPI_COMM_WORLD,
                         MPI_STATUS_IGNORE));
         CHECK(x == 77, "message after a freed receive: %d", x);
+    }
+
+    /* Small sends (most complete as they are posted), each finished by another call
+     * of the wait/test families; the handles behave as any request's. */
+    {
+        int vals[9], got[9], idx = -1, flag = 0, outcount = 0, indices[2];
+        MPI_Request s[9];
+        MPI_Status st;
+        if (rank == 0) {
+            for (int i = 0; i < 9; i++) {
+                vals[i] = 100 + i;
+                OK(MPI_Isend(&vals[i], 1, MPI_INT, 1, 40 + i, MPI_COMM_WORLD, &s[i]));
+            }
+            CHECK(MPI_Request_fromint(MPI_Request_toint(s[0])) == s[0], "toint/fromint");
+            OK(MPI_Wait(&s[0], &st));
+            MPI_Test_cancelled(&st, &flag);
+            CHECK(s[0] == MPI_REQUEST_NULL && flag == 0, "Wait on a small send");
+            do { OK(MPI_Test(&s[1], &flag, &st)); } while (!flag);
+            CHECK(s[1] == MPI_REQUEST_NULL, "Test on a small send");
+            OK(MPI_Waitany(2, &s[2], &idx, &st));
+            CHECK(idx >= 0 && idx < 2 && s[2 + idx] == MPI_REQUEST_NULL, "Waitany %d", idx);
+            int first = idx;
+            OK(MPI_Waitany(2, &s[2], &idx, &st));
+            CHECK(idx == 1 - first && s[2] == MPI_REQUEST_NULL && s[3] == MPI_REQUEST_NULL,
+                  "second Waitany %d", idx);
+            do { OK(MPI_Testany(1, &s[4], &idx, &flag, &st)); } while (!flag);
+            CHECK(idx == 0 && s[4] == MPI_REQUEST_NULL, "Testany on a small send");
+            OK(MPI_Waitsome(1, &s[5], &outcount, indices, MPI_STATUSES_IGNORE));
+            CHECK(outcount == 1 && indices[0] == 0 && s[5] == MPI_REQUEST_NULL, "Waitsome");
+            do { OK(MPI_Request_get_status(s[6], &flag, &st)); } while (!flag);
+            CHECK(s[6] != MPI_REQUEST_NULL, "Request_get_status changed the handle");
+            OK(MPI_Request_free(&s[6]));
+            CHECK(s[6] == MPI_REQUEST_NULL, "Request_free on a small send");
+            OK(MPI_Cancel(&s[7]));
+            OK(MPI_Wait(&s[7], &st));
+            MPI_Test_cancelled(&st, &flag);
+            CHECK(s[7] == MPI_REQUEST_NULL && flag == 0, "a cancelled small send was delivered (flag %d)", flag);
+            do { OK(MPI_Testsome(1, &s[8], &outcount, indices, MPI_STATUSES_IGNORE)); } while (outcount == 0);
+            CHECK(outcount == 1 && s[8] == MPI_REQUEST_NULL, "Testsome on a small send");
+            /* Finished handles are null: a second wait is a no-op on an empty status. */
+            OK(MPI_Waitall(9, s, MPI_STATUSES_IGNORE));
+        } else {
+            for (int i = 0; i < 9; i++) {
+                OK(MPI_Recv(&got[i], 1, MPI_INT, 0, 40 + i, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+                CHECK(got[i] == 100 + i, "small send %d delivered %d", i, got[i]);
+            }
+        }
     }
 
     /* A generalized request completed by another thread during MPI_Wait. */
