@@ -17,8 +17,7 @@ use crate::consts::*;
 use crate::error::{MpiErr, R, err, guard, out_arg, put};
 use crate::handles::{Kind, Table};
 use crate::request::{
-    Active, Started, empty_status, insert, insert_persistent, insert_plain, insert_send,
-    write_status,
+    Active, Started, empty_status, insert, insert_persistent, insert_plain, write_status,
 };
 use rankwire::{Communicator, Source, Tag};
 use std::collections::BTreeMap;
@@ -853,7 +852,7 @@ macro_rules! isend_fns {
                     unsafe { send_plain(buf, count, datatype, dest, tag, comm, $mode)? }
                 {
                     // SAFETY: C caller's pointer.
-                    return unsafe { put(request, insert_send(comm, a), "request") };
+                    return unsafe { put(request, insert_plain(comm, a), "request") };
                 }
                 // SAFETY: C caller's buffer, valid until completion.
                 let s = unsafe { post_send(buf, count, datatype, dest, tag, comm, $mode)? };

@@ -185,43 +185,6 @@ fn table() -> std::sync::MutexGuard<'static, slab::Slab<Slot>> {
     REQUESTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The one handle of every send that completed as it was posted (an eager send a
-/// transport took at once): such a request holds nothing, so it needs no slot, and
-/// `MPI_Isend` returns this shared handle instead of creating one (as MPICH's ch4
-/// returns a complete request for a lightweight send). Its wait or test completes at
-/// once with the empty status (a send's source, tag and count are undefined in MPI
-/// 4.1 §3.7.3), `MPI_Request_free` and `MPI_Cancel` (too late: not cancelled) do
-/// nothing else, and every call sets it to `MPI_REQUEST_NULL` as for any completed
-/// one-shot request. It is a request handle of 32 bits (so `MPI_Request_toint`
-/// round-trips it) whose slab key [`insert_slot`] never hands out.
-pub const COMPLETED_SEND: MPI_Request = 0xffff_f000 | Kind::Request as usize;
-
-/// Puts `slot` into the table `t` and returns its handle (never [`COMPLETED_SEND`]:
-/// that key, reached only past a million live requests, is filled with an inactive
-/// slot nobody looks up).
-#[inline]
-fn insert_slot(t: &mut slab::Slab<Slot>, slot: Slot) -> MPI_Request {
-    let h = handle_of(t.insert(slot));
-    if h != COMPLETED_SEND {
-        return h;
-    }
-    let k = key_of(h).expect("a request handle");
-    let slot = std::mem::replace(
-        &mut t[k],
-        Slot {
-            comm: MPI_COMM_NULL,
-            op: None,
-            start: None,
-            cancelled: false,
-            busy: false,
-            greq: None,
-            freed: false,
-            recv_id: None,
-        },
-    );
-    handle_of(t.insert(slot))
-}
-
 fn handle_of(key: usize) -> MPI_Request {
     ((key + 1) << 12) | Kind::Request as usize
 }
@@ -248,19 +211,16 @@ fn new_slot(comm: MPI_Comm, op: Option<Started>, start: Option<Arc<StartFn>>) ->
         }) => Some(g.clone()),
         _ => None,
     };
-    insert_slot(
-        &mut table(),
-        Slot {
-            comm,
-            op,
-            start,
-            cancelled: false,
-            busy: false,
-            greq,
-            freed: false,
-            recv_id: None,
-        },
-    )
+    handle_of(table().insert(Slot {
+        comm,
+        op,
+        start,
+        cancelled: false,
+        busy: false,
+        greq,
+        freed: false,
+        recv_id: None,
+    }))
 }
 
 /// A new active request for `s`, whose errors go to `comm`'s handler.
@@ -272,33 +232,20 @@ pub fn insert(comm: MPI_Comm, s: Started) -> MPI_Request {
 /// common point-to-point case: the caller's own contiguous host bytes), whose errors go
 /// to `comm`'s handler. As [`insert`], built in place.
 pub fn insert_plain(comm: MPI_Comm, active: Active) -> MPI_Request {
-    insert_slot(
-        &mut table(),
-        Slot {
-            comm,
-            op: Some(Started {
-                active,
-                finish: None,
-                keep: Vec::new(),
-            }),
-            start: None,
-            cancelled: false,
-            busy: false,
-            greq: None,
-            freed: false,
-            recv_id: None,
-        },
-    )
-}
-
-/// The request of a send posted by `MPI_Isend` & co.: [`COMPLETED_SEND`] when it
-/// completed as it was posted, else a new slot as [`insert_plain`].
-#[inline]
-pub fn insert_send(comm: MPI_Comm, active: Active) -> MPI_Request {
-    match active {
-        Active::Ready(_) => COMPLETED_SEND,
-        a => insert_plain(comm, a),
-    }
+    handle_of(table().insert(Slot {
+        comm,
+        op: Some(Started {
+            active,
+            finish: None,
+            keep: Vec::new(),
+        }),
+        start: None,
+        cancelled: false,
+        busy: false,
+        greq: None,
+        freed: false,
+        recv_id: None,
+    }))
 }
 
 /// A new inactive persistent request; `MPI_Start` runs `start`.
@@ -333,12 +280,6 @@ fn take_op(h: MPI_Request) -> R<Taken> {
     if h == MPI_REQUEST_NULL {
         return Ok(Taken::Inactive);
     }
-    if h == COMPLETED_SEND {
-        return Ok(Taken::Op(
-            MPI_COMM_WORLD,
-            Started::plain(Active::Ready(empty_status())),
-        ));
-    }
     let mut t = table();
     let s = slot_mut(&mut t, h)?;
     if s.busy {
@@ -367,10 +308,6 @@ fn put_back(h: MPI_Request, op: Started) {
 /// `MPI_REQUEST_NULL`) or makes a persistent one inactive. Returns whether
 /// `MPI_Cancel` had withdrawn it.
 fn retire(t: &mut slab::Slab<Slot>, h: &mut MPI_Request) -> bool {
-    if *h == COMPLETED_SEND {
-        *h = MPI_REQUEST_NULL;
-        return false;
-    }
     let Some(k) = key_of(*h) else { return false };
     let Some(s) = t.get_mut(k) else { return false };
     let cancelled = std::mem::take(&mut s.cancelled);
@@ -853,14 +790,6 @@ unsafe fn waitall_impl(
                 empty();
                 continue;
             }
-            if h == COMPLETED_SEND {
-                *hp = MPI_REQUEST_NULL;
-                // SAFETY: the status array has `count` entries (or is ignored).
-                unsafe {
-                    write_status(status_at(statuses, i), &empty_status(), false, MPI_SUCCESS)
-                };
-                continue;
-            }
             let s = match slot_mut(&mut t, h) {
                 Ok(s) if s.busy => Err(busy_error(h)),
                 other => other,
@@ -1298,10 +1227,6 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         }
         // SAFETY: non-null C pointer.
         let h = unsafe { &mut *request };
-        if *h == COMPLETED_SEND {
-            *h = MPI_REQUEST_NULL;
-            return Ok(());
-        }
         let (op, release) = {
             let mut t = table();
             let s = slot_mut(&mut t, *h)?;
@@ -1404,10 +1329,6 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
         }
         // SAFETY: non-null C pointer.
         let h = unsafe { *request };
-        if h == COMPLETED_SEND {
-            // Completed already: the cancel fails, the status will say so.
-            return Ok(());
-        }
         let (greq, busy_recv) = {
             let mut t = table();
             let s = slot_mut(&mut t, h)?;
