@@ -1289,7 +1289,9 @@ pub fn drain_detached() {
     let ops = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|e| e.into_inner()));
     let deadline = std::time::Instant::now() + DRAIN_LIMIT;
     for mut op in ops {
+        // Receives only: a freed send's receiver may still be about to receive it.
         if let Active::P2p(r) = &mut op.active
+            && r.recv_id().is_some()
             && r.cancel()
         {
             continue;
@@ -1318,9 +1320,13 @@ pub fn drain_detached() {
 const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `MPI_Cancel`: withdraws a receive that has not matched, also while another thread
-/// waits for or tests its request (that call then returns with a cancelled status); a
-/// send or a matched receive completes normally (its status then says "not
-/// cancelled").
+/// waits for or tests its request (that call then returns with a cancelled status); asks
+/// the receiver of a rendezvous send (above the eager limit, or synchronous) that has
+/// not matched to withdraw it (its wait then returns cancelled once that rank's runtime
+/// has answered, at its next MPI call; no receive is needed there;
+/// `rankwire::Request::cancel`). An eager
+/// send, a matched operation, or a send another thread is waiting for completes
+/// normally (its status then says "not cancelled").
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
     guard_on(|ec| {
@@ -1360,6 +1366,8 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
             return Ok(());
         };
         let mut withdrawn = false;
+        // A rendezvous send that has not matched: its receiver is asked to withdraw it,
+        // and the wait returns a cancelled status when it has (finish_started).
         if let Active::P2p(r) = &mut op.active
             && r.cancel()
         {

@@ -281,6 +281,17 @@ impl<R: PartialEq + Copy, M> Matcher<R, M> {
         self.unexpected.remove(i)
     }
 
+    /// Remove and return the earliest unexpected message for which `pred` is true (a
+    /// cancelled send's `Rts`, withdrawn at its sender's request). Messages held
+    /// because they arrived ahead of their turn are not looked at.
+    pub fn withdraw_unexpected(
+        &mut self,
+        mut pred: impl FnMut(&Envelope, &M) -> bool,
+    ) -> Option<(Envelope, M)> {
+        let i = self.unexpected.iter().position(|(e, m)| pred(e, m))?;
+        self.unexpected.remove(i)
+    }
+
     /// Remove a posted receive that has not matched. Returns whether it was found.
     pub fn cancel(&mut self, recv: R) -> bool {
         if let Some(i) = self.posted.iter().position(|(_, r)| *r == recv) {

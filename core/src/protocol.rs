@@ -327,6 +327,8 @@ struct SendReq {
     /// An offer of its buffer was accepted, and how it is pulled:
     /// [`MemAction::Release`] when it ends.
     offered: Option<OfferKind>,
+    /// `Cancel` was sent for it ([`Protocol::cancel_send`]); `Cancelled` answers.
+    cancel_asked: bool,
 }
 
 impl SendReq {
@@ -340,6 +342,7 @@ impl SendReq {
             helped: false,
             pushing: 0,
             offered: None,
+            cancel_asked: false,
         }
     }
 }

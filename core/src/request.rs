@@ -156,19 +156,31 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// Withdraw a receive that has not matched a message yet (MPI_Cancel on a receive,
-    /// MPI 4.1 §3.8.4). Returns `true` when it was withdrawn: nothing was or will be
-    /// written to its buffer and the request is finished (drop it; waiting for or
-    /// testing it returns [`crate::Error::Usage`] at once). Returns `false` for
-    /// a send (sends cannot be cancelled here) or a receive that already matched: the
-    /// request must then be completed as usual.
+    /// Cancel the operation (MPI_Cancel, MPI 4.1 §3.8.4).
+    ///
+    /// A receive that has not matched a message yet is withdrawn: returns `true`, nothing
+    /// was or will be written to its buffer and the request is finished (drop it;
+    /// waiting for or testing it returns [`crate::Error::Usage`] at once).
+    ///
+    /// Otherwise returns `false` and the request must be completed as usual. For a
+    /// rendezvous send (larger than the eager limit, or synchronous) whose receive has
+    /// not matched, the receiver is asked to withdraw the message: the request's wait
+    /// then returns [`crate::Error::Matching`] [`crate::MatchError::Cancelled`] (the
+    /// message will never be received) once the receiver has answered, which needs no
+    /// receive to be posted there; if the receive matched first, the send completes
+    /// normally. An eager send completes locally and is not cancelled; nor is a matched
+    /// receive.
     pub fn cancel(&mut self) -> bool {
-        if self.done || self.ready.is_some() || !self.is_recv {
+        if self.done || self.ready.is_some() {
             return false;
         }
         let Some(inner) = self.inner.as_ref() else {
             return false;
         };
+        if !self.is_recv {
+            inner.cancel_send(self.id);
+            return false;
+        }
         if inner.cancel_recv(self.id) {
             self.done = true;
             true

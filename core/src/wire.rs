@@ -1,11 +1,11 @@
-//! Wire format of protocol frames (sans-IO: bytes in, bytes out), version 2.
+//! Wire format of protocol frames (sans-IO: bytes in, bytes out), version 3.
 //!
 //! Every frame header starts with a 16-byte common prefix, little-endian:
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 0..2 | magic `0x5752` ("RW") |
-//! | 2 | version (2) |
+//! | 2 | version (3) |
 //! | 3 | kind ([`FrameKind`]) |
 //! | 4..6 | header length in bytes, prefix included |
 //! | 6..8 | flags (0) |
@@ -20,17 +20,21 @@
 //! for a CUDA IPC handle or an RDMA key, so GPU and RDMA paths can use the same frames.
 //! In a pull-mode rendezvous a waiting sender may take a share of the copy: `Help`
 //! (sender: "I am waiting"), `Push` (receiver: "write these bytes to this address"),
-//! `Pushed` (sender: "done", or "could not"); see `protocol/share.rs`.
+//! `Pushed` (sender: "done", or "could not"); see `protocol/share.rs`. A send cancelled
+//! before its `Rts` matched (MPI_Cancel, MPI 4.1 §3.8.4) asks the receiver to withdraw
+//! that `Rts` from its unexpected queue: `Cancel` (sender), answered by `Cancelled`
+//! (receiver: "withdrawn", or "it matched already").
 //!
-//! Version 2 added `Help`, `Push` and `Pushed`; a build speaking version 1 refuses
-//! their frames as an unsupported version instead of misreading them.
+//! Version 2 added `Help`, `Push` and `Pushed`, version 3 `Cancel` and `Cancelled`; a
+//! build speaking an older version refuses the frames as an unsupported version
+//! instead of misreading them.
 
 use std::fmt;
 
 /// Magic number opening every frame header ("RW").
 pub const MAGIC: u16 = 0x5752;
 /// Wire protocol version.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Size of the common header prefix in bytes.
 pub const PREFIX_BYTES: usize = 16;
 /// Capacity of a [`HeaderBuf`]: at least the largest header this version encodes (an
@@ -143,6 +147,10 @@ pub enum FrameKind {
     Push = 7,
     /// The sender has written the part a `Push` asked for (or could not).
     Pushed = 8,
+    /// The sender asks the receiver to withdraw the unmatched `Rts` of a cancelled send.
+    Cancel = 9,
+    /// The receiver's answer to a `Cancel`: withdrawn, or matched already.
+    Cancelled = 10,
 }
 
 /// Matching information of a message (MPI's envelope, MPI 4.1 §3.2.3) plus the
@@ -235,6 +243,20 @@ pub enum Frame {
         /// Whether the bytes were written.
         ok: bool,
     },
+    /// Sender → receiver: send request `sreq` was cancelled; withdraw its `Rts` if no
+    /// receive has matched it yet. Answered by [`Frame::Cancelled`].
+    Cancel {
+        /// Sender's request id (from the Rts).
+        sreq: u64,
+    },
+    /// Receiver → sender: the `Rts` of send request `sreq` was withdrawn (`ok`: the
+    /// message will never be received), or had matched already (the rendezvous goes on).
+    Cancelled {
+        /// Sender's request id.
+        sreq: u64,
+        /// Whether the message was withdrawn.
+        ok: bool,
+    },
 }
 
 /// A frame header that could not be decoded. The peer sent garbage.
@@ -279,6 +301,8 @@ impl Frame {
             Frame::Help { .. } => FrameKind::Help,
             Frame::Push { .. } => FrameKind::Push,
             Frame::Pushed { .. } => FrameKind::Pushed,
+            Frame::Cancel { .. } => FrameKind::Cancel,
+            Frame::Cancelled { .. } => FrameKind::Cancelled,
         }
     }
 
@@ -331,7 +355,9 @@ impl Frame {
                 out.put(&rreq.to_le_bytes());
                 out.put(&offset.to_le_bytes());
             }
-            Frame::Fin { sreq } | Frame::Help { sreq } => out.put(&sreq.to_le_bytes()),
+            Frame::Fin { sreq } | Frame::Help { sreq } | Frame::Cancel { sreq } => {
+                out.put(&sreq.to_le_bytes())
+            }
             Frame::Push {
                 sreq,
                 rreq,
@@ -345,8 +371,8 @@ impl Frame {
                 out.put(&len.to_le_bytes());
                 put_mem(out, mem);
             }
-            Frame::Pushed { rreq, ok } => {
-                out.put(&rreq.to_le_bytes());
+            Frame::Pushed { rreq: id, ok } | Frame::Cancelled { sreq: id, ok } => {
+                out.put(&id.to_le_bytes());
                 out.put(&u64::from(*ok).to_le_bytes());
             }
         }
@@ -423,9 +449,9 @@ impl Frame {
             2 => PREFIX_BYTES + ENV_BYTES + 16 + 1,
             3 => PREFIX_BYTES + 24 + 1,
             4 => PREFIX_BYTES + 16,
-            5 | 6 => PREFIX_BYTES + 8,
+            5 | 6 | 9 => PREFIX_BYTES + 8,
             7 => PREFIX_BYTES + 32 + 1,
-            8 => PREFIX_BYTES + 16,
+            8 | 10 => PREFIX_BYTES + 16,
             k => return Err(WireError::BadKind(k)),
         };
         if hlen < min || hlen > rankwire_transports::MAX_HEADER_BYTES {
@@ -479,14 +505,23 @@ impl Frame {
                 len: r.u64().ok_or_else(bad_len)?,
                 mem: r.mem(bad_len)?,
             },
-            _ => Frame::Pushed {
-                rreq: r.u64().ok_or_else(bad_len)?,
-                ok: match r.u64().ok_or_else(bad_len)? {
+            9 => Frame::Cancel {
+                sreq: r.u64().ok_or_else(bad_len)?,
+            },
+            8 | 10 => {
+                let id = r.u64().ok_or_else(bad_len)?;
+                let ok = match r.u64().ok_or_else(bad_len)? {
                     0 => false,
                     1 => true,
                     _ => return Err(bad_len()),
-                },
-            },
+                };
+                if kind == 8 {
+                    Frame::Pushed { rreq: id, ok }
+                } else {
+                    Frame::Cancelled { sreq: id, ok }
+                }
+            }
+            k => return Err(WireError::BadKind(k)),
         };
         if !r.buf.is_empty() {
             return Err(bad_len());
@@ -691,6 +726,12 @@ pub(crate) mod tests {
             Frame::Pushed { rreq: 10, ok: true },
             Frame::Pushed {
                 rreq: 11,
+                ok: false,
+            },
+            Frame::Cancel { sreq: 12 },
+            Frame::Cancelled { sreq: 12, ok: true },
+            Frame::Cancelled {
+                sreq: 13,
                 ok: false,
             },
         ]

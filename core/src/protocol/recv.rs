@@ -557,6 +557,11 @@ impl Protocol {
                 .on_push(peer, sreq, rreq, offset, len, mem)
                 .map_err(bad),
             Frame::Pushed { rreq, ok } => self.on_pushed(peer, rreq, ok).map_err(bad),
+            Frame::Cancel { sreq } => {
+                self.on_cancel(peer, sreq);
+                Ok(())
+            }
+            Frame::Cancelled { sreq, ok } => self.on_cancelled(peer, sreq, ok).map_err(bad),
             Frame::Fin { sreq } => {
                 match self.reqs.send(sreq) {
                     Some(s) if s.dst == peer && matches!(s.state, SendState::AwaitCts) => {}

@@ -312,6 +312,83 @@ impl Protocol {
         }
     }
 
+    /// Cancel send `id` (MPI_Cancel, MPI 4.1 §3.8.4): a rendezvous send whose `Rts` has
+    /// gone out and not been answered asks its receiver to withdraw it ([`Frame::Cancel`]);
+    /// the answer ([`Frame::Cancelled`]) completes the send with
+    /// [`MatchError::Cancelled`] if it was withdrawn, else the rendezvous goes on and the
+    /// send completes as usual. Returns whether the question was sent; `false` for an
+    /// eager send (it completes locally), a send whose receive matched, one asked
+    /// already, or an id that is no pending send.
+    pub fn cancel_send(&mut self, id: ReqId) -> bool {
+        let Some(s) = self.reqs.send_mut(id) else {
+            return false;
+        };
+        if s.cancel_asked || !matches!(s.state, SendState::AwaitCts) {
+            return false;
+        }
+        s.cancel_asked = true;
+        let peer = s.dst;
+        self.out.push_back(OutFrame {
+            peer,
+            header: Frame::Cancel { sreq: id }.header(0),
+            payload: Payload::Empty,
+            on_sent: OnSent::Nothing,
+        });
+        true
+    }
+
+    /// `Cancelled` arrived from `peer` for its send `sreq`: the answer to
+    /// [`Protocol::cancel_send`]. A send that completed meanwhile is not looked for
+    /// (the answer came after its `Fin`).
+    ///
+    /// # Errors
+    /// A message for the transport error when the frame answers no question asked.
+    pub(super) fn on_cancelled(&mut self, peer: u32, sreq: u64, ok: bool) -> Result<(), String> {
+        let Some(s) = self.reqs.send(sreq) else {
+            return Ok(());
+        };
+        if s.dst != peer || !s.cancel_asked {
+            return Err(format!("Cancelled for send request {sreq}, never asked"));
+        }
+        if !ok {
+            return Ok(());
+        }
+        if !matches!(s.state, SendState::AwaitCts) {
+            return Err(format!(
+                "Cancelled (withdrawn) for send request {sreq}, which its receive matched"
+            ));
+        }
+        if let Some(s) = self.reqs.take_send(sreq) {
+            self.release_offer(sreq, &s);
+            self.reqs.complete(sreq, Err(MatchError::Cancelled.into()));
+        }
+        Ok(())
+    }
+
+    /// `Cancel` arrived from `peer` for its send `sreq`: withdraw that send's `Rts` if
+    /// it is still unexpected, and answer.
+    pub(super) fn on_cancel(&mut self, peer: u32, sreq: u64) {
+        let withdrawn = self
+            .matcher
+            .withdraw_unexpected(|e, m| {
+                e.src == peer && matches!(m, Unexpected::Rts { sreq: s, .. } if *s == sreq)
+            })
+            .is_some();
+        if withdrawn {
+            self.early_help.remove(&(peer, sreq));
+        }
+        self.out.push_back(OutFrame {
+            peer,
+            header: Frame::Cancelled {
+                sreq,
+                ok: withdrawn,
+            }
+            .header(0),
+            payload: Payload::Empty,
+            on_sent: OnSent::Nothing,
+        });
+    }
+
     pub(super) fn complete_send(&mut self, id: ReqId, s: &SendReq) {
         self.release_offer(id, s);
         self.reqs.complete(

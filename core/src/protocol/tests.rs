@@ -1631,3 +1631,102 @@ fn a_device_receive_with_copies_in_flight_fails_only_once_they_are_answered() {
     assert!(matches!(res, Err(Error::Connection { .. })), "{res:?}");
     assert_eq!(net.ranks[1].pending(), 0);
 }
+
+#[test]
+fn a_cancelled_rendezvous_send_is_withdrawn_from_the_unexpected_queue() {
+    // MPI 4.1 §3.8.4: the send completes as cancelled without any receive posted, the
+    // receiver forgets the message (a later receive gets the next one), and both sides
+    // end with nothing pending.
+    let mut net = Net::new(2);
+    let big = pattern(1000, 3);
+    let next = pattern(10, 4);
+    let s = net.send(0, 1, 5, &big);
+    net.drive();
+    assert!(
+        net.ranks[0].cancel_send(s),
+        "an unanswered Rts can be cancelled"
+    );
+    assert!(!net.ranks[0].cancel_send(s), "asked once");
+    net.drive();
+    assert_eq!(
+        net.done(0, s).unwrap_err(),
+        Error::Matching(MatchError::Cancelled)
+    );
+    assert!(net.kinds.contains(&FrameKind::Cancel) && net.kinds.contains(&FrameKind::Cancelled));
+    let s2 = net.send(0, 1, 5, &next);
+    let mut out = vec![0u8; 1000];
+    let r = net.recv(1, Some(0), Some(5), &mut out);
+    net.drive();
+    assert_eq!(
+        net.done(1, r).unwrap().len_bytes,
+        10,
+        "the withdrawn message is gone"
+    );
+    assert_eq!(&out[..10], &next[..]);
+    assert!(net.done(0, s2).is_ok());
+    assert_eq!(net.ranks[0].pending() + net.ranks[1].pending(), 0);
+}
+
+#[test]
+fn a_send_cancelled_after_its_receive_matched_completes_normally() {
+    // The receive is posted first, so the Rts matches on arrival; the Cancel crosses
+    // the Cts (or comes after the Fin): the answer is "not withdrawn" and the data
+    // arrives whole. Also with the Cancel sent before the Rts is even delivered but
+    // after the receive was posted.
+    for cancel_before_drive in [false, true] {
+        let mut net = Net::new(2);
+        let big = pattern(1000, 5);
+        let mut out = vec![0u8; 1000];
+        let r = net.recv(1, Some(0), Some(6), &mut out);
+        net.drive();
+        let s = net.send(0, 1, 6, &big);
+        if cancel_before_drive {
+            assert!(net.ranks[0].cancel_send(s));
+        }
+        net.drive();
+        net.ranks[0].cancel_send(s);
+        net.drive();
+        assert!(
+            net.done(0, s).is_ok(),
+            "cancel_before_drive {cancel_before_drive}"
+        );
+        assert_eq!(net.done(1, r).unwrap().len_bytes, 1000);
+        assert_eq!(out, big);
+        assert_eq!(net.ranks[0].pending() + net.ranks[1].pending(), 0);
+    }
+}
+
+#[test]
+fn eager_sends_and_answers_nobody_asked_for() {
+    // An eager send is not cancelled (it completed locally); a Cancelled frame for a
+    // send that asked nothing is a transport error, one for a finished send is ignored.
+    let mut net = Net::new(2);
+    let s = net.send(0, 1, 7, &pattern(10, 1));
+    assert!(!net.ranks[0].cancel_send(s));
+    net.drive();
+    assert!(net.done(0, s).is_ok());
+    let late = Frame::Cancelled { sreq: s, ok: true }.header(0);
+    assert!(
+        net.ranks[0].on_frame(1, &late, vec![]).is_ok(),
+        "a finished send"
+    );
+    let big = pattern(1000, 2);
+    let s2 = net.send(0, 1, 7, &big);
+    net.drive();
+    let forged = Frame::Cancelled { sreq: s2, ok: true }.header(0);
+    assert!(
+        net.ranks[0].on_frame(1, &forged, vec![]).is_err(),
+        "never asked"
+    );
+    // A Cancel for a send the receiver does not hold is answered "not withdrawn".
+    let q = Frame::Cancel { sreq: 12345 }.header(0);
+    net.ranks[1].on_frame(0, &q, vec![]).unwrap();
+    let a = net.ranks[1].pop_frame().expect("an answer");
+    assert_eq!(
+        Frame::decode(&a.header).unwrap().unwrap().0,
+        Frame::Cancelled {
+            sreq: 12345,
+            ok: false
+        }
+    );
+}

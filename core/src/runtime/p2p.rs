@@ -66,6 +66,18 @@ impl Inner {
         self.lock().proto.cancel_recv(id)
     }
 
+    /// Ask the receiver of rendezvous send `id` to withdraw it
+    /// ([`crate::protocol::Protocol::cancel_send`]) and push the question out; whether
+    /// it was asked.
+    pub(crate) fn cancel_send(&self, id: ReqId) -> bool {
+        let mut e = self.lock();
+        let asked = e.proto.cancel_send(id);
+        if asked {
+            self.progress(&mut e);
+        }
+        asked
+    }
+
     /// Withdraw receive `id` if it has not matched yet, completing its request with
     /// [`crate::MatchError::Cancelled`], and wake a thread asleep waiting for it.
     pub(crate) fn withdraw_recv(&self, id: ReqId) -> bool {
