@@ -1701,7 +1701,8 @@ fn eager_sends_and_answers_nobody_asked_for() {
     // An eager send is not cancelled (it completed locally); a Cancelled frame for a
     // send that asked nothing is a transport error, one for a finished send is ignored.
     let mut net = Net::new(2);
-    let s = net.send(0, 1, 7, &pattern(10, 1));
+    let small = pattern(10, 1);
+    let s = net.send(0, 1, 7, &small);
     assert!(!net.ranks[0].cancel_send(s));
     net.drive();
     assert!(net.done(0, s).is_ok());
