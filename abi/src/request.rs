@@ -36,6 +36,9 @@ pub enum Active {
     /// A generalized request (`MPI_Grequest_start`), complete once the program calls
     /// `MPI_Grequest_complete`.
     Greq(Arc<Greq>),
+    /// A point-to-point operation that failed or was cancelled, its outcome taken from
+    /// the runtime by `MPI_Request_get_status` and kept for the completing wait or test.
+    Finished(rankwire::Result<rankwire::Status>),
 }
 
 /// `MPI_Grequest_query_function`.
@@ -149,8 +152,6 @@ struct Slot {
     op: Option<Started>,
     /// Persistent requests: how to start again; `None` for one-shot requests.
     start: Option<Arc<StartFn>>,
-    /// `MPI_Cancel` withdrew the operation.
-    cancelled: bool,
     /// A call has taken `op` out to wait for, test or start it without holding the
     /// table's lock (the runtime may run user callbacks meanwhile); other calls on the
     /// same handle see it active and do not touch it.
@@ -162,15 +163,17 @@ struct Slot {
     /// (the program may still call `MPI_Grequest_complete` with a copy of the handle)
     /// until that completion, which runs `free_fn` and removes it.
     freed: bool,
-    /// While `busy` with a receive: its id, so that `MPI_Cancel` from another thread can
-    /// withdraw it (`rankwire::Communicator::withdraw_recv`) and the waiter return.
-    recv_id: Option<rankwire::RecvId>,
+    /// While `busy` with a point-to-point operation the runtime may still complete: its
+    /// id, so that `MPI_Cancel` from another thread can cancel it
+    /// (`rankwire::Communicator::cancel_pending`) and the waiter return.
+    cancel_id: Option<rankwire::CancelId>,
 }
 
-/// The id of `op`'s receive, if it is a point-to-point receive still pending.
-fn recv_id_of(op: &Started) -> Option<rankwire::RecvId> {
+/// The id of `op` for `rankwire::Communicator::cancel_pending`, if it is a
+/// point-to-point operation still pending.
+fn cancel_id_of(op: &Started) -> Option<rankwire::CancelId> {
     match &op.active {
-        Active::P2p(r) => r.recv_id(),
+        Active::P2p(r) => r.cancel_id(),
         _ => None,
     }
 }
@@ -215,11 +218,10 @@ fn new_slot(comm: MPI_Comm, op: Option<Started>, start: Option<Arc<StartFn>>) ->
         comm,
         op,
         start,
-        cancelled: false,
         busy: false,
         greq,
         freed: false,
-        recv_id: None,
+        cancel_id: None,
     }))
 }
 
@@ -240,11 +242,10 @@ pub fn insert_plain(comm: MPI_Comm, active: Active) -> MPI_Request {
             keep: Vec::new(),
         }),
         start: None,
-        cancelled: false,
         busy: false,
         greq: None,
         freed: false,
-        recv_id: None,
+        cancel_id: None,
     }))
 }
 
@@ -289,7 +290,7 @@ fn take_op(h: MPI_Request) -> R<Taken> {
         None => Ok(Taken::Inactive),
         Some(op) => {
             s.busy = true;
-            s.recv_id = recv_id_of(&op);
+            s.cancel_id = cancel_id_of(&op);
             Ok(Taken::Op(s.comm, op))
         }
     }
@@ -301,22 +302,21 @@ fn put_back(h: MPI_Request, op: Started) {
     if let Ok(s) = slot_mut(&mut t, h) {
         s.op = Some(op);
         s.busy = false;
+        s.cancel_id = None;
     }
 }
 
 /// After the operation of `*h` completed: frees a one-shot request (`*h` becomes
-/// `MPI_REQUEST_NULL`) or makes a persistent one inactive. Returns whether
-/// `MPI_Cancel` had withdrawn it.
-fn retire(t: &mut slab::Slab<Slot>, h: &mut MPI_Request) -> bool {
-    let Some(k) = key_of(*h) else { return false };
-    let Some(s) = t.get_mut(k) else { return false };
-    let cancelled = std::mem::take(&mut s.cancelled);
+/// `MPI_REQUEST_NULL`) or makes a persistent one inactive.
+fn retire(t: &mut slab::Slab<Slot>, h: &mut MPI_Request) {
+    let Some(k) = key_of(*h) else { return };
+    let Some(s) = t.get_mut(k) else { return };
     s.busy = false;
+    s.cancel_id = None;
     if s.start.is_none() {
         t.remove(k);
         *h = MPI_REQUEST_NULL;
     }
-    cancelled
 }
 
 /// Writes the status of a completed operation into a C `MPI_Status` (null =
@@ -498,6 +498,7 @@ fn wait_started(mut s: Started) -> Done {
         Active::P2p(r) => r.wait(),
         Active::Coll(c) => c.wait().map(|()| empty_status()),
         Active::Ready(st) => Ok(st),
+        Active::Finished(r) => r,
         Active::Multi(v) => multi_status(rankwire::wait_all_results(v)),
         Active::Greq(g) => {
             while !g.is_done() {
@@ -519,6 +520,7 @@ fn poll(a: Active) -> Result<rankwire::Result<rankwire::Status>, Active> {
             .map(|r| r.map(|()| empty_status()))
             .map_err(Active::Coll),
         Active::Ready(st) => Ok(Ok(st)),
+        Active::Finished(r) => Ok(r),
         Active::Multi(v) => {
             if v.iter().all(|r| r.is_complete()) {
                 Ok(multi_status(rankwire::wait_all_results(v)))
@@ -575,7 +577,7 @@ fn complete(h: &mut MPI_Request, block: bool, ec: &mut MPI_Comm) -> R<Outcome> {
 /// Waits for (or tests) `op`, taken out of `*h` by [`take_op`], and retires `*h` when
 /// it completed (or puts `op` back).
 fn finish_taken(h: &mut MPI_Request, op: Started, block: bool) -> Outcome {
-    let mut done = if block {
+    let done = if block {
         wait_started(op)
     } else {
         match test_started(op) {
@@ -586,7 +588,7 @@ fn finish_taken(h: &mut MPI_Request, op: Started, block: bool) -> Outcome {
             }
         }
     };
-    done.cancelled |= retire(&mut table(), h);
+    retire(&mut table(), h);
     Outcome::Completed(done)
 }
 
@@ -812,11 +814,9 @@ unsafe fn waitall_impl(
                     {
                         let st = *st;
                         s.op = None;
-                        let cancelled = retire(&mut t, hp);
+                        retire(&mut t, hp);
                         // SAFETY: the status array has `count` entries (or is ignored).
-                        unsafe {
-                            write_status(status_at(statuses, i), &st, cancelled, MPI_SUCCESS)
-                        };
+                        unsafe { write_status(status_at(statuses, i), &st, false, MPI_SUCCESS) };
                         continue;
                     }
                     match s.op.take() {
@@ -826,12 +826,12 @@ unsafe fn waitall_impl(
                             keep,
                         }) if keep.is_empty() => {
                             s.busy = true;
-                            s.recv_id = r.recv_id();
+                            s.cancel_id = r.cancel_id();
                             plain.push((i, r));
                         }
                         Some(op) => {
                             s.busy = true;
-                            s.recv_id = recv_id_of(&op);
+                            s.cancel_id = cancel_id_of(&op);
                             ops.push((i, op));
                         }
                         None => empty(),
@@ -890,11 +890,11 @@ unsafe fn waitall_impl(
             // callback runs here).
             let mut t = table();
             for ((i, _), r) in plain.iter().zip(taken.by_ref()) {
-                let cancelled = retire(&mut t, &mut arr[*i]);
+                retire(&mut t, &mut arr[*i]);
                 let at = status_at(statuses, *i);
                 match r {
                     // SAFETY: the status array has `count` entries (or is ignored).
-                    Ok(st) => unsafe { write_status(at, &st, cancelled, MPI_SUCCESS) },
+                    Ok(st) => unsafe { write_status(at, &st, false, MPI_SUCCESS) },
                     // Withdrawn by MPI_Cancel from another thread while this wait ran.
                     // SAFETY: as above.
                     Err(rankwire::Error::Matching(rankwire::MatchError::Cancelled)) => unsafe {
@@ -904,7 +904,7 @@ unsafe fn waitall_impl(
                         let st = failed_status(&e);
                         let e = MpiErr::from(e);
                         // SAFETY: as above.
-                        unsafe { write_status(at, &st, cancelled, e.class) };
+                        unsafe { write_status(at, &st, false, e.class) };
                         first_failure(&mut failed, &mut failed_at, *i, e);
                     }
                 }
@@ -929,8 +929,8 @@ unsafe fn waitall_impl(
     scratch.3 = plain;
     {
         let mut t = table();
-        for (i, d) in dones.iter_mut() {
-            d.cancelled |= retire(&mut t, &mut arr[*i]);
+        for (i, _) in dones.iter() {
+            retire(&mut t, &mut arr[*i]);
         }
     }
     for (i, d) in dones.drain(..) {
@@ -999,7 +999,7 @@ fn is_done(h: MPI_Request) -> bool {
     let d = match &op.active {
         Active::P2p(r) => r.is_complete(),
         Active::Coll(c) => c.is_complete(),
-        Active::Ready(_) => true,
+        Active::Ready(_) | Active::Finished(_) => true,
         Active::Multi(v) => v.iter().all(|r| r.is_complete()),
         Active::Greq(g) => g.is_done(),
     };
@@ -1289,9 +1289,9 @@ pub fn drain_detached() {
     let ops = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|e| e.into_inner()));
     let deadline = std::time::Instant::now() + DRAIN_LIMIT;
     for mut op in ops {
-        // Receives only: a freed send's receiver may still be about to receive it.
+        // Receives only (Request::cancel withdraws no send): a freed send's receiver
+        // may still be about to receive it.
         if let Active::P2p(r) = &mut op.active
-            && r.recv_id().is_some()
             && r.cancel()
         {
             continue;
@@ -1324,9 +1324,9 @@ const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// the receiver of a rendezvous send (above the eager limit, or synchronous) that has
 /// not matched to withdraw it (its wait then returns cancelled once that rank's runtime
 /// has answered, at its next MPI call; no receive is needed there;
-/// `rankwire::Request::cancel`). An eager
-/// send, a matched operation, or a send another thread is waiting for completes
-/// normally (its status then says "not cancelled").
+/// `rankwire::Communicator::cancel_pending`), also one another thread waits for. An
+/// eager send or a matched operation completes normally (its status then says "not
+/// cancelled").
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
     guard_on(|ec| {
@@ -1335,7 +1335,9 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
         }
         // SAFETY: non-null C pointer.
         let h = unsafe { *request };
-        let (greq, busy_recv) = {
+        // One look under the table's lock, nothing taken out: another thread may be
+        // waiting for, testing or starting this request meanwhile.
+        let (greq, target) = {
             let mut t = table();
             let s = slot_mut(&mut t, h)?;
             *ec = s.comm;
@@ -1344,43 +1346,25 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
             } else {
                 None
             };
-            (greq, if s.busy { Some(s.recv_id) } else { None })
+            let target = if s.busy {
+                s.cancel_id
+            } else {
+                s.op.as_ref().and_then(cancel_id_of)
+            };
+            (greq, target)
         };
         if let Some(q) = greq {
             return cancel_greq(&q);
         }
-        if let Some(id) = busy_recv {
-            // Another thread waits for (or tests, or starts) this request: a receive
-            // that has not matched is withdrawn under it, and that wait returns with a
-            // cancelled status; anything else completes as usual.
-            if let Some(id) = id {
-                // (Every communicator shares the process's runtime: world's serves
-                // when the request's communicator was freed meanwhile.)
-                crate::comm::lookup(*ec)
-                    .or_else(|_| crate::comm::lookup(MPI_COMM_WORLD))?
-                    .withdraw_recv(id);
-            }
-            return Ok(());
-        }
-        let Taken::Op(_, mut op) = take_op(h)? else {
-            return Ok(());
-        };
-        let mut withdrawn = false;
-        // A rendezvous send that has not matched: its receiver is asked to withdraw it,
-        // and the wait returns a cancelled status when it has (finish_started).
-        if let Active::P2p(r) = &mut op.active
-            && r.cancel()
-        {
-            // The receive is withdrawn: complete with an empty, cancelled status.
-            op.active = Active::Ready(empty_status());
-            op.finish = None;
-            withdrawn = true;
-        }
-        let mut t = table();
-        if let Ok(s) = slot_mut(&mut t, h) {
-            s.op = Some(op);
-            s.busy = false;
-            s.cancelled |= withdrawn;
+        if let Some(id) = target {
+            // A receive that has not matched is withdrawn, a rendezvous send that has
+            // not matched is withdrawn by its receiver; the wait or test that completes
+            // the request then reports a cancelled status (finish_started). Every
+            // communicator shares the process's runtime: world's serves when the
+            // request's communicator was freed meanwhile.
+            crate::comm::lookup(*ec)
+                .or_else(|_| crate::comm::lookup(MPI_COMM_WORLD))?
+                .cancel_pending(id);
         }
         Ok(())
     })
@@ -1478,9 +1462,9 @@ pub unsafe extern "C" fn MPI_Request_get_status(
         let p = peek(request)?;
         // SAFETY: checked.
         unsafe { *flag = p.is_some() as c_int };
-        if let Some(st) = p {
+        if let Some((st, cancelled)) = p {
             // SAFETY: caller's pointer.
-            unsafe { write_status(status, &st, false, MPI_SUCCESS) };
+            unsafe { write_status(status, &st, cancelled, MPI_SUCCESS) };
         }
         Ok(())
     })
@@ -1494,12 +1478,12 @@ pub unsafe extern "C" fn MPI_Request_get_status(
 ///
 /// # Errors
 /// `MPI_ERR_REQUEST` for a freed or unknown handle.
-fn peek(h: MPI_Request) -> R<Option<rankwire::Status>> {
+fn peek(h: MPI_Request) -> R<Option<(rankwire::Status, bool)>> {
     if h == MPI_REQUEST_NULL {
-        return Ok(Some(inactive_status()));
+        return Ok(Some((inactive_status(), false)));
     }
     let mut op = match take_op(h)? {
-        Taken::Inactive => return Ok(Some(inactive_status())),
+        Taken::Inactive => return Ok(Some((inactive_status(), false))),
         Taken::Op(_, op) => op,
     };
     let r = peek_op(&mut op);
@@ -1507,8 +1491,9 @@ fn peek(h: MPI_Request) -> R<Option<rankwire::Status>> {
     r
 }
 
-/// [`peek`] of an operation taken out of its slot.
-fn peek_op(s: &mut Started) -> R<Option<rankwire::Status>> {
+/// [`peek`] of an operation taken out of its slot: its status and whether it was
+/// cancelled, once it is finished.
+fn peek_op(s: &mut Started) -> R<Option<(rankwire::Status, bool)>> {
     let active = std::mem::replace(&mut s.active, Active::Ready(empty_status()));
     // query_fn runs once, at the completing wait or test; until then a generalized
     // request's status is the empty one (MPI 4.1 §13.2 lets MPI_Request_get_status call
@@ -1516,7 +1501,7 @@ fn peek_op(s: &mut Started) -> R<Option<rankwire::Status>> {
     if let Active::Greq(g) = &active {
         let d = g.is_done();
         s.active = active;
-        return Ok(d.then(empty_status));
+        return Ok(d.then(|| (empty_status(), false)));
     }
     let r = match poll(active) {
         Ok(r) => r,
@@ -1528,13 +1513,20 @@ fn peek_op(s: &mut Started) -> R<Option<rankwire::Status>> {
     match r {
         Ok(st) => {
             s.active = Active::Ready(st);
-            Ok(Some(st))
+            Ok(Some((st, false)))
         }
         Err(e) => {
-            // The wait or test that completes the request reports the error.
-            let e = MpiErr::from(e);
-            s.finish = Some(Box::new(move |_| Err(e)));
-            Ok(Some(empty_status()))
+            // Kept for the wait or test that completes the request, which reports it as
+            // finish_started does (a cancelled status; a truncation with what arrived
+            // unpacked).
+            let shown = match &e {
+                rankwire::Error::Matching(rankwire::MatchError::Cancelled) => {
+                    (empty_status(), true)
+                }
+                e => (failed_status(e), false),
+            };
+            s.active = Active::Finished(Err(e));
+            Ok(Some(shown))
         }
     }
 }
@@ -1569,9 +1561,9 @@ pub unsafe extern "C" fn MPI_Request_get_status_all(
         // SAFETY: checked.
         unsafe { *flag = 1 };
         if !statuses.is_null() {
-            for (i, st) in all.iter().enumerate() {
+            for (i, (st, cancelled)) in all.iter().enumerate() {
                 // SAFETY: the caller's array of count statuses.
-                unsafe { write_status(statuses.add(i), st, false, MPI_SUCCESS) };
+                unsafe { write_status(statuses.add(i), st, *cancelled, MPI_SUCCESS) };
             }
         }
         Ok(())
@@ -1601,12 +1593,12 @@ pub unsafe extern "C" fn MPI_Request_get_status_any(
                 continue;
             }
             any_active = true;
-            if let Some(st) = peek(h)? {
+            if let Some((st, cancelled)) = peek(h)? {
                 // SAFETY: checked pointers; caller's status.
                 unsafe {
                     *flag = 1;
                     *index = i as c_int;
-                    write_status(status, &st, false, MPI_SUCCESS);
+                    write_status(status, &st, cancelled, MPI_SUCCESS);
                 }
                 return Ok(());
             }
@@ -1646,12 +1638,12 @@ pub unsafe extern "C" fn MPI_Request_get_status_some(
                 continue;
             }
             any_active = true;
-            if let Some(st) = peek(h)? {
+            if let Some((st, cancelled)) = peek(h)? {
                 // SAFETY: the caller's arrays of incount entries; n <= i.
                 unsafe {
                     *indices.add(n) = i as c_int;
                     if !statuses.is_null() {
-                        write_status(statuses.add(n), &st, false, MPI_SUCCESS);
+                        write_status(statuses.add(n), &st, cancelled, MPI_SUCCESS);
                     }
                 }
                 n += 1;

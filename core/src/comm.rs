@@ -240,15 +240,29 @@ impl Communicator {
         Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(&self.st))
     }
 
-    /// Withdraw the receive `id` (from [`Request::recv_id`]) if it has not matched a
-    /// message yet, from any thread, also while another thread waits for or tests its
-    /// request (MPI_Cancel on a receive, MPI 4.1 §3.8.4): that request then completes
-    /// with [`Error::Matching`] [`crate::MatchError::Cancelled`] and nothing is written to
-    /// its buffer. Returns `false` when the receive has matched or completed already (it
-    /// completes as usual) or `id` is not a pending receive of this process.
-    /// [`Request::cancel`] is the form for the thread that owns the request.
-    pub fn withdraw_recv(&self, id: crate::RecvId) -> bool {
-        self.inner.withdraw_recv(id.0)
+    /// Cancel the pending operation `id` (from [`Request::cancel_id`]; MPI_Cancel, MPI
+    /// 4.1 §3.8.4), from any thread, also while another thread waits for or tests its
+    /// request. The request then completes either with [`Error::Matching`]
+    /// [`crate::MatchError::Cancelled`] (nothing of the message was or will be
+    /// received) or as usual:
+    /// - a receive that has not matched a message is withdrawn at once (returns `true`);
+    /// - a rendezvous send (above the eager limit, or synchronous) whose request to send
+    ///   went out unanswered asks its receiver to withdraw it (returns `true`: asked).
+    ///   The receiver answers when its runtime next progresses (any call into it there;
+    ///   no receive needs to be posted): cancelled if the message was still in its
+    ///   unexpected queue, else the rendezvous goes on (it matched, or, not seen in
+    ///   tests, it is held back for ordering and waits for its receive). A message
+    ///   already seen by a probe there can still be withdrawn, so a receive posted
+    ///   after that probe may wait for a later one.
+    ///
+    /// Returns `false` when there is nothing to cancel (an eager send: it completed
+    /// locally; a matched receive; a send asked already; a finished operation).
+    pub fn cancel_pending(&self, id: crate::CancelId) -> bool {
+        if id.is_recv {
+            self.inner.withdraw_recv(id.id)
+        } else {
+            self.inner.cancel_send(id.id)
+        }
     }
 
     /// Wait for a message that a receive with `source` and `tag` would match and return

@@ -158,11 +158,12 @@ pub enum MatchError {
         /// Element size of the receive buffer in bytes.
         elem_bytes: usize,
     },
-    /// The receive was withdrawn by [`crate::Communicator::withdraw_recv`] (another
-    /// thread's cancel, MPI 4.1 §3.8.4) before it matched a message: nothing was written
-    /// to its buffer. Not a failure of the program when the cancel was meant.
+    /// The operation was cancelled by [`crate::Communicator::cancel_pending`] (MPI 4.1
+    /// §3.8.4) before it matched: a receive wrote nothing to its buffer, a send's
+    /// message will never be received. Not a failure of the program when the cancel was
+    /// meant.
     #[error(
-        "receive withdrawn by a cancel before it matched a message: nothing was written to its buffer; fix: nothing, if the cancel was meant (MPI_Test_cancelled tells)"
+        "operation cancelled before it matched: nothing of the message was received; fix: nothing, if the cancel was meant (MPI_Test_cancelled tells)"
     )]
     Cancelled,
 }

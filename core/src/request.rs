@@ -8,11 +8,16 @@ use crate::error::Result;
 use crate::protocol::{ReqId, Status};
 use crate::runtime::Inner;
 
-/// Names a pending receive of this process (from [`Request::recv_id`]) for
-/// [`crate::Communicator::withdraw_recv`]. An id outlives its receive harmlessly: once
-/// the receive has matched or completed, no later request answers to it.
+/// Names a pending send or receive of this process (from [`Request::cancel_id`]) for
+/// [`crate::Communicator::cancel_pending`], which any thread may call, also while
+/// another waits for the request. An id outlives its operation harmlessly: once the
+/// operation has completed, no later request answers to it (request ids carry a
+/// generation, `protocol/reqs.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RecvId(pub(crate) ReqId);
+pub struct CancelId {
+    pub(crate) id: ReqId,
+    pub(crate) is_recv: bool,
+}
 
 /// A pending nonblocking operation. Borrows its buffer for `'a`, so the buffer can be
 /// neither read (receive) nor written (send) until the request completes.
@@ -156,31 +161,20 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// Cancel the operation (MPI_Cancel, MPI 4.1 §3.8.4).
-    ///
-    /// A receive that has not matched a message yet is withdrawn: returns `true`, nothing
-    /// was or will be written to its buffer and the request is finished (drop it;
-    /// waiting for or testing it returns [`crate::Error::Usage`] at once).
-    ///
-    /// Otherwise returns `false` and the request must be completed as usual. For a
-    /// rendezvous send (larger than the eager limit, or synchronous) whose receive has
-    /// not matched, the receiver is asked to withdraw the message: the request's wait
-    /// then returns [`crate::Error::Matching`] [`crate::MatchError::Cancelled`] (the
-    /// message will never be received) once the receiver has answered, which needs no
-    /// receive to be posted there; if the receive matched first, the send completes
-    /// normally. An eager send completes locally and is not cancelled; nor is a matched
-    /// receive.
+    /// Withdraw a receive that has not matched a message yet (MPI_Cancel on a receive,
+    /// MPI 4.1 §3.8.4). Returns `true` when it was withdrawn: nothing was or will be
+    /// written to its buffer and the request is finished (drop it; waiting for or
+    /// testing it returns [`crate::Error::Usage`] at once). Returns `false` for
+    /// a send or a receive that already matched: the request must then be completed as
+    /// usual. (To cancel a send, or from another thread, use
+    /// [`crate::Communicator::cancel_pending`] with [`Request::cancel_id`].)
     pub fn cancel(&mut self) -> bool {
-        if self.done || self.ready.is_some() {
+        if self.done || self.ready.is_some() || !self.is_recv {
             return false;
         }
         let Some(inner) = self.inner.as_ref() else {
             return false;
         };
-        if !self.is_recv {
-            inner.cancel_send(self.id);
-            return false;
-        }
         if inner.cancel_recv(self.id) {
             self.done = true;
             true
@@ -189,17 +183,16 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// The id of this request if it is a receive the runtime may still match, for
-    /// [`crate::Communicator::withdraw_recv`] from another thread while this request is
-    /// waited for (`None` for a send, a finished receive, or one completed at post).
-    /// Costs no runtime call.
+    /// The id of this operation while the runtime may still complete it, for
+    /// [`crate::Communicator::cancel_pending`] (from any thread, also while another
+    /// waits for this request); `None` for an operation that completed at post or is
+    /// finished. Costs no runtime call.
     #[inline]
-    pub fn recv_id(&self) -> Option<RecvId> {
-        if self.is_recv {
-            self.pending_id().map(RecvId)
-        } else {
-            None
-        }
+    pub fn cancel_id(&self) -> Option<CancelId> {
+        self.pending_id().map(|id| CancelId {
+            id,
+            is_recv: self.is_recv,
+        })
     }
 
     /// The status of an operation that completed as it was posted (an eager send that

@@ -250,7 +250,8 @@ pub enum Frame {
         sreq: u64,
     },
     /// Receiver → sender: the `Rts` of send request `sreq` was withdrawn (`ok`: the
-    /// message will never be received), or had matched already (the rendezvous goes on).
+    /// message will never be received), or was not in the unexpected queue (it matched
+    /// already, or is held for ordering: the rendezvous goes on).
     Cancelled {
         /// Sender's request id.
         sreq: u64,

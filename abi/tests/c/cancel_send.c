@@ -5,14 +5,18 @@
  * the message is received, or the operation completes normally):
  * - a 1 MiB (rendezvous) MPI_Isend nobody receives: MPI_Wait returns cancelled and the
  *   receiver no longer sees the message (MPI_Iprobe), the next message takes its place;
+ * - MPI_Request_get_status on such a send: cancelled, and so is the MPI_Wait after it;
+ * - a large send a thread waits for, cancelled by another thread (MPI_THREAD_MULTIPLE);
  * - a small MPI_Issend nobody receives: the same;
  * - in MPI_Waitall beside an eager send: one cancelled, the other delivered;
  * - a send whose receive matched before the cancel: not cancelled, data whole;
  * - an eager send: the cancel may fail (rankwire: it completed locally); whichever
  *   MPI_Test_cancelled says is what the receiver sees. */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static int checks = 0, rank;
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "rank %d: check failed at line %d: ", rank, __LINE__); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); MPI_Abort(MPI_COMM_WORLD, 1); } checks++; } while (0)
@@ -20,8 +24,18 @@ static int checks = 0, rank;
 
 static int cancelled(MPI_Status *st) { int f = -1; MPI_Test_cancelled(st, &f); return f; }
 
+static MPI_Request shared;
+static void *canceller(void *arg) {
+  (void)arg;
+  usleep(200 * 1000);
+  MPI_Request copy = shared;
+  CHECK(MPI_Cancel(&copy) == MPI_SUCCESS, "MPI_Cancel from another thread");
+  return NULL;
+}
+
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int provided = -1;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int *big = malloc(BIG * sizeof(int)), *in = malloc(BIG * sizeof(int));
   for (int i = 0; i < BIG; i++) big[i] = i * 3 + 1;
@@ -49,6 +63,36 @@ int main(int argc, char **argv) {
     int n = -1;
     MPI_Get_count(&st, MPI_INT, &n);
     CHECK(n == 4 && in[3] == 4, "after the cancelled send: count %d", n);
+  }
+
+  /* MPI_Request_get_status on a cancelled send says so, and leaves the wait its
+   * cancelled status. */
+  if (rank == 0) {
+    MPI_Isend(big, BIG, MPI_INT, 1, 12, MPI_COMM_WORLD, &r);
+    MPI_Cancel(&r);
+    do { MPI_Request_get_status(r, &flag, &st); } while (!flag);
+    CHECK(cancelled(&st) == 1 && r != MPI_REQUEST_NULL, "get_status: cancelled %d", cancelled(&st));
+    CHECK(MPI_Wait(&r, &st) == MPI_SUCCESS && cancelled(&st) == 1, "wait after get_status: cancelled %d", cancelled(&st));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  /* MPI_Wait on a large send nobody receives, cancelled by another thread: the
+   * receiver withdraws it (its runtime answers in the barrier). */
+  if (provided == MPI_THREAD_MULTIPLE) {
+    if (rank == 0) {
+      pthread_t t;
+      MPI_Isend(big, BIG, MPI_INT, 1, 13, MPI_COMM_WORLD, &shared);
+      r = shared;
+      CHECK(pthread_create(&t, NULL, canceller, NULL) == 0, "pthread_create");
+      CHECK(MPI_Wait(&r, &st) == MPI_SUCCESS, "MPI_Wait on a send cancelled by another thread");
+      pthread_join(t, NULL);
+      CHECK(cancelled(&st) == 1 && r == MPI_REQUEST_NULL, "send cancelled by a thread: %d", cancelled(&st));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1) {
+      MPI_Iprobe(0, 13, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+      CHECK(flag == 0, "the send cancelled by a thread is still visible");
+    }
   }
 
   /* A synchronous send nobody receives. */

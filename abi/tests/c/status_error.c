@@ -79,6 +79,23 @@ int main(int argc, char **argv) {
     MPI_Send(&a, 1, MPI_INT, 1, 7, MPI_COMM_WORLD);
   }
 
+  /* A truncated receive seen by MPI_Request_get_status: the filled status, and the
+   * wait after it returns the truncation with the same status. */
+  if (rank == 0) {
+    MPI_Send(big, 2, MPI_INT, 1, 12, MPI_COMM_WORLD);
+  } else {
+    int flag = 0, n = -1;
+    small = -1;
+    MPI_Irecv(&small, 1, MPI_INT, 0, 12, MPI_COMM_WORLD, &r[0]);
+    do { MPI_Request_get_status(r[0], &flag, &st[0]); } while (!flag);
+    MPI_Get_count(&st[0], MPI_INT, &n);
+    CHECK(st[0].MPI_SOURCE == 0 && st[0].MPI_TAG == 12 && n == 1, "get_status of a truncated receive: source %d tag %d count %d", st[0].MPI_SOURCE, st[0].MPI_TAG, n);
+    rc = MPI_Wait(&r[0], &st[1]);
+    MPI_Error_class(rc, &cls);
+    MPI_Get_count(&st[1], MPI_INT, &n);
+    CHECK(cls == MPI_ERR_TRUNCATE && st[1].MPI_TAG == 12 && n == 1 && small == 1, "wait after get_status: class %d tag %d count %d value %d", cls, st[1].MPI_TAG, n, small);
+  }
+
   /* A truncated receive into a derived datatype: what fits is unpacked into place. */
   int three[3] = {41, 42, 43}, dst[3] = {-1, -1, -1};
   if (rank == 0) {

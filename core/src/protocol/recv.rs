@@ -727,7 +727,9 @@ impl Protocol {
     /// matched, completed, or is no receive of this rank (ids are generation-checked).
     pub fn withdraw_recv(&mut self, id: ReqId) -> bool {
         if self.matcher.cancel(id) {
-            self.reqs.complete(id, Err(MatchError::Cancelled.into()));
+            // Not through `From`: a cancel is no error to note for abort reports.
+            self.reqs
+                .complete(id, Err(Error::Matching(MatchError::Cancelled)));
             true
         } else {
             false

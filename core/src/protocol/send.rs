@@ -315,10 +315,11 @@ impl Protocol {
     /// Cancel send `id` (MPI_Cancel, MPI 4.1 §3.8.4): a rendezvous send whose `Rts` has
     /// gone out and not been answered asks its receiver to withdraw it ([`Frame::Cancel`]);
     /// the answer ([`Frame::Cancelled`]) completes the send with
-    /// [`MatchError::Cancelled`] if it was withdrawn, else the rendezvous goes on and the
-    /// send completes as usual. Returns whether the question was sent; `false` for an
-    /// eager send (it completes locally), a send whose receive matched, one asked
-    /// already, or an id that is no pending send.
+    /// [`MatchError::Cancelled`] if it was withdrawn, else (its receive matched, or its
+    /// `Rts` is held there for ordering) the rendezvous goes on and the send completes
+    /// as usual. Returns whether the question was sent; `false` for an eager send (it
+    /// completes locally), a send answered by a `Cts`, one asked already, or an id that
+    /// is no pending send.
     pub fn cancel_send(&mut self, id: ReqId) -> bool {
         let Some(s) = self.reqs.send_mut(id) else {
             return false;
@@ -353,14 +354,19 @@ impl Protocol {
         if !ok {
             return Ok(());
         }
-        if !matches!(s.state, SendState::AwaitCts) {
+        // A withdrawn Rts left the send waiting for its Cts, and no share of it can be
+        // under way (shares come after a match).
+        if !matches!(s.state, SendState::AwaitCts) || s.pushing > 0 {
             return Err(format!(
-                "Cancelled (withdrawn) for send request {sreq}, which its receive matched"
+                "Cancelled (withdrawn) for send request {sreq}, whose message is being \
+                 received"
             ));
         }
         if let Some(s) = self.reqs.take_send(sreq) {
             self.release_offer(sreq, &s);
-            self.reqs.complete(sreq, Err(MatchError::Cancelled.into()));
+            // Not through `From`: a cancel is no error to note for abort reports.
+            self.reqs
+                .complete(sreq, Err(Error::Matching(MatchError::Cancelled)));
         }
         Ok(())
     }

@@ -68,7 +68,10 @@ impl Protocol {
         let Some(s) = self.reqs.send_mut(sreq) else {
             return;
         };
+        // A send being cancelled asks for no help: its Rts may be gone from the
+        // receiver already, which would keep the Help for a match that never comes.
         if s.helped
+            || s.cancel_asked
             || !matches!(s.state, SendState::AwaitCts)
             || s.buf.len() < SHARE_MIN_BYTES + PULL_CHUNK_BYTES
             || !s.buf.is_host()

@@ -1653,6 +1653,7 @@ fn a_cancelled_rendezvous_send_is_withdrawn_from_the_unexpected_queue() {
         Error::Matching(MatchError::Cancelled)
     );
     assert!(net.kinds.contains(&FrameKind::Cancel) && net.kinds.contains(&FrameKind::Cancelled));
+    assert!(net.ranks[1].early_help.is_empty());
     let s2 = net.send(0, 1, 5, &next);
     let mut out = vec![0u8; 1000];
     let r = net.recv(1, Some(0), Some(5), &mut out);
