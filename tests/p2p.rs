@@ -53,6 +53,11 @@ fn waiting_for_a_cancelled_receive_is_an_error_not_a_hang() {
 }
 
 #[test]
+fn cancel_pending_withdraws_an_unreceived_send_and_a_receive_another_thread_waits_for() {
+    run_ok(2, &["cancel_pending"]);
+}
+
+#[test]
 fn truncation_is_an_error_and_corrupts_nothing_b001() {
     run_ok(2, &["truncation"]);
 }

@@ -34,6 +34,7 @@ fn main() {
         "split_status" => split_status(world),
         "waitall_window" => waitall_window(world, arg(args, 2, 20)),
         "cancelled_wait" => cancelled_wait(world),
+        "cancel_pending" => cancel_pending(world),
         "exit_at" => exit_at(world, arg(args, 2, 2), arg(args, 3, 3)),
         "panic_at" => panic_at(world, arg(args, 2, 1)),
         "hold" => hold(world, arg(args, 2, 60)),
@@ -719,6 +720,62 @@ fn waitall_window(w: &Communicator, rounds: usize) -> Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// `Communicator::cancel_pending` (MPI 4.1 §3.8.4): a 1 MiB send nobody receives is
+/// withdrawn by its receiver (the sender's wait returns `Cancelled`, the receiver no
+/// longer sees the message); a receive another thread waits for is withdrawn from the
+/// main thread; an eager send that completed at post has nothing to cancel.
+fn cancel_pending(w: &Communicator) -> Result<()> {
+    let me = w.rank();
+    let is_cancelled =
+        |r: &Result<rankwire::Status>| matches!(r, Err(Error::Matching(MatchError::Cancelled)));
+    let big = vec![7u8; 1 << 20];
+    if me == 0 {
+        let r = w.isend(&big, 1, 50)?;
+        let id = r.cancel_id();
+        check(id.is_some(), || "a rendezvous send has an id".into())?;
+        check(w.cancel_pending(id.unwrap()), || "cancel asked".into())?;
+        let out = r.wait();
+        check(is_cancelled(&out), || {
+            format!("wait of a cancelled send: {out:?}")
+        })?;
+    }
+    w.barrier()?;
+    if me == 1 {
+        let seen = w.iprobe(0, 50)?;
+        check(seen.is_none(), || {
+            format!("the cancelled send is still there: {seen:?}")
+        })?;
+    }
+    // A receive a thread waits for, cancelled from another thread.
+    let mut b = [0u8; 4];
+    let r = w.irecv(&mut b, 1 - me, 51)?;
+    let id = r.cancel_id().expect("a posted receive has an id");
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(100));
+            w.cancel_pending(id)
+        });
+        r.wait()
+    });
+    check(is_cancelled(&out), || {
+        format!("wait of a receive cancelled by a thread: {out:?}")
+    })?;
+    check(b == [0u8; 4], || format!("a cancelled receive wrote {b:?}"))?;
+    // An eager send: completed at post, or completes; never cancelled.
+    let s = w.isend(&[1u8; 4], 1 - me, 52)?;
+    if let Some(id) = s.cancel_id() {
+        check(!w.cancel_pending(id), || {
+            "an eager send was cancelled".into()
+        })?;
+    }
+    let mut e = [0u8; 4];
+    w.recv(&mut e, 1 - me, 52)?;
+    check(s.wait().is_ok() && e == [1u8; 4], || {
+        format!("eager send: got {e:?}")
+    })?;
+    w.barrier()
 }
 
 /// Waiting for or testing a receive that `cancel` withdrew returns a usage error at
