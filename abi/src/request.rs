@@ -963,7 +963,9 @@ fn first_failure(failed: &mut Option<(usize, MpiErr)>, at: &mut Vec<usize>, i: u
 }
 
 /// `MPI_Testall`: `*flag` = 1 and every request completed when all are done;
-/// otherwise `*flag` = 0 and none is completed (MPI 4.1 §3.7.5).
+/// otherwise `*flag` = 0 and none is completed (MPI 4.1 §3.7.5), and a handle that is
+/// not a request is `MPI_ERR_REQUEST` at once (when all others are done, it is reported
+/// in its status with `MPI_ERR_IN_STATUS`, as by `MPI_Waitall`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Testall(
     count: c_int,
@@ -981,12 +983,25 @@ pub unsafe extern "C" fn MPI_Testall(
         // SAFETY: checked non-null.
         unsafe { *flag = all as c_int };
         if !all {
+            // A handle that is no request is reported now, not once the others
+            // complete (which may be never): the call fails and completes nothing.
+            if let Some(e) = arr.iter().find_map(|&h| not_a_request(h)) {
+                return Err(e);
+            }
             rankwire_progress_hint();
             return Ok(());
         }
         // SAFETY: as MPI_Waitall. Its errors go to the first request's communicator.
         unsafe { waitall_impl(ec, count, reqs, statuses) }
     })
+}
+
+/// The error of a handle that is not `MPI_REQUEST_NULL` nor a live request.
+fn not_a_request(h: MPI_Request) -> Option<MpiErr> {
+    if h == MPI_REQUEST_NULL {
+        return None;
+    }
+    slot_mut(&mut table(), h).err()
 }
 
 /// Whether request `h` would complete without blocking (null and inactive: yes).
@@ -1448,23 +1463,32 @@ pub unsafe extern "C" fn MPI_Startall(count: c_int, reqs: *mut MPI_Request) -> c
     })
 }
 
-/// `MPI_Request_get_status`: like `MPI_Test` but leaves the request as it is.
+/// `MPI_Request_get_status`: like `MPI_Test` but leaves the request as it is. A failed
+/// operation (a truncated receive) returns its error now, with its status filled, and
+/// again from the wait or test that completes it; the `_all` and `_some` forms return
+/// `MPI_ERR_IN_STATUS` with each status's `MPI_ERROR` set.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Request_get_status(
     request: MPI_Request,
     flag: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    guard(MPI_COMM_WORLD, || {
+    guard_on(|ec| {
         if flag.is_null() {
             return Err(err(MPI_ERR_ARG, "flag is a null pointer"));
         }
         let p = peek(request)?;
         // SAFETY: checked.
         unsafe { *flag = p.is_some() as c_int };
-        if let Some((st, cancelled)) = p {
+        if let Some(p) = p {
             // SAFETY: caller's pointer.
-            unsafe { write_status(status, &st, cancelled, MPI_SUCCESS) };
+            unsafe { write_status(status, &p.st, p.cancelled, MPI_SUCCESS) };
+            // A failed operation's error is returned now too (as by MPICH), and again
+            // by the wait or test that completes it.
+            if let Some((comm, e)) = p.error {
+                *ec = comm;
+                return Err(e);
+            }
         }
         Ok(())
     })
@@ -1478,22 +1502,40 @@ pub unsafe extern "C" fn MPI_Request_get_status(
 ///
 /// # Errors
 /// `MPI_ERR_REQUEST` for a freed or unknown handle.
-fn peek(h: MPI_Request) -> R<Option<(rankwire::Status, bool)>> {
+fn peek(h: MPI_Request) -> R<Option<Peeked>> {
+    let empty = || Peeked {
+        st: inactive_status(),
+        cancelled: false,
+        error: None,
+    };
     if h == MPI_REQUEST_NULL {
-        return Ok(Some((inactive_status(), false)));
+        return Ok(Some(empty()));
     }
-    let mut op = match take_op(h)? {
-        Taken::Inactive => return Ok(Some((inactive_status(), false))),
-        Taken::Op(_, op) => op,
+    let (comm, mut op) = match take_op(h)? {
+        Taken::Inactive => return Ok(Some(empty())),
+        Taken::Op(comm, op) => (comm, op),
     };
     let r = peek_op(&mut op);
     put_back(h, op);
-    r
+    Ok(r?.map(|(st, cancelled, error)| Peeked {
+        st,
+        cancelled,
+        error: error.map(|e| (comm, e)),
+    }))
+}
+
+/// What [`peek`] saw of a finished operation: its status, whether it was cancelled,
+/// and its error with the communicator whose handler reports it (the later wait or
+/// test returns the same error).
+struct Peeked {
+    st: rankwire::Status,
+    cancelled: bool,
+    error: Option<(MPI_Comm, MpiErr)>,
 }
 
 /// [`peek`] of an operation taken out of its slot: its status and whether it was
 /// cancelled, once it is finished.
-fn peek_op(s: &mut Started) -> R<Option<(rankwire::Status, bool)>> {
+fn peek_op(s: &mut Started) -> R<Option<(rankwire::Status, bool, Option<MpiErr>)>> {
     let active = std::mem::replace(&mut s.active, Active::Ready(empty_status()));
     // query_fn runs once, at the completing wait or test; until then a generalized
     // request's status is the empty one (MPI 4.1 §13.2 lets MPI_Request_get_status call
@@ -1501,7 +1543,7 @@ fn peek_op(s: &mut Started) -> R<Option<(rankwire::Status, bool)>> {
     if let Active::Greq(g) = &active {
         let d = g.is_done();
         s.active = active;
-        return Ok(d.then(|| (empty_status(), false)));
+        return Ok(d.then(|| (empty_status(), false, None)));
     }
     let r = match poll(active) {
         Ok(r) => r,
@@ -1513,7 +1555,7 @@ fn peek_op(s: &mut Started) -> R<Option<(rankwire::Status, bool)>> {
     match r {
         Ok(st) => {
             s.active = Active::Ready(st);
-            Ok(Some((st, false)))
+            Ok(Some((st, false, None)))
         }
         Err(e) => {
             // Kept for the wait or test that completes the request, which reports it as
@@ -1521,9 +1563,9 @@ fn peek_op(s: &mut Started) -> R<Option<(rankwire::Status, bool)>> {
             // unpacked).
             let shown = match &e {
                 rankwire::Error::Matching(rankwire::MatchError::Cancelled) => {
-                    (empty_status(), true)
+                    (empty_status(), true, None)
                 }
-                e => (failed_status(e), false),
+                e => (failed_status(e), false, Some(MpiErr::from(e.clone()))),
             };
             s.active = Active::Finished(Err(e));
             Ok(Some(shown))
@@ -1541,7 +1583,7 @@ pub unsafe extern "C" fn MPI_Request_get_status_all(
     flag: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    guard(MPI_COMM_WORLD, || {
+    guard_on(|ec| {
         // SAFETY: C array of count handles.
         let rs = unsafe { req_array(count, reqs)? };
         if flag.is_null() {
@@ -1561,12 +1603,12 @@ pub unsafe extern "C" fn MPI_Request_get_status_all(
         // SAFETY: checked.
         unsafe { *flag = 1 };
         if !statuses.is_null() {
-            for (i, (st, cancelled)) in all.iter().enumerate() {
+            for (i, p) in all.iter().enumerate() {
                 // SAFETY: the caller's array of count statuses.
-                unsafe { write_status(statuses.add(i), st, *cancelled, MPI_SUCCESS) };
+                unsafe { write_status(statuses.add(i), &p.st, p.cancelled, MPI_SUCCESS) };
             }
         }
-        Ok(())
+        some_failed(ec, &all, statuses)
     })
 }
 
@@ -1581,7 +1623,7 @@ pub unsafe extern "C" fn MPI_Request_get_status_any(
     flag: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    guard(MPI_COMM_WORLD, || {
+    guard_on(|ec| {
         // SAFETY: C array of count handles.
         let rs = unsafe { req_array(count, reqs)? };
         if flag.is_null() || index.is_null() {
@@ -1593,12 +1635,16 @@ pub unsafe extern "C" fn MPI_Request_get_status_any(
                 continue;
             }
             any_active = true;
-            if let Some((st, cancelled)) = peek(h)? {
+            if let Some(p) = peek(h)? {
                 // SAFETY: checked pointers; caller's status.
                 unsafe {
                     *flag = 1;
                     *index = i as c_int;
-                    write_status(status, &st, cancelled, MPI_SUCCESS);
+                    write_status(status, &p.st, p.cancelled, MPI_SUCCESS);
+                }
+                if let Some((comm, e)) = p.error {
+                    *ec = comm;
+                    return Err(e);
                 }
                 return Ok(());
             }
@@ -1625,40 +1671,65 @@ pub unsafe extern "C" fn MPI_Request_get_status_some(
     indices: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    guard(MPI_COMM_WORLD, || {
+    guard_on(|ec| {
         // SAFETY: C array of incount handles.
         let rs = unsafe { req_array(incount, reqs)? };
         if outcount.is_null() || (indices.is_null() && !rs.is_empty()) {
             return Err(err(MPI_ERR_ARG, "outcount or indices is a null pointer"));
         }
         let mut any_active = false;
-        let mut n = 0usize;
+        let mut seen = Vec::new();
         for (i, &h) in rs.iter().enumerate() {
             if h == MPI_REQUEST_NULL || !is_active(h) {
                 continue;
             }
             any_active = true;
-            if let Some((st, cancelled)) = peek(h)? {
+            if let Some(p) = peek(h)? {
+                let n = seen.len();
                 // SAFETY: the caller's arrays of incount entries; n <= i.
                 unsafe {
                     *indices.add(n) = i as c_int;
                     if !statuses.is_null() {
-                        write_status(statuses.add(n), &st, cancelled, MPI_SUCCESS);
+                        write_status(statuses.add(n), &p.st, p.cancelled, MPI_SUCCESS);
                     }
                 }
-                n += 1;
+                seen.push(p);
             }
         }
         // SAFETY: checked.
         unsafe {
             *outcount = if any_active {
-                n as c_int
+                seen.len() as c_int
             } else {
                 MPI_UNDEFINED
             }
         };
-        Ok(())
+        some_failed(ec, &seen, statuses)
     })
+}
+
+/// The outcome of a `MPI_Request_get_status_all`/`_some` whose statuses (at
+/// `statuses`, entry `i` for `seen[i]`) are written: `MPI_ERR_IN_STATUS` with each
+/// status's `MPI_ERROR` set (`MPI_SUCCESS` on the good ones, MPI 4.1 §3.2.5) when an
+/// operation failed, its communicator's handler reporting it; else success.
+fn some_failed(ec: &mut MPI_Comm, seen: &[Peeked], statuses: *mut MPI_Status) -> R {
+    let failed: Vec<usize> = (0..seen.len())
+        .filter(|&i| seen[i].error.is_some())
+        .collect();
+    let Some(&first) = failed.first() else {
+        return Ok(());
+    };
+    let (comm, e) = seen[first].error.clone().expect("a failed entry");
+    *ec = comm;
+    if statuses.is_null() {
+        return Err(e);
+    }
+    for (i, p) in seen.iter().enumerate() {
+        let code = p.error.as_ref().map_or(MPI_SUCCESS, |(_, e)| e.class);
+        // SAFETY: the caller's array holds an entry for each of `seen`.
+        unsafe { (*statuses.add(i)).MPI_ERROR = code };
+    }
+    Err(err(MPI_ERR_IN_STATUS, e.msg))
 }
 
 /// `count` request handles at `p`.

@@ -117,6 +117,24 @@ int main(int argc, char **argv) {
               "good requests' MPI_ERROR %d %d", st[0].MPI_ERROR, st[2].MPI_ERROR);
         CHECK(in == 3 && q[0] == MPI_REQUEST_NULL && q[2] == MPI_REQUEST_NULL,
               "the good requests did not complete (in %d)", in);
+        /* MPI_Testall with a bad handle beside a pending receive: MPI_ERR_REQUEST at
+         * once, flag 0, the receive untouched (then received). */
+        {
+            int v = -1, flag = -1;
+            MPI_Request q3[2];
+            OK(MPI_Irecv(&v, 1, MPI_INT, peer, 4, MPI_COMM_WORLD, &q3[0]));
+            q3[1] = (MPI_Request)(void *)MPI_INT;
+            rc = MPI_Testall(2, q3, &flag, MPI_STATUSES_IGNORE);
+            int cls = -1;
+            MPI_Error_class(rc, &cls);
+            CHECK(cls == MPI_ERR_REQUEST && flag == 0 && q3[0] != MPI_REQUEST_NULL,
+                  "Testall with a bad handle beside a pending request: class %d flag %d", cls, flag);
+            /* The peer sends only after every rank's Testall. */
+            OK(MPI_Barrier(MPI_COMM_WORLD));
+            OK(MPI_Send(&out, 1, MPI_INT, peer, 4, MPI_COMM_WORLD));
+            OK(MPI_Wait(&q3[0], MPI_STATUS_IGNORE));
+            CHECK(v == 3, "the receive beside the bad handle got %d", v);
+        }
         /* The same through MPI_Waitsome: the completed request and the bad handle are
          * both reported (outcount 2), the bad one with its MPI_ERROR. */
         int in2 = -1, outcount = -1, idx[2] = {-1, -1};

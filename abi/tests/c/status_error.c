@@ -79,17 +79,25 @@ int main(int argc, char **argv) {
     MPI_Send(&a, 1, MPI_INT, 1, 7, MPI_COMM_WORLD);
   }
 
-  /* A truncated receive seen by MPI_Request_get_status: the filled status, and the
-   * wait after it returns the truncation with the same status. */
+  /* A truncated receive seen by MPI_Request_get_status: the truncation (as MPICH
+   * returns it) with the filled status, and the wait after it returns the truncation
+   * with the same status. */
   if (rank == 0) {
     MPI_Send(big, 2, MPI_INT, 1, 12, MPI_COMM_WORLD);
   } else {
     int flag = 0, n = -1;
     small = -1;
     MPI_Irecv(&small, 1, MPI_INT, 0, 12, MPI_COMM_WORLD, &r[0]);
-    do { MPI_Request_get_status(r[0], &flag, &st[0]); } while (!flag);
+    do { rc = MPI_Request_get_status(r[0], &flag, &st[0]); } while (!flag && rc == MPI_SUCCESS);
+    MPI_Error_class(rc, &cls);
     MPI_Get_count(&st[0], MPI_INT, &n);
+    CHECK(flag && cls == MPI_ERR_TRUNCATE, "get_status of a truncated receive: flag %d class %d", flag, cls);
     CHECK(st[0].MPI_SOURCE == 0 && st[0].MPI_TAG == 12 && n == 1, "get_status of a truncated receive: source %d tag %d count %d", st[0].MPI_SOURCE, st[0].MPI_TAG, n);
+    /* MPI_Request_get_status_all: MPI_ERR_IN_STATUS, the entry's MPI_ERROR. */
+    st[0].MPI_ERROR = SENTINEL;
+    rc = MPI_Request_get_status_all(1, r, &flag, st);
+    MPI_Error_class(rc, &cls);
+    CHECK(flag && cls == MPI_ERR_IN_STATUS && st[0].MPI_ERROR == MPI_ERR_TRUNCATE, "get_status_all: flag %d class %d MPI_ERROR %d", flag, cls, st[0].MPI_ERROR);
     rc = MPI_Wait(&r[0], &st[1]);
     MPI_Error_class(rc, &cls);
     MPI_Get_count(&st[1], MPI_INT, &n);
