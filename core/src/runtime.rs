@@ -49,7 +49,7 @@
 //! watchdog ([`crate::watchdog`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::Wireup;
@@ -72,6 +72,12 @@ pub(crate) struct Inner {
     /// Position of this rank among the ranks of its node, in rank order.
     pub(crate) local_rank: u32,
     pub(crate) engine: Mutex<Engine>,
+    /// Threads blocked taking `engine` now. A waiting thread lets the lock go every
+    /// [`SPINS_PER_LOCK`] rounds and takes it again at once; a mutex is not fair, so on
+    /// a machine with idle cores (where the waiter never sleeps) another thread's call
+    /// (an `MPI_Cancel`, an `MPI_Send` of another thread) could wait seconds for it. The
+    /// waiter therefore first lets such threads have it ([`Inner::relock`]).
+    contenders: AtomicUsize,
     /// Shared with the TCP transport, which reads peers' addresses through it when it
     /// connects on demand (`bootstrap::SharedLookup`). Never take the engine lock while
     /// holding this one (a send holds the engine lock and may take this one).
@@ -120,6 +126,7 @@ impl Inner {
             size,
             local_rank,
             engine: Mutex::new(engine),
+            contenders: AtomicUsize::new(0),
             bootstrap,
             finalized: AtomicBool::new(false),
             paths,
@@ -175,7 +182,28 @@ impl Inner {
     fn lock_quiet(&self) -> MutexGuard<'_, Engine> {
         // A panic while holding the lock leaves the engine as consistent as the
         // protocol's own invariants; keep going rather than cascade the panic.
-        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+        match self.engine.try_lock() {
+            Ok(g) => return g,
+            Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+            Err(TryLockError::WouldBlock) => {}
+        }
+        self.contenders.fetch_add(1, Ordering::Relaxed);
+        let g = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        self.contenders.fetch_sub(1, Ordering::Relaxed);
+        g
+    }
+
+    /// The engine, locked again by a thread that waits ([`Inner::wait_with`]) and let
+    /// it go a moment ago: threads blocked taking it get it first (a bounded number of
+    /// yields), so that a waiter spinning on an idle machine cannot starve them.
+    fn relock(&self) -> MutexGuard<'_, Engine> {
+        for _ in 0..RELOCK_YIELDS {
+            if self.contenders.load(Ordering::Relaxed) == 0 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        self.lock_quiet()
     }
 
     #[inline]
@@ -224,7 +252,7 @@ impl Inner {
         loop {
             let mut e = match first.take() {
                 Some(g) => g,
-                None => self.lock_quiet(),
+                None => self.relock(),
             };
             if let Some(v) = done(&mut e) {
                 return v;
@@ -287,7 +315,7 @@ impl Inner {
                         self.kick.register();
                         drop(e);
                         self.kick.sleep(set);
-                        let mut e = self.lock_quiet();
+                        let mut e = self.relock();
                         self.kick.unregister();
                         e.after_sleep();
                         first = Some(e);
@@ -450,6 +478,10 @@ impl Schedules {
 /// Progress rounds a waiting call runs with the engine locked before letting other
 /// threads of the process take it.
 const SPINS_PER_LOCK: u32 = 64;
+
+/// Most yields of [`Inner::relock`] while other threads wait for the engine: each lets
+/// one of them take it, then the waiter takes its turn.
+const RELOCK_YIELDS: u32 = 64;
 
 /// Drives waiting: spin, then yield, then block (the progress policy of
 /// [`crate::engine`]).
