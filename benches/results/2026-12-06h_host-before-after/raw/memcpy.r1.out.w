@@ -1,4 +1,4 @@
 # memcpybench: single thread, 7 trials of ~0.3 s
 # Size          Best (GB/s)     Median (GB/s)
-1048576x64      17.63           16.48
-4194304x64      17.67           15.13
+1048576x64      14.16           13.76
+4194304x64      15.45           14.95

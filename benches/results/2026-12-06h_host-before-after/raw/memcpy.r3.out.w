@@ -1,4 +1,4 @@
 # memcpybench: single thread, 7 trials of ~0.3 s
 # Size          Best (GB/s)     Median (GB/s)
-1048576x64      20.20           18.22
-4194304x64      17.01           15.91
+1048576x64      18.98           17.43
+4194304x64      15.93           15.33

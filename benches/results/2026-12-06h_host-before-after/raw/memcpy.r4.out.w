@@ -1,4 +1,4 @@
 # memcpybench: single thread, 7 trials of ~0.3 s
 # Size          Best (GB/s)     Median (GB/s)
-1048576x64      20.15           18.51
-4194304x64      17.83           17.21
+1048576x64      17.15           15.09
+4194304x64      14.22           13.46

@@ -1,4 +1,4 @@
 # memcpybench: single thread, 7 trials of ~0.3 s
 # Size          Best (GB/s)     Median (GB/s)
-1048576x64      20.00           17.86
-4194304x64      17.63           16.31
+1048576x64      15.69           13.28
+4194304x64      13.80           13.29
