@@ -14,7 +14,8 @@ for t in cancel_thread cancel_send; do
   RANKWIRE_ABI_LIBDIR=$B/lib abi/bin/mpicc -O2 -o /tmp/$t abi/tests/c/$t.c -lpthread
   for v in prev new; do
     L=$B/lib; [ $v = prev ] && L=$B/lib-prev
-    ks="1 2"; [ $v = prev ] && ks=1
+    # The previous build once, cancel_thread only (device time was short).
+    ks=1; [ $v = prev ] && [ $t = cancel_send ] && ks=""
     for k in $ks; do
       t0=$(date +%s%N)
       timeout -k 5 200 env LD_LIBRARY_PATH=$L $B/rwrun -n 2 /tmp/$t > $O/${t}_${v}_$k.log 2>&1; rc=$?
