@@ -979,13 +979,29 @@ pub unsafe extern "C" fn MPI_Testall(
         if flag.is_null() {
             return Err(err(MPI_ERR_ARG, "flag is a null pointer"));
         }
+        // One look at the table: a handle that is no request, and the communicator of
+        // the first request (whose handler reports errors, as for MPI_Waitall).
+        let (bad, first) = {
+            let mut t = table();
+            let (mut bad, mut first) = (None, None);
+            for &h in arr.iter().filter(|&&h| h != MPI_REQUEST_NULL) {
+                match slot_mut(&mut t, h) {
+                    Ok(s) => first = first.or(Some(s.comm)),
+                    Err(e) => bad = bad.or(Some(e)),
+                }
+            }
+            (bad, first)
+        };
         let all = arr.iter().all(|&h| is_done(h));
         // SAFETY: checked non-null.
         unsafe { *flag = all as c_int };
         if !all {
             // A handle that is no request is reported now, not once the others
             // complete (which may be never): the call fails and completes nothing.
-            if let Some(e) = arr.iter().find_map(|&h| not_a_request(h)) {
+            if let Some(e) = bad {
+                if let Some(c) = first {
+                    *ec = c;
+                }
                 return Err(e);
             }
             rankwire_progress_hint();
@@ -996,20 +1012,15 @@ pub unsafe extern "C" fn MPI_Testall(
     })
 }
 
-/// The error of a handle that is not `MPI_REQUEST_NULL` nor a live request.
-fn not_a_request(h: MPI_Request) -> Option<MpiErr> {
-    if h == MPI_REQUEST_NULL {
-        return None;
-    }
-    slot_mut(&mut table(), h).err()
-}
-
 /// Whether request `h` would complete without blocking (null and inactive: yes).
 fn is_done(h: MPI_Request) -> bool {
     let op = match take_op(h) {
         Ok(Taken::Op(_, op)) => op,
+        Ok(Taken::Inactive) => return true,
+        // Another thread is completing, testing or starting it: not done for this one.
+        Err(_) if slot_mut(&mut table(), h).is_ok_and(|s| s.busy) => return false,
         // Bad handles are reported as errors when completed.
-        _ => return true,
+        Err(_) => return true,
     };
     let d = match &op.active {
         Active::P2p(r) => r.is_complete(),

@@ -193,15 +193,16 @@ impl Inner {
         g
     }
 
-    /// The engine, locked again by a thread that waits ([`Inner::wait_with`]) and let
-    /// it go a moment ago: threads blocked taking it get it first (a bounded number of
-    /// yields), so that a waiter spinning on an idle machine cannot starve them.
-    fn relock(&self) -> MutexGuard<'_, Engine> {
-        for _ in 0..RELOCK_YIELDS {
-            if self.contenders.load(Ordering::Relaxed) == 0 {
-                break;
+    /// The engine, locked again by a thread that waits ([`Inner::wait_with`]) or polls
+    /// (a test) and let it go a moment ago: threads blocked taking it get it first
+    /// (yielding until they have, for at most [`RELOCK_WAIT`]), so that a thread
+    /// spinning on an idle machine cannot starve them. Uncontended: one relaxed load.
+    pub(crate) fn relock(&self) -> MutexGuard<'_, Engine> {
+        if self.contenders.load(Ordering::Relaxed) != 0 {
+            let until = Instant::now() + RELOCK_WAIT;
+            while self.contenders.load(Ordering::Relaxed) != 0 && Instant::now() < until {
+                std::thread::yield_now();
             }
-            std::thread::yield_now();
         }
         self.lock_quiet()
     }
@@ -479,9 +480,10 @@ impl Schedules {
 /// threads of the process take it.
 const SPINS_PER_LOCK: u32 = 64;
 
-/// Most yields of [`Inner::relock`] while other threads wait for the engine: each lets
-/// one of them take it, then the waiter takes its turn.
-const RELOCK_YIELDS: u32 = 64;
+/// Longest [`Inner::relock`] defers to threads blocked on the engine (a blocked thread
+/// woken on an idle core may take tens of microseconds to run); then the waiter takes
+/// its turn, and defers again at its next relock.
+const RELOCK_WAIT: Duration = Duration::from_micros(200);
 
 /// Drives waiting: spin, then yield, then block (the progress policy of
 /// [`crate::engine`]).

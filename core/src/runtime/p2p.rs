@@ -110,14 +110,16 @@ impl Inner {
 
     /// One progress round, then the outcome of request `id` if it is done (taken).
     pub(crate) fn test_request(&self, id: ReqId) -> Option<Result<Status>> {
-        let mut e = self.lock_quiet();
+        // A test loop takes the lock again and again: other threads' calls first.
+        let mut e = self.relock();
         self.progress(&mut e);
         e.proto.take_done(id)
     }
 
     /// One progress round, then whether every request of `ids` is done (none taken).
     pub(crate) fn requests_done(&self, mut ids: impl Iterator<Item = ReqId>) -> bool {
-        let mut e = self.lock_quiet();
+        // As test_request: other threads' calls first.
+        let mut e = self.relock();
         self.progress(&mut e);
         ids.all(|id| e.proto.is_done(id))
     }
