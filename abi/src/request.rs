@@ -430,22 +430,28 @@ struct Done {
     result: R,
 }
 
-/// The status of a failed operation: for a truncated receive, its source, tag and the
-/// bytes received (the buffer's size: MPI 4.1 §3.2.4 fills the status of a truncated
-/// receive); for any other failure, the empty status.
-fn failed_status(e: &rankwire::Error) -> rankwire::Status {
+/// How a point-to-point operation that did not succeed is reported: its status and its
+/// error. A truncated receive's status has its source, tag and the bytes received (the
+/// buffer's size: MPI 4.1 §3.2.4); other failures have the empty status. An operation
+/// cancelled by `MPI_Cancel` (`MatchError::Cancelled`) has no error: it completes with
+/// a cancelled status.
+fn failure(e: rankwire::Error) -> (rankwire::Status, Option<MpiErr>) {
     match e {
+        rankwire::Error::Matching(rankwire::MatchError::Cancelled) => (empty_status(), None),
         rankwire::Error::Matching(rankwire::MatchError::Truncated {
             source_rank,
             tag,
             buffer_bytes,
             ..
-        }) => rankwire::Status {
-            source: *source_rank as usize,
-            tag: *tag,
-            len_bytes: *buffer_bytes as usize,
-        },
-        _ => empty_status(),
+        }) => (
+            rankwire::Status {
+                source: source_rank as usize,
+                tag,
+                len_bytes: buffer_bytes as usize,
+            },
+            Some(MpiErr::from(e)),
+        ),
+        e => (empty_status(), Some(MpiErr::from(e))),
     }
 }
 
@@ -455,23 +461,26 @@ fn finish_started(s: Started, r: rankwire::Result<rankwire::Status>) -> Done {
     let mut truncated = false;
     let mut st = match r {
         Ok(st) => st,
-        Err(rankwire::Error::Matching(rankwire::MatchError::Cancelled)) => {
-            // Withdrawn by MPI_Cancel from another thread while this wait ran.
-            drop(keep);
-            return Done {
-                st: empty_status(),
-                cancelled: true,
-                result: Ok(()),
-            };
-        }
         Err(e) => {
             truncated = matches!(
                 e,
                 rankwire::Error::Matching(rankwire::MatchError::Truncated { .. })
             );
-            let st = failed_status(&e);
-            result = Err(MpiErr::from(e));
-            st
+            match failure(e) {
+                (st, Some(e)) => {
+                    result = Err(e);
+                    st
+                }
+                // Cancelled (MPI_Cancel, also from another thread while this ran).
+                (st, None) => {
+                    drop(keep);
+                    return Done {
+                        st,
+                        cancelled: true,
+                        result: Ok(()),
+                    };
+                }
+            }
         }
     };
     if let Some(f) = finish {
@@ -892,21 +901,18 @@ unsafe fn waitall_impl(
             for ((i, _), r) in plain.iter().zip(taken.by_ref()) {
                 retire(&mut t, &mut arr[*i]);
                 let at = status_at(statuses, *i);
-                match r {
-                    // SAFETY: the status array has `count` entries (or is ignored).
-                    Ok(st) => unsafe { write_status(at, &st, false, MPI_SUCCESS) },
-                    // Withdrawn by MPI_Cancel from another thread while this wait ran.
-                    // SAFETY: as above.
-                    Err(rankwire::Error::Matching(rankwire::MatchError::Cancelled)) => unsafe {
-                        write_status(at, &empty_status(), true, MPI_SUCCESS)
-                    },
+                let (st, cancelled, err) = match r {
+                    Ok(st) => (st, false, None),
                     Err(e) => {
-                        let st = failed_status(&e);
-                        let e = MpiErr::from(e);
-                        // SAFETY: as above.
-                        unsafe { write_status(at, &st, false, e.class) };
-                        first_failure(&mut failed, &mut failed_at, *i, e);
+                        let (st, err) = failure(e);
+                        (st, err.is_none(), err)
                     }
+                };
+                let code = err.as_ref().map_or(MPI_SUCCESS, |e| e.class);
+                // SAFETY: the status array has `count` entries (or is ignored).
+                unsafe { write_status(at, &st, cancelled, code) };
+                if let Some(e) = err {
+                    first_failure(&mut failed, &mut failed_at, *i, e);
                 }
             }
         }
@@ -1572,14 +1578,9 @@ fn peek_op(s: &mut Started) -> R<Option<(rankwire::Status, bool, Option<MpiErr>)
             // Kept for the wait or test that completes the request, which reports it as
             // finish_started does (a cancelled status; a truncation with what arrived
             // unpacked).
-            let shown = match &e {
-                rankwire::Error::Matching(rankwire::MatchError::Cancelled) => {
-                    (empty_status(), true, None)
-                }
-                e => (failed_status(e), false, Some(MpiErr::from(e.clone()))),
-            };
+            let (st, err) = failure(e.clone());
             s.active = Active::Finished(Err(e));
-            Ok(Some(shown))
+            Ok(Some((st, err.is_none(), err)))
         }
     }
 }
