@@ -379,7 +379,9 @@ enum RecvState {
         msg_len: u64,
         sreq: u64,
         accept: usize,
-        copy: share::PullCopy,
+        /// Boxed: the remote memory descriptor is large, and every request slot is as
+        /// large as its largest state (the small-message path moves slots).
+        copy: Box<share::PullCopy>,
     },
     /// Matched an Rts and sent Cts; `got` of `accept` bytes arrived.
     Data {
@@ -396,7 +398,7 @@ enum RecvState {
         staging: u32,
         /// A copy into the device buffer failed: the rest is received but not written,
         /// and the receive fails with this once all has arrived.
-        failed: Option<Error>,
+        failed: Option<Box<Error>>,
     },
     /// An eager message for a device buffer is being copied in
     /// ([`MemAction::StageIn`]); the receive completes with `result` once it is.
@@ -677,7 +679,7 @@ impl Protocol {
                 && *staging > 0
             {
                 *got = (*got).max(*accept);
-                failed.get_or_insert_with(|| err.clone());
+                failed.get_or_insert_with(|| Box::new(err.clone()));
                 continue;
             }
             self.reqs.take_recv(id);

@@ -81,6 +81,7 @@ impl<'a> Request<'a> {
     }
 
     /// Report statuses and errors in the ranks of the communicator `st`.
+    #[inline]
     pub(crate) fn for_comm(mut self, st: &Arc<crate::comm_state::CommState>) -> Self {
         if !st.is_identity() {
             self.comm = Some(st.clone());

@@ -201,7 +201,7 @@ impl Protocol {
                 if let Err(e) = result
                     && failed.is_none()
                 {
-                    *failed = Some(gpu_err(e));
+                    *failed = Some(Box::new(gpu_err(e)));
                 }
                 if *got >= *accept {
                     self.finish_rndv_recv(rreq);

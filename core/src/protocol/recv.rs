@@ -534,7 +534,7 @@ impl Protocol {
                     {
                         match r {
                             Ok(()) => *staging += 1,
-                            Err(e) => *failed = Some(e),
+                            Err(e) => *failed = Some(Box::new(e)),
                         }
                     }
                 }
@@ -633,14 +633,14 @@ impl Protocol {
                         msg_len,
                         sreq,
                         accept,
-                        copy: share::PullCopy {
+                        copy: Box::new(share::PullCopy {
                             mem,
                             pulled: 0,
                             end: accept,
                             inflight: 0,
                             helped: false,
                             pushing: false,
-                        },
+                        }),
                     };
                     self.start_pull(recv, env.src, sreq, mem);
                     return;
@@ -703,7 +703,7 @@ impl Protocol {
         }) = self.reqs.take_recv(id)
         {
             let res = match failed {
-                Some(e) => Err(e),
+                Some(e) => Err(*e),
                 None => recv_result(src, tag, msg_len, buf.len()),
             };
             self.reqs.complete(id, res);
