@@ -418,7 +418,7 @@ impl Engine {
                 });
             }
             // Busy, or an error that flush_backlog reports the usual way.
-            let id = self.proto.queue_eager(dst, tag, buf, header);
+            let id = self.proto.queue_eager(dst, ctx, tag, buf, header);
             self.progress();
             return SendStart::Queued(id);
         }

@@ -316,6 +316,8 @@ enum SendState {
 #[derive(Debug)]
 struct SendReq {
     dst: u32,
+    /// Context id of the message (for revocation, `revoke.rs`).
+    ctx: u32,
     tag: i32,
     buf: RawBuf,
     state: SendState,
@@ -332,10 +334,12 @@ struct SendReq {
 }
 
 impl SendReq {
-    /// A send of `buf` to `dst` with `tag`, starting in `state` (no share yet).
-    fn new(dst: u32, tag: i32, buf: RawBuf, state: SendState) -> Self {
+    /// A send of `buf` to `dst` on context `ctx` with `tag`, starting in `state` (no
+    /// share yet).
+    fn new(dst: u32, ctx: u32, tag: i32, buf: RawBuf, state: SendState) -> Self {
         SendReq {
             dst,
+            ctx,
             tag,
             buf,
             state,
@@ -475,6 +479,9 @@ pub struct Protocol {
     gdr_from: HashSet<u32>,
     /// Reads into device memory that failed in a row, per peer.
     gdr_failures: HashMap<u32, u32>,
+    /// Revoked collective contexts, and the world rank that revoked each
+    /// (`revoke.rs`).
+    revoked: HashMap<u32, u32>,
 }
 
 /// Failed reads into device memory in a row from one peer after which device buffers
@@ -512,6 +519,7 @@ impl Protocol {
             gdr_to: Default::default(),
             gdr_from: Default::default(),
             gdr_failures: Default::default(),
+            revoked: Default::default(),
         }
     }
 
@@ -812,6 +820,7 @@ fn recv_result(src: u32, tag: i32, msg_len: u64, cap: usize) -> Result<Status, E
 mod actions;
 mod recv;
 mod reqs;
+mod revoke;
 mod send;
 mod share;
 

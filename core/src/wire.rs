@@ -1,11 +1,11 @@
-//! Wire format of protocol frames (sans-IO: bytes in, bytes out), version 3.
+//! Wire format of protocol frames (sans-IO: bytes in, bytes out), version 4.
 //!
 //! Every frame header starts with a 16-byte common prefix, little-endian:
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 0..2 | magic `0x5752` ("RW") |
-//! | 2 | version (3) |
+//! | 2 | version (4) |
 //! | 3 | kind ([`FrameKind`]) |
 //! | 4..6 | header length in bytes, prefix included |
 //! | 6..8 | flags (0) |
@@ -23,9 +23,13 @@
 //! `Pushed` (sender: "done", or "could not"); see `protocol/share.rs`. A send cancelled
 //! before its `Rts` matched (MPI_Cancel, MPI 4.1 §3.8.4) asks the receiver to withdraw
 //! that `Rts` from its unexpected queue: `Cancel` (sender), answered by `Cancelled`
-//! (receiver: "withdrawn", or "it matched already").
+//! (receiver: "withdrawn", or "it matched already"). A rank whose collective call found
+//! that the ranks disagree (a count, root or datatype mismatch) tells every other member
+//! of the communicator with `Revoke`: their collectives on it fail instead of waiting for
+//! messages that will never come (see `protocol/revoke.rs`).
 //!
-//! Version 2 added `Help`, `Push` and `Pushed`, version 3 `Cancel` and `Cancelled`; a
+//! Version 2 added `Help`, `Push` and `Pushed`, version 3 `Cancel` and `Cancelled`,
+//! version 4 `Revoke`; a
 //! build speaking an older version refuses the frames as an unsupported version
 //! instead of misreading them.
 
@@ -34,7 +38,7 @@ use std::fmt;
 /// Magic number opening every frame header ("RW").
 pub const MAGIC: u16 = 0x5752;
 /// Wire protocol version.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Size of the common header prefix in bytes.
 pub const PREFIX_BYTES: usize = 16;
 /// Capacity of a [`HeaderBuf`]: at least the largest header this version encodes (an
@@ -151,6 +155,8 @@ pub enum FrameKind {
     Cancel = 9,
     /// The receiver's answer to a `Cancel`: withdrawn, or matched already.
     Cancelled = 10,
+    /// The collectives of a communicator are revoked (a rank found a mismatch).
+    Revoke = 11,
 }
 
 /// Matching information of a message (MPI's envelope, MPI 4.1 §3.2.3) plus the
@@ -258,6 +264,13 @@ pub enum Frame {
         /// Whether the message was withdrawn.
         ok: bool,
     },
+    /// Any rank → the other members of a communicator: a collective call on collective
+    /// context `ctx` found that the ranks disagree on counts, roots or datatypes; every
+    /// pending and later operation on `ctx` fails.
+    Revoke {
+        /// The communicator's collective context id.
+        ctx: u32,
+    },
 }
 
 /// A frame header that could not be decoded. The peer sent garbage.
@@ -304,6 +317,7 @@ impl Frame {
             Frame::Pushed { .. } => FrameKind::Pushed,
             Frame::Cancel { .. } => FrameKind::Cancel,
             Frame::Cancelled { .. } => FrameKind::Cancelled,
+            Frame::Revoke { .. } => FrameKind::Revoke,
         }
     }
 
@@ -376,6 +390,7 @@ impl Frame {
                 out.put(&id.to_le_bytes());
                 out.put(&u64::from(*ok).to_le_bytes());
             }
+            Frame::Revoke { ctx } => out.put(&u64::from(*ctx).to_le_bytes()),
         }
         let len = (out.pos() - start) as u16;
         out.at(start + 4)[..2].copy_from_slice(&len.to_le_bytes());
@@ -450,7 +465,7 @@ impl Frame {
             2 => PREFIX_BYTES + ENV_BYTES + 16 + 1,
             3 => PREFIX_BYTES + 24 + 1,
             4 => PREFIX_BYTES + 16,
-            5 | 6 | 9 => PREFIX_BYTES + 8,
+            5 | 6 | 9 | 11 => PREFIX_BYTES + 8,
             7 => PREFIX_BYTES + 32 + 1,
             8 | 10 => PREFIX_BYTES + 16,
             k => return Err(WireError::BadKind(k)),
@@ -522,6 +537,9 @@ impl Frame {
                     Frame::Cancelled { sreq: id, ok }
                 }
             }
+            11 => Frame::Revoke {
+                ctx: u32::try_from(r.u64().ok_or_else(bad_len)?).map_err(|_| bad_len())?,
+            },
             k => return Err(WireError::BadKind(k)),
         };
         if !r.buf.is_empty() {
@@ -735,6 +753,7 @@ pub(crate) mod tests {
                 sreq: 13,
                 ok: false,
             },
+            Frame::Revoke { ctx: 0x8000_0003 },
         ]
     }
 

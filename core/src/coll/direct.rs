@@ -253,14 +253,19 @@ impl Communicator {
                      to name the difference)"
                 ))
             };
-            match r {
-                Ok(st) if st.len_bytes != want => return Err(mismatch(st.len_bytes as u64)),
-                Err(Error::Matching(MatchError::Truncated { message_bytes, .. })) => {
-                    return Err(mismatch(message_bytes));
-                }
+            let got = match r {
+                Ok(st) if st.len_bytes != want => st.len_bytes as u64,
+                Err(Error::Matching(MatchError::Truncated { message_bytes, .. })) => message_bytes,
                 Err(e) => return Err(e),
-                Ok(_) => {}
-            }
+                Ok(_) => return send_res,
+            };
+            // The ranks disagree: revoke the collective context so that the ranks
+            // waiting for this one's part fail instead of waiting forever
+            // (protocol/revoke.rs).
+            let mut e = inner.lock();
+            e.proto.revoke(ctx, &self.st.group);
+            inner.progress(&mut e);
+            return Err(mismatch(got));
         }
         send_res
     }

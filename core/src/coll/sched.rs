@@ -740,6 +740,10 @@ pub(crate) trait Net {
     fn take_done(&mut self, id: ReqId) -> Option<Result<Status>>;
     /// Withdraw a receive that has not matched; whether it was withdrawn.
     fn cancel_recv(&mut self, id: ReqId) -> bool;
+    /// This rank found that the ranks disagree (a message of the wrong length): revoke
+    /// collective context `ctx` on every member of `group` (world ranks), so that no
+    /// rank waits for messages that will not come (`protocol/revoke.rs`).
+    fn revoke(&mut self, ctx: u32, group: &[u32]);
 }
 
 impl Net for Engine {
@@ -762,6 +766,12 @@ impl Net for Engine {
     }
     fn cancel_recv(&mut self, id: ReqId) -> bool {
         self.proto.cancel_recv(id)
+    }
+    fn revoke(&mut self, ctx: u32, group: &[u32]) {
+        self.proto.revoke(ctx, group);
+        // Push the Revoke frames out now: this rank's call returns its error next, and
+        // the program may not call into the runtime again soon.
+        self.progress();
     }
 }
 
@@ -834,7 +844,10 @@ impl Exec {
                     continue;
                 };
                 let p = self.pending.swap_remove(i);
-                if let Err(e) = self.completion(p.recv, r) {
+                if let Err((e, mismatch)) = self.completion(p.recv, r) {
+                    if mismatch {
+                        net.revoke(self.ctx.ctx, &self.ctx.group);
+                    }
                     self.fail(net, e);
                 }
             }
@@ -955,7 +968,13 @@ impl Exec {
             .retain(|p| !(p.recv.is_some() && net.cancel_recv(p.id)));
     }
 
-    fn completion(&self, recv: Option<(usize, usize)>, r: Result<Status>) -> Result<()> {
+    /// The outcome of a transfer: `Err((error, true))` for a message of another length
+    /// than expected (the ranks disagree), `Err((error, false))` for any other failure.
+    fn completion(
+        &self,
+        recv: Option<(usize, usize)>,
+        r: Result<Status>,
+    ) -> std::result::Result<(), (Error, bool)> {
         let mismatch = |peer: usize, got: u64, want: usize| {
             Error::Collective(format!(
                 "{}: rank {peer} sent {got} bytes where {want} were expected; the ranks \
@@ -966,13 +985,13 @@ impl Exec {
         };
         match (recv, r) {
             (Some((peer, want)), Ok(st)) if st.len_bytes != want => {
-                Err(mismatch(peer, st.len_bytes as u64, want))
+                Err((mismatch(peer, st.len_bytes as u64, want), true))
             }
             (
                 Some((peer, want)),
                 Err(Error::Matching(MatchError::Truncated { message_bytes, .. })),
-            ) => Err(mismatch(peer, message_bytes, want)),
-            (_, Err(e)) => Err(e),
+            ) => Err((mismatch(peer, message_bytes, want), true)),
+            (_, Err(e)) => Err((e, false)),
             _ => Ok(()),
         }
     }
@@ -1008,6 +1027,8 @@ pub(crate) mod sim {
         next: ReqId,
         /// Messages sent so far.
         pub(crate) messages: usize,
+        /// Revoked contexts and the rank that revoked each ([`Net::revoke`]).
+        pub(crate) revoked: HashMap<u32, u32>,
     }
 
     /// One rank's view of the mailboxes.
@@ -1064,9 +1085,17 @@ pub(crate) mod sim {
         }
     }
 
+    fn revoked(by: u32) -> Error {
+        Error::Collective(format!("revoked by rank {by}"))
+    }
+
     impl Net for RankNet<'_> {
         fn send(&mut self, peer: u32, ctx: u32, tag: i32, buf: RawBuf) -> ReqId {
             let id = self.mail.id();
+            if let Some(&by) = self.mail.revoked.get(&ctx) {
+                self.mail.done.insert(id, Err(revoked(by)));
+                return id;
+            }
             // SAFETY: the schedule keeps the buffer valid while the send is pending.
             let data = unsafe { buf.as_slice() }.to_vec();
             let key = (self.me, peer, ctx, tag);
@@ -1085,6 +1114,10 @@ pub(crate) mod sim {
         }
         fn recv(&mut self, peer: u32, ctx: u32, tag: i32, buf: RawBuf) -> ReqId {
             let id = self.mail.id();
+            if let Some(&by) = self.mail.revoked.get(&ctx) {
+                self.mail.done.insert(id, Err(revoked(by)));
+                return id;
+            }
             let key = (peer, self.me, ctx, tag);
             self.mail
                 .posted
@@ -1105,6 +1138,26 @@ pub(crate) mod sim {
                 }
             }
             false
+        }
+        fn revoke(&mut self, ctx: u32, _group: &[u32]) {
+            if self.mail.revoked.contains_key(&ctx) {
+                return;
+            }
+            self.mail.revoked.insert(ctx, self.me);
+            // Every rank's receives still posted on `ctx` fail (as the Revoke frames
+            // do in the protocol).
+            let keys: Vec<Key> = self
+                .mail
+                .posted
+                .keys()
+                .filter(|k| k.2 == ctx)
+                .copied()
+                .collect();
+            for k in keys {
+                for (id, _) in self.mail.posted.remove(&k).unwrap_or_default() {
+                    self.mail.done.insert(id, Err(revoked(self.me)));
+                }
+            }
         }
     }
 
@@ -1241,5 +1294,48 @@ mod tests {
             e.contains("rank 1 sent 0 bytes where 8 were expected"),
             "{e}"
         );
+    }
+
+    /// A broadcast tree whose root sends more than the others expect: the ranks that
+    /// receive from the root find the mismatch and revoke the context, so the ranks
+    /// below them, which would wait forever for their part, fail too (`sim::run`
+    /// panics on a deadlock). Without the revocation this deadlocks.
+    #[test]
+    fn a_mismatch_revokes_so_the_ranks_below_do_not_wait_forever() {
+        // 0 -> 1 -> 2 -> 3 (a chain); rank 0 sends 16 bytes, the others expect 8.
+        let src = [7u8; 16];
+        let mut bufs = vec![vec![0u8; 16]; 4];
+        let mut execs: Vec<Exec> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(r, rb)| {
+                let want = if r == 0 { 16 } else { 8 };
+                let mut b = Builder::new(r, 4);
+                if r > 0 {
+                    b.recv(r - 1, Slice::new(Buf::Recv, 0, want));
+                    b.round();
+                }
+                if r < 3 {
+                    let from = if r == 0 { Buf::Send } else { Buf::Recv };
+                    b.send(r + 1, Slice::new(from, 0, want));
+                }
+                b.finish(
+                    "bcast",
+                    UserBufs::new(&src, &mut rb[..want], None),
+                    sim::ctx(4),
+                )
+            })
+            .collect();
+        let (res, _) = sim::run(&mut execs);
+        assert!(res[0].is_ok(), "{:?}", res[0]);
+        let e1 = res[1].as_ref().unwrap_err().to_string();
+        assert!(
+            e1.contains("rank 0 sent 16 bytes where 8 were expected"),
+            "{e1}"
+        );
+        for r in [2, 3] {
+            let e = res[r].as_ref().unwrap_err().to_string();
+            assert!(e.contains("revoked by rank 1"), "rank {r}: {e}");
+        }
     }
 }

@@ -62,6 +62,10 @@ impl Protocol {
             self.reqs.complete(id, Err(e.clone()));
             return id;
         }
+        if let Some(e) = self.revoked_error(pat.ctx) {
+            self.reqs.complete(id, Err(e));
+            return id;
+        }
         self.reqs.set_recv(
             id,
             RecvReq {
@@ -440,6 +444,12 @@ impl Protocol {
             Frame::Eager { env } => {
                 self.arrive_eager(env, payload);
                 Ok(())
+            }
+            Frame::Revoke { ctx } => {
+                if !payload.is_empty() {
+                    return Err(bad("Revoke frame with a payload".into()));
+                }
+                self.on_revoke(peer, ctx)
             }
             Frame::Rts {
                 env,

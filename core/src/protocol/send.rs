@@ -24,6 +24,10 @@ impl Protocol {
             self.reqs.complete(id, Err(e.clone()));
             return id;
         }
+        if let Some(e) = self.revoked_error(ctx) {
+            self.reqs.complete(id, Err(e));
+            return id;
+        }
         let env = self.next_env(dst, ctx, tag);
         if !sync && buf.len() <= eager_limit {
             let payload = if buf.is_empty() {
@@ -37,8 +41,10 @@ impl Protocol {
                     self.reqs.complete(id, Err(no_gpu(buf.kind)));
                     return id;
                 }
-                self.reqs
-                    .set_send(id, SendReq::new(dst, tag, buf, SendState::Staging { env }));
+                self.reqs.set_send(
+                    id,
+                    SendReq::new(dst, ctx, tag, buf, SendState::Staging { env }),
+                );
                 self.actions.push_back(MemAction::StageOut {
                     sreq: id,
                     src: buf,
@@ -53,7 +59,7 @@ impl Protocol {
                 on_sent: OnSent::CompleteSend(id),
             });
             self.reqs
-                .set_send(id, SendReq::new(dst, tag, buf, SendState::Eager));
+                .set_send(id, SendReq::new(dst, ctx, tag, buf, SendState::Eager));
         } else {
             let offer = if buf.is_empty() {
                 None
@@ -74,8 +80,10 @@ impl Protocol {
             };
             if let Some(to) = offer {
                 // The Rts goes out with the answer (offered).
-                self.reqs
-                    .set_send(id, SendReq::new(dst, tag, buf, SendState::Offering { env }));
+                self.reqs.set_send(
+                    id,
+                    SendReq::new(dst, ctx, tag, buf, SendState::Offering { env }),
+                );
                 self.actions
                     .push_back(MemAction::Offer { sreq: id, buf, to });
                 return id;
@@ -102,15 +110,15 @@ impl Protocol {
                 on_sent: OnSent::Nothing,
             });
             self.reqs
-                .set_send(id, SendReq::new(dst, tag, buf, SendState::AwaitCts));
+                .set_send(id, SendReq::new(dst, ctx, tag, buf, SendState::AwaitCts));
         }
         id
     }
 
     /// Fast path of an eager send of host memory, for the engine: the header of an
     /// `Eager` frame of `len_bytes` to `dst` on context `ctx` with `tag`, taking the
-    /// message's sequence number; `None` when `dst` has failed (use
-    /// [`Protocol::isend`], which reports that). The caller hands the frame to a
+    /// message's sequence number; `None` when `dst` has failed or `ctx` is revoked
+    /// (use [`Protocol::isend`], which reports that). The caller hands the frame to a
     /// transport at once; if the transport does not take it, it queues the frame with
     /// [`Protocol::queue_eager`] (the sequence number is spent either way). Frames
     /// queued for `dst` earlier must have gone out first ([`Protocol::has_frames_for`]),
@@ -123,7 +131,9 @@ impl Protocol {
         tag: i32,
         len_bytes: usize,
     ) -> Option<HeaderBuf> {
-        if !self.dead.is_empty() && self.dead.contains_key(&dst) {
+        if (!self.dead.is_empty() && self.dead.contains_key(&dst))
+            || (!self.revoked.is_empty() && self.revoked.contains_key(&ctx))
+        {
             return None;
         }
         let env = self.next_env(dst, ctx, tag);
@@ -133,7 +143,14 @@ impl Protocol {
     /// Queue the eager frame `header` (from [`Protocol::eager_header`]) carrying the
     /// host buffer `buf` to `dst` as a send request, completed when a transport takes
     /// it (as [`Protocol::isend`] does).
-    pub fn queue_eager(&mut self, dst: u32, tag: i32, buf: RawBuf, header: HeaderBuf) -> ReqId {
+    pub fn queue_eager(
+        &mut self,
+        dst: u32,
+        ctx: u32,
+        tag: i32,
+        buf: RawBuf,
+        header: HeaderBuf,
+    ) -> ReqId {
         let id = self.alloc_id();
         self.out.push_back(OutFrame {
             peer: dst,
@@ -146,7 +163,7 @@ impl Protocol {
             on_sent: OnSent::CompleteSend(id),
         });
         self.reqs
-            .set_send(id, SendReq::new(dst, tag, buf, SendState::Eager));
+            .set_send(id, SendReq::new(dst, ctx, tag, buf, SendState::Eager));
         id
     }
 
@@ -364,9 +381,13 @@ impl Protocol {
         }
         if let Some(s) = self.reqs.take_send(sreq) {
             self.release_offer(sreq, &s);
-            // Not through `From`: a cancel is no error to note for abort reports.
-            self.reqs
-                .complete(sreq, Err(Error::Matching(MatchError::Cancelled)));
+            // A send withdrawn because its context was revoked fails with that;
+            // otherwise the user cancelled it (not through `From`: a cancel is no error
+            // to note for abort reports).
+            let err = self
+                .revoked_error(s.ctx)
+                .unwrap_or(Error::Matching(MatchError::Cancelled));
+            self.reqs.complete(sreq, Err(err));
         }
         Ok(())
     }

@@ -1732,3 +1732,84 @@ fn eager_sends_and_answers_nobody_asked_for() {
         }
     );
 }
+
+/// `revoke.rs`: a rank that found a mismatch on a collective context revokes it; on
+/// every other rank the receives posted there fail, a rendezvous send there whose
+/// receive has not matched is withdrawn and fails, and later sends and receives there
+/// fail at once. Point-to-point on another context is untouched.
+#[test]
+fn a_revoked_collective_context_fails_pending_and_later_operations() {
+    const C: u32 = crate::context_id::COLL_CTX_BIT | 4;
+    let mut net = Net::new(3);
+    let coll = |src: u32| Pattern {
+        ctx: C,
+        src: Some(src),
+        tag: Some(1),
+    };
+    // Rank 2 waits on the collective context for rank 1; rank 0 has a rendezvous send
+    // to rank 1 on it that rank 1 never receives; a user receive on context 0 is posted
+    // at rank 2.
+    let mut cbuf = vec![0u8; 8];
+    let posted = net.ranks[2].irecv(coll(1), RawBuf::new(cbuf.as_mut_ptr(), cbuf.len()));
+    let big = pattern(1000, 9);
+    let lim = net.eager_limit;
+    let rdv = net.ranks[0].isend(1, C, 1, RawBuf::from_slice(&big), lim, false);
+    let mut ubuf = vec![0u8; 4];
+    let user = net.recv(2, Some(1), Some(7), &mut ubuf);
+    net.drive();
+    assert!(net.ranks[2].take_done(posted).is_none());
+    // Rank 1 finds a mismatch and revokes C for the group {0, 1, 2}.
+    net.ranks[1].revoke(C, &[0, 1, 2]);
+    net.drive();
+    assert!(net.kinds.contains(&FrameKind::Revoke));
+    let e = net.done(2, posted).unwrap_err().to_string();
+    assert!(e.contains("revoked") && e.contains("world rank 1"), "{e}");
+    let e = net.done(0, rdv).unwrap_err().to_string();
+    assert!(e.contains("revoked"), "the withdrawn send: {e}");
+    // Later operations on C fail at once, on every rank, the revoker included.
+    for r in 0..3u32 {
+        let mut b = vec![0u8; 8];
+        let id = net.ranks[r as usize].irecv(coll((r + 1) % 3), RawBuf::new(b.as_mut_ptr(), 8));
+        assert!(net.done(r, id).is_err(), "a later receive at rank {r}");
+        let id = net.ranks[r as usize].isend((r + 1) % 3, C, 1, RawBuf::from_slice(&b), lim, false);
+        assert!(net.done(r, id).is_err(), "a later send at rank {r}");
+        assert!(
+            net.ranks[r as usize]
+                .eager_header((r + 1) % 3, C, 1, 8)
+                .is_none(),
+            "the engine's eager fast path is refused at rank {r}"
+        );
+    }
+    // Point-to-point on context 0 still works.
+    let s = net.send(1, 2, 7, &[1, 2, 3, 4]);
+    net.drive();
+    assert!(net.done(1, s).is_ok());
+    assert_eq!(net.done(2, user).unwrap().len_bytes, 4);
+    assert_eq!(ubuf, [1, 2, 3, 4]);
+    for r in 0..3 {
+        assert_eq!(net.ranks[r].pending(), 0, "rank {r}");
+    }
+}
+
+#[test]
+fn a_revoke_of_a_point_to_point_context_is_a_bad_frame() {
+    let mut p = Protocol::new(0, 2);
+    let h = Frame::Revoke { ctx: 3 }.header(0);
+    assert!(p.on_frame(1, &h, Vec::new()).is_err());
+    // And revoke() itself refuses it (nothing queued; a fresh engine, since the bad
+    // frame above failed rank 1 as a peer).
+    let mut p = Protocol::new(0, 2);
+    p.revoke(3, &[0, 1]);
+    assert!(p.pop_frame().is_none());
+    let mut b = [0u8; 4];
+    let id = p.irecv(
+        Pattern {
+            ctx: 3,
+            src: Some(1),
+            tag: Some(0),
+        },
+        RawBuf::new(b.as_mut_ptr(), 4),
+    );
+    let got = p.take_done(id);
+    assert!(got.is_none(), "context 3 is not revoked: {got:?}");
+}

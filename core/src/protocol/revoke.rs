@@ -1,0 +1,112 @@
+//! Revoking a communicator's collectives after a rank found that the ranks disagree.
+//!
+//! A collective call whose ranks disagree on counts, roots or datatypes (an erroneous
+//! program) is found out by the rank that receives a message of the wrong length. That
+//! rank fails its call, but the ranks that wait for its part of the algorithm (its
+//! subtree in a broadcast tree, its partners in later rounds) would wait forever, since
+//! it does not send what it could not receive. With `MPI_ERRORS_ARE_FATAL` the job ends
+//! anyway; with `MPI_ERRORS_RETURN` (or a Rust program that goes on after the error)
+//! they hang. So the rank that finds the mismatch revokes the communicator's collective
+//! context, as ULFM's `MPIX_Comm_revoke` does for a communicator (the MPI fault
+//! tolerance proposal, "User Level Failure Mitigation", MPI Forum): it sends `Revoke
+//! { ctx }` to every other member, and on every member every receive still posted on
+//! that context and every later send or receive on it fails with
+//! [`Error::Collective`]. Receives already matched (their sender is sending) go on.
+//!
+//! Only collective contexts (`ctx | COLL_CTX_BIT`) are revoked: the communicator's
+//! point-to-point traffic is untouched, and its collectives keep failing at once (the
+//! program should stop using it; a new communicator from another one works). A
+//! rendezvous send on the context whose receive has not matched is withdrawn from the
+//! receiver (`Cancel`) and fails too. Not covered: an `Rts` held by the receiver for
+//! ordering (not yet in its unexpected queue) is not withdrawn, as with `MPI_Cancel`.
+
+use super::*;
+use crate::context_id::COLL_CTX_BIT;
+
+impl Protocol {
+    /// This rank found a mismatch in a collective call on collective context `ctx`,
+    /// whose members are the world ranks `members`: revoke `ctx` here and queue
+    /// `Revoke` to every other member. Does nothing for a context that is not a
+    /// collective one, or that is revoked already.
+    pub fn revoke(&mut self, ctx: u32, members: &[u32]) {
+        if ctx & COLL_CTX_BIT == 0 || self.revoked.contains_key(&ctx) {
+            return;
+        }
+        self.revoked.insert(ctx, self.rank);
+        self.fail_revoked(ctx);
+        for &m in members {
+            if m == self.rank || self.dead.contains_key(&m) {
+                continue;
+            }
+            self.out.push_back(OutFrame {
+                peer: m,
+                header: Frame::Revoke { ctx }.header(0),
+                payload: Payload::Empty,
+                on_sent: OnSent::Nothing,
+            });
+        }
+    }
+
+    /// `Revoke { ctx }` from `peer`.
+    ///
+    /// # Errors
+    /// A context that is not a collective one (a malformed frame).
+    pub(super) fn on_revoke(&mut self, peer: u32, ctx: u32) -> Result<(), Error> {
+        if ctx & COLL_CTX_BIT == 0 {
+            return Err(Error::Transport {
+                transport: "wire",
+                peer,
+                detail: format!("Revoke of context {ctx}, which is not a collective one"),
+            });
+        }
+        if let std::collections::hash_map::Entry::Vacant(v) = self.revoked.entry(ctx) {
+            v.insert(peer);
+            self.fail_revoked(ctx);
+        }
+        Ok(())
+    }
+
+    /// The error of an operation on revoked context `ctx`, `None` if it is not revoked.
+    #[inline]
+    pub(crate) fn revoked_error(&self, ctx: u32) -> Option<Error> {
+        if self.revoked.is_empty() {
+            return None;
+        }
+        self.revoked.get(&ctx).map(|&by| revoked(by))
+    }
+
+    /// Fail every receive still posted on `ctx`, and withdraw every rendezvous send on
+    /// it whose receive has not matched: its `Rts` waits in the receiver's unexpected
+    /// queue, where (the receiver's context being revoked too) no receive will match
+    /// it. The withdrawal is a `Cancel` (`send.rs`), which settles the race with a
+    /// receive matching at the same moment; a withdrawn send fails with the revocation.
+    fn fail_revoked(&mut self, ctx: u32) {
+        let Some(err) = self.revoked_error(ctx) else {
+            return;
+        };
+        for id in self.matcher.drain_posted(|p| p.ctx == ctx) {
+            self.reqs.take_recv(id);
+            self.reqs.complete(id, Err(err.clone()));
+        }
+        let sends: Vec<ReqId> = self
+            .reqs
+            .sends()
+            .filter(|(_, s)| s.ctx == ctx && matches!(s.state, SendState::AwaitCts))
+            .map(|(id, _)| id)
+            .collect();
+        for id in sends {
+            self.cancel_send(id);
+        }
+    }
+}
+
+/// The error of an operation on a collective context revoked by world rank `by`.
+fn revoked(by: u32) -> Error {
+    Error::Collective(format!(
+        "this communicator's collectives are revoked: world rank {by} found in a collective \
+         call that the ranks disagree on counts, roots or datatypes (its own call failed \
+         with the details; RANKWIRE_COLL_CHECK=1 names the difference), so no rank waits \
+         for messages that will not come; collectives on this communicator fail from now \
+         on, point-to-point on it still works"
+    ))
+}
