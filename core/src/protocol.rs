@@ -603,11 +603,17 @@ impl Protocol {
     /// contexts `ctx` (point-to-point) and `ctx | 2^31` (collectives) with world ranks
     /// `members`. Returns `false` and changes nothing while a receive is posted or a
     /// message waits on either context (the id must not be reused then: see
-    /// [`crate::group`]); otherwise the sequence numbers to and from every member are
-    /// forgotten and `true` is returned. Costs O(members) when matching is idle.
+    /// [`crate::group`]), or when its collective context was revoked here
+    /// (`revoke.rs`: the id is then held for good, so that a new communicator never
+    /// inherits the revocation); otherwise the sequence numbers to and from every
+    /// member are forgotten and `true` is returned. Costs O(members) when matching is
+    /// idle.
     pub fn release_ctx(&mut self, ctx: u32, members: &[u32]) -> bool {
         let coll = ctx | crate::context_id::COLL_CTX_BIT;
-        if self.matcher.holds(ctx) || self.matcher.holds(coll) {
+        if self.matcher.holds(ctx)
+            || self.matcher.holds(coll)
+            || (!self.revoked.is_empty() && self.revoked.contains_key(&coll))
+        {
             return false;
         }
         for &w in members {

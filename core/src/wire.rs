@@ -23,10 +23,11 @@
 //! `Pushed` (sender: "done", or "could not"); see `protocol/share.rs`. A send cancelled
 //! before its `Rts` matched (MPI_Cancel, MPI 4.1 §3.8.4) asks the receiver to withdraw
 //! that `Rts` from its unexpected queue: `Cancel` (sender), answered by `Cancelled`
-//! (receiver: "withdrawn", or "it matched already"). A rank whose collective call found
-//! that the ranks disagree (a count, root or datatype mismatch) tells every other member
-//! of the communicator with `Revoke`: their collectives on it fail instead of waiting for
-//! messages that will never come (see `protocol/revoke.rs`).
+//! (receiver: "withdrawn", or "it matched already"). A rank whose collective call
+//! received a message of the wrong length (the ranks disagree on counts, roots or
+//! datatypes) tells every other member of the communicator with `Revoke`: their
+//! receives posted on its collective context fail instead of waiting for messages that
+//! will never come, and so do their later operations there (see `protocol/revoke.rs`).
 //!
 //! Version 2 added `Help`, `Push` and `Pushed`, version 3 `Cancel` and `Cancelled`,
 //! version 4 `Revoke`; a
@@ -265,8 +266,9 @@ pub enum Frame {
         ok: bool,
     },
     /// Any rank → the other members of a communicator: a collective call on collective
-    /// context `ctx` found that the ranks disagree on counts, roots or datatypes; every
-    /// pending and later operation on `ctx` fails.
+    /// context `ctx` received a message of the wrong length (the ranks disagree); the
+    /// receives posted on `ctx`, its unmatched rendezvous sends and every later
+    /// operation on it fail (transfers already matched go on).
     Revoke {
         /// The communicator's collective context id.
         ctx: u32,

@@ -235,6 +235,20 @@ impl Protocol {
         let SendState::Offering { env } = s.state else {
             return;
         };
+        // Its context was revoked while the offer was made (`revoke.rs`): no receive
+        // will take it there, so it fails instead of sending its Rts.
+        let ctx = s.ctx;
+        if let Some(e) = self.revoked_error(ctx) {
+            if let Some(m) = &mem {
+                self.actions
+                    .push_back(MemAction::Release { sreq, to: to(m) });
+            }
+            self.fail_send(sreq, e);
+            return;
+        }
+        let Some(s) = self.reqs.send_mut(sreq) else {
+            return;
+        };
         s.offered = mem.as_ref().map(to);
         s.state = SendState::AwaitCts;
         let header = Frame::Rts {

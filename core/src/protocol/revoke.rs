@@ -14,11 +14,29 @@
 //! [`Error::Collective`]. Receives already matched (their sender is sending) go on.
 //!
 //! Only collective contexts (`ctx | COLL_CTX_BIT`) are revoked: the communicator's
-//! point-to-point traffic is untouched, and its collectives keep failing at once (the
-//! program should stop using it; a new communicator from another one works). A
-//! rendezvous send on the context whose receive has not matched is withdrawn from the
-//! receiver (`Cancel`) and fails too. Not covered: an `Rts` held by the receiver for
-//! ordering (not yet in its unexpected queue) is not withdrawn, as with `MPI_Cancel`.
+//! point-to-point traffic is untouched, and its collectives fail from then on (the
+//! program should stop using it; a communicator made before, or a new one from another
+//! communicator, works: a revoked id is never released, so no new communicator gets
+//! it on a rank that knows of the revocation). A rendezvous send on the context whose
+//! receive has not matched is withdrawn from the receiver (`Cancel`) and fails too, as
+//! does one whose buffer offer was being made.
+//!
+//! As with ULFM's revoke, the revocation interrupts whatever is pending on the context:
+//! a rank that still runs an earlier, correct collective on the communicator when
+//! another rank finds a mismatch in a later one gets an error from the earlier one.
+//!
+//! Not covered:
+//! - an `Rts` held by the receiver for ordering (not yet in its unexpected queue) is not
+//!   withdrawn, as with `MPI_Cancel`;
+//! - a rank learns of the revocation when the frame arrives: an operation it starts
+//!   before that (a broadcast root's eager sends) may still complete;
+//! - messages that arrive on the context after the revocation stay in the unexpected
+//!   queue (bounded by what was in flight; the id is held anyway);
+//! - a `Revoke` that reaches a rank after it freed the communicator and reused the id
+//!   for a communicator without the revoker would revoke that one there (the id has no
+//!   generation; the same limit as a late message, `crate::context_id`);
+//! - collectives run as several steps on hidden sub-communicators (the node-aware
+//!   device allreduce) revoke only the step that found the mismatch.
 
 use super::*;
 use crate::context_id::COLL_CTX_BIT;

@@ -1813,3 +1813,47 @@ fn a_revoke_of_a_point_to_point_context_is_a_bad_frame() {
     let got = p.take_done(id);
     assert!(got.is_none(), "context 3 is not revoked: {got:?}");
 }
+
+/// A device send whose buffer offer is being made when its collective context is
+/// revoked fails when the offer is answered (no Rts goes out) and its offer is
+/// released; and a revoked context keeps its communicator's id held (`release_ctx`).
+#[test]
+fn a_send_offering_its_buffer_fails_on_a_revoked_context_and_the_id_is_held() {
+    const C: u32 = crate::context_id::COLL_CTX_BIT | 6;
+    let dev = MemoryKind::Cuda { device: 0 };
+    let mut net = Net::new(2);
+    net.dev.accept_ipc = true;
+    for r in 0..2 {
+        net.ranks[r].enable_device();
+        net.ranks[r].allow_cuda_ipc(1 - r as u32);
+    }
+    let data = pattern(1000, 2);
+    let s = net.ranks[0].isend(
+        1,
+        C,
+        3,
+        RawBuf::with_kind(data.as_ptr() as *mut u8, 1000, dev),
+        64,
+        false,
+    );
+    // Revoked before the offer is answered (the harness answers it in drive).
+    net.ranks[0].revoke(C, &[0, 1]);
+    net.drive();
+    let e = net.done(0, s).unwrap_err().to_string();
+    assert!(e.contains("revoked"), "{e}");
+    assert!(
+        !net.kinds.contains(&FrameKind::Rts),
+        "no Rts for a revoked send"
+    );
+    assert_eq!(net.dev.releases, 1, "the offer made is released");
+    assert!(net.dev.held.is_empty());
+    for r in 0..2 {
+        assert_eq!(net.ranks[r].pending(), 0, "rank {r}");
+        assert!(
+            !net.ranks[r].release_ctx(C & !crate::context_id::COLL_CTX_BIT, &[0, 1]),
+            "rank {r} holds the id of a revoked communicator"
+        );
+    }
+    // A context never revoked is released as before.
+    assert!(net.ranks[0].release_ctx(9, &[0, 1]));
+}
