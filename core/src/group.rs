@@ -454,17 +454,19 @@ impl Communicator {
     /// Agree on a context id free on every rank of this communicator (see
     /// `crate::context_id`); nothing is claimed yet.
     fn agree_ctx(&self) -> Result<u32> {
-        let mine = {
+        let (mine, revoked) = {
             let mut e = self.inner.lock();
             reap_contexts(&mut e);
-            e.ctx_ids.mask()
+            (e.ctx_ids.mask(), e.proto.revoked_count())
         };
         let mut all = [0u64; MASK_WORDS];
         self.allreduce(&mine, &mut all, Op::BitAnd)?;
         ContextIds::lowest(&all).ok_or_else(|| {
             Error::usage(format!(
                 "context ids exhausted: a rank of this communicator has {MAX_CONTEXTS} \
-                 communicators alive; fix: drop communicators that are no longer used"
+                 communicators alive or held ({revoked} held here for good by communicators \
+                 whose collectives were revoked after a mismatch); fix: drop communicators \
+                 that are no longer used, and do not go on after collective mismatches"
             ))
         })
     }
@@ -476,6 +478,7 @@ impl Communicator {
         let queue = {
             let mut e = self.inner.lock();
             e.ctx_ids.claim(ctx);
+            e.proto.ctx_live(ctx, st.group.clone());
             e.ctx_ids.queue()
         };
         let releaser = Releaser::new(&self.inner, queue);

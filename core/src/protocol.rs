@@ -482,6 +482,12 @@ pub struct Protocol {
     /// Revoked collective contexts, and the world rank that revoked each
     /// (`revoke.rs`).
     revoked: HashMap<u32, u32>,
+    /// Members (world ranks) of the live communicators' collective contexts, other
+    /// than the world's ([`Protocol::ctx_live`]): a `Revoke` counts only from one of
+    /// them.
+    members: HashMap<u32, std::sync::Arc<[u32]>>,
+    /// `Revoke`s of collective contexts not live here (yet), and who sent each.
+    revokes_early: HashMap<u32, u32>,
 }
 
 /// Failed reads into device memory in a row from one peer after which device buffers
@@ -520,6 +526,8 @@ impl Protocol {
             gdr_from: Default::default(),
             gdr_failures: Default::default(),
             revoked: Default::default(),
+            members: Default::default(),
+            revokes_early: Default::default(),
         }
     }
 
@@ -616,6 +624,7 @@ impl Protocol {
         {
             return false;
         }
+        self.members.remove(&coll);
         for &w in members {
             for c in [ctx, coll] {
                 self.matcher.forget(w, c);

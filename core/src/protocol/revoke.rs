@@ -26,15 +26,21 @@
 //! another rank finds a mismatch in a later one gets an error from the earlier one.
 //!
 //! Not covered:
+//! - a mismatch no rank sees as a message of the wrong length: ranks that disagree on
+//!   the root (two "roots" send, nobody receives), call different collectives, pass a
+//!   zero count on one rank, or differ in the number of calls (`RANKWIRE_COLL_CHECK=1`
+//!   finds those);
 //! - an `Rts` held by the receiver for ordering (not yet in its unexpected queue) is not
 //!   withdrawn, as with `MPI_Cancel`;
 //! - a rank learns of the revocation when the frame arrives: an operation it starts
 //!   before that (a broadcast root's eager sends) may still complete;
 //! - messages that arrive on the context after the revocation stay in the unexpected
 //!   queue (bounded by what was in flight; the id is held anyway);
-//! - a `Revoke` that reaches a rank after it freed the communicator and reused the id
-//!   for a communicator without the revoker would revoke that one there (the id has no
-//!   generation; the same limit as a late message, `crate::context_id`);
+//! - (handled) a `Revoke` that arrives after this rank freed the communicator and gave
+//!   its id to a new one: the new one cannot contain the revoker (the revoker holds the
+//!   id, so the agreement never picks it), and a `Revoke` from a rank outside the
+//!   communicator that has the id here is dropped ([`Protocol::ctx_live`] records the
+//!   members; one for an id not live here waits for it);
 //! - collectives run as several steps on hidden sub-communicators (the node-aware
 //!   device allreduce) revoke only the step that found the mismatch.
 
@@ -77,11 +83,45 @@ impl Protocol {
                 detail: format!("Revoke of context {ctx}, which is not a collective one"),
             });
         }
-        if let std::collections::hash_map::Entry::Vacant(v) = self.revoked.entry(ctx) {
-            v.insert(peer);
-            self.fail_revoked(ctx);
+        if self.revoked.contains_key(&ctx) {
+            return Ok(());
         }
+        if ctx != COLL_CTX_BIT | crate::context_id::WORLD_CTX {
+            match self.members.get(&ctx) {
+                // The id's communicator here does not contain the sender: the Revoke is
+                // for a communicator this rank freed before it arrived, whose id a
+                // communicator without the sender got since. Not this one's.
+                Some(m) if !m.contains(&peer) => return Ok(()),
+                Some(_) => {}
+                // Not live here: this rank has not made the communicator yet (or freed
+                // it). Kept until it does ([`Protocol::ctx_live`]).
+                None => {
+                    self.revokes_early.insert(ctx, peer);
+                    return Ok(());
+                }
+            }
+        }
+        self.revoked.insert(ctx, peer);
+        self.fail_revoked(ctx);
         Ok(())
+    }
+
+    /// A communicator with context id `ctx` (point-to-point; its collective context is
+    /// `ctx | COLL_CTX_BIT`) and world ranks `group` is live on this rank from now on,
+    /// until [`Protocol::release_ctx`]. A `Revoke` of its collective context that came
+    /// before from one of its members revokes it now; one from a rank outside it was
+    /// meant for an earlier communicator with that id and is dropped.
+    pub fn ctx_live(&mut self, ctx: u32, group: std::sync::Arc<[u32]>) {
+        let coll = ctx | COLL_CTX_BIT;
+        let early = self.revokes_early.remove(&coll);
+        if let Some(by) = early
+            && group.contains(&by)
+            && !self.revoked.contains_key(&coll)
+        {
+            self.revoked.insert(coll, by);
+            self.fail_revoked(coll);
+        }
+        self.members.insert(coll, group);
     }
 
     /// The error of an operation on revoked context `ctx`, `None` if it is not revoked.
@@ -118,13 +158,20 @@ impl Protocol {
     }
 }
 
-/// The error of an operation on a collective context revoked by world rank `by`.
+/// The error of an operation on a collective context revoked by world rank `by` (short
+/// enough, with the class's fix text, for `MPI_Error_string`'s 512 bytes).
 fn revoked(by: u32) -> Error {
     Error::Collective(format!(
-        "this communicator's collectives are revoked: world rank {by} found in a collective \
-         call that the ranks disagree on counts, roots or datatypes (its own call failed \
-         with the details; RANKWIRE_COLL_CHECK=1 names the difference), so no rank waits \
-         for messages that will not come; collectives on this communicator fail from now \
-         on, point-to-point on it still works"
+        "this communicator's collectives are revoked: world rank {by} got a message of the \
+         wrong length in a collective (its own error names it); they fail from now on, \
+         point-to-point still works"
     ))
+}
+
+impl Protocol {
+    /// Collective contexts revoked on this rank (each holds its communicator's id for
+    /// good; see [`Protocol::release_ctx`]).
+    pub fn revoked_count(&self) -> usize {
+        self.revoked.len()
+    }
 }

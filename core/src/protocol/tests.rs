@@ -1741,6 +1741,9 @@ fn eager_sends_and_answers_nobody_asked_for() {
 fn a_revoked_collective_context_fails_pending_and_later_operations() {
     const C: u32 = crate::context_id::COLL_CTX_BIT | 4;
     let mut net = Net::new(3);
+    for r in 0..3 {
+        net.ranks[r].ctx_live(4, [0, 1, 2].into());
+    }
     let coll = |src: u32| Pattern {
         ctx: C,
         src: Some(src),
@@ -1826,6 +1829,7 @@ fn a_send_offering_its_buffer_fails_on_a_revoked_context_and_the_id_is_held() {
     for r in 0..2 {
         net.ranks[r].enable_device();
         net.ranks[r].allow_cuda_ipc(1 - r as u32);
+        net.ranks[r].ctx_live(6, [0, 1].into());
     }
     let data = pattern(1000, 2);
     let s = net.ranks[0].isend(
@@ -1856,4 +1860,44 @@ fn a_send_offering_its_buffer_fails_on_a_revoked_context_and_the_id_is_held() {
     }
     // A context never revoked is released as before.
     assert!(net.ranks[0].release_ctx(9, &[0, 1]));
+}
+
+/// A `Revoke` counts only from a member of the communicator that has the id here: one
+/// that arrives after this rank freed the revoked communicator and gave the id to a
+/// communicator without the revoker is dropped; one that arrives before this rank made
+/// the communicator waits for it and then applies (if its sender is a member).
+#[test]
+fn a_revoke_counts_only_from_a_member_of_the_communicator_with_that_id() {
+    const C: u32 = crate::context_id::COLL_CTX_BIT | 5;
+    let h = Frame::Revoke { ctx: C }.header(0);
+    let recv = |p: &mut Protocol, src: u32, b: &mut [u8; 4]| {
+        p.irecv(
+            Pattern {
+                ctx: C,
+                src: Some(src),
+                tag: Some(0),
+            },
+            RawBuf::new(b.as_mut_ptr(), 4),
+        )
+    };
+    // Rank 0's communicator with id 5 is {0, 1}; a late Revoke from rank 2 (of an
+    // earlier communicator {0, 1, 2} with that id) is dropped.
+    let mut p = Protocol::new(0, 3);
+    p.ctx_live(5, [0, 1].into());
+    let mut b = [0u8; 4];
+    let id = recv(&mut p, 1, &mut b);
+    p.on_frame(2, &h, Vec::new()).unwrap();
+    assert!(p.take_done(id).is_none(), "not revoked by a non-member");
+    // From a member it revokes.
+    p.on_frame(1, &h, Vec::new()).unwrap();
+    assert!(p.take_done(id).unwrap().is_err());
+    // Before the communicator exists here: kept, then applied if the sender is in it.
+    for (group, applies) in [(vec![0u32, 2], true), (vec![0u32, 1], false)] {
+        let mut p = Protocol::new(0, 3);
+        p.on_frame(2, &h, Vec::new()).unwrap();
+        p.ctx_live(5, group.clone().into());
+        let mut b = [0u8; 4];
+        let id = recv(&mut p, group[1], &mut b);
+        assert_eq!(p.take_done(id).is_some(), applies, "group {group:?}");
+    }
 }
