@@ -618,10 +618,7 @@ impl Protocol {
     /// idle.
     pub fn release_ctx(&mut self, ctx: u32, members: &[u32]) -> bool {
         let coll = ctx | crate::context_id::COLL_CTX_BIT;
-        if self.matcher.holds(ctx)
-            || self.matcher.holds(coll)
-            || (!self.revoked.is_empty() && self.revoked.contains_key(&coll))
-        {
+        if self.matcher.holds(ctx) || self.matcher.holds(coll) || self.is_revoked(coll) {
             return false;
         }
         self.members.remove(&coll);

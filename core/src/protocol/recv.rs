@@ -20,7 +20,7 @@ impl Protocol {
             && self.pulls.is_empty()
             && self.pushes.is_empty()
             && self.dead.is_empty()
-            && (self.revoked.is_empty() || !self.revoked.contains_key(&pat.ctx))
+            && !self.is_revoked(pat.ctx)
             && self.matcher.quiet()
             && !self.matcher.has_unexpected(pat)
     }

@@ -21,6 +21,12 @@
 //! receive has not matched is withdrawn from the receiver (`Cancel`) and fails too, as
 //! does one whose buffer offer was being made.
 //!
+//! A `Revoke` counts only from a member of the communicator that has the id on this
+//! rank ([`Protocol::ctx_live`] records the members): one that arrives after this rank
+//! freed the revoked communicator and gave its id to a new one is dropped (the new one
+//! cannot contain the revoker, which holds the id, so the agreement never picks it for
+//! a communicator with it); one for an id not live here yet waits for it.
+//!
 //! As with ULFM's revoke, the revocation interrupts whatever is pending on the context:
 //! a rank that still runs an earlier, correct collective on the communicator when
 //! another rank finds a mismatch in a later one gets an error from the earlier one.
@@ -36,11 +42,6 @@
 //!   before that (a broadcast root's eager sends) may still complete;
 //! - messages that arrive on the context after the revocation stay in the unexpected
 //!   queue (bounded by what was in flight; the id is held anyway);
-//! - (handled) a `Revoke` that arrives after this rank freed the communicator and gave
-//!   its id to a new one: the new one cannot contain the revoker (the revoker holds the
-//!   id, so the agreement never picks it), and a `Revoke` from a rank outside the
-//!   communicator that has the id here is dropped ([`Protocol::ctx_live`] records the
-//!   members; one for an id not live here waits for it);
 //! - collectives run as several steps on hidden sub-communicators (the node-aware
 //!   device allreduce) revoke only the step that found the mismatch.
 
@@ -53,11 +54,10 @@ impl Protocol {
     /// `Revoke` to every other member. Does nothing for a context that is not a
     /// collective one, or that is revoked already.
     pub fn revoke(&mut self, ctx: u32, members: &[u32]) {
-        if ctx & COLL_CTX_BIT == 0 || self.revoked.contains_key(&ctx) {
+        if ctx & COLL_CTX_BIT == 0 || self.is_revoked(ctx) {
             return;
         }
-        self.revoked.insert(ctx, self.rank);
-        self.fail_revoked(ctx);
+        self.mark_revoked(ctx, self.rank);
         for &m in members {
             if m == self.rank || self.dead.contains_key(&m) {
                 continue;
@@ -83,7 +83,7 @@ impl Protocol {
                 detail: format!("Revoke of context {ctx}, which is not a collective one"),
             });
         }
-        if self.revoked.contains_key(&ctx) {
+        if self.is_revoked(ctx) {
             return Ok(());
         }
         if ctx != COLL_CTX_BIT | crate::context_id::WORLD_CTX {
@@ -101,8 +101,7 @@ impl Protocol {
                 }
             }
         }
-        self.revoked.insert(ctx, peer);
-        self.fail_revoked(ctx);
+        self.mark_revoked(ctx, peer);
         Ok(())
     }
 
@@ -116,12 +115,18 @@ impl Protocol {
         let early = self.revokes_early.remove(&coll);
         if let Some(by) = early
             && group.contains(&by)
-            && !self.revoked.contains_key(&coll)
+            && !self.is_revoked(coll)
         {
-            self.revoked.insert(coll, by);
-            self.fail_revoked(coll);
+            self.mark_revoked(coll, by);
         }
         self.members.insert(coll, group);
+    }
+
+    /// Whether context `ctx` is revoked here (one length test while none is: this is
+    /// on the paths of every send and receive).
+    #[inline]
+    pub(crate) fn is_revoked(&self, ctx: u32) -> bool {
+        !self.revoked.is_empty() && self.revoked.contains_key(&ctx)
     }
 
     /// The error of an operation on revoked context `ctx`, `None` if it is not revoked.
@@ -133,15 +138,21 @@ impl Protocol {
         self.revoked.get(&ctx).map(|&by| revoked(by))
     }
 
-    /// Fail every receive still posted on `ctx`, and withdraw every rendezvous send on
-    /// it whose receive has not matched: its `Rts` waits in the receiver's unexpected
-    /// queue, where (the receiver's context being revoked too) no receive will match
-    /// it. The withdrawal is a `Cancel` (`send.rs`), which settles the race with a
-    /// receive matching at the same moment; a withdrawn send fails with the revocation.
-    fn fail_revoked(&mut self, ctx: u32) {
-        let Some(err) = self.revoked_error(ctx) else {
-            return;
-        };
+    /// Collective contexts revoked on this rank (each holds its communicator's id for
+    /// good; see [`Protocol::release_ctx`]).
+    pub fn revoked_count(&self) -> usize {
+        self.revoked.len()
+    }
+
+    /// Revoke `ctx` here (revoked by world rank `by`): fail every receive still posted
+    /// on it, and withdraw every rendezvous send on it whose receive has not matched:
+    /// its `Rts` waits in the receiver's unexpected queue, where (the receiver's context
+    /// being revoked too) no receive will match it. The withdrawal is a `Cancel`
+    /// (`send.rs`), which settles the race with a receive matching at the same moment; a
+    /// withdrawn send fails with the revocation.
+    fn mark_revoked(&mut self, ctx: u32, by: u32) {
+        self.revoked.insert(ctx, by);
+        let err = revoked(by);
         for id in self.matcher.drain_posted(|p| p.ctx == ctx) {
             self.reqs.take_recv(id);
             self.reqs.complete(id, Err(err.clone()));
@@ -166,12 +177,4 @@ fn revoked(by: u32) -> Error {
          wrong length in a collective (its own error names it); they fail from now on, \
          point-to-point still works"
     ))
-}
-
-impl Protocol {
-    /// Collective contexts revoked on this rank (each holds its communicator's id for
-    /// good; see [`Protocol::release_ctx`]).
-    pub fn revoked_count(&self) -> usize {
-        self.revoked.len()
-    }
 }

@@ -131,9 +131,7 @@ impl Protocol {
         tag: i32,
         len_bytes: usize,
     ) -> Option<HeaderBuf> {
-        if (!self.dead.is_empty() && self.dead.contains_key(&dst))
-            || (!self.revoked.is_empty() && self.revoked.contains_key(&ctx))
-        {
+        if (!self.dead.is_empty() && self.dead.contains_key(&dst)) || self.is_revoked(ctx) {
             return None;
         }
         let env = self.next_env(dst, ctx, tag);
