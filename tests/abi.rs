@@ -157,6 +157,7 @@ c_tests!(
     cancel_thread,
     cancel_send,
     coll_revoke,
+    comm_free_pending,
 );
 
 /// The memory-kind agreement forced on (`RANKWIRE_ABI_MEMORY_AGREEMENT=on`, as on a

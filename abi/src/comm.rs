@@ -26,14 +26,47 @@ pub fn lookup(c: MPI_Comm) -> R<CommRef> {
 /// [`lookup`] of a created communicator (a table lookup), or the error for a handle
 /// that is none.
 fn lookup_created(c: MPI_Comm) -> R<CommRef> {
-    COMMS.get(c).map(CommRef::Created).ok_or_else(|| {
+    if let Some(x) = COMMS.get(c) {
+        return Ok(CommRef::Created(x));
+    }
+    if FREED_VISIBLE.get() {
+        if let Some(x) = freed_pending(c) {
+            return Ok(CommRef::Created(x));
+        }
+    }
+    Err(lookup_error(c))
+}
+
+/// [`lookup_created`]'s error (out of line).
+#[cold]
+fn lookup_error(c: MPI_Comm) -> MpiErr {
+    {
         err(
             MPI_ERR_COMM,
             format!(
                 "communicator {c:#x} is not a communicator (MPI_COMM_NULL, freed, or not a handle of this library); fix: pass MPI_COMM_WORLD, MPI_COMM_SELF or one from MPI_Comm_dup/split/create"
             ),
         )
-    })
+    }
+}
+
+thread_local! {
+    /// Set while `MPI_Start` posts a persistent request's operation: its communicator
+    /// may have been freed since (the request keeps it, MPI 4.1 §7.4.3).
+    static FREED_VISIBLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with communicators freed while requests on them were live still found by
+/// [`lookup`] (for `MPI_Start` of a persistent request created on one).
+pub fn with_freed_visible<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            FREED_VISIBLE.set(self.0);
+        }
+    }
+    let _reset = Reset(FREED_VISIBLE.replace(true));
+    f()
 }
 
 /// The communicator behind a handle, borrowed for a call: `MPI_COMM_WORLD` and
@@ -113,10 +146,62 @@ use std::sync::Mutex;
 /// Names set by `MPI_Comm_set_name`.
 static NAMES: Mutex<Option<HashMap<MPI_Comm, String>>> = Mutex::new(None);
 
+/// Communicators freed by `MPI_Comm_free` while requests on them were still live
+/// (active, or persistent and not yet freed): their handles are hidden in [`COMMS`],
+/// not reusable, and keep their error handlers until [`release_freed`] finds no
+/// request left on them.
+#[allow(clippy::type_complexity)]
+static FREED_PENDING: Mutex<Vec<(MPI_Comm, std::sync::Arc<Communicator>)>> = Mutex::new(Vec::new());
+
+/// The communicator of `c` if it was freed while requests on it were live and still
+/// has some.
+fn freed_pending(c: MPI_Comm) -> Option<std::sync::Arc<Communicator>> {
+    FREED_PENDING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(h, _)| *h == c)
+        .map(|(_, x)| x.clone())
+}
+
+/// Whether `c` is a communicator freed while requests on it were live, and still has
+/// some: errors of those requests are raised on its error handler (MPI 4.1 §7.4.3).
+pub fn is_freed_pending(c: MPI_Comm) -> bool {
+    freed_pending(c).is_some()
+}
+
+/// Releases the handles of freed communicators whose requests have all completed
+/// and been freed (their slots reusable, their error handlers forgotten). Runs before
+/// a new communicator takes a handle and at each `MPI_Comm_free`, so a handle
+/// whose last request completed can be reused by the next communicator; the error
+/// of that request has by then been raised, except where one thread completes the
+/// request while another creates a communicator at the same moment (the error may
+/// then meet the new communicator's handler).
+pub fn release_freed() {
+    let mut f = FREED_PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    if f.is_empty() {
+        return;
+    }
+    f.retain(|&(c, _)| {
+        if crate::request::references(c) {
+            return true;
+        }
+        COMMS.release(c);
+        crate::error::forget_comm(c);
+        false
+    });
+}
+
+/// A handle for the new communicator `c` (after [`release_freed`]).
+pub fn insert_comm(c: Communicator) -> MPI_Comm {
+    release_freed();
+    COMMS.insert(c)
+}
+
 /// Registers a new communicator from `parent`: a handle, the parent's error handler
 /// (inherited, MPI 4.1 §9.3), and, for dup, its attributes through their copy callbacks.
 fn register(parent: MPI_Comm, c: Communicator, copy_attrs: bool) -> R<MPI_Comm> {
-    let h = COMMS.insert(c);
+    let h = insert_comm(c);
     let eh = crate::error::handler_of(parent);
     if eh != MPI_ERRORS_ARE_FATAL {
         crate::error::set_handler(h, eh)?;
@@ -343,7 +428,7 @@ pub unsafe extern "C" fn MPI_Comm_create_from_group(
         let g = crate::group::lookup_group(group)?;
         let out = match w.create_group(&g, tag)? {
             Some(n) => {
-                let h = COMMS.insert(n);
+                let h = insert_comm(n);
                 if errhandler != MPI_ERRHANDLER_NULL && errhandler != MPI_ERRORS_ARE_FATAL {
                     crate::error::set_handler(h, errhandler)?;
                 }
@@ -429,7 +514,8 @@ pub unsafe extern "C" fn MPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
 }
 
 /// `MPI_Comm_free`: deletes the attributes (delete callbacks) and the handle; pending
-/// operations on the communicator complete normally.
+/// operations on the communicator complete normally, and their errors are raised on
+/// its error handler (the handle is not reused until they have completed).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
     guard(MPI_COMM_WORLD, || {
@@ -446,9 +532,23 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
         }
         lookup(h)?;
         attr::delete_all(h)?;
-        COMMS.remove(h);
+        release_freed();
+        if crate::request::references(h) {
+            // MPI 4.1 §7.4.3: pending operations complete first. The handle is no
+            // longer valid for calls, but keeps its error handler (the operations'
+            // errors are raised on it) and is not given to a new communicator until
+            // they have completed (release_freed).
+            if let Some(x) = COMMS.hide(h) {
+                FREED_PENDING
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((h, x));
+            }
+        } else {
+            COMMS.remove(h);
+            crate::error::forget_comm(h);
+        }
         crate::topo::forget(h);
-        crate::error::forget_comm(h);
         crate::p2p::forget_comm_buffer(h);
         crate::memkind::forget(h);
         if let Some(m) = NAMES.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {

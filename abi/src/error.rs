@@ -164,7 +164,8 @@ pub fn raise(comm: MPI_Comm, e: MpiErr) -> c_int {
     // handler of its own: it is raised on MPI_COMM_SELF (MPI 4.1 §9.3).
     let comm = if comm == MPI_COMM_WORLD
         || comm == MPI_COMM_SELF
-        || crate::comm::COMMS.is_created(comm) && crate::comm::COMMS.get(comm).is_some()
+        || crate::comm::COMMS.is_created(comm)
+            && (crate::comm::COMMS.get(comm).is_some() || crate::comm::is_freed_pending(comm))
     {
         comm
     } else {

@@ -120,6 +120,28 @@ impl<T> Table<T> {
         Some(obj)
     }
 
+    /// Takes `handle`'s object out like [`Table::remove`] (later lookups of the handle
+    /// fail) but keeps its slot reserved: no later `insert` gets this handle until
+    /// [`Table::release`]. For objects that outlive their handle (a communicator freed
+    /// while operations on it are pending, MPI 4.1 §7.4.3).
+    pub fn hide(&self, handle: usize) -> Option<Arc<T>> {
+        let idx = self.index(handle)?;
+        let mut s = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        s.items.get_mut(idx)?.take()
+    }
+
+    /// Makes the slot of a hidden `handle` (see [`Table::hide`]) reusable. A handle that is live
+    /// or not of this table is left alone.
+    pub fn release(&self, handle: usize) {
+        let Some(idx) = self.index(handle) else {
+            return;
+        };
+        let mut s = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(s.items.get(idx), Some(None)) && !s.free.contains(&idx) {
+            s.free.push(idx);
+        }
+    }
+
     /// Number of live objects (tests and leak reports).
     pub fn live(&self) -> usize {
         let s = self.slots.lock().unwrap_or_else(|e| e.into_inner());
@@ -152,6 +174,29 @@ mod tests {
         assert!(t.get(a).is_none());
         assert!(t.remove(a).is_none(), "double free is detected");
         assert_eq!(t.live(), 1);
+    }
+
+    #[test]
+    fn a_hidden_handle_is_not_reused_until_released() {
+        let t: Table<u32> = Table::new(Kind::Comm);
+        let a = t.insert(1);
+        assert_eq!(*t.hide(a).unwrap(), 1);
+        assert!(
+            t.get(a).is_none(),
+            "a hidden handle no longer names its object"
+        );
+        let b = t.insert(2);
+        assert_ne!(a, b, "a hidden handle's slot stays reserved");
+        t.release(a);
+        t.release(a);
+        assert_eq!(t.insert(3), a, "released once, reused once");
+        assert_ne!(t.insert(4), a);
+        t.release(b);
+        assert_eq!(
+            *t.get(b).unwrap(),
+            2,
+            "releasing a live handle does nothing"
+        );
     }
 }
 

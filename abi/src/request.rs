@@ -296,6 +296,13 @@ fn take_op(h: MPI_Request) -> R<Taken> {
     }
 }
 
+/// Whether a live request (active, being completed, or persistent) was created on
+/// `comm`: `MPI_Comm_free` keeps such a communicator's handle and error handler until
+/// none is left. A scan of the table (communicator frees are rare).
+pub fn references(comm: MPI_Comm) -> bool {
+    table().iter().any(|(_, s)| s.comm == comm)
+}
+
 /// Puts a still-pending operation back into its slot.
 fn put_back(h: MPI_Request, op: Started) {
     let mut t = table();
@@ -1453,8 +1460,9 @@ fn start(h: MPI_Request, ec: &mut MPI_Comm) -> R {
         s.busy = true;
         f
     };
-    // Posting runs without the table's lock (it may create requests of its own).
-    let r = f();
+    // Posting runs without the table's lock (it may create requests of its own), and
+    // may use a communicator freed since the request was created.
+    let r = crate::comm::with_freed_visible(|| f());
     let mut t = table();
     if let Ok(s) = slot_mut(&mut t, h) {
         s.busy = false;

@@ -10,7 +10,7 @@
 //! `MPI_Cart_shift(d, 1)`; for graphs, the order of the edge lists.
 
 use crate::buf::{recv_buf, send_buf};
-use crate::comm::{COMMS, lookup, rank_arg};
+use crate::comm::{lookup, rank_arg};
 use crate::consts::*;
 use crate::datatype::info;
 use crate::error::{R, err, guard, put};
@@ -82,7 +82,7 @@ pub fn forget(comm: MPI_Comm) {
 
 fn attach(c: Communicator, parent: MPI_Comm, topo: Topo) -> R<MPI_Comm> {
     let hidden = c.dup()?;
-    let h = COMMS.insert(c);
+    let h = crate::comm::insert_comm(c);
     let eh = crate::error::handler_of(parent);
     if eh != MPI_ERRORS_ARE_FATAL {
         crate::error::set_handler(h, eh)?;
