@@ -29,10 +29,10 @@ fn lookup_created(c: MPI_Comm) -> R<CommRef> {
     if let Some(x) = COMMS.get(c) {
         return Ok(CommRef::Created(x));
     }
-    if FREED_VISIBLE.get() {
-        if let Some(x) = freed_pending(c) {
-            return Ok(CommRef::Created(x));
-        }
+    if FREED_VISIBLE.get()
+        && let Some(x) = freed_pending(c)
+    {
+        return Ok(CommRef::Created(x));
     }
     Err(lookup_error(c))
 }
