@@ -83,7 +83,7 @@ pub mod wire;
 pub use bytemuck;
 pub use bytemuck::{Pod, Zeroable};
 pub use coll::ops::{Datatype, Loc, Op, ReduceOp, Reducible, UserOp};
-pub use coll::{CollRequest, wait_all_coll};
+pub use coll::{CollRequest, DeviceChannels, wait_all_coll};
 pub use comm::{ANY_SOURCE, ANY_TAG, Communicator, Message, Source, TAG_UB, Tag};
 /// cudarc, re-exported so applications use the same version as rankwire (feature
 /// `cuda`).

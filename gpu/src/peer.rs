@@ -122,8 +122,14 @@ pub struct PeerArgs {
     /// 1: fence at system scope (`__threadfence_system`: peers on other GPUs); 0:
     /// device scope (`__threadfence`: every rank on this GPU).
     pub sys_fence: u32,
-    /// Padding (keeps the struct a multiple of 8 bytes in both languages).
-    pub pad: u32,
+    /// The call's fingerprint (collective, sizes, root; never 0), or 0: no check.
+    /// Block 0 publishes it in this rank's control words (word `2 + e mod 2`) before
+    /// the entry barrier; after the barrier every rank compares every peer's with its
+    /// own, and on a difference stores status `0x200 | rank` and skips the work on
+    /// every rank alike (ranks whose calls disagree, e.g. in count or root, would
+    /// otherwise read bytes a peer never wrote). Also keeps the struct a multiple of 8
+    /// bytes in both languages.
+    pub check: u32,
 }
 
 impl PeerArgs {
@@ -149,7 +155,7 @@ impl PeerArgs {
             nout: 0,
             exit_barrier: 0,
             sys_fence: 1,
-            pad: 0,
+            check: 0,
         }
     }
 }
@@ -167,7 +173,8 @@ pub fn peer_blocks(bytes: usize, sharing: usize, sms: u32) -> u32 {
 }
 
 /// Status codes the kernel stores: `0x100 | phase << 6 | rank` for a barrier
-/// timeout waiting for `rank` (phase 0 entry, 1 exit).
+/// timeout waiting for `rank` (phase 0 entry, 1 exit); `0x200 | rank` when `rank`'s
+/// call has another fingerprint ([`PeerArgs::check`]).
 pub fn decode_status(code: u32) -> Option<String> {
     if code == 0 {
         return None;
@@ -178,6 +185,15 @@ pub fn decode_status(code: u32) -> Option<String> {
         return Some(format!(
             "timed out at the {phase} barrier waiting for rank {rank} (it did not reach \
              the same collective: mismatched calls, or it stopped)"
+        ));
+    }
+    if code & !0x3f == 0x200 {
+        return Some(format!(
+            "rank {} called this collective with other arguments than this rank \
+             (another collective, element count, type size or root; every rank of a \
+             collective, and both ranks of a device channel's send and receive, must \
+             pass the same)",
+            code & 0x3f
         ));
     }
     Some(format!("unknown device status {code:#x}"))
@@ -191,7 +207,7 @@ pub fn peer_kernel_source(dt: Option<DType>) -> String {
     s.push_str(&format!(
         "// rankwire peer-memory collective kernels (generated)\n\
          typedef unsigned long long u64;\ntypedef unsigned int u32;\n\
-         #define MAXP {MAX_PEERS}\n#define MAXB {MAX_BLOCKS}\n"
+         #define MAXP {MAX_PEERS}\n#define MAXB {MAX_BLOCKS}\n#define FLAGB {FLAG_BYTES}\n"
     ));
     s.push_str(PRELUDE);
     match dt {
@@ -225,7 +241,9 @@ fn kernel_wrapper(name: &str, work: &str) -> String {
          \x20 u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;\n\
          \x20 u64 nth = (u64)gridDim.x * blockDim.x;\n\
          \x20 if (a.src) {{ copy_bytes(slot(a, a.me, e), a.src, a.src_bytes, tid, nth); }}\n\
+         \x20 if (a.check && blockIdx.x == 0 && threadIdx.x == 0) ctrl[2u + (e & 1u)] = a.check;\n\
          \x20 bool ok = barrier(a, 0u, e);\n\
+         \x20 if (ok && a.check) ok = agree(a, e);\n\
          \x20 if (ok) {{ {work} }}\n\
          \x20 if (ok && a.exit_barrier) ok = barrier(a, 1u, e);\n\
          \x20 finish(a, e);\n\
@@ -238,7 +256,7 @@ const PRELUDE: &str = r#"
 struct PeerArgs {
   u64 in[MAXP]; u64 out[MAXP]; u64 flags[MAXP];
   u64 src, src_bytes, ctrl, status, timeout_ns, lo, hi, out_sub, seg, stride, slot_bytes;
-  u32 p, me, nout, exit_barrier, sys_fence, pad;
+  u32 p, me, nout, exit_barrier, sys_fence, check;
 };
 __device__ __forceinline__ u64 gtime() { u64 t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
 __device__ __forceinline__ u64 slot(const PeerArgs& a, u32 j, u32 e) {
@@ -289,6 +307,21 @@ __device__ bool barrier(const PeerArgs& a, u32 phase, u32 e) {
   }
   fence(a);
   return __syncthreads_and(ok) != 0;
+}
+// After the entry barrier of epoch `e`: whether every rank published this rank's
+// fingerprint `a.check` (control word 2 + e mod 2 of its workspace). A rank rewrites
+// that word only in epoch e + 2, after it saw every peer finish epoch e.
+__device__ bool agree(const PeerArgs& a, u32 e) {
+  bool good = true;
+  u32 t = threadIdx.x;
+  if (t < a.p) {
+    volatile u32* c = (volatile u32*)(a.flags[t] + FLAGB);
+    if (c[2u + (e & 1u)] != a.check) {
+      good = false;
+      if (blockIdx.x == 0) *(volatile u32*)a.status = 0x200u | t;
+    }
+  }
+  return __syncthreads_and(good) != 0;
 }
 __device__ __forceinline__ void finish(const PeerArgs& a, u32 e) {
   __syncthreads();
@@ -560,7 +593,7 @@ mod tests {
             "u64 src, src_bytes, ctrl, status, timeout_ns, lo, hi, out_sub, seg, stride, \
              slot_bytes;"
         ));
-        assert!(src.contains("u32 p, me, nout, exit_barrier, sys_fence, pad;"));
+        assert!(src.contains("u32 p, me, nout, exit_barrier, sys_fence, check;"));
     }
 
     #[test]
@@ -620,5 +653,7 @@ mod tests {
         let m = decode_status(0x100 | 0x40 | 1).unwrap();
         assert!(m.contains("exit") && m.contains("rank 1"), "{m}");
         assert!(decode_status(7).unwrap().contains("unknown"));
+        let m = decode_status(0x200 | 5).unwrap();
+        assert!(m.contains("rank 5") && m.contains("other arguments"), "{m}");
     }
 }

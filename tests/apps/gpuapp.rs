@@ -125,6 +125,7 @@ fn main() {
         "cudarc" => cudarc_check(&w, &u),
         "gdrside" => gdr_side(),
         "streamp2p" => stream_p2p(&w, &u),
+        "channels" => channels(&w, &u),
         "bench" => bench(
             &w,
             args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1 << 30),
@@ -563,9 +564,135 @@ fn stream_nogpu() {
     }
     w.wait_stream_ops()
         .unwrap_or_else(|e| fail(&format!("wait_stream_ops with nothing enqueued: {e}")));
+    match w.device_channels(0) {
+        Err(rankwire::Error::Gpu(m)) if m.contains("device_channels") => {
+            println!("rank {}: device_channels: {m}", w.rank())
+        }
+        other => fail(&format!("device_channels without a GPU: {other:?}")),
+    }
     u.finalize()
         .unwrap_or_else(|e| fail(&format!("finalize: {e}")));
     println!("rank {}: stream_nogpu OK", w.rank());
+}
+
+/// `DeviceChannels` (NCCL-style stream-ordered point-to-point) at every rank count:
+/// a ring exchange between user kernels on two streams at 8 B – 8 MiB (the kernel
+/// route up to one scratch slot, the proxy above), checked on the host; then, between
+/// ranks 0 and 1, an 8-byte ping-pong timed like `streamp2p`'s; then a size mismatch
+/// that both ranks must report as an error (not wrong data, not a hang).
+fn channels(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
+    let (me, n) = (w.rank(), w.size());
+    let dev = u.gpu_device()?;
+    let gpu = |e: rankwire::gpu::GpuError| rankwire::Error::Gpu(e.to_string());
+    let t0 = Instant::now();
+    let ch = w.device_channels(dev)?;
+    println!(
+        "rank {me}: channels set up in {:.1} ms; peer memory to {:?}",
+        t0.elapsed().as_secs_f64() * 1e3,
+        ch.peer_memory_ranks()
+    );
+    let (to, from) = ((me + 1) % n, (me + n - 1) % n);
+    let ss = Stream::new(dev).map_err(gpu)?;
+    let rs = Stream::new(dev).map_err(gpu)?;
+    // SAFETY: nothing is enqueued: the peer is this rank.
+    let selfsend = unsafe { ch.send_on_stream(0x1000, 8, me, &ss) };
+    if !matches!(selfsend, Err(rankwire::Error::Usage(_))) {
+        return Err(rankwire::Error::Gpu(format!(
+            "a send to this rank must be a usage error: {selfsend:?}"
+        )));
+    }
+    for &len in &[8usize, 4096, 65536, 4 << 20, 8 << 20] {
+        for round in 0..3u8 {
+            let mine = bytes_of(me as u8 * 16 + round, len);
+            let want = bytes_of(from as u8 * 16 + round, len);
+            let junk = vec![0xEEu8; len];
+            let (src, sbuf) = (dev_with(dev, &mine)?, dev_with(dev, &junk)?);
+            let (rbuf, out) = (dev_with(dev, &junk)?, dev_with(dev, &junk)?);
+            // SAFETY: every buffer lives until both streams are synchronized below.
+            unsafe {
+                copy_kernel(sbuf.ptr(), src.ptr(), len, &ss)?;
+                ch.send_on_stream(sbuf.ptr(), len, to, &ss)?;
+                // Overwrite the send buffer right after: the send must have read it.
+                copy_kernel(sbuf.ptr(), rbuf.ptr(), len, &ss)?;
+                ch.recv_on_stream(rbuf.ptr(), len, from, &rs)?;
+                copy_kernel(out.ptr(), rbuf.ptr(), len, &rs)?;
+            }
+            ss.synchronize().map_err(gpu)?;
+            rs.synchronize().map_err(gpu)?;
+            ch.check_errors()?;
+            let got = out.to_vec().map_err(gpu)?;
+            if got != want {
+                let bad = got.iter().zip(&want).position(|(a, b)| a != b);
+                return Err(rankwire::Error::Gpu(format!(
+                    "{len} B round {round}: wrong data from rank {from} (first difference at {bad:?})"
+                )));
+            }
+        }
+        println!("rank {me}: channels ring {len} B ok");
+    }
+    w.barrier()?;
+    let counts: Vec<usize> = std::env::var("RW_STREAM_ITERS")
+        .unwrap_or_else(|_| "20,200,2000,20000".into())
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    if me <= 1 {
+        let peer = 1 - me;
+        let x = dev_with(dev, &[0u8; 8])?;
+        let y = dev_with(dev, &[0u8; 8])?;
+        for iters in counts {
+            let t0 = Instant::now();
+            for _ in 0..iters {
+                // SAFETY: x and y live until the synchronize below.
+                unsafe {
+                    if me == 0 {
+                        ch.send_on_stream(x.ptr(), 8, peer, &ss)?;
+                        ch.recv_on_stream(y.ptr(), 8, peer, &ss)?;
+                    } else {
+                        ch.recv_on_stream(y.ptr(), 8, peer, &ss)?;
+                        ch.send_on_stream(x.ptr(), 8, peer, &ss)?;
+                    }
+                }
+            }
+            let enq = t0.elapsed();
+            ss.synchronize().map_err(gpu)?;
+            ch.check_errors()?;
+            let total = t0.elapsed();
+            println!(
+                "rank {me}: channels 8 B ping-pong: one way {:.2} us ({iters} round trips; enqueueing took {:.2} us per call)",
+                total.as_secs_f64() * 1e6 / (2.0 * iters as f64),
+                enq.as_secs_f64() * 1e6 / (2.0 * iters as f64)
+            );
+        }
+    }
+    w.barrier()?;
+    // A size mismatch between ranks 0 and 1 on the kernel route: an error on both.
+    if me <= 1 && ch.peer_memory_ranks().contains(&(1 - me)) {
+        let len = if me == 0 { 64 } else { 128 };
+        let b = dev_with(dev, &[0u8; 128])?;
+        let t0 = Instant::now();
+        // SAFETY: b lives until the synchronize below.
+        unsafe {
+            if me == 0 {
+                ch.send_on_stream(b.ptr(), len, 1, &ss)?;
+            } else {
+                ch.recv_on_stream(b.ptr(), len, 0, &ss)?;
+            }
+        }
+        ss.synchronize().map_err(gpu)?;
+        match ch.check_errors() {
+            Err(e) if e.to_string().contains("other arguments") => println!(
+                "rank {me}: size mismatch reported in {:.1} ms: {e}",
+                t0.elapsed().as_secs_f64() * 1e3
+            ),
+            other => {
+                return Err(rankwire::Error::Gpu(format!(
+                    "a size mismatch must be an error: {other:?}"
+                )));
+            }
+        }
+    }
+    w.barrier()
 }
 
 /// A copy kernel on `stream`: `dst = src` for `bytes` (a multiple of 4) bytes.

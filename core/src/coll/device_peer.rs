@@ -523,6 +523,28 @@ pub(crate) enum PeerColl {
 }
 
 impl PeerColl {
+    /// The call's fingerprint for the kernel's agreement check
+    /// ([`rankwire_gpu::peer::PeerArgs::check`]): FNV-1a over the collective's kind,
+    /// sizes and root, folded to 32 bits, never 0. Equal on every rank of a correct
+    /// call; ranks whose counts, element sizes, roots or collectives differ get
+    /// different values (but for a 2^-32 chance).
+    pub(crate) fn fingerprint(&self) -> u32 {
+        let f: [u64; 4] = match *self {
+            PeerColl::Allreduce { n, es } => [1, n as u64, es as u64, 0],
+            PeerColl::Reduce { n, es, root } => [2, n as u64, es as u64, root as u64],
+            PeerColl::ReduceScatterBlock { k, es } => [3, k as u64, es as u64, 0],
+            PeerColl::Allgather { k } => [4, k as u64, 0, 0],
+            PeerColl::Bcast { n, root } => [5, n as u64, 0, root as u64],
+        };
+        let h = f
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+        ((h ^ (h >> 32)) as u32).max(1)
+    }
+
     /// Bytes of this rank's input as the kernel reads it.
     fn input_bytes(&self, p: usize) -> usize {
         match *self {
@@ -589,6 +611,7 @@ pub(crate) fn scratch_args(
     let mut a = PeerArgs::zeroed();
     a.p = p as u32;
     a.me = me as u32;
+    a.check = c.fingerprint();
     a.slot_bytes = slot_bytes as u64;
     for (j, &b) in bases.iter().enumerate() {
         a.input[j] = b + PeerWorkspace::slots_offset();
@@ -656,6 +679,7 @@ pub(crate) fn mapped_args(
     let mut a = PeerArgs::zeroed();
     a.p = p as u32;
     a.me = me as u32;
+    a.check = c.fingerprint();
     a.exit_barrier = 1;
     a.input[..p].copy_from_slice(&ins[..p]);
     match c {
@@ -1027,6 +1051,11 @@ pub(crate) fn build(
 }
 
 /// An error recorded by a kernel of `group` (after its launches completed).
+/// Bytes of one scratch slot of `group`'s workspace.
+pub(crate) fn slot_bytes_of(group: &Mutex<PeerGroup>) -> usize {
+    lock(group).ws.slot_bytes()
+}
+
 pub(crate) fn check_group(group: &Mutex<PeerGroup>, what: &str) -> Result<()> {
     lock(group).check(what)
 }
@@ -1085,6 +1114,46 @@ mod tests {
             mode: 0,
             slot: 4 << 20,
         }
+    }
+
+    #[test]
+    fn fingerprints_differ_where_calls_disagree() {
+        let calls = [
+            PeerColl::Bcast { n: 8, root: 0 },
+            PeerColl::Bcast { n: 8, root: 1 },
+            PeerColl::Bcast { n: 16, root: 0 },
+            PeerColl::Allgather { k: 8 },
+            PeerColl::Allreduce { n: 2, es: 4 },
+            PeerColl::Allreduce { n: 4, es: 2 },
+            PeerColl::Allreduce { n: 1, es: 8 },
+            PeerColl::Reduce {
+                n: 2,
+                es: 4,
+                root: 0,
+            },
+            PeerColl::ReduceScatterBlock { k: 2, es: 4 },
+        ];
+        let f: Vec<u32> = calls.iter().map(|c| c.fingerprint()).collect();
+        for (i, a) in f.iter().enumerate() {
+            assert_ne!(*a, 0, "0 means no check");
+            for (j, b) in f.iter().enumerate().skip(i + 1) {
+                assert_ne!(a, b, "{:?} and {:?}", calls[i], calls[j]);
+            }
+        }
+        assert_eq!(f[0], PeerColl::Bcast { n: 8, root: 0 }.fingerprint());
+        let a = scratch_args(
+            calls[0],
+            1,
+            &[0x1000, 0x2000],
+            256,
+            Regions {
+                input: 0,
+                output: 0x3000,
+            },
+        );
+        assert_eq!(a.check, f[0], "the scratch form carries the fingerprint");
+        let m = mapped_args(calls[4], 0, &[0x1000, 0x2000], &[1, 2], &[3, 4]);
+        assert_eq!(m.check, f[4], "and the mapped form");
     }
 
     #[test]

@@ -87,6 +87,8 @@ mod barrier;
 mod bcast;
 mod check;
 pub mod device;
+mod device_channels;
+pub use device_channels::DeviceChannels;
 pub(crate) mod device_hier;
 pub(crate) mod device_peer;
 mod direct;
