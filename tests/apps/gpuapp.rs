@@ -601,24 +601,43 @@ fn channels(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
             "a send to this rank must be a usage error: {selfsend:?}"
         )));
     }
-    for &len in &[8usize, 4096, 65536, 4 << 20, 8 << 20] {
+    // RW_CH_SIZES: the ring's sizes (default: the kernel route's, up to one scratch
+    // slot); RW_CH_SERIAL=1: one stream, even ranks send first, odd ranks receive
+    // first (the order blocking calls need) instead of two streams.
+    let sizes: Vec<usize> = std::env::var("RW_CH_SIZES")
+        .unwrap_or_else(|_| "8,4096,65536,4194304".into())
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    let serial = std::env::var_os("RW_CH_SERIAL").is_some();
+    let rsr = if serial { &ss } else { &rs };
+    for &len in &sizes {
         for round in 0..3u8 {
             let mine = bytes_of(me as u8 * 16 + round, len);
             let want = bytes_of(from as u8 * 16 + round, len);
             let junk = vec![0xEEu8; len];
             let (src, sbuf) = (dev_with(dev, &mine)?, dev_with(dev, &junk)?);
             let (rbuf, out) = (dev_with(dev, &junk)?, dev_with(dev, &junk)?);
+            let jb = dev_with(dev, &junk)?;
             // SAFETY: every buffer lives until both streams are synchronized below.
             unsafe {
                 copy_kernel(sbuf.ptr(), src.ptr(), len, &ss)?;
+                let recv = || -> Result<()> {
+                    ch.recv_on_stream(rbuf.ptr(), len, from, rsr)?;
+                    copy_kernel(out.ptr(), rbuf.ptr(), len, rsr)
+                };
+                if serial && me % 2 == 1 {
+                    recv()?;
+                }
                 ch.send_on_stream(sbuf.ptr(), len, to, &ss)?;
                 // Overwrite the send buffer right after: the send must have read it.
-                copy_kernel(sbuf.ptr(), rbuf.ptr(), len, &ss)?;
-                ch.recv_on_stream(rbuf.ptr(), len, from, &rs)?;
-                copy_kernel(out.ptr(), rbuf.ptr(), len, &rs)?;
+                copy_kernel(sbuf.ptr(), jb.ptr(), len, &ss)?;
+                if !(serial && me % 2 == 1) {
+                    recv()?;
+                }
             }
             ss.synchronize().map_err(gpu)?;
-            rs.synchronize().map_err(gpu)?;
+            rsr.synchronize().map_err(gpu)?;
             ch.check_errors()?;
             let got = out.to_vec().map_err(gpu)?;
             if got != want {
@@ -628,7 +647,10 @@ fn channels(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
                 )));
             }
         }
-        println!("rank {me}: channels ring {len} B ok");
+        println!(
+            "rank {me}: channels ring {len} B ok ({})",
+            if serial { "one stream" } else { "two streams" }
+        );
     }
     w.barrier()?;
     let counts: Vec<usize> = std::env::var("RW_STREAM_ITERS")
