@@ -24,12 +24,17 @@
 //! kernel launch on the caller's stream; the host does not wait.
 //!
 //! Messages larger than one scratch slot (`RANKWIRE_GPU_PEER_SCRATCH`, 4 MiB by
-//! default), pairs without a peer-memory path (ranks on different nodes, or sharing a
-//! GPU without MPS: the verdict of `coll/device_peer.rs`), and communicators built
-//! without CUDA take the stream proxy instead (`send_device_on_stream` on a private
-//! duplicate of the communicator, tag 0: non-overtaking keeps the NCCL order). Both
-//! routes keep the order of their own messages; a send and its receive take the same
-//! route because the route depends only on the pair and the size.
+//! default) and pairs without a peer-memory path (ranks on different nodes, or sharing
+//! a GPU without MPS: the verdict of `coll/device_peer.rs`) take the host route, as the
+//! stream-ordered collectives do off their peer path: the call synchronizes the stream
+//! and runs a blocking device send or receive on a private duplicate of the
+//! communicator (tag 0: non-overtaking keeps the NCCL order), so ordering is kept but
+//! the host waits, and a pair that both send first waits forever, as with blocking
+//! calls. (Not the stream proxy of [`Communicator::send_device_on_stream`]: on an H100
+//! its operations hung when both ranks had a send and a receive to each other posted
+//! at once, and without MPS even in blocking order,
+//! `benches/results/gpu-2026-12-06k/`.) A send and its receive take the same route
+//! because the route depends only on the pair and the size.
 
 use std::sync::{Arc, Mutex};
 
@@ -37,7 +42,26 @@ use rankwire_gpu::Stream;
 
 use crate::coll::device_peer::{self, PeerColl, PeerGroup};
 use crate::comm::Communicator;
+use crate::device::{DeviceMemory, DeviceMemoryMut};
 use crate::error::{Error, Result};
+
+/// A raw device range (the caller's contract keeps it live for the call).
+struct DevRaw(u64, usize);
+
+// SAFETY: the callers below pass the live device range of their caller's contract,
+// used only during the blocking call.
+unsafe impl DeviceMemory for DevRaw {
+    fn device_region(&self) -> Result<(u64, usize)> {
+        Ok((self.0, self.1))
+    }
+}
+
+// SAFETY: as above.
+unsafe impl DeviceMemoryMut for DevRaw {
+    fn device_region_mut(&mut self) -> Result<(u64, usize)> {
+        Ok((self.0, self.1))
+    }
+}
 
 /// Tag of the pair communicators' `create_group` calls.
 const PAIR_TAG: i32 = 0x5043; // "PC"
@@ -70,7 +94,7 @@ pub struct DeviceChannels {
     to: Vec<Option<Pair>>,
     /// Per parent rank: the direction from it, with a peer-memory path, if any.
     from: Vec<Option<Pair>>,
-    /// The route of everything else: a duplicate of the parent, tag 0.
+    /// The host route: a duplicate of the parent, tag 0.
     other: Communicator,
 }
 
@@ -138,7 +162,7 @@ impl Communicator {
                         .ok_or_else(|| Error::usage("device_channels: not a pair member"))?;
                     let Some(g) = comm.peer_group(device)? else {
                         tracing::info!(
-                            "device channel with rank {peer} takes the stream proxy: {}",
+                            "device channel with rank {peer} takes the host route: {}",
                             comm.peer_memory_status().unwrap_or_default()
                         );
                         continue;
@@ -203,7 +227,7 @@ impl DeviceChannels {
     }
 
     /// Enqueue one broadcast from the sender of `pair` if it fits the scratch form;
-    /// `false` if the message takes the proxy route.
+    /// `false` if the message takes the host route.
     ///
     /// # Safety
     /// `ptr` valid for `bytes` until the stream's work has completed.
@@ -240,15 +264,19 @@ impl DeviceChannels {
 
     /// Send `bytes` bytes of device memory at `ptr` to `peer`, enqueued on `stream`:
     /// the send reads the buffer after the work enqueued on `stream` before the call,
-    /// and work enqueued after it waits until the buffer may be overwritten. Returns
-    /// without waiting. Matches the receive of `peer` from this rank in the same
-    /// position (NCCL's rule), which must give the same `bytes`. Zero bytes is
-    /// nothing (the receive of zero bytes too).
+    /// and work enqueued after it waits until the buffer may be overwritten. Matches
+    /// the receive of `peer` from this rank in the same position (NCCL's rule), which
+    /// must give the same `bytes`. Zero bytes is nothing (the receive of zero bytes
+    /// too).
     ///
-    /// On the kernel route the send completes on the stream when the peer's receive
-    /// has started (the two kernels meet at a barrier): like a blocking send, a pair of
-    /// ranks that send to each other on one stream each must enqueue the send on one
-    /// and the receive on the other first (or use two streams, or NCCL's order).
+    /// On the kernel route (a peer in [`DeviceChannels::peer_memory_ranks`], `bytes`
+    /// up to one scratch slot) the call returns without waiting, and the send
+    /// completes on the stream when the peer's receive has started (the two kernels
+    /// meet at a barrier): a pair of ranks that send to each other on one stream each
+    /// must enqueue the send on one and the receive on the other first, or use a
+    /// stream for sends and another for receives. On the host route the call
+    /// synchronizes `stream` and returns when the send has completed, as a blocking
+    /// send (see the module).
     ///
     /// # Safety
     /// `ptr` must be device memory of the channels' device, valid for reads of `bytes`
@@ -259,8 +287,8 @@ impl DeviceChannels {
     /// [`Error::Usage`] for a peer out of range or this rank, or a stream of another
     /// device; [`Error::Collective`] when an earlier kernel of this pair failed (a
     /// barrier timeout: the peer did not make the matching call; or a size mismatch:
-    /// "called ... with other arguments"); the proxy route's errors as
-    /// [`Communicator::send_device_on_stream`].
+    /// "called ... with other arguments"); the host route's errors as
+    /// [`Communicator::send_device`].
     pub unsafe fn send_on_stream(
         &self,
         ptr: u64,
@@ -279,19 +307,21 @@ impl DeviceChannels {
                 return Ok(());
             }
         }
-        // SAFETY: the caller's contract.
-        unsafe {
-            self.other
-                .send_device_on_stream(ptr, bytes, peer, 0, stream)
-        }
+        stream
+            .synchronize()
+            .map_err(|e| Error::Gpu(format!("{W}: synchronizing the stream: {e}")))?;
+        self.other.send_device(&DevRaw(ptr, bytes), peer, 0)
     }
 
     /// Receive `bytes` bytes from `peer` into device memory at `ptr`, enqueued on
     /// `stream`: the receive writes the buffer after the work enqueued before the
-    /// call, and work enqueued after it sees the data. Returns without waiting.
-    /// Matches the send of `peer` to this rank in the same position, which must give
-    /// the same `bytes` (a different size is an error on both ranks, reported by
-    /// [`DeviceChannels::check_errors`] or the pair's next call, on the kernel route).
+    /// call, and work enqueued after it sees the data. Returns without waiting on the
+    /// kernel route; on the host route it synchronizes `stream` and returns when the
+    /// data has arrived (see [`DeviceChannels::send_on_stream`]). Matches the send of
+    /// `peer` to this rank in the same position, which must give the same `bytes` (a
+    /// different size is an error on both ranks: on the kernel route reported by
+    /// [`DeviceChannels::check_errors`] or the pair's next call; on the host route by
+    /// this call, a truncation or a usage error).
     ///
     /// # Safety
     /// `ptr` must be device memory of the channels' device, valid for writes of
@@ -318,25 +348,30 @@ impl DeviceChannels {
                 return Ok(());
             }
         }
-        // SAFETY: the caller's contract.
-        unsafe {
-            self.other
-                .recv_device_on_stream(ptr, bytes, peer, 0, stream)
+        stream
+            .synchronize()
+            .map_err(|e| Error::Gpu(format!("{W}: synchronizing the stream: {e}")))?;
+        let st = self.other.recv_device(&mut DevRaw(ptr, bytes), peer, 0)?;
+        if st.len_bytes != bytes {
+            return Err(Error::usage(format!(
+                "{W}: rank {peer} sent {} bytes, this receive expected {bytes}; fix: pass \
+                 the same size to a send and its receive (NCCL's rule)",
+                st.len_bytes
+            )));
         }
+        Ok(())
     }
 
-    /// The first error of the operations enqueued so far: waits (on the host) for the
-    /// proxy route's operations, then reads the kernels' status words. Call it after
-    /// synchronizing the streams to learn whether the kernels' operations succeeded
-    /// (a kernel that failed left its receive buffer unwritten).
+    /// The first error of the kernel route's operations enqueued so far (the host
+    /// route returns its errors from the call itself): reads the kernels' status
+    /// words. Call it after synchronizing the streams to learn whether the kernels'
+    /// operations succeeded (a kernel that failed left its receive buffer unwritten).
     ///
     /// # Errors
     /// [`Error::Collective`] naming the pair's failure (barrier timeout: the peer did
     /// not make the matching call within `RANKWIRE_GPU_PEER_TIMEOUT`; or its call had
-    /// another size or direction); the proxy route's errors as
-    /// [`Communicator::wait_stream_ops`].
+    /// another size).
     pub fn check_errors(&self) -> Result<()> {
-        self.other.wait_stream_ops()?;
         for (r, p) in self.to.iter().enumerate() {
             if let Some(p) = p {
                 device_peer::check_group(&p.group, &format!("device channel to rank {r}"))?;
