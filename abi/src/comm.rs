@@ -187,9 +187,20 @@ pub fn release_freed() {
             return true;
         }
         COMMS.release(c);
-        crate::error::forget_comm(c);
+        forget_state(c);
         false
     });
+}
+
+/// Forgets what the library keeps per communicator handle beside the table entry:
+/// its error handler, topology, attached buffer (`MPI_Comm_attach_buffer`) and
+/// memory-kind setting. For a communicator freed with live requests this waits for
+/// [`release_freed`]: a persistent request started after the free still uses them.
+fn forget_state(c: MPI_Comm) {
+    crate::error::forget_comm(c);
+    crate::topo::forget(c);
+    crate::p2p::forget_comm_buffer(c);
+    crate::memkind::forget(c);
 }
 
 /// A handle for the new communicator `c` (after [`release_freed`]).
@@ -546,11 +557,8 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
             }
         } else {
             COMMS.remove(h);
-            crate::error::forget_comm(h);
+            forget_state(h);
         }
-        crate::topo::forget(h);
-        crate::p2p::forget_comm_buffer(h);
-        crate::memkind::forget(h);
         if let Some(m) = NAMES.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             m.remove(&h);
         }

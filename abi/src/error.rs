@@ -160,12 +160,21 @@ pub fn last_message(class: c_int) -> Option<String> {
 /// The fatal handlers print the message and abort the job through rankwire (every
 /// rank ends, rwrun's exit status is non-zero).
 pub fn raise(comm: MPI_Comm, e: MpiErr) -> c_int {
+    raise_on(comm, e, false)
+}
+
+/// [`raise`], where `of_request` says that `comm` is the communicator of a request
+/// being completed or started (`guard_on`): a communicator freed while that request
+/// was live still has its handler (MPI 4.1 §7.4.3). For any other call a freed handle
+/// is invalid, and its error goes to `MPI_COMM_SELF`.
+fn raise_on(comm: MPI_Comm, e: MpiErr, of_request: bool) -> c_int {
     // An error on an invalid communicator handle (MPI_COMM_NULL, freed) has no
     // handler of its own: it is raised on MPI_COMM_SELF (MPI 4.1 §9.3).
     let comm = if comm == MPI_COMM_WORLD
         || comm == MPI_COMM_SELF
         || crate::comm::COMMS.is_created(comm)
-            && (crate::comm::COMMS.get(comm).is_some() || crate::comm::is_freed_pending(comm))
+            && (crate::comm::COMMS.get(comm).is_some()
+                || of_request && crate::comm::is_freed_pending(comm))
     {
         comm
     } else {
@@ -242,15 +251,24 @@ pub fn class_name(class: c_int) -> &'static str {
 /// communicator pass `MPI_COMM_SELF` (MPI 4.1 §9.3: errors not tied to a communicator
 /// are raised on `MPI_COMM_SELF`).
 pub fn guard(comm: MPI_Comm, f: impl FnOnce() -> R) -> c_int {
-    guard_on(|c| {
-        *c = comm;
-        f()
-    })
+    guard_with(
+        |c| {
+            *c = comm;
+            f()
+        },
+        false,
+    )
 }
 
 /// As [`guard`], for a call that learns whose error handler applies while it runs
 /// (the communicator of a request): `f` may set it, starting from `MPI_COMM_WORLD`.
+/// A request's communicator freed while the request was live keeps its handler.
 pub fn guard_on(f: impl FnOnce(&mut MPI_Comm) -> R) -> c_int {
+    guard_with(f, true)
+}
+
+#[inline(always)]
+fn guard_with(f: impl FnOnce(&mut MPI_Comm) -> R, of_request: bool) -> c_int {
     // Only the device path reads the count (`first_time_in_call`); without a CUDA
     // driver no call reaches it, and the thread-local access is skipped.
     if rankwire::gpu::available() {
@@ -259,19 +277,20 @@ pub fn guard_on(f: impl FnOnce(&mut MPI_Comm) -> R) -> c_int {
     let mut comm = MPI_COMM_WORLD;
     match catch_unwind(AssertUnwindSafe(|| f(&mut comm))) {
         Ok(Ok(())) => MPI_SUCCESS,
-        Ok(Err(e)) => raise(comm, e),
+        Ok(Err(e)) => raise_on(comm, e, of_request),
         Err(p) => {
             let msg = p
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            raise(
+            raise_on(
                 comm,
                 err(
                     MPI_ERR_INTERN,
                     format!("internal error (a bug in rankwire, please report it): {msg}"),
                 ),
+                of_request,
             )
         }
     }

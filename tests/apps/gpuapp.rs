@@ -575,9 +575,10 @@ fn stream_nogpu() {
     println!("rank {}: stream_nogpu OK", w.rank());
 }
 
-/// `DeviceChannels` (NCCL-style stream-ordered point-to-point) at every rank count:
-/// a ring exchange between user kernels on two streams at 8 B – 8 MiB (the kernel
-/// route up to one scratch slot, the proxy above), checked on the host; then, between
+/// `DeviceChannels` (NCCL-style stream-ordered point-to-point) at 2 or more ranks: a
+/// ring exchange between user kernels (sizes from RW_CH_SIZES, default 8 B – 4 MiB, the
+/// kernel route; above one scratch slot the host route, which needs RW_CH_SERIAL=1's
+/// blocking order), checked on the host; then, between
 /// ranks 0 and 1, an 8-byte ping-pong timed like `streamp2p`'s; then a size mismatch
 /// that both ranks must report as an error (not wrong data, not a hang).
 fn channels(w: &Communicator, u: &rankwire::Universe) -> Result<()> {

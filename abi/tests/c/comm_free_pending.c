@@ -9,6 +9,7 @@
  * meanwhile get other handles. */
 #include <mpi.h>
 #include <stdio.h>
+#include <string.h>
 
 static int checks = 0, rank, user_calls = 0, user_code = 0;
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "rank %d: check failed at line %d: ", rank, __LINE__); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); MPI_Abort(MPI_COMM_WORLD, 1); } checks++; } while (0)
@@ -84,6 +85,47 @@ int main(int argc, char **argv) {
     MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_SUM, c, &r);
     CHECK(MPI_Comm_free(&c) == MPI_SUCCESS, "free with a collective pending");
     CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE) == MPI_SUCCESS && out == 3, "iallreduce on freed comm: %d", out);
+  }
+  /* A persistent neighborhood collective on a Cartesian communicator freed before its
+   * first start: the topology stays with the request. */
+  {
+    int n, dims[1] = {0}, periods[1] = {1}, nb[2] = {-1, -1}, me = rank;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    dims[0] = n;
+    MPI_Comm cart;
+    MPI_Request pr;
+    MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &cart);
+    MPI_Neighbor_allgather_init(&me, 1, MPI_INT, nb, 1, MPI_INT, cart, MPI_INFO_NULL, &pr);
+    CHECK(MPI_Comm_free(&cart) == MPI_SUCCESS, "free the Cartesian communicator");
+    for (int k = 0; k < 3; k++) {
+      nb[0] = nb[1] = -1;
+      CHECK(MPI_Start(&pr) == MPI_SUCCESS, "start %d on a freed Cartesian communicator", k);
+      CHECK(MPI_Wait(&pr, MPI_STATUS_IGNORE) == MPI_SUCCESS, "wait %d", k);
+      CHECK(nb[0] == (rank + n - 1) % n && nb[1] == (rank + 1) % n, "neighbors %d %d", nb[0], nb[1]);
+    }
+    MPI_Request_free(&pr);
+  }
+  /* rankwire's library (other libraries need not detect a freed handle): a call with
+   * the freed handle while its request is pending fails with MPI_ERR_COMM, raised on
+   * MPI_COMM_SELF (MPI_ERRORS_RETURN here), not on the freed communicator's fatal
+   * handler. */
+  {
+    char ver[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(ver, &len);
+    if (strstr(ver, "rankwire")) {
+      MPI_Comm c, old;
+      MPI_Request r;
+      int x = 0, size = -1;
+      MPI_Comm_dup(MPI_COMM_WORLD, &c);
+      MPI_Irecv(&x, 1, MPI_INT, 1 - rank, 6, c, &r);
+      old = c;
+      MPI_Comm_free(&c);
+      CHECK(cls_of(MPI_Comm_size(old, &size)) == MPI_ERR_COMM, "a freed handle is invalid");
+      CHECK(cls_of(MPI_Send(&x, 1, MPI_INT, 1 - rank, 7, old)) == MPI_ERR_COMM, "send on a freed handle");
+      MPI_Cancel(&r);
+      MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
   }
   /* A receive cancelled after its communicator was freed; repeated, so that freed
    * handles are released and reused along the way. */

@@ -35,6 +35,14 @@
 //! at once, and without MPS even in blocking order,
 //! `benches/results/gpu-2026-12-06k/`.) A send and its receive take the same route
 //! because the route depends only on the pair and the size.
+//!
+//! Sizes must match (NCCL's rule). Checked where both sizes fit one scratch slot: the
+//! kernels' fingerprints differ and both ranks fail ([`DeviceChannels::check_errors`]).
+//! Where one size fits and the other does not, the two ranks take different routes:
+//! one blocks on the host, the other's kernel waits until `RANKWIRE_GPU_PEER_TIMEOUT`
+//! (600 s by default) and fails. On the host route a receive larger than the send fails
+//! on the receiver only, and a zero-byte call is nothing on its side, so a zero-byte
+//! send against a non-empty receive shifts the matching to the next message.
 
 use std::sync::{Arc, Mutex};
 
@@ -167,6 +175,11 @@ impl Communicator {
                         );
                         continue;
                     };
+                    // Every pair kernel of this node may be resident at once (a send
+                    // and a receive per pair on separate streams): size the grids so
+                    // that all of them fit, or blocks would spin on partners that are
+                    // never scheduled. The same value on both ranks of the pair.
+                    device_peer::widen_sharing(&g, 2 * sorted.len());
                     let pair = Pair {
                         comm,
                         group: g,
@@ -272,9 +285,9 @@ impl DeviceChannels {
     /// On the kernel route (a peer in [`DeviceChannels::peer_memory_ranks`], `bytes`
     /// up to one scratch slot) the call returns without waiting, and the send
     /// completes on the stream when the peer's receive has started (the two kernels
-    /// meet at a barrier): a pair of ranks that send to each other on one stream each
-    /// must enqueue the send on one and the receive on the other first, or use a
-    /// stream for sends and another for receives. On the host route the call
+    /// meet at a barrier): ranks that send to each other on one stream each (a pair,
+    /// or a ring of any length) must order sends and receives as blocking calls
+    /// need, or use a stream for sends and another for receives. On the host route the call
     /// synchronizes `stream` and returns when the send has completed, as a blocking
     /// send (see the module).
     ///
@@ -318,10 +331,10 @@ impl DeviceChannels {
     /// call, and work enqueued after it sees the data. Returns without waiting on the
     /// kernel route; on the host route it synchronizes `stream` and returns when the
     /// data has arrived (see [`DeviceChannels::send_on_stream`]). Matches the send of
-    /// `peer` to this rank in the same position, which must give the same `bytes` (a
-    /// different size is an error on both ranks: on the kernel route reported by
-    /// [`DeviceChannels::check_errors`] or the pair's next call; on the host route by
-    /// this call, a truncation or a usage error).
+    /// `peer` to this rank in the same position, which must give the same `bytes`
+    /// (what a different size does: see the module; where both fit one scratch slot,
+    /// an error on both ranks from [`DeviceChannels::check_errors`] or the pair's next
+    /// call).
     ///
     /// # Safety
     /// `ptr` must be device memory of the channels' device, valid for writes of

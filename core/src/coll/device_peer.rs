@@ -1051,6 +1051,14 @@ pub(crate) fn build(
 }
 
 /// An error recorded by a kernel of `group` (after its launches completed).
+/// Makes `group`'s launches assume at least `n` kernels of this GPU's ranks resident at
+/// once (fewer blocks per launch, [`peer::peer_blocks`]). Every rank of the group must
+/// pass the same `n` (the barriers wait for every peer block).
+pub(crate) fn widen_sharing(group: &Mutex<PeerGroup>, n: usize) {
+    let mut g = lock(group);
+    g.sharing = g.sharing.max(n);
+}
+
 /// Bytes of one scratch slot of `group`'s workspace.
 pub(crate) fn slot_bytes_of(group: &Mutex<PeerGroup>) -> usize {
     lock(group).ws.slot_bytes()
