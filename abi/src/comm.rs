@@ -183,11 +183,13 @@ pub fn release_freed() {
         return;
     }
     f.retain(|&(c, _)| {
-        if crate::request::references(c) {
+        if referenced(c) {
             return true;
         }
-        COMMS.release(c);
+        // Forget first: once released, the handle may be given to a new communicator
+        // by another thread, whose state must not be forgotten.
         forget_state(c);
+        COMMS.release(c);
         false
     });
 }
@@ -201,6 +203,11 @@ fn forget_state(c: MPI_Comm) {
     crate::topo::forget(c);
     crate::p2p::forget_comm_buffer(c);
     crate::memkind::forget(c);
+}
+
+/// Whether a live request or a matched message (`MPI_Mprobe`) still refers to `c`.
+fn referenced(c: MPI_Comm) -> bool {
+    crate::request::references(c) || crate::p2p::messages_reference(c)
 }
 
 /// A handle for the new communicator `c` (after [`release_freed`]).
@@ -529,7 +536,15 @@ pub unsafe extern "C" fn MPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
 /// its error handler (the handle is not reused until they have completed).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
-    guard(MPI_COMM_WORLD, || {
+    // Errors go to the communicator's handler; for an invalid handle (MPI_COMM_NULL,
+    // freed) `raise` takes MPI_COMM_SELF's (MPI 4.1 §9.3).
+    // SAFETY: read only when non-null.
+    let on = if comm.is_null() {
+        MPI_COMM_WORLD
+    } else {
+        unsafe { *comm }
+    };
+    guard(on, || {
         if comm.is_null() {
             return Err(err(MPI_ERR_ARG, "comm is a null pointer"));
         }
@@ -543,8 +558,11 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
         }
         lookup(h)?;
         attr::delete_all(h)?;
+        if let Some(m) = NAMES.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            m.remove(&h);
+        }
         release_freed();
-        if crate::request::references(h) {
+        if referenced(h) {
             // MPI 4.1 §7.4.3: pending operations complete first. The handle is no
             // longer valid for calls, but keeps its error handler (the operations'
             // errors are raised on it) and is not given to a new communicator until
@@ -556,11 +574,9 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
                     .push((h, x));
             }
         } else {
-            COMMS.remove(h);
+            // Forget first (see release_freed).
             forget_state(h);
-        }
-        if let Some(m) = NAMES.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            m.remove(&h);
+            COMMS.remove(h);
         }
         // SAFETY: non-null.
         unsafe { *comm = MPI_COMM_NULL };

@@ -186,7 +186,7 @@ fn raise_on(comm: MPI_Comm, e: MpiErr, of_request: bool) -> c_int {
     });
     match h {
         MPI_ERRORS_RETURN => e.class,
-        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => fatal(comm, &e),
+        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => fatal(comm, h, &e),
         user => {
             let f = with_state(|s| s.user.get(&user).copied());
             match f {
@@ -197,22 +197,27 @@ fn raise_on(comm: MPI_Comm, e: MpiErr, of_request: bool) -> c_int {
                     unsafe { f(&mut c, &mut code) };
                     e.class
                 }
-                None => fatal(comm, &e),
+                None => fatal(comm, MPI_ERRORS_ARE_FATAL, &e),
             }
         }
     }
 }
 
-fn fatal(comm: MPI_Comm, e: &MpiErr) -> ! {
+fn fatal(comm: MPI_Comm, handler: MPI_Errhandler, e: &MpiErr) -> ! {
     let what = match comm {
         MPI_COMM_WORLD => "MPI_COMM_WORLD".to_string(),
         MPI_COMM_SELF => "MPI_COMM_SELF".to_string(),
         c => format!("communicator {c:#x}"),
     };
     let text = format!(
-        "rankwire (MPI ABI): error class {} ({}) on {what}, handler MPI_ERRORS_ARE_FATAL: {}",
+        "rankwire (MPI ABI): error class {} ({}) on {what}, handler {}: {}",
         e.class,
         class_name(e.class),
+        if handler == MPI_ERRORS_ABORT {
+            "MPI_ERRORS_ABORT"
+        } else {
+            "MPI_ERRORS_ARE_FATAL"
+        },
         e.msg
     );
     crate::env::abort_job(1, &text)
@@ -232,6 +237,8 @@ pub fn class_name(class: c_int) -> &'static str {
         MPI_ERR_ROOT => "MPI_ERR_ROOT",
         MPI_ERR_GROUP => "MPI_ERR_GROUP",
         MPI_ERR_OP => "MPI_ERR_OP",
+        MPI_ERR_TOPOLOGY => "MPI_ERR_TOPOLOGY",
+        MPI_ERR_DIMS => "MPI_ERR_DIMS",
         MPI_ERR_ARG => "MPI_ERR_ARG",
         MPI_ERR_UNKNOWN => "MPI_ERR_UNKNOWN",
         MPI_ERR_TRUNCATE => "MPI_ERR_TRUNCATE",
@@ -239,9 +246,49 @@ pub fn class_name(class: c_int) -> &'static str {
         MPI_ERR_INTERN => "MPI_ERR_INTERN",
         MPI_ERR_PENDING => "MPI_ERR_PENDING",
         MPI_ERR_IN_STATUS => "MPI_ERR_IN_STATUS",
+        MPI_ERR_ACCESS => "MPI_ERR_ACCESS",
+        MPI_ERR_AMODE => "MPI_ERR_AMODE",
+        MPI_ERR_ASSERT => "MPI_ERR_ASSERT",
+        MPI_ERR_BAD_FILE => "MPI_ERR_BAD_FILE",
+        MPI_ERR_BASE => "MPI_ERR_BASE",
+        MPI_ERR_CONVERSION => "MPI_ERR_CONVERSION",
+        MPI_ERR_DISP => "MPI_ERR_DISP",
+        MPI_ERR_DUP_DATAREP => "MPI_ERR_DUP_DATAREP",
+        MPI_ERR_FILE_EXISTS => "MPI_ERR_FILE_EXISTS",
+        MPI_ERR_FILE_IN_USE => "MPI_ERR_FILE_IN_USE",
+        MPI_ERR_FILE => "MPI_ERR_FILE",
+        MPI_ERR_INFO_KEY => "MPI_ERR_INFO_KEY",
+        MPI_ERR_INFO_NOKEY => "MPI_ERR_INFO_NOKEY",
+        MPI_ERR_INFO_VALUE => "MPI_ERR_INFO_VALUE",
+        MPI_ERR_INFO => "MPI_ERR_INFO",
+        MPI_ERR_IO => "MPI_ERR_IO",
+        MPI_ERR_KEYVAL => "MPI_ERR_KEYVAL",
+        MPI_ERR_LOCKTYPE => "MPI_ERR_LOCKTYPE",
+        MPI_ERR_NAME => "MPI_ERR_NAME",
         MPI_ERR_NO_MEM => "MPI_ERR_NO_MEM",
+        MPI_ERR_NOT_SAME => "MPI_ERR_NOT_SAME",
+        MPI_ERR_NO_SPACE => "MPI_ERR_NO_SPACE",
+        MPI_ERR_NO_SUCH_FILE => "MPI_ERR_NO_SUCH_FILE",
+        MPI_ERR_PORT => "MPI_ERR_PORT",
+        MPI_ERR_QUOTA => "MPI_ERR_QUOTA",
+        MPI_ERR_READ_ONLY => "MPI_ERR_READ_ONLY",
+        MPI_ERR_RMA_ATTACH => "MPI_ERR_RMA_ATTACH",
+        MPI_ERR_RMA_CONFLICT => "MPI_ERR_RMA_CONFLICT",
+        MPI_ERR_RMA_RANGE => "MPI_ERR_RMA_RANGE",
+        MPI_ERR_RMA_SHARED => "MPI_ERR_RMA_SHARED",
+        MPI_ERR_RMA_SYNC => "MPI_ERR_RMA_SYNC",
+        MPI_ERR_SERVICE => "MPI_ERR_SERVICE",
+        MPI_ERR_SIZE => "MPI_ERR_SIZE",
+        MPI_ERR_SPAWN => "MPI_ERR_SPAWN",
+        MPI_ERR_UNSUPPORTED_DATAREP => "MPI_ERR_UNSUPPORTED_DATAREP",
+        MPI_ERR_UNSUPPORTED_OPERATION => "MPI_ERR_UNSUPPORTED_OPERATION",
+        MPI_ERR_WIN => "MPI_ERR_WIN",
+        MPI_ERR_RMA_FLAVOR => "MPI_ERR_RMA_FLAVOR",
         MPI_ERR_PROC_ABORTED => "MPI_ERR_PROC_ABORTED",
+        MPI_ERR_VALUE_TOO_LARGE => "MPI_ERR_VALUE_TOO_LARGE",
+        MPI_ERR_SESSION => "MPI_ERR_SESSION",
         MPI_ERR_ERRHANDLER => "MPI_ERR_ERRHANDLER",
+        MPI_ERR_ABI => "MPI_ERR_ABI",
         _ => "MPI error",
     }
 }

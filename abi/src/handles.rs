@@ -142,6 +142,12 @@ impl<T> Table<T> {
         }
     }
 
+    /// Whether some live object satisfies `f` (a scan under the table's lock).
+    pub fn any(&self, f: impl Fn(&T) -> bool) -> bool {
+        let s = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        s.items.iter().flatten().any(|x| f(x))
+    }
+
     /// Number of live objects (tests and leak reports).
     pub fn live(&self) -> usize {
         let s = self.slots.lock().unwrap_or_else(|e| e.into_inner());

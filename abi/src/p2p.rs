@@ -1269,6 +1269,13 @@ pub struct Msg {
 
 static MESSAGES: Table<Msg> = Table::new(Kind::Message);
 
+/// Whether a message from `MPI_Mprobe`/`MPI_Improbe` on `comm` is still to be
+/// received: its receive raises errors on `comm`'s handler, so `MPI_Comm_free` keeps
+/// the handle until then.
+pub fn messages_reference(comm: MPI_Comm) -> bool {
+    MESSAGES.any(|m| m.comm == comm)
+}
+
 fn new_message(comm: MPI_Comm, m: rankwire::Message) -> MPI_Message {
     MESSAGES.insert(Msg {
         comm,

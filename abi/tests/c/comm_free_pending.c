@@ -86,6 +86,29 @@ int main(int argc, char **argv) {
     CHECK(MPI_Comm_free(&c) == MPI_SUCCESS, "free with a collective pending");
     CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE) == MPI_SUCCESS && out == 3, "iallreduce on freed comm: %d", out);
   }
+  /* A message from MPI_Mprobe on a communicator freed before its MPI_Mrecv: the
+   * truncation is raised on the freed communicator's handler (MPI_ERRORS_RETURN), and
+   * a communicator created meanwhile does not get its handle. */
+  {
+    MPI_Comm d, fresh;
+    int big4[4] = {1, 2, 3, 4}, one[1];
+    MPI_Comm_dup(MPI_COMM_WORLD, &d);
+    MPI_Comm_set_errhandler(d, MPI_ERRORS_RETURN);
+    if (rank == 0) {
+      MPI_Send(big4, 4, MPI_INT, 1, 8, d);
+    } else if (rank == 1) {
+      MPI_Message m;
+      MPI_Comm old = d;
+      MPI_Mprobe(0, 8, d, &m, MPI_STATUS_IGNORE);
+      MPI_Comm_free(&d);
+      MPI_Comm_split(MPI_COMM_SELF, 0, 0, &fresh);
+      CHECK(fresh != old, "a new communicator got the handle of a pending message");
+      CHECK(cls_of(MPI_Mrecv(one, 1, MPI_INT, &m, MPI_STATUS_IGNORE)) == MPI_ERR_TRUNCATE,
+            "truncated MPI_Mrecv on a freed communicator returned");
+      MPI_Comm_free(&fresh);
+    }
+    if (d != MPI_COMM_NULL) MPI_Comm_free(&d);
+  }
   /* A persistent neighborhood collective on a Cartesian communicator freed before its
    * first start: the topology stays with the request. */
   {
