@@ -1534,8 +1534,9 @@ impl Communicator {
     }
 }
 
-/// A raw device range as [`DeviceMemory`] (the in-place and stream-ordered forms).
-struct DevRaw(u64, usize);
+/// A raw device range as [`DeviceMemory`] (the in-place and stream-ordered forms, and
+/// the device channels' host route).
+pub(crate) struct DevRaw(pub(crate) u64, pub(crate) usize);
 
 // SAFETY: the callers above pass live device ranges they keep borrowed (or, for the
 // stream-ordered forms, the caller's contract keeps them live) for the whole call.

@@ -48,28 +48,10 @@ use std::sync::{Arc, Mutex};
 
 use rankwire_gpu::Stream;
 
+use crate::coll::device::DevRaw;
 use crate::coll::device_peer::{self, PeerColl, PeerGroup};
 use crate::comm::Communicator;
-use crate::device::{DeviceMemory, DeviceMemoryMut};
 use crate::error::{Error, Result};
-
-/// A raw device range (the caller's contract keeps it live for the call).
-struct DevRaw(u64, usize);
-
-// SAFETY: the callers below pass the live device range of their caller's contract,
-// used only during the blocking call.
-unsafe impl DeviceMemory for DevRaw {
-    fn device_region(&self) -> Result<(u64, usize)> {
-        Ok((self.0, self.1))
-    }
-}
-
-// SAFETY: as above.
-unsafe impl DeviceMemoryMut for DevRaw {
-    fn device_region_mut(&mut self) -> Result<(u64, usize)> {
-        Ok((self.0, self.1))
-    }
-}
 
 /// Tag of the pair communicators' `create_group` calls.
 const PAIR_TAG: i32 = 0x5043; // "PC"
@@ -275,6 +257,38 @@ impl DeviceChannels {
         Ok(true)
     }
 
+    /// The common start of a send or receive: checks the arguments, then either
+    /// enqueues the message on the kernel route (`true`: done) or, for the host route,
+    /// synchronizes `stream` (`false`: the caller makes the blocking call). Zero bytes
+    /// is done at once.
+    ///
+    /// # Safety
+    /// `ptr` valid for `bytes` until the stream's work has completed.
+    unsafe fn kernel_route(
+        &self,
+        what: &str,
+        pairs: &[Option<Pair>],
+        ptr: u64,
+        bytes: usize,
+        peer: usize,
+        stream: &Stream,
+    ) -> Result<bool> {
+        self.check(what, peer, stream)?;
+        if bytes == 0 {
+            return Ok(true);
+        }
+        if let Some(p) = &pairs[peer] {
+            // SAFETY: the caller's contract.
+            if unsafe { Self::pair_bcast(what, p, ptr, bytes, stream)? } {
+                return Ok(true);
+            }
+        }
+        stream
+            .synchronize()
+            .map_err(|e| Error::Gpu(format!("{what}: synchronizing the stream: {e}")))?;
+        Ok(false)
+    }
+
     /// Send `bytes` bytes of device memory at `ptr` to `peer`, enqueued on `stream`:
     /// the send reads the buffer after the work enqueued on `stream` before the call,
     /// and work enqueued after it waits until the buffer may be overwritten. Matches
@@ -310,19 +324,10 @@ impl DeviceChannels {
         stream: &Stream,
     ) -> Result<()> {
         const W: &str = "DeviceChannels::send_on_stream";
-        self.check(W, peer, stream)?;
-        if bytes == 0 {
+        // SAFETY: the caller's contract.
+        if unsafe { self.kernel_route(W, &self.to, ptr, bytes, peer, stream)? } {
             return Ok(());
         }
-        if let Some(p) = &self.to[peer] {
-            // SAFETY: the caller's contract.
-            if unsafe { Self::pair_bcast(W, p, ptr, bytes, stream)? } {
-                return Ok(());
-            }
-        }
-        stream
-            .synchronize()
-            .map_err(|e| Error::Gpu(format!("{W}: synchronizing the stream: {e}")))?;
         self.other.send_device(&DevRaw(ptr, bytes), peer, 0)
     }
 
@@ -351,19 +356,10 @@ impl DeviceChannels {
         stream: &Stream,
     ) -> Result<()> {
         const W: &str = "DeviceChannels::recv_on_stream";
-        self.check(W, peer, stream)?;
-        if bytes == 0 {
+        // SAFETY: the caller's contract.
+        if unsafe { self.kernel_route(W, &self.from, ptr, bytes, peer, stream)? } {
             return Ok(());
         }
-        if let Some(p) = &self.from[peer] {
-            // SAFETY: the caller's contract.
-            if unsafe { Self::pair_bcast(W, p, ptr, bytes, stream)? } {
-                return Ok(());
-            }
-        }
-        stream
-            .synchronize()
-            .map_err(|e| Error::Gpu(format!("{W}: synchronizing the stream: {e}")))?;
         let st = self.other.recv_device(&mut DevRaw(ptr, bytes), peer, 0)?;
         if st.len_bytes != bytes {
             return Err(Error::usage(format!(
