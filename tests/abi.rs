@@ -158,6 +158,7 @@ c_tests!(
     cancel_send,
     coll_revoke,
     comm_free_pending,
+    comm_threads,
 );
 
 /// The memory-kind agreement forced on (`RANKWIRE_ABI_MEMORY_AGREEMENT=on`, as on a

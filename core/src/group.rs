@@ -260,8 +260,8 @@ impl Communicator {
     /// # Errors
     /// [`Error::Connection`] if a peer died; [`Error::Usage`] if context ids ran out.
     pub fn dup(&self) -> Result<Communicator> {
-        let ctx = self.agree_ctx()?;
-        self.derive(ctx, self.st.group.clone())
+        let (ctx, owner) = self.agree_ctx()?;
+        self.derive(ctx, self.st.group.clone(), owner)
             .ok_or_else(|| Error::usage("dup: the calling rank is not in the group"))
     }
 
@@ -279,7 +279,7 @@ impl Communicator {
         };
         let mut all = vec![SplitEntry::zeroed(); self.size()];
         self.allgather(std::slice::from_ref(&mine), &mut all)?;
-        let ctx = self.agree_ctx()?;
+        let (ctx, owner) = self.agree_ctx()?;
         if mine.color == 0 {
             return Ok(None);
         }
@@ -291,7 +291,7 @@ impl Communicator {
             .collect();
         members.sort_unstable();
         let group: Arc<[u32]> = members.iter().map(|&(_, r)| self.st.group[r]).collect();
-        Ok(self.derive(ctx, group))
+        Ok(self.derive(ctx, group, owner))
     }
 
     /// The ranks of this communicator that share this rank's node (memory, kernel and
@@ -373,64 +373,56 @@ impl Communicator {
             return Ok(None);
         };
         let itag = -2 - tag;
-        let mut mask = {
-            let mut e = self.inner.lock();
-            reap_contexts(&mut e);
-            e.ctx_ids.mask()
-        };
         let none = usize::MAX;
-        if me == 0 {
-            for &r in &members[1..] {
-                let mut theirs = [0u64; MASK_WORDS];
+        let (ctx, owner) = self.agree_rounds(|mine| {
+            let mut mask = *mine;
+            if me == 0 {
+                for &r in &members[1..] {
+                    let mut theirs = [0u64; MASK_WORDS + 1];
+                    self.exchange(
+                        "create_group",
+                        itag,
+                        none,
+                        &[],
+                        r,
+                        bytemuck::cast_slice_mut(&mut theirs),
+                    )?;
+                    for (m, t) in mask.iter_mut().zip(theirs) {
+                        *m &= t;
+                    }
+                }
+                for &r in &members[1..] {
+                    self.exchange(
+                        "create_group",
+                        itag,
+                        r,
+                        bytemuck::cast_slice(&mask),
+                        none,
+                        &mut [],
+                    )?;
+                }
+            } else {
+                let lead = members[0];
+                self.exchange(
+                    "create_group",
+                    itag,
+                    lead,
+                    bytemuck::cast_slice(mine),
+                    none,
+                    &mut [],
+                )?;
                 self.exchange(
                     "create_group",
                     itag,
                     none,
                     &[],
-                    r,
-                    bytemuck::cast_slice_mut(&mut theirs),
-                )?;
-                for (m, t) in mask.iter_mut().zip(theirs) {
-                    *m &= t;
-                }
-            }
-            for &r in &members[1..] {
-                self.exchange(
-                    "create_group",
-                    itag,
-                    r,
-                    bytemuck::cast_slice(&mask),
-                    none,
-                    &mut [],
+                    lead,
+                    bytemuck::cast_slice_mut(&mut mask),
                 )?;
             }
-        } else {
-            let lead = members[0];
-            let out = mask;
-            self.exchange(
-                "create_group",
-                itag,
-                lead,
-                bytemuck::cast_slice(&out),
-                none,
-                &mut [],
-            )?;
-            self.exchange(
-                "create_group",
-                itag,
-                none,
-                &[],
-                lead,
-                bytemuck::cast_slice_mut(&mut mask),
-            )?;
-        }
-        let ctx = ContextIds::lowest(&mask).ok_or_else(|| {
-            Error::usage(format!(
-                "context ids exhausted: a rank of this group has {MAX_CONTEXTS} \
-                 communicators alive; fix: drop communicators that are no longer used"
-            ))
+            Ok(mask)
         })?;
-        Ok(self.derive(ctx, group.world.clone()))
+        Ok(self.derive(ctx, group.world.clone(), owner))
     }
 
     /// A communicator of the ranks of `group` (MPI_Comm_create, MPI 4.1 §7.4.2).
@@ -442,38 +434,87 @@ impl Communicator {
     /// ids ran out; [`Error::Connection`] if a peer died.
     pub fn create(&self, group: &Group) -> Result<Option<Communicator>> {
         let outside = group.world.iter().find(|w| !self.st.group.contains(w));
-        let ctx = self.agree_ctx()?;
+        let (ctx, owner) = self.agree_ctx()?;
         if let Some(w) = outside {
             return Err(Error::usage(format!(
                 "create: world rank {w} of the group is not in this communicator"
             )));
         }
-        Ok(self.derive(ctx, group.world.clone()))
+        Ok(self.derive(ctx, group.world.clone(), owner))
     }
 
     /// Agree on a context id free on every rank of this communicator (see
-    /// `crate::context_id`); nothing is claimed yet.
-    fn agree_ctx(&self) -> Result<u32> {
-        let (mine, revoked) = {
-            let mut e = self.inner.lock();
-            reap_contexts(&mut e);
-            (e.ctx_ids.mask(), e.proto.revoked_count())
-        };
-        let mut all = [0u64; MASK_WORDS];
-        self.allreduce(&mine, &mut all, Op::BitAnd)?;
-        ContextIds::lowest(&all).ok_or_else(|| {
-            Error::usage(format!(
-                "context ids exhausted: a rank of this communicator has {MAX_CONTEXTS} \
-                 communicators alive or held ({revoked} held here for good by communicators \
-                 whose collectives were revoked after a mismatch); fix: drop communicators \
-                 that are no longer used, and do not go on after collective mismatches"
-            ))
+    /// `crate::context_id`): an allreduce (bitwise AND) of the free-id masks, in
+    /// rounds until every rank's thread owned its process's mask in the same round
+    /// ([`CtxAlloc`]). Returns the id and the mask's ownership, to be held until
+    /// [`Communicator::derive`] claimed the id.
+    fn agree_ctx(&self) -> Result<(u32, MaskOwner)> {
+        self.agree_rounds(|mine| {
+            let mut all = [0u64; MASK_WORDS + 1];
+            self.allreduce(mine, &mut all, Op::BitAnd)?;
+            Ok(all)
         })
+    }
+
+    /// The rounds of a context-id agreement whose exchange (`and_of`: the bitwise AND
+    /// of every participant's offer, given this rank's) is collective over the
+    /// participants. An offer is the free-id mask and a last word 1, or all zero when
+    /// this thread does not own the mask. Every participant sees the same result, so
+    /// all go round again together.
+    ///
+    /// # Errors
+    /// Those of the exchange; [`Error::Usage`] when every participant owned its mask
+    /// and no id is free on all.
+    fn agree_rounds(
+        &self,
+        mut and_of: impl FnMut(&[u64; MASK_WORDS + 1]) -> Result<[u64; MASK_WORDS + 1]>,
+    ) -> Result<(u32, MaskOwner)> {
+        let waiter = CtxWaiter::new(self.context_id().get());
+        let mut round = 0u32;
+        loop {
+            let owner = waiter.try_own();
+            let mut mine = [0u64; MASK_WORDS + 1];
+            let revoked = {
+                let mut e = self.inner.lock();
+                reap_contexts(&mut e);
+                if owner.is_some() {
+                    mine[..MASK_WORDS].copy_from_slice(&e.ctx_ids.mask());
+                    mine[MASK_WORDS] = 1;
+                }
+                e.proto.revoked_count()
+            };
+            let all = and_of(&mine)?;
+            if all[MASK_WORDS] == 1
+                && let Some(owner) = owner
+            {
+                let mut free = [0u64; MASK_WORDS];
+                free.copy_from_slice(&all[..MASK_WORDS]);
+                let ctx = ContextIds::lowest(&free).ok_or_else(|| {
+                    Error::usage(format!(
+                        "context ids exhausted: a rank of this communicator has \
+                         {MAX_CONTEXTS} communicators alive or held ({revoked} held here \
+                         for good by communicators whose collectives were revoked after a \
+                         mismatch); fix: drop communicators that are no longer used, and \
+                         do not go on after collective mismatches"
+                    ))
+                })?;
+                return Ok((ctx, owner));
+            }
+            // Another agreement of some participant's process owns its mask: let it
+            // finish, then try again.
+            drop(owner);
+            round += 1;
+            if round < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
     }
 
     /// The communicator of `group` (world ranks) with the agreed id `ctx`, claiming
     /// `ctx`; `None` (and nothing claimed) if this rank is not in `group`.
-    fn derive(&self, ctx: u32, group: Arc<[u32]>) -> Option<Communicator> {
+    fn derive(&self, ctx: u32, group: Arc<[u32]>, owner: MaskOwner) -> Option<Communicator> {
         let mut st = CommState::new(ctx, group, self.inner.rank, self.inner.coll_config())?;
         let queue = {
             let mut e = self.inner.lock();
@@ -481,12 +522,79 @@ impl Communicator {
             e.proto.ctx_live(ctx, st.group.clone());
             e.ctx_ids.queue()
         };
+        // Claimed: another agreement of this process may offer the mask now.
+        drop(owner);
         let releaser = Releaser::new(&self.inner, queue);
         st.set_releaser(Box::new(move |ctx, group| releaser.free(ctx, group)));
         Some(Communicator {
             inner: self.inner.clone(),
             st: Arc::new(st),
         })
+    }
+}
+
+/// Which thread of this process may offer its free context ids to an agreement
+/// (MPICH's "mask in use" rule, `MPIR_Get_contextid_sparse`): two threads that
+/// create communicators at once from different parents would otherwise both offer
+/// the same free ids, agree on the same id and claim it twice (two communicators on
+/// one context: their messages mix, and the job hung in a trial). One agreement at a
+/// time owns the mask; the others offer no ids (all zero, with the "owner" word 0), so
+/// their round finds no id and every rank of theirs tries again. Among waiting
+/// agreements the one with the lowest parent context id may take the mask, so that on
+/// every rank the same agreement wins in the end (no livelock).
+struct CtxAlloc {
+    /// An agreement owns the mask (until its communicator has claimed the id).
+    busy: bool,
+    /// Parent context ids of the agreements in progress in this process.
+    waiting: Vec<u32>,
+}
+
+static CTX_ALLOC: std::sync::Mutex<CtxAlloc> = std::sync::Mutex::new(CtxAlloc {
+    busy: false,
+    waiting: Vec::new(),
+});
+
+fn ctx_alloc() -> std::sync::MutexGuard<'static, CtxAlloc> {
+    CTX_ALLOC.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An agreement in progress (registered as waiting; removed on drop).
+struct CtxWaiter(u32);
+
+impl CtxWaiter {
+    fn new(parent: u32) -> CtxWaiter {
+        ctx_alloc().waiting.push(parent);
+        CtxWaiter(parent)
+    }
+
+    /// The mask, if this agreement may own it now.
+    fn try_own(&self) -> Option<MaskOwner> {
+        let mut a = ctx_alloc();
+        let first = a.waiting.iter().min() == Some(&self.0);
+        if a.busy || !first {
+            return None;
+        }
+        a.busy = true;
+        Some(MaskOwner)
+    }
+}
+
+impl Drop for CtxWaiter {
+    fn drop(&mut self) {
+        let mut a = ctx_alloc();
+        if let Some(i) = a.waiting.iter().position(|&p| p == self.0) {
+            a.waiting.swap_remove(i);
+        }
+    }
+}
+
+/// Ownership of the mask; released on drop (after the new communicator claimed its
+/// id, or when a round found none).
+pub(crate) struct MaskOwner;
+
+impl Drop for MaskOwner {
+    fn drop(&mut self) {
+        ctx_alloc().busy = false;
     }
 }
 
