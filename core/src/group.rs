@@ -30,7 +30,7 @@ use crate::comm::Communicator;
 use crate::comm_state::CommState;
 use crate::context_id::{COLL_CTX_BIT, ContextIds, MASK_WORDS, MAX_CONTEXTS};
 use crate::error::{Error, Result};
-use crate::runtime::{Releaser, reap_contexts};
+use crate::runtime::{Inner, Releaser, reap_contexts};
 
 /// A communicator's context id (MPI 4.1 §7.1.2). Collectives of the communicator use
 /// [`ContextId::collective`].
@@ -446,7 +446,7 @@ impl Communicator {
     /// Agree on a context id free on every rank of this communicator (see
     /// `crate::context_id`): an allreduce (bitwise AND) of the free-id masks, in
     /// rounds until every rank's thread owned its process's mask in the same round
-    /// ([`CtxAlloc`]). Returns the id and the mask's ownership, to be held until
+    /// ([`CtxWaiter`]). Returns the id and the mask's ownership, to be held until
     /// [`Communicator::derive`] claimed the id.
     fn agree_ctx(&self) -> Result<(u32, MaskOwner)> {
         self.agree_rounds(|mine| {
@@ -458,7 +458,12 @@ impl Communicator {
 
     /// The rounds of a context-id agreement whose exchange (`and_of`: the bitwise AND
     /// of every participant's offer, given this rank's) is collective over the
-    /// participants. An offer is the free-id mask and a last word 1, or all zero when
+    /// participants. Why rounds: two threads that create communicators at once from
+    /// different parents would both offer the same free ids, agree on the same id and
+    /// claim it twice (two communicators on one context: their messages mix; a trial
+    /// hung). So one agreement per process owns the mask at a time ([`CtxWaiter`],
+    /// MPICH's `MPIR_Get_contextid_sparse` rule); the others offer nothing, their round
+    /// finds no id, and every participant goes round again. An offer is the free-id mask and a last word 1, or all zero when
     /// this thread does not own the mask. Every participant sees the same result, so
     /// all go round again together.
     ///
@@ -469,7 +474,7 @@ impl Communicator {
         &self,
         mut and_of: impl FnMut(&[u64; MASK_WORDS + 1]) -> Result<[u64; MASK_WORDS + 1]>,
     ) -> Result<(u32, MaskOwner)> {
-        let waiter = CtxWaiter::new(self.context_id().get());
+        let waiter = CtxWaiter::new(&self.inner, self.context_id().get());
         let mut round = 0u32;
         loop {
             let owner = waiter.try_own();
@@ -533,68 +538,48 @@ impl Communicator {
     }
 }
 
-/// Which thread of this process may offer its free context ids to an agreement
-/// (MPICH's "mask in use" rule, `MPIR_Get_contextid_sparse`): two threads that
-/// create communicators at once from different parents would otherwise both offer
-/// the same free ids, agree on the same id and claim it twice (two communicators on
-/// one context: their messages mix, and the job hung in a trial). One agreement at a
-/// time owns the mask; the others offer no ids (all zero, with the "owner" word 0), so
-/// their round finds no id and every rank of theirs tries again. Among waiting
-/// agreements the one with the lowest parent context id may take the mask, so that on
-/// every rank the same agreement wins in the end (no livelock).
-struct CtxAlloc {
-    /// An agreement owns the mask (until its communicator has claimed the id).
-    busy: bool,
-    /// Parent context ids of the agreements in progress in this process.
-    waiting: Vec<u32>,
+/// An agreement on a context id in progress: registered with this process's
+/// [`ContextIds`] (MPICH's "mask in use" rule: one agreement at a time offers the
+/// free-id mask, the lowest parent context id first; see
+/// [`Communicator::agree_rounds`]); unregistered on drop.
+struct CtxWaiter {
+    inner: Arc<Inner>,
+    parent: u32,
 }
-
-static CTX_ALLOC: std::sync::Mutex<CtxAlloc> = std::sync::Mutex::new(CtxAlloc {
-    busy: false,
-    waiting: Vec::new(),
-});
-
-fn ctx_alloc() -> std::sync::MutexGuard<'static, CtxAlloc> {
-    CTX_ALLOC.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// An agreement in progress (registered as waiting; removed on drop).
-struct CtxWaiter(u32);
 
 impl CtxWaiter {
-    fn new(parent: u32) -> CtxWaiter {
-        ctx_alloc().waiting.push(parent);
-        CtxWaiter(parent)
+    fn new(inner: &Arc<Inner>, parent: u32) -> CtxWaiter {
+        inner.lock().ctx_ids.wait_for_mask(parent);
+        CtxWaiter {
+            inner: inner.clone(),
+            parent,
+        }
     }
 
     /// The mask, if this agreement may own it now.
     fn try_own(&self) -> Option<MaskOwner> {
-        let mut a = ctx_alloc();
-        let first = a.waiting.iter().min() == Some(&self.0);
-        if a.busy || !first {
-            return None;
-        }
-        a.busy = true;
-        Some(MaskOwner)
+        self.inner
+            .lock()
+            .ctx_ids
+            .try_own_mask(self.parent)
+            .then(|| MaskOwner(self.inner.clone()))
     }
 }
 
 impl Drop for CtxWaiter {
     fn drop(&mut self) {
-        let mut a = ctx_alloc();
-        if let Some(i) = a.waiting.iter().position(|&p| p == self.0) {
-            a.waiting.swap_remove(i);
-        }
+        self.inner.lock().ctx_ids.stop_waiting(self.parent);
     }
 }
 
-/// Ownership of the mask; released on drop (after the new communicator claimed its
-/// id, or when a round found none).
-pub(crate) struct MaskOwner;
+/// Ownership of this process's free-id mask; released on drop (after the new
+/// communicator claimed its id, or when a round found none). Never dropped while the
+/// engine's lock is held.
+pub(crate) struct MaskOwner(Arc<Inner>);
 
 impl Drop for MaskOwner {
     fn drop(&mut self) {
-        ctx_alloc().busy = false;
+        self.0.lock().ctx_ids.release_mask();
     }
 }
 
