@@ -95,13 +95,6 @@ pub(crate) struct ContextIds {
     held: Vec<Freed>,
     /// Ids taken (the world included).
     taken: usize,
-    /// An agreement of this process owns the mask (offers it) until its communicator
-    /// has claimed the id: MPICH's "mask in use" rule, `MPIR_Get_contextid_sparse`
-    /// (see `Communicator::agree_rounds` in group.rs).
-    mask_owned: bool,
-    /// Parent context ids of this process's agreements in progress; the lowest may
-    /// own the mask next.
-    waiting: Vec<u32>,
 }
 
 impl Default for ContextIds {
@@ -120,36 +113,7 @@ impl ContextIds {
             queued: Arc::default(),
             held: Vec::new(),
             taken: 1,
-            mask_owned: false,
-            waiting: Vec::new(),
         }
-    }
-
-    /// An agreement on parent context `parent` begins.
-    pub(crate) fn wait_for_mask(&mut self, parent: u32) {
-        self.waiting.push(parent);
-    }
-
-    /// The agreement on `parent` ended (with or without an id).
-    pub(crate) fn stop_waiting(&mut self, parent: u32) {
-        if let Some(i) = self.waiting.iter().position(|&p| p == parent) {
-            self.waiting.swap_remove(i);
-        }
-    }
-
-    /// Whether the agreement on `parent` may own the mask now (no other owns it and
-    /// no waiting agreement has a lower parent id); if so it does.
-    pub(crate) fn try_own_mask(&mut self, parent: u32) -> bool {
-        if self.mask_owned || self.waiting.iter().min() != Some(&parent) {
-            return false;
-        }
-        self.mask_owned = true;
-        true
-    }
-
-    /// The owner is done (its id claimed, or its round found none).
-    pub(crate) fn release_mask(&mut self) {
-        self.mask_owned = false;
     }
 
     /// The free-id mask to contribute to an agreement.
@@ -163,17 +127,29 @@ impl ContextIds {
         Some(w as u32 * 64 + word.trailing_zeros())
     }
 
-    /// Mark `id` taken (this rank is a member of the new communicator).
-    pub(crate) fn claim(&mut self, id: u32) {
+    /// Mark `id` taken if it is free here; whether it was (another agreement of this
+    /// process may have taken it since this one offered its mask).
+    pub(crate) fn try_claim(&mut self, id: u32) -> bool {
         let (w, b) = (id as usize / 64, id % 64);
-        debug_assert!(
-            self.free[w] & (1 << b) != 0,
-            "context id {id} claimed twice"
-        );
-        if self.free[w] & (1 << b) != 0 {
-            self.free[w] &= !(1 << b);
-            self.taken += 1;
+        if self.free[w] & (1 << b) == 0 {
+            return false;
         }
+        self.free[w] &= !(1 << b);
+        self.taken += 1;
+        true
+    }
+
+    /// [`ContextIds::try_claim`] of an id known to be free (tests).
+    #[cfg(test)]
+    pub(crate) fn claim(&mut self, id: u32) {
+        assert!(self.try_claim(id), "context id {id} claimed twice");
+    }
+
+    /// Give back an id taken by [`ContextIds::try_claim`] whose agreement failed on
+    /// another rank, or that no communicator of this rank uses (a split's
+    /// `MPI_UNDEFINED`, a non-member of a create).
+    pub(crate) fn unclaim(&mut self, id: u32) {
+        self.release(id);
     }
 
     /// Mark `id` free again.

@@ -30,7 +30,7 @@ use crate::comm::Communicator;
 use crate::comm_state::CommState;
 use crate::context_id::{COLL_CTX_BIT, ContextIds, MASK_WORDS, MAX_CONTEXTS};
 use crate::error::{Error, Result};
-use crate::runtime::{Inner, Releaser, reap_contexts};
+use crate::runtime::{Releaser, reap_contexts};
 
 /// A communicator's context id (MPI 4.1 §7.1.2). Collectives of the communicator use
 /// [`ContextId::collective`].
@@ -260,8 +260,8 @@ impl Communicator {
     /// # Errors
     /// [`Error::Connection`] if a peer died; [`Error::Usage`] if context ids ran out.
     pub fn dup(&self) -> Result<Communicator> {
-        let (ctx, owner) = self.agree_ctx()?;
-        self.derive(ctx, self.st.group.clone(), owner)
+        let ctx = self.agree_ctx()?;
+        self.derive(ctx, self.st.group.clone())
             .ok_or_else(|| Error::usage("dup: the calling rank is not in the group"))
     }
 
@@ -279,8 +279,9 @@ impl Communicator {
         };
         let mut all = vec![SplitEntry::zeroed(); self.size()];
         self.allgather(std::slice::from_ref(&mine), &mut all)?;
-        let (ctx, owner) = self.agree_ctx()?;
+        let ctx = self.agree_ctx()?;
         if mine.color == 0 {
+            self.inner.lock().ctx_ids.unclaim(ctx);
             return Ok(None);
         }
         let mut members: Vec<(i64, usize)> = all
@@ -291,7 +292,7 @@ impl Communicator {
             .collect();
         members.sort_unstable();
         let group: Arc<[u32]> = members.iter().map(|&(_, r)| self.st.group[r]).collect();
-        Ok(self.derive(ctx, group, owner))
+        Ok(self.derive(ctx, group))
     }
 
     /// The ranks of this communicator that share this rank's node (memory, kernel and
@@ -374,11 +375,11 @@ impl Communicator {
         };
         let itag = -2 - tag;
         let none = usize::MAX;
-        let (ctx, owner) = self.agree_rounds(|mine| {
+        let ctx = self.agree_rounds(|mine| {
             let mut mask = *mine;
             if me == 0 {
                 for &r in &members[1..] {
-                    let mut theirs = [0u64; MASK_WORDS + 1];
+                    let mut theirs = [0u64; MASK_WORDS];
                     self.exchange(
                         "create_group",
                         itag,
@@ -422,7 +423,7 @@ impl Communicator {
             }
             Ok(mask)
         })?;
-        Ok(self.derive(ctx, group.world.clone(), owner))
+        Ok(self.derive(ctx, group.world.clone()))
     }
 
     /// A communicator of the ranks of `group` (MPI_Comm_create, MPI 4.1 §7.4.2).
@@ -434,152 +435,101 @@ impl Communicator {
     /// ids ran out; [`Error::Connection`] if a peer died.
     pub fn create(&self, group: &Group) -> Result<Option<Communicator>> {
         let outside = group.world.iter().find(|w| !self.st.group.contains(w));
-        let (ctx, owner) = self.agree_ctx()?;
+        let ctx = self.agree_ctx()?;
         if let Some(w) = outside {
+            self.inner.lock().ctx_ids.unclaim(ctx);
             return Err(Error::usage(format!(
                 "create: world rank {w} of the group is not in this communicator"
             )));
         }
-        Ok(self.derive(ctx, group.world.clone(), owner))
+        Ok(self.derive(ctx, group.world.clone()))
     }
 
     /// Agree on a context id free on every rank of this communicator (see
-    /// `crate::context_id`): an allreduce (bitwise AND) of the free-id masks, in
-    /// rounds until every rank's thread owned its process's mask in the same round
-    /// ([`CtxWaiter`]). Returns the id and the mask's ownership, to be held until
-    /// [`Communicator::derive`] claimed the id.
-    fn agree_ctx(&self) -> Result<(u32, MaskOwner)> {
+    /// `crate::context_id`) and claim it here: rounds of an allreduce (bitwise AND) of
+    /// the free-id masks, then of whether every rank could claim the lowest common id
+    /// ([`Communicator::agree_rounds`]).
+    fn agree_ctx(&self) -> Result<u32> {
         self.agree_rounds(|mine| {
-            let mut all = [0u64; MASK_WORDS + 1];
+            let mut all = [0u64; MASK_WORDS];
             self.allreduce(mine, &mut all, Op::BitAnd)?;
             Ok(all)
         })
     }
 
     /// The rounds of a context-id agreement whose exchange (`and_of`: the bitwise AND
-    /// of every participant's offer, given this rank's) is collective over the
-    /// participants. Why rounds: two threads that create communicators at once from
-    /// different parents would both offer the same free ids, agree on the same id and
-    /// claim it twice (two communicators on one context: their messages mix; a trial
-    /// hung). So one agreement per process owns the mask at a time ([`CtxWaiter`],
-    /// MPICH's `MPIR_Get_contextid_sparse` rule); the others offer nothing, their round
-    /// finds no id, and every participant goes round again. An offer is the free-id mask and a last word 1, or all zero when
-    /// this thread does not own the mask. Every participant sees the same result, so
-    /// all go round again together.
+    /// of every participant's words, given this rank's) is collective over the
+    /// participants. A round: AND of the free-id masks; each rank claims the lowest
+    /// common id if it is still free here; AND of whether every rank could. Another
+    /// agreement of this process (another thread creating a communicator from another
+    /// parent) may have claimed that id since this one offered its mask: without the
+    /// second exchange both would keep it (two communicators on one context: their
+    /// messages mix; a trial hung). Then the ranks that claimed it give it back and all
+    /// go round again, the later rounds after a short pause that grows with the
+    /// rounds. Nothing is held while a round waits for its peers (a lock held across
+    /// the exchange, as MPICH's mask in use, made a trial's legal program deadlock).
+    /// Returns the id, claimed here.
     ///
     /// # Errors
-    /// Those of the exchange; [`Error::Usage`] when every participant owned its mask
-    /// and no id is free on all.
+    /// Those of the exchange; [`Error::Usage`] when no id is free on every rank.
     fn agree_rounds(
         &self,
-        mut and_of: impl FnMut(&[u64; MASK_WORDS + 1]) -> Result<[u64; MASK_WORDS + 1]>,
-    ) -> Result<(u32, MaskOwner)> {
-        let waiter = CtxWaiter::new(&self.inner, self.context_id().get());
+        mut and_of: impl FnMut(&[u64; MASK_WORDS]) -> Result<[u64; MASK_WORDS]>,
+    ) -> Result<u32> {
         let mut round = 0u32;
         loop {
-            let owner = waiter.try_own();
-            let mut mine = [0u64; MASK_WORDS + 1];
-            let revoked = {
+            let (mine, revoked) = {
                 let mut e = self.inner.lock();
                 reap_contexts(&mut e);
-                if owner.is_some() {
-                    mine[..MASK_WORDS].copy_from_slice(&e.ctx_ids.mask());
-                    mine[MASK_WORDS] = 1;
-                }
-                e.proto.revoked_count()
+                (e.ctx_ids.mask(), e.proto.revoked_count())
             };
             let all = and_of(&mine)?;
-            if all[MASK_WORDS] == 1
-                && let Some(owner) = owner
-            {
-                let mut free = [0u64; MASK_WORDS];
-                free.copy_from_slice(&all[..MASK_WORDS]);
-                let ctx = ContextIds::lowest(&free).ok_or_else(|| {
-                    Error::usage(format!(
-                        "context ids exhausted: a rank of this communicator has \
-                         {MAX_CONTEXTS} communicators alive or held ({revoked} held here \
-                         for good by communicators whose collectives were revoked after a \
-                         mismatch); fix: drop communicators that are no longer used, and \
-                         do not go on after collective mismatches"
-                    ))
-                })?;
-                return Ok((ctx, owner));
+            let ctx = ContextIds::lowest(&all).ok_or_else(|| {
+                Error::usage(format!(
+                    "context ids exhausted: some process of this communicator has \
+                     {MAX_CONTEXTS} communicators alive or held ({revoked} held here for \
+                     good by communicators whose collectives were revoked after a \
+                     mismatch); fix: drop communicators that are no longer used, and do \
+                     not go on after collective mismatches"
+                ))
+            })?;
+            let claimed = self.inner.lock().ctx_ids.try_claim(ctx);
+            let mut ok = [0u64; MASK_WORDS];
+            ok[0] = u64::from(claimed);
+            if and_of(&ok)?[0] == 1 {
+                return Ok(ctx);
             }
-            // Another agreement of some participant's process owns its mask: let it
-            // finish, then try again.
-            drop(owner);
+            if claimed {
+                self.inner.lock().ctx_ids.unclaim(ctx);
+            }
             round += 1;
-            if round < 64 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(50));
-            }
+            // Pauses differ per parent, so that two agreements that keep taking each
+            // other's id on different ranks fall out of step.
+            let us = (round.min(20) as u64) * (1 + self.context_id().get() as u64 % 7);
+            std::thread::sleep(std::time::Duration::from_micros(us * 10));
         }
     }
 
     /// The communicator of `group` (world ranks) with the agreed id `ctx`, claiming
     /// `ctx`; `None` (and nothing claimed) if this rank is not in `group`.
-    fn derive(&self, ctx: u32, group: Arc<[u32]>, owner: MaskOwner) -> Option<Communicator> {
-        let mut st = CommState::new(ctx, group, self.inner.rank, self.inner.coll_config())?;
+    fn derive(&self, ctx: u32, group: Arc<[u32]>) -> Option<Communicator> {
+        let Some(mut st) = CommState::new(ctx, group, self.inner.rank, self.inner.coll_config())
+        else {
+            // Not a member: the agreement's id is not used here.
+            self.inner.lock().ctx_ids.unclaim(ctx);
+            return None;
+        };
         let queue = {
             let mut e = self.inner.lock();
-            e.ctx_ids.claim(ctx);
             e.proto.ctx_live(ctx, st.group.clone());
             e.ctx_ids.queue()
         };
-        // Claimed: another agreement of this process may offer the mask now.
-        drop(owner);
         let releaser = Releaser::new(&self.inner, queue);
         st.set_releaser(Box::new(move |ctx, group| releaser.free(ctx, group)));
         Some(Communicator {
             inner: self.inner.clone(),
             st: Arc::new(st),
         })
-    }
-}
-
-/// An agreement on a context id in progress: registered with this process's
-/// [`ContextIds`] (MPICH's "mask in use" rule: one agreement at a time offers the
-/// free-id mask, the lowest parent context id first; see
-/// [`Communicator::agree_rounds`]); unregistered on drop.
-struct CtxWaiter {
-    inner: Arc<Inner>,
-    parent: u32,
-}
-
-impl CtxWaiter {
-    fn new(inner: &Arc<Inner>, parent: u32) -> CtxWaiter {
-        inner.lock().ctx_ids.wait_for_mask(parent);
-        CtxWaiter {
-            inner: inner.clone(),
-            parent,
-        }
-    }
-
-    /// The mask, if this agreement may own it now.
-    fn try_own(&self) -> Option<MaskOwner> {
-        self.inner
-            .lock()
-            .ctx_ids
-            .try_own_mask(self.parent)
-            .then(|| MaskOwner(self.inner.clone()))
-    }
-}
-
-impl Drop for CtxWaiter {
-    fn drop(&mut self) {
-        self.inner.lock().ctx_ids.stop_waiting(self.parent);
-    }
-}
-
-/// Ownership of this process's free-id mask; released on drop (after the new
-/// communicator claimed its id, or when a round found none). Never dropped while the
-/// engine's lock is held.
-pub(crate) struct MaskOwner(Arc<Inner>);
-
-impl Drop for MaskOwner {
-    fn drop(&mut self) {
-        self.0.lock().ctx_ids.release_mask();
     }
 }
 
