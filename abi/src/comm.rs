@@ -167,7 +167,11 @@ fn freed_pending(c: MPI_Comm) -> Option<std::sync::Arc<Communicator>> {
 /// Whether `c` is a communicator freed while requests on it were live, and still has
 /// some: errors of those requests are raised on its error handler (MPI 4.1 §7.4.3).
 pub fn is_freed_pending(c: MPI_Comm) -> bool {
-    freed_pending(c).is_some()
+    FREED_PENDING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|(h, _)| *h == c)
 }
 
 /// Releases the handles of freed communicators whose requests have all completed

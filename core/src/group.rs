@@ -510,8 +510,9 @@ impl Communicator {
         }
     }
 
-    /// The communicator of `group` (world ranks) with the agreed id `ctx`, claiming
-    /// `ctx`; `None` (and nothing claimed) if this rank is not in `group`.
+    /// The communicator of `group` (world ranks) with the agreed id `ctx`, which the
+    /// agreement claimed here; `None` (and `ctx` given back) if this rank is not in
+    /// `group`.
     fn derive(&self, ctx: u32, group: Arc<[u32]>) -> Option<Communicator> {
         let Some(mut st) = CommState::new(ctx, group, self.inner.rank, self.inner.coll_config())
         else {

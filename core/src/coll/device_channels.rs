@@ -237,21 +237,14 @@ impl DeviceChannels {
             n: bytes,
             root: pair.root,
         };
-        let slot = device_peer::slot_bytes_of(&pair.group);
-        if !c.fits_scratch(2, slot) {
-            return Ok(false);
-        }
         rankwire_gpu::peer_prepare(stream.device(), None)
             .map_err(|e| Error::Gpu(format!("{what}: compiling the peer-memory kernels: {e}")))?;
-        // SAFETY: the caller's contract.
-        let launched =
-            unsafe { device_peer::launch_on_stream(&pair.group, what, c, None, ptr, ptr, stream)? };
-        if !launched {
-            // Only these calls use the pair communicator, one launch after the other:
-            // its group is always idle.
-            return Err(Error::Gpu(format!(
-                "{what}: the pair's peer-memory group was busy (internal error)"
-            )));
+        // SAFETY: the caller's contract. `false`: the message does not fit one scratch
+        // slot (the group is never busy otherwise: only these calls use it, one launch
+        // after the other), the same answer on both ranks.
+        if !unsafe { device_peer::launch_on_stream(&pair.group, what, c, None, ptr, ptr, stream)? }
+        {
+            return Ok(false);
         }
         pair.comm.st.next_seq();
         Ok(true)

@@ -1059,11 +1059,6 @@ pub(crate) fn widen_sharing(group: &Mutex<PeerGroup>, n: usize) {
     g.sharing = g.sharing.max(n);
 }
 
-/// Bytes of one scratch slot of `group`'s workspace.
-pub(crate) fn slot_bytes_of(group: &Mutex<PeerGroup>) -> usize {
-    lock(group).ws.slot_bytes()
-}
-
 pub(crate) fn check_group(group: &Mutex<PeerGroup>, what: &str) -> Result<()> {
     lock(group).check(what)
 }
