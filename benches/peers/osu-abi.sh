@@ -35,8 +35,10 @@
 # counts them; collectives above 8 KiB: I/10, where rankwire-bench scales by
 # 8192/size, at least 10).
 #
-# OSU_BW_BUFS=multiple gives osu_bw/osu_bibw `-b multiple` (a buffer per window slot,
-# like rankwire-bench; OSU's default is one buffer for the whole window).
+# Receive buffers of osu_bw/osu_bibw windows: OSU's default is one buffer for the whole
+# window; rankwire-bench then runs with --recv-buffers single, the same loop.
+# OSU_BW_BUFS=multiple gives OSU `-b multiple` (a buffer per window slot) and
+# rankwire-bench its default (--recv-buffers window).
 #
 # Options:
 #   -q        smoke run (output under benches/results/tmp/)
@@ -174,10 +176,11 @@ cmds() {
             echo "$(launcher "$c" "$np")$RW_BENCH barrier --iters $i --warmup $w"
         else
             # Collectives timed as OSU times them (each call alone, a barrier after
-            # it: --barrier-each); point-to-point loops are the same in both already.
-            local sync=""
-            is_coll "$b" && sync=" --barrier-each"
-            echo "$(launcher "$c" "$np")$RW_BENCH $b --min-size $(minsize "$b") --max-size $MAX --iters $i --warmup $w$sync"
+            # it: --barrier-each); bw/bibw with OSU's receive buffers (see the header).
+            local extra=""
+            is_coll "$b" && extra=" --barrier-each"
+            case $b in bw | bibw) [ "${OSU_BW_BUFS:-}" = multiple ] || extra=" --recv-buffers single" ;; esac
+            echo "$(launcher "$c" "$np")$RW_BENCH $b --min-size $(minsize "$b") --max-size $MAX --iters $i --warmup $w$extra"
         fi
         return
     fi

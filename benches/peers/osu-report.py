@@ -133,7 +133,7 @@ def main():
     if loads:
         w(f"- load average (1 min) at the start of the runs: min {min(loads):.2f}, median {statistics.median(loads):.2f}, max {max(loads):.2f}")
     bad = [r for r in runs if r["rc"] not in ("0",)]
-    w(f"- osu_bw/osu_bibw receive buffers: {meta.get('osu_bw_bufs', 'single (OSU default)')} (rankwire-bench: one per window slot)")
+    w(f"- osu_bw/osu_bibw receive buffers: {meta.get('osu_bw_bufs', 'single (OSU default)')} (rankwire-bench: the same, `--recv-buffers single`, unless `multiple`: one per window slot)")
     w(f"- runs: {len(runs)}, not exit 0: {len(bad)}" + ("".join(f"; {r['config']} {r['bench']} np={r['np']} rep {r['rep']}: {r['rc']}" for r in bad[:12])))
     if int(meta.get("ncores", "2")) < 4:
         w(f"- 4-rank rows are oversubscribed ({meta.get('ncores')} cores): they measure how a runtime shares cores (spin vs yield), not its best speed; nothing is bound there")

@@ -98,6 +98,12 @@ struct Args {
     /// Window of outstanding messages for bw/bibw.
     #[arg(long, default_value_t = 64)]
     window: usize,
+    /// bw/bibw receive buffers: `window` = one per window slot (default; what the peers'
+    /// program does), `single` = every receive of the window into the same buffer (what
+    /// the OSU micro-benchmarks 7.2 `osu_bw` does by default; compare with OSU in this
+    /// form).
+    #[arg(long, value_enum, default_value_t = RecvBuffers::Window)]
+    recv_buffers: RecvBuffers,
     /// Host buffers start this many bytes past a page boundary (default 0: page-aligned,
     /// as the OSU micro-benchmarks and the peers' program allocate them; 16 is where
     /// `malloc` puts large blocks).
@@ -189,7 +195,10 @@ fn main() -> Result<()> {
                 size,
                 iters / 10 + 1,
                 warmup / 10 + 1,
-                args.window,
+                Window {
+                    len: args.window,
+                    recv: args.recv_buffers,
+                },
                 false,
                 args.device,
             )?,
@@ -198,7 +207,10 @@ fn main() -> Result<()> {
                 size,
                 iters / 10 + 1,
                 warmup / 10 + 1,
-                args.window,
+                Window {
+                    len: args.window,
+                    recv: args.recv_buffers,
+                },
                 true,
                 args.device,
             )?,
@@ -547,6 +559,15 @@ static OFFSET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::
 /// `--barrier-each` (set once in `main`).
 static BARRIER_EACH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Receive buffers of a bw/bibw window (`--recv-buffers`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum RecvBuffers {
+    /// One buffer per window slot.
+    Window,
+    /// One buffer for the whole window (`osu_bw`'s default).
+    Single,
+}
+
 /// A benchmark buffer in host or device memory.
 enum Buf {
     Host(HostBuf),
@@ -592,6 +613,28 @@ impl Buf {
             Buf::Dev(d) => w.irecv_device(d, src, tag),
         }
     }
+    /// Nonblocking receive into this buffer while other receives into it may be
+    /// pending (`--recv-buffers single`, as `osu_bw` does: the window's receives
+    /// overwrite each other; the benchmark never reads the bytes).
+    ///
+    /// # Safety
+    /// The buffer must outlive the request.
+    unsafe fn irecv_shared<'a>(
+        &mut self,
+        w: &rankwire::Communicator,
+        src: usize,
+        tag: i32,
+    ) -> rankwire::Result<rankwire::Request<'a>> {
+        let (ptr, len) = match self {
+            Buf::Host(h) => {
+                let b = h.as_mut_slice();
+                (b.as_mut_ptr(), b.len())
+            }
+            Buf::Dev(d) => (d.ptr() as *mut u8, d.len()),
+        };
+        // SAFETY: the caller keeps the buffer alive until the request completes.
+        unsafe { w.irecv_raw(ptr, len, src, tag) }
+    }
     /// Blocking send (MPI_Send, as the peers' ping-pong uses).
     fn send(&self, w: &rankwire::Communicator, dest: usize, tag: i32) -> rankwire::Result<()> {
         match self {
@@ -635,18 +678,29 @@ fn latency(
     Ok(t.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64))
 }
 
+/// The window of a bw/bibw run: messages in flight and their receive buffers.
+#[derive(Clone, Copy)]
+struct Window {
+    len: usize,
+    recv: RecvBuffers,
+}
+
 fn bandwidth(
     world: &rankwire::Communicator,
     size: usize,
     iters: usize,
     warmup: usize,
-    window: usize,
+    window: Window,
     bidirectional: bool,
     device: Device,
 ) -> Result<f64> {
     let rank = world.rank();
     let sbuf = Buf::new(device, size, 1)?;
-    let mut slots: Vec<Buf> = (0..window)
+    let slots_n = match window.recv {
+        RecvBuffers::Window => window.len,
+        RecvBuffers::Single => 1,
+    };
+    let mut slots: Vec<Buf> = (0..slots_n)
         .map(|_| Buf::new(device, size, 0))
         .collect::<Result<_>>()?;
     let mut ack = [0u8; 4];
@@ -660,14 +714,24 @@ fn bandwidth(
             let peer = 1 - rank;
             let sending = rank == 0 || bidirectional;
             let receiving = rank == 1 || bidirectional;
-            let mut reqs = Vec::with_capacity(2 * window);
+            let mut reqs = Vec::with_capacity(2 * window.len);
             if receiving {
-                for s in slots.iter_mut() {
-                    reqs.push(s.irecv(world, peer, 2)?);
+                match window.recv {
+                    RecvBuffers::Window => {
+                        for s in slots.iter_mut() {
+                            reqs.push(s.irecv(world, peer, 2)?);
+                        }
+                    }
+                    RecvBuffers::Single => {
+                        for _ in 0..window.len {
+                            // SAFETY: `slots` outlives `reqs` (waited for below).
+                            reqs.push(unsafe { slots[0].irecv_shared(world, peer, 2)? });
+                        }
+                    }
                 }
             }
             if sending {
-                for _ in 0..window {
+                for _ in 0..window.len {
                     reqs.push(sbuf.isend(world, peer, 2)?);
                 }
             }
@@ -681,7 +745,7 @@ fn bandwidth(
     }
     let secs = t.elapsed().as_secs_f64();
     let dirs = if bidirectional { 2.0 } else { 1.0 };
-    Ok(dirs * (size * window * iters) as f64 / secs / 1e6)
+    Ok(dirs * (size * window.len * iters) as f64 / secs / 1e6)
 }
 
 #[cfg(test)]
