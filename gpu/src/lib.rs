@@ -80,7 +80,9 @@ pub use ipc::{
     CudaIpcOpener, IpcCache, IpcCacheStats, IpcExport, IpcHandle, IpcMapping, IpcOpener,
     ipc_export, ipc_export_classified,
 };
-pub use peer::{PeerArgs, PeerMode, PeerWorkspace, peer_blocks, peer_launch, peer_prepare};
+pub use peer::{
+    DoneWord, PeerArgs, PeerMode, PeerWorkspace, peer_blocks, peer_launch, peer_prepare,
+};
 pub use pointer::{
     CudaPointerQuery, MemoryInfo, PointerCache, PointerCacheStats, PointerQuery, PtrKind,
     buffer_id, classify, classify_addr, pointer_queries,

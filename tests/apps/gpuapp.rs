@@ -126,6 +126,7 @@ fn main() {
         "gdrside" => gdr_side(),
         "streamp2p" => stream_p2p(&w, &u),
         "channels" => channels(&w, &u),
+        "collphases" => coll_phases(&w),
         "bench" => bench(
             &w,
             args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1 << 30),
@@ -907,5 +908,64 @@ fn stream_p2p(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
         });
         r?;
     }
+    w.barrier()
+}
+
+/// Where the time of a small device allreduce goes (issue 18: allreduce 8 B ≤ 15 µs):
+/// per call, the blocking `allreduce_device` (host work, launch, kernel, completion
+/// seen by the host), and the stream-ordered form enqueued back to back on one stream
+/// (the host's share: what a call costs before the launch returns) and its throughput
+/// once synchronized. 8 bytes (2 f32, sum), `RW_PHASE_ITERS` calls (default 2000)
+/// after 200 untimed; every rank prints its own figures.
+fn coll_phases(w: &Communicator) -> Result<()> {
+    let me = w.rank();
+    let iters: usize = std::env::var("RW_PHASE_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let gpu = |e: rankwire::gpu::GpuError| rankwire::Error::Gpu(e.to_string());
+    let send = dev_with(0, &[1u8; 8])?;
+    let mut recv = dev_with(0, &[0u8; 8])?;
+    for _ in 0..200 {
+        w.allreduce_device(&send, &mut recv, rankwire::Datatype::F32, rankwire::Op::Sum)?;
+    }
+    w.barrier()?;
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        w.allreduce_device(&send, &mut recv, rankwire::Datatype::F32, rankwire::Op::Sum)?;
+    }
+    let blocking = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
+    let s = Stream::new(0).map_err(gpu)?;
+    let (sp, rp) = (send.ptr(), recv.ptr());
+    for _ in 0..200 {
+        // SAFETY: both buffers live until the synchronize below.
+        unsafe {
+            w.allreduce_device_on_stream(sp, rp, 8, rankwire::Datatype::F32, rankwire::Op::Sum, &s)?
+        };
+    }
+    s.synchronize().map_err(gpu)?;
+    w.barrier()?;
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        // SAFETY: both buffers live until the synchronize below.
+        unsafe {
+            w.allreduce_device_on_stream(sp, rp, 8, rankwire::Datatype::F32, rankwire::Op::Sum, &s)?
+        };
+    }
+    let enq = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
+    s.synchronize().map_err(gpu)?;
+    let streamed = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
+    let got = recv.to_vec().map_err(gpu)?;
+    let want = f32::from_ne_bytes([1, 1, 1, 1]) * w.size() as f32;
+    let v = f32::from_ne_bytes([got[0], got[1], got[2], got[3]]);
+    if v != want {
+        return Err(rankwire::Error::Gpu(format!(
+            "allreduce gave {v}, want {want}"
+        )));
+    }
+    println!(
+        "rank {me}: allreduce 8 B ({} ranks, {iters} calls): blocking {blocking:.2} us/call; stream-ordered: enqueue {enq:.2} us/call, {streamed:.2} us/call until synchronized",
+        w.size()
+    );
     w.barrier()
 }

@@ -984,20 +984,18 @@ impl Communicator {
         let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
         // SAFETY: the caller keeps both ranges live until this call returns, after the
         // kernel has finished.
-        if !unsafe { device_peer::launch_on_stream(&g, what, c, red, send, recv, stream)? } {
+        let Some(launched) =
+            (unsafe { device_peer::launch_on_stream(&g, what, c, red, send, recv, stream)? })
+        else {
             return Ok(false);
-        }
+        };
         if gpu_wait_blocks() {
             stream
                 .synchronize()
                 .map_err(|e| gpu_err(&format!("{what}: peer-memory kernel"), e))?;
         } else {
-            while !stream
-                .is_idle()
-                .map_err(|e| gpu_err(&format!("{what}: peer-memory kernel"), e))?
-            {
-                std::hint::spin_loop();
-            }
+            // SAFETY: `g` (the group and its workspace) lives until this call returns.
+            unsafe { launched.wait(stream, what)? };
         }
         device_peer::check_group(&g, what)?;
         // One collective sequence number, as the schedule path takes.
@@ -1521,7 +1519,9 @@ impl Communicator {
             rankwire_gpu::peer_prepare(device, red)
                 .map_err(|e| gpu_err("compiling the peer-memory kernels", e))?;
             // SAFETY: the caller's contract.
-            if unsafe { device_peer::launch_on_stream(&g, what, c, red, send, recv, stream)? } {
+            if unsafe { device_peer::launch_on_stream(&g, what, c, red, send, recv, stream)? }
+                .is_some()
+            {
                 // One collective sequence number, as the schedule path takes.
                 self.st.next_seq();
                 return Ok(());

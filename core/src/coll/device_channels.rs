@@ -239,10 +239,11 @@ impl DeviceChannels {
         };
         rankwire_gpu::peer_prepare(stream.device(), None)
             .map_err(|e| Error::Gpu(format!("{what}: compiling the peer-memory kernels: {e}")))?;
-        // SAFETY: the caller's contract. `false`: the message does not fit one scratch
+        // SAFETY: the caller's contract. `None`: the message does not fit one scratch
         // slot (the group is never busy otherwise: only these calls use it, one launch
         // after the other), the same answer on both ranks.
-        if !unsafe { device_peer::launch_on_stream(&pair.group, what, c, None, ptr, ptr, stream)? }
+        if unsafe { device_peer::launch_on_stream(&pair.group, what, c, None, ptr, ptr, stream)? }
+            .is_none()
         {
             return Ok(false);
         }

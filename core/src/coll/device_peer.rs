@@ -1063,8 +1063,53 @@ pub(crate) fn check_group(group: &Mutex<PeerGroup>, what: &str) -> Result<()> {
     lock(group).check(what)
 }
 
+/// A kernel [`launch_on_stream`] enqueued: how a host that waits for it sees it end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Launched {
+    /// The launch's epoch (the group's ticket).
+    pub(crate) epoch: u32,
+    /// The group workspace's done word (the kernel stores its epoch there last).
+    pub(crate) done: rankwire_gpu::DoneWord,
+}
+
+impl Launched {
+    /// Spin until the kernel has stored its epoch in the done word, or `stream` is
+    /// idle (queried every [`STREAM_QUERY_EVERY`]: a kernel that never stores the word,
+    /// which should not happen, still ends the wait as before).
+    ///
+    /// # Safety
+    /// The launch's group (its workspace) must be alive.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] if the stream reports an error.
+    pub(crate) unsafe fn wait(self, stream: &Stream, what: &str) -> Result<()> {
+        let mut last = std::time::Instant::now();
+        loop {
+            for _ in 0..256 {
+                // SAFETY: the caller keeps the group alive.
+                if unsafe { self.done.reached(self.epoch) } {
+                    return Ok(());
+                }
+                std::hint::spin_loop();
+            }
+            if last.elapsed() >= STREAM_QUERY_EVERY {
+                if stream
+                    .is_idle()
+                    .map_err(|e| gpu(&format!("{what}: peer-memory kernel"), e))?
+                {
+                    return Ok(());
+                }
+                last = std::time::Instant::now();
+            }
+        }
+    }
+}
+
+/// How often [`Launched::wait`] also asks the driver whether the stream is idle.
+const STREAM_QUERY_EVERY: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Launch the scratch form directly on `stream` (stream-ordered: no host wait, no
-/// host message). Returns `false` (nothing done) when the call does not fit the
+/// host message). Returns `None` (nothing done) when the call does not fit the
 /// scratch form or an earlier call of this group has not launched its kernel yet
 /// (a nonblocking call still exchanging handles): the caller then takes the
 /// schedule, whose launch waits for its turn.
@@ -1079,16 +1124,16 @@ pub(crate) unsafe fn launch_on_stream(
     send: u64,
     recv: u64,
     stream: &Stream,
-) -> Result<bool> {
+) -> Result<Option<Launched>> {
     let mut g = lock(group);
     let slot = g.ws.slot_bytes();
     if !c.fits_scratch(g.p, slot) || !g.idle() {
-        return Ok(false);
+        return Ok(None);
     }
     let a = scratch_args(
         c,
         g.me,
-        &g.bases.clone(),
+        &g.bases,
         slot,
         Regions {
             input: send,
@@ -1099,7 +1144,10 @@ pub(crate) unsafe fn launch_on_stream(
     let t = g.ticket();
     g.launched = t;
     g.launch(what, red, a, work, stream, Vec::new())?;
-    Ok(true)
+    Ok(Some(Launched {
+        epoch: t as u32,
+        done: g.ws.done_word(),
+    }))
 }
 
 #[cfg(test)]
