@@ -17,7 +17,7 @@ use crate::consts::*;
 use crate::error::{MpiErr, R, err, guard, out_arg, put};
 use crate::handles::{Kind, Table};
 use crate::request::{
-    Active, Started, empty_status, insert, insert_persistent, insert_plain, write_status,
+    Active, Started, empty_status, insert, insert_detached, insert_persistent, write_status,
 };
 use rankwire::{Communicator, Source, Tag};
 use std::collections::BTreeMap;
@@ -721,8 +721,8 @@ unsafe fn post_send(
     mode: Mode,
 ) -> R<Started> {
     // SAFETY: the caller's buffer, valid until completion.
-    if let Some(a) = unsafe { send_plain(buf, count, dt, dest, tag, comm, mode)? } {
-        return Ok(Started::plain(a));
+    if let Some(d) = unsafe { send_plain(buf, count, dt, dest, tag, comm, mode)? } {
+        return Ok(Started::plain(crate::request::detached_active(d)));
     }
     let c = lookup(comm)?;
     if dest == MPI_PROC_NULL {
@@ -750,7 +750,7 @@ unsafe fn send_plain(
     tag: c_int,
     comm: MPI_Comm,
     mode: Mode,
-) -> R<Option<Active>> {
+) -> R<Option<rankwire::Detached<'static>>> {
     if mode == Mode::Buffered || dest == MPI_PROC_NULL {
         return Ok(None);
     }
@@ -760,9 +760,10 @@ unsafe fn send_plain(
     let c = lookup(comm)?;
     let d = rank_arg(&c, dest, "destination")?;
     let t = tag_arg(tag)?;
-    // SAFETY: the caller's contract.
-    let slice: &'static [u8] = unsafe { crate::buf::bytes(buf as *const u8, len) };
-    Ok(Some(send_active(isend_host(&c, slice, d, t, mode)?)))
+    // SAFETY: the caller's contract (host bytes, unchanged until completion).
+    Ok(Some(unsafe {
+        c.isend_detached(buf as *const u8, len, d, t, mode == Mode::Sync)?
+    }))
 }
 
 /// The common receive, without a [`RecvBuf`]: contiguous host bytes of a predefined
@@ -779,7 +780,7 @@ unsafe fn recv_plain(
     source: c_int,
     tag: c_int,
     comm: MPI_Comm,
-) -> R<Option<Active>> {
+) -> R<Option<rankwire::Detached<'static>>> {
     if source == MPI_PROC_NULL {
         return Ok(None);
     }
@@ -789,9 +790,10 @@ unsafe fn recv_plain(
     let c = lookup(comm)?;
     let src = recv_source(&c, source)?;
     let tg = recv_tag(tag)?;
-    // SAFETY: the caller's contract.
-    let s: &'static mut [u8] = unsafe { crate::buf::bytes_mut(buf as *mut u8, len) };
-    Ok(Some(Active::P2p(c.irecv(s, src, tg)?)))
+    // SAFETY: the caller's contract (host bytes, untouched until completion).
+    Ok(Some(unsafe {
+        c.irecv_detached(buf as *mut u8, len, src, tg)?
+    }))
 }
 
 unsafe fn post_recv(
@@ -803,8 +805,8 @@ unsafe fn post_recv(
     comm: MPI_Comm,
 ) -> R<Started> {
     // SAFETY: the caller's buffer, valid until completion.
-    if let Some(a) = unsafe { recv_plain(buf, count, dt, source, tag, comm)? } {
-        return Ok(Started::plain(a));
+    if let Some(d) = unsafe { recv_plain(buf, count, dt, source, tag, comm)? } {
+        return Ok(Started::plain(crate::request::detached_active(d)));
     }
     let c = lookup(comm)?;
     if source == MPI_PROC_NULL {
@@ -848,11 +850,11 @@ macro_rules! isend_fns {
                 out_arg(request, "request")?;
                 // The common case first, its request built in place.
                 // SAFETY: C caller's buffer, valid until completion.
-                if let Some(a) =
+                if let Some(d) =
                     unsafe { send_plain(buf, count, datatype, dest, tag, comm, $mode)? }
                 {
                     // SAFETY: C caller's pointer.
-                    return unsafe { put(request, insert_plain(comm, a), "request") };
+                    return unsafe { put(request, insert_detached(comm, d), "request") };
                 }
                 // SAFETY: C caller's buffer, valid until completion.
                 let s = unsafe { post_send(buf, count, datatype, dest, tag, comm, $mode)? };
@@ -988,9 +990,9 @@ pub unsafe extern "C" fn MPI_Irecv_c(
         out_arg(request, "request")?;
         // The common case first, its request built in place.
         // SAFETY: C caller's buffer, valid until completion.
-        if let Some(a) = unsafe { recv_plain(buf, count, datatype, source, tag, comm)? } {
+        if let Some(d) = unsafe { recv_plain(buf, count, datatype, source, tag, comm)? } {
             // SAFETY: C caller's pointer.
-            return unsafe { put(request, insert_plain(comm, a), "request") };
+            return unsafe { put(request, insert_detached(comm, d), "request") };
         }
         // SAFETY: C caller's buffer, valid until completion.
         let s = unsafe { post_recv(buf, count, datatype, source, tag, comm)? };

@@ -148,8 +148,9 @@ pub type StartFn = Box<dyn Fn() -> R<Started> + Send + Sync>;
 struct Slot {
     /// Whose error handler reports its errors.
     comm: MPI_Comm,
-    /// The operation in flight; `None` when inactive (persistent) or while `busy`.
-    op: Option<Started>,
+    /// The operation in flight; [`Body::None`] when inactive (persistent) or while
+    /// `busy`.
+    op: Body,
     /// Persistent requests: how to start again; `None` for one-shot requests.
     start: Option<Arc<StartFn>>,
     /// A call has taken `op` out to wait for, test or start it without holding the
@@ -167,6 +168,99 @@ struct Slot {
     /// id, so that `MPI_Cancel` from another thread can cancel it
     /// (`rankwire::Communicator::cancel_pending`) and the waiter return.
     cancel_id: Option<rankwire::CancelId>,
+}
+
+/// The operation of a [`Slot`]. The common point-to-point request (the caller's own
+/// contiguous host bytes, nothing to run at completion, on a communicator whose ranks
+/// are the world's) is held as the runtime's id alone, or as the status of a send
+/// that completed at post: a small slot, moved in and out of the table cheaply
+/// (`MPI_Isend`/`MPI_Irecv`/`MPI_Waitall` windows, issue 20).
+enum Body {
+    /// Nothing: inactive (persistent), or taken out while `busy`.
+    None,
+    /// A plain point-to-point operation pending in the runtime.
+    Raw(rankwire::RawRequest),
+    /// A plain send that completed when posted, with its status.
+    Ready(rankwire::Status),
+    /// Anything else.
+    Full(Box<Started>),
+}
+
+impl Body {
+    /// The body holding `op`.
+    fn of(op: Started) -> Body {
+        match op {
+            Started {
+                active,
+                finish: None,
+                keep,
+            } if keep.is_empty() => Body::plain(active),
+            op => Body::Full(Box::new(op)),
+        }
+    }
+
+    /// The body of an operation with nothing to run or keep at completion.
+    fn plain(active: Active) -> Body {
+        match active {
+            // SAFETY: a request held by a slot is completed through the slot, which
+            // keeps the C caller's buffer contract (valid until completion).
+            Active::P2p(r) => match unsafe { r.into_raw() } {
+                Ok(raw) => Body::Raw(raw),
+                Err(r) => Body::Full(Box::new(Started::plain(Active::P2p(r)))),
+            },
+            Active::Ready(st) => Body::Ready(st),
+            a => Body::Full(Box::new(Started::plain(a))),
+        }
+    }
+
+    fn is_some(&self) -> bool {
+        !matches!(self, Body::None)
+    }
+
+    /// The operation, out of the body (which becomes [`Body::None`]).
+    fn take(&mut self) -> Option<Started> {
+        match std::mem::replace(self, Body::None) {
+            Body::None => None,
+            Body::Raw(raw) => Some(Started::plain(raw_active(raw))),
+            Body::Ready(st) => Some(Started::plain(Active::Ready(st))),
+            Body::Full(b) => Some(*b),
+        }
+    }
+
+    /// Its id for `rankwire::Communicator::cancel_pending`, if it is a point-to-point
+    /// operation still pending.
+    fn cancel_id(&self) -> Option<rankwire::CancelId> {
+        match self {
+            Body::Raw(raw) => Some(raw.cancel_id()),
+            Body::Full(op) => cancel_id_of(op),
+            Body::None | Body::Ready(_) => None,
+        }
+    }
+
+    /// A generalized request's state, if it holds one.
+    fn greq(&self) -> Option<Arc<Greq>> {
+        match self {
+            Body::Full(op) => match &op.active {
+                Active::Greq(g) => Some(g.clone()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// The request of a raw point-to-point operation, rebuilt in the process's runtime
+/// (every communicator shares `MPI_COMM_WORLD`'s; statuses in world ranks, which are
+/// its communicator's: [`rankwire::Request::into_raw`] keeps no other).
+fn raw_active(raw: rankwire::RawRequest) -> Active {
+    match crate::env::world() {
+        // SAFETY: `raw` came out of a slot, which held it once; it is rebuilt once.
+        Ok(w) => Active::P2p(unsafe { rankwire::Request::from_raw(raw, w) }),
+        Err(e) => Active::Finished(Err(rankwire::Error::Usage(format!(
+            "a request outlived the runtime: {}",
+            e.msg
+        )))),
+    }
 }
 
 /// The id of `op` for `rankwire::Communicator::cancel_pending`, if it is a
@@ -207,13 +301,8 @@ fn slot_mut(t: &mut slab::Slab<Slot>, h: MPI_Request) -> R<&mut Slot> {
 }
 
 fn new_slot(comm: MPI_Comm, op: Option<Started>, start: Option<Arc<StartFn>>) -> MPI_Request {
-    let greq = match &op {
-        Some(Started {
-            active: Active::Greq(g),
-            ..
-        }) => Some(g.clone()),
-        _ => None,
-    };
+    let op = op.map_or(Body::None, Body::of);
+    let greq = op.greq();
     handle_of(table().insert(Slot {
         comm,
         op,
@@ -230,23 +319,34 @@ pub fn insert(comm: MPI_Comm, s: Started) -> MPI_Request {
     new_slot(comm, Some(s), None)
 }
 
-/// A new active request for `active`, with nothing to run or keep at completion (the
-/// common point-to-point case: the caller's own contiguous host bytes), whose errors go
-/// to `comm`'s handler. As [`insert`], built in place.
-pub fn insert_plain(comm: MPI_Comm, active: Active) -> MPI_Request {
+/// A new active request for the plain point-to-point operation `d` (the caller's own
+/// contiguous host bytes, nothing to run or keep at completion), whose errors go to
+/// `comm`'s handler: the runtime's id, or the status of a send done at post, kept in
+/// the slot as they are.
+pub fn insert_detached(comm: MPI_Comm, d: rankwire::Detached<'static>) -> MPI_Request {
+    let op = match d {
+        rankwire::Detached::Raw(raw) => Body::Raw(raw),
+        rankwire::Detached::Done(st) => Body::Ready(st),
+        rankwire::Detached::Request(r) => Body::plain(Active::P2p(r)),
+    };
     handle_of(table().insert(Slot {
         comm,
-        op: Some(Started {
-            active,
-            finish: None,
-            keep: Vec::new(),
-        }),
+        op,
         start: None,
         busy: false,
         greq: None,
         freed: false,
         cancel_id: None,
     }))
+}
+
+/// The operation of `d` (see [`insert_detached`]) for the general paths.
+pub fn detached_active(d: rankwire::Detached<'static>) -> Active {
+    match d {
+        rankwire::Detached::Raw(raw) => raw_active(raw),
+        rankwire::Detached::Done(st) => Active::Ready(st),
+        rankwire::Detached::Request(r) => Active::P2p(r),
+    }
 }
 
 /// A new inactive persistent request; `MPI_Start` runs `start`.
@@ -307,7 +407,7 @@ pub fn references(comm: MPI_Comm) -> bool {
 fn put_back(h: MPI_Request, op: Started) {
     let mut t = table();
     if let Ok(s) = slot_mut(&mut t, h) {
-        s.op = Some(op);
+        s.op = Body::of(op);
         s.busy = false;
         s.cancel_id = None;
     }
@@ -730,21 +830,24 @@ fn status_at(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
 }
 
 /// `MPI_Waitall`'s working vectors: (index in the array, operation taken out),
-/// (index, outcome), the point-to-point outcomes, and (index, request) of the plain
-/// point-to-point operations (nothing to run or keep at completion: the common case,
-/// completed without building a [`Done`]).
+/// (index, outcome), the point-to-point outcomes, and the indices and raw requests of
+/// the plain point-to-point operations ([`Body::Raw`]: the common case, completed
+/// without building a request or a [`Done`]).
 type WaitallScratch = (
     Vec<(usize, Started)>,
     Vec<(usize, Done)>,
     Vec<rankwire::Result<rankwire::Status>>,
-    Vec<(usize, rankwire::Request<'static>)>,
+    Vec<usize>,
+    Vec<rankwire::RawRequest>,
 );
 
 thread_local! {
     /// The vectors of the thread's last `MPI_Waitall`, kept (empty) so that the next one
     /// does not allocate.
     static WAITALL_SCRATCH: std::cell::Cell<WaitallScratch> =
-        const { std::cell::Cell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new())) };
+        const {
+            std::cell::Cell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()))
+        };
 }
 
 /// `MPI_Waitall`: completes every request; on any failure returns
@@ -788,7 +891,8 @@ unsafe fn waitall_impl(
     // callback the runtime runs meanwhile, finds them taken and allocates its own).
     let mut scratch = WAITALL_SCRATCH.with(|c| c.take());
     let mut ops = std::mem::take(&mut scratch.0);
-    let mut plain = std::mem::take(&mut scratch.3);
+    let mut raw_at = std::mem::take(&mut scratch.3);
+    let mut raws = std::mem::take(&mut scratch.4);
     {
         let mut t = table();
         let mut comm_set = false;
@@ -818,39 +922,29 @@ unsafe fn waitall_impl(
                         *ec = s.comm;
                         comm_set = true;
                     }
-                    // Done when it was posted (an eager send, MPI_PROC_NULL, a
-                    // withdrawn receive) with nothing to run at completion: complete
-                    // and retire it here, under this lock, without moving it out.
-                    if let Some(Started {
-                        active: Active::Ready(st),
-                        finish: None,
-                        keep,
-                    }) = &s.op
-                        && keep.is_empty()
-                    {
-                        let st = *st;
-                        s.op = None;
-                        retire(&mut t, hp);
-                        // SAFETY: the status array has `count` entries (or is ignored).
-                        unsafe { write_status(status_at(statuses, i), &st, false, MPI_SUCCESS) };
-                        continue;
-                    }
-                    match s.op.take() {
-                        Some(Started {
-                            active: Active::P2p(r),
-                            finish: None,
-                            keep,
-                        }) if keep.is_empty() => {
-                            s.busy = true;
-                            s.cancel_id = r.cancel_id();
-                            plain.push((i, r));
+                    match std::mem::replace(&mut s.op, Body::None) {
+                        // Done when it was posted (an eager send) with nothing to run at
+                        // completion: completed and retired here, under this lock.
+                        Body::Ready(st) => {
+                            retire(&mut t, hp);
+                            // SAFETY: the status array has `count` entries (or is
+                            // ignored).
+                            unsafe {
+                                write_status(status_at(statuses, i), &st, false, MPI_SUCCESS)
+                            };
                         }
-                        Some(op) => {
+                        Body::Raw(raw) => {
+                            s.busy = true;
+                            s.cancel_id = Some(raw.cancel_id());
+                            raw_at.push(i);
+                            raws.push(raw);
+                        }
+                        Body::None => empty(),
+                        Body::Full(op) => {
                             s.busy = true;
                             s.cancel_id = cancel_id_of(&op);
-                            ops.push((i, op));
+                            ops.push((i, *op));
                         }
-                        None => empty(),
                     }
                 }
                 Err(e) => {
@@ -863,51 +957,31 @@ unsafe fn waitall_impl(
             }
         }
     }
-    // Progress until every point-to-point operation is complete (its pending sends
-    // first offered to help their receivers copy, a window of arrivals taken per
-    // round, the runtime locked once: rankwire::wait_complete), then each operation
-    // is completed (those return at once).
     let mut dones = std::mem::take(&mut scratch.1);
     let mut outcomes = std::mem::take(&mut scratch.2);
-    if ops
-        .iter()
-        .any(|(_, s)| matches!(s.active, Active::Multi(_)))
-    {
-        // The rare mixed case: the plain operations go the general way too.
-        ops.extend(
-            plain
-                .drain(..)
-                .map(|(i, r)| (i, Started::plain(Active::P2p(r)))),
-        );
-        rankwire::wait_complete(ops.iter().flat_map(|(_, s)| match &s.active {
-            Active::P2p(r) => std::slice::from_ref(r),
-            Active::Multi(rs) => rs.as_slice(),
-            _ => &[],
-        }));
-        dones.extend(ops.drain(..).map(|(i, op)| (i, wait_started(op))));
-    } else {
-        // The common case: the point-to-point outcomes are taken under the same lock
-        // of the runtime as the wait (rankwire::wait_all_in_place), not one more lock
-        // per request; the plain operations' first, in order, then the others'.
-        rankwire::wait_all_in_place(
-            plain
-                .iter_mut()
-                .map(|(_, r)| r)
-                .chain(ops.iter_mut().filter_map(|(_, s)| match &mut s.active {
-                    Active::P2p(r) => Some(r),
-                    _ => None,
-                })),
-            &mut outcomes,
-        );
-        let mut taken = outcomes.drain(..);
-        {
-            // The plain operations are complete: each retired and its status written
-            // under one lock of the table (statuses are the caller's memory; no
-            // callback runs here).
+    if ops.is_empty() {
+        // The common case: every request a plain point-to-point one. Progress until
+        // all are complete (pending sends first offered to help their receivers copy,
+        // a window of arrivals per round, the runtime locked once), their outcomes
+        // taken under the same lock (rankwire's wait_all_raw), then each retired and
+        // its status written under one lock of the table.
+        if !raws.is_empty() {
+            match crate::env::world() {
+                // SAFETY: each raw request came out of its slot (marked busy) once.
+                Ok(w) => unsafe { w.wait_all_raw(&raws, &mut outcomes) },
+                Err(e) => {
+                    outcomes.clear();
+                    outcomes.extend(raws.iter().map(|_| {
+                        Err(rankwire::Error::Usage(format!(
+                            "a request outlived the runtime: {}",
+                            e.msg
+                        )))
+                    }));
+                }
+            }
             let mut t = table();
-            for ((i, _), r) in plain.iter().zip(taken.by_ref()) {
-                retire(&mut t, &mut arr[*i]);
-                let at = status_at(statuses, *i);
+            for (&i, r) in raw_at.iter().zip(outcomes.drain(..)) {
+                retire(&mut t, &mut arr[i]);
                 let (st, cancelled, err) = match r {
                     Ok(st) => (st, false, None),
                     Err(e) => {
@@ -917,29 +991,61 @@ unsafe fn waitall_impl(
                 };
                 let code = err.as_ref().map_or(MPI_SUCCESS, |e| e.class);
                 // SAFETY: the status array has `count` entries (or is ignored).
-                unsafe { write_status(at, &st, cancelled, code) };
+                unsafe { write_status(status_at(statuses, i), &st, cancelled, code) };
                 if let Some(e) = err {
-                    first_failure(&mut failed, &mut failed_at, *i, e);
+                    first_failure(&mut failed, &mut failed_at, i, e);
                 }
             }
         }
-        // The finished requests dropped outside the table's lock.
-        plain.clear();
-        dones.extend(ops.drain(..).map(|(i, op)| {
-            // One outcome per point-to-point operation, in order.
-            let d = if matches!(op.active, Active::P2p(_))
-                && let Some(r) = taken.next()
-            {
-                finish_started(op, r)
-            } else {
-                wait_started(op)
-            };
-            (i, d)
-        }));
-        drop(taken);
+    } else {
+        // Other operations too: the plain ones go the general way (as requests).
+        ops.extend(
+            raw_at
+                .iter()
+                .zip(raws.iter())
+                .map(|(&i, &raw)| (i, Started::plain(raw_active(raw)))),
+        );
+        if ops
+            .iter()
+            .any(|(_, s)| matches!(s.active, Active::Multi(_)))
+        {
+            // Progress until every point-to-point operation is complete
+            // (rankwire::wait_complete), then each is completed (at once).
+            rankwire::wait_complete(ops.iter().flat_map(|(_, s)| match &s.active {
+                Active::P2p(r) => std::slice::from_ref(r),
+                Active::Multi(rs) => rs.as_slice(),
+                _ => &[],
+            }));
+            dones.extend(ops.drain(..).map(|(i, op)| (i, wait_started(op))));
+        } else {
+            // The point-to-point outcomes taken under the same lock of the runtime as
+            // the wait (rankwire::wait_all_in_place), in order, then the others'.
+            rankwire::wait_all_in_place(
+                ops.iter_mut().filter_map(|(_, s)| match &mut s.active {
+                    Active::P2p(r) => Some(r),
+                    _ => None,
+                }),
+                &mut outcomes,
+            );
+            let mut taken = outcomes.drain(..);
+            dones.extend(ops.drain(..).map(|(i, op)| {
+                // One outcome per point-to-point operation, in order.
+                let d = if matches!(op.active, Active::P2p(_))
+                    && let Some(r) = taken.next()
+                {
+                    finish_started(op, r)
+                } else {
+                    wait_started(op)
+                };
+                (i, d)
+            }));
+        }
     }
+    raw_at.clear();
+    raws.clear();
     scratch.2 = outcomes;
-    scratch.3 = plain;
+    scratch.3 = raw_at;
+    scratch.4 = raws;
     {
         let mut t = table();
         for (i, _) in dones.iter() {
@@ -1273,10 +1379,10 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
             if s.busy {
                 return Err(busy_error(*h));
             }
-            match (&s.op, &s.greq) {
+            match (s.op.is_some(), &s.greq) {
                 // An active generalized request not yet completed: kept for
                 // MPI_Grequest_complete (MPI 4.1 §13.2), which then frees it.
-                (Some(_), Some(g)) if !g.is_done() => {
+                (true, Some(g)) if !g.is_done() => {
                     s.freed = true;
                     *h = MPI_REQUEST_NULL;
                     return Ok(());
@@ -1284,8 +1390,8 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
                 _ => {}
             }
             let k = key_of(*h).expect("a live slot has a key");
-            let slot = t.remove(k);
-            match (slot.op, slot.greq) {
+            let mut slot = t.remove(k);
+            match (slot.op.take(), slot.greq) {
                 // Completed but not waited for: only free_fn is left to run.
                 (Some(_), Some(g)) => (None, Some(g)),
                 (op, _) => (op, None),
@@ -1388,7 +1494,7 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
             let target = if s.busy {
                 s.cancel_id
             } else {
-                s.op.as_ref().and_then(cancel_id_of)
+                s.op.cancel_id()
             };
             (greq, target)
         };
@@ -1467,7 +1573,7 @@ fn start(h: MPI_Request, ec: &mut MPI_Comm) -> R {
     if let Ok(s) = slot_mut(&mut t, h) {
         s.busy = false;
         if let Ok(op) = r {
-            s.op = Some(op);
+            s.op = Body::of(op);
             return Ok(());
         }
     }

@@ -399,7 +399,13 @@ impl Communicator {
 
     /// Start a send of `raw` (host or device memory); the caller keeps it valid until
     /// the send completes.
-    fn post_send_raw(&self, raw: RawBuf, dest: usize, tag: i32, sync: bool) -> Result<SendStart> {
+    pub(crate) fn post_send_raw(
+        &self,
+        raw: RawBuf,
+        dest: usize,
+        tag: i32,
+        sync: bool,
+    ) -> Result<SendStart> {
         self.inner.check_live()?;
         let dest = self.check_rank(dest)?;
         check_tag(tag)?;
@@ -413,7 +419,7 @@ impl Communicator {
 
     /// Post a receive into `raw` (host or device memory); the caller keeps it valid
     /// until the receive completes.
-    fn post_recv_raw(&self, raw: RawBuf, source: Source, tag: Tag) -> Result<ReqId> {
+    pub(crate) fn post_recv_raw(&self, raw: RawBuf, source: Source, tag: Tag) -> Result<ReqId> {
         self.inner.check_live()?;
         let pat = self.pattern(source, tag)?;
         Ok(self.inner.irecv(pat, raw))

@@ -100,7 +100,7 @@ pub use rankwire_gpu as gpu;
 pub use rankwire_transports::rdma::RdmaStats;
 pub use rankwire_transports::{RegCacheStats, settings};
 pub use request::{
-    CancelId, Request, test_all, wait_all, wait_all_in_place, wait_all_results, wait_any,
-    wait_complete,
+    CancelId, Detached, RawRequest, Request, test_all, wait_all, wait_all_in_place,
+    wait_all_results, wait_any, wait_complete,
 };
 pub use universe::{Universe, init};

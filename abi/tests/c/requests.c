@@ -6,7 +6,9 @@
  * that is not a request under MPI_ERRORS_RETURN (MPI_ERR_IN_STATUS, that status's
  * MPI_ERROR = MPI_ERR_REQUEST, the others completed); a window of 64 nonblocking
  * operations per direction completed by one MPI_Waitall, 200 times (handles reused,
- * data checked); MPI_Testall / MPI_Testany / MPI_Waitsome on a mix; MPI_Request_free
+ * data checked); windows with statuses on MPI_COMM_WORLD and on a communicator
+ * whose ranks are reversed, and one mixing plain, derived-type and persistent
+ * operations; MPI_Testall / MPI_Testany / MPI_Waitsome on a mix; MPI_Request_free
  * of an active receive; small sends finished by each call of the wait/test families;
  * and MPI_Grequest_complete called by another thread while the
  * main thread waits in MPI_Wait on that request (MPI_THREAD_MULTIPLE). Each rank
@@ -175,6 +177,76 @@ int main(int argc, char **argv) {
             }
         }
         CHECK(bad == 0, "%d wrong values or handles over %d windows", bad, ROUNDS);
+    }
+
+    /* Windows with statuses checked: on MPI_COMM_WORLD, on a communicator whose ranks
+     * are not the world's (split with the ranks reversed: statuses name the sender by
+     * its rank there), and a window that mixes plain operations with a derived-type
+     * receive and a persistent send (the general path of MPI_Waitall). */
+    {
+        enum { W = 16 };
+        MPI_Comm rev;
+        OK(MPI_Comm_split(MPI_COMM_WORLD, 0, size - rank, &rev));
+        int rrank, rpeer;
+        MPI_Comm_rank(rev, &rrank);
+        rpeer = size - 1 - rrank;
+        CHECK(rrank == size - 1 - rank, "reversed rank %d", rrank);
+        MPI_Comm comms[2] = {MPI_COMM_WORLD, rev};
+        int peers[2] = {peer, rpeer};
+        for (int c = 0; c < 2; c++) {
+            int sbuf[W], rbuf[W];
+            MPI_Request q[2 * W];
+            MPI_Status st[2 * W];
+            for (int i = 0; i < W; i++) {
+                rbuf[i] = -1;
+                OK(MPI_Irecv(&rbuf[i], 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, comms[c], &q[i]));
+            }
+            for (int i = 0; i < W; i++) {
+                sbuf[i] = 100 * c + i;
+                OK(MPI_Isend(&sbuf[i], 1, MPI_INT, peers[c], 50 + i, comms[c], &q[W + i]));
+            }
+            OK(MPI_Waitall(2 * W, q, st));
+            int bad = 0;
+            for (int i = 0; i < W; i++) {
+                int n = -1;
+                MPI_Get_count(&st[i], MPI_INT, &n);
+                if (rbuf[i] != 100 * c + i || st[i].MPI_SOURCE != peers[c] ||
+                    st[i].MPI_TAG != 50 + i || n != 1 || q[i] != MPI_REQUEST_NULL)
+                    bad++;
+            }
+            CHECK(bad == 0, "comm %d: %d wrong receives (first: value %d source %d tag %d)", c,
+                  bad, rbuf[0], st[0].MPI_SOURCE, st[0].MPI_TAG);
+        }
+        /* Mixed: 8 plain receives, a vector receive, a persistent send, 8 plain sends. */
+        MPI_Datatype vec;
+        OK(MPI_Type_vector(3, 1, 2, MPI_INT, &vec));
+        OK(MPI_Type_commit(&vec));
+        int rb[8], vb[6] = {-1, -1, -1, -1, -1, -1}, sb[8], pv[3] = {7, 8, 9};
+        MPI_Request q[18], pers;
+        MPI_Status st[18];
+        OK(MPI_Send_init(pv, 3, MPI_INT, rpeer, 99, rev, &pers));
+        for (int i = 0; i < 8; i++) OK(MPI_Irecv(&rb[i], 1, MPI_INT, rpeer, i, rev, &q[i]));
+        OK(MPI_Irecv(vb, 1, vec, rpeer, 99, rev, &q[8]));
+        OK(MPI_Start(&pers));
+        q[9] = pers;
+        for (int i = 0; i < 8; i++) {
+            sb[i] = 1000 + i;
+            OK(MPI_Isend(&sb[i], 1, MPI_INT, rpeer, i, rev, &q[10 + i]));
+        }
+        OK(MPI_Waitall(18, q, st));
+        int bad = 0;
+        for (int i = 0; i < 8; i++)
+            if (rb[i] != 1000 + i || st[i].MPI_SOURCE != rpeer || st[i].MPI_TAG != i) bad++;
+        CHECK(bad == 0, "mixed window: %d wrong plain receives", bad);
+        CHECK(vb[0] == 7 && vb[2] == 8 && vb[4] == 9 && vb[1] == -1 && st[8].MPI_SOURCE == rpeer &&
+                  st[8].MPI_TAG == 99,
+              "mixed window: vector receive %d %d %d, source %d", vb[0], vb[2], vb[4],
+              st[8].MPI_SOURCE);
+        CHECK(q[9] == pers && q[8] == MPI_REQUEST_NULL && q[0] == MPI_REQUEST_NULL,
+              "mixed window: the persistent request stays, one-shot ones are freed");
+        OK(MPI_Request_free(&pers));
+        OK(MPI_Type_free(&vec));
+        OK(MPI_Comm_free(&rev));
     }
 
     /* Testall / Testany / Waitsome. */
