@@ -26,11 +26,12 @@
 //! fails if the stream is capturing).
 //!
 //! From the first operation on, this process's frees and CUDA IPC unmaps (`cuMemFree`,
-//! `cuMemFreeHost`, `cuIpcCloseMemHandle`) run on a release thread
-//! ([`rankwire_gpu::host_wait_begin`]): those driver calls wait until every stream of the
-//! device has passed its queued work, so the proxy (or any thread driving progress, or
-//! holding a lock the proxy needs) making one would wait for a flag that only the proxy
-//! writes.
+//! `cuMemFreeHost`, `cuIpcCloseMemHandle`) run on a release thread, and only while no
+//! operation's flag is pending ([`rankwire_gpu::host_wait_begin`], whose guard each job
+//! holds until its flag is written): those driver calls wait until every stream of the
+//! device has passed its queued work, and while one waits the driver holds the other
+//! threads' copies and events too, the proxy's included, so one made while a flag is
+//! pending would wait for a flag that the proxy can then never write.
 //!
 //! Flags: [`SLOTS`] words; operation `i` uses word `i % SLOTS` with value
 //! `i / SLOTS + 1`, and a word is reused only after its previous operation completed,
@@ -95,6 +96,9 @@ struct Job {
     stream: usize,
     /// The operation's index (flag word `index % SLOTS`, value `index / SLOTS + 1`).
     index: u64,
+    /// Keeps device-wide releases back until the job is dropped, after its flag was
+    /// written (see the module doc).
+    _host_wait: rankwire_gpu::HostWait,
 }
 
 impl Job {
@@ -242,6 +246,10 @@ impl StreamProxy {
             st.outstanding.insert(index);
             index
         };
+        // From here on, frees and IPC unmaps of this process run on the release thread,
+        // and none starts until this job is dropped: it would wait for this stream's
+        // wait (rankwire_gpu::host_wait_begin).
+        let host_wait = rankwire_gpu::host_wait_begin();
         let job = Job {
             comm: comm.clone(),
             op,
@@ -250,10 +258,8 @@ impl StreamProxy {
             start,
             stream: stream.as_raw() as usize,
             index,
+            _host_wait: host_wait,
         };
-        // From here on, frees and IPC unmaps of this process run on the release thread:
-        // they would wait for this stream's wait (rankwire_gpu::host_wait_begin).
-        rankwire_gpu::host_wait_begin();
         let enqueued = job
             .start
             .record(stream)
