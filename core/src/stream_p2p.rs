@@ -33,6 +33,18 @@
 //! threads' copies and events too, the proxy's included, so one made while a flag is
 //! pending would wait for a flag that the proxy can then never write.
 //!
+//! Known limit (MPS): a stream waiting on its flag holds the hardware work queue it is
+//! mapped to, and under MPS a process gets two queues by default
+//! (`CUDA_DEVICE_MAX_CONNECTIONS`). With operations waiting on two streams at once,
+//! the rest of the process's GPU work queues behind them, the transfers' own copies on
+//! the runtime stream included, and nothing completes (both ranks of a ring with sends
+//! on one stream and receives on another hung this way at 8 MiB:
+//! `benches/results/gpu-2026-12-07/`, where a copy on a third stream stalled behind two
+//! waiting streams under MPS, and ran with one waiting stream, without MPS, or with
+//! `CUDA_DEVICE_MAX_CONNECTIONS=32`). CUDA warns of this for `cuStreamWaitValue32`:
+//! work ordered only through the flag may be scheduled behind the wait. Under MPS, use
+//! one stream for these calls, or start the processes with more queues.
+//!
 //! Flags: [`SLOTS`] words; operation `i` uses word `i % SLOTS` with value
 //! `i / SLOTS + 1`, and a word is reused only after its previous operation completed,
 //! so a wait is never passed by another operation's completion. At most
@@ -639,7 +651,9 @@ impl Communicator {
     ///
     /// Operations of one stream run in stream order, one after the other: a pair of
     /// ranks that send to each other must enqueue the send on one rank and the receive
-    /// on the other first (or use two streams), as with blocking sends. At most 128
+    /// on the other first (or use two streams, but not under MPS with its default
+    /// `CUDA_DEVICE_MAX_CONNECTIONS`: see the known limit in `core/src/stream_p2p.rs`),
+    /// as with blocking sends. At most 128
     /// stream-ordered operations of a process are in flight: the next call waits on the
     /// host until one has completed (so a rank must not enqueue more than 128 receives
     /// whose senders wait for this rank's host).
