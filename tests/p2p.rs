@@ -48,6 +48,11 @@ fn wait_all_over_a_window_completing_out_of_order_with_a_truncation() {
 }
 
 #[test]
+fn detached_windows_raw_on_world_requests_on_a_reversed_communicator() {
+    run_ok(2, &["detached_window", "20"]);
+}
+
+#[test]
 fn waiting_for_a_cancelled_receive_is_an_error_not_a_hang() {
     run_ok(2, &["cancelled_wait"]);
 }

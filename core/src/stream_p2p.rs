@@ -26,11 +26,24 @@
 //! fails if the stream is capturing).
 //!
 //! From the first operation on, this process's frees and CUDA IPC unmaps (`cuMemFree`,
-//! `cuMemFreeHost`, `cuIpcCloseMemHandle`) run on a release thread
-//! ([`rankwire_gpu::host_wait_begin`]): those driver calls wait until every stream of the
-//! device has passed its queued work, so the proxy (or any thread driving progress, or
-//! holding a lock the proxy needs) making one would wait for a flag that only the proxy
-//! writes.
+//! `cuMemFreeHost`, `cuIpcCloseMemHandle`) run on a release thread, and only while no
+//! operation's flag is pending ([`rankwire_gpu::host_wait_begin`], whose guard each job
+//! holds until its flag is written): those driver calls wait until every stream of the
+//! device has passed its queued work, and while one waits the driver holds the other
+//! threads' copies and events too, the proxy's included, so one made while a flag is
+//! pending would wait for a flag that the proxy can then never write.
+//!
+//! Known limit (MPS): a stream waiting on its flag holds the hardware work queue it is
+//! mapped to, and under MPS a process gets two queues by default
+//! (`CUDA_DEVICE_MAX_CONNECTIONS`). With operations waiting on two streams at once,
+//! the rest of the process's GPU work queues behind them, the transfers' own copies on
+//! the runtime stream included, and nothing completes (both ranks of a ring with sends
+//! on one stream and receives on another hung this way at 8 MiB:
+//! `benches/results/gpu-2026-12-07/`, where a copy on a third stream stalled behind two
+//! waiting streams under MPS, and ran with one waiting stream, without MPS, or with
+//! `CUDA_DEVICE_MAX_CONNECTIONS=32`). CUDA warns of this for `cuStreamWaitValue32`:
+//! work ordered only through the flag may be scheduled behind the wait. Under MPS, use
+//! one stream for these calls, or start the processes with more queues.
 //!
 //! Flags: [`SLOTS`] words; operation `i` uses word `i % SLOTS` with value
 //! `i / SLOTS + 1`, and a word is reused only after its previous operation completed,
@@ -95,6 +108,9 @@ struct Job {
     stream: usize,
     /// The operation's index (flag word `index % SLOTS`, value `index / SLOTS + 1`).
     index: u64,
+    /// Keeps device-wide releases back until the job is dropped, after its flag was
+    /// written (see the module doc).
+    _host_wait: rankwire_gpu::HostWait,
 }
 
 impl Job {
@@ -242,6 +258,10 @@ impl StreamProxy {
             st.outstanding.insert(index);
             index
         };
+        // From here on, frees and IPC unmaps of this process run on the release thread,
+        // and none starts until this job is dropped: it would wait for this stream's
+        // wait (rankwire_gpu::host_wait_begin).
+        let host_wait = rankwire_gpu::host_wait_begin();
         let job = Job {
             comm: comm.clone(),
             op,
@@ -250,10 +270,8 @@ impl StreamProxy {
             start,
             stream: stream.as_raw() as usize,
             index,
+            _host_wait: host_wait,
         };
-        // From here on, frees and IPC unmaps of this process run on the release thread:
-        // they would wait for this stream's wait (rankwire_gpu::host_wait_begin).
-        rankwire_gpu::host_wait_begin();
         let enqueued = job
             .start
             .record(stream)
@@ -633,7 +651,9 @@ impl Communicator {
     ///
     /// Operations of one stream run in stream order, one after the other: a pair of
     /// ranks that send to each other must enqueue the send on one rank and the receive
-    /// on the other first (or use two streams), as with blocking sends. At most 128
+    /// on the other first (or use two streams, but not under MPS with its default
+    /// `CUDA_DEVICE_MAX_CONNECTIONS`: see the known limit in `core/src/stream_p2p.rs`),
+    /// as with blocking sends. At most 128
     /// stream-ordered operations of a process are in flight: the next call waits on the
     /// host until one has completed (so a rank must not enqueue more than 128 receives
     /// whose senders wait for this rank's host).

@@ -187,8 +187,9 @@ impl DeviceBuffer {
 
     /// Free the buffer now, reporting a failure (dropping it frees silently). Once the
     /// process has used stream-ordered operations, `cuMemFree` runs on a release thread
-    /// instead (it waits for every stream of the device, see `host_wait_begin`): this
-    /// returns `Ok` at once and a failure is logged.
+    /// instead, once no stream waits on a host flag (it waits for every stream of the
+    /// device, see `host_wait_begin`): this returns `Ok` at once and a failure is
+    /// logged.
     ///
     /// # Errors
     /// Driver errors of `cuMemFree_v2` / `cuMemFreeAsync`.

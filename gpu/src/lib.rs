@@ -91,7 +91,7 @@ pub use pool::{TmpCache, TmpCacheStats, TmpPool};
 pub use reduce::{
     DType, KernelCacheStats, RedOp, kernel_cache_stats, reduce_async, reduce_rows_async,
 };
-pub use release::{host_wait_begin, pending_releases};
+pub use release::{HostWait, host_wait_begin, pending_releases};
 
 /// Whether a CUDA driver can be used by this build in this process.
 ///

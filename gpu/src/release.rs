@@ -1,5 +1,6 @@
 //! Releases that wait for the whole device, moved off the threads that drive progress
-//! once stream-ordered operations are in use.
+//! once stream-ordered operations are in use, and run only while no stream waits on a
+//! host flag.
 //!
 //! Stream-ordered operations (rankwire's `send_device_on_stream` and co.) enqueue
 //! `cuStreamWaitValue32` on a word of host memory that a host thread of this process
@@ -15,12 +16,29 @@
 //! stream-ordered ping-pong of `rw-gpuapp streamp2p` hung that way when the proxy closed
 //! a stale CUDA IPC mapping.
 //!
-//! So from the first stream-ordered operation of the process on ([`host_wait_begin`]),
-//! these three releases are handed to one release thread, which holds no lock of the
-//! runtime and writes no flag: it may block in the driver for as long as the streams
-//! take, and nothing waits for it. Before that, a release runs at once on the caller's
-//! thread, as it always did. A handed-over release's error is logged (the caller has
-//! moved on). The memory stays allocated (and mapped) until the thread gets to it.
+//! Moving these calls to another thread is not enough: while one of them waits in the
+//! driver, the driver blocks the other threads of the process too, in `cuMemAlloc`,
+//! `cuMemHostAlloc`, copies and their synchronizes, and `cuEventRecord` /
+//! `cuEventSynchronize` on any stream (`benches/results/gpu-2026-12-07/`, test C, with
+//! and without MPS; only `cuIpcGetMemHandle` and `cuPointerGetAttribute` returned). So a
+//! free that started while a stream waited stopped the proxy's own copies and events,
+//! and the flag it waited for was never written (the stream proxy's hangs of
+//! `benches/results/gpu-2026-12-06k/` without MPS, where the previous round's frees
+//! were still queued when the next operation's wait was enqueued).
+//!
+//! Hence two rules, from the first stream-ordered operation of the process on
+//! ([`host_wait_begin`]):
+//! - These three releases are handed to one release thread, which holds no lock of the
+//!   runtime and writes no flag. Before that, a release runs at once on the caller's
+//!   thread, as it always did. A handed-over release's error is logged (the caller has
+//!   moved on). The memory stays allocated (and mapped) until the thread gets to it.
+//! - The thread runs a release only while no host wait is pending: each wait is counted
+//!   from before it is enqueued until its flag has been written ([`HostWait`], dropped
+//!   by the proxy after the write), and [`host_wait_begin`] waits while a release runs
+//!   (one that started with no wait pending, so it does not wait for a flag). The
+//!   driver call therefore never waits for a flag, and never holds the other threads
+//!   for one. Releases queued while operations keep being enqueued back to back wait
+//!   for the first moment with none pending.
 //!
 //! Known limit: reopening a CUDA IPC handle whose close is still queued can fail
 //! (`CUDA_ERROR_ALREADY_MAPPED`); the IPC cache closes an entry only after it was
@@ -54,23 +72,58 @@ struct Queue {
     /// Taken by the thread and not finished yet.
     busy: usize,
     started: bool,
+    /// Host waits enqueued (or being enqueued) whose flag has not been written yet.
+    waits: usize,
 }
 
 static QUEUE: Mutex<Queue> = Mutex::new(Queue {
     items: VecDeque::new(),
     busy: 0,
     started: false,
+    waits: 0,
 });
+/// Signals the release thread: a release was queued, or the last host wait ended.
 static WORK: Condvar = Condvar::new();
+/// Signals [`host_wait_begin`]: a release finished.
+static IDLE: Condvar = Condvar::new();
 
 fn queue() -> std::sync::MutexGuard<'static, Queue> {
     QUEUE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A stream wait on a host flag is about to be enqueued. From now on, releases that
-/// wait for the whole device run on the release thread.
-pub fn host_wait_begin() {
+/// A pending stream wait on a host flag (see the module doc): while one is alive, the
+/// release thread starts no release. Drop it once the flag has been written (or when
+/// the wait was not enqueued after all).
+#[derive(Debug)]
+#[must_use = "the wait counts as pending until this is dropped"]
+pub struct HostWait {
+    _counted: (),
+}
+
+impl Drop for HostWait {
+    fn drop(&mut self) {
+        let mut q = queue();
+        q.waits -= 1;
+        let last = q.waits == 0;
+        drop(q);
+        if last {
+            WORK.notify_all();
+        }
+    }
+}
+
+/// A stream wait on a host flag is about to be enqueued: from now on, releases that wait
+/// for the whole device run on the release thread, and none starts until the returned
+/// guard is dropped (after the flag was written). Waits, on the host, for a release
+/// running now (it started with no host wait pending, so it ends without one).
+pub fn host_wait_begin() -> HostWait {
     HANDED_OFF.store(true, Ordering::SeqCst);
+    let mut q = queue();
+    while q.busy > 0 {
+        q = IDLE.wait(q).unwrap_or_else(|p| p.into_inner());
+    }
+    q.waits += 1;
+    HostWait { _counted: () }
 }
 
 /// Releases handed to the release thread and not finished yet (diagnostics and tests).
@@ -119,7 +172,9 @@ fn release_thread() {
         let (r, ctx) = {
             let mut q = queue();
             loop {
-                if let Some(item) = q.items.pop_front() {
+                if q.waits == 0
+                    && let Some(item) = q.items.pop_front()
+                {
                     q.busy += 1;
                     break item;
                 }
@@ -130,6 +185,7 @@ fn release_thread() {
             tracing::warn!("rankwire-gpu: a release handed to the release thread: {e}");
         }
         queue().busy -= 1;
+        IDLE.notify_all();
     }
 }
 
@@ -159,31 +215,63 @@ unsafe fn perform(r: Release) -> Result<(), GpuError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
+
+    /// The release state is process-wide: its tests take turns.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn wait_until_released(what: &str) {
+        let t = Instant::now();
+        while pending_releases() > 0 {
+            assert!(t.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 
     #[test]
     fn after_a_host_wait_releases_go_to_the_release_thread() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         // Without a GPU every driver call fails (NotBuilt / NoDriver): a release made
         // before any host wait fails at once, on this thread; one made after is handed
         // over (Ok), and the thread takes it (its failure logged). With a GPU the
         // address is rejected by the driver the same way. The switch is one-way and
-        // process-wide; no other test of this crate begins a host wait.
+        // process-wide; only the tests of this module begin host waits.
         let before = HANDED_OFF.load(Ordering::SeqCst);
         // SAFETY: the address is never used; the driver rejects it or is absent.
         let r0 = unsafe { release(Release::IpcMapping(0x1000)) };
         if !before {
             assert!(r0.is_err(), "performed at once: the driver's answer");
         }
-        host_wait_begin();
+        drop(host_wait_begin());
         // SAFETY: as above.
         let r1 = unsafe { release(Release::IpcMapping(0x2000)) };
         assert!(r1.is_ok(), "handed over, so no error here");
-        let t = std::time::Instant::now();
-        while pending_releases() > 0 {
-            assert!(
-                t.elapsed() < std::time::Duration::from_secs(10),
-                "the release thread takes it"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        wait_until_released("the release thread takes it");
+    }
+
+    #[test]
+    fn no_release_starts_while_a_host_wait_is_pending() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        // A release that waits for the whole device must not start while a stream
+        // waits on a host flag: it would wait for the flag, and hold every other
+        // thread's copies and events meanwhile (gpu-2026-12-07, test C), the proxy's
+        // included. Two waits pending, a release queued: it stays queued until both
+        // have ended, then runs.
+        let first = host_wait_begin();
+        let second = host_wait_begin();
+        // SAFETY: the address is never used; the driver rejects it or is absent.
+        let r = unsafe { release(Release::DeviceMemory(0x3000)) };
+        assert!(r.is_ok(), "handed over");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(pending_releases(), 1, "held while two waits are pending");
+        drop(first);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(pending_releases(), 1, "held while one wait is pending");
+        drop(second);
+        wait_until_released("runs once no wait is pending");
+        // A new wait after that starts at once (no release is running).
+        let t = Instant::now();
+        drop(host_wait_begin());
+        assert!(t.elapsed() < Duration::from_secs(5));
     }
 }

@@ -8,6 +8,8 @@
 //! the same address between sends (B008, growing and shrinking); an offset view.
 //! `rw-gpuapp bench`: OSU-style device-to-device latency and bandwidth between ranks 0
 //! and 1, with the single-process device-to-device copy as the physical reference.
+//! `rw-gpuapp proxyring`: the stream proxy's ring (`send_device_on_stream` /
+//! `recv_device_on_stream` between user kernels, buffers made and freed every round).
 
 use std::time::Instant;
 
@@ -127,6 +129,7 @@ fn main() {
         "streamp2p" => stream_p2p(&w, &u),
         "channels" => channels(&w, &u),
         "collphases" => coll_phases(&w),
+        "proxyring" => proxy_ring(&w, &u),
         "bench" => bench(
             &w,
             args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1 << 30),
@@ -715,6 +718,75 @@ fn channels(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
                 )));
             }
         }
+    }
+    w.barrier()
+}
+
+/// The stream proxy (`send_device_on_stream` / `recv_device_on_stream`) in the ring
+/// that hung on an H100 (benches/results/gpu-2026-12-06k, when device channels used
+/// it): each rank sends to the next and receives from the previous between user
+/// kernels, on two streams (sends on one, receives on the other, posted at once), or
+/// with RW_CH_SERIAL=1 on one stream in blocking order (even ranks send first). Sizes
+/// from RW_CH_SIZES (default 8 B, 64 KiB, 8 MiB), three rounds each, the buffers made
+/// and freed every round (frees then run while the next round's waits are enqueued);
+/// the data checked on the host.
+fn proxy_ring(w: &Communicator, u: &rankwire::Universe) -> Result<()> {
+    let (me, n) = (w.rank(), w.size());
+    let dev = u.gpu_device()?;
+    let gpu = |e: rankwire::gpu::GpuError| rankwire::Error::Gpu(e.to_string());
+    let (to, from) = ((me + 1) % n, (me + n - 1) % n);
+    let ss = Stream::new(dev).map_err(gpu)?;
+    let rs = Stream::new(dev).map_err(gpu)?;
+    let sizes: Vec<usize> = std::env::var("RW_CH_SIZES")
+        .unwrap_or_else(|_| "8,65536,8388608".into())
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    let serial = std::env::var_os("RW_CH_SERIAL").is_some();
+    let rsr = if serial { &ss } else { &rs };
+    let how = if serial { "one stream" } else { "two streams" };
+    for &len in &sizes {
+        let t0 = Instant::now();
+        for round in 0..3u8 {
+            let mine = bytes_of(me as u8 * 16 + round, len);
+            let want = bytes_of(from as u8 * 16 + round, len);
+            let junk = vec![0xEEu8; len];
+            let (src, sbuf) = (dev_with(dev, &mine)?, dev_with(dev, &junk)?);
+            let (rbuf, out) = (dev_with(dev, &junk)?, dev_with(dev, &junk)?);
+            let jb = dev_with(dev, &junk)?;
+            let tag = i32::from(round);
+            // SAFETY: every buffer lives until both streams are synchronized below.
+            unsafe {
+                copy_kernel(sbuf.ptr(), src.ptr(), len, &ss)?;
+                let recv = || -> Result<()> {
+                    w.recv_device_on_stream(rbuf.ptr(), len, from, tag, rsr)?;
+                    copy_kernel(out.ptr(), rbuf.ptr(), len, rsr)
+                };
+                if serial && me % 2 == 1 {
+                    recv()?;
+                }
+                w.send_device_on_stream(sbuf.ptr(), len, to, tag, &ss)?;
+                // Overwrite the send buffer right after: the send must have read it.
+                copy_kernel(sbuf.ptr(), jb.ptr(), len, &ss)?;
+                if !(serial && me % 2 == 1) {
+                    recv()?;
+                }
+            }
+            ss.synchronize().map_err(gpu)?;
+            rsr.synchronize().map_err(gpu)?;
+            w.wait_stream_ops()?;
+            let got = out.to_vec().map_err(gpu)?;
+            if got != want {
+                let bad = got.iter().zip(&want).position(|(a, b)| a != b);
+                return Err(rankwire::Error::Gpu(format!(
+                    "{len} B round {round}: wrong data from rank {from} (first difference at {bad:?})"
+                )));
+            }
+        }
+        println!(
+            "rank {me}: proxy ring {len} B ok ({how}; 3 rounds in {:.1} ms)",
+            t0.elapsed().as_secs_f64() * 1e3
+        );
     }
     w.barrier()
 }

@@ -33,6 +33,7 @@ fn main() {
         "usage" => usage(world),
         "split_status" => split_status(world),
         "waitall_window" => waitall_window(world, arg(args, 2, 20)),
+        "detached_window" => detached_window(world, arg(args, 2, 20)),
         "cancelled_wait" => cancelled_wait(world),
         "cancel_pending" => cancel_pending(world),
         "exit_at" => exit_at(world, arg(args, 2, 2), arg(args, 3, 3)),
@@ -831,6 +832,126 @@ fn cancelled_wait(w: &Communicator) -> Result<()> {
             format!("test_all: {res:?}")
         })?,
         None => fail("test_all of a cancelled receive is never done"),
+    }
+    Ok(())
+}
+
+/// `rounds` windows of 64 messages each way between world ranks 0 and 1 posted with
+/// `isend_detached` / `irecv_detached` (the MPI ABI's path): on the world
+/// communicator every pending operation is a raw request, completed by one
+/// `wait_all_raw` (statuses in world ranks; receive 17 of every other window is too
+/// small and reports its truncation at its index); on a communicator that numbers the
+/// two ranks the other way round, the operations are ordinary requests whose statuses
+/// name the sender by its rank there.
+fn detached_window(w: &Communicator, rounds: usize) -> Result<()> {
+    use rankwire::{Detached, Source, Tag};
+    const WINDOW: usize = 64;
+    const SHORT: usize = 17;
+    let key = (w.size() - w.rank()) as i32;
+    let color = (w.rank() < 2).then_some(0);
+    let Some(rev) = w.split(color, key)? else {
+        return Ok(());
+    };
+    for (comm, name) in [(w, "world"), (&rev, "reversed")] {
+        let peer = 1 - comm.rank();
+        let me = comm.rank() as u64;
+        for round in 0..rounds {
+            let truncate = round % 2 == 1;
+            let out: Vec<[u64; 2]> = (0..WINDOW)
+                .map(|t| [me << 32 | round as u64, t as u64])
+                .collect();
+            let mut bufs: Vec<Vec<u64>> = (0..WINDOW)
+                .map(|t| vec![u64::MAX; if truncate && t == SHORT { 1 } else { 2 }])
+                .collect();
+            let mut posted = Vec::with_capacity(2 * WINDOW);
+            for (t, b) in bufs.iter_mut().enumerate() {
+                // SAFETY: `bufs` outlives the wait below and is not touched meanwhile.
+                posted.push(unsafe {
+                    comm.irecv_detached(
+                        b.as_mut_ptr().cast(),
+                        b.len() * 8,
+                        Source::Rank(peer),
+                        Tag::Value(t as i32),
+                    )?
+                });
+            }
+            for t in (0..WINDOW).rev() {
+                // SAFETY: `out` outlives the wait below.
+                posted.push(unsafe {
+                    comm.isend_detached(out[t].as_ptr().cast(), 16, peer, t as i32, false)?
+                });
+            }
+            let mut raws = Vec::new();
+            let mut at = Vec::new();
+            let mut results: Vec<Option<Result<rankwire::Status>>> = Vec::new();
+            let mut reqs = Vec::new();
+            let mut req_at = Vec::new();
+            for (i, d) in posted.into_iter().enumerate() {
+                results.push(None);
+                match d {
+                    Detached::Raw(r) => {
+                        raws.push(r);
+                        at.push(i);
+                    }
+                    Detached::Done(st) => results[i] = Some(Ok(st)),
+                    Detached::Request(r) => {
+                        reqs.push(r);
+                        req_at.push(i);
+                    }
+                }
+            }
+            check(name != "world" || reqs.is_empty(), || {
+                "world: a detached operation built a request".into()
+            })?;
+            check(name != "reversed" || raws.is_empty(), || {
+                "reversed: a raw request on a communicator with other ranks".into()
+            })?;
+            let mut out_raw = Vec::new();
+            // SAFETY: each raw request is pending and given once.
+            unsafe { comm.wait_all_raw(&raws, &mut out_raw) };
+            for (i, r) in at.into_iter().zip(out_raw) {
+                results[i] = Some(r);
+            }
+            for (i, r) in req_at.into_iter().zip(rankwire::wait_all_results(reqs)) {
+                results[i] = Some(r);
+            }
+            for (t, r) in results.iter().enumerate() {
+                let Some(r) = r else {
+                    fail(&format!("{name} round {round}: no outcome at {t}"))
+                };
+                if t >= WINDOW {
+                    check(r.is_ok(), || {
+                        format!("{name} round {round}: send {t}: {r:?}")
+                    })?;
+                    continue;
+                }
+                match r {
+                    Err(Error::Matching(MatchError::Truncated {
+                        source_rank, tag, ..
+                    })) if truncate && t == SHORT => {
+                        check(*source_rank as usize == peer && *tag == t as i32, || {
+                            format!("{name} round {round}: truncation reported as {r:?}")
+                        })?;
+                    }
+                    Ok(st) if !(truncate && t == SHORT) => {
+                        let want = [(peer as u64) << 32 | round as u64, t as u64];
+                        check(
+                            st.source == peer
+                                && st.tag == t as i32
+                                && st.len_bytes == 16
+                                && bufs[t][..] == want[..],
+                            || {
+                                format!(
+                                    "{name} round {round}: receive {t} status {st:?} data {:?}",
+                                    bufs[t]
+                                )
+                            },
+                        )?;
+                    }
+                    other => fail(&format!("{name} round {round}: receive {t}: {other:?}")),
+                }
+            }
+        }
     }
     Ok(())
 }
