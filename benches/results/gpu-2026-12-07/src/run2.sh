@@ -10,7 +10,7 @@ O=${OUT:-/tmp/out}; mkdir -p $O/logs
 S=$O/summary.txt
 echo "build $(cat $B/REV), base $(cat $BB/REV)" > $S; nvidia-smi -L >> $S
 t0=$SECONDS
-left() { [ $((SECONDS - t0 + ${1:-0})) -lt 575 ]; }
+left() { [ $((SECONDS - t0 + ${1:-0})) -lt ${RUN_LIMIT:-575} ]; }
 step() { # step NAME TIMEOUT CMD...
   local n=$1 t=$2; shift 2
   if ! left $t; then echo "== $n skipped (time)" >> $S; return; fi
