@@ -145,7 +145,7 @@ fn dash_x_overrides_a_compat_variable_but_not_rankwires_own() {
 }
 
 #[test]
-fn cuda_work_queues_default_to_32_unless_set() {
+fn cuda_work_queues_default_to_8_unless_set() {
     // Default: rwrun's environment does not set it (as on CI).
     if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
         let out = rwrun(["--tag-output", "-n", "2", "env"])
@@ -154,7 +154,7 @@ fn cuda_work_queues_default_to_32_unless_set() {
         out.assert_ok();
         let envs = environments(&out);
         for r in 0..2u32 {
-            assert_eq!(envs[&r]["CUDA_DEVICE_MAX_CONNECTIONS"], "32", "rank {r}");
+            assert_eq!(envs[&r]["CUDA_DEVICE_MAX_CONNECTIONS"], "8", "rank {r}");
         }
     }
     // rwrun's environment wins, and -x over it.

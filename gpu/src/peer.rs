@@ -531,9 +531,14 @@ impl DoneWord {
     ///
     /// # Safety
     /// The workspace it came from must still be alive.
+    /// Once it returns `true`, later reads of memory the kernel wrote before the word
+    /// (the status word, host-visible output) see those writes: the load is an acquire
+    /// (weakly ordered hosts, aarch64, could otherwise serve them earlier).
     pub unsafe fn reached(self, epoch: u32) -> bool {
-        // SAFETY: the caller keeps the workspace (and its pinned buffer) alive.
-        let v = unsafe { std::ptr::read_volatile(self.0) };
+        // SAFETY: the caller keeps the workspace (and its pinned buffer) alive; the
+        // word is 4-byte aligned and only the kernel writes it.
+        let w = unsafe { &*self.0.cast::<std::sync::atomic::AtomicU32>() };
+        let v = w.load(std::sync::atomic::Ordering::Acquire);
         (v.wrapping_sub(epoch) as i32) >= 0
     }
 }

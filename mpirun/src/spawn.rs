@@ -203,11 +203,15 @@ pub(crate) fn launcher_compat_env(
 /// (`send_device_on_stream`) parks a stream on a flag until the operation completes,
 /// and under MPS two parked streams held every other stream of the process, the
 /// runtime's copy stream included, so nothing completed
-/// (benches/results/gpu-2026-12-07: with 32 queues the same program finished).
+/// (benches/results/gpu-2026-12-07: with 32 queues the same program finished; without
+/// MPS, 8 queues with 2 parked and 6 idle streams finished too).
 pub(crate) const CUDA_MAX_CONNECTIONS: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 
-/// See [`CUDA_MAX_CONNECTIONS`]: CUDA's maximum.
-pub(crate) const CUDA_MAX_CONNECTIONS_DEFAULT: &str = "32";
+/// See [`CUDA_MAX_CONNECTIONS`]: CUDA's own default outside MPS, so only MPS clients
+/// get more queues than they would. Each MPS client owns its queues, so more queues
+/// per client can lower how many clients fit on a GPU (NVIDIA's MPS guide); 8 keeps
+/// that cost at the level of a process without MPS.
+pub(crate) const CUDA_MAX_CONNECTIONS_DEFAULT: &str = "8";
 
 /// Start rank `rank` of the job with `stdin` as its standard input.
 ///

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run 2 of 2026-12-07 (one call, <= 10 min): the done word of the peer kernels, the
-# stream proxy's hang cases after the release gate and rwrun's CUDA_DEVICE_MAX_CONNECTIONS,
+# stream proxy's hang cases after the release gate and rwrun's CUDA_DEVICE_MAX_CONNECTIONS=8,
 # and issue 18's figures in one run, with and without MPS. Binaries: .device-bin/
 # (this build) and .device-bin/base/ (8a0058d, the last stop). Steps run in order of
 # importance; a step that could end after 575 s is skipped (said in summary.txt).
@@ -38,7 +38,7 @@ for k in 1 2; do
 done
 step phases2_mps 60 $B/rwrun -n 2 $B/rw-gpuapp collphases; grep "allreduce 8 B" $O/logs/phases2_mps.log >> $S
 step phases4_mps 60 $B/rwrun -n 4 $B/rw-gpuapp collphases; grep "allreduce 8 B" $O/logs/phases4_mps.log >> $S
-# 3. The stream proxy (MPS): two streams now with rwrun's CUDA_DEVICE_MAX_CONNECTIONS=32.
+# 3. The stream proxy (MPS): two streams now with rwrun's CUDA_DEVICE_MAX_CONNECTIONS=8.
 proxy px_mps_2r_2streams 2 45 RW_CH_SIZES=8,65536,8388608
 proxy px_mps_2r_serial 2 45 RW_CH_SERIAL=1 RW_CH_SIZES=8,65536,8388608
 proxy px_mps_4r_2streams 4 60 RW_CH_SIZES=8,8388608
