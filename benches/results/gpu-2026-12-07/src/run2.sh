@@ -40,6 +40,7 @@ step phases2_mps 60 $B/rwrun -n 2 $B/rw-gpuapp collphases; grep "allreduce 8 B" 
 step phases4_mps 60 $B/rwrun -n 4 $B/rw-gpuapp collphases; grep "allreduce 8 B" $O/logs/phases4_mps.log >> $S
 # 3. The stream proxy (MPS): two streams now with rwrun's CUDA_DEVICE_MAX_CONNECTIONS=8.
 proxy px_mps_2r_2streams 2 45 RW_CH_SIZES=8,65536,8388608
+grep -q "FAIL px_mps_2r_2streams" $S && proxy px_mps_2r_2streams_c32 2 45 CUDA_DEVICE_MAX_CONNECTIONS=32 RW_CH_SIZES=8,65536,8388608
 proxy px_mps_2r_serial 2 45 RW_CH_SERIAL=1 RW_CH_SIZES=8,65536,8388608
 proxy px_mps_4r_2streams 4 60 RW_CH_SIZES=8,8388608
 step streamp2p_mps 60 $B/rwrun -n 2 $B/rw-gpuapp streamp2p; grep "one way" $O/logs/streamp2p_mps.log | head -3 >> $S
