@@ -30,7 +30,8 @@
 //! ([`host_wait_begin`]):
 //! - These three releases are handed to one release thread, which holds no lock of the
 //!   runtime and writes no flag. Before that, a release runs at once on the caller's
-//!   thread, as it always did. A handed-over release's error is logged (the caller has
+//!   thread, as it always did, counted so that the first host wait waits for it to end
+//!   (the hand-off is decided under the queue's lock). A handed-over release's error is logged (the caller has
 //!   moved on). The memory stays allocated (and mapped) until the thread gets to it.
 //! - The thread runs a release only while no host wait is pending: each wait is counted
 //!   from before it is enqueued until its flag has been written ([`HostWait`], dropped
@@ -74,6 +75,8 @@ struct Queue {
     started: bool,
     /// Host waits enqueued (or being enqueued) whose flag has not been written yet.
     waits: usize,
+    /// Releases running on their callers' threads (made before the hand-off).
+    direct: usize,
 }
 
 static QUEUE: Mutex<Queue> = Mutex::new(Queue {
@@ -81,6 +84,7 @@ static QUEUE: Mutex<Queue> = Mutex::new(Queue {
     busy: 0,
     started: false,
     waits: 0,
+    direct: 0,
 });
 /// Signals the release thread: a release was queued, or the last host wait ended.
 static WORK: Condvar = Condvar::new();
@@ -117,9 +121,11 @@ impl Drop for HostWait {
 /// guard is dropped (after the flag was written). Waits, on the host, for a release
 /// running now (it started with no host wait pending, so it ends without one).
 pub fn host_wait_begin() -> HostWait {
-    HANDED_OFF.store(true, Ordering::SeqCst);
     let mut q = queue();
-    while q.busy > 0 {
+    // Set under the queue's lock, which `release` holds while it decides: a release
+    // either counts itself as direct first (waited for below) or is handed over.
+    HANDED_OFF.store(true, Ordering::SeqCst);
+    while q.busy > 0 || q.direct > 0 {
         q = IDLE.wait(q).unwrap_or_else(|p| p.into_inner());
     }
     q.waits += 1;
@@ -132,6 +138,13 @@ pub fn pending_releases() -> usize {
     q.items.len() + q.busy
 }
 
+/// Whether `r` waits in the release thread's queue (tests: other tests of the crate
+/// may queue releases of their own meanwhile).
+#[cfg(test)]
+fn is_queued(r: Release) -> bool {
+    queue().items.iter().any(|(x, _)| *x == r)
+}
+
 /// Perform `r` now, or hand it to the release thread once stream-ordered operations
 /// are in use (then `Ok`).
 ///
@@ -139,10 +152,19 @@ pub fn pending_releases() -> usize {
 /// As the driver call of `r` (`cuMemFree`, `cuMemFreeHost`, `cuIpcCloseMemHandle`);
 /// the caller never uses the memory again.
 pub(crate) unsafe fn release(r: Release) -> Result<(), GpuError> {
+    let mut q = queue();
     if !HANDED_OFF.load(Ordering::SeqCst) {
+        // Counted, so that a first host wait begun meanwhile waits for it to end (it
+        // started with no wait pending).
+        q.direct += 1;
+        drop(q);
         // SAFETY: the caller's contract.
-        return unsafe { perform(r) };
+        let res = unsafe { perform(r) };
+        queue().direct -= 1;
+        IDLE.notify_all();
+        return res;
     }
+    drop(q);
     let ctx = result::current_context_raw().unwrap_or(0);
     let mut q = queue();
     q.items.push_back((r, ctx));
@@ -259,16 +281,25 @@ mod tests {
         // have ended, then runs.
         let first = host_wait_begin();
         let second = host_wait_begin();
+        let ours = Release::DeviceMemory(0x3000);
         // SAFETY: the address is never used; the driver rejects it or is absent.
-        let r = unsafe { release(Release::DeviceMemory(0x3000)) };
+        let r = unsafe { release(ours) };
         assert!(r.is_ok(), "handed over");
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(pending_releases(), 1, "held while two waits are pending");
+        assert!(is_queued(ours), "held while two waits are pending");
         drop(first);
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(pending_releases(), 1, "held while one wait is pending");
+        assert!(is_queued(ours), "held while one wait is pending");
         drop(second);
-        wait_until_released("runs once no wait is pending");
+        let t = Instant::now();
+        while is_queued(ours) {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "runs once no wait is pending"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        wait_until_released("and finishes");
         // A new wait after that starts at once (no release is running).
         let t = Instant::now();
         drop(host_wait_begin());
