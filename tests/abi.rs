@@ -159,6 +159,7 @@ c_tests!(
     coll_revoke,
     comm_free_pending,
     comm_threads,
+    request_errors,
 );
 
 /// The memory-kind agreement forced on (`RANKWIRE_ABI_MEMORY_AGREEMENT=on`, as on a
@@ -349,6 +350,12 @@ fn mpich_compiled_c_tests_run_on_ours() {
 /// C tests that check what the standard leaves to the implementation, where MPICH
 /// 5.0.2 answers otherwise than rankwire: compiled but not run on MPICH's library.
 const NOT_ON_MPICH: &[(&str, &str)] = &[
+    (
+        "request_errors",
+        "checks that MPI_Waitall raises a truncated receive on its own communicator's \
+         handler (MPI_ERRORS_RETURN) when request 0's communicator has the fatal one; \
+         MPICH 5.0.2 aborts the job (trial of 2026-12-07)",
+    ),
     (
         "comm_group",
         "checks that a call whose user error handler returned gives the error code; \

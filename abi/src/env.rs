@@ -38,6 +38,18 @@ fn env<T>(f: impl FnOnce(&Env) -> T) -> R<T> {
     }
 }
 
+/// `Ok` between `MPI_Init` and `MPI_Finalize`.
+///
+/// # Errors
+/// `MPI_ERR_OTHER` before `MPI_Init` or after `MPI_Finalize`.
+#[inline]
+pub fn check_live() -> R<()> {
+    match PHASE.load(Ordering::Acquire) {
+        1 => Ok(()),
+        phase => Err(not_live(phase)),
+    }
+}
+
 /// The error of a call outside `MPI_Init` .. `MPI_Finalize` (`phase` as in `PHASE`).
 #[cold]
 fn not_live(phase: u8) -> crate::error::MpiErr {

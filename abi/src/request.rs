@@ -381,6 +381,8 @@ fn take_op(h: MPI_Request) -> R<Taken> {
     if h == MPI_REQUEST_NULL {
         return Ok(Taken::Inactive);
     }
+    // As in `arrays`: nothing completes after MPI_Finalize.
+    crate::env::check_live()?;
     let mut t = table();
     let s = slot_mut(&mut t, h)?;
     if s.busy {
@@ -806,6 +808,9 @@ pub unsafe extern "C" fn MPI_Test(
 /// # Safety
 /// `reqs` valid for `n` requests; `statuses` null or valid for `n` statuses.
 unsafe fn arrays<'a>(n: c_int, reqs: *mut MPI_Request) -> R<&'a mut [MPI_Request]> {
+    // A request's operation cannot complete once the runtime is gone (a wait would
+    // never return).
+    crate::env::check_live()?;
     if n < 0 {
         return Err(err(MPI_ERR_COUNT, format!("count {n} is negative")));
     }
@@ -893,6 +898,9 @@ unsafe fn waitall_impl(
     let mut ops = std::mem::take(&mut scratch.0);
     let mut raw_at = std::mem::take(&mut scratch.3);
     let mut raws = std::mem::take(&mut scratch.4);
+    // Requests on another communicator than the first one's (index, communicator): a
+    // failure is raised on the failing request's communicator (its error handler).
+    let mut other_comms: Vec<(usize, MPI_Comm)> = Vec::new();
     {
         let mut t = table();
         let mut comm_set = false;
@@ -921,6 +929,8 @@ unsafe fn waitall_impl(
                     if !comm_set {
                         *ec = s.comm;
                         comm_set = true;
+                    } else if s.comm != *ec {
+                        other_comms.push((i, s.comm));
                     }
                     match std::mem::replace(&mut s.op, Body::None) {
                         // Done when it was posted (an eager send) with nothing to run at
@@ -1061,6 +1071,11 @@ unsafe fn waitall_impl(
     scratch.0 = ops;
     scratch.1 = dones;
     WAITALL_SCRATCH.with(|c| c.set(scratch));
+    if let Some((i, _)) = &failed
+        && let Some(&(_, c)) = other_comms.iter().find(|(j, _)| j == i)
+    {
+        *ec = c;
+    }
     match failed {
         Some((_, e)) if !statuses.is_null() => {
             // SAFETY: the status array has `count` entries.
