@@ -26,21 +26,21 @@ proxy() { # proxy NAME RANKS TIMEOUT env...
   grep -E "WARN|wrong|error|FAILED" $O/logs/$n.log 2>/dev/null | cut -c1-240 | head -4 >> $S
 }
 . scripts/mps.sh; mps_start > /dev/null; echo "mps: $MPS_WHY" >> $S
-# 1. Correctness of the peer path with the done word.
-step check2_mps 150 $B/rwrun -n 2 $B/rw-gpucoll check 4194304
+# 1. Correctness of the peer path with the done word (up to 256 KiB: the direct path).
+step check2_mps 60 $B/rwrun -n 2 $B/rw-gpucoll check 262144
 grep -E "checks|FAIL|peer" $O/logs/check2_mps.log | tail -3 >> $S
+# 2. Small allreduce, new vs base, alternated (MPS, 2 ranks), and where the time goes.
+for k in 1 2; do
+  step ar_new_$k 40 $B/rwrun -n 2 $B/rankwire-bench allreduce -d cuda --max-size 65536 -i 2000 --warmup 50; small ar_new_$k
+  step ar_base_$k 40 $BB/rwrun -n 2 $BB/rankwire-bench allreduce -d cuda --max-size 65536 -i 2000 --warmup 50; small ar_base_$k
+  [ $k = 1 ] && { step phases2_mps 40 $B/rwrun -n 2 $B/rw-gpuapp collphases; grep "allreduce 8 B" $O/logs/phases2_mps.log >> $S; }
+  [ $k = 1 ] && proxy px_mps_2r_2streams 2 45 RW_CH_SIZES=8,65536,8388608
+done
+grep -q "FAIL px_mps_2r_2streams" $S && proxy px_mps_2r_2streams_c32 2 45 CUDA_DEVICE_MAX_CONNECTIONS=32 RW_CH_SIZES=8,65536,8388608
 step peer4_mps 120 $B/rwrun -n 4 $B/rw-gpucoll peer 4194304
 grep -E "checks|FAIL" $O/logs/peer4_mps.log | tail -2 >> $S
-# 2. Small allreduce, new vs base, alternated (MPS, 2 ranks).
-for k in 1 2; do
-  step ar_new_$k 60 $B/rwrun -n 2 $B/rankwire-bench allreduce -d cuda --max-size 1048576 -i 2000 --warmup 50; small ar_new_$k
-  step ar_base_$k 60 $BB/rwrun -n 2 $BB/rankwire-bench allreduce -d cuda --max-size 1048576 -i 2000 --warmup 50; small ar_base_$k
-done
-step phases2_mps 60 $B/rwrun -n 2 $B/rw-gpuapp collphases; grep "allreduce 8 B" $O/logs/phases2_mps.log >> $S
 step phases4_mps 60 $B/rwrun -n 4 $B/rw-gpuapp collphases; grep "allreduce 8 B" $O/logs/phases4_mps.log >> $S
 # 3. The stream proxy (MPS): two streams now with rwrun's CUDA_DEVICE_MAX_CONNECTIONS=8.
-proxy px_mps_2r_2streams 2 45 RW_CH_SIZES=8,65536,8388608
-grep -q "FAIL px_mps_2r_2streams" $S && proxy px_mps_2r_2streams_c32 2 45 CUDA_DEVICE_MAX_CONNECTIONS=32 RW_CH_SIZES=8,65536,8388608
 proxy px_mps_2r_serial 2 45 RW_CH_SERIAL=1 RW_CH_SIZES=8,65536,8388608
 proxy px_mps_4r_2streams 4 60 RW_CH_SIZES=8,8388608
 step streamp2p_mps 60 $B/rwrun -n 2 $B/rw-gpuapp streamp2p; grep "one way" $O/logs/streamp2p_mps.log | head -3 >> $S
