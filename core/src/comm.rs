@@ -20,7 +20,7 @@ use crate::engine::SendStart;
 use crate::error::{Error, Result};
 use crate::matching::Pattern;
 use crate::protocol::{ProbedMessage, RawBuf, ReqId, Status};
-use crate::request::Request;
+use crate::request::{Detached, RawRequest, Request};
 use crate::runtime::Inner;
 
 /// Largest tag a user may pass (MPI_TAG_UB). Tags run from 0 to this value.
@@ -588,5 +588,111 @@ impl Communicator {
     ) -> Result<Request<'a>> {
         let id = self.post_recv_raw(raw, source, tag)?;
         Ok(Request::new(self.inner.clone(), id, true, PhantomData).for_comm(&self.st))
+    }
+}
+
+impl<'a> Request<'a> {
+    /// Rebuilds the [`Request`] of `raw` in `comm`'s runtime, statuses in world ranks.
+    ///
+    /// # Safety
+    /// `raw` must come from [`Request::into_raw`] of a request of `comm`'s runtime and
+    /// not be completed or rebuilt already; the buffer must stay valid for `'a`.
+    pub unsafe fn from_raw(raw: RawRequest, comm: &Communicator) -> Request<'a> {
+        Request::new(comm.inner.clone(), raw.id, raw.is_recv, PhantomData)
+    }
+}
+
+impl Communicator {
+    /// [`crate::Communicator::isend`] (`sync`: [`crate::Communicator::issend`]) of
+    /// `len_bytes` host bytes at `ptr` without building a [`Request`] where none is
+    /// needed: a send a transport took at once is [`Detached::Done`], a pending one
+    /// on a communicator whose ranks are the world's [`Detached::Raw`].
+    ///
+    /// # Safety
+    /// `ptr` must be host memory valid for reads of `len_bytes` bytes, unchanged until
+    /// the operation completes.
+    ///
+    /// # Errors
+    /// As [`crate::Communicator::isend`].
+    pub unsafe fn isend_detached<'a>(
+        &self,
+        ptr: *const u8,
+        len_bytes: usize,
+        dest: usize,
+        tag: i32,
+        sync: bool,
+    ) -> Result<Detached<'a>> {
+        let start = self.post_send_raw(
+            crate::protocol::RawBuf::new(ptr as *mut u8, len_bytes),
+            dest,
+            tag,
+            sync,
+        )?;
+        Ok(match start {
+            crate::engine::SendStart::Done(st) if self.st.is_identity() => Detached::Done(st),
+            crate::engine::SendStart::Done(st) => Detached::Done(Status {
+                source: self.st.local(st.source as u32) as usize,
+                ..st
+            }),
+            crate::engine::SendStart::Queued(id) if self.st.is_identity() => {
+                Detached::Raw(RawRequest { id, is_recv: false })
+            }
+            crate::engine::SendStart::Queued(id) => Detached::Request(
+                Request::new(self.inner.clone(), id, false, PhantomData).for_comm(&self.st),
+            ),
+        })
+    }
+
+    /// [`crate::Communicator::irecv`] into `len_bytes` host bytes at `ptr` without
+    /// building a [`Request`] where none is needed: on a communicator whose ranks are
+    /// the world's, [`Detached::Raw`].
+    ///
+    /// # Safety
+    /// `ptr` must be host memory valid for writes of `len_bytes` bytes, not accessed
+    /// until the operation completes.
+    ///
+    /// # Errors
+    /// As [`crate::Communicator::irecv`].
+    pub unsafe fn irecv_detached<'a>(
+        &self,
+        ptr: *mut u8,
+        len_bytes: usize,
+        source: Source,
+        tag: Tag,
+    ) -> Result<Detached<'a>> {
+        let id = self.post_recv_raw(crate::protocol::RawBuf::new(ptr, len_bytes), source, tag)?;
+        Ok(if self.st.is_identity() {
+            Detached::Raw(RawRequest { id, is_recv: true })
+        } else {
+            Detached::Request(
+                Request::new(self.inner.clone(), id, true, PhantomData).for_comm(&self.st),
+            )
+        })
+    }
+
+    /// [`wait_all_in_place`] of raw requests ([`Request::into_raw`]) of this
+    /// communicator's runtime: progress until every one has completed, then `out`
+    /// (cleared first) gets one outcome per request, in order, statuses in world ranks,
+    /// taken under the same lock of the runtime. Each request is finished after it.
+    ///
+    /// # Safety
+    /// Every request must be a pending one of this runtime, given once, not completed
+    /// or rebuilt elsewhere (an unknown id would be waited for forever).
+    pub unsafe fn wait_all_raw(&self, reqs: &[RawRequest], out: &mut Vec<Result<Status>>) {
+        out.clear();
+        let sends: smallvec::SmallVec<[ReqId; 64]> =
+            reqs.iter().filter(|r| !r.is_recv).map(|r| r.id).collect();
+        self.inner.wait_all_then(
+            reqs.len(),
+            |i| Some(reqs[i].id),
+            sends.iter().copied(),
+            |e| {
+                out.extend(reqs.iter().map(|r| {
+                    e.proto
+                        .take_done(r.id)
+                        .unwrap_or_else(|| Err(crate::request::lost_outcome()))
+                }));
+            },
+        );
     }
 }
