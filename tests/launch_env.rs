@@ -143,37 +143,3 @@ fn dash_x_overrides_a_compat_variable_but_not_rankwires_own() {
         assert_eq!(envs[&r]["MPI_LOCALRANKID"], r.to_string(), "rank {r}");
     }
 }
-
-#[test]
-fn cuda_work_queues_default_to_8_unless_set() {
-    // Default: rwrun's environment does not set it (as on CI).
-    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
-        let out = rwrun(["--tag-output", "-n", "2", "env"])
-            .timeout(Duration::from_secs(60))
-            .run();
-        out.assert_ok();
-        let envs = environments(&out);
-        for r in 0..2u32 {
-            assert_eq!(envs[&r]["CUDA_DEVICE_MAX_CONNECTIONS"], "8", "rank {r}");
-        }
-    }
-    // rwrun's environment wins, and -x over it.
-    let out = rwrun(["--tag-output", "-n", "1", "env"])
-        .env("CUDA_DEVICE_MAX_CONNECTIONS", "5")
-        .timeout(Duration::from_secs(60))
-        .run();
-    out.assert_ok();
-    assert_eq!(environments(&out)[&0]["CUDA_DEVICE_MAX_CONNECTIONS"], "5");
-    let out = rwrun([
-        "--tag-output",
-        "-x",
-        "CUDA_DEVICE_MAX_CONNECTIONS=4",
-        "-n",
-        "1",
-        "env",
-    ])
-    .timeout(Duration::from_secs(60))
-    .run();
-    out.assert_ok();
-    assert_eq!(environments(&out)[&0]["CUDA_DEVICE_MAX_CONNECTIONS"], "4");
-}

@@ -618,7 +618,10 @@ impl Buf {
     /// overwrite each other; the benchmark never reads the bytes).
     ///
     /// # Safety
-    /// The buffer must outlive the request.
+    /// The buffer must outlive the request. Several pending receives write it at once
+    /// (another process's copies into it; nothing here reads it), which
+    /// `irecv_raw`'s "not accessed meanwhile" does not allow in Rust's terms: the
+    /// bytes are garbage afterwards, as in `osu_bw`, and never read.
     unsafe fn irecv_shared<'a>(
         &mut self,
         w: &rankwire::Communicator,

@@ -27,6 +27,7 @@ pub struct CancelId {
 /// or withdraws a forgotten one (its buffer stays the runtime's until the operation
 /// ends on its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a pending operation: complete it (wait_all_raw or Request::from_raw)"]
 pub struct RawRequest {
     pub(crate) id: ReqId,
     pub(crate) is_recv: bool,
@@ -423,6 +424,7 @@ pub fn wait_all_in_place<'r, 'a: 'r>(
 
 /// What [`crate::Communicator::isend_detached`] and
 /// [`crate::Communicator::irecv_detached`] started.
+#[must_use = "a pending operation: complete it"]
 pub enum Detached<'a> {
     /// Pending in the runtime; statuses in world ranks, which are the communicator's.
     Raw(RawRequest),

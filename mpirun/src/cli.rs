@@ -43,9 +43,6 @@ and, for programs that pick a GPU before MPI_Init, other launchers' names:
   LOCAL_RANK, MPI_LOCALRANKID, OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK
                                           rank among the ranks on this node
   LOCAL_WORLD_SIZE, MPI_LOCALNRANKS, OMPI_COMM_WORLD_LOCAL_SIZE  ranks on this node
-and CUDA_DEVICE_MAX_CONNECTIONS=8 (CUDA's hardware work queues per process, its own
-default outside MPS; stream-ordered device point-to-point needs more than the 2 an MPS
-client gets) unless rwrun's environment sets it.
 Ranks inherit rwrun's environment; -x adds or overrides variables.
 
 I/O: stdin goes to rank 0 only (other ranks read /dev/null); stdout and stderr of

@@ -197,22 +197,6 @@ pub(crate) fn launcher_compat_env(
     ]
 }
 
-/// CUDA's number of hardware work queues per context (its default is 8; a client of
-/// the MPS server gets 2). rwrun gives ranks [`CUDA_MAX_CONNECTIONS_DEFAULT`] unless
-/// its own environment (or `-x`) sets it: stream-ordered point-to-point
-/// (`send_device_on_stream`) parks a stream on a flag until the operation completes,
-/// and under MPS two parked streams held every other stream of the process, the
-/// runtime's copy stream included, so nothing completed
-/// (benches/results/gpu-2026-12-07: with 32 queues the same program finished; without
-/// MPS, 8 queues with 2 parked and 6 idle streams finished too).
-pub(crate) const CUDA_MAX_CONNECTIONS: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
-
-/// See [`CUDA_MAX_CONNECTIONS`]: CUDA's own default outside MPS, so only MPS clients
-/// get more queues than they would. Each MPS client owns its queues, so more queues
-/// per client can lower how many clients fit on a GPU (NVIDIA's MPS guide); 8 keeps
-/// that cost at the level of a process without MPS.
-pub(crate) const CUDA_MAX_CONNECTIONS_DEFAULT: &str = "8";
-
 /// Start rank `rank` of the job with `stdin` as its standard input.
 ///
 /// # Errors
@@ -233,12 +217,6 @@ pub(crate) fn spawn_rank(
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
-    if std::env::var_os(CUDA_MAX_CONNECTIONS).is_none() {
-        vars.push((
-            CUDA_MAX_CONNECTIONS.into(),
-            CUDA_MAX_CONNECTIONS_DEFAULT.into(),
-        ));
-    }
     vars.extend(cfg.env.iter().cloned());
     for (k, v) in [
         (env::RANK, rank.to_string()),

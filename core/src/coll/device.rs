@@ -982,8 +982,9 @@ impl Communicator {
         rankwire_gpu::peer_prepare(device, red)
             .map_err(|e| gpu_err("compiling the peer-memory kernels", e))?;
         let stream = Stream::runtime(device).map_err(|e| gpu_err("runtime stream", e))?;
-        // SAFETY: the caller keeps both ranges live until this call returns, after the
-        // kernel has finished.
+        // SAFETY: the caller keeps both ranges live until this call returns, after every
+        // block of the kernel is past its memory accesses (the done word, or the stream
+        // idle).
         let Some(launched) =
             (unsafe { device_peer::launch_on_stream(&g, what, c, red, send, recv, stream)? })
         else {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run 2 of 2026-12-07 (one call, <= 10 min): the done word of the peer kernels, the
-# stream proxy's hang cases after the release gate and rwrun's CUDA_DEVICE_MAX_CONNECTIONS=8,
+# stream proxy's hang cases after the release gate (two streams under MPS: the known
+# limit, then with CUDA_DEVICE_MAX_CONNECTIONS=32),
 # and issue 18's figures in one run, with and without MPS. Binaries: .device-bin/
 # (this build) and .device-bin/base/ (8a0058d, the last stop). Steps run in order of
 # importance; a step that could end after 575 s is skipped (said in summary.txt).
@@ -36,13 +37,13 @@ for k in 1 2; do
   [ $k = 1 ] && { step phases2_mps 40 $B/rwrun -n 2 $B/rw-gpuapp collphases; grep "allreduce 8 B" $O/logs/phases2_mps.log >> $S; }
   [ $k = 1 ] && proxy px_mps_2r_2streams 2 45 RW_CH_SIZES=8,65536,8388608
 done
-grep -q "FAIL px_mps_2r_2streams" $S && proxy px_mps_2r_2streams_c32 2 45 CUDA_DEVICE_MAX_CONNECTIONS=32 RW_CH_SIZES=8,65536,8388608
+proxy px_mps_2r_2streams_c32 2 45 CUDA_DEVICE_MAX_CONNECTIONS=32 RW_CH_SIZES=8,65536,8388608
 step peer4_mps 120 $B/rwrun -n 4 $B/rw-gpucoll peer 4194304
 grep -E "checks|FAIL" $O/logs/peer4_mps.log | tail -2 >> $S
 step phases4_mps 60 $B/rwrun -n 4 $B/rw-gpuapp collphases; grep "allreduce 8 B" $O/logs/phases4_mps.log >> $S
-# 3. The stream proxy (MPS): two streams now with rwrun's CUDA_DEVICE_MAX_CONNECTIONS=8.
+# 3. The stream proxy (MPS), more cases.
 proxy px_mps_2r_serial 2 45 RW_CH_SERIAL=1 RW_CH_SIZES=8,65536,8388608
-proxy px_mps_4r_2streams 4 60 RW_CH_SIZES=8,8388608
+proxy px_mps_4r_2streams_c32 4 60 CUDA_DEVICE_MAX_CONNECTIONS=32 RW_CH_SIZES=8,8388608
 step streamp2p_mps 60 $B/rwrun -n 2 $B/rw-gpuapp streamp2p; grep "one way" $O/logs/streamp2p_mps.log | head -3 >> $S
 # 4. Issue 18's table (MPS): device allreduce, host-staged path, p2p, channels.
 step table2_mps 120 $B/rwrun -n 2 $B/rankwire-bench allreduce -d cuda --max-size 268435456 -i 300 --warmup 10
