@@ -482,7 +482,16 @@ unsafe fn set_status_errors(statuses: *mut MPI_Status, n: usize, failed: &[usize
     if statuses.is_null() {
         return;
     }
-    for i in (0..n).filter(|i| !failed.contains(i)) {
+    // Sorted once, then walked alongside (a search per status made 20 000 failures
+    // cost 0.2 s: trial of 2026-12-07).
+    let mut failed = failed.to_vec();
+    failed.sort_unstable();
+    let mut next = failed.iter().peekable();
+    for i in 0..n {
+        while next.next_if(|&&f| f < i).is_some() {}
+        if next.peek() == Some(&&i) {
+            continue;
+        }
         // SAFETY: caller's contract.
         unsafe { (*statuses.add(i)).MPI_ERROR = MPI_SUCCESS };
     }
