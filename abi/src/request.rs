@@ -1666,6 +1666,28 @@ fn peek(h: MPI_Request) -> R<Option<Peeked>> {
     if h == MPI_REQUEST_NULL {
         return Ok(Some(empty()));
     }
+    // A plain point-to-point operation is looked at in place, by its id, also while
+    // another thread waits for it: its outcome stays in the runtime for the call that
+    // completes the request (taking the operation out would make that call fail as
+    // "being completed by another thread": trial of 2026-12-07).
+    let in_place = {
+        let mut t = table();
+        let s = slot_mut(&mut t, h)?;
+        match (&s.op, s.busy, s.cancel_id) {
+            (Body::Ready(st), false, _) => return Ok(Some(peeked(s.comm, Ok(*st)))),
+            (Body::Raw(raw), false, _) => Some((s.comm, raw.cancel_id())),
+            (_, true, Some(id)) => Some((s.comm, id)),
+            (_, true, None) => return Ok(None),
+            _ => None,
+        }
+    };
+    if let Some((comm, id)) = in_place {
+        crate::env::check_live()?;
+        // A communicator freed while the request lives is still its request's.
+        let c = crate::comm::with_freed_visible(|| crate::comm::lookup(comm))
+            .or_else(|_| crate::comm::lookup(MPI_COMM_WORLD))?;
+        return Ok(c.peek_pending(id).map(|r| peeked(comm, r)));
+    }
     let (comm, mut op) = match take_op(h)? {
         Taken::Inactive => return Ok(Some(empty())),
         Taken::Op(comm, op) => (comm, op),
@@ -1677,6 +1699,25 @@ fn peek(h: MPI_Request) -> R<Option<Peeked>> {
         cancelled,
         error: error.map(|e| (comm, e)),
     }))
+}
+
+/// [`Peeked`] of a point-to-point outcome `r` of a request on `comm`.
+fn peeked(comm: MPI_Comm, r: rankwire::Result<rankwire::Status>) -> Peeked {
+    match r {
+        Ok(st) => Peeked {
+            st,
+            cancelled: false,
+            error: None,
+        },
+        Err(e) => {
+            let (st, err) = failure(e);
+            Peeked {
+                st,
+                cancelled: err.is_none(),
+                error: err.map(|e| (comm, e)),
+            }
+        }
+    }
 }
 
 /// What [`peek`] saw of a finished operation: its status, whether it was cancelled,

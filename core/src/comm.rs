@@ -670,7 +670,23 @@ impl Communicator {
         })
     }
 
-    /// [`wait_all_in_place`] of raw requests ([`Request::into_raw`]) of this
+    /// One progress round, then a copy of the outcome of operation `id` (from
+    /// [`Request::cancel_id`] or [`RawRequest::cancel_id`]) if it has completed and
+    /// was not completed by its request yet, statuses in this communicator's ranks
+    /// (pass the operation's own communicator); the request still completes as usual,
+    /// with the same outcome (MPI_Request_get_status, also while another thread waits
+    /// for the request). `None` while it is pending, and for an id whose request has
+    /// completed (ids carry a generation).
+    pub fn peek_pending(&self, id: crate::CancelId) -> Option<Result<Status>> {
+        let r = self.inner.peek_request(id.id)?;
+        Some(if self.st.is_identity() {
+            r
+        } else {
+            crate::comm_state::localize(&self.st, r)
+        })
+    }
+
+    /// [`crate::wait_all_in_place`] of raw requests ([`Request::into_raw`]) of this
     /// communicator's runtime: progress until every one has completed, then `out`
     /// (cleared first) gets one outcome per request, in order, statuses in world ranks,
     /// taken under the same lock of the runtime. Each request is finished after it.

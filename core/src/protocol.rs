@@ -741,6 +741,12 @@ impl Protocol {
         self.reqs.take_done(id)
     }
 
+    /// A copy of request `id`'s result if it has completed (the result stays, for the
+    /// call that completes the request).
+    pub fn peek_done(&self, id: ReqId) -> Option<Result<Status, Error>> {
+        self.reqs.peek_done(id)
+    }
+
     /// Whether request `id` has completed (without taking the result).
     pub fn is_done(&self, id: ReqId) -> bool {
         self.reqs.is_done(id)

@@ -188,6 +188,14 @@ impl Reqs {
         }
     }
 
+    /// A copy of request `id`'s outcome if it has one waiting (left in place).
+    pub(super) fn peek_done(&self, id: ReqId) -> Option<Result<Status, Error>> {
+        match self.slot(id) {
+            Some(Slot::Done(r)) => Some(r.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether request `id` has an outcome waiting.
     #[inline]
     pub(super) fn is_done(&self, id: ReqId) -> bool {

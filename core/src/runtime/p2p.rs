@@ -116,6 +116,15 @@ impl Inner {
         e.proto.take_done(id)
     }
 
+    /// One progress round, then a copy of request `id`'s outcome if it has completed
+    /// (left for the call that completes it: MPI_Request_get_status).
+    pub(crate) fn peek_request(&self, id: ReqId) -> Option<Result<Status>> {
+        // As test_request: other threads' calls first.
+        let mut e = self.relock();
+        self.progress(&mut e);
+        e.proto.peek_done(id)
+    }
+
     /// One progress round, then whether every request of `ids` is done (none taken).
     pub(crate) fn requests_done(&self, mut ids: impl Iterator<Item = ReqId>) -> bool {
         // As test_request: other threads' calls first.
