@@ -256,11 +256,14 @@ fn raw_active(raw: rankwire::RawRequest) -> Active {
     match crate::env::world() {
         // SAFETY: `raw` came out of a slot, which held it once; it is rebuilt once.
         Ok(w) => Active::P2p(unsafe { rankwire::Request::from_raw(raw, w) }),
-        Err(e) => Active::Finished(Err(rankwire::Error::Usage(format!(
-            "a request outlived the runtime: {}",
-            e.msg
-        )))),
+        Err(e) => Active::Finished(Err(outlived_runtime(&e))),
     }
+}
+
+/// The outcome of a raw request whose runtime is gone (`e`: why `MPI_COMM_WORLD` is not
+/// there: after `MPI_Finalize`).
+fn outlived_runtime(e: &MpiErr) -> rankwire::Error {
+    rankwire::Error::Usage(format!("a request outlived the runtime: {}", e.msg))
 }
 
 /// The id of `op` for `rankwire::Communicator::cancel_pending`, if it is a
@@ -300,8 +303,8 @@ fn slot_mut(t: &mut slab::Slab<Slot>, h: MPI_Request) -> R<&mut Slot> {
         .ok_or_else(|| bad_request(h))
 }
 
-fn new_slot(comm: MPI_Comm, op: Option<Started>, start: Option<Arc<StartFn>>) -> MPI_Request {
-    let op = op.map_or(Body::None, Body::of);
+#[inline]
+fn new_slot(comm: MPI_Comm, op: Body, start: Option<Arc<StartFn>>) -> MPI_Request {
     let greq = op.greq();
     handle_of(table().insert(Slot {
         comm,
@@ -316,7 +319,7 @@ fn new_slot(comm: MPI_Comm, op: Option<Started>, start: Option<Arc<StartFn>>) ->
 
 /// A new active request for `s`, whose errors go to `comm`'s handler.
 pub fn insert(comm: MPI_Comm, s: Started) -> MPI_Request {
-    new_slot(comm, Some(s), None)
+    new_slot(comm, Body::of(s), None)
 }
 
 /// A new active request for the plain point-to-point operation `d` (the caller's own
@@ -329,15 +332,7 @@ pub fn insert_detached(comm: MPI_Comm, d: rankwire::Detached<'static>) -> MPI_Re
         rankwire::Detached::Done(st) => Body::Ready(st),
         rankwire::Detached::Request(r) => Body::plain(Active::P2p(r)),
     };
-    handle_of(table().insert(Slot {
-        comm,
-        op,
-        start: None,
-        busy: false,
-        greq: None,
-        freed: false,
-        cancel_id: None,
-    }))
+    new_slot(comm, op, None)
 }
 
 /// The operation of `d` (see [`insert_detached`]) for the general paths.
@@ -351,7 +346,7 @@ pub fn detached_active(d: rankwire::Detached<'static>) -> Active {
 
 /// A new inactive persistent request; `MPI_Start` runs `start`.
 pub fn insert_persistent(comm: MPI_Comm, start: StartFn) -> MPI_Request {
-    new_slot(comm, None, Some(Arc::new(start)))
+    new_slot(comm, Body::None, Some(Arc::new(start)))
 }
 
 fn busy_error(h: MPI_Request) -> MpiErr {
@@ -990,12 +985,7 @@ unsafe fn waitall_impl(
                 Ok(w) => unsafe { w.wait_all_raw(&raws, &mut outcomes) },
                 Err(e) => {
                     outcomes.clear();
-                    outcomes.extend(raws.iter().map(|_| {
-                        Err(rankwire::Error::Usage(format!(
-                            "a request outlived the runtime: {}",
-                            e.msg
-                        )))
-                    }));
+                    outcomes.extend(raws.iter().map(|_| Err(outlived_runtime(&e))));
                 }
             }
             let mut t = table();

@@ -628,18 +628,17 @@ impl Communicator {
             tag,
             sync,
         )?;
+        if !self.st.is_identity() {
+            // The ordinary request, its status in this communicator's ranks.
+            let r = self.send_request(start);
+            return Ok(match r.completed_at_post() {
+                Some(st) => Detached::Done(st),
+                None => Detached::Request(r),
+            });
+        }
         Ok(match start {
-            crate::engine::SendStart::Done(st) if self.st.is_identity() => Detached::Done(st),
-            crate::engine::SendStart::Done(st) => Detached::Done(Status {
-                source: self.st.local(st.source as u32) as usize,
-                ..st
-            }),
-            crate::engine::SendStart::Queued(id) if self.st.is_identity() => {
-                Detached::Raw(RawRequest { id, is_recv: false })
-            }
-            crate::engine::SendStart::Queued(id) => Detached::Request(
-                Request::new(self.inner.clone(), id, false, PhantomData).for_comm(&self.st),
-            ),
+            SendStart::Done(st) => Detached::Done(st),
+            SendStart::Queued(id) => Detached::Raw(RawRequest { id, is_recv: false }),
         })
     }
 
