@@ -9,7 +9,7 @@
  * OSU-style columns so that numbers can be read side by side.
  *
  * Usage: peerbench MODE [options]
- *   MODE      latency | bw | allreduce | barrier
+ *   MODE      latency | bw | allreduce | barrier | drain
  *   -m A:B    message sizes in bytes, powers of two from A to B
  *             (latency: 0 is always included when A is 0; default 0:4194304,
  *              bw default 1:4194304, allreduce default 4:4194304)
@@ -28,6 +28,8 @@
  *   -s        bw: all receives of a window share one buffer (as OSU does;
  *             formally overlapping receive buffers); default: one buffer
  *             per window slot
+ *   -D US     drain: rank 1 sleeps US microseconds before posting its window
+ *             (default 100), so that every message is there already
  *   -c        check payload contents once per size (latency, bw, allreduce)
  *   -h        help
  *
@@ -58,6 +60,7 @@ struct opts {
     int check;
     int shared_rbuf;
     int scale_coll;
+    long drain_sleep_us;
 };
 
 static int g_rank, g_size;
@@ -74,9 +77,9 @@ static void usage(void)
 {
     if (g_rank == 0)
         fprintf(stderr,
-                "usage: peerbench latency|bw|allreduce|barrier [-m min:max] "
+                "usage: peerbench latency|bw|allreduce|barrier|drain [-m min:max] "
                 "[-i iters] [-w warmup] [-I iters_large] [-W warmup_large] "
-                "[-L large_bytes] [-n window] [-c] [-s] [-S]\n");
+                "[-L large_bytes] [-n window] [-D sleep_us] [-c] [-s] [-S]\n");
 }
 
 static void *alloc_buf(size_t bytes)
@@ -302,6 +305,77 @@ static void run_bw(const struct opts *o)
     free(rbuf);
 }
 
+/* drain (issue 22): where a window of small messages costs each side, apart from
+ * the other side's speed. Per iteration rank 1 sends a token, sleeps -D
+ * microseconds (default 100; no MPI call, so no progress), then times posting a
+ * window of receives and the MPI_Waitall that completes them: the messages are
+ * already in shared memory, so the wait is the receiver's own work of taking them
+ * (poll, match, copy, complete). Rank 0 waits for the token, then times posting the
+ * window of sends and their MPI_Waitall. Row: size, then ns per message: send post,
+ * send wait, receive post, receive wait (rank 1's figures sent to rank 0). Windows
+ * as bw (iters/10). */
+static void run_drain(const struct opts *o)
+{
+    if (g_size < 2)
+        die("drain needs at least 2 ranks");
+    int win = o->window;
+    unsigned char *sbuf = alloc_buf(o->max_size);
+    unsigned char *rbuf = alloc_buf(o->max_size * (size_t)win);
+    MPI_Request *req = malloc(sizeof(MPI_Request) * (size_t)win);
+    if (!req)
+        die("out of memory");
+    char tok = 0;
+    print_header(o, "# Size   send post  send wait  recv post  recv wait  (ns per message)");
+    size_t start = o->min_size ? o->min_size : 1;
+    for (size_t size = start; size <= o->max_size; size *= 2) {
+        long iters, warm;
+        iters_for(o, size, &iters, &warm);
+        iters = iters / 10 > 0 ? iters / 10 : 1;
+        warm = warm / 10 > 0 ? warm / 10 : 1;
+        double post = 0.0, wait = 0.0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (long i = 0; i < warm + iters && g_rank < 2; i++) {
+            double t0, t1, t2;
+            if (g_rank == 0) {
+                MPI_Recv(&tok, 1, MPI_CHAR, 1, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                t0 = MPI_Wtime();
+                for (int w = 0; w < win; w++)
+                    MPI_Isend(sbuf, (int)size, MPI_BYTE, 1, TAG_DATA, MPI_COMM_WORLD, &req[w]);
+                t1 = MPI_Wtime();
+                MPI_Waitall(win, req, MPI_STATUSES_IGNORE);
+                t2 = MPI_Wtime();
+            } else {
+                MPI_Send(&tok, 1, MPI_CHAR, 0, TAG_ACK, MPI_COMM_WORLD);
+                usleep((useconds_t)o->drain_sleep_us);
+                t0 = MPI_Wtime();
+                for (int w = 0; w < win; w++)
+                    MPI_Irecv(rbuf + (size_t)w * size, (int)size, MPI_BYTE, 0, TAG_DATA,
+                              MPI_COMM_WORLD, &req[w]);
+                t1 = MPI_Wtime();
+                MPI_Waitall(win, req, MPI_STATUSES_IGNORE);
+                t2 = MPI_Wtime();
+            }
+            if (i >= warm) {
+                post += t1 - t0;
+                wait += t2 - t1;
+            }
+        }
+        double per = 1e9 / ((double)iters * (double)win);
+        double mine[2] = {post * per, wait * per}, theirs[2] = {0.0, 0.0};
+        if (g_rank == 1)
+            MPI_Send(mine, 2, MPI_DOUBLE, 0, TAG_ACK, MPI_COMM_WORLD);
+        else if (g_rank == 0) {
+            MPI_Recv(theirs, 2, MPI_DOUBLE, 1, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            printf("%-8zu %9.1f %10.1f %10.1f %10.1f\n", size, mine[0], mine[1], theirs[0],
+                   theirs[1]);
+            fflush(stdout);
+        }
+    }
+    free(req);
+    free(sbuf);
+    free(rbuf);
+}
+
 /* print avg/min/max over ranks of this rank's per-call time (us) */
 static void report_coll(size_t size, int with_size, double my_us)
 {
@@ -401,7 +475,7 @@ int main(int argc, char **argv)
         .mode = NULL, .min_size = 0, .max_size = 4u << 20, .min_given = 0,
         .iters = 10000, .warmup = 1000, .iters_large = 1000,
         .warmup_large = 100, .large_threshold = 8192, .window = 64,
-        .check = 0, .shared_rbuf = 0, .scale_coll = 0,
+        .check = 0, .shared_rbuf = 0, .scale_coll = 0, .drain_sleep_us = 100,
     };
     if (argc < 2 || argv[1][0] == '-') {
         usage();
@@ -411,7 +485,7 @@ int main(int argc, char **argv)
     o.mode = argv[1];
     optind = 2;
     int c;
-    while ((c = getopt(argc, argv, "m:i:w:I:W:L:n:cSsh")) != -1) {
+    while ((c = getopt(argc, argv, "m:i:w:I:W:L:n:D:cSsh")) != -1) {
         switch (c) {
         case 'm': {
             const char *colon = strchr(optarg, ':');
@@ -436,6 +510,7 @@ int main(int argc, char **argv)
         case 'W': o.warmup_large = parse_long(optarg, "-W"); break;
         case 'L': o.large_threshold = (size_t)parse_long(optarg, "-L"); break;
         case 'n': o.window = (int)parse_long(optarg, "-n"); break;
+        case 'D': o.drain_sleep_us = parse_long(optarg, "-D"); break;
         case 'c': o.check = 1; break;
         case 's': o.shared_rbuf = 1; break;
         case 'S': o.scale_coll = 1; break;
@@ -465,6 +540,10 @@ int main(int argc, char **argv)
         run_allreduce(&o);
     } else if (!strcmp(o.mode, "barrier")) {
         run_barrier(&o);
+    } else if (!strcmp(o.mode, "drain")) {
+        if (!o.min_given)
+            o.min_size = 1;
+        run_drain(&o);
     } else {
         usage();
         die("unknown mode");

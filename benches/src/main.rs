@@ -10,6 +10,15 @@
 //!   into one buffer inflates figures through caches).
 //! - `bibw`: both ranks do the `bw` window towards each other at once; MB/s counts both
 //!   directions.
+//! - `drain` (host buffers): what a window of small messages costs each side, apart
+//!   from the other side's speed. Per iteration rank 1 sends a token, sleeps
+//!   `--drain-sleep-us` (no rankwire call, so no progress), then times posting a window
+//!   of receives and the `wait_all` that completes them: the messages are already in
+//!   shared memory, so the wait is the receiver's own work of taking them (poll, match,
+//!   copy, complete). Rank 0 waits for the token, then times posting the window of
+//!   sends and their `wait_all`. Row: size, then nanoseconds per message: send post,
+//!   send wait, receive post, receive wait. `peerbench drain` (benches/peers) is the
+//!   same loop in C for the peers.
 //!
 //! Collective modes (as `osu_allreduce`, `osu_bcast`, `osu_allgather`, `osu_alltoall`,
 //! `osu_barrier`): every rank times `iters` back-to-back calls after a barrier (with
@@ -61,6 +70,7 @@ enum Mode {
     Latency,
     Bw,
     Bibw,
+    Drain,
     Allreduce,
     Bcast,
     Allgather,
@@ -70,7 +80,7 @@ enum Mode {
 
 impl Mode {
     fn is_collective(self) -> bool {
-        !matches!(self, Mode::Latency | Mode::Bw | Mode::Bibw)
+        !matches!(self, Mode::Latency | Mode::Bw | Mode::Bibw | Mode::Drain)
     }
 }
 
@@ -104,6 +114,10 @@ struct Args {
     /// form).
     #[arg(long, value_enum, default_value_t = RecvBuffers::Window)]
     recv_buffers: RecvBuffers,
+    /// drain: microseconds rank 1 sleeps before posting its window (long enough for
+    /// every message to be there).
+    #[arg(long, default_value_t = 100)]
+    drain_sleep_us: u64,
     /// Host buffers start this many bytes past a page boundary (default 0: page-aligned,
     /// as the OSU micro-benchmarks and the peers' program allocate them; 16 is where
     /// `malloc` puts large blocks).
@@ -173,8 +187,14 @@ fn main() -> Result<()> {
         );
         match args.mode {
             Mode::Latency => println!("# Size  Latency (us)"),
+            Mode::Drain => {
+                println!("# Size   send post  send wait  recv post  recv wait  (ns per message)")
+            }
             _ => println!("# Size  Bandwidth (MB/s)"),
         }
+    }
+    if args.mode == Mode::Drain && args.device != Device::Host {
+        bail!("drain measures host buffers only: leave out -d");
     }
     for size in sizes(&args) {
         let big = size > 8192;
@@ -188,6 +208,27 @@ fn main() -> Result<()> {
         } else {
             args.warmup
         };
+        if args.mode == Mode::Drain {
+            let w = Window {
+                len: args.window,
+                recv: args.recv_buffers,
+            };
+            let c = drain(
+                &world,
+                size,
+                iters / 10 + 1,
+                warmup / 10 + 1,
+                w,
+                args.drain_sleep_us,
+            )?;
+            if rank == 0 {
+                println!(
+                    "{size:<8} {:9.1} {:10.1} {:10.1} {:10.1}",
+                    c[0], c[1], c[2], c[3]
+                );
+            }
+            continue;
+        }
         let value = match args.mode {
             Mode::Latency => latency(&world, size, iters, warmup, args.device)?,
             Mode::Bw => bandwidth(
@@ -226,7 +267,7 @@ fn main() -> Result<()> {
 fn sizes(args: &Args) -> Vec<usize> {
     let min = args.min_size.unwrap_or(match args.mode {
         Mode::Latency => 0,
-        Mode::Bw | Mode::Bibw => 1,
+        Mode::Bw | Mode::Bibw | Mode::Drain => 1,
         _ => 4,
     });
     let mut v = Vec::new();
@@ -749,6 +790,86 @@ fn bandwidth(
     let secs = t.elapsed().as_secs_f64();
     let dirs = if bidirectional { 2.0 } else { 1.0 };
     Ok(dirs * (size * window.len * iters) as f64 / secs / 1e6)
+}
+
+/// The `drain` mode for one size (see the module doc): on rank 0 the nanoseconds per
+/// message of [send post, send wait, receive post, receive wait] (rank 1's two figures
+/// sent over); zeros on the other ranks.
+fn drain(
+    world: &rankwire::Communicator,
+    size: usize,
+    iters: usize,
+    warmup: usize,
+    window: Window,
+    sleep_us: u64,
+) -> Result<[f64; 4]> {
+    let rank = world.rank();
+    let sbuf = HostBuf::new(size, OFFSET.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let mut slots: Vec<HostBuf> = (0..match window.recv {
+        RecvBuffers::Window => window.len,
+        RecvBuffers::Single => 1,
+    })
+        .map(|_| HostBuf::new(size, OFFSET.load(std::sync::atomic::Ordering::Relaxed), 0))
+        .collect();
+    let mut tok = [0u8; 1];
+    let (mut post, mut wait) = (0u128, 0u128);
+    world.barrier()?;
+    for i in 0..warmup + iters {
+        if rank > 1 {
+            break;
+        }
+        let (t0, t1, t2);
+        if rank == 0 {
+            world.recv(&mut tok, 1, 3)?;
+            t0 = Instant::now();
+            let mut reqs = Vec::with_capacity(window.len);
+            for _ in 0..window.len {
+                reqs.push(world.isend(sbuf.as_slice(), 1, 2)?);
+            }
+            t1 = Instant::now();
+            rankwire::wait_all(reqs)?;
+            t2 = Instant::now();
+        } else {
+            world.send(&tok, 0, 3)?;
+            std::thread::sleep(std::time::Duration::from_micros(sleep_us));
+            t0 = Instant::now();
+            let mut reqs = Vec::with_capacity(window.len);
+            match window.recv {
+                RecvBuffers::Window => {
+                    for s in slots.iter_mut() {
+                        reqs.push(world.irecv(s.as_mut_slice(), 0, 2)?);
+                    }
+                }
+                RecvBuffers::Single => {
+                    let (ptr, len) = (slots[0].as_mut_slice().as_mut_ptr(), size);
+                    for _ in 0..window.len {
+                        // SAFETY: `slots` outlives `reqs` (waited for below); the
+                        // receives share the buffer as OSU's do (contents not read).
+                        let b = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+                        reqs.push(world.irecv(b, 0, 2)?);
+                    }
+                }
+            }
+            t1 = Instant::now();
+            rankwire::wait_all(reqs)?;
+            t2 = Instant::now();
+        }
+        if i >= warmup {
+            post += (t1 - t0).as_nanos();
+            wait += (t2 - t1).as_nanos();
+        }
+    }
+    let per = (iters * window.len) as f64;
+    let mine = [post as f64 / per, wait as f64 / per];
+    let mut out = [0.0; 4];
+    if rank == 1 {
+        world.send(&mine, 0, 4)?;
+    } else if rank == 0 {
+        let mut theirs = [0.0f64; 2];
+        world.recv(&mut theirs, 1, 4)?;
+        out = [mine[0], mine[1], theirs[0], theirs[1]];
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
