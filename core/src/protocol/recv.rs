@@ -56,25 +56,23 @@ impl Protocol {
 
     /// Post a receive into `buf` for messages accepted by `pat`.
     pub fn irecv(&mut self, pat: Pattern, buf: RawBuf) -> ReqId {
-        let id = self.alloc_id();
         if let Some(src) = pat.src
-            && let Some(e) = self.dead.get(&src)
+            && let Some(e) = self.dead.get(&src).cloned()
         {
-            self.reqs.complete(id, Err(e.clone()));
-            return id;
-        }
-        if let Some(e) = self.revoked_error(pat.ctx) {
+            let id = self.alloc_id();
             self.reqs.complete(id, Err(e));
             return id;
         }
-        self.reqs.set_recv(
-            id,
-            RecvReq {
-                pat,
-                buf,
-                state: RecvState::Posted,
-            },
-        );
+        if let Some(e) = self.revoked_error(pat.ctx) {
+            let id = self.alloc_id();
+            self.reqs.complete(id, Err(e));
+            return id;
+        }
+        let id = self.reqs.insert_recv(RecvReq {
+            pat,
+            buf,
+            state: RecvState::Posted,
+        });
         if let Some(m) = self.matcher.post(pat, id) {
             self.deliver(m);
         } else if pat.src.is_none()

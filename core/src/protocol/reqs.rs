@@ -92,6 +92,16 @@ impl Reqs {
         }
     }
 
+    /// A fresh id holding receive `r` (a [`Reqs::reserve`] and [`Reqs::set_recv`] in one
+    /// write of the slot: the posting path of every receive).
+    #[inline]
+    pub(super) fn insert_recv(&mut self, r: RecvReq) -> ReqId {
+        self.generation = self.generation.wrapping_add(1).max(1);
+        let key = self.slab.insert((self.generation, Slot::Recv(r)));
+        self.live += 1;
+        (u64::from(self.generation) << 32) | key as u64
+    }
+
     /// Store receive `r` in the reserved slot `id`.
     #[inline]
     pub(super) fn set_recv(&mut self, id: ReqId, r: RecvReq) {
