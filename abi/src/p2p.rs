@@ -741,7 +741,7 @@ unsafe fn post_send(
 ///
 /// # Safety
 /// The C caller's buffer, valid until completion (MPI's contract).
-#[inline]
+#[inline(always)]
 unsafe fn send_plain(
     buf: *const c_void,
     count: MPI_Count,
@@ -772,7 +772,7 @@ unsafe fn send_plain(
 ///
 /// # Safety
 /// The C caller's buffer, valid until completion (MPI's contract).
-#[inline]
+#[inline(always)]
 unsafe fn recv_plain(
     buf: *mut c_void,
     count: MPI_Count,

@@ -326,6 +326,7 @@ pub fn insert(comm: MPI_Comm, s: Started) -> MPI_Request {
 /// contiguous host bytes, nothing to run or keep at completion), whose errors go to
 /// `comm`'s handler: the runtime's id, or the status of a send done at post, kept in
 /// the slot as they are.
+#[inline(always)]
 pub fn insert_detached(comm: MPI_Comm, d: rankwire::Detached<'static>) -> MPI_Request {
     let op = match d {
         rankwire::Detached::Raw(raw) => Body::Raw(raw),
