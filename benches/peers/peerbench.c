@@ -312,12 +312,17 @@ static void run_bw(const struct opts *o)
  * already in shared memory, so the wait is the receiver's own work of taking them
  * (poll, match, copy, complete). Rank 0 waits for the token, then times posting the
  * window of sends and their MPI_Waitall. Row: size, then ns per message: send post,
- * send wait, receive post, receive wait (rank 1's figures sent to rank 0). Windows
- * as bw (iters/10). */
+ * send wait, receive post, receive wait (rank 1's figures sent to rank 0), then "ok",
+ * or "waited" when posting and waiting for the sends took more than half the sleep
+ * per window (they waited for the receiver: the messages were not all there).
+ * Windows as bw (iters/10, at least 1); one receive buffer per slot (-s refused);
+ * exactly 2 ranks take part. rankwire-bench's drain mode is the same loop. */
 static void run_drain(const struct opts *o)
 {
     if (g_size < 2)
         die("drain needs at least 2 ranks");
+    if (o->shared_rbuf)
+        die("drain posts one buffer per window slot: leave out -s");
     int win = o->window;
     unsigned char *sbuf = alloc_buf(o->max_size);
     unsigned char *rbuf = alloc_buf(o->max_size * (size_t)win);
@@ -325,7 +330,7 @@ static void run_drain(const struct opts *o)
     if (!req)
         die("out of memory");
     char tok = 0;
-    print_header(o, "# Size   send post  send wait  recv post  recv wait  (ns per message)");
+    print_header(o, "# Size   send post  send wait  recv post  recv wait  check  (ns per message)");
     size_t start = o->min_size ? o->min_size : 1;
     for (size_t size = start; size <= o->max_size; size *= 2) {
         long iters, warm;
@@ -366,8 +371,9 @@ static void run_drain(const struct opts *o)
             MPI_Send(mine, 2, MPI_DOUBLE, 0, TAG_ACK, MPI_COMM_WORLD);
         else if (g_rank == 0) {
             MPI_Recv(theirs, 2, MPI_DOUBLE, 1, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            printf("%-8zu %9.1f %10.1f %10.1f %10.1f\n", size, mine[0], mine[1], theirs[0],
-                   theirs[1]);
+            int waited = (mine[0] + mine[1]) * win > (double)o->drain_sleep_us * 500.0;
+            printf("%-8zu %9.1f %10.1f %10.1f %10.1f  %s\n", size, mine[0], mine[1], theirs[0],
+                   theirs[1], waited ? "waited" : "ok");
             fflush(stdout);
         }
     }

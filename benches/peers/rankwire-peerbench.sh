@@ -6,7 +6,7 @@
 #   target/release/rwrun -n 2 benches/peers/rankwire-peerbench.sh latency -m 0:4194304 -i 2000 -w 200
 #
 # usage: rankwire-peerbench.sh MODE [-m [A:]B] [-i N] [-w N] [-I N] [-W N]
-#                              [-L BYTES] [-n WINDOW] [-c] [-s] [-S]
+#                              [-L BYTES] [-n WINDOW] [-D US] [-c] [-s] [-S]
 #
 # Translation (peerbench -> rankwire-bench):
 #   MODE     -> MODE (must be one of rankwire-bench's modes, else exit 3)
@@ -15,6 +15,7 @@
 #               bw --min-size 1, allreduce --min-size 4, else 0; max 4 MiB
 #   -i N     -> --iters N          -w N -> --warmup N
 #   -n W     -> --window W
+#   -D US    -> --drain-sleep-us US (drain mode)
 #   -I, -W   -> --iters-large/--warmup-large when rankwire-bench has them;
 #               otherwise rankwire-bench derives them itself for messages
 #               above 8 KiB: point-to-point max(iters/10, 20) and
@@ -66,10 +67,10 @@ case $MODES in
 esac
 has_opt() { printf '%s\n' "$HELP" | grep -q -- "$1[ ,=<]"; }
 
-MIN="" MAX="" ITERS="" WARM="" ITERS_L="" WARM_L="" LARGE="" WINDOW="" CHECK=0
+MIN="" MAX="" ITERS="" WARM="" ITERS_L="" WARM_L="" LARGE="" WINDOW="" DRAIN_SLEEP="" CHECK=0
 COLL=0
 case $MODE in allreduce | bcast | allgather | alltoall | barrier | reduce | scatter | gather) COLL=1 ;; esac
-while getopts "m:i:w:I:W:L:n:cSsh" opt; do
+while getopts "m:i:w:I:W:L:n:D:cSsh" opt; do
     case $opt in
     m)
         case $OPTARG in
@@ -83,6 +84,7 @@ while getopts "m:i:w:I:W:L:n:cSsh" opt; do
     W) WARM_L=$OPTARG ;;
     L) LARGE=$OPTARG ;;
     n) WINDOW=$OPTARG ;;
+    D) DRAIN_SLEEP=$OPTARG ;;
     c) CHECK=1 ;;
     S) ;;
     s) note "-s (shared receive buffer) is not supported; each window slot has its own buffer" ;;
@@ -99,7 +101,7 @@ fi
 set -- "$MODE"
 if [ "$MODE" != barrier ]; then
     if [ -z "$MIN" ]; then
-        case $MODE in bw | bibw) MIN=1 ;; allreduce) MIN=4 ;; *) MIN=0 ;; esac
+        case $MODE in bw | bibw | drain) MIN=1 ;; allreduce) MIN=4 ;; *) MIN=0 ;; esac
     fi
     set -- "$@" --min-size "$MIN"
     [ -n "$MAX" ] && set -- "$@" --max-size "$MAX"
@@ -107,6 +109,7 @@ fi
 [ -n "$ITERS" ] && set -- "$@" --iters "$ITERS"
 [ -n "$WARM" ] && set -- "$@" --warmup "$WARM"
 [ -n "$WINDOW" ] && [ "$MODE" != barrier ] && has_opt --window && set -- "$@" --window "$WINDOW"
+[ -n "$DRAIN_SLEEP" ] && [ "$MODE" = drain ] && set -- "$@" --drain-sleep-us "$DRAIN_SLEEP"
 
 # rankwire-bench defaults (see its --help): iters 10000, warmup 200
 i=${ITERS:-10000} w=${WARM:-200}

@@ -17,8 +17,14 @@
 //!   shared memory, so the wait is the receiver's own work of taking them (poll, match,
 //!   copy, complete). Rank 0 waits for the token, then times posting the window of
 //!   sends and their `wait_all`. Row: size, then nanoseconds per message: send post,
-//!   send wait, receive post, receive wait. `peerbench drain` (benches/peers) is the
-//!   same loop in C for the peers.
+//!   send wait, receive post, receive wait, then `ok`, or `waited` when posting and
+//!   waiting for the sends took more than half the sleep per window: the messages did not all fit
+//!   without the receiver (a window over the shared-memory ring or the peer's buffers,
+//!   or a rendezvous size), so the receiver's figures include other work and the
+//!   sender's the sleep. Windows: `iters / 10` (at least 1), warm-up `warmup / 10`
+//!   (at least 1), as `peerbench drain` (benches/peers), the same loop in C, for sizes
+//!   up to 8 KiB. Made for small messages (`--max-size 64` or so) and exactly 2 ranks
+//!   (more ranks idle meanwhile and take CPU time from the two); one buffer per slot.
 //!
 //! Collective modes (as `osu_allreduce`, `osu_bcast`, `osu_allgather`, `osu_alltoall`,
 //! `osu_barrier`): every rank times `iters` back-to-back calls after a barrier (with
@@ -45,11 +51,11 @@
 //! (`allreduce_device`, ...): reductions as GPU kernels, transfers over CUDA IPC. Needs the
 //! `cuda` feature (on by default).
 //!
-//! Output: `# Size  Latency (us)`, `# Size  Bandwidth (MB/s)` or
+//! Output: `# Size  Latency (us)`, `# Size  Bandwidth (MB/s)`, the `drain` columns, or
 //! `# Size  Avg Latency (us) …`, one row per size from `--min-size` (default 0 for
 //! latency, 1 for bw, 4 for collectives) to `--max-size` bytes (powers of two).
 //!
-//! Usage: `rwrun -n 2 target/release/rankwire-bench latency|bw|bibw|allreduce|bcast|allgather|alltoall|barrier [options]`
+//! Usage: `rwrun -n 2 target/release/rankwire-bench latency|bw|bibw|drain|allreduce|bcast|allgather|alltoall|barrier [options]`
 
 use std::time::Instant;
 
@@ -105,10 +111,10 @@ struct Args {
     /// Untimed warm-up iterations per size.
     #[arg(long, default_value_t = 200)]
     warmup: usize,
-    /// Window of outstanding messages for bw/bibw.
-    #[arg(long, default_value_t = 64)]
-    window: usize,
-    /// bw/bibw receive buffers: `window` = one per window slot (default; what the peers'
+    /// Window of outstanding messages for bw/bibw/drain (at least 1).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    window: u32,
+    /// bw/bibw/drain receive buffers: `window` = one per window slot (default; what the peers'
     /// program does), `single` = every receive of the window into the same buffer (what
     /// the OSU micro-benchmarks 7.2 `osu_bw` does by default; compare with OSU in this
     /// form).
@@ -168,12 +174,26 @@ fn main() -> Result<()> {
         args.barrier_each && args.mode != Mode::Barrier,
         std::sync::atomic::Ordering::Relaxed,
     );
+    if args.mode == Mode::Drain && args.device != Device::Host {
+        bail!("drain measures host buffers only: leave out -d");
+    }
+    if args.mode == Mode::Drain && args.recv_buffers == RecvBuffers::Single {
+        bail!("drain posts one buffer per window slot only: leave out --recv-buffers");
+    }
     let universe = rankwire::init()?;
+    // An error after init is printed and ends the job through the launcher (returned
+    // from main, the Universe's drop would end it first, without the message).
+    match run(&universe, &args) {
+        Ok(()) => Ok(universe.finalize()?),
+        Err(e) => universe.abort(1, &format!("rankwire-bench: {e:#}")),
+    }
+}
+
+/// Everything after init (see [`main`]).
+fn run(universe: &rankwire::Universe, args: &Args) -> Result<()> {
     let world = universe.world();
     if args.mode.is_collective() {
-        collectives(&world, &args)?;
-        universe.finalize()?;
-        return Ok(());
+        return collectives(&world, args);
     }
     if world.size() < 2 {
         bail!("point-to-point modes need at least 2 ranks: rwrun -n 2 rankwire-bench ...");
@@ -187,16 +207,14 @@ fn main() -> Result<()> {
         );
         match args.mode {
             Mode::Latency => println!("# Size  Latency (us)"),
-            Mode::Drain => {
-                println!("# Size   send post  send wait  recv post  recv wait  (ns per message)")
-            }
+            Mode::Drain => println!(
+                "# Size   send post  send wait  recv post  recv wait  check  (ns per message)"
+            ),
             _ => println!("# Size  Bandwidth (MB/s)"),
         }
     }
-    if args.mode == Mode::Drain && args.device != Device::Host {
-        bail!("drain measures host buffers only: leave out -d");
-    }
-    for size in sizes(&args) {
+    let window = args.window as usize;
+    for size in sizes(args) {
         let big = size > 8192;
         let iters = if big {
             (args.iters / 10).max(20)
@@ -210,21 +228,27 @@ fn main() -> Result<()> {
         };
         if args.mode == Mode::Drain {
             let w = Window {
-                len: args.window,
+                len: window,
                 recv: args.recv_buffers,
             };
             let c = drain(
                 &world,
                 size,
-                iters / 10 + 1,
-                warmup / 10 + 1,
+                (iters / 10).max(1),
+                (warmup / 10).max(1),
                 w,
                 args.drain_sleep_us,
             )?;
             if rank == 0 {
+                // The sends took half the sleep: they waited for the receiver.
+                let waited = (c[0] + c[1]) * window as f64 > args.drain_sleep_us as f64 * 500.0;
                 println!(
-                    "{size:<8} {:9.1} {:10.1} {:10.1} {:10.1}",
-                    c[0], c[1], c[2], c[3]
+                    "{size:<8} {:9.1} {:10.1} {:10.1} {:10.1}  {}",
+                    c[0],
+                    c[1],
+                    c[2],
+                    c[3],
+                    if waited { "waited" } else { "ok" }
                 );
             }
             continue;
@@ -237,7 +261,7 @@ fn main() -> Result<()> {
                 iters / 10 + 1,
                 warmup / 10 + 1,
                 Window {
-                    len: args.window,
+                    len: window,
                     recv: args.recv_buffers,
                 },
                 false,
@@ -249,7 +273,7 @@ fn main() -> Result<()> {
                 iters / 10 + 1,
                 warmup / 10 + 1,
                 Window {
-                    len: args.window,
+                    len: window,
                     recv: args.recv_buffers,
                 },
                 true,
@@ -260,7 +284,6 @@ fn main() -> Result<()> {
             println!("{size:<8}{value:>14.2}");
         }
     }
-    universe.finalize()?;
     Ok(())
 }
 
@@ -792,9 +815,10 @@ fn bandwidth(
     Ok(dirs * (size * window.len * iters) as f64 / secs / 1e6)
 }
 
-/// The `drain` mode for one size (see the module doc): on rank 0 the nanoseconds per
-/// message of [send post, send wait, receive post, receive wait] (rank 1's two figures
-/// sent over); zeros on the other ranks.
+/// The `drain` mode for one size (see the module doc) over `iters` timed windows after
+/// `warmup` untimed ones: on rank 0 the nanoseconds per message of [send post, send
+/// wait, receive post, receive wait] (rank 1's two figures sent over); zeros on the
+/// other ranks, which take no part (the mode is for exactly 2 ranks).
 fn drain(
     world: &rankwire::Communicator,
     size: usize,
@@ -805,10 +829,8 @@ fn drain(
 ) -> Result<[f64; 4]> {
     let rank = world.rank();
     let sbuf = HostBuf::new(size, OFFSET.load(std::sync::atomic::Ordering::Relaxed), 1);
-    let mut slots: Vec<HostBuf> = (0..match window.recv {
-        RecvBuffers::Window => window.len,
-        RecvBuffers::Single => 1,
-    })
+    // One buffer per slot (`main` refuses `--recv-buffers single` here).
+    let mut slots: Vec<HostBuf> = (0..window.len)
         .map(|_| HostBuf::new(size, OFFSET.load(std::sync::atomic::Ordering::Relaxed), 0))
         .collect();
     let mut tok = [0u8; 1];
@@ -834,21 +856,8 @@ fn drain(
             std::thread::sleep(std::time::Duration::from_micros(sleep_us));
             t0 = Instant::now();
             let mut reqs = Vec::with_capacity(window.len);
-            match window.recv {
-                RecvBuffers::Window => {
-                    for s in slots.iter_mut() {
-                        reqs.push(world.irecv(s.as_mut_slice(), 0, 2)?);
-                    }
-                }
-                RecvBuffers::Single => {
-                    let (ptr, len) = (slots[0].as_mut_slice().as_mut_ptr(), size);
-                    for _ in 0..window.len {
-                        // SAFETY: `slots` outlives `reqs` (waited for below); the
-                        // receives share the buffer as OSU's do (contents not read).
-                        let b = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-                        reqs.push(world.irecv(b, 0, 2)?);
-                    }
-                }
+            for s in slots.iter_mut() {
+                reqs.push(world.irecv(s.as_mut_slice(), 0, 2)?);
             }
             t1 = Instant::now();
             rankwire::wait_all(reqs)?;
