@@ -124,3 +124,85 @@ fn bench_prints_osu_tables() {
         }
     }
 }
+
+#[test]
+fn bench_drain_prints_both_sides_per_message_and_flags_a_window_that_did_not_fit() {
+    let bench = binary("rankwire-bench").to_string_lossy().into_owned();
+    // 1-64 B fit the shared-memory ring; 64 KiB is sent by rendezvous, so the sends
+    // wait for the sleeping receiver and the row must say so.
+    let out = rwrun([
+        "-n",
+        "2",
+        &bench,
+        "drain",
+        "--max-size",
+        "65536",
+        "--iters",
+        "100",
+        "--warmup",
+        "10",
+        // Long, so that a preempted window cannot make a small size read "waited".
+        "--drain-sleep-us",
+        "20000",
+    ])
+    .timeout(Duration::from_secs(120))
+    .run();
+    out.assert_ok();
+    assert!(
+        out.stdout
+            .contains("# Size   send post  send wait  recv post  recv wait  check"),
+        "{}",
+        out.stdout
+    );
+    let rows: Vec<Vec<&str>> = out
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 17, "1 B .. 64 KiB: {}", out.stdout);
+    for r in &rows {
+        assert_eq!(r.len(), 6, "row {r:?}");
+        for v in &r[1..5] {
+            let x: f64 = v.parse().unwrap();
+            assert!(x.is_finite() && x >= 0.0, "row {r:?}");
+        }
+    }
+    for r in &rows[..7] {
+        assert_eq!(r[5], "ok", "a 1-64 B window fits: {r:?}");
+    }
+    let last = rows.last().unwrap();
+    assert_eq!((last[0], last[5]), ("65536", "waited"), "{last:?}");
+}
+
+#[test]
+fn bench_errors_reach_the_user_under_rwrun() {
+    let bench = binary("rankwire-bench").to_string_lossy().into_owned();
+    // After init (the Universe's drop used to end the job before the message printed).
+    let out = rwrun(["-n", "1", &bench, "bw"])
+        .timeout(Duration::from_secs(60))
+        .run();
+    assert_ne!(out.code(), 0);
+    assert!(
+        out.stderr
+            .contains("point-to-point modes need at least 2 ranks"),
+        "{}",
+        out.stderr
+    );
+    // Before init.
+    for args in [
+        ["drain", "-d", "cuda"],
+        ["drain", "--recv-buffers", "single"],
+    ] {
+        let mut a = vec!["-n", "2", bench.as_str()];
+        a.extend(args);
+        let out = rwrun(a).timeout(Duration::from_secs(60)).run();
+        assert_ne!(out.code(), 0, "{args:?}");
+        assert!(out.stderr.contains("drain "), "{args:?}: {}", out.stderr);
+    }
+    let out = rwrun(["-n", "2", &bench, "bw", "--window", "0"])
+        .timeout(Duration::from_secs(60))
+        .run();
+    assert_ne!(out.code(), 0);
+    assert!(out.stderr.contains("--window"), "{}", out.stderr);
+}
