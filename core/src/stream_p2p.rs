@@ -43,7 +43,9 @@
 //! waiting streams under MPS, and ran with one waiting stream, without MPS, or with
 //! `CUDA_DEVICE_MAX_CONNECTIONS=32`). CUDA warns of this for `cuStreamWaitValue32`:
 //! work ordered only through the flag may be scheduled behind the wait. Under MPS, use
-//! one stream for these calls, or start the processes with more queues.
+//! one stream for these calls, or start the processes with more queues: on an H100 the
+//! 4-rank two-stream ring passed with `CUDA_DEVICE_MAX_CONNECTIONS` 4, 8 or 16, while 32
+//! made 4 MPS clients fail to create their contexts (`CUDA_ERROR_OUT_OF_MEMORY`).
 //!
 //! Flags: [`SLOTS`] words; operation `i` uses word `i % SLOTS` with value
 //! `i / SLOTS + 1`, and a word is reused only after its previous operation completed,
