@@ -128,51 +128,66 @@ fn bench_prints_osu_tables() {
 #[test]
 fn bench_drain_prints_both_sides_per_message_and_flags_a_window_that_did_not_fit() {
     let bench = binary("rankwire-bench").to_string_lossy().into_owned();
-    // 1-64 B fit the shared-memory ring; 64 KiB is sent by rendezvous, so the sends
-    // wait for the sleeping receiver and the row must say so.
-    let out = rwrun([
-        "-n",
-        "2",
-        &bench,
-        "drain",
-        "--max-size",
-        "65536",
-        "--iters",
-        "100",
-        "--warmup",
-        "10",
-        // Long, so that a preempted window cannot make a small size read "waited".
-        "--drain-sleep-us",
-        "20000",
-    ])
-    .timeout(Duration::from_secs(120))
-    .run();
-    out.assert_ok();
-    assert!(
-        out.stdout
-            .contains("# Size   send post  send wait  recv post  recv wait  check"),
-        "{}",
-        out.stdout
-    );
-    let rows: Vec<Vec<&str>> = out
-        .stdout
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(rows.len(), 17, "1 B .. 64 KiB: {}", out.stdout);
-    for r in &rows {
-        assert_eq!(r.len(), 6, "row {r:?}");
-        for v in &r[1..5] {
-            let x: f64 = v.parse().unwrap();
-            assert!(x.is_finite() && x >= 0.0, "row {r:?}");
+    // Rows of `rankwire-bench drain` for `sizes` (min, max) with `iters`, rank 1
+    // sleeping 20 ms per window: size and the six columns of each row.
+    let drain = |min: &str, max: &str, iters: &str| -> Vec<Vec<String>> {
+        let out = rwrun([
+            "-n",
+            "2",
+            &bench,
+            "drain",
+            "--min-size",
+            min,
+            "--max-size",
+            max,
+            "--iters",
+            iters,
+            "--warmup",
+            "10",
+            "--drain-sleep-us",
+            "20000",
+        ])
+        .timeout(Duration::from_secs(120))
+        .run();
+        out.assert_ok();
+        assert!(
+            out.stdout
+                .contains("# Size   send post  send wait  recv post  recv wait  check"),
+            "{}",
+            out.stdout
+        );
+        let rows: Vec<Vec<String>> = out
+            .stdout
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect();
+        for r in &rows {
+            assert_eq!(r.len(), 6, "row {r:?}");
+            for v in &r[1..5] {
+                let x: f64 = v.parse().unwrap();
+                assert!(x.is_finite() && x >= 0.0, "row {r:?}");
+            }
         }
-    }
-    for r in &rows[..7] {
+        rows
+    };
+    // 1-64 B fit the shared-memory ring: the sends never wait for the receiver. 30
+    // windows, so that even a preempted sender stays far below half the sleep on
+    // average (the flag's threshold: 10 ms per window).
+    let small = drain("1", "64", "300");
+    assert_eq!(small.len(), 7, "1 B .. 64 B: {small:?}");
+    for r in &small {
         assert_eq!(r[5], "ok", "a 1-64 B window fits: {r:?}");
     }
-    let last = rows.last().unwrap();
-    assert_eq!((last[0], last[5]), ("65536", "waited"), "{last:?}");
+    // 64 KiB goes by rendezvous: the sends wait for the sleeping receiver, and the row
+    // must say so.
+    let big = drain("65536", "65536", "100");
+    assert_eq!(big.len(), 1, "{big:?}");
+    assert_eq!(
+        (big[0][0].as_str(), big[0][5].as_str()),
+        ("65536", "waited"),
+        "{big:?}"
+    );
 }
 
 #[test]
