@@ -612,6 +612,26 @@ fn split_status(w: &Communicator) -> Result<()> {
     Ok(())
 }
 
+/// One round of the window tests (`waitall_window`, `detached_window`) for rank `me`:
+/// whether receive `short` is too small this round (every other round), the `window`
+/// messages to send (`[me << 32 | round, tag]`, 16 bytes each), and the receive
+/// buffers (2 words each, filled with `u64::MAX`; 1 word at `short` when truncating).
+fn window_round(
+    me: u64,
+    round: usize,
+    window: usize,
+    short: usize,
+) -> (bool, Vec<[u64; 2]>, Vec<Vec<u64>>) {
+    let truncate = round % 2 == 1;
+    let out = (0..window)
+        .map(|t| [me << 32 | round as u64, t as u64])
+        .collect();
+    let bufs = (0..window)
+        .map(|t| vec![u64::MAX; if truncate && t == short { 1 } else { 2 }])
+        .collect();
+    (truncate, out, bufs)
+}
+
 /// `rounds` windows of 64 messages between ranks 0 and 1 of a communicator that
 /// numbers them the other way round, each window completed by one `wait_all`: the
 /// receives are posted in one tag order and the messages sent in the reverse one (so
@@ -635,13 +655,7 @@ fn waitall_window(w: &Communicator, rounds: usize) -> Result<()> {
     let peer = 1 - c.rank();
     let me = c.rank() as u64;
     for round in 0..rounds {
-        let truncate = round % 2 == 1;
-        let out: Vec<[u64; 2]> = (0..WINDOW)
-            .map(|t| [me << 32 | round as u64, t as u64])
-            .collect();
-        let mut bufs: Vec<Vec<u64>> = (0..WINDOW)
-            .map(|t| vec![u64::MAX; if truncate && t == SHORT { 1 } else { 2 }])
-            .collect();
+        let (truncate, out, mut bufs) = window_round(me, round, WINDOW, SHORT);
         let mut reqs = Vec::with_capacity(2 * WINDOW);
         for (t, b) in bufs.iter_mut().enumerate() {
             reqs.push(c.irecv(b, peer, t as i32)?);
@@ -856,13 +870,7 @@ fn detached_window(w: &Communicator, rounds: usize) -> Result<()> {
         let peer = 1 - comm.rank();
         let me = comm.rank() as u64;
         for round in 0..rounds {
-            let truncate = round % 2 == 1;
-            let out: Vec<[u64; 2]> = (0..WINDOW)
-                .map(|t| [me << 32 | round as u64, t as u64])
-                .collect();
-            let mut bufs: Vec<Vec<u64>> = (0..WINDOW)
-                .map(|t| vec![u64::MAX; if truncate && t == SHORT { 1 } else { 2 }])
-                .collect();
+            let (truncate, out, mut bufs) = window_round(me, round, WINDOW, SHORT);
             let mut posted = Vec::with_capacity(2 * WINDOW);
             for (t, b) in bufs.iter_mut().enumerate() {
                 // SAFETY: `bufs` outlives the wait below and is not touched meanwhile.
