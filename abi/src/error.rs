@@ -34,6 +34,7 @@ impl From<rankwire::Error> for MpiErr {
         use rankwire::Error as E;
         let class = match &e {
             E::Matching(rankwire::MatchError::Truncated { .. }) => MPI_ERR_TRUNCATE,
+            E::Matching(rankwire::MatchError::UnknownRequest { .. }) => MPI_ERR_REQUEST,
             E::Matching(_) => MPI_ERR_OTHER,
             E::Connection { .. } => MPI_ERR_PROC_ABORTED,
             E::Usage(m) if m.contains("rank") => MPI_ERR_RANK,

@@ -211,6 +211,7 @@ mod tests {
 /// `(index + 1) << 12 | kind`, which fits in 31 bits below 2^19 live objects of a kind
 /// (more than that is not supported by these conversions). A value that is not a handle
 /// converts to one that every later call rejects with the kind's error class.
+/// `MPI_Request_toint` is in `request.rs` (a fast request handle gets a slot first).
 macro_rules! int_conversions {
     ($($to:ident, $from:ident, $ty:ident;)*) => {$(
         #[doc = concat!("`", stringify!($to), "`: the handle as an `int` (see the module).")]
@@ -233,7 +234,6 @@ int_conversions! {
     MPI_Group_toint, MPI_Group_fromint, MPI_Group;
     MPI_Info_toint, MPI_Info_fromint, MPI_Info;
     MPI_Message_toint, MPI_Message_fromint, MPI_Message;
-    MPI_Request_toint, MPI_Request_fromint, MPI_Request;
     MPI_Session_toint, MPI_Session_fromint, MPI_Session;
     MPI_Type_toint, MPI_Type_fromint, MPI_Datatype;
     MPI_Win_toint, MPI_Win_fromint, MPI_Win;

@@ -297,6 +297,211 @@ fn key_of(h: MPI_Request) -> Option<usize> {
     Some((h >> 12) - 1)
 }
 
+// ---- Fast handles: a plain point-to-point request without a slot ----------------------
+//
+// The common request (`MPI_Isend`/`MPI_Irecv` of contiguous host bytes on
+// `MPI_COMM_WORLD` or `MPI_COMM_SELF`) is not stored in the table: its handle carries
+// the runtime's request id (`rankwire::RawRequest::parts`), or, for a send that
+// completed when posted, its status. No lock and no slot per message (issue 20: the
+// table cost about 100 instructions per message on each side of a windowed exchange,
+// 2026-12-08). Other requests, and ones whose fields do not fit, take a slot.
+//
+// Layout (64-bit handles): bits 0-3 are `FAST_TAG` (a created handle's low 12 bits are
+// its kind, 1-9, and predefined handles are below 0x400, so neither is ever taken for a
+// fast one: a fast handle is also at least 2^32); bit 4 `FAST_DONE`; bit 5
+// `FAST_SELF` (the error handler's communicator: `MPI_COMM_SELF`, else
+// `MPI_COMM_WORLD`).
+// - pending: bit 6 receive; bits 7-31 the id's slot (below 2^25); bits 32-63 its
+//   generation (never 0);
+// - done send: bits 6-35 tag; bits 36-48 destination rank (below 2^13); bits 49-62
+//   bytes sent (below 2^14); bit 63 set.
+//
+// A fast handle that outlived its request (a copy used after completion) names an id
+// the runtime no longer holds: `MPI_ERR_REQUEST` (checked by `Communicator::raw_known`,
+// or the runtime's `MatchError::UnknownRequest` in the waits), never a wait.
+
+/// Low 4 bits of a fast request handle.
+const FAST_TAG: usize = 0xb;
+/// A send that completed when it was posted (its status in the handle).
+const FAST_DONE: usize = 1 << 4;
+/// The request's communicator is `MPI_COMM_SELF` (else `MPI_COMM_WORLD`).
+const FAST_SELF: usize = 1 << 5;
+/// A pending receive.
+const FAST_RECV: usize = 1 << 6;
+/// Whether handles are wide enough for the layout.
+const FAST_OK: bool = usize::BITS == 64;
+
+/// A fast handle's request.
+#[derive(Clone, Copy)]
+enum Fast {
+    /// Pending in the runtime.
+    Raw(MPI_Comm, rankwire::RawRequest),
+    /// A send that completed at post, with its status.
+    Done(MPI_Comm, rankwire::Status),
+}
+
+impl Fast {
+    fn comm(self) -> MPI_Comm {
+        match self {
+            Fast::Raw(c, _) | Fast::Done(c, _) => c,
+        }
+    }
+}
+
+/// The communicator bit of a fast handle for `comm` (`None`: not a predefined one).
+#[inline]
+fn fast_comm(comm: MPI_Comm) -> Option<usize> {
+    match comm {
+        MPI_COMM_WORLD => Some(0),
+        MPI_COMM_SELF => Some(FAST_SELF),
+        _ => None,
+    }
+}
+
+/// The fast handle of pending `raw` on `comm`, if it fits (see the layout above).
+#[inline]
+fn fast_raw(comm: MPI_Comm, raw: rankwire::RawRequest) -> Option<MPI_Request> {
+    let c = fast_comm(comm)?;
+    let (id, is_recv) = raw.parts();
+    let (slot, generation) = (id & 0xffff_ffff, id >> 32);
+    if !FAST_OK || slot >= 1 << 25 || generation == 0 {
+        return None;
+    }
+    let recv = if is_recv { FAST_RECV } else { 0 };
+    Some(((generation << 32) | (slot << 7)) as usize | recv | c | FAST_TAG)
+}
+
+/// The fast handle of a send on `comm` that completed at post with status `st`, if it
+/// fits (see the layout above).
+#[inline]
+fn fast_done(comm: MPI_Comm, st: rankwire::Status) -> Option<MPI_Request> {
+    let c = fast_comm(comm)?;
+    if !FAST_OK
+        || !(0..1 << 30).contains(&st.tag)
+        || st.source >= 1 << 13
+        || st.len_bytes >= 1 << 14
+    {
+        return None;
+    }
+    let bits = (1u64 << 63)
+        | ((st.len_bytes as u64) << 49)
+        | ((st.source as u64) << 36)
+        | ((st.tag as u64) << 6);
+    Some(bits as usize | FAST_DONE | c | FAST_TAG)
+}
+
+/// The request of fast handle `h` (`None`: not a fast handle).
+#[inline]
+fn fast(h: MPI_Request) -> Option<Fast> {
+    if !FAST_OK || h & 0xf != FAST_TAG || (h as u64) < 1 << 32 {
+        return None;
+    }
+    let comm = if h & FAST_SELF != 0 {
+        MPI_COMM_SELF
+    } else {
+        MPI_COMM_WORLD
+    };
+    let b = h as u64;
+    if h & FAST_DONE != 0 {
+        if b >> 63 == 0 {
+            return None;
+        }
+        return Some(Fast::Done(
+            comm,
+            rankwire::Status {
+                source: ((b >> 36) & 0x1fff) as usize,
+                tag: ((b >> 6) & 0x3fff_ffff) as i32,
+                len_bytes: ((b >> 49) & 0x3fff) as usize,
+            },
+        ));
+    }
+    let id = (b & !0xffff_ffff) | ((b >> 7) & 0x1ff_ffff);
+    Some(Fast::Raw(
+        comm,
+        rankwire::RawRequest::from_parts(id, h & FAST_RECV != 0),
+    ))
+}
+
+/// The operation of fast handle `h` as a [`Started`] (for the general paths).
+///
+/// # Errors
+/// `MPI_ERR_REQUEST` when the runtime no longer holds its request (completed through a
+/// copy of the handle); the runtime's absence (after `MPI_Finalize`).
+fn fast_started(h: MPI_Request, f: Fast) -> R<Started> {
+    match f {
+        Fast::Done(_, st) => Ok(Started::plain(Active::Ready(st))),
+        Fast::Raw(_, raw) => {
+            if !crate::env::world()?.raw_known(raw) {
+                return Err(bad_request(h));
+            }
+            Ok(Started::plain(raw_active(raw)))
+        }
+    }
+}
+
+/// Fast handles given out as `int`s by [`MPI_Request_toint`]: entry `i` is the `int`
+/// `(i + 1) << 12 | FAST_TAG` (below 2^31 for fewer than 2^19 entries; never a created
+/// handle's `int`, whose low 12 bits are its kind, nor a fast handle, which is at least
+/// 2^32). 0 marks a free entry. Entries of requests the runtime no longer holds are
+/// freed when the list reaches [`INT_SWEEP`] entries; the `int` of a completed send
+/// (which the runtime does not hold) stays.
+static INT_HANDLES: Mutex<Vec<MPI_Request>> = Mutex::new(Vec::new());
+/// Length of [`INT_HANDLES`] from which a conversion first frees completed entries.
+const INT_SWEEP: usize = 4096;
+
+/// `MPI_Request_toint` (MPI 5.0 ABI): the handle as an `int`, which
+/// [`MPI_Request_fromint`] turns back into the same handle (see `handles.rs`). A fast
+/// handle (at least 2^32) is given an entry of a list (the same one each time).
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Request_toint(h: MPI_Request) -> c_int {
+    if fast(h).is_none() {
+        return h as c_int;
+    }
+    let mut v = INT_HANDLES.lock().unwrap_or_else(|e| e.into_inner());
+    let i = match v.iter().position(|&x| x == h) {
+        Some(i) => i,
+        None => {
+            if v.len() >= INT_SWEEP
+                && let Ok(w) = crate::env::world()
+            {
+                for x in v.iter_mut() {
+                    if let Some(Fast::Raw(_, raw)) = fast(*x)
+                        && !w.raw_known(raw)
+                    {
+                        *x = 0;
+                    }
+                }
+            }
+            match v.iter().position(|&x| x == 0) {
+                Some(i) => {
+                    v[i] = h;
+                    i
+                }
+                None => {
+                    v.push(h);
+                    v.len() - 1
+                }
+            }
+        }
+    };
+    (((i + 1) << 12) | FAST_TAG) as c_int
+}
+
+/// `MPI_Request_fromint`: the handle of an `int` from [`MPI_Request_toint`].
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Request_fromint(i: c_int) -> MPI_Request {
+    let h = i as u32 as MPI_Request;
+    if h & 0xfff != FAST_TAG || h >> 12 == 0 {
+        return h;
+    }
+    let v = INT_HANDLES.lock().unwrap_or_else(|e| e.into_inner());
+    // An int never given out converts to itself, which every call rejects.
+    v.get((h >> 12) - 1)
+        .copied()
+        .filter(|&x| x != 0)
+        .unwrap_or(h)
+}
+
 fn slot_mut(t: &mut slab::Slab<Slot>, h: MPI_Request) -> R<&mut Slot> {
     key_of(h)
         .and_then(|k| t.get_mut(k))
@@ -329,8 +534,14 @@ pub fn insert(comm: MPI_Comm, s: Started) -> MPI_Request {
 #[inline(always)]
 pub fn insert_detached(comm: MPI_Comm, d: rankwire::Detached<'static>) -> MPI_Request {
     let op = match d {
-        rankwire::Detached::Raw(raw) => Body::Raw(raw),
-        rankwire::Detached::Done(st) => Body::Ready(st),
+        rankwire::Detached::Raw(raw) => match fast_raw(comm, raw) {
+            Some(h) => return h,
+            None => Body::Raw(raw),
+        },
+        rankwire::Detached::Done(st) => match fast_done(comm, st) {
+            Some(h) => return h,
+            None => Body::Ready(st),
+        },
         rankwire::Detached::Request(r) => Body::plain(Active::P2p(r)),
     };
     new_slot(comm, op, None)
@@ -379,6 +590,9 @@ fn take_op(h: MPI_Request) -> R<Taken> {
     }
     // As in `arrays`: nothing completes after MPI_Finalize.
     crate::env::check_live()?;
+    if let Some(f) = fast(h) {
+        return Ok(Taken::Op(f.comm(), fast_started(h, f)?));
+    }
     let mut t = table();
     let s = slot_mut(&mut t, h)?;
     if s.busy {
@@ -403,6 +617,15 @@ pub fn references(comm: MPI_Comm) -> bool {
 
 /// Puts a still-pending operation back into its slot.
 fn put_back(h: MPI_Request, op: Started) {
+    if fast(h).is_some() {
+        // The handle still names it: the runtime keeps the operation (a plain one
+        // becomes its raw id again, dropping nothing that would wait).
+        if let Body::Full(op) = Body::of(op) {
+            // Not reached (a fast handle's operation is always plain); kept running.
+            DETACHED.lock().unwrap_or_else(|e| e.into_inner()).push(*op);
+        }
+        return;
+    }
     let mut t = table();
     if let Ok(s) = slot_mut(&mut t, h) {
         s.op = Body::of(op);
@@ -414,6 +637,10 @@ fn put_back(h: MPI_Request, op: Started) {
 /// After the operation of `*h` completed: frees a one-shot request (`*h` becomes
 /// `MPI_REQUEST_NULL`) or makes a persistent one inactive.
 fn retire(t: &mut slab::Slab<Slot>, h: &mut MPI_Request) {
+    if fast(*h).is_some() {
+        *h = MPI_REQUEST_NULL;
+        return;
+    }
     let Some(k) = key_of(*h) else { return };
     let Some(s) = t.get_mut(k) else { return };
     s.busy = false;
@@ -711,8 +938,17 @@ fn finish_taken(h: &mut MPI_Request, op: Started, block: bool) -> Outcome {
             }
         }
     };
-    retire(&mut table(), h);
+    retire_one(h);
     Outcome::Completed(done)
+}
+
+/// [`retire`], locking the table only for a handle with a slot.
+fn retire_one(h: &mut MPI_Request) {
+    if fast(*h).is_some() {
+        *h = MPI_REQUEST_NULL;
+    } else {
+        retire(&mut table(), h);
+    }
 }
 
 fn bad_request(h: MPI_Request) -> MpiErr {
@@ -907,7 +1143,8 @@ unsafe fn waitall_impl(
     // failure is raised on the failing request's communicator (its error handler).
     let mut other_comms: Vec<(usize, MPI_Comm)> = Vec::new();
     {
-        let mut t = table();
+        // Locked at the first request with a slot (fast handles need no lock).
+        let mut table_lock = None;
         let mut comm_set = false;
         for (i, hp) in arr.iter_mut().enumerate() {
             let h = *hp;
@@ -925,7 +1162,29 @@ unsafe fn waitall_impl(
                 empty();
                 continue;
             }
-            let s = match slot_mut(&mut t, h) {
+            if let Some(f) = fast(h) {
+                if !comm_set {
+                    *ec = f.comm();
+                    comm_set = true;
+                } else if f.comm() != *ec {
+                    other_comms.push((i, f.comm()));
+                }
+                match f {
+                    Fast::Done(_, st) => {
+                        *hp = MPI_REQUEST_NULL;
+                        // SAFETY: the status array has `count` entries (or is ignored).
+                        unsafe { write_status(status_at(statuses, i), &st, false, MPI_SUCCESS) };
+                    }
+                    // A request the runtime no longer holds completes with an error.
+                    Fast::Raw(_, raw) => {
+                        raw_at.push(i);
+                        raws.push(raw);
+                    }
+                }
+                continue;
+            }
+            let t = table_lock.get_or_insert_with(table);
+            let s = match slot_mut(t, h) {
                 Ok(s) if s.busy => Err(busy_error(h)),
                 other => other,
             };
@@ -941,7 +1200,7 @@ unsafe fn waitall_impl(
                         // Done when it was posted (an eager send) with nothing to run at
                         // completion: completed and retired here, under this lock.
                         Body::Ready(st) => {
-                            retire(&mut t, hp);
+                            retire(t, hp);
                             // SAFETY: the status array has `count` entries (or is
                             // ignored).
                             unsafe {
@@ -989,9 +1248,13 @@ unsafe fn waitall_impl(
                     outcomes.extend(raws.iter().map(|_| Err(outlived_runtime(&e))));
                 }
             }
-            let mut t = table();
+            let mut table_lock = None;
             for (&i, r) in raw_at.iter().zip(outcomes.drain(..)) {
-                retire(&mut t, &mut arr[i]);
+                if fast(arr[i]).is_some() {
+                    arr[i] = MPI_REQUEST_NULL;
+                } else {
+                    retire(table_lock.get_or_insert_with(table), &mut arr[i]);
+                }
                 let (st, cancelled, err) = match r {
                     Ok(st) => (st, false, None),
                     Err(e) => {
@@ -1056,7 +1319,7 @@ unsafe fn waitall_impl(
     scratch.2 = outcomes;
     scratch.3 = raw_at;
     scratch.4 = raws;
-    {
+    if !dones.is_empty() {
         let mut t = table();
         for (i, _) in dones.iter() {
             retire(&mut t, &mut arr[*i]);
@@ -1119,6 +1382,10 @@ pub unsafe extern "C" fn MPI_Testall(
             let mut t = table();
             let (mut bad, mut first) = (None, None);
             for &h in arr.iter().filter(|&&h| h != MPI_REQUEST_NULL) {
+                if let Some(f) = fast(h) {
+                    first = first.or(Some(f.comm()));
+                    continue;
+                }
                 match slot_mut(&mut t, h) {
                     Ok(s) => first = first.or(Some(s.comm)),
                     Err(e) => bad = bad.or(Some(e)),
@@ -1192,6 +1459,9 @@ fn any_index(arr: &[MPI_Request], block: bool) -> Option<usize> {
 }
 
 fn is_active(h: MPI_Request) -> bool {
+    if fast(h).is_some() {
+        return true;
+    }
     let mut t = table();
     slot_mut(&mut t, h)
         .map(|s| s.op.is_some() || s.busy)
@@ -1387,6 +1657,16 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         }
         // SAFETY: non-null C pointer.
         let h = unsafe { &mut *request };
+        if let Some(f) = fast(*h) {
+            *ec = f.comm();
+            let op = fast_started(*h, f)?;
+            *h = MPI_REQUEST_NULL;
+            if !matches!(op.active, Active::Ready(_)) {
+                DETACHED.lock().unwrap_or_else(|e| e.into_inner()).push(op);
+            }
+            reap_detached();
+            return Ok(());
+        }
         let (op, release) = {
             let mut t = table();
             let s = slot_mut(&mut t, *h)?;
@@ -1495,6 +1775,18 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
         }
         // SAFETY: non-null C pointer.
         let h = unsafe { *request };
+        if let Some(f) = fast(h) {
+            *ec = f.comm();
+            if let Fast::Raw(_, raw) = f {
+                // As below; also while another thread waits for it.
+                let w = crate::env::world()?;
+                if !w.raw_known(raw) {
+                    return Err(bad_request(h));
+                }
+                w.cancel_pending(raw.cancel_id());
+            }
+            return Ok(());
+        }
         // One look under the table's lock, nothing taken out: another thread may be
         // waiting for, testing or starting this request meanwhile.
         let (greq, target) = {
@@ -1556,8 +1848,21 @@ pub unsafe extern "C" fn MPI_Start(request: *mut MPI_Request) -> c_int {
     guard_on(|ec| start(h, ec))
 }
 
+fn not_persistent(h: MPI_Request) -> MpiErr {
+    err(
+        MPI_ERR_REQUEST,
+        format!(
+            "MPI_Start on request {h:#x}, which is not persistent; fix: create it with MPI_Send_init/MPI_Recv_init/..._init"
+        ),
+    )
+}
+
 /// Starts persistent request `h`; `*ec` becomes its communicator (error handler).
 fn start(h: MPI_Request, ec: &mut MPI_Comm) -> R {
+    if let Some(f) = fast(h) {
+        *ec = f.comm();
+        return Err(not_persistent(h));
+    }
     let f = {
         let mut t = table();
         let s = slot_mut(&mut t, h)?;
@@ -1571,12 +1876,7 @@ fn start(h: MPI_Request, ec: &mut MPI_Comm) -> R {
             ));
         }
         let Some(f) = s.start.clone() else {
-            return Err(err(
-                MPI_ERR_REQUEST,
-                format!(
-                    "MPI_Start on request {h:#x}, which is not persistent; fix: create it with MPI_Send_init/MPI_Recv_init/..._init"
-                ),
-            ));
+            return Err(not_persistent(h));
         };
         s.busy = true;
         f
@@ -1661,7 +1961,18 @@ fn peek(h: MPI_Request) -> R<Option<Peeked>> {
     // another thread waits for it: its outcome stays in the runtime for the call that
     // completes the request (taking the operation out would make that call fail as
     // "being completed by another thread": trial of 2026-12-07).
-    let in_place = {
+    let in_place = if let Some(f) = fast(h) {
+        match f {
+            Fast::Done(comm, st) => return Ok(Some(peeked(comm, Ok(st)))),
+            Fast::Raw(comm, raw) => {
+                crate::env::check_live()?;
+                if !crate::env::world()?.raw_known(raw) {
+                    return Err(bad_request(h));
+                }
+                Some((comm, raw.cancel_id()))
+            }
+        }
+    } else {
         let mut t = table();
         let s = slot_mut(&mut t, h)?;
         match (&s.op, s.busy, s.cancel_id) {

@@ -265,6 +265,13 @@ impl Communicator {
         }
     }
 
+    /// Whether this communicator's runtime holds `raw` (pending, or completed and not
+    /// yet completed by its request): `false` for one completed already or never made
+    /// ([`RawRequest::from_parts`]). Locks the runtime once.
+    pub fn raw_known(&self, raw: RawRequest) -> bool {
+        self.inner.lock().proto.is_known(raw.id)
+    }
+
     /// Wait for a message that a receive with `source` and `tag` would match and return
     /// its status without receiving it (MPI_Probe).
     ///
@@ -594,9 +601,13 @@ impl Communicator {
 impl<'a> Request<'a> {
     /// Rebuilds the [`Request`] of `raw` in `comm`'s runtime, statuses in world ranks.
     ///
+    /// A request whose id the runtime no longer holds (completed already, or never
+    /// made: [`RawRequest::from_parts`]) is not waited for: its wait or test returns
+    /// [`crate::MatchError::UnknownRequest`].
+    ///
     /// # Safety
-    /// `raw` must come from [`Request::into_raw`] of a request of `comm`'s runtime and
-    /// not be completed or rebuilt already; the buffer must stay valid for `'a`.
+    /// `raw` must come from [`Request::into_raw`] (or [`RawRequest::parts`]) of a
+    /// request of `comm`'s runtime, rebuilt once; the buffer must stay valid for `'a`.
     pub unsafe fn from_raw(raw: RawRequest, comm: &Communicator) -> Request<'a> {
         Request::new(comm.inner.clone(), raw.id, raw.is_recv, PhantomData)
     }
@@ -690,9 +701,13 @@ impl Communicator {
     /// (cleared first) gets one outcome per request, in order, statuses in world ranks,
     /// taken under the same lock of the runtime. Each request is finished after it.
     ///
+    /// A request whose id the runtime does not hold (completed elsewhere, or never
+    /// made: [`RawRequest::from_parts`]) is not waited for: its outcome is
+    /// [`crate::MatchError::UnknownRequest`].
+    ///
     /// # Safety
-    /// Every request must be a pending one of this runtime, given once, not completed
-    /// or rebuilt elsewhere (an unknown id would be waited for forever).
+    /// Each request's buffer must stay valid until the request completes (given once:
+    /// a request given twice completes once, the other entry is unknown).
     pub unsafe fn wait_all_raw(&self, reqs: &[RawRequest], out: &mut Vec<Result<Status>>) {
         out.clear();
         let sends: smallvec::SmallVec<[ReqId; 64]> =
@@ -705,7 +720,7 @@ impl Communicator {
                 out.extend(reqs.iter().map(|r| {
                     e.proto
                         .take_done(r.id)
-                        .unwrap_or_else(|| Err(crate::request::lost_outcome()))
+                        .unwrap_or_else(|| Err(crate::request::unknown_request(r.id)))
                 }));
             },
         );

@@ -166,6 +166,16 @@ pub enum MatchError {
         "operation cancelled before it matched: nothing of the message was received; fix: nothing, if the cancel was meant (MPI_Test_cancelled tells)"
     )]
     Cancelled,
+    /// A request given by its id ([`crate::RawRequest::from_parts`]) that the runtime
+    /// does not hold: completed already (by another call, or through a copy of its
+    /// handle), or never made.
+    #[error(
+        "request {number} is not pending in this runtime: it was completed already (by another call, or through a copy of its handle) or never made; fix: complete each request once, and do not use a copy of its handle after that"
+    )]
+    UnknownRequest {
+        /// The request's number among this rank's requests (1 for the first).
+        number: u64,
+    },
 }
 
 impl Error {
@@ -242,6 +252,9 @@ impl Error {
             }
             Error::Matching(MatchError::Cancelled) => {
                 "nothing, if the cancel was meant (MPI_Test_cancelled tells)".into()
+            }
+            Error::Matching(MatchError::UnknownRequest { .. }) => {
+                "complete each request once, and do not use a copy of its handle after that".into()
             }
             Error::Transport {
                 transport,

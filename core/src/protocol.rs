@@ -81,6 +81,12 @@ use rankwire_transports::{InPayload, MemoryKind};
 /// Request id, unique within one rank for the life of the process.
 pub type ReqId = u64;
 
+/// The number shown to people for request `id`: its place among this rank's requests in
+/// the order they were made, 1 for the first.
+pub(crate) fn request_number(id: ReqId) -> u64 {
+    reqs::number(id)
+}
+
 /// What a completed receive (or send) reports: MPI's `MPI_Status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Status {
@@ -750,6 +756,18 @@ impl Protocol {
     /// Whether request `id` has completed (without taking the result).
     pub fn is_done(&self, id: ReqId) -> bool {
         self.reqs.is_done(id)
+    }
+
+    /// Whether request `id` is settled: completed (its outcome waiting), or not held at
+    /// all (taken already, or never made). A wait for an id stops at this.
+    #[inline]
+    pub fn is_settled(&self, id: ReqId) -> bool {
+        self.reqs.is_settled(id)
+    }
+
+    /// Whether the table holds request `id` (pending, or its outcome waiting).
+    pub fn is_known(&self, id: ReqId) -> bool {
+        self.reqs.is_known(id)
     }
 
     /// Number of requests not yet completed (sends and receives).

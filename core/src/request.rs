@@ -42,6 +42,24 @@ impl RawRequest {
             is_recv: self.is_recv,
         }
     }
+
+    /// The runtime's id of the operation (`generation << 32 | slot`: the generation, a
+    /// per-rank counter, is never 0; the slot is dense, below the number of requests
+    /// pending at once; `protocol/reqs.rs`) and whether it is a receive, for a holder
+    /// that packs requests into handles of its own (the MPI ABI's `MPI_Request`).
+    #[inline]
+    pub fn parts(self) -> (u64, bool) {
+        (self.id, self.is_recv)
+    }
+
+    /// The request of [`RawRequest::parts`]. An id that is not, or no longer, pending
+    /// in the runtime (completed already, or never made) is not waited for: the calls
+    /// that complete it return an error ([`crate::Communicator::raw_known`] tells
+    /// before).
+    #[inline]
+    pub fn from_parts(id: u64, is_recv: bool) -> RawRequest {
+        RawRequest { id, is_recv }
+    }
 }
 
 /// A pending nonblocking operation. Borrows its buffer for `'a`, so the buffer can be
@@ -336,6 +354,15 @@ fn finished_request() -> crate::Error {
 #[cold]
 pub(crate) fn lost_outcome() -> crate::Error {
     crate::Error::usage("internal: a completed request's outcome was taken elsewhere")
+}
+
+/// The outcome of a raw request ([`RawRequest::from_parts`]) whose id the runtime does
+/// not hold: completed already, or never made.
+#[cold]
+pub(crate) fn unknown_request(id: crate::protocol::ReqId) -> crate::Error {
+    crate::Error::Matching(crate::MatchError::UnknownRequest {
+        number: crate::protocol::request_number(id),
+    })
 }
 
 /// Progress until every request of `reqs` has completed, without completing any

@@ -914,11 +914,56 @@ fn detached_window(w: &Communicator, rounds: usize) -> Result<()> {
             check(name != "reversed" || raws.is_empty(), || {
                 "reversed: a raw request on a communicator with other ranks".into()
             })?;
+            // Through their parts and back, as the MPI ABI's handles carry them.
+            let raws: Vec<_> = raws
+                .iter()
+                .map(|r| {
+                    let (id, is_recv) = r.parts();
+                    rankwire::RawRequest::from_parts(id, is_recv)
+                })
+                .collect();
+            check(raws.iter().all(|&r| comm.raw_known(r)), || {
+                format!("{name} round {round}: a pending raw request is not known")
+            })?;
             let mut out_raw = Vec::new();
             // SAFETY: each raw request is pending and given once.
             unsafe { comm.wait_all_raw(&raws, &mut out_raw) };
             for (i, r) in at.into_iter().zip(out_raw) {
                 results[i] = Some(r);
+            }
+            if let Some(&done) = raws.first() {
+                // Completed: no longer known, and waiting for them again (a copy of a
+                // handle used after completion) errs at once instead of waiting.
+                check(!comm.raw_known(done), || {
+                    format!("{name} round {round}: a completed raw request is still known")
+                })?;
+                let mut again = Vec::new();
+                // SAFETY: completed requests: nothing is written to their buffers.
+                unsafe { comm.wait_all_raw(&raws, &mut again) };
+                let unknown = |r: &Result<rankwire::Status>| {
+                    matches!(r, Err(Error::Matching(MatchError::UnknownRequest { .. })))
+                };
+                check(
+                    again.len() == raws.len() && again.iter().all(unknown),
+                    || {
+                        format!(
+                            "{name} round {round}: waiting again gave {:?}",
+                            again.first()
+                        )
+                    },
+                )?;
+                // SAFETY: as above.
+                let r = unsafe { rankwire::Request::<'static>::from_raw(done, comm) };
+                let t = r.test().map_err(|_| ()).map(|r| unknown(&r));
+                check(t == Ok(true), || {
+                    format!("{name} round {round}: testing a completed raw request: {t:?}")
+                })?;
+                // SAFETY: as above.
+                let r = unsafe { rankwire::Request::<'static>::from_raw(done, comm) };
+                let w = r.wait();
+                check(unknown(&w), || {
+                    format!("{name} round {round}: waiting for a completed raw request: {w:?}")
+                })?;
             }
             for (i, r) in req_at.into_iter().zip(rankwire::wait_all_results(reqs)) {
                 results[i] = Some(r);

@@ -386,6 +386,58 @@ int main(int argc, char **argv) {
         MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL);
     }
 
+    /* A copy of a request's handle used after the request completed: every call
+     * returns MPI_ERR_REQUEST at once (a receive on MPI_COMM_WORLD, whose handle
+     * carries the runtime's request id, and one on a duplicate, whose handle is a
+     * table slot). Also MPI_Request_toint/fromint of a pending receive: the same
+     * handle back, which completes it. */
+    if (size >= 2) {
+        MPI_Comm dup;
+        OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+        MPI_Comm comms[2] = {MPI_COMM_WORLD, dup};
+        /* A handle that names no request reports on MPI_COMM_WORLD's handler. */
+        OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+        for (int c = 0; c < 2; c++) {
+            MPI_Comm cm = comms[c];
+            OK(MPI_Comm_set_errhandler(cm, MPI_ERRORS_RETURN));
+            int in = -1, out = 500 + c, flag = 0, cls = 0;
+            MPI_Request q, copy;
+            MPI_Status st;
+            if (rank == 0) {
+                OK(MPI_Irecv(&in, 1, MPI_INT, 1, 91, cm, &q));
+                int i = MPI_Request_toint(q);
+                CHECK(MPI_Request_fromint(i) == q, "comm %d: toint/fromint of a pending receive", c);
+                CHECK(MPI_Request_toint(q) == i, "comm %d: toint twice gave two ints", c);
+                copy = MPI_Request_fromint(i);
+                OK(MPI_Barrier(cm));
+                OK(MPI_Wait(&copy, &st));
+                CHECK(in == 500 + c && copy == MPI_REQUEST_NULL && st.MPI_SOURCE == 1 && st.MPI_TAG == 91,
+                      "comm %d: receive completed through fromint's handle: in %d", c, in);
+                /* q is now a copy of a completed request's handle. */
+                MPI_Error_class(MPI_Wait(&q, &st), &cls);
+                CHECK(cls == MPI_ERR_REQUEST, "comm %d: Wait on a completed request's copy: class %d", c, cls);
+                MPI_Error_class(MPI_Test(&q, &flag, &st), &cls);
+                CHECK(cls == MPI_ERR_REQUEST, "comm %d: Test on a completed request's copy: class %d", c, cls);
+                MPI_Error_class(MPI_Request_get_status(q, &flag, &st), &cls);
+                CHECK(cls == MPI_ERR_REQUEST, "comm %d: get_status on a completed request's copy: class %d", c, cls);
+                MPI_Error_class(MPI_Cancel(&q), &cls);
+                CHECK(cls == MPI_ERR_REQUEST, "comm %d: Cancel on a completed request's copy: class %d", c, cls);
+                MPI_Status sa[1];
+                int rc = MPI_Waitall(1, &q, sa);
+                CHECK((rc == MPI_ERR_IN_STATUS && sa[0].MPI_ERROR == MPI_ERR_REQUEST) || rc == MPI_ERR_REQUEST,
+                      "comm %d: Waitall on a completed request's copy: rc %d, MPI_ERROR %d", c, rc, sa[0].MPI_ERROR);
+                MPI_Request q2 = q;
+                MPI_Error_class(MPI_Request_free(&q2), &cls);
+                CHECK(cls == MPI_ERR_REQUEST, "comm %d: Request_free of a completed request's copy: class %d", c, cls);
+            } else {
+                OK(MPI_Barrier(cm));
+                if (rank == 1) OK(MPI_Send(&out, 1, MPI_INT, 0, 91, cm));
+            }
+        }
+        OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+        OK(MPI_Comm_free(&dup));
+    }
+
     /* A generalized request completed by another thread during MPI_Wait. */
     if (provided == MPI_THREAD_MULTIPLE) {
         MPI_Request g;

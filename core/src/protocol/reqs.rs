@@ -212,6 +212,20 @@ impl Reqs {
         matches!(self.slot(id), Some(Slot::Done(_)))
     }
 
+    /// Whether request `id` is done, or not held at all.
+    #[inline]
+    pub(super) fn is_settled(&self, id: ReqId) -> bool {
+        !matches!(
+            self.slot(id),
+            Some(Slot::Reserved | Slot::Send(_) | Slot::Recv(_))
+        )
+    }
+
+    /// Whether request `id` is held (pending or done).
+    pub(super) fn is_known(&self, id: ReqId) -> bool {
+        self.slot(id).is_some()
+    }
+
     /// Forget request `id` entirely (a withdrawn receive).
     pub(super) fn free(&mut self, id: ReqId) {
         let (k, g) = split(id);
