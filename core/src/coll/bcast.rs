@@ -13,15 +13,22 @@ impl Communicator {
     /// Broadcast `buf` from rank `root` to every rank (MPI_Bcast, MPI 4.1 §6.4).
     ///
     /// Shape: `buf.len()` elements, equal on every rank; on `root` it is read, elsewhere
-    /// overwritten. Algorithm: binomial tree for small messages, binomial scatter then
-    /// ring allgather for large ones (see [`BcastAlgo`]); `RANKWIRE_BCAST_ALGO`
-    /// overrides.
+    /// overwritten. Algorithm: binomial tree for small messages (up to 8 KiB run
+    /// without a schedule, `coll/direct.rs`, unless `RANKWIRE_COLL_CHECK` is set),
+    /// binomial scatter then ring allgather for large ones (see [`BcastAlgo`]);
+    /// `RANKWIRE_BCAST_ALGO` overrides.
     ///
     /// # Errors
     /// [`crate::Error::Usage`] if `root` is out of range; [`crate::Error::Collective`]
     /// if ranks pass different lengths or roots (detected by `RANKWIRE_COLL_CHECK`, or
     /// when a length reaches a receive); [`crate::Error::Connection`] if a peer died.
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        // Small messages without a schedule (`direct.rs`), the same messages.
+        if let Ok(algo) = self.st.cfg.bcast(self.size(), std::mem::size_of_val(buf))
+            && let Some(r) = self.bcast_direct(algo, bytemuck::cast_slice_mut(buf), root)
+        {
+            return r;
+        }
         self.ibcast(buf, root)?.wait()
     }
 
