@@ -16,13 +16,23 @@ impl Communicator {
     ///
     /// Shape: `send.len() == recv.len() == size() * k`, `k` elements per block, equal
     /// on every rank. Algorithm ([`AlltoallAlgo`], `RANKWIRE_ALLTOALL_ALGO`): linear
-    /// for small blocks, pairwise exchange for large ones.
+    /// for small blocks, pairwise exchange for large ones; blocks up to 8 KiB run as
+    /// pairwise exchanges without a schedule (`coll/direct.rs`, the same messages)
+    /// unless `RANKWIRE_COLL_CHECK` is set.
     ///
     /// # Errors
     /// [`crate::Error::Usage`] if the lengths differ or are not a multiple of the size;
     /// [`crate::Error::Collective`] if ranks pass different counts;
     /// [`crate::Error::Connection`] if a peer died.
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        // Small blocks without a schedule (`direct.rs`), the same messages.
+        if let Some(r) = self.alltoall_direct(
+            bytemuck::cast_slice(send),
+            bytemuck::cast_slice_mut(recv),
+            std::mem::size_of::<T>(),
+        ) {
+            return r;
+        }
         self.ialltoall(send, recv)?.wait()
     }
 

@@ -2,10 +2,11 @@
 //!
 //! A schedule (`sched.rs`) costs a few allocations, a shared lock and a registration in
 //! the list of active collectives per call: little next to a large message, most of
-//! the time of an 8-byte allreduce, broadcast or barrier. The blocking forms of those
-//! three take this path instead when it applies (host buffers, `RANKWIRE_COLL_CHECK`
-//! off, for allreduce the recursive-doubling algorithm the cost model picks for small
-//! vectors, for broadcast the binomial tree it picks for small messages).
+//! the time of an 8-byte allreduce, broadcast, all-to-all or barrier. The blocking
+//! forms of those four take this path instead when it applies (host buffers,
+//! `RANKWIRE_COLL_CHECK` off, for allreduce the recursive-doubling algorithm the cost
+//! model picks for small vectors, for broadcast the binomial tree it picks for small
+//! messages, for all-to-all blocks up to [`MAX_DIRECT_ALLTOALL_BLOCK_BYTES`]).
 //!
 //! The path sends exactly the messages of the schedule it replaces (same peers, same
 //! order, same sizes, same collective context and tag `tag_base(seq)`), and combines in
@@ -39,6 +40,9 @@ pub(crate) const MAX_DIRECT_ALLREDUCE_BYTES: usize = 64 << 10;
 /// waited for before the next), which costs nothing while they are eager (8 KiB: at 4
 /// ranks on 2 cores 16 and 32 KiB were slower this way than with the schedule).
 pub(crate) const MAX_DIRECT_BCAST_BYTES: usize = 8 << 10;
+/// Largest all-to-all block (bytes per pair) this path takes (as for the broadcast:
+/// its exchanges go one after the other).
+pub(crate) const MAX_DIRECT_ALLTOALL_BLOCK_BYTES: usize = 8 << 10;
 /// Vectors up to this many bytes use a temporary on the stack.
 const STACK_TMP_BYTES: usize = 4096;
 
@@ -112,6 +116,63 @@ impl Communicator {
                 return Some(Err(e));
             }
             mask >>= 1;
+        }
+        Some(Ok(()))
+    }
+
+    /// The all-to-all of `alltoall.rs` run directly on `send` → `recv` (bytes of
+    /// `elem_bytes`-byte elements, `size()` blocks each, equal lengths): the own block
+    /// copied, then one exchange per peer in
+    /// the pairwise order (`alltoall.rs`, [`super::alltoall::build`]). Each pair
+    /// exchanges one message per call with the schedule's context and tag, so the
+    /// linear schedule (which posts the same messages at once) sends the same ones.
+    /// `None`: not applicable (lengths the schedule reports as errors, blocks above
+    /// [`MAX_DIRECT_ALLTOALL_BLOCK_BYTES`], an invalid `RANKWIRE_ALLTOALL_ALGO`), use
+    /// the schedule.
+    pub(crate) fn alltoall_direct(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        elem_bytes: usize,
+    ) -> Option<Result<()>> {
+        let (me, p) = (self.rank(), self.size());
+        // Whole elements per block (the schedule's check, on elements).
+        if self.st.cfg.check
+            || elem_bytes == 0
+            || send.len() != recv.len()
+            || !(send.len() / elem_bytes).is_multiple_of(p)
+        {
+            return None;
+        }
+        let block = send.len() / p;
+        if block > MAX_DIRECT_ALLTOALL_BLOCK_BYTES || self.st.cfg.alltoall(p, block).is_err() {
+            return None;
+        }
+        if let Err(e) = self.inner.check_live() {
+            return Some(Err(e));
+        }
+        let tag = tag_base(self.st.next_seq());
+        if block == 0 {
+            return Some(Ok(()));
+        }
+        let blk = |j: usize| j * block..(j + 1) * block;
+        recv[blk(me)].copy_from_slice(&send[blk(me)]);
+        for i in 1..p {
+            let (src, dst) = if p.is_power_of_two() {
+                (me ^ i, me ^ i)
+            } else {
+                ((me + p - i) % p, (me + i) % p)
+            };
+            if let Err(e) = self.exchange(
+                "alltoall",
+                tag,
+                dst,
+                &send[blk(dst)],
+                src,
+                &mut recv[blk(src)],
+            ) {
+                return Some(Err(e));
+            }
         }
         Some(Ok(()))
     }
