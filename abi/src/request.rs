@@ -316,9 +316,14 @@ fn key_of(h: MPI_Request) -> Option<usize> {
 // - done send: bits 6-35 tag; bits 36-48 destination rank (below 2^13); bits 49-62
 //   bytes sent (below 2^14); bit 63 set.
 //
-// A fast handle that outlived its request (a copy used after completion) names an id
-// the runtime no longer holds: `MPI_ERR_REQUEST` (checked by `Communicator::raw_known`,
-// or the runtime's `MatchError::UnknownRequest` in the waits), never a wait.
+// A pending handle that outlived its request (a copy used after completion) names an
+// id the runtime no longer holds: `MPI_ERR_REQUEST` (checked by
+// `Communicator::raw_known`, or the runtime's `MatchError::UnknownRequest` in the
+// waits), never a wait. A done-send handle holds nothing the runtime keeps: a copy
+// used after completion completes again with the same status, and two such sends with
+// the same tag, destination and length have equal handles while both are active (MPI
+// does not say that active requests' handles differ; a tool that tells requests apart
+// by handle value sees one).
 
 /// Low 4 bits of a fast request handle.
 const FAST_TAG: usize = 0xb;
@@ -439,49 +444,52 @@ fn fast_started(h: MPI_Request, f: Fast) -> R<Started> {
     }
 }
 
-/// Fast handles given out as `int`s by [`MPI_Request_toint`]: entry `i` is the `int`
-/// `(i + 1) << 12 | FAST_TAG` (below 2^31 for fewer than 2^19 entries; never a created
-/// handle's `int`, whose low 12 bits are its kind, nor a fast handle, which is at least
-/// 2^32). 0 marks a free entry. Entries of requests the runtime no longer holds are
-/// freed when the list reaches [`INT_SWEEP`] entries; the `int` of a completed send
-/// (which the runtime does not hold) stays.
-static INT_HANDLES: Mutex<Vec<MPI_Request>> = Mutex::new(Vec::new());
-/// Length of [`INT_HANDLES`] from which a conversion first frees completed entries.
-const INT_SWEEP: usize = 4096;
+/// Fast handles given out as `int`s by [`MPI_Request_toint`]: entry `i` of `slots` is
+/// the `int` `(i + 1) << 12 | FAST_TAG` (never a created handle's `int`, whose low 12
+/// bits are its kind, nor a fast handle, which is at least 2^32). An entry lives until
+/// its request completes ([`fast_retired`]); fewer than 2^19 at once fit in an `int`
+/// (as for every kind of handle, `handles.rs`).
+struct IntHandles {
+    slots: Vec<MPI_Request>,
+    by_handle: std::collections::HashMap<MPI_Request, usize>,
+    free: Vec<usize>,
+}
+
+static INT_HANDLES: Mutex<Option<IntHandles>> = Mutex::new(None);
+/// Whether [`INT_HANDLES`] ever held an entry (completions look at it only then).
+static INT_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `MPI_Request_toint` (MPI 5.0 ABI): the handle as an `int`, which
 /// [`MPI_Request_fromint`] turns back into the same handle (see `handles.rs`). A fast
-/// handle (at least 2^32) is given an entry of a list (the same one each time).
+/// handle (at least 2^32) is given an entry of a list, the same one each time, until
+/// its request completes.
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Request_toint(h: MPI_Request) -> c_int {
     if fast(h).is_none() {
         return h as c_int;
     }
-    let mut v = INT_HANDLES.lock().unwrap_or_else(|e| e.into_inner());
-    let i = match v.iter().position(|&x| x == h) {
-        Some(i) => i,
+    let mut g = INT_HANDLES.lock().unwrap_or_else(|e| e.into_inner());
+    let m = g.get_or_insert_with(|| IntHandles {
+        slots: Vec::new(),
+        by_handle: std::collections::HashMap::new(),
+        free: Vec::new(),
+    });
+    INT_USED.store(true, std::sync::atomic::Ordering::Relaxed);
+    let i = match m.by_handle.get(&h) {
+        Some(&i) => i,
         None => {
-            if v.len() >= INT_SWEEP
-                && let Ok(w) = crate::env::world()
-            {
-                for x in v.iter_mut() {
-                    if let Some(Fast::Raw(_, raw)) = fast(*x)
-                        && !w.raw_known(raw)
-                    {
-                        *x = 0;
-                    }
-                }
-            }
-            match v.iter().position(|&x| x == 0) {
+            let i = match m.free.pop() {
                 Some(i) => {
-                    v[i] = h;
+                    m.slots[i] = h;
                     i
                 }
                 None => {
-                    v.push(h);
-                    v.len() - 1
+                    m.slots.push(h);
+                    m.slots.len() - 1
                 }
-            }
+            };
+            m.by_handle.insert(h, i);
+            i
         }
     };
     (((i + 1) << 12) | FAST_TAG) as c_int
@@ -494,12 +502,29 @@ pub extern "C" fn MPI_Request_fromint(i: c_int) -> MPI_Request {
     if h & 0xfff != FAST_TAG || h >> 12 == 0 {
         return h;
     }
-    let v = INT_HANDLES.lock().unwrap_or_else(|e| e.into_inner());
-    // An int never given out converts to itself, which every call rejects.
-    v.get((h >> 12) - 1)
-        .copied()
+    let g = INT_HANDLES.lock().unwrap_or_else(|e| e.into_inner());
+    // An int never given out (or of a completed request) converts to itself, which
+    // every call rejects.
+    g.as_ref()
+        .and_then(|m| m.slots.get((h >> 12) - 1).copied())
         .filter(|&x| x != 0)
         .unwrap_or(h)
+}
+
+/// Fast handle `h`'s request completed (or was freed): its `int` entry, if any, is
+/// let go. One relaxed load unless `MPI_Request_toint` was ever called.
+#[inline]
+fn fast_retired(h: MPI_Request) {
+    if !INT_USED.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let mut g = INT_HANDLES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(m) = g.as_mut()
+        && let Some(i) = m.by_handle.remove(&h)
+    {
+        m.slots[i] = 0;
+        m.free.push(i);
+    }
 }
 
 fn slot_mut(t: &mut slab::Slab<Slot>, h: MPI_Request) -> R<&mut Slot> {
@@ -638,6 +663,7 @@ fn put_back(h: MPI_Request, op: Started) {
 /// `MPI_REQUEST_NULL`) or makes a persistent one inactive.
 fn retire(t: &mut slab::Slab<Slot>, h: &mut MPI_Request) {
     if fast(*h).is_some() {
+        fast_retired(*h);
         *h = MPI_REQUEST_NULL;
         return;
     }
@@ -945,6 +971,7 @@ fn finish_taken(h: &mut MPI_Request, op: Started, block: bool) -> Outcome {
 /// [`retire`], locking the table only for a handle with a slot.
 fn retire_one(h: &mut MPI_Request) {
     if fast(*h).is_some() {
+        fast_retired(*h);
         *h = MPI_REQUEST_NULL;
     } else {
         retire(&mut table(), h);
@@ -1171,6 +1198,7 @@ unsafe fn waitall_impl(
                 }
                 match f {
                     Fast::Done(_, st) => {
+                        fast_retired(h);
                         *hp = MPI_REQUEST_NULL;
                         // SAFETY: the status array has `count` entries (or is ignored).
                         unsafe { write_status(status_at(statuses, i), &st, false, MPI_SUCCESS) };
@@ -1250,7 +1278,16 @@ unsafe fn waitall_impl(
             }
             let mut table_lock = None;
             for (&i, r) in raw_at.iter().zip(outcomes.drain(..)) {
-                if fast(arr[i]).is_some() {
+                if matches!(
+                    r,
+                    Err(rankwire::Error::Matching(
+                        rankwire::MatchError::UnknownRequest { .. }
+                    ))
+                ) {
+                    // A handle that names no request is left as it is (as one that is
+                    // not a request at all).
+                } else if fast(arr[i]).is_some() {
+                    fast_retired(arr[i]);
                     arr[i] = MPI_REQUEST_NULL;
                 } else {
                     retire(table_lock.get_or_insert_with(table), &mut arr[i]);
@@ -1321,7 +1358,12 @@ unsafe fn waitall_impl(
     scratch.4 = raws;
     if !dones.is_empty() {
         let mut t = table();
-        for (i, _) in dones.iter() {
+        for (i, d) in dones.iter() {
+            // A fast handle that names no request is left as it is (see above).
+            if fast(arr[*i]).is_some() && matches!(&d.result, Err(e) if e.class == MPI_ERR_REQUEST)
+            {
+                continue;
+            }
             retire(&mut t, &mut arr[*i]);
         }
     }
@@ -1379,19 +1421,38 @@ pub unsafe extern "C" fn MPI_Testall(
         // One look at the table: a handle that is no request, and the communicator of
         // the first request (whose handler reports errors, as for MPI_Waitall).
         let (bad, first) = {
-            let mut t = table();
-            let (mut bad, mut first) = (None, None);
-            for &h in arr.iter().filter(|&&h| h != MPI_REQUEST_NULL) {
-                if let Some(f) = fast(h) {
-                    first = first.or(Some(f.comm()));
-                    continue;
-                }
-                match slot_mut(&mut t, h) {
-                    Ok(s) => first = first.or(Some(s.comm)),
-                    Err(e) => bad = bad.or(Some(e)),
+            // Per index, the request's communicator or why it is none: table handles
+            // under the table's lock, then fast ones without it (raw_known locks the
+            // runtime, which is never taken inside the table's lock).
+            let mut found: Vec<(usize, R<MPI_Comm>)> = Vec::new();
+            {
+                let mut t = None;
+                for (i, &h) in arr.iter().enumerate() {
+                    if h != MPI_REQUEST_NULL && fast(h).is_none() {
+                        let t = t.get_or_insert_with(table);
+                        found.push((i, slot_mut(t, h).map(|s| s.comm)));
+                    }
                 }
             }
-            (bad, first)
+            for (i, &h) in arr.iter().enumerate() {
+                if let Some(f) = fast(h) {
+                    let known = match f {
+                        Fast::Raw(_, raw) => crate::env::world().is_ok_and(|w| w.raw_known(raw)),
+                        Fast::Done(..) => true,
+                    };
+                    found.push((
+                        i,
+                        if known {
+                            Ok(f.comm())
+                        } else {
+                            Err(bad_request(h))
+                        },
+                    ));
+                }
+            }
+            found.sort_unstable_by_key(|(i, _)| *i);
+            let first = found.iter().find_map(|(_, r)| r.as_ref().ok().copied());
+            (found.into_iter().find_map(|(_, r)| r.err()), first)
         };
         let all = arr.iter().all(|&h| is_done(h));
         // SAFETY: checked non-null.
@@ -1658,8 +1719,10 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         // SAFETY: non-null C pointer.
         let h = unsafe { &mut *request };
         if let Some(f) = fast(*h) {
-            *ec = f.comm();
+            // A handle that names no request reports on MPI_COMM_WORLD (as MPI_Wait).
             let op = fast_started(*h, f)?;
+            *ec = f.comm();
+            fast_retired(*h);
             *h = MPI_REQUEST_NULL;
             if !matches!(op.active, Active::Ready(_)) {
                 DETACHED.lock().unwrap_or_else(|e| e.into_inner()).push(op);
@@ -1776,14 +1839,17 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
         // SAFETY: non-null C pointer.
         let h = unsafe { *request };
         if let Some(f) = fast(h) {
-            *ec = f.comm();
             if let Fast::Raw(_, raw) = f {
-                // As below; also while another thread waits for it.
+                // As below; also while another thread waits for it. A handle that
+                // names no request reports on MPI_COMM_WORLD (as MPI_Wait).
                 let w = crate::env::world()?;
                 if !w.raw_known(raw) {
                     return Err(bad_request(h));
                 }
+                *ec = f.comm();
                 w.cancel_pending(raw.cancel_id());
+            } else {
+                *ec = f.comm();
             }
             return Ok(());
         }

@@ -351,11 +351,6 @@ fn finished_request() -> crate::Error {
     )
 }
 
-#[cold]
-pub(crate) fn lost_outcome() -> crate::Error {
-    crate::Error::usage("internal: a completed request's outcome was taken elsewhere")
-}
-
 /// The outcome of a raw request ([`RawRequest::from_parts`]) whose id the runtime does
 /// not hold: completed already, or never made.
 #[cold]
@@ -436,9 +431,13 @@ pub fn wait_all_in_place<'r, 'a: 'r>(
                 let outcome = match r.pending_id() {
                     Some(id) => {
                         r.done = true;
-                        // Invariant: wait_all_then returned once every pending id was
-                        // done, and only this request takes its own outcome.
-                        let o = e.proto.take_done(id).unwrap_or_else(|| Err(lost_outcome()));
+                        // wait_all_then returned once every pending id was settled:
+                        // done (only this request takes its own outcome), or not held
+                        // (a rebuilt raw request completed elsewhere).
+                        let o = e
+                            .proto
+                            .take_done(id)
+                            .unwrap_or_else(|| Err(unknown_request(id)));
                         r.localize(o)
                     }
                     None => r.take_ready().unwrap_or_else(|| Err(finished_request())),

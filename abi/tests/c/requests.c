@@ -423,19 +423,74 @@ int main(int argc, char **argv) {
                 MPI_Error_class(MPI_Cancel(&q), &cls);
                 CHECK(cls == MPI_ERR_REQUEST, "comm %d: Cancel on a completed request's copy: class %d", c, cls);
                 MPI_Status sa[1];
+                MPI_Request stale = q;
                 int rc = MPI_Waitall(1, &q, sa);
                 CHECK((rc == MPI_ERR_IN_STATUS && sa[0].MPI_ERROR == MPI_ERR_REQUEST) || rc == MPI_ERR_REQUEST,
                       "comm %d: Waitall on a completed request's copy: rc %d, MPI_ERROR %d", c, rc, sa[0].MPI_ERROR);
+                CHECK(q == stale, "comm %d: Waitall changed a handle that names no request", c);
                 MPI_Request q2 = q;
                 MPI_Error_class(MPI_Request_free(&q2), &cls);
                 CHECK(cls == MPI_ERR_REQUEST, "comm %d: Request_free of a completed request's copy: class %d", c, cls);
+                /* Beside a pending receive, MPI_Testall reports the stale copy at once
+                 * and completes nothing; beside a collective request (MPI_Waitall's
+                 * general path) it fails in its status. Fast handles only: a table
+                 * handle's slot is reused by the next request, which its stale copy
+                 * then names. */
+                int in2 = -1;
+                MPI_Request two[2];
+                OK(MPI_Irecv(&in2, 1, MPI_INT, 1, 92, cm, &two[0]));
+                if (c == 0) {
+                    two[1] = stale;
+                    flag = 1;
+                    MPI_Error_class(MPI_Testall(2, two, &flag, MPI_STATUSES_IGNORE), &cls);
+                    CHECK(cls == MPI_ERR_REQUEST && flag == 0 && two[0] != MPI_REQUEST_NULL,
+                          "Testall with a completed request's copy: class %d flag %d", cls, flag);
+                }
+                MPI_Request mix[2];
+                MPI_Status ms[2];
+                OK(MPI_Ibarrier(cm, &mix[0]));
+                if (c == 0) {
+                    mix[1] = stale;
+                    rc = MPI_Waitall(2, mix, ms);
+                    CHECK(rc == MPI_ERR_IN_STATUS && ms[1].MPI_ERROR == MPI_ERR_REQUEST &&
+                              ms[0].MPI_ERROR == MPI_SUCCESS && mix[0] == MPI_REQUEST_NULL,
+                          "Waitall of an Ibarrier and a completed request's copy: rc %d, MPI_ERROR %d %d",
+                          rc, ms[0].MPI_ERROR, ms[1].MPI_ERROR);
+                } else {
+                    OK(MPI_Wait(&mix[0], MPI_STATUS_IGNORE));
+                }
+                OK(MPI_Wait(&two[0], MPI_STATUS_IGNORE));
+                CHECK(in2 == 600 + c, "comm %d: the receive beside Testall got %d", c, in2);
             } else {
                 OK(MPI_Barrier(cm));
                 if (rank == 1) OK(MPI_Send(&out, 1, MPI_INT, 0, 91, cm));
+                MPI_Request b;
+                OK(MPI_Ibarrier(cm, &b));
+                OK(MPI_Wait(&b, MPI_STATUS_IGNORE));
+                int out2 = 600 + c;
+                if (rank == 1) OK(MPI_Send(&out2, 1, MPI_INT, 0, 92, cm));
             }
         }
         OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
         OK(MPI_Comm_free(&dup));
+        /* Many requests through MPI_Request_toint/fromint (MPI_Request_c2f/f2c in
+         * Fortran-style code): each int converts back to its handle while the request
+         * is pending, and no longer once it completed. */
+        if (rank == 0) {
+            int bad = 0;
+            for (int i = 0; i < 20000; i++) {
+                int v = i, w = -1;
+                MPI_Request r;
+                OK(MPI_Irecv(&w, 1, MPI_INT, 0, 5, MPI_COMM_SELF, &r));
+                int ri = MPI_Request_toint(r);
+                OK(MPI_Send(&v, 1, MPI_INT, 0, 5, MPI_COMM_SELF));
+                MPI_Request back = MPI_Request_fromint(ri), was = r;
+                if (back != r) bad++;
+                OK(MPI_Wait(&back, MPI_STATUS_IGNORE));
+                if (w != v || MPI_Request_fromint(ri) == was) bad++;
+            }
+            CHECK(bad == 0, "toint/fromint of 20000 requests: %d wrong", bad);
+        }
     }
 
     /* A generalized request completed by another thread during MPI_Wait. */

@@ -16,9 +16,9 @@ impl Communicator {
     ///
     /// Shape: `send.len() == recv.len() == size() * k`, `k` elements per block, equal
     /// on every rank. Algorithm ([`AlltoallAlgo`], `RANKWIRE_ALLTOALL_ALGO`): linear
-    /// for small blocks, pairwise exchange for large ones; blocks up to 8 KiB run as
-    /// pairwise exchanges without a schedule (`coll/direct.rs`, the same messages)
-    /// unless `RANKWIRE_COLL_CHECK` is set.
+    /// for small blocks, pairwise exchange for large ones; on 2 ranks, blocks up to
+    /// 8 KiB are one exchange without a schedule (`coll/direct.rs`, the same
+    /// messages) unless `RANKWIRE_COLL_CHECK` is set.
     ///
     /// # Errors
     /// [`crate::Error::Usage`] if the lengths differ or are not a multiple of the size;

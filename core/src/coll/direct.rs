@@ -6,7 +6,8 @@
 //! forms of those four take this path instead when it applies (host buffers,
 //! `RANKWIRE_COLL_CHECK` off, for allreduce the recursive-doubling algorithm the cost
 //! model picks for small vectors, for broadcast the binomial tree it picks for small
-//! messages, for all-to-all blocks up to [`MAX_DIRECT_ALLTOALL_BLOCK_BYTES`]).
+//! messages, for all-to-all 2 ranks and blocks up to
+//! [`MAX_DIRECT_ALLTOALL_BLOCK_BYTES`]).
 //!
 //! The path sends exactly the messages of the schedule it replaces (same peers, same
 //! order, same sizes, same collective context and tag `tag_base(seq)`), and combines in
@@ -40,8 +41,8 @@ pub(crate) const MAX_DIRECT_ALLREDUCE_BYTES: usize = 64 << 10;
 /// waited for before the next), which costs nothing while they are eager (8 KiB: at 4
 /// ranks on 2 cores 16 and 32 KiB were slower this way than with the schedule).
 pub(crate) const MAX_DIRECT_BCAST_BYTES: usize = 8 << 10;
-/// Largest all-to-all block (bytes per pair) this path takes (as for the broadcast:
-/// its exchanges go one after the other).
+/// Largest all-to-all block (bytes per pair) this path takes, on 2 ranks (one
+/// exchange).
 pub(crate) const MAX_DIRECT_ALLTOALL_BLOCK_BYTES: usize = 8 << 10;
 /// Vectors up to this many bytes use a temporary on the stack.
 const STACK_TMP_BYTES: usize = 4096;
@@ -136,8 +137,12 @@ impl Communicator {
         elem_bytes: usize,
     ) -> Option<Result<()>> {
         let (me, p) = (self.rank(), self.size());
-        // Whole elements per block (the schedule's check, on elements).
+        // Whole elements per block (the schedule's check, on elements). Two ranks only:
+        // with more, the exchanges one after the other waited for ranks that were not
+        // running (4 ranks on 2 cores: 4 B, 64 B, 1 KiB medians 10.6–10.9 µs against the
+        // linear schedule's 6.5–8.7, benches/results/2026-12-08d_direct-bcast-alltoall).
         if self.st.cfg.check
+            || p != 2
             || elem_bytes == 0
             || send.len() != recv.len()
             || !(send.len() / elem_bytes).is_multiple_of(p)
