@@ -313,17 +313,16 @@ fn key_of(h: MPI_Request) -> Option<usize> {
 // `MPI_COMM_WORLD`).
 // - pending: bit 6 receive; bits 7-31 the id's slot (below 2^25); bits 32-63 its
 //   generation (never 0);
-// - done send: bits 6-35 tag; bits 36-48 destination rank (below 2^13); bits 49-62
-//   bytes sent (below 2^14); bit 63 set.
+// - done send: bits 6-62 a per-process count of such sends (so that no two requests
+//   share a handle); bit 63 set. Its status: source and tag `MPI_UNDEFINED`, count 0
+//   (MPI 4.1 §3.7.3: a send's status fields are undefined but for the error and
+//   `MPI_Test_cancelled`).
 //
 // A pending handle that outlived its request (a copy used after completion) names an
 // id the runtime no longer holds: `MPI_ERR_REQUEST` (checked by
 // `Communicator::raw_known`, or the runtime's `MatchError::UnknownRequest` in the
 // waits), never a wait. A done-send handle holds nothing the runtime keeps: a copy
-// used after completion completes again with the same status, and two such sends with
-// the same tag, destination and length have equal handles while both are active (MPI
-// does not say that active requests' handles differ; a tool that tells requests apart
-// by handle value sees one).
+// used after completion completes again (erroneous in MPI, and not detected).
 
 /// Low 4 bits of a fast request handle.
 const FAST_TAG: usize = 0xb;
@@ -341,7 +340,7 @@ const FAST_OK: bool = usize::BITS == 64;
 enum Fast {
     /// Pending in the runtime.
     Raw(MPI_Comm, rankwire::RawRequest),
-    /// A send that completed at post, with its status.
+    /// A send that completed at post (its status: [`send_done_status`]).
     Done(MPI_Comm, rankwire::Status),
 }
 
@@ -376,23 +375,29 @@ fn fast_raw(comm: MPI_Comm, raw: rankwire::RawRequest) -> Option<MPI_Request> {
     Some(((generation << 32) | (slot << 7)) as usize | recv | c | FAST_TAG)
 }
 
-/// The fast handle of a send on `comm` that completed at post with status `st`, if it
-/// fits (see the layout above).
+/// Sends given a done-send fast handle so far (its bits 6-62).
+static DONE_SENDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The fast handle of a send on `comm` that completed at post (see the layout above).
 #[inline]
-fn fast_done(comm: MPI_Comm, st: rankwire::Status) -> Option<MPI_Request> {
+fn fast_done(comm: MPI_Comm) -> Option<MPI_Request> {
     let c = fast_comm(comm)?;
-    if !FAST_OK
-        || !(0..1 << 30).contains(&st.tag)
-        || st.source >= 1 << 13
-        || st.len_bytes >= 1 << 14
-    {
+    if !FAST_OK {
         return None;
     }
-    let bits = (1u64 << 63)
-        | ((st.len_bytes as u64) << 49)
-        | ((st.source as u64) << 36)
-        | ((st.tag as u64) << 6);
-    Some(bits as usize | FAST_DONE | c | FAST_TAG)
+    let n = DONE_SENDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & ((1 << 57) - 1);
+    Some(((1u64 << 63) | (n << 6)) as usize | FAST_DONE | c | FAST_TAG)
+}
+
+/// The status of a send completed through a done-send fast handle: source and tag
+/// `MPI_UNDEFINED`, count 0 (MPI 4.1 §3.7.3: a send's status fields are undefined but
+/// for the error and `MPI_Test_cancelled`; the handle keeps no more).
+fn send_done_status() -> rankwire::Status {
+    rankwire::Status {
+        source: MPI_UNDEFINED as isize as usize,
+        tag: MPI_UNDEFINED,
+        len_bytes: 0,
+    }
 }
 
 /// The request of fast handle `h` (`None`: not a fast handle).
@@ -411,14 +416,7 @@ fn fast(h: MPI_Request) -> Option<Fast> {
         if b >> 63 == 0 {
             return None;
         }
-        return Some(Fast::Done(
-            comm,
-            rankwire::Status {
-                source: ((b >> 36) & 0x1fff) as usize,
-                tag: ((b >> 6) & 0x3fff_ffff) as i32,
-                len_bytes: ((b >> 49) & 0x3fff) as usize,
-            },
-        ));
+        return Some(Fast::Done(comm, send_done_status()));
     }
     let id = (b & !0xffff_ffff) | ((b >> 7) & 0x1ff_ffff);
     Some(Fast::Raw(
@@ -563,7 +561,7 @@ pub fn insert_detached(comm: MPI_Comm, d: rankwire::Detached<'static>) -> MPI_Re
             Some(h) => return h,
             None => Body::Raw(raw),
         },
-        rankwire::Detached::Done(st) => match fast_done(comm, st) {
+        rankwire::Detached::Done(st) => match fast_done(comm) {
             Some(h) => return h,
             None => Body::Ready(st),
         },

@@ -490,6 +490,18 @@ int main(int argc, char **argv) {
                 if (w != v || MPI_Request_fromint(ri) == was) bad++;
             }
             CHECK(bad == 0, "toint/fromint of 20000 requests: %d wrong", bad);
+            /* Two sends alike (tag, destination, length) that completed when posted
+             * still have two handles. */
+            int x = 3, y[2];
+            MPI_Request a[2];
+            OK(MPI_Isend(&x, 1, MPI_INT, 0, 6, MPI_COMM_SELF, &a[0]));
+            OK(MPI_Isend(&x, 1, MPI_INT, 0, 6, MPI_COMM_SELF, &a[1]));
+            CHECK(a[0] != a[1], "two active sends share the handle %#lx", (unsigned long)a[0]);
+            OK(MPI_Recv(&y[0], 1, MPI_INT, 0, 6, MPI_COMM_SELF, MPI_STATUS_IGNORE));
+            OK(MPI_Recv(&y[1], 1, MPI_INT, 0, 6, MPI_COMM_SELF, MPI_STATUS_IGNORE));
+            OK(MPI_Waitall(2, a, MPI_STATUSES_IGNORE));
+            CHECK(y[0] == 3 && y[1] == 3 && a[0] == MPI_REQUEST_NULL && a[1] == MPI_REQUEST_NULL,
+                  "two sends alike: %d %d", y[0], y[1]);
         }
     }
 
