@@ -680,6 +680,45 @@ pub(crate) unsafe fn alltoall<C: Num>(
     rn: C,
     rt: MPI_Datatype,
 ) -> R<Out> {
+    // The common blocking case, recognised from the handles alone (as MPI_Bcast's):
+    // contiguous predefined types, equal bytes per block on both sides, separate host
+    // buffers, in a job where the ranks need not agree on a device path. The general
+    // path below makes the same core call on the same bytes, after more lookups.
+    if mode == Mode::Block
+        && !crate::memkind::agreement_needed()
+        && !in_place(sbuf)
+        && let (Some(ss), Some(rs)) = (
+            crate::datatype::contiguous_predefined(st),
+            crate::datatype::contiguous_predefined(rt),
+        )
+        && let (Ok(sn), Ok(rn)) = (cnt(sn), cnt(rn))
+        && let Some(block) = sn
+            .checked_mul(ss)
+            .filter(|&b| b > 0 && Some(b) == rn.checked_mul(rs))
+        && !sbuf.is_null()
+        && !rbuf.is_null()
+    {
+        let c = lookup(comm)?;
+        let ends_before =
+            |a: usize, b: usize, len: usize| a.checked_add(len).is_some_and(|e| e <= b);
+        if let Some(len) = block.checked_mul(c.size())
+            && (ends_before(sbuf as usize, rbuf as usize, len)
+                || ends_before(rbuf as usize, sbuf as usize, len))
+            && !crate::buf::is_device(sbuf as *const u8, len)
+            && !crate::buf::is_device(rbuf as *const u8, len)
+        {
+            // SAFETY: the caller's `len` bytes at each (host memory, not overlapping),
+            // for the call.
+            let (sb, rb) = unsafe {
+                (
+                    crate::buf::bytes(sbuf as *const u8, len),
+                    crate::buf::bytes_mut(rbuf as *mut u8, len),
+                )
+            };
+            c.alltoall(sb, rb)?;
+            return Ok(None);
+        }
+    }
     let c = lookup(comm)?;
     let p = c.size();
     let rn = cnt(rn)?;
