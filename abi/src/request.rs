@@ -302,7 +302,7 @@ fn key_of(h: MPI_Request) -> Option<usize> {
 // The common request (`MPI_Isend`/`MPI_Irecv` of contiguous host bytes on
 // `MPI_COMM_WORLD` or `MPI_COMM_SELF`) is not stored in the table: its handle carries
 // the runtime's request id (`rankwire::RawRequest::parts`), or, for a send that
-// completed when posted, its status. No lock and no slot per message (issue 20: the
+// completed when posted, a count that keeps it unique. No lock and no slot per message (issue 20: the
 // table cost about 100 instructions per message on each side of a windowed exchange,
 // 2026-12-08). Other requests, and ones whose fields do not fit, take a slot.
 //
@@ -326,7 +326,7 @@ fn key_of(h: MPI_Request) -> Option<usize> {
 
 /// Low 4 bits of a fast request handle.
 const FAST_TAG: usize = 0xb;
-/// A send that completed when it was posted (its status in the handle).
+/// A send that completed when it was posted (no id: a count).
 const FAST_DONE: usize = 1 << 4;
 /// The request's communicator is `MPI_COMM_SELF` (else `MPI_COMM_WORLD`).
 const FAST_SELF: usize = 1 << 5;
@@ -341,13 +341,13 @@ enum Fast {
     /// Pending in the runtime.
     Raw(MPI_Comm, rankwire::RawRequest),
     /// A send that completed at post (its status: [`send_done_status`]).
-    Done(MPI_Comm, rankwire::Status),
+    Done(MPI_Comm),
 }
 
 impl Fast {
     fn comm(self) -> MPI_Comm {
         match self {
-            Fast::Raw(c, _) | Fast::Done(c, _) => c,
+            Fast::Raw(c, _) | Fast::Done(c) => c,
         }
     }
 }
@@ -416,7 +416,7 @@ fn fast(h: MPI_Request) -> Option<Fast> {
         if b >> 63 == 0 {
             return None;
         }
-        return Some(Fast::Done(comm, send_done_status()));
+        return Some(Fast::Done(comm));
     }
     let id = (b & !0xffff_ffff) | ((b >> 7) & 0x1ff_ffff);
     Some(Fast::Raw(
@@ -432,7 +432,7 @@ fn fast(h: MPI_Request) -> Option<Fast> {
 /// copy of the handle); the runtime's absence (after `MPI_Finalize`).
 fn fast_started(h: MPI_Request, f: Fast) -> R<Started> {
     match f {
-        Fast::Done(_, st) => Ok(Started::plain(Active::Ready(st))),
+        Fast::Done(_) => Ok(Started::plain(Active::Ready(send_done_status()))),
         Fast::Raw(_, raw) => {
             if !crate::env::world()?.raw_known(raw) {
                 return Err(bad_request(h));
@@ -459,7 +459,7 @@ static INT_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::
 
 /// `MPI_Request_toint` (MPI 5.0 ABI): the handle as an `int`, which
 /// [`MPI_Request_fromint`] turns back into the same handle (see `handles.rs`). A fast
-/// handle (at least 2^32) is given an entry of a list, the same one each time, until
+/// handle (at least 2^32) is given an entry of a map, the same one each time, until
 /// its request completes.
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Request_toint(h: MPI_Request) -> c_int {
@@ -509,6 +509,18 @@ pub extern "C" fn MPI_Request_fromint(i: c_int) -> MPI_Request {
         .unwrap_or(h)
 }
 
+/// Retires `*h` if it is a fast handle (its `int` entry let go, `*h` becomes
+/// `MPI_REQUEST_NULL`); whether it was one.
+#[inline]
+fn retire_fast(h: &mut MPI_Request) -> bool {
+    if fast(*h).is_none() {
+        return false;
+    }
+    fast_retired(*h);
+    *h = MPI_REQUEST_NULL;
+    true
+}
+
 /// Fast handle `h`'s request completed (or was freed): its `int` entry, if any, is
 /// let go. One relaxed load unless `MPI_Request_toint` was ever called.
 #[inline]
@@ -552,8 +564,8 @@ pub fn insert(comm: MPI_Comm, s: Started) -> MPI_Request {
 
 /// A new active request for the plain point-to-point operation `d` (the caller's own
 /// contiguous host bytes, nothing to run or keep at completion), whose errors go to
-/// `comm`'s handler: the runtime's id, or the status of a send done at post, kept in
-/// the slot as they are.
+/// `comm`'s handler: a fast handle where one fits (see `FAST_TAG`), else a slot
+/// holding the runtime's id or the status of a send done at post.
 #[inline(always)]
 pub fn insert_detached(comm: MPI_Comm, d: rankwire::Detached<'static>) -> MPI_Request {
     let op = match d {
@@ -660,9 +672,7 @@ fn put_back(h: MPI_Request, op: Started) {
 /// After the operation of `*h` completed: frees a one-shot request (`*h` becomes
 /// `MPI_REQUEST_NULL`) or makes a persistent one inactive.
 fn retire(t: &mut slab::Slab<Slot>, h: &mut MPI_Request) {
-    if fast(*h).is_some() {
-        fast_retired(*h);
-        *h = MPI_REQUEST_NULL;
+    if retire_fast(h) {
         return;
     }
     let Some(k) = key_of(*h) else { return };
@@ -968,10 +978,7 @@ fn finish_taken(h: &mut MPI_Request, op: Started, block: bool) -> Outcome {
 
 /// [`retire`], locking the table only for a handle with a slot.
 fn retire_one(h: &mut MPI_Request) {
-    if fast(*h).is_some() {
-        fast_retired(*h);
-        *h = MPI_REQUEST_NULL;
-    } else {
+    if !retire_fast(h) {
         retire(&mut table(), h);
     }
 }
@@ -1170,7 +1177,16 @@ unsafe fn waitall_impl(
     {
         // Locked at the first request with a slot (fast handles need no lock).
         let mut table_lock = None;
+        // The first request's communicator becomes `*ec`; others are noted by index.
         let mut comm_set = false;
+        let mut note_comm = |i: usize, c: MPI_Comm| {
+            if !comm_set {
+                *ec = c;
+                comm_set = true;
+            } else if c != *ec {
+                other_comms.push((i, c));
+            }
+        };
         for (i, hp) in arr.iter_mut().enumerate() {
             let h = *hp;
             // SAFETY (both writes below): the status array has `count` entries (or
@@ -1188,18 +1204,19 @@ unsafe fn waitall_impl(
                 continue;
             }
             if let Some(f) = fast(h) {
-                if !comm_set {
-                    *ec = f.comm();
-                    comm_set = true;
-                } else if f.comm() != *ec {
-                    other_comms.push((i, f.comm()));
-                }
+                note_comm(i, f.comm());
                 match f {
-                    Fast::Done(_, st) => {
-                        fast_retired(h);
-                        *hp = MPI_REQUEST_NULL;
+                    Fast::Done(_) => {
+                        retire_fast(hp);
                         // SAFETY: the status array has `count` entries (or is ignored).
-                        unsafe { write_status(status_at(statuses, i), &st, false, MPI_SUCCESS) };
+                        unsafe {
+                            write_status(
+                                status_at(statuses, i),
+                                &send_done_status(),
+                                false,
+                                MPI_SUCCESS,
+                            )
+                        };
                     }
                     // A request the runtime no longer holds completes with an error.
                     Fast::Raw(_, raw) => {
@@ -1216,12 +1233,7 @@ unsafe fn waitall_impl(
             };
             match s {
                 Ok(s) => {
-                    if !comm_set {
-                        *ec = s.comm;
-                        comm_set = true;
-                    } else if s.comm != *ec {
-                        other_comms.push((i, s.comm));
-                    }
+                    note_comm(i, s.comm);
                     match std::mem::replace(&mut s.op, Body::None) {
                         // Done when it was posted (an eager send) with nothing to run at
                         // completion: completed and retired here, under this lock.
@@ -1284,10 +1296,7 @@ unsafe fn waitall_impl(
                 ) {
                     // A handle that names no request is left as it is (as one that is
                     // not a request at all).
-                } else if fast(arr[i]).is_some() {
-                    fast_retired(arr[i]);
-                    arr[i] = MPI_REQUEST_NULL;
-                } else {
+                } else if !retire_fast(&mut arr[i]) {
                     retire(table_lock.get_or_insert_with(table), &mut arr[i]);
                 }
                 let (st, cancelled, err) = match r {
@@ -1436,7 +1445,7 @@ pub unsafe extern "C" fn MPI_Testall(
                 if let Some(f) = fast(h) {
                     let known = match f {
                         Fast::Raw(_, raw) => crate::env::world().is_ok_and(|w| w.raw_known(raw)),
-                        Fast::Done(..) => true,
+                        Fast::Done(_) => true,
                     };
                     found.push((
                         i,
@@ -1720,8 +1729,7 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
             // A handle that names no request reports on MPI_COMM_WORLD (as MPI_Wait).
             let op = fast_started(*h, f)?;
             *ec = f.comm();
-            fast_retired(*h);
-            *h = MPI_REQUEST_NULL;
+            retire_fast(h);
             if !matches!(op.active, Active::Ready(_)) {
                 DETACHED.lock().unwrap_or_else(|e| e.into_inner()).push(op);
             }
@@ -2027,7 +2035,7 @@ fn peek(h: MPI_Request) -> R<Option<Peeked>> {
     // "being completed by another thread": trial of 2026-12-07).
     let in_place = if let Some(f) = fast(h) {
         match f {
-            Fast::Done(comm, st) => return Ok(Some(peeked(comm, Ok(st)))),
+            Fast::Done(comm) => return Ok(Some(peeked(comm, Ok(send_done_status())))),
             Fast::Raw(comm, raw) => {
                 crate::env::check_live()?;
                 if !crate::env::world()?.raw_known(raw) {

@@ -104,6 +104,15 @@ static void iters_for(const struct opts *o, size_t size, long *iters, long *warm
     }
 }
 
+/* iters_for of a windowed mode: each iteration moves a whole window, so a tenth
+ * (at least 1) of the message counts */
+static void window_iters_for(const struct opts *o, size_t size, long *iters, long *warm)
+{
+    iters_for(o, size, iters, warm);
+    *iters = *iters / 10 > 0 ? *iters / 10 : 1;
+    *warm = *warm / 10 > 0 ? *warm / 10 : 1;
+}
+
 static void fill(unsigned char *b, size_t n, unsigned seed)
 {
     for (size_t i = 0; i < n; i++)
@@ -242,10 +251,7 @@ static void run_bw(const struct opts *o)
     size_t start = o->min_size ? o->min_size : 1;
     for (size_t size = start; size <= o->max_size; size *= 2) {
         long iters, warm;
-        iters_for(o, size, &iters, &warm);
-        /* each iteration already moves a whole window */
-        iters = iters / 10 > 0 ? iters / 10 : 1;
-        warm = warm / 10 > 0 ? warm / 10 : 1;
+        window_iters_for(o, size, &iters, &warm);
         int bad = 0;
         stride = o->shared_rbuf ? 0 : size;
 
@@ -334,9 +340,7 @@ static void run_drain(const struct opts *o)
     size_t start = o->min_size ? o->min_size : 1;
     for (size_t size = start; size <= o->max_size; size *= 2) {
         long iters, warm;
-        iters_for(o, size, &iters, &warm);
-        iters = iters / 10 > 0 ? iters / 10 : 1;
-        warm = warm / 10 > 0 ? warm / 10 : 1;
+        window_iters_for(o, size, &iters, &warm);
         double post = 0.0, wait = 0.0;
         MPI_Barrier(MPI_COMM_WORLD);
         for (long i = 0; i < warm + iters && g_rank < 2; i++) {

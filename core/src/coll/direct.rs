@@ -121,15 +121,13 @@ impl Communicator {
         Some(Ok(()))
     }
 
-    /// The all-to-all of `alltoall.rs` run directly on `send` → `recv` (bytes of
-    /// `elem_bytes`-byte elements, `size()` blocks each, equal lengths): the own block
-    /// copied, then one exchange per peer in
-    /// the pairwise order (`alltoall.rs`, [`super::alltoall::build`]). Each pair
-    /// exchanges one message per call with the schedule's context and tag, so the
-    /// linear schedule (which posts the same messages at once) sends the same ones.
-    /// `None`: not applicable (lengths the schedule reports as errors, blocks above
-    /// [`MAX_DIRECT_ALLTOALL_BLOCK_BYTES`], an invalid `RANKWIRE_ALLTOALL_ALGO`), use
-    /// the schedule.
+    /// The all-to-all of `alltoall.rs` on 2 ranks run directly on `send` → `recv` (bytes
+    /// of `elem_bytes`-byte elements, 2 blocks each, equal lengths): the own block
+    /// copied, then one exchange with the other rank, the message either schedule
+    /// (`alltoall.rs`, [`super::alltoall::build`]) sends, with its context and tag.
+    /// `None`: not applicable (not 2 ranks, lengths the schedule reports as errors,
+    /// blocks above [`MAX_DIRECT_ALLTOALL_BLOCK_BYTES`], an invalid
+    /// `RANKWIRE_ALLTOALL_ALGO`), use the schedule.
     pub(crate) fn alltoall_direct(
         &self,
         send: &[u8],
@@ -162,24 +160,16 @@ impl Communicator {
         }
         let blk = |j: usize| j * block..(j + 1) * block;
         recv[blk(me)].copy_from_slice(&send[blk(me)]);
-        for i in 1..p {
-            let (src, dst) = if p.is_power_of_two() {
-                (me ^ i, me ^ i)
-            } else {
-                ((me + p - i) % p, (me + i) % p)
-            };
-            if let Err(e) = self.exchange(
-                "alltoall",
-                tag,
-                dst,
-                &send[blk(dst)],
-                src,
-                &mut recv[blk(src)],
-            ) {
-                return Some(Err(e));
-            }
-        }
-        Some(Ok(()))
+        // Two ranks: the one pairwise step is the exchange with the other rank.
+        let peer = 1 - me;
+        Some(self.exchange(
+            "alltoall",
+            tag,
+            peer,
+            &send[blk(peer)],
+            peer,
+            &mut recv[blk(peer)],
+        ))
     }
 
     /// Recursive doubling (`allreduce.rs`), run directly on `send` → `recv` (bytes,
