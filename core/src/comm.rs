@@ -720,7 +720,7 @@ impl Communicator {
                 out.extend(reqs.iter().map(|r| {
                     e.proto
                         .take_done(r.id)
-                        .unwrap_or_else(|| Err(crate::request::unknown_request(r.id)))
+                        .unwrap_or_else(|| Err(crate::protocol::unknown_request(r.id)))
                 }));
             },
         );

@@ -81,10 +81,13 @@ use rankwire_transports::{InPayload, MemoryKind};
 /// Request id, unique within one rank for the life of the process.
 pub type ReqId = u64;
 
-/// The number shown to people for request `id`: its place among this rank's requests in
-/// the order they were made, 1 for the first.
-pub(crate) fn request_number(id: ReqId) -> u64 {
-    reqs::number(id)
+/// The outcome of a request given by its id ([`crate::RawRequest::from_parts`]) that
+/// the runtime does not hold: completed already, or never made.
+#[cold]
+pub(crate) fn unknown_request(id: ReqId) -> Error {
+    Error::Matching(crate::MatchError::UnknownRequest {
+        number: reqs::number(id),
+    })
 }
 
 /// What a completed receive (or send) reports: MPI's `MPI_Status`.
@@ -756,6 +759,13 @@ impl Protocol {
     /// Whether request `id` has completed (without taking the result).
     pub fn is_done(&self, id: ReqId) -> bool {
         self.reqs.is_done(id)
+    }
+
+    /// The outcome of request `id` once it is settled: taken when done, an error
+    /// ([`crate::MatchError::UnknownRequest`]) when not held; `None` while pending.
+    #[inline]
+    pub fn take_settled(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
+        self.reqs.take_settled(id)
     }
 
     /// Whether request `id` is settled: completed (its outcome waiting), or not held at

@@ -351,15 +351,6 @@ fn finished_request() -> crate::Error {
     )
 }
 
-/// The outcome of a raw request ([`RawRequest::from_parts`]) whose id the runtime does
-/// not hold: completed already, or never made.
-#[cold]
-pub(crate) fn unknown_request(id: crate::protocol::ReqId) -> crate::Error {
-    crate::Error::Matching(crate::MatchError::UnknownRequest {
-        number: crate::protocol::request_number(id),
-    })
-}
-
 /// Progress until every request of `reqs` has completed, without completing any
 /// (each one's [`Request::wait`] then returns at once, without a progress round). Its
 /// pending sends first offer their receivers a share of the copy. For
@@ -437,7 +428,7 @@ pub fn wait_all_in_place<'r, 'a: 'r>(
                         let o = e
                             .proto
                             .take_done(id)
-                            .unwrap_or_else(|| Err(unknown_request(id)));
+                            .unwrap_or_else(|| Err(crate::protocol::unknown_request(id)));
                         r.localize(o)
                     }
                     None => r.take_ready().unwrap_or_else(|| Err(finished_request())),

@@ -212,6 +212,22 @@ impl Reqs {
         matches!(self.slot(id), Some(Slot::Done(_)))
     }
 
+    /// The outcome of request `id` if it is settled, in one lookup: taken (the slot
+    /// freed) when done; [`crate::MatchError::UnknownRequest`] when not held at all
+    /// (taken already, or never made). `None` while it is pending.
+    #[inline]
+    pub(super) fn take_settled(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
+        let (k, g) = split(id);
+        match self.slab.get(k) {
+            Some((generation, Slot::Done(_))) if *generation == g => match self.slab.remove(k) {
+                (_, Slot::Done(r)) => Some(r),
+                _ => None,
+            },
+            Some((generation, _)) if *generation == g => None,
+            _ => Some(Err(crate::protocol::unknown_request(id))),
+        }
+    }
+
     /// Whether request `id` is done, or not held at all.
     #[inline]
     pub(super) fn is_settled(&self, id: ReqId) -> bool {

@@ -96,7 +96,7 @@ impl Inner {
     pub(crate) fn wait_request(&self, id: ReqId) -> Result<Status> {
         self.wait_for(|e| {
             e.proto.help(id);
-            take_settled(e, id)
+            e.proto.take_settled(id)
         })
     }
 
@@ -105,7 +105,7 @@ impl Inner {
     /// # Errors
     /// As the request's outcome.
     pub(crate) fn wait_request_quietly(&self, id: ReqId) -> Result<Status> {
-        self.wait_for(|e| take_settled(e, id))
+        self.wait_for(|e| e.proto.take_settled(id))
     }
 
     /// One progress round, then the outcome of request `id` if it is done (taken).
@@ -113,7 +113,7 @@ impl Inner {
         // A test loop takes the lock again and again: other threads' calls first.
         let mut e = self.relock();
         self.progress(&mut e);
-        take_settled(&mut e, id)
+        e.proto.take_settled(id)
     }
 
     /// One progress round, then a copy of request `id`'s outcome if it has completed
@@ -241,18 +241,5 @@ impl Inner {
     pub(crate) fn posted_and_eager(&self, ctx: u32, src: u32, tag: i32) -> (bool, usize) {
         let e = self.lock();
         (e.proto.has_posted_recv(ctx, src, tag), e.eager_limit(src))
-    }
-}
-
-/// The outcome of request `id` once it is settled: taken when done; an error when the
-/// runtime does not hold the id (a raw request completed elsewhere, or never made:
-/// [`crate::RawRequest::from_parts`]), so that no wait is for an id that cannot
-/// complete. `None` while it is pending.
-#[inline]
-fn take_settled(e: &mut Engine, id: ReqId) -> Option<Result<Status>> {
-    match e.proto.take_done(id) {
-        Some(r) => Some(r),
-        None if !e.proto.is_known(id) => Some(Err(crate::request::unknown_request(id))),
-        None => None,
     }
 }
