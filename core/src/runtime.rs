@@ -155,7 +155,9 @@ impl Inner {
 
     /// The collective settings of this runtime (`RANKWIRE_COLL_*`, read once).
     pub(crate) fn coll_config(&self) -> CollConfig {
-        self.coll_cfg.get_or_init(CollConfig::from_env).clone()
+        self.coll_cfg
+            .get_or_init(|| CollConfig::from_env(self.paths.oversubscribed))
+            .clone()
     }
 
     /// Turn the progress watchdog on with bound `limit` (once, at init; a later call

@@ -324,6 +324,10 @@ pub(crate) struct Paths {
     /// Process id of each world rank as it published it at start-up (for cross-memory
     /// attach), where it did; empty until the start-up records are read.
     pub(crate) pids: Vec<Option<u32>>,
+    /// Some node of the job runs more ranks than it has CPUs for them (from the
+    /// start-up records, the same on every rank): small collectives then take the
+    /// algorithms with the fewest waits per rank (`coll/select.rs`, "Oversubscribed").
+    pub(crate) oversubscribed: bool,
 }
 
 /// The memory kinds of the table, as rows name them.
@@ -407,6 +411,7 @@ pub(crate) fn select(input: &Input) -> Result<Paths> {
         rdma_device: None,
         gdr: None,
         pids: Vec::new(),
+        oversubscribed: false,
     })
 }
 

@@ -56,8 +56,8 @@ fn log_filter_error(v: Option<&str>) -> Option<ConfigError> {
 mod tests {
     use super::*;
     use crate::coll::select::{
-        Algo, AllgatherAlgo, AllreduceAlgo, AlltoallAlgo, BcastAlgo, GatherAlgo, ReduceAlgo,
-        ReduceScatterAlgo,
+        Algo, AllgatherAlgo, AllreduceAlgo, AlltoallAlgo, BarrierAlgo, BcastAlgo, GatherAlgo,
+        ReduceAlgo, ReduceScatterAlgo,
     };
     use settings::algos;
 
@@ -72,6 +72,7 @@ mod tests {
     fn algorithm_names_match_the_enums() {
         assert_eq!(algos::ALLREDUCE, names::<AllreduceAlgo>());
         assert_eq!(algos::BCAST, names::<BcastAlgo>());
+        assert_eq!(algos::BARRIER, names::<BarrierAlgo>());
         assert_eq!(algos::REDUCE, names::<ReduceAlgo>());
         assert_eq!(algos::ALLGATHER, names::<AllgatherAlgo>());
         assert_eq!(algos::ALLTOALL, names::<AlltoallAlgo>());
@@ -80,6 +81,7 @@ mod tests {
         for var in [
             AllreduceAlgo::VAR,
             BcastAlgo::VAR,
+            BarrierAlgo::VAR,
             ReduceAlgo::VAR,
             AllgatherAlgo::VAR,
             AlltoallAlgo::VAR,

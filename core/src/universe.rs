@@ -545,6 +545,8 @@ fn build(joined: Joined) -> Result<Universe> {
     // What each rank published as the settings all must share (sixth field).
     let mut shared_by: Vec<Option<String>> = Vec::with_capacity(size as usize);
     let mut node_cpus: Vec<u32> = Vec::new();
+    // (node identity, CPU list) of every rank, for the job-wide oversubscription flag.
+    let mut cpu_records: Vec<(String, String)> = Vec::with_capacity(size as usize);
     // (pid, probe address) of each rank, where published.
     let mut probe_at: Vec<Option<(u32, u64)>> = Vec::with_capacity(size as usize);
     // What each rank published about its GPUs (with --explain only).
@@ -575,6 +577,7 @@ fn build(joined: Joined) -> Result<Universe> {
         if id == me {
             node_cpus.extend(parse_cpu_list(cpus));
         }
+        cpu_records.push((id.to_string(), cpus.to_string()));
         node_ids.push(id.to_string());
     }
     select::check_shared_settings(&shared_by.iter().map(Option::as_deref).collect::<Vec<_>>())?;
@@ -662,6 +665,9 @@ fn build(joined: Joined) -> Result<Universe> {
         paths.rdma_device = rdma_probe.dev.as_ref().map(|d| d.why().to_string());
     }
     paths.pids = probe_at.iter().map(|p| p.map(|(pid, _)| pid)).collect();
+    paths.oversubscribed = crate::bootstrap::node::any_node_oversubscribed(
+        cpu_records.iter().map(|(i, c)| (i.as_str(), c.as_str())),
+    );
     log_choices(&paths);
     let routes = paths.routes();
     let tcp_peers: Vec<u32> = (0..size)

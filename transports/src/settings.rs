@@ -107,7 +107,9 @@ pub mod algos {
         "reduce_bcast",
     ];
     /// `RANKWIRE_BCAST_ALGO`.
-    pub const BCAST: &[&str] = &["auto", "binomial", "scatter_allgather"];
+    pub const BCAST: &[&str] = &["auto", "binomial", "scatter_allgather", "linear"];
+    /// `RANKWIRE_BARRIER_ALGO`.
+    pub const BARRIER: &[&str] = &["auto", "dissemination", "linear"];
     /// `RANKWIRE_REDUCE_ALGO`.
     pub const REDUCE: &[&str] = &["auto", "binomial"];
     /// `RANKWIRE_ALLGATHER_ALGO`.
@@ -592,8 +594,14 @@ pub static SETTINGS: &[Setting] = &[
     algo!(
         "RANKWIRE_BCAST_ALGO",
         algos::BCAST,
-        "auto, binomial or scatter_allgather",
+        "auto, binomial, scatter_allgather or linear",
         "force the broadcast algorithm"
+    ),
+    algo!(
+        "RANKWIRE_BARRIER_ALGO",
+        algos::BARRIER,
+        "auto, dissemination or linear",
+        "force the barrier algorithm"
     ),
     algo!(
         "RANKWIRE_REDUCE_ALGO",

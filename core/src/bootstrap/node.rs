@@ -58,6 +58,26 @@ pub(crate) fn parse_cpu_list(s: &str) -> Vec<u32> {
     v
 }
 
+/// Whether some node of the job runs more ranks than the CPUs they may run on together:
+/// `records` holds one `(node identity, CPU list as cpu_list writes it)` per world rank,
+/// as every rank published them at start-up, so every rank computes the same answer
+/// (collectives pick their algorithms by it, and all ranks must pick alike). A node
+/// whose ranks published no CPUs (affinity unknown) counts as not oversubscribed.
+pub(crate) fn any_node_oversubscribed<'a>(
+    records: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> bool {
+    let mut nodes: std::collections::HashMap<&str, (usize, std::collections::BTreeSet<u32>)> =
+        std::collections::HashMap::new();
+    for (id, cpus) in records {
+        let n = nodes.entry(id).or_default();
+        n.0 += 1;
+        n.1.extend(parse_cpu_list(cpus));
+    }
+    nodes
+        .values()
+        .any(|(ranks, cpus)| !cpus.is_empty() && *ranks > cpus.len())
+}
+
 /// Node identity: boot id + hostname + network namespace. Two ranks with the same
 /// string share a kernel and a network stack, hence shared memory and loopback.
 pub(crate) fn node_id() -> String {
@@ -76,6 +96,20 @@ pub(crate) fn node_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oversubscription_is_judged_per_node_from_the_published_records() {
+        // Two nodes of 2 CPUs: 2 ranks each fit, a third on node a does not.
+        let fit = [("a", "0-1"), ("a", "0-1"), ("b", "0,1"), ("b", "0-1")];
+        assert!(!any_node_oversubscribed(fit));
+        let over = [("a", "0-1"), ("a", "0-1"), ("a", "0-1"), ("b", "0-1")];
+        assert!(any_node_oversubscribed(over));
+        // Ranks bound to one CPU each: the union counts (2 ranks on CPUs 0 and 1 fit).
+        assert!(!any_node_oversubscribed([("a", "0"), ("a", "1")]));
+        assert!(any_node_oversubscribed([("a", "0"), ("a", "0")]));
+        // Unknown affinity is not taken for oversubscription.
+        assert!(!any_node_oversubscribed([("a", ""), ("a", ""), ("a", "")]));
+    }
 
     #[test]
     fn cpu_lists_round_trip_and_bad_parts_are_skipped() {

@@ -1,8 +1,9 @@
 //! Barrier (MPI 4.1 §6.3): pairwise exchange for power-of-two sizes, dissemination
-//! otherwise.
+//! otherwise; linear (fan-in to rank 0, fan-out) where ranks share cores.
 
 use crate::coll::check::Spec;
 use crate::coll::sched::{Buf, Builder, Slice, UserBufs};
+use crate::coll::select::{Algo, BarrierAlgo};
 use crate::coll::{CollKind, CollRequest};
 use crate::comm::Communicator;
 use crate::error::Result;
@@ -18,12 +19,17 @@ impl Communicator {
     /// cores. Other sizes use the dissemination algorithm (D. Hensgen, R. Finkel,
     /// U. Manber, "Two algorithms for barrier synchronization", IJPP 17(1), 1988): in
     /// round `k` each rank sends to `rank + 2^k` and waits for `rank − 2^k` (mod p).
+    /// Where some node of the job runs more ranks than it has CPUs, 3 to 16 ranks use
+    /// the linear barrier instead: every rank sends to rank 0 and waits for its answer,
+    /// so each waits once (see [`BarrierAlgo`]). `RANKWIRE_BARRIER_ALGO` overrides.
     ///
     /// # Errors
     /// [`crate::Error::Connection`] if a peer died; [`crate::Error::Collective`] on a
-    /// mismatch found by `RANKWIRE_COLL_CHECK`.
+    /// mismatch found by `RANKWIRE_COLL_CHECK`; [`crate::Error::Usage`] for an invalid
+    /// `RANKWIRE_BARRIER_ALGO`.
     pub fn barrier(&self) -> Result<()> {
-        if let Some(r) = self.barrier_direct() {
+        let algo = self.st.cfg.barrier(self.size())?;
+        if let Some(r) = self.barrier_direct(algo) {
             return r;
         }
         self.ibarrier()?.wait()
@@ -35,8 +41,10 @@ impl Communicator {
     /// # Errors
     /// [`crate::Error::Usage`] after finalize.
     pub fn ibarrier(&self) -> Result<CollRequest<'static>> {
-        let spec = Spec::uniform(CollKind::Barrier, None, 0, 0);
-        self.start_coll(spec, UserBufs::empty(), build)
+        let algo = self.st.cfg.barrier(self.size())?;
+        let mut spec = Spec::uniform(CollKind::Barrier, None, 0, 0);
+        spec.algo = algo.code();
+        self.start_coll(spec, UserBufs::empty(), |b| build(b, algo))
     }
 }
 
@@ -51,11 +59,33 @@ pub(crate) fn round_peers(me: usize, n: usize, dist: usize) -> (usize, usize) {
     }
 }
 
-/// The barrier's schedule: one round per power of two below `n`.
-pub(crate) fn build(b: &mut Builder) {
+/// The barrier's schedule: for [`BarrierAlgo::Dissemination`] one round per power of
+/// two below `n`; for [`BarrierAlgo::Linear`] a fan-in to rank 0, then (a later round
+/// of rank 0, after it heard from every rank) a fan-out from it.
+pub(crate) fn build(b: &mut Builder, algo: BarrierAlgo) {
     let (me, n) = (b.rank, b.size);
     let empty_in = Slice::new(Buf::Recv, 0, 0);
     let empty_out = Slice::new(Buf::Send, 0, 0);
+    if algo == BarrierAlgo::Linear {
+        if n == 1 {
+            return;
+        }
+        if me == 0 {
+            b.round();
+            for r in 1..n {
+                b.recv(r, empty_in);
+            }
+            b.round();
+            for r in 1..n {
+                b.send(r, empty_out);
+            }
+        } else {
+            b.round();
+            b.send(0, empty_out);
+            b.recv(0, empty_in);
+        }
+        return;
+    }
     let mut dist = 1;
     while dist < n {
         let (to, from) = round_peers(me, n, dist);
@@ -76,9 +106,23 @@ mod tests {
         for p in 1..=9usize {
             let sends = vec![Vec::<u8>::new(); p];
             let mut recvs = vec![Vec::<u8>::new(); p];
-            let msgs = testing::run(&sends, &mut recvs, None, build);
+            let msgs = testing::run(&sends, &mut recvs, None, |b| {
+                build(b, BarrierAlgo::Dissemination)
+            });
             let lg = p.next_power_of_two().trailing_zeros() as usize;
             assert_eq!(msgs, p * lg, "p={p}");
+        }
+    }
+
+    /// The linear barrier: p − 1 messages into rank 0 and p − 1 out of it, and the
+    /// schedules of all ranks complete together (the simulator finds no deadlock).
+    #[test]
+    fn linear_barrier_sends_2_p_minus_1_messages_through_rank_0() {
+        for p in 1..=9usize {
+            let sends = vec![Vec::<u8>::new(); p];
+            let mut recvs = vec![Vec::<u8>::new(); p];
+            let msgs = testing::run(&sends, &mut recvs, None, |b| build(b, BarrierAlgo::Linear));
+            assert_eq!(msgs, 2 * p.saturating_sub(1), "p={p}");
         }
     }
 

@@ -1,4 +1,4 @@
-//! Broadcast (MPI 4.1 §6.4): binomial tree and scatter + ring allgather.
+//! Broadcast (MPI 4.1 §6.4): binomial tree, scatter + ring allgather, and linear.
 
 use bytemuck::Pod;
 
@@ -15,8 +15,9 @@ impl Communicator {
     /// Shape: `buf.len()` elements, equal on every rank; on `root` it is read, elsewhere
     /// overwritten. Algorithm: binomial tree for small messages (up to 8 KiB run
     /// without a schedule, `coll/direct.rs`, unless `RANKWIRE_COLL_CHECK` is set),
-    /// binomial scatter then ring allgather for large ones (see [`BcastAlgo`]);
-    /// `RANKWIRE_BCAST_ALGO` overrides.
+    /// binomial scatter then ring allgather for large ones; where some node of the job
+    /// runs more ranks than it has CPUs, up to 8 KiB on 3 to 16 ranks, linear from the
+    /// root (see [`BcastAlgo`]); `RANKWIRE_BCAST_ALGO` overrides.
     ///
     /// # Errors
     /// [`crate::Error::Usage`] if `root` is out of range; [`crate::Error::Collective`]
@@ -64,6 +65,22 @@ pub(crate) fn build(
     match algo {
         BcastAlgo::Binomial => binomial(b, Slice::elems(buf, es, 0, count), root),
         BcastAlgo::ScatterAllgather => scatter_allgather(b, buf, count, es, root),
+        BcastAlgo::Linear => linear(b, Slice::elems(buf, es, 0, count), root),
+    }
+}
+
+/// Linear broadcast: the root sends `whole` to every other rank in relative-rank order,
+/// in one round; every other rank receives it from the root. p − 1 messages, each rank
+/// waiting on the root only.
+fn linear(b: &mut Builder, whole: Slice, root: usize) {
+    let (me, p) = (b.rank, b.size);
+    b.round();
+    if me == root {
+        for k in 1..p {
+            b.send((root + k) % p, whole);
+        }
+    } else {
+        b.recv(root, whole);
     }
 }
 
@@ -143,7 +160,11 @@ mod tests {
 
     #[test]
     fn every_algorithm_every_size_every_root() {
-        for algo in [BcastAlgo::Binomial, BcastAlgo::ScatterAllgather] {
+        for algo in [
+            BcastAlgo::Binomial,
+            BcastAlgo::ScatterAllgather,
+            BcastAlgo::Linear,
+        ] {
             for p in 1..=9 {
                 for count in [0, 1, 2, 7, 9, 100] {
                     for root in 0..p {

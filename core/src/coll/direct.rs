@@ -22,7 +22,7 @@
 //! when nothing else is pending ([`crate::engine::Engine::recv_direct`]), else it is
 //! posted and waited for.
 
-use super::select::{AllreduceAlgo, BcastAlgo, pof2_floor};
+use super::select::{AllreduceAlgo, BarrierAlgo, BcastAlgo, pof2_floor};
 use super::tag_base;
 use crate::comm::{COLL_CTX_BIT, Communicator};
 use crate::engine::SendStart;
@@ -48,9 +48,10 @@ pub(crate) const MAX_DIRECT_ALLTOALL_BLOCK_BYTES: usize = 8 << 10;
 const STACK_TMP_BYTES: usize = 4096;
 
 impl Communicator {
-    /// The barrier's rounds (`barrier.rs`, [`super::barrier::round_peers`]), run directly. `None`: not applicable,
-    /// use the schedule.
-    pub(crate) fn barrier_direct(&self) -> Option<Result<()>> {
+    /// The barrier's rounds (`barrier.rs`: [`super::barrier::round_peers`], or the
+    /// linear fan-in and fan-out of [`BarrierAlgo::Linear`]), run directly. `None`: not
+    /// applicable, use the schedule.
+    pub(crate) fn barrier_direct(&self, algo: BarrierAlgo) -> Option<Result<()>> {
         if self.st.cfg.check {
             return None;
         }
@@ -59,6 +60,24 @@ impl Communicator {
         }
         let tag = tag_base(self.st.next_seq());
         let (me, n) = (self.rank(), self.size());
+        if algo == BarrierAlgo::Linear {
+            const WHAT: &str = "barrier";
+            let r = if n == 1 {
+                Ok(())
+            } else if me == 0 {
+                // Every rank's message first, then the answers, in rank order (the
+                // schedule's two rounds).
+                (1..n)
+                    .try_for_each(|r| self.exchange(WHAT, tag, usize::MAX, &[], r, &mut []))
+                    .and_then(|()| {
+                        (1..n)
+                            .try_for_each(|r| self.exchange(WHAT, tag, r, &[], usize::MAX, &mut []))
+                    })
+            } else {
+                self.exchange(WHAT, tag, 0, &[], 0, &mut [])
+            };
+            return Some(r);
+        }
         let mut dist = 1;
         while dist < n {
             let (to, from) = super::barrier::round_peers(me, n, dist);
@@ -83,7 +102,7 @@ impl Communicator {
     ) -> Option<Result<()>> {
         let (me, p) = (self.rank(), self.size());
         if self.st.cfg.check
-            || algo != BcastAlgo::Binomial
+            || !matches!(algo, BcastAlgo::Binomial | BcastAlgo::Linear)
             || buf.len() > MAX_DIRECT_BCAST_BYTES
             || root >= p
         {
@@ -97,6 +116,17 @@ impl Communicator {
             return Some(Ok(()));
         }
         const WHAT: &str = "bcast";
+        if algo == BcastAlgo::Linear {
+            // The root's sends in relative-rank order (`bcast::linear`'s one round).
+            let r = if me == root {
+                (1..p).try_for_each(|k| {
+                    self.exchange(WHAT, tag, (root + k) % p, buf, usize::MAX, &mut [])
+                })
+            } else {
+                self.exchange(WHAT, tag, usize::MAX, &[], root, buf)
+            };
+            return Some(r);
+        }
         let rel = (me + p - root) % p;
         let mut mask = 1;
         while mask < p {

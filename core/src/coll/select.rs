@@ -154,6 +154,25 @@ algo_enum!(
         /// "Interprocessor collective communication library (InterCom)", SHPCC 1994;
         /// Thakur et al. 2005 §4.1).
         ScatterAllgather = "scatter_allgather",
+        /// `linear`: the root sends the whole message to every other rank in turn
+        /// (MPICH's and Open MPI's basic linear broadcast). Every rank waits once, for
+        /// the root only; the default for small messages where ranks share cores
+        /// ([`CollConfig::bcast`]).
+        Linear = "linear",
+    }
+);
+
+algo_enum!(
+    /// Barrier algorithms (`RANKWIRE_BARRIER_ALGO`).
+    BarrierAlgo, "RANKWIRE_BARRIER_ALGO" {
+        /// `dissemination`: ⌈lg p⌉ rounds, pairwise exchange (the butterfly) for a
+        /// power-of-two size, dissemination otherwise (`barrier.rs`).
+        Dissemination = "dissemination",
+        /// `linear`: every rank sends to rank 0, which answers each once it has heard
+        /// from all (a fan-in/fan-out barrier; Open MPI's `basic_linear`). Every rank
+        /// but 0 waits once; the default where ranks share cores
+        /// ([`CollConfig::barrier`]).
+        Linear = "linear",
     }
 );
 
@@ -220,6 +239,7 @@ algo_enum!(
 pub(crate) struct Overrides {
     allreduce: Forced<AllreduceAlgo>,
     bcast: Forced<BcastAlgo>,
+    barrier: Forced<BarrierAlgo>,
     reduce: Forced<ReduceAlgo>,
     allgather: Forced<AllgatherAlgo>,
     alltoall: Forced<AlltoallAlgo>,
@@ -285,6 +305,7 @@ impl Overrides {
         Overrides {
             allreduce: Forced::parse(AllreduceAlgo::VAR, get(AllreduceAlgo::VAR)),
             bcast: Forced::parse(BcastAlgo::VAR, get(BcastAlgo::VAR)),
+            barrier: Forced::parse(BarrierAlgo::VAR, get(BarrierAlgo::VAR)),
             reduce: Forced::parse(ReduceAlgo::VAR, get(ReduceAlgo::VAR)),
             allgather: Forced::parse(AllgatherAlgo::VAR, get(AllgatherAlgo::VAR)),
             alltoall: Forced::parse(AlltoallAlgo::VAR, get(AlltoallAlgo::VAR)),
@@ -303,6 +324,17 @@ impl Overrides {
 /// (benches/results/2026-12-05_single-copy-allreduce/).
 pub(crate) const SINGLE_COPY_MIN_BYTES: usize = (64 << 10) + 1;
 
+/// Largest communicator that takes the linear barrier and broadcast in an
+/// oversubscribed job ([`CollConfig::barrier`]): rank 0 (the root) handles p − 1
+/// messages each way, one after the other.
+pub(crate) const LINEAR_MAX_RANKS: usize = 16;
+
+/// Largest message (bytes: a broadcast, an all-to-all block) that takes the linear
+/// algorithm in an oversubscribed job: the root sends the whole message p − 1 times,
+/// or every rank has p − 1 messages in flight at once, which costs little only while
+/// they are eager (the direct broadcast's limit, `direct.rs`).
+pub(crate) const LINEAR_MAX_BYTES: usize = 8 << 10;
+
 /// Collective configuration of one communicator.
 #[derive(Debug, Clone)]
 pub(crate) struct CollConfig {
@@ -313,6 +345,11 @@ pub(crate) struct CollConfig {
     /// `RANKWIRE_ALLREDUCE_SINGLE_COPY`: smallest blocking host allreduce (bytes per
     /// rank) read by single copy among the ranks of one node (`single_copy.rs`); 0: off.
     pub(crate) single_copy_min: usize,
+    /// Some node of the job runs more ranks than it has CPUs for them (the same on
+    /// every rank: `crate::select::Paths::oversubscribed`). Barrier and small
+    /// broadcasts then take the linear algorithms, see "Oversubscribed" in
+    /// [`CollConfig::barrier`].
+    pub(crate) oversubscribed: bool,
 }
 
 impl CollConfig {
@@ -320,8 +357,9 @@ impl CollConfig {
     /// ([`crate::settings`]). The runtime reads it once and keeps it
     /// (`crate::runtime::Inner::coll_config`): communicator creation is no place for
     /// environment reads.
-    pub(crate) fn from_env() -> CollConfig {
+    pub(crate) fn from_env(oversubscribed: bool) -> CollConfig {
         CollConfig {
+            oversubscribed,
             check: crate::settings::switch_or_unset("RANKWIRE_COLL_CHECK") == Some(true),
             overrides: Overrides::from_lookup(crate::settings::raw),
             model: CostModel::DEFAULT,
@@ -352,11 +390,54 @@ impl CollConfig {
         !matches!(self.overrides.allreduce, Forced::None)
     }
 
-    /// Broadcast of `bytes` on `p` ranks.
+    /// Broadcast of `bytes` on `p` ranks: [`BcastAlgo::Linear`] for up to
+    /// [`LINEAR_MAX_BYTES`] on 3 to [`LINEAR_MAX_RANKS`] ranks of an
+    /// oversubscribed job (see [`CollConfig::barrier`]), else the cost model's choice.
     pub(crate) fn bcast(&self, p: usize, bytes: usize) -> Result<BcastAlgo> {
-        self.overrides
-            .bcast
-            .pick(|_| true, || self.model.best_bcast(p, bytes))
+        self.overrides.bcast.pick(
+            |_| true,
+            || {
+                if self.linear_when_oversubscribed(p) && bytes <= LINEAR_MAX_BYTES {
+                    BcastAlgo::Linear
+                } else {
+                    self.model.best_bcast(p, bytes)
+                }
+            },
+        )
+    }
+
+    /// Barrier on `p` ranks.
+    ///
+    /// # Oversubscribed
+    /// Where ranks share cores, a rank that waits gives its core away and runs again
+    /// only after the scheduler comes back to it, several µs later, so an algorithm
+    /// costs about one such turn per wait in its longest chain of waits. The
+    /// dissemination barrier has ⌈lg p⌉ dependent rounds on every rank, and a binomial
+    /// broadcast after it waits on a rank that may not be running. Linear algorithms
+    /// have every rank wait once, on one rank. Measured with OSU 7.2 through the MPI
+    /// ABI, 4 ranks on 2 cores (`benches/results/2026-12-09a_oversub-linear/`): a
+    /// broadcast + barrier iteration took 13–19 µs with dissemination and binomial,
+    /// against 9–10 µs with both linear (Open MPI, whose defaults at 4 ranks are
+    /// linear, 6–7 µs; forcing its recursive doubling barrier gave 11–15 µs and our
+    /// pattern of waits). So with [`CollConfig::oversubscribed`] set, 3 to
+    /// [`LINEAR_MAX_RANKS`] ranks take [`BarrierAlgo::Linear`]; otherwise, and on 2
+    /// ranks (one exchange either way), dissemination.
+    pub(crate) fn barrier(&self, p: usize) -> Result<BarrierAlgo> {
+        self.overrides.barrier.pick(
+            |_| true,
+            || {
+                if self.linear_when_oversubscribed(p) {
+                    BarrierAlgo::Linear
+                } else {
+                    BarrierAlgo::Dissemination
+                }
+            },
+        )
+    }
+
+    /// Whether `p` ranks of this job take the linear algorithms ([`CollConfig::barrier`]).
+    fn linear_when_oversubscribed(&self, p: usize) -> bool {
+        self.oversubscribed && (3..=LINEAR_MAX_RANKS).contains(&p)
     }
 
     /// Reduce (one algorithm for now; the variable is still validated).
@@ -375,10 +456,23 @@ impl CollConfig {
     }
 
     /// Alltoall of `bytes` per destination on `p` ranks.
+    ///
+    /// In an oversubscribed job ([`CollConfig::barrier`]) blocks up to
+    /// [`LINEAR_MAX_BYTES`] on 3 to [`LINEAR_MAX_RANKS`] ranks take
+    /// [`AlltoallAlgo::Linear`]: every message in flight at once, so a rank waits once
+    /// for all of them, where pairwise waits p − 1 times, each on one partner (4 ranks on
+    /// 2 cores, `osu_alltoall` 1 B – 1 KiB: 5.7–12.6 µs against 8.8–17 µs pairwise).
     pub(crate) fn alltoall(&self, p: usize, bytes: usize) -> Result<AlltoallAlgo> {
-        self.overrides
-            .alltoall
-            .pick(|_| true, || self.model.best_alltoall(p, bytes))
+        self.overrides.alltoall.pick(
+            |_| true,
+            || {
+                if self.linear_when_oversubscribed(p) && bytes <= LINEAR_MAX_BYTES {
+                    AlltoallAlgo::Linear
+                } else {
+                    self.model.best_alltoall(p, bytes)
+                }
+            },
+        )
     }
 
     /// Gather (`scatter = false`) or scatter of `bytes` per rank on `p` ranks.
@@ -452,16 +546,26 @@ impl CostModel {
         let pf = p as f64;
         match a {
             BcastAlgo::Binomial => l * self.msg(n),
+            // The last rank gets the root's (p−1)-th send.
+            BcastAlgo::Linear => {
+                self.msg(n) + (pf - 2.0).max(0.0) * (self.overhead_us + n * self.beta_us_per_byte)
+            }
             BcastAlgo::ScatterAllgather => {
                 (l + pf - 1.0) * self.alpha_us + 2.0 * (pf - 1.0) / pf * n * self.beta_us_per_byte
             }
         }
     }
 
+    /// The model's broadcast: binomial or scatter-allgather (linear is chosen only
+    /// where ranks share cores, [`CollConfig::bcast`], or when forced).
     fn best_bcast(&self, p: usize, bytes: usize) -> BcastAlgo {
-        best(BcastAlgo::NAMES.iter().map(|(_, a)| *a), |a| {
-            self.bcast_us(a, p, bytes)
-        })
+        best(
+            BcastAlgo::NAMES
+                .iter()
+                .map(|(_, a)| *a)
+                .filter(|a| *a != BcastAlgo::Linear),
+            |a| self.bcast_us(a, p, bytes),
+        )
     }
 
     /// Predicted time of an allgather algorithm for `bytes` per rank, µs.
@@ -591,7 +695,69 @@ mod tests {
             }),
             model: CostModel::DEFAULT,
             single_copy_min: 0,
+            oversubscribed: false,
         }
+    }
+
+    #[test]
+    fn oversubscribed_jobs_take_linear_barrier_and_small_bcast_from_3_ranks() {
+        let plain = cfg(&[]);
+        let over = CollConfig {
+            oversubscribed: true,
+            ..cfg(&[])
+        };
+        for p in [2, 3, 4, 8, 16, 17, 64] {
+            assert_eq!(
+                plain.barrier(p).unwrap(),
+                BarrierAlgo::Dissemination,
+                "p={p}"
+            );
+            assert_ne!(plain.bcast(p, 8).unwrap(), BcastAlgo::Linear, "p={p}");
+            let linear = (3..=LINEAR_MAX_RANKS).contains(&p);
+            assert_eq!(
+                over.barrier(p).unwrap() == BarrierAlgo::Linear,
+                linear,
+                "p={p}"
+            );
+            assert_eq!(
+                over.bcast(p, 8).unwrap() == BcastAlgo::Linear,
+                linear,
+                "p={p}"
+            );
+            assert_eq!(
+                over.bcast(p, LINEAR_MAX_BYTES).unwrap() == BcastAlgo::Linear,
+                linear,
+                "p={p}"
+            );
+            assert_ne!(
+                over.bcast(p, LINEAR_MAX_BYTES + 1).unwrap(),
+                BcastAlgo::Linear
+            );
+            if linear {
+                assert_eq!(over.alltoall(p, 8).unwrap(), AlltoallAlgo::Linear, "p={p}");
+            }
+        }
+        // A forced algorithm wins either way.
+        let forced = CollConfig {
+            oversubscribed: true,
+            ..cfg(&[
+                ("RANKWIRE_BARRIER_ALGO", "dissemination"),
+                ("RANKWIRE_BCAST_ALGO", "binomial"),
+            ])
+        };
+        assert_eq!(forced.barrier(4).unwrap(), BarrierAlgo::Dissemination);
+        assert_eq!(forced.bcast(4, 8).unwrap(), BcastAlgo::Binomial);
+        let forced = cfg(&[
+            ("RANKWIRE_BARRIER_ALGO", "linear"),
+            ("RANKWIRE_BCAST_ALGO", "linear"),
+        ]);
+        assert_eq!(forced.barrier(2).unwrap(), BarrierAlgo::Linear);
+        assert_eq!(forced.bcast(64, 1 << 20).unwrap(), BcastAlgo::Linear);
+        assert!(
+            cfg(&[("RANKWIRE_BARRIER_ALGO", "tree")])
+                .barrier(4)
+                .is_err()
+        );
     }
 
     #[test]
