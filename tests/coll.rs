@@ -99,6 +99,7 @@ fn every_algorithm_forced_by_environment() {
             ("RANKWIRE_BARRIER_ALGO", "linear"),
             ("RANKWIRE_BCAST_ALGO", "linear"),
             ("RANKWIRE_ALLTOALL_ALGO", "linear"),
+            ("RANKWIRE_ALLREDUCE_ALGO", "linear"),
         ],
     ];
     for env in profiles {
@@ -110,7 +111,13 @@ fn every_algorithm_forced_by_environment() {
 
 #[test]
 fn allreduce_floats_are_bitwise_identical_on_every_rank() {
-    for algo in ["ring", "recursive_doubling", "rabenseifner", "reduce_bcast"] {
+    for algo in [
+        "ring",
+        "recursive_doubling",
+        "rabenseifner",
+        "reduce_bcast",
+        "linear",
+    ] {
         run_ok(5, &[("RANKWIRE_ALLREDUCE_ALGO", algo)], &["bits"]);
     }
     run_ok(8, &[], &["bits"]);
@@ -280,7 +287,7 @@ fn bad_algorithm_name_is_a_usage_error() {
     assert_eq!(out.code(), 2, "{}", out.stderr);
     assert!(
         out.stderr.contains(
-            "RANKWIRE_ALLREDUCE_ALGO=\"fastest\" is not valid: expected auto, recursive_doubling, rabenseifner, ring or reduce_bcast"
+            "RANKWIRE_ALLREDUCE_ALGO=\"fastest\" is not valid: expected auto, recursive_doubling, rabenseifner, ring, reduce_bcast or linear"
         ),
         "{}",
         out.stderr

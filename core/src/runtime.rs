@@ -156,7 +156,7 @@ impl Inner {
     /// The collective settings of this runtime (`RANKWIRE_COLL_*`, read once).
     pub(crate) fn coll_config(&self) -> CollConfig {
         self.coll_cfg
-            .get_or_init(|| CollConfig::from_env(self.paths.oversubscribed))
+            .get_or_init(|| CollConfig::from_env(self.paths.ranks_per_cpu))
             .clone()
     }
 

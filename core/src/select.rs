@@ -324,10 +324,11 @@ pub(crate) struct Paths {
     /// Process id of each world rank as it published it at start-up (for cross-memory
     /// attach), where it did; empty until the start-up records are read.
     pub(crate) pids: Vec<Option<u32>>,
-    /// Some node of the job runs more ranks than it has CPUs for them (from the
-    /// start-up records, the same on every rank): small collectives then take the
-    /// algorithms with the fewest waits per rank (`coll/select.rs`, "Oversubscribed").
-    pub(crate) oversubscribed: bool,
+    /// The most ranks per CPU on any node of the job (from the start-up records, the
+    /// same on every rank; 0.0 where no node's CPUs are known). Above 1.0 small
+    /// collectives take the algorithms with the fewest waits per rank
+    /// (`coll/select.rs`, `CollConfig::barrier`).
+    pub(crate) ranks_per_cpu: f64,
 }
 
 /// The memory kinds of the table, as rows name them.
@@ -411,7 +412,7 @@ pub(crate) fn select(input: &Input) -> Result<Paths> {
         rdma_device: None,
         gdr: None,
         pids: Vec::new(),
-        oversubscribed: false,
+        ranks_per_cpu: 0.0,
     })
 }
 

@@ -665,7 +665,7 @@ fn build(joined: Joined) -> Result<Universe> {
         paths.rdma_device = rdma_probe.dev.as_ref().map(|d| d.why().to_string());
     }
     paths.pids = probe_at.iter().map(|p| p.map(|(pid, _)| pid)).collect();
-    paths.oversubscribed = crate::bootstrap::node::any_node_oversubscribed(
+    paths.ranks_per_cpu = crate::bootstrap::node::max_ranks_per_cpu(
         cpu_records.iter().map(|(i, c)| (i.as_str(), c.as_str())),
     );
     log_choices(&paths);

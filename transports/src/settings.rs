@@ -105,6 +105,7 @@ pub mod algos {
         "rabenseifner",
         "ring",
         "reduce_bcast",
+        "linear",
     ];
     /// `RANKWIRE_BCAST_ALGO`.
     pub const BCAST: &[&str] = &["auto", "binomial", "scatter_allgather", "linear"];
@@ -588,7 +589,7 @@ pub static SETTINGS: &[Setting] = &[
     algo!(
         "RANKWIRE_ALLREDUCE_ALGO",
         algos::ALLREDUCE,
-        "auto, recursive_doubling, rabenseifner, ring or reduce_bcast",
+        "auto, recursive_doubling, rabenseifner, ring, reduce_bcast or linear",
         "force the allreduce algorithm"
     ),
     algo!(

@@ -58,14 +58,13 @@ pub(crate) fn parse_cpu_list(s: &str) -> Vec<u32> {
     v
 }
 
-/// Whether some node of the job runs more ranks than the CPUs they may run on together:
-/// `records` holds one `(node identity, CPU list as cpu_list writes it)` per world rank,
-/// as every rank published them at start-up, so every rank computes the same answer
-/// (collectives pick their algorithms by it, and all ranks must pick alike). A node
-/// whose ranks published no CPUs (affinity unknown) counts as not oversubscribed.
-pub(crate) fn any_node_oversubscribed<'a>(
-    records: impl IntoIterator<Item = (&'a str, &'a str)>,
-) -> bool {
+/// The most ranks per CPU on any node of the job: `records` holds one `(node identity,
+/// CPU list as cpu_list writes it)` per world rank, as every rank published them at
+/// start-up, so every rank computes the same value (collectives pick their algorithms
+/// by it, and all ranks must pick alike). A node's CPUs are the union of its ranks'
+/// lists; a node whose ranks published none (affinity unknown) is left out; 0.0 when no
+/// node is known. Above 1.0 some node is oversubscribed.
+pub(crate) fn max_ranks_per_cpu<'a>(records: impl IntoIterator<Item = (&'a str, &'a str)>) -> f64 {
     let mut nodes: std::collections::HashMap<&str, (usize, std::collections::BTreeSet<u32>)> =
         std::collections::HashMap::new();
     for (id, cpus) in records {
@@ -75,7 +74,9 @@ pub(crate) fn any_node_oversubscribed<'a>(
     }
     nodes
         .values()
-        .any(|(ranks, cpus)| !cpus.is_empty() && *ranks > cpus.len())
+        .filter(|(_, cpus)| !cpus.is_empty())
+        .map(|(ranks, cpus)| *ranks as f64 / cpus.len() as f64)
+        .fold(0.0, f64::max)
 }
 
 /// Node identity: boot id + hostname + network namespace. Two ranks with the same
@@ -98,17 +99,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn oversubscription_is_judged_per_node_from_the_published_records() {
+    fn ranks_per_cpu_is_judged_per_node_from_the_published_records() {
         // Two nodes of 2 CPUs: 2 ranks each fit, a third on node a does not.
         let fit = [("a", "0-1"), ("a", "0-1"), ("b", "0,1"), ("b", "0-1")];
-        assert!(!any_node_oversubscribed(fit));
+        assert_eq!(max_ranks_per_cpu(fit), 1.0);
         let over = [("a", "0-1"), ("a", "0-1"), ("a", "0-1"), ("b", "0-1")];
-        assert!(any_node_oversubscribed(over));
+        assert_eq!(max_ranks_per_cpu(over), 1.5);
         // Ranks bound to one CPU each: the union counts (2 ranks on CPUs 0 and 1 fit).
-        assert!(!any_node_oversubscribed([("a", "0"), ("a", "1")]));
-        assert!(any_node_oversubscribed([("a", "0"), ("a", "0")]));
-        // Unknown affinity is not taken for oversubscription.
-        assert!(!any_node_oversubscribed([("a", ""), ("a", ""), ("a", "")]));
+        assert_eq!(max_ranks_per_cpu([("a", "0"), ("a", "1")]), 1.0);
+        assert_eq!(max_ranks_per_cpu([("a", "0"), ("a", "0")]), 2.0);
+        // Unknown affinity is left out.
+        assert_eq!(max_ranks_per_cpu([("a", ""), ("a", ""), ("a", "")]), 0.0);
+        assert_eq!(max_ranks_per_cpu([("a", ""), ("a", ""), ("b", "0")]), 1.0);
     }
 
     #[test]

@@ -196,6 +196,7 @@ pub(crate) fn build_from(
             b.copy(send, all);
             recursive_doubling(b, count, es);
         }
+        AllreduceAlgo::Linear => linear(b, send, all),
         AllreduceAlgo::Rabenseifner => {
             b.copy(send, all);
             rabenseifner(b, count, es);
@@ -364,17 +365,43 @@ fn ring(b: &mut Builder, count: usize, es: usize) {
     }
 }
 
+/// Linear allreduce of `send` into `all`: every other rank sends its vector to rank 0
+/// in one round; rank 0 combines them into its own in rank order
+/// (`((a_0 ∘ a_1) ∘ a_2) ∘ …`, so non-commutative operations keep rank order) and sends
+/// the result to every rank ([`bcast::linear`]). Every rank but 0 waits once.
+fn linear(b: &mut Builder, send: Slice, all: Slice) {
+    let (me, p) = (b.rank, b.size);
+    if me == 0 {
+        b.copy(send, all);
+        let tmps: Vec<Slice> = (1..p)
+            .map(|_| Slice::new(b.tmp(all.len), 0, all.len))
+            .collect();
+        b.round();
+        for (r, &t) in (1..p).zip(&tmps) {
+            b.recv(r, t);
+        }
+        for &t in &tmps {
+            b.reduce(t, all, false);
+        }
+    } else {
+        b.round();
+        b.send(0, send);
+    }
+    bcast::linear(b, all, 0);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::coll::ops::{Op, ReduceOp};
     use crate::coll::testing::{self, concat};
 
-    const ALGOS: [AllreduceAlgo; 4] = [
+    const ALGOS: [AllreduceAlgo; 5] = [
         AllreduceAlgo::RecursiveDoubling,
         AllreduceAlgo::Rabenseifner,
         AllreduceAlgo::Ring,
         AllreduceAlgo::ReduceBcast,
+        AllreduceAlgo::Linear,
     ];
 
     #[test]
@@ -403,6 +430,7 @@ mod tests {
             AllreduceAlgo::RecursiveDoubling,
             AllreduceAlgo::Rabenseifner,
             AllreduceAlgo::ReduceBcast,
+            AllreduceAlgo::Linear,
         ] {
             for p in 1..=9 {
                 for count in [1usize, 3, 16] {
@@ -500,6 +528,7 @@ mod tests {
             AllreduceAlgo::RecursiveDoubling,
             AllreduceAlgo::Rabenseifner,
             AllreduceAlgo::ReduceBcast,
+            AllreduceAlgo::Linear,
         ] {
             for p in 1..=9 {
                 for count in [1usize, 3, 16] {

@@ -16,8 +16,8 @@ impl Communicator {
     /// overwritten. Algorithm: binomial tree for small messages (up to 8 KiB run
     /// without a schedule, `coll/direct.rs`, unless `RANKWIRE_COLL_CHECK` is set),
     /// binomial scatter then ring allgather for large ones; where some node of the job
-    /// runs more ranks than it has CPUs, up to 8 KiB on 3 to 16 ranks, linear from the
-    /// root (see [`BcastAlgo`]); `RANKWIRE_BCAST_ALGO` overrides.
+    /// runs more ranks than it has CPUs, up to 8 KiB on 3 ranks or more, linear from the
+    /// root (see [`BcastAlgo`] and `coll/select.rs`, `CollConfig::barrier`); `RANKWIRE_BCAST_ALGO` overrides.
     ///
     /// # Errors
     /// [`crate::Error::Usage`] if `root` is out of range; [`crate::Error::Collective`]
@@ -72,7 +72,7 @@ pub(crate) fn build(
 /// Linear broadcast: the root sends `whole` to every other rank in relative-rank order,
 /// in one round; every other rank receives it from the root. p − 1 messages, each rank
 /// waiting on the root only.
-fn linear(b: &mut Builder, whole: Slice, root: usize) {
+pub(crate) fn linear(b: &mut Builder, whole: Slice, root: usize) {
     let (me, p) = (b.rank, b.size);
     b.round();
     if me == root {

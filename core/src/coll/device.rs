@@ -1773,6 +1773,7 @@ mod tests {
                     AllreduceAlgo::Rabenseifner,
                     AllreduceAlgo::Ring,
                     AllreduceAlgo::ReduceBcast,
+                    AllreduceAlgo::Linear,
                 ] {
                     let mut recvs = vec![vec![-1i64; n]; p];
                     waited += run_late(&sends, &mut recvs, true, |b| {

@@ -215,7 +215,10 @@ impl Communicator {
     ) -> Option<Result<()>> {
         let bytes = recv.len();
         if self.st.cfg.check
-            || algo != AllreduceAlgo::RecursiveDoubling
+            || !matches!(
+                algo,
+                AllreduceAlgo::RecursiveDoubling | AllreduceAlgo::Linear
+            )
             || send.is_some_and(|s| s.len() != bytes)
             || bytes > MAX_DIRECT_ALLREDUCE_BYTES
             || elem_bytes == 0
@@ -232,7 +235,56 @@ impl Communicator {
             }
             return Some(Ok(()));
         }
+        if algo == AllreduceAlgo::Linear {
+            return Some(self.linear_allreduce(tag, send, recv, red));
+        }
         Some(self.recursive_doubling(tag, send, recv, red))
+    }
+
+    /// The linear allreduce (`allreduce.rs`, `linear`) of `send` (`None`: in place, the
+    /// input is `all`) into `all`: rank 0 takes every other rank's vector in rank order
+    /// and combines it on the right of what it holds, then sends the result to each rank
+    /// in rank order; every other rank sends its vector and receives the result in one
+    /// exchange.
+    fn linear_allreduce(
+        &self,
+        tag: i32,
+        send: Option<&[u8]>,
+        all: &mut [u8],
+        red: Combine<'_>,
+    ) -> Result<()> {
+        const WHAT: &str = "allreduce";
+        let (me, p) = (self.rank(), self.size());
+        let n = all.len();
+        let mut stack: [u64; STACK_TMP_BYTES / 8];
+        let mut heap = Vec::new();
+        let tmp: &mut [u8] = if n <= STACK_TMP_BYTES {
+            stack = [0; STACK_TMP_BYTES / 8];
+            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut stack)[..n]
+        } else {
+            heap.resize(n.div_ceil(8), 0u64);
+            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut heap)[..n]
+        };
+        if me != 0 {
+            // In place, the vector leaves from a copy: the result lands in `all`.
+            let out: &[u8] = match send {
+                Some(s) => s,
+                None => {
+                    tmp.copy_from_slice(all);
+                    tmp
+                }
+            };
+            return self.exchange(WHAT, tag, 0, out, 0, all);
+        }
+        if let Some(s) = send {
+            all.copy_from_slice(s);
+        }
+        for r in 1..p {
+            self.exchange(WHAT, tag, usize::MAX, &[], r, tmp)?;
+            // all = all ∘ a_r: rank order.
+            red(tmp, all, false);
+        }
+        (1..p).try_for_each(|r| self.exchange(WHAT, tag, r, all, usize::MAX, &mut []))
     }
 
     /// Recursive doubling of `send` into `all`, as `allreduce.rs` schedules it (the

@@ -142,6 +142,12 @@ algo_enum!(
         /// `reduce_bcast`: binomial reduce to rank 0, then binomial broadcast.
         /// Order-preserving.
         ReduceBcast = "reduce_bcast",
+        /// `linear`: every rank sends its vector to rank 0, which combines them in rank
+        /// order and sends the result to every rank (MPICH's and Open MPI's basic
+        /// linear reduce followed by a linear broadcast). Order-preserving. Every rank
+        /// waits once; the default for small vectors where ranks share cores
+        /// ([`CollConfig::allreduce`]).
+        Linear = "linear",
     }
 );
 
@@ -324,10 +330,21 @@ impl Overrides {
 /// (benches/results/2026-12-05_single-copy-allreduce/).
 pub(crate) const SINGLE_COPY_MIN_BYTES: usize = (64 << 10) + 1;
 
-/// Largest communicator that takes the linear barrier and broadcast in an
-/// oversubscribed job ([`CollConfig::barrier`]): rank 0 (the root) handles p − 1
-/// messages each way, one after the other.
+/// Largest communicator that takes the linear algorithms on a node with more ranks
+/// than CPUs ([`CollConfig::barrier`]): rank 0 (the root) handles p − 1 messages each
+/// way, one after the other.
 pub(crate) const LINEAR_MAX_RANKS: usize = 16;
+
+/// Largest communicator that takes them with at least 2 ranks per CPU, where every
+/// wait in a chain costs a turn of the scheduler (measured at 32 and 64 ranks on 2
+/// cores: the linear barrier 0.28–0.41 of dissemination, allreduce 0.25–0.55 of
+/// recursive doubling).
+pub(crate) const LINEAR_MAX_RANKS_CROWDED: usize = 64;
+
+/// Ranks per CPU from which small allreduces take the linear algorithm (measured on 2
+/// cores: at 8 and 16 ranks 0.5–0.8 of recursive doubling, level at 5 and 6, slower
+/// at 3, mixed at 4).
+pub(crate) const LINEAR_ALLREDUCE_RANKS_PER_CPU: f64 = 4.0;
 
 /// Largest message (bytes: a broadcast, an all-to-all block) that takes the linear
 /// algorithm in an oversubscribed job: the root sends the whole message p − 1 times,
@@ -345,11 +362,11 @@ pub(crate) struct CollConfig {
     /// `RANKWIRE_ALLREDUCE_SINGLE_COPY`: smallest blocking host allreduce (bytes per
     /// rank) read by single copy among the ranks of one node (`single_copy.rs`); 0: off.
     pub(crate) single_copy_min: usize,
-    /// Some node of the job runs more ranks than it has CPUs for them (the same on
-    /// every rank: `crate::select::Paths::oversubscribed`). Barrier and small
-    /// broadcasts then take the linear algorithms, see "Oversubscribed" in
+    /// The most ranks per CPU on any node of the job (the same on every rank:
+    /// `crate::select::Paths::ranks_per_cpu`; 0.0 where unknown). Above 1.0 small
+    /// collectives take the linear algorithms, see "Oversubscribed" in
     /// [`CollConfig::barrier`].
-    pub(crate) oversubscribed: bool,
+    pub(crate) ranks_per_cpu: f64,
 }
 
 impl CollConfig {
@@ -357,9 +374,9 @@ impl CollConfig {
     /// ([`crate::settings`]). The runtime reads it once and keeps it
     /// (`crate::runtime::Inner::coll_config`): communicator creation is no place for
     /// environment reads.
-    pub(crate) fn from_env(oversubscribed: bool) -> CollConfig {
+    pub(crate) fn from_env(ranks_per_cpu: f64) -> CollConfig {
         CollConfig {
-            oversubscribed,
+            ranks_per_cpu,
             check: crate::settings::switch_or_unset("RANKWIRE_COLL_CHECK") == Some(true),
             overrides: Overrides::from_lookup(crate::settings::raw),
             model: CostModel::DEFAULT,
@@ -379,9 +396,16 @@ impl CollConfig {
         commutative: bool,
     ) -> Result<AllreduceAlgo> {
         let ok = |a: AllreduceAlgo| commutative || a != AllreduceAlgo::Ring;
-        self.overrides
-            .allreduce
-            .pick(ok, || self.model.best_allreduce(p, bytes, commutative))
+        self.overrides.allreduce.pick(ok, || {
+            if self.linear_when_oversubscribed(p)
+                && self.ranks_per_cpu >= LINEAR_ALLREDUCE_RANKS_PER_CPU
+                && bytes <= LINEAR_MAX_BYTES
+            {
+                AllreduceAlgo::Linear
+            } else {
+                self.model.best_allreduce(p, bytes, commutative)
+            }
+        })
     }
 
     /// Whether `RANKWIRE_ALLREDUCE_ALGO` names an algorithm (or a bad value): the
@@ -391,8 +415,8 @@ impl CollConfig {
     }
 
     /// Broadcast of `bytes` on `p` ranks: [`BcastAlgo::Linear`] for up to
-    /// [`LINEAR_MAX_BYTES`] on 3 to [`LINEAR_MAX_RANKS`] ranks of an
-    /// oversubscribed job (see [`CollConfig::barrier`]), else the cost model's choice.
+    /// [`LINEAR_MAX_BYTES`] where ranks share CPUs (see [`CollConfig::barrier`]), else
+    /// the cost model's choice.
     pub(crate) fn bcast(&self, p: usize, bytes: usize) -> Result<BcastAlgo> {
         self.overrides.bcast.pick(
             |_| true,
@@ -418,10 +442,15 @@ impl CollConfig {
     /// ABI, 4 ranks on 2 cores (`benches/results/2026-12-09a_oversub-linear/`): a
     /// broadcast + barrier iteration took 13–19 µs with dissemination and binomial,
     /// against 9–10 µs with both linear (Open MPI, whose defaults at 4 ranks are
-    /// linear, 6–7 µs; forcing its recursive doubling barrier gave 11–15 µs and our
-    /// pattern of waits). So with [`CollConfig::oversubscribed`] set, 3 to
-    /// [`LINEAR_MAX_RANKS`] ranks take [`BarrierAlgo::Linear`]; otherwise, and on 2
-    /// ranks (one exchange either way), dissemination.
+    /// Open MPI 6–7 µs with its defaults, 11–15 µs with its recursive-doubling barrier
+    /// forced, which shows our pattern of waits). So where some node runs more ranks
+    /// than CPUs ([`CollConfig::ranks_per_cpu`] above 1), communicators of 3 to
+    /// [`LINEAR_MAX_RANKS`] ranks, or up to [`LINEAR_MAX_RANKS_CROWDED`] with at least
+    /// 2 ranks per CPU, take [`BarrierAlgo::Linear`], small broadcasts and all-to-alls
+    /// theirs too, and small allreduces from [`LINEAR_ALLREDUCE_RANKS_PER_CPU`] ranks
+    /// per CPU. Otherwise, and on 2 ranks (one exchange either way), dissemination.
+    /// Only measured on 2 cores; mildly oversubscribed large nodes may do better with
+    /// the logarithmic algorithms (`RANKWIRE_BARRIER_ALGO=dissemination` & co).
     pub(crate) fn barrier(&self, p: usize) -> Result<BarrierAlgo> {
         self.overrides.barrier.pick(
             |_| true,
@@ -437,7 +466,9 @@ impl CollConfig {
 
     /// Whether `p` ranks of this job take the linear algorithms ([`CollConfig::barrier`]).
     fn linear_when_oversubscribed(&self, p: usize) -> bool {
-        self.oversubscribed && (3..=LINEAR_MAX_RANKS).contains(&p)
+        let r = self.ranks_per_cpu;
+        p >= 3
+            && ((r > 1.0 && p <= LINEAR_MAX_RANKS) || (r >= 2.0 && p <= LINEAR_MAX_RANKS_CROWDED))
     }
 
     /// Reduce (one algorithm for now; the variable is still validated).
@@ -457,8 +488,8 @@ impl CollConfig {
 
     /// Alltoall of `bytes` per destination on `p` ranks.
     ///
-    /// In an oversubscribed job ([`CollConfig::barrier`]) blocks up to
-    /// [`LINEAR_MAX_BYTES`] on 3 to [`LINEAR_MAX_RANKS`] ranks take
+    /// Where ranks share CPUs ([`CollConfig::barrier`]) blocks up to
+    /// [`LINEAR_MAX_BYTES`] take
     /// [`AlltoallAlgo::Linear`]: every message in flight at once, so a rank waits once
     /// for all of them, where pairwise waits p − 1 times, each on one partner (4 ranks on
     /// 2 cores, `osu_alltoall` 1 B – 1 KiB: 5.7–12.6 µs against 8.8–17 µs pairwise).
@@ -526,6 +557,13 @@ impl CostModel {
                 let l = ceil_log2(p) as f64;
                 2.0 * l * self.msg(n) + l * n * g
             }
+            // Rank 0 takes p − 1 vectors and combines them, then sends p − 1.
+            AllreduceAlgo::Linear => {
+                let k = (p as f64 - 1.0).max(0.0);
+                2.0 * self.msg(n)
+                    + 2.0 * (k - 1.0).max(0.0) * (self.overhead_us + n * self.beta_us_per_byte)
+                    + k * n * g
+            }
         }
     }
 
@@ -534,7 +572,9 @@ impl CostModel {
             AllreduceAlgo::NAMES
                 .iter()
                 .map(|(_, a)| *a)
-                .filter(|a| commutative || *a != AllreduceAlgo::Ring),
+                .filter(|a| commutative || *a != AllreduceAlgo::Ring)
+                // Linear only where ranks share cores (CollConfig::allreduce) or forced.
+                .filter(|a| *a != AllreduceAlgo::Linear),
             |a| self.allreduce_us(a, p, bytes),
         )
     }
@@ -695,51 +735,65 @@ mod tests {
             }),
             model: CostModel::DEFAULT,
             single_copy_min: 0,
-            oversubscribed: false,
+            ranks_per_cpu: 0.0,
         }
     }
 
     #[test]
     fn oversubscribed_jobs_take_linear_barrier_and_small_bcast_from_3_ranks() {
-        let plain = cfg(&[]);
-        let over = CollConfig {
-            oversubscribed: true,
+        let at = |ranks_per_cpu: f64| CollConfig {
+            ranks_per_cpu,
             ..cfg(&[])
         };
-        for p in [2, 3, 4, 8, 16, 17, 64] {
+        // (ranks per CPU, p, linear barrier/bcast/alltoall, linear allreduce)
+        for (r, p, linear, linear_ar) in [
+            (0.0, 4, false, false),
+            (1.0, 4, false, false),
+            (1.5, 2, false, false),
+            (1.5, 3, true, false),
+            (1.5, 16, true, false),
+            (1.5, 17, false, false),
+            (2.0, 4, true, false),
+            (2.0, 64, true, false),
+            (4.0, 8, true, true),
+            (32.0, 64, true, true),
+            (32.0, 65, false, false),
+        ] {
+            let c = at(r);
+            let why = format!("ranks per CPU {r}, p={p}");
             assert_eq!(
-                plain.barrier(p).unwrap(),
-                BarrierAlgo::Dissemination,
-                "p={p}"
-            );
-            assert_ne!(plain.bcast(p, 8).unwrap(), BcastAlgo::Linear, "p={p}");
-            let linear = (3..=LINEAR_MAX_RANKS).contains(&p);
-            assert_eq!(
-                over.barrier(p).unwrap() == BarrierAlgo::Linear,
+                c.barrier(p).unwrap() == BarrierAlgo::Linear,
                 linear,
-                "p={p}"
+                "{why}"
             );
+            assert_eq!(c.bcast(p, 8).unwrap() == BcastAlgo::Linear, linear, "{why}");
             assert_eq!(
-                over.bcast(p, 8).unwrap() == BcastAlgo::Linear,
+                c.bcast(p, LINEAR_MAX_BYTES).unwrap() == BcastAlgo::Linear,
                 linear,
-                "p={p}"
-            );
-            assert_eq!(
-                over.bcast(p, LINEAR_MAX_BYTES).unwrap() == BcastAlgo::Linear,
-                linear,
-                "p={p}"
+                "{why}"
             );
             assert_ne!(
-                over.bcast(p, LINEAR_MAX_BYTES + 1).unwrap(),
-                BcastAlgo::Linear
+                c.bcast(p, LINEAR_MAX_BYTES + 1).unwrap(),
+                BcastAlgo::Linear,
+                "{why}"
             );
+            // (The cost model picks the linear all-to-all by itself for many ranks.)
             if linear {
-                assert_eq!(over.alltoall(p, 8).unwrap(), AlltoallAlgo::Linear, "p={p}");
+                assert_eq!(c.alltoall(p, 8).unwrap(), AlltoallAlgo::Linear, "{why}");
             }
+            assert_eq!(
+                c.allreduce(p, 8, false).unwrap() == AllreduceAlgo::Linear,
+                linear_ar,
+                "{why}"
+            );
+            assert_ne!(
+                c.allreduce(p, 64 << 10, true).unwrap(),
+                AllreduceAlgo::Linear
+            );
         }
         // A forced algorithm wins either way.
         let forced = CollConfig {
-            oversubscribed: true,
+            ranks_per_cpu: 8.0,
             ..cfg(&[
                 ("RANKWIRE_BARRIER_ALGO", "dissemination"),
                 ("RANKWIRE_BCAST_ALGO", "binomial"),
