@@ -5,9 +5,10 @@
 //! the time of an 8-byte allreduce, broadcast, all-to-all or barrier. The blocking
 //! forms of those four take this path instead when it applies (host buffers,
 //! `RANKWIRE_COLL_CHECK` off, for allreduce the recursive-doubling algorithm the cost
-//! model picks for small vectors, for broadcast the binomial tree it picks for small
-//! messages, for all-to-all 2 ranks and blocks up to
-//! [`MAX_DIRECT_ALLTOALL_BLOCK_BYTES`]).
+//! model picks for small vectors, or the linear one of oversubscribed jobs, for
+//! broadcast the binomial tree it picks for small messages, or the linear one, for
+//! all-to-all 2 ranks and blocks up to [`MAX_DIRECT_ALLTOALL_BLOCK_BYTES`]; the barrier
+//! either way).
 //!
 //! The path sends exactly the messages of the schedule it replaces (same peers, same
 //! order, same sizes, same collective context and tag `tag_base(seq)`), and combines in
@@ -89,9 +90,11 @@ impl Communicator {
         Some(Ok(()))
     }
 
-    /// The binomial tree (`bcast.rs`, [`super::bcast::binomial`]) run directly on
-    /// `buf` (bytes, equal lengths) from `root`: the message from the parent, then the
-    /// sends to the children, largest subtree first. `None`: not applicable (another
+    /// The binomial tree (`bcast.rs`, [`super::bcast::binomial`]) or the linear
+    /// broadcast ([`super::bcast::linear`]) run directly on `buf` (bytes, equal
+    /// lengths) from `root`: for the tree the message from the parent, then the sends to
+    /// the children, largest subtree first; for linear the root's sends in relative-rank
+    /// order, or the one receive from the root. `None`: not applicable (another
     /// algorithm, above [`MAX_DIRECT_BCAST_BYTES`], `root` out of range: the schedule
     /// reports it), use the schedule.
     pub(crate) fn bcast_direct(
@@ -202,9 +205,9 @@ impl Communicator {
         ))
     }
 
-    /// Recursive doubling (`allreduce.rs`), run directly on `send` → `recv` (bytes,
-    /// equal lengths, `es`-byte elements); `send == None` is the in-place form (the
-    /// input is `recv`). `None`: not applicable, use the schedule.
+    /// Recursive doubling or the linear algorithm (`allreduce.rs`), run directly on
+    /// `send` → `recv` (bytes, equal lengths, `es`-byte elements); `send == None` is
+    /// the in-place form (the input is `recv`). `None`: not applicable, use the schedule.
     pub(crate) fn allreduce_direct(
         &self,
         algo: AllreduceAlgo,
