@@ -199,6 +199,16 @@ fn in_place_forms_with_every_algorithm_forced() {
     }
 }
 
+/// With the collective check on, every collective of a correct program passes it,
+/// among them an all-to-all-v whose ranks' average blocks straddle the size where the
+/// algorithm choice changes (each rank picks by its own; the algorithms interoperate).
+#[test]
+fn correct_collectives_pass_the_collective_check() {
+    for n in [3, 4] {
+        run_ok(n, &[("RANKWIRE_COLL_CHECK", "1")], &["all", "7"]);
+    }
+}
+
 /// With the collective check on, the in-place forms pass it (same descriptors as the
 /// out-of-place forms) and their argument errors stay the same `Usage` errors.
 #[test]

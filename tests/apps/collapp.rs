@@ -300,6 +300,22 @@ fn all(w: &Communicator, count: usize) -> Result<()> {
         .flat_map(|i| (0..rc[i]).map(move |t| val(i, me * 1000 + t)))
         .collect();
     expect(&c("alltoallv"), &rbuf, &rw)?;
+    // Skewed: rank 0 sends 1100 elements (8800 bytes) to every rank, the others 1, so
+    // the ranks' average blocks lie on either side of the 8 KiB where the algorithm
+    // choice of oversubscribed jobs changes (each rank picks by its own).
+    let sk = |i: usize| if i == 0 { 1100 } else { 1 };
+    let sc: Vec<usize> = (0..p).map(|_| sk(me)).collect();
+    let rc: Vec<usize> = (0..p).map(sk).collect();
+    let (sd, rd) = (displs(&sc), displs(&rc));
+    let sbuf: Vec<i64> = (0..p)
+        .flat_map(|j| (0..sc[j]).map(move |t| val(me, j * 2000 + t)))
+        .collect();
+    let mut rbuf = vec![0i64; rc.iter().sum()];
+    w.alltoallv(&sbuf, &sc, &sd, &mut rbuf, &rc, &rd)?;
+    let rw: Vec<i64> = (0..p)
+        .flat_map(|i| (0..rc[i]).map(move |t| val(i, me * 2000 + t)))
+        .collect();
+    expect(&c("alltoallv (skewed)"), &rbuf, &rw)?;
 
     let rsin: Vec<i64> = (0..p * count).map(|i| val(me, i)).collect();
     let mut rsb = vec![0i64; count];
