@@ -58,7 +58,42 @@ fn explain_prints_every_pair_and_memory_kind_same_as_the_api() {
             "{e}"
         );
         // No GPU: no note on ranks sharing one (issue 18).
-        assert!(!e.contains("rankwire explain: note:"), "{e}");
+        assert!(!e.contains("share GPU"), "{e}");
+    }
+}
+
+/// `--explain` says when ranks outnumber CPUs and collectives take the linear
+/// algorithms, once (rank 0), and says nothing of it when every rank has a CPU.
+#[test]
+fn explain_notes_linear_collectives_when_ranks_outnumber_cpus() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus > 8 {
+        eprintln!("skipped: {cpus} CPUs here; the test oversubscribes with at most 9 ranks");
+        return;
+    }
+    let n = (cpus + 1).max(3).to_string();
+    let out = rwrun(["--explain", "-n", &n, &app(), "explain"])
+        .timeout(Duration::from_secs(60))
+        .run();
+    out.assert_ok();
+    let notes: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("ranks per CPU on a node"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{}", out.stderr);
+    assert!(
+        notes[0].contains("take linear algorithms on communicators of 3 to")
+            && notes[0].contains("RANKWIRE_BARRIER_ALGO"),
+        "{}",
+        notes[0]
+    );
+    if cpus >= 2 {
+        let out = rwrun(["--explain", "-n", "2", &app(), "explain"])
+            .timeout(Duration::from_secs(60))
+            .run();
+        out.assert_ok();
+        assert!(!out.stderr.contains("ranks per CPU"), "{}", out.stderr);
     }
 }
 

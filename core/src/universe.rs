@@ -668,6 +668,13 @@ fn build(joined: Joined) -> Result<Universe> {
     paths.ranks_per_cpu = crate::bootstrap::node::max_ranks_per_cpu(
         cpu_records.iter().map(|(i, c)| (i.as_str(), c.as_str())),
     );
+    if paths.ranks_per_cpu > 1.0 {
+        let note = oversubscribed_note(paths.ranks_per_cpu);
+        tracing::debug!("collectives: {note}");
+        if explain {
+            paths.notes.push(note);
+        }
+    }
     log_choices(&paths);
     let routes = paths.routes();
     let tcp_peers: Vec<u32> = (0..size)
@@ -986,6 +993,28 @@ fn candidates(
 
 /// The `--explain` notes on ranks sharing a GPU without MPS, from the node identities
 /// and the GPU facts every rank published (see `select/sharing.rs`).
+/// The `--explain` note (and debug log line) of a job where some node runs more ranks
+/// than CPUs: which collectives then take the linear algorithms
+/// (`coll/select.rs`, `CollConfig::barrier`).
+fn oversubscribed_note(ranks_per_cpu: f64) -> String {
+    let allreduce = if ranks_per_cpu >= crate::coll::select::LINEAR_ALLREDUCE_RANKS_PER_CPU {
+        ", and allreduce up to 8 KiB"
+    } else {
+        ""
+    };
+    let most = if ranks_per_cpu >= 2.0 {
+        crate::coll::select::LINEAR_MAX_RANKS_CROWDED
+    } else {
+        crate::coll::select::LINEAR_MAX_RANKS
+    };
+    format!(
+        "up to {ranks_per_cpu:.1} ranks per CPU on a node: barrier, bcast and alltoall up to \
+         8 KiB per message{allreduce} take linear algorithms on communicators of 3 to {most} \
+         ranks (every rank waits once); RANKWIRE_BARRIER_ALGO, RANKWIRE_BCAST_ALGO, \
+         RANKWIRE_ALLTOALL_ALGO and RANKWIRE_ALLREDUCE_ALGO choose others"
+    )
+}
+
 fn gpu_sharing_notes(
     node_ids: &[String],
     gpu_facts: Vec<Option<select::sharing::GpuFacts>>,

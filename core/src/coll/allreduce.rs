@@ -43,7 +43,9 @@ impl Communicator {
     ///
     /// Algorithm ([`AllreduceAlgo`], `RANKWIRE_ALLREDUCE_ALGO` overrides): recursive
     /// doubling for small vectors, Rabenseifner or ring for large ones, chosen by the
-    /// cost model; non-commutative operations never use the ring. Vectors above 64 KiB
+    /// cost model; non-commutative operations never use the ring. Vectors up to 8 KiB
+    /// take the linear algorithm instead where some node of the job runs at least 4
+    /// ranks per CPU (docs/design.md, "Communicators and collectives"). Vectors above 64 KiB
     /// on a communicator whose ranks all read each other by cross-memory attach (one
     /// node) take the single-copy allreduce instead, unless an algorithm is forced
     /// (`RANKWIRE_ALLREDUCE_SINGLE_COPY`; module doc of `coll/single_copy.rs`). This

@@ -20,7 +20,8 @@ impl Communicator {
     /// U. Manber, "Two algorithms for barrier synchronization", IJPP 17(1), 1988): in
     /// round `k` each rank sends to `rank + 2^k` and waits for `rank − 2^k` (mod p).
     /// Where some node of the job runs more ranks than it has CPUs, 3 ranks or more (up to
-    /// a limit, `coll/select.rs`, `CollConfig::barrier`) use the linear barrier instead: every rank sends to rank 0 and waits for its answer,
+    /// a limit, docs/design.md, "Communicators and collectives") use the linear barrier
+    /// instead: every rank sends to rank 0 and waits for its answer,
     /// so each waits once (see [`BarrierAlgo`]). `RANKWIRE_BARRIER_ALGO` overrides.
     ///
     /// # Errors

@@ -17,7 +17,7 @@ impl Communicator {
     /// without a schedule, `coll/direct.rs`, unless `RANKWIRE_COLL_CHECK` is set),
     /// binomial scatter then ring allgather for large ones; where some node of the job
     /// runs more ranks than it has CPUs, up to 8 KiB on 3 ranks or more, linear from the
-    /// root (see [`BcastAlgo`] and `coll/select.rs`, `CollConfig::barrier`); `RANKWIRE_BCAST_ALGO` overrides.
+    /// root (see [`BcastAlgo`] and docs/design.md, "Communicators and collectives"); `RANKWIRE_BCAST_ALGO` overrides.
     ///
     /// # Errors
     /// [`crate::Error::Usage`] if `root` is out of range; [`crate::Error::Collective`]

@@ -54,9 +54,13 @@
 //! # Reduction order and floating point
 //! Every algorithm combines contributions in a fixed bracketing that depends only on
 //! the communicator size, the count and the algorithm, never on timing, so a result is
-//! reproducible run to run. Operand order is kept (`a_i` left of `a_j` for `i < j`) by
+//! reproducible run to run. The automatic choice of algorithm also depends on the most
+//! ranks per CPU of any node of the job (the linear algorithms where ranks share CPUs,
+//! `select.rs`, `CollConfig::barrier`): the same program run with other CPU counts or
+//! affinities may round differently; a forced `RANKWIRE_ALLREDUCE_ALGO` fixes the
+//! bracketing everywhere. Operand order is kept (`a_i` left of `a_j` for `i < j`) by
 //! recursive doubling, Rabenseifner, single copy, binomial reduce, `reduce_bcast`,
-//! `reduce_scatterv` and scan; ring algorithms combine block `b` starting at rank `b`
+//! linear, `reduce_scatterv` and scan; ring algorithms combine block `b` starting at rank `b`
 //! (allreduce) or `b + 1` (reduce-scatter) and go round the ring, so they serve only
 //! commutative operations (every built-in one; a [`UserOp`] declared
 //! non-commutative gets an order-keeping algorithm instead).
@@ -64,8 +68,8 @@
 //! Allreduce results are bitwise identical on every rank: in ring, Rabenseifner and
 //! single copy each block is reduced by exactly one rank and copied to the others; in recursive
 //! doubling both partners of an exchange evaluate the same expression (lower ranks'
-//! partial result on the left) on the same bits; `reduce_bcast` broadcasts rank 0's
-//! result. Different algorithms may round differently from each other.
+//! partial result on the left) on the same bits; `reduce_bcast` and linear broadcast
+//! rank 0's result. Different algorithms may round differently from each other.
 //!
 //! # Mismatch detection
 //! With `RANKWIRE_COLL_CHECK=1` (read at communicator creation) every collective first

@@ -146,7 +146,9 @@ algo_enum!(
         /// order and sends the result to every rank (MPICH's and Open MPI's basic
         /// linear reduce followed by a linear broadcast). Order-preserving. Every rank
         /// waits once; the default for small vectors where ranks share cores
-        /// ([`CollConfig::allreduce`]).
+        /// ([`CollConfig::allreduce`]). Rank 0 holds p − 1 received vectors at once in
+        /// the nonblocking form: forced on large vectors it costs (p − 1) × the vector
+        /// in memory there.
         Linear = "linear",
     }
 );
@@ -438,12 +440,11 @@ impl CollConfig {
     /// costs about one such turn per wait in its longest chain of waits. The
     /// dissemination barrier has ⌈lg p⌉ dependent rounds on every rank, and a binomial
     /// broadcast after it waits on a rank that may not be running. Linear algorithms
-    /// have every rank wait once, on one rank. Measured with OSU 7.2 through the MPI
-    /// ABI, 4 ranks on 2 cores (`benches/results/2026-12-09a_oversub-linear/`): a
+    /// have every rank wait once, on one rank. Measured through the MPI ABI with 4 ranks
+    /// on 2 cores (`src/bc.c` of `benches/results/2026-12-09a_oversub-linear/`): a
     /// broadcast + barrier iteration took 13–19 µs with dissemination and binomial,
-    /// against 9–10 µs with both linear (Open MPI, whose defaults at 4 ranks are
-    /// Open MPI 6–7 µs with its defaults, 11–15 µs with its recursive-doubling barrier
-    /// forced, which shows our pattern of waits). So where some node runs more ranks
+    /// against 9–10 µs with both linear. Open MPI took 6–7 µs with its defaults, and
+    /// 11–15 µs, with our pattern of waits, with its recursive-doubling barrier forced. So where some node runs more ranks
     /// than CPUs ([`CollConfig::ranks_per_cpu`] above 1), communicators of 3 to
     /// [`LINEAR_MAX_RANKS`] ranks, or up to [`LINEAR_MAX_RANKS_CROWDED`] with at least
     /// 2 ranks per CPU, take [`BarrierAlgo::Linear`], small broadcasts and all-to-alls
