@@ -55,7 +55,8 @@ fn every_collective_matches_the_reference_at_sizes_1_to_8() {
 
 /// Forcing every algorithm of every collective, at a power-of-two size and two others.
 /// (On a machine with fewer cores than ranks the defaults are the linear barrier and
-/// broadcast: the first profile keeps dissemination and binomial covered there.)
+/// broadcast: the first profile keeps dissemination covered there, the second and
+/// fourth binomial.)
 #[test]
 fn every_algorithm_forced_by_environment() {
     let profiles: [&[(&str, &str)]; 5] = [
@@ -170,7 +171,7 @@ fn in_place_forms_match_the_out_of_place_bits_at_1_to_4_ranks() {
 /// Every allreduce, allgather and reduce-scatter algorithm forced, in place.
 #[test]
 fn in_place_forms_with_every_algorithm_forced() {
-    let profiles: [&[(&str, &str)]; 4] = [
+    let profiles: [&[(&str, &str)]; 5] = [
         &[
             ("RANKWIRE_ALLREDUCE_ALGO", "ring"),
             ("RANKWIRE_ALLGATHER_ALGO", "ring"),
@@ -191,6 +192,7 @@ fn in_place_forms_with_every_algorithm_forced() {
             ("RANKWIRE_ALLGATHER_ALGO", "bruck"),
             ("RANKWIRE_REDUCE_SCATTER_ALGO", "reduce_scatterv"),
         ],
+        &[("RANKWIRE_ALLREDUCE_ALGO", "linear")],
     ];
     for env in profiles {
         for n in [2, 3, 4] {

@@ -545,7 +545,7 @@ fn build(joined: Joined) -> Result<Universe> {
     // What each rank published as the settings all must share (sixth field).
     let mut shared_by: Vec<Option<String>> = Vec::with_capacity(size as usize);
     let mut node_cpus: Vec<u32> = Vec::new();
-    // (node identity, CPU list) of every rank, for the job-wide oversubscription flag.
+    // (node identity, CPU list) of every rank, for the most ranks per CPU of any node.
     let mut cpu_records: Vec<(String, String)> = Vec::with_capacity(size as usize);
     // (pid, probe address) of each rank, where published.
     let mut probe_at: Vec<Option<(u32, u64)>> = Vec::with_capacity(size as usize);
@@ -991,8 +991,6 @@ fn candidates(
     ]
 }
 
-/// The `--explain` notes on ranks sharing a GPU without MPS, from the node identities
-/// and the GPU facts every rank published (see `select/sharing.rs`).
 /// The `--explain` note (and debug log line) of a job where some node runs more ranks
 /// than CPUs: which collectives then take the linear algorithms
 /// (`coll/select.rs`, `CollConfig::barrier`).
@@ -1015,6 +1013,8 @@ fn oversubscribed_note(ranks_per_cpu: f64) -> String {
     )
 }
 
+/// The `--explain` notes on ranks sharing a GPU without MPS, from the node identities
+/// and the GPU facts every rank published (see `select/sharing.rs`).
 fn gpu_sharing_notes(
     node_ids: &[String],
     gpu_facts: Vec<Option<select::sharing::GpuFacts>>,

@@ -62,8 +62,9 @@ pub(crate) fn parse_cpu_list(s: &str) -> Vec<u32> {
 /// CPU list as cpu_list writes it)` per world rank, as every rank published them at
 /// start-up, so every rank computes the same value (collectives pick their algorithms
 /// by it, and all ranks must pick alike). A node's CPUs are the union of its ranks'
-/// lists; a node whose ranks published none (affinity unknown) is left out; 0.0 when no
-/// node is known. Above 1.0 some node is oversubscribed.
+/// lists; a node whose ranks published none (affinity unknown) is left out, while on a
+/// node where only some did, all its ranks count against the CPUs that were
+/// published; 0.0 when no node is known. Above 1.0 some node is oversubscribed.
 pub(crate) fn max_ranks_per_cpu<'a>(records: impl IntoIterator<Item = (&'a str, &'a str)>) -> f64 {
     let mut nodes: std::collections::HashMap<&str, (usize, std::collections::BTreeSet<u32>)> =
         std::collections::HashMap::new();

@@ -14,7 +14,7 @@ use crate::error::Result;
 impl Communicator {
     /// The blocking forms' paths without a schedule, on `send` (`None`: in place) →
     /// `recv` as bytes: the single-copy allreduce (`single_copy.rs`), else recursive
-    /// doubling run directly (`direct.rs`). `None`: neither applies, run the schedule.
+    /// doubling or the linear algorithm run directly (`direct.rs`). `None`: neither applies, run the schedule.
     fn allreduce_without_schedule<T: Pod>(
         &self,
         send: Option<&[u8]>,
@@ -493,6 +493,14 @@ mod tests {
             let m = testing::run(&sends, &mut recvs, Some(red), |b| build(b, algo, count, 8));
             assert_eq!(m, p * per_rank, "{algo}");
         }
+        // Linear: p − 1 vectors into rank 0, p − 1 results out of it.
+        let sends: Vec<Vec<i64>> = (0..p).map(|r| testing::values(r, count)).collect();
+        let mut recvs = vec![vec![0i64; count]; p];
+        let red = ReduceOp::<i64>::from(Op::Sum).reducer().unwrap();
+        let m = testing::run(&sends, &mut recvs, Some(red), |b| {
+            build(b, AllreduceAlgo::Linear, count, 8)
+        });
+        assert_eq!(m, 2 * (p - 1), "linear");
     }
 
     #[test]

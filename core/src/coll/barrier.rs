@@ -40,7 +40,7 @@ impl Communicator {
     /// has started it.
     ///
     /// # Errors
-    /// [`crate::Error::Usage`] after finalize.
+    /// [`crate::Error::Usage`] after finalize, or for an invalid `RANKWIRE_BARRIER_ALGO`.
     pub fn ibarrier(&self) -> Result<CollRequest<'static>> {
         let algo = self.st.cfg.barrier(self.size())?;
         let mut spec = Spec::uniform(CollKind::Barrier, None, 0, 0);

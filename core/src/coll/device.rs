@@ -1819,7 +1819,11 @@ mod tests {
                         assert_eq!(v, &want, "allgather {algo} p={p} n={n}");
                     }
                 }
-                for algo in [BcastAlgo::Binomial, BcastAlgo::ScatterAllgather] {
+                for algo in [
+                    BcastAlgo::Binomial,
+                    BcastAlgo::ScatterAllgather,
+                    BcastAlgo::Linear,
+                ] {
                     let root = p / 2;
                     let mut recvs: Vec<Vec<i64>> = (0..p)
                         .map(|r| {

@@ -7,8 +7,11 @@
 //! (software overhead; the α of concurrent messages overlaps). The formulas per
 //! algorithm are those of R. Thakur, R. Rabenseifner and W. Gropp, "Optimization of
 //! Collective Communication Operations in MPICH", IJHPCA 19(1), 2005, §3–4. For each
-//! call the applicable algorithm of least predicted time wins; [`CostModel::DEFAULT`]
-//! holds the constants, measured on the CI machine (see its doc).
+//! call the applicable algorithm of least predicted time wins, except where some node
+//! of the job runs more ranks than CPUs: small barriers, broadcasts, all-to-alls and
+//! (from 4 ranks per CPU) allreduces then take the linear algorithms
+//! (`CollConfig::barrier`, "Oversubscribed"). [`CostModel::DEFAULT`] holds the
+//! constants, measured on the CI machine (see its doc).
 //!
 //! # Overrides
 //! `RANKWIRE_<COLLECTIVE>_ALGO=<name>` forces an algorithm (names in each enum's
@@ -146,7 +149,7 @@ algo_enum!(
         /// order and sends the result to every rank (MPICH's and Open MPI's basic
         /// linear reduce followed by a linear broadcast). Order-preserving. Every rank
         /// waits once; the default for small vectors where ranks share cores
-        /// ([`CollConfig::allreduce`]). Rank 0 holds p − 1 received vectors at once in
+        /// (docs/design.md, "Communicators and collectives"). Rank 0 holds p − 1 received vectors at once in
         /// the nonblocking form: forced on large vectors it costs (p − 1) × the vector
         /// in memory there.
         Linear = "linear",
@@ -165,7 +168,7 @@ algo_enum!(
         /// `linear`: the root sends the whole message to every other rank in turn
         /// (MPICH's and Open MPI's basic linear broadcast). Every rank waits once, for
         /// the root only; the default for small messages where ranks share cores
-        /// ([`CollConfig::bcast`]).
+        /// (docs/design.md, "Communicators and collectives").
         Linear = "linear",
     }
 );
@@ -179,7 +182,7 @@ algo_enum!(
         /// `linear`: every rank sends to rank 0, which answers each once it has heard
         /// from all (a fan-in/fan-out barrier; Open MPI's `basic_linear`). Every rank
         /// but 0 waits once; the default where ranks share cores
-        /// ([`CollConfig::barrier`]).
+        /// (docs/design.md, "Communicators and collectives").
         Linear = "linear",
     }
 );
@@ -332,15 +335,17 @@ impl Overrides {
 /// (benches/results/2026-12-05_single-copy-allreduce/).
 pub(crate) const SINGLE_COPY_MIN_BYTES: usize = (64 << 10) + 1;
 
-/// Largest communicator that takes the linear algorithms on a node with more ranks
-/// than CPUs ([`CollConfig::barrier`]): rank 0 (the root) handles p − 1 messages each
-/// way, one after the other.
+/// Largest communicator that takes the linear algorithms in a job where some node has
+/// more ranks than CPUs (the ratio is the job's: [`CollConfig::barrier`]): rank 0 (the
+/// root) handles p − 1 messages each way, one after the other.
 pub(crate) const LINEAR_MAX_RANKS: usize = 16;
 
 /// Largest communicator that takes them with at least 2 ranks per CPU, where every
-/// wait in a chain costs a turn of the scheduler (measured at 32 and 64 ranks on 2
-/// cores: the linear barrier 0.28–0.41 of dissemination, allreduce 0.25–0.55 of
-/// recursive doubling).
+/// wait in a chain costs a turn of the scheduler (OSU, 32 and 64 ranks on 2 cores,
+/// forced algorithms, two launches each: barrier 107–119 against 344–419 µs and
+/// 419–534 against 1017–1298 µs for dissemination, allreduce 8 B – 1 KiB 117–281
+/// against 297–492 µs and 302–558 against 1183–2024 µs for recursive doubling;
+/// `benches/results/2026-12-09a_oversub-linear/README.md`).
 pub(crate) const LINEAR_MAX_RANKS_CROWDED: usize = 64;
 
 /// Ranks per CPU from which small allreduces take the linear algorithm (measured on 2
@@ -493,7 +498,8 @@ impl CollConfig {
     /// [`LINEAR_MAX_BYTES`] take
     /// [`AlltoallAlgo::Linear`]: every message in flight at once, so a rank waits once
     /// for all of them, where pairwise waits p − 1 times, each on one partner (4 ranks on
-    /// 2 cores, `osu_alltoall` 1 B – 1 KiB: 5.7–12.6 µs against 8.8–17 µs pairwise).
+    /// 2 cores, `osu_alltoall` 1 B – 1 KiB, forced runs not stored: 5.7–12.6 µs against
+    /// 8.8–17 µs pairwise).
     pub(crate) fn alltoall(&self, p: usize, bytes: usize) -> Result<AlltoallAlgo> {
         self.overrides.alltoall.pick(
             |_| true,
