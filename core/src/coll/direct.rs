@@ -48,6 +48,22 @@ pub(crate) const MAX_DIRECT_ALLTOALL_BLOCK_BYTES: usize = 8 << 10;
 /// Vectors up to this many bytes use a temporary on the stack.
 const STACK_TMP_BYTES: usize = 4096;
 
+/// A temporary of `n` bytes: in `stack` (filled here) up to [`STACK_TMP_BYTES`], else
+/// in `heap` (grown here).
+fn scratch<'a>(
+    n: usize,
+    stack: &'a mut Option<[u64; STACK_TMP_BYTES / 8]>,
+    heap: &'a mut Vec<u64>,
+) -> &'a mut [u8] {
+    if n <= STACK_TMP_BYTES {
+        let s = stack.insert([0; STACK_TMP_BYTES / 8]);
+        &mut bytemuck::cast_slice_mut::<u64, u8>(s)[..n]
+    } else {
+        heap.resize(n.div_ceil(8), 0);
+        &mut bytemuck::cast_slice_mut::<u64, u8>(heap)[..n]
+    }
+}
+
 impl Communicator {
     /// The barrier's rounds (`barrier.rs`: [`super::barrier::round_peers`], or the
     /// linear fan-in and fan-out of [`BarrierAlgo::Linear`]), run directly. `None`: not
@@ -258,16 +274,8 @@ impl Communicator {
     ) -> Result<()> {
         const WHAT: &str = "allreduce";
         let (me, p) = (self.rank(), self.size());
-        let n = all.len();
-        let mut stack: [u64; STACK_TMP_BYTES / 8];
-        let mut heap = Vec::new();
-        let tmp: &mut [u8] = if n <= STACK_TMP_BYTES {
-            stack = [0; STACK_TMP_BYTES / 8];
-            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut stack)[..n]
-        } else {
-            heap.resize(n.div_ceil(8), 0u64);
-            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut heap)[..n]
-        };
+        let (mut stack, mut heap) = (None, Vec::new());
+        let tmp = scratch(all.len(), &mut stack, &mut heap);
         if me != 0 {
             // In place, the vector leaves from a copy: the result lands in `all`.
             let out: &[u8] = match send {
@@ -313,16 +321,11 @@ impl Communicator {
         let mut in_all = send.is_none();
         // A temporary is needed from the second exchange on (more than 2 ranks), or
         // from the first in place.
-        let mut stack: [u64; STACK_TMP_BYTES / 8];
-        let mut heap = Vec::new();
+        let (mut stack, mut heap) = (None, Vec::new());
         let tmp: &mut [u8] = if p <= 2 && !in_all {
             &mut []
-        } else if n <= STACK_TMP_BYTES {
-            stack = [0; STACK_TMP_BYTES / 8];
-            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut stack)[..n]
         } else {
-            heap.resize(n.div_ceil(8), 0u64);
-            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut heap)[..n]
+            scratch(n, &mut stack, &mut heap)
         };
         // Fold the first 2·rem ranks in pairs (allreduce.rs, `fold_in`).
         let nr = if me < 2 * rem {

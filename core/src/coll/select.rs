@@ -404,10 +404,7 @@ impl CollConfig {
     ) -> Result<AllreduceAlgo> {
         let ok = |a: AllreduceAlgo| commutative || a != AllreduceAlgo::Ring;
         self.overrides.allreduce.pick(ok, || {
-            if self.linear_when_oversubscribed(p)
-                && self.ranks_per_cpu >= LINEAR_ALLREDUCE_RANKS_PER_CPU
-                && bytes <= LINEAR_MAX_BYTES
-            {
+            if self.small_linear(p, bytes) && self.ranks_per_cpu >= LINEAR_ALLREDUCE_RANKS_PER_CPU {
                 AllreduceAlgo::Linear
             } else {
                 self.model.best_allreduce(p, bytes, commutative)
@@ -428,7 +425,7 @@ impl CollConfig {
         self.overrides.bcast.pick(
             |_| true,
             || {
-                if self.linear_when_oversubscribed(p) && bytes <= LINEAR_MAX_BYTES {
+                if self.small_linear(p, bytes) {
                     BcastAlgo::Linear
                 } else {
                     self.model.best_bcast(p, bytes)
@@ -470,6 +467,12 @@ impl CollConfig {
         )
     }
 
+    /// Whether a message of `bytes` (a broadcast, an all-to-all block, an allreduce
+    /// vector) on `p` ranks takes the linear algorithm ([`CollConfig::barrier`]).
+    fn small_linear(&self, p: usize, bytes: usize) -> bool {
+        self.linear_when_oversubscribed(p) && bytes <= LINEAR_MAX_BYTES
+    }
+
     /// Whether `p` ranks of this job take the linear algorithms ([`CollConfig::barrier`]).
     fn linear_when_oversubscribed(&self, p: usize) -> bool {
         let r = self.ranks_per_cpu;
@@ -504,7 +507,7 @@ impl CollConfig {
         self.overrides.alltoall.pick(
             |_| true,
             || {
-                if self.linear_when_oversubscribed(p) && bytes <= LINEAR_MAX_BYTES {
+                if self.small_linear(p, bytes) {
                     AlltoallAlgo::Linear
                 } else {
                     self.model.best_alltoall(p, bytes)
