@@ -349,8 +349,8 @@ pub(crate) const LINEAR_MAX_RANKS: usize = 16;
 pub(crate) const LINEAR_MAX_RANKS_CROWDED: usize = 64;
 
 /// Ranks per CPU from which small allreduces take the linear algorithm (measured on 2
-/// cores: at 8 and 16 ranks 0.5–0.8 of recursive doubling, level at 5 and 6, slower
-/// at 3, mixed at 4).
+/// cores, `benches/results/2026-12-09a_oversub-linear/README.md`: faster than recursive
+/// doubling at 8 to 64 ranks, level at 5 and 6, slower at 3, mixed at 4).
 pub(crate) const LINEAR_ALLREDUCE_RANKS_PER_CPU: f64 = 4.0;
 
 /// Largest message (bytes: a broadcast, an all-to-all block) that takes the linear
