@@ -343,8 +343,8 @@ pub(crate) const LINEAR_MAX_RANKS: usize = 16;
 /// Largest communicator that takes them with at least 2 ranks per CPU, where every
 /// wait in a chain costs a turn of the scheduler (OSU, 32 and 64 ranks on 2 cores,
 /// forced algorithms, two launches each: barrier 107–119 against 344–419 µs and
-/// 419–534 against 1017–1298 µs for dissemination, allreduce 8 B – 1 KiB 117–281
-/// against 297–492 µs and 302–558 against 1183–2024 µs for recursive doubling;
+/// 419–534 against 1017–1298 µs for dissemination, allreduce 117–281 against 297–492
+/// µs (8 B – 1 KiB) and 302–558 against 1183–2024 µs (8–64 B) for recursive doubling;
 /// `benches/results/2026-12-09a_oversub-linear/README.md`).
 pub(crate) const LINEAR_MAX_RANKS_CROWDED: usize = 64;
 
