@@ -17,7 +17,8 @@ impl Communicator {
     /// without a schedule, `coll/direct.rs`, unless `RANKWIRE_COLL_CHECK` is set),
     /// binomial scatter then ring allgather for large ones; where some node of the job
     /// runs more ranks than it has CPUs, up to 8 KiB on 3 to 16 ranks (64 with 2 ranks
-    /// per CPU), linear from the root (see [`BcastAlgo`] and docs/design.md, "Communicators and collectives"); `RANKWIRE_BCAST_ALGO` overrides.
+    /// per CPU), linear from the root (see [`BcastAlgo`] and docs/design.md,
+    /// "Communicators and collectives"); `RANKWIRE_BCAST_ALGO` overrides.
     ///
     /// # Errors
     /// [`crate::Error::Usage`] if `root` is out of range; [`crate::Error::Collective`]

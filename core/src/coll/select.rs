@@ -148,10 +148,10 @@ algo_enum!(
         /// `linear`: every rank sends its vector to rank 0, which combines them in rank
         /// order and sends the result to every rank (MPICH's and Open MPI's basic
         /// linear reduce followed by a linear broadcast). Order-preserving. Every rank
-        /// waits once; the default for small vectors where ranks share cores
-        /// (docs/design.md, "Communicators and collectives"). Rank 0 holds p − 1 received vectors at once in
-        /// the nonblocking form: forced on large vectors it costs (p − 1) × the vector
-        /// in memory there.
+        /// but 0 waits once; the default for small vectors where ranks share cores
+        /// (docs/design.md, "Communicators and collectives"). Rank 0 holds p − 1
+        /// received vectors at once in the nonblocking form: forced on large vectors it
+        /// costs (p − 1) × the vector in memory there.
         Linear = "linear",
     }
 );
@@ -446,8 +446,9 @@ impl CollConfig {
     /// on 2 cores (`src/bc.c` of `benches/results/2026-12-09a_oversub-linear/`): a
     /// broadcast + barrier iteration took 13–19 µs with dissemination and binomial,
     /// against 9–10 µs with both linear. Open MPI took 6–7 µs with its defaults, and
-    /// 11–15 µs, with our pattern of waits, with its recursive-doubling barrier forced. So where some node runs more ranks
-    /// than CPUs ([`CollConfig::ranks_per_cpu`] above 1), communicators of 3 to
+    /// 11–15 µs, with our pattern of waits, with its recursive-doubling barrier forced.
+    /// So where some node runs more ranks than CPUs ([`CollConfig::ranks_per_cpu`]
+    /// above 1), communicators of 3 to
     /// [`LINEAR_MAX_RANKS`] ranks, or up to [`LINEAR_MAX_RANKS_CROWDED`] with at least
     /// 2 ranks per CPU, take [`BarrierAlgo::Linear`], small broadcasts and all-to-alls
     /// theirs too, and small allreduces from [`LINEAR_ALLREDUCE_RANKS_PER_CPU`] ranks
@@ -498,11 +499,10 @@ impl CollConfig {
     /// Alltoall of `bytes` per destination on `p` ranks.
     ///
     /// Where ranks share CPUs ([`CollConfig::barrier`]) blocks up to
-    /// [`LINEAR_MAX_BYTES`] take
-    /// [`AlltoallAlgo::Linear`]: every message in flight at once, so a rank waits once
-    /// for all of them, where pairwise waits p − 1 times, each on one partner (4 ranks on
-    /// 2 cores, `osu_alltoall` 1 B – 1 KiB, forced runs not stored: 5.7–12.6 µs against
-    /// 8.8–17 µs pairwise).
+    /// [`LINEAR_MAX_BYTES`] take [`AlltoallAlgo::Linear`]: every message in flight at
+    /// once, so a rank waits once for all of them, where pairwise waits p − 1 times,
+    /// each on one partner (4 ranks on 2 cores, `osu_alltoall` 1 B – 1 KiB, forced runs
+    /// not stored: 5.7–12.6 µs against 8.8–17 µs pairwise).
     pub(crate) fn alltoall(&self, p: usize, bytes: usize) -> Result<AlltoallAlgo> {
         self.overrides.alltoall.pick(
             |_| true,
