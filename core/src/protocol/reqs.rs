@@ -185,17 +185,25 @@ impl Reqs {
         self.completions += 1;
     }
 
-    /// The outcome of request `id` if it has one; frees the slot.
+    /// The outcome of request `id` if it has one, the slot freed, in one lookup; else
+    /// `Err(held)`: whether the id is still held (pending).
     #[inline]
-    pub(super) fn take_done(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
+    fn take_or_held(&mut self, id: ReqId) -> Result<Result<Status, Error>, bool> {
         let (k, g) = split(id);
         match self.slab.get(k) {
             Some((generation, Slot::Done(_))) if *generation == g => match self.slab.remove(k) {
-                (_, Slot::Done(r)) => Some(r),
-                _ => None,
+                (_, Slot::Done(r)) => Ok(r),
+                _ => Err(false),
             },
-            _ => None,
+            Some((generation, _)) => Err(*generation == g),
+            None => Err(false),
         }
+    }
+
+    /// The outcome of request `id` if it has one; frees the slot.
+    #[inline]
+    pub(super) fn take_done(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
+        self.take_or_held(id).ok()
     }
 
     /// A copy of request `id`'s outcome if it has one waiting (left in place).
@@ -217,14 +225,10 @@ impl Reqs {
     /// (taken already, or never made). `None` while it is pending.
     #[inline]
     pub(super) fn take_settled(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
-        let (k, g) = split(id);
-        match self.slab.get(k) {
-            Some((generation, Slot::Done(_))) if *generation == g => match self.slab.remove(k) {
-                (_, Slot::Done(r)) => Some(r),
-                _ => None,
-            },
-            Some((generation, _)) if *generation == g => None,
-            _ => Some(Err(crate::protocol::unknown_request(id))),
+        match self.take_or_held(id) {
+            Ok(r) => Some(r),
+            Err(true) => None,
+            Err(false) => Some(Err(crate::protocol::unknown_request(id))),
         }
     }
 
