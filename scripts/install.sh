@@ -14,6 +14,7 @@
 # CARGO_TARGET_DIR is honoured; extra cargo flags can be given in CARGO_FLAGS
 # (e.g. CARGO_FLAGS="--no-default-features" for a build without CUDA support).
 set -euo pipefail
+caller_dir=$(pwd)
 cd "$(dirname "$0")/.."
 
 prefix=""
@@ -35,6 +36,8 @@ if [ -z "$prefix" ]; then
     echo "install.sh: no --prefix; usage: scripts/install.sh --prefix DIR [--debug] [--no-build]" >&2
     exit 2
 fi
+# A relative prefix is relative to where the script was called from.
+case $prefix in /*) ;; *) prefix=$caller_dir/$prefix ;; esac
 
 target=${CARGO_TARGET_DIR:-target}
 if [ "$build" = 1 ]; then

@@ -52,7 +52,7 @@ fn classify_device(ptr: *const u8, len: usize) -> bool {
 #[inline]
 pub fn host_run(ptr: *const u8, n: i64, dt: MPI_Datatype) -> Option<usize> {
     let size = crate::datatype::contiguous_predefined(dt)?;
-    let len = usize::try_from(n).ok()?.checked_mul(size)?;
+    let len = bytes_of(usize::try_from(n).ok()?, size)?;
     if ptr as usize == MPI_IN_PLACE || (ptr.is_null() && len > 0) || is_device(ptr, len) {
         return None;
     }
@@ -121,9 +121,7 @@ pub unsafe fn send_buf(ptr: *const u8, n: i64, dt: MPI_Datatype) -> R<SendBuf> {
         });
     }
     let t = for_comm(dt)?;
-    let bytes = n
-        .checked_mul(t.size)
-        .ok_or_else(|| err(MPI_ERR_COUNT, "count × type size overflows"))?;
+    let bytes = bytes_of(n, t.size).ok_or_else(|| err(MPI_ERR_COUNT, COUNT_OVERFLOW))?;
     if let Some((off, len)) = t.contiguous_span(n) {
         if len > 0 && ptr.is_null() && off == 0 {
             return Err(err(
@@ -171,9 +169,18 @@ fn null_with_data(ptr: *const u8, t: &TypeInfo, n: usize) -> bool {
 /// # Errors
 /// `MPI_ERR_COUNT` when the product overflows.
 fn contiguous_len(n: usize, size: usize) -> R<usize> {
-    n.checked_mul(size)
-        .ok_or_else(|| err(MPI_ERR_COUNT, "count × type size overflows"))
+    bytes_of(n, size).ok_or_else(|| err(MPI_ERR_COUNT, COUNT_OVERFLOW))
 }
+
+/// `n` elements of `size` bytes, in bytes, where that is a possible buffer length (at
+/// most `isize::MAX`, Rust's and `MPI_Count`'s limit); `None` beyond it.
+#[inline]
+pub fn bytes_of(n: usize, size: usize) -> Option<usize> {
+    n.checked_mul(size).filter(|&b| b <= isize::MAX as usize)
+}
+
+/// The error text of a count whose bytes exceed [`bytes_of`]'s limit.
+const COUNT_OVERFLOW: &str = "count × type size exceeds the largest buffer (2^63 - 1 bytes); fix: pass the element count of the buffer, not a byte count of another type";
 
 /// A receive buffer as contiguous bytes.
 pub struct RecvBuf {
@@ -223,9 +230,7 @@ pub unsafe fn recv_buf(ptr: *mut u8, n: i64, dt: MPI_Datatype) -> R<RecvBuf> {
         });
     }
     let t = for_comm(dt)?;
-    let bytes = n
-        .checked_mul(t.size)
-        .ok_or_else(|| err(MPI_ERR_COUNT, "count × type size overflows"))?;
+    let bytes = bytes_of(n, t.size).ok_or_else(|| err(MPI_ERR_COUNT, COUNT_OVERFLOW))?;
     if let Some((off, len)) = t.contiguous_span(n) {
         if len > 0 && ptr.is_null() && off == 0 {
             return Err(err(

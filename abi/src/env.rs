@@ -105,6 +105,10 @@ pub fn is_live() -> bool {
 /// Ends the job: every rank exits with `code` (through rwrun when initialized),
 /// printing `message` first.
 pub fn abort_job(code: c_int, message: &str) -> ! {
+    // The C program's buffered output first (what it printed before the error): rwrun
+    // ends every rank as soon as it hears of the abort, before `exit` would flush stdio.
+    // SAFETY: fflush(NULL) flushes every open output stream; no pointer is kept.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
     let g = ENV.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(Env {
         universe: Some(u), ..

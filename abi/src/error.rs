@@ -59,8 +59,13 @@ struct ErrState {
     /// User handlers: handle -> function.
     user: HashMap<MPI_Errhandler, CommErrhandlerFn>,
     next_user: usize,
-    /// Message of the last error of each class, for `MPI_Error_string`.
-    last_msg: HashMap<c_int, String>,
+}
+
+thread_local! {
+    /// Message of the last error of each class raised on this thread, for
+    /// `MPI_Error_string` (codes are classes, so a code cannot name one error; another
+    /// thread's errors never show here).
+    static LAST_MSG: std::cell::RefCell<HashMap<c_int, String>> = std::cell::RefCell::new(HashMap::new());
 }
 
 static STATE: Mutex<Option<ErrState>> = Mutex::new(None);
@@ -71,7 +76,6 @@ fn with_state<T>(f: impl FnOnce(&mut ErrState) -> T) -> T {
         by_comm: HashMap::new(),
         user: HashMap::new(),
         next_user: 1,
-        last_msg: HashMap::new(),
     });
     f(s)
 }
@@ -152,9 +156,9 @@ pub fn free_user(h: MPI_Errhandler) -> R {
     })
 }
 
-/// Last message recorded for error class `class`.
+/// Message of the last error of class `class` raised on the calling thread.
 pub fn last_message(class: c_int) -> Option<String> {
-    with_state(|s| s.last_msg.get(&class).cloned())
+    LAST_MSG.with(|m| m.borrow().get(&class).cloned())
 }
 
 /// Invokes `comm`'s error handler for `e` and returns the code to give the caller.
@@ -182,9 +186,7 @@ fn raise_on(comm: MPI_Comm, e: MpiErr, of_request: bool) -> c_int {
         MPI_COMM_SELF
     };
     let h = handler_of(comm);
-    with_state(|s| {
-        s.last_msg.insert(e.class, e.msg.clone());
-    });
+    LAST_MSG.with(|m| m.borrow_mut().insert(e.class, e.msg.clone()));
     match h {
         MPI_ERRORS_RETURN => e.class,
         MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => fatal(comm, h, &e),
@@ -431,7 +433,10 @@ pub fn describe(code: c_int) -> String {
     }
     let class = class_of(code);
     match last_message(class) {
-        Some(m) if code == class => format!("{}: {m}", class_name(class)),
+        Some(m) if code == class => format!(
+            "{} (the last error of this class on this thread: {m})",
+            class_name(class)
+        ),
         _ => class_name(class).to_string(),
     }
 }

@@ -62,7 +62,22 @@ fn recv_tag(tag: c_int) -> R<Tag> {
     if tag == MPI_ANY_TAG {
         return Ok(Tag::Any);
     }
-    tag_arg(tag).map(Tag::Value)
+    if !(0..=rankwire::TAG_UB).contains(&tag) {
+        return Err(bad_recv_tag(tag));
+    }
+    Ok(Tag::Value(tag))
+}
+
+/// [`recv_tag`]'s error (out of line).
+#[cold]
+fn bad_recv_tag(tag: c_int) -> MpiErr {
+    err(
+        MPI_ERR_TAG,
+        format!(
+            "tag {tag} is invalid for a receive or probe; fix: pass a tag in 0..={} (MPI_TAG_UB) or MPI_ANY_TAG",
+            rankwire::TAG_UB
+        ),
+    )
 }
 
 #[inline]

@@ -1,9 +1,11 @@
 /* rankwire-test: ranks=2 */
 /* Edge cases a reviewer found: zero-count messages with NULL buffers, MPI_IN_PLACE where
  * it is not allowed (MPI_ERR_BUFFER, not a crash), the empty status of null and inactive
- * requests (MPI 4.1 3.7.3). */
+ * requests (MPI 4.1 3.7.3); a receive's bad tag named as a receive's, and counts whose
+ * bytes pass 2^63 - 1 refused (MPI_ERR_COUNT). */
 #include <mpi.h>
 #include <stdio.h>
+#include <string.h>
 
 static int checks = 0, rank;
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "rank %d: check failed at line %d: ", rank, __LINE__); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); MPI_Abort(MPI_COMM_WORLD, 1); } checks++; } while (0)
@@ -67,6 +69,25 @@ int main(int argc, char **argv) {
   rc = MPI_Bcast(MPI_IN_PLACE, 1, MPI_INT, 0, MPI_COMM_WORLD);
   MPI_Error_class(rc, &cls);
   CHECK(cls == MPI_ERR_BUFFER, "bcast IN_PLACE class %d", cls);
+  /* A receive's tag above MPI_TAG_UB: MPI_ERR_TAG, and the text says receive. */
+  int *ub, found;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+  MPI_Request bad;
+  rc = MPI_Irecv(&v, 1, MPI_INT, peer, *ub + 1, MPI_COMM_WORLD, &bad);
+  MPI_Error_class(rc, &cls);
+  CHECK(cls == MPI_ERR_TAG, "irecv bad tag class %d", cls);
+  char text[MPI_MAX_ERROR_STRING];
+  int tlen;
+  MPI_Error_string(rc, text, &tlen);
+  CHECK(strstr(text, "receive") != NULL && strstr(text, "MPI_ANY_TAG") != NULL, "irecv bad tag text: %s", text);
+  /* 2^30 elements of a 2^33-byte type: 2^63 bytes, beyond any buffer. */
+  MPI_Datatype huge;
+  MPI_Type_contiguous(1 << 30, MPI_DOUBLE, &huge);
+  MPI_Type_commit(&huge);
+  rc = MPI_Send_c(&v, (MPI_Count)1 << 30, huge, peer, 6, MPI_COMM_WORLD);
+  MPI_Error_class(rc, &cls);
+  CHECK(cls == MPI_ERR_COUNT, "2^63-byte send class %d", cls);
+  MPI_Type_free(&huge);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("edge_cases: ok, %d checks\n", checks);
