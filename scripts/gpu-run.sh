@@ -6,8 +6,9 @@
 # Two passes (issue 18): every step without MPS; then, with the MPS control daemon
 # started here (scripts/mps.sh: as root, CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe,
 # CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log; stopped at the end and on exit), the benchmark
-# steps again (bench, p2p_latency, p2p_bw, coll_bench_*, the ompi reference steps), stream_p2p and
-# doctor, explain, coll_check_2 and coll_check_4, each named with the suffix _mps. Where
+# steps again (bench, p2p_latency, p2p_bw, coll_bench_*, the ompi reference steps), stream_p2p,
+# doctor, explain, coll_check_{2,3,4}, coll_peer_{2,3,4} and coll_check_nopeer_2, each named
+# with the suffix _mps. Where
 # the daemon cannot start, summary.txt says why and the MPS pass is skipped.
 # GPU_ONLY=REGEX runs only the steps whose names it matches (both passes; the daemon is
 # started only if an _mps step is wanted). GPU_MPS=0: no MPS pass (the first pass then

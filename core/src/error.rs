@@ -116,6 +116,8 @@ impl fmt::Display for Error {
                 detail,
             } => write!(f, "transport {transport}: rank {peer}: {detail}")?,
             Error::Registration(d) => write!(f, "registration: {d}")?,
+            // A GPU message that names its own fix ends there.
+            Error::Gpu(d) if d.contains("; fix: ") => return write!(f, "gpu: {d}"),
             Error::Gpu(d) => write!(f, "gpu: {d}")?,
             Error::Collective(d) => write!(f, "collective: {d}")?,
             // A usage message that carries its own fix (a setting, --require) ends there.
@@ -479,6 +481,17 @@ mod tests {
         let rank = Error::Usage("rank 7 is not in a communicator of 2".into()).to_string();
         assert!(rank.contains("fix: pass a rank in 0..size"), "{rank}");
         assert!(!rank.contains("tag_ub"), "{rank}");
+        // A message about blocks per rank carries its own fix (not the rank fix).
+        let blocks = crate::coll::args::multiple("allgather_in_place", "the buffer", 10, 3)
+            .expect("10 is no multiple of 3")
+            .to_string();
+        assert_eq!(blocks.matches("fix:").count(), 1, "{blocks}");
+        assert!(
+            blocks.contains("fix: pass a buffer of size × block"),
+            "{blocks}"
+        );
+        let gpu = Error::Gpu("no GPU; fix: run on one".into()).to_string();
+        assert_eq!(gpu, "gpu: no GPU; fix: run on one");
         let fin = Error::Usage("the universe was finalized".into()).to_string();
         assert!(fin.contains("fix: make no call after finalize"), "{fin}");
         // Whole words, a setting first: "staging" is no tag, a setting's name no rank

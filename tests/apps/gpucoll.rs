@@ -926,6 +926,12 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mode = args.get(1).cloned().unwrap_or_else(|| "check".into());
     let max: Option<usize> = args.get(2).and_then(|s| s.parse().ok());
+    // A mode that does not exist is an error with or without a GPU.
+    if !matches!(mode.as_str(), "check" | "peer" | "latency" | "kernel") {
+        fail(&format!(
+            "unknown mode {mode} (check | peer | latency | kernel)"
+        ));
+    }
     if let Err(e) = rankwire::gpu::init() {
         println!("skipped: no usable GPU ({e})");
         return;

@@ -1187,7 +1187,8 @@ impl Communicator {
         if !r.len().is_multiple_of(p) {
             return Err(Error::usage(format!(
                 "allgather_device_in_place: the buffer holds {} bytes, not a multiple of the \
-                 {p} ranks",
+                 {p} ranks; fix: pass a buffer of size × block bytes, the same block length on \
+                 every rank",
                 r.len()
             )));
         }
@@ -1231,7 +1232,8 @@ impl Communicator {
         if !r.len().is_multiple_of(p * es) {
             return Err(Error::usage(format!(
                 "reduce_scatter_block_device_in_place: the buffer holds {} bytes, not {p} \
-                 equal blocks of {dtype:?} elements",
+                 equal blocks of {dtype:?} elements; fix: pass a buffer of size × block \
+                 elements, the same block length on every rank",
                 r.len()
             )));
         }
@@ -1793,6 +1795,29 @@ mod tests {
                 });
                 for (r, v) in recvs.iter().enumerate() {
                     assert_eq!(v, &sum, "staged allreduce p={p} n={n} rank {r}");
+                }
+                // The device reduce's schedule (reduce_device / ireduce_device without
+                // peer memory): only the root's output is written.
+                for root in [0, p - 1, p / 2] {
+                    let mut recvs = vec![vec![-1i64; n]; p];
+                    waited += run_late(&sends, &mut recvs, true, |b| {
+                        if n > 0 {
+                            reduce::binomial(
+                                b,
+                                Slice::new(Buf::Send, 0, n * 8),
+                                Slice::new(Buf::Recv, 0, n * 8),
+                                root,
+                                true,
+                            )
+                        }
+                    });
+                    for (r, v) in recvs.iter().enumerate() {
+                        if r == root {
+                            assert_eq!(v, &sum, "reduce p={p} n={n} root {root}");
+                        } else {
+                            assert!(v.iter().all(|&x| x == -1), "reduce wrote rank {r}");
+                        }
+                    }
                 }
                 for algo in [ReduceScatterAlgo::Ring, ReduceScatterAlgo::ReduceScatterv] {
                     let k = n / p.max(1);

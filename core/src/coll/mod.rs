@@ -345,7 +345,8 @@ pub(crate) mod args {
         (!got.is_multiple_of(size.max(1))).then(|| {
             Error::usage(format!(
                 "{what}: {buf} holds {got} elements, not a multiple of the communicator \
-                 size {size} (one block of equal length per rank is needed)"
+                 size {size} (one block of equal length per rank is needed); fix: pass a \
+                 buffer of size × block elements, the same block length on every rank"
             ))
         })
     }
