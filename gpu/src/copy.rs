@@ -30,6 +30,17 @@ pub struct Stream {
     raw: RawStream,
     device: i32,
     owned: bool,
+    /// What keeps a borrowed stream alive ([`Stream::from_cudarc`]'s `CudaStream`).
+    _keep: Option<KeepAlive>,
+}
+
+/// An owner held only so that a borrowed stream outlives the [`Stream`] made from it.
+struct KeepAlive(#[allow(dead_code)] std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for KeepAlive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeepAlive")
+    }
 }
 
 // SAFETY: a CUstream is a process-wide handle; the driver allows enqueueing work and
@@ -79,6 +90,7 @@ impl Stream {
             raw,
             device,
             owned: true,
+            _keep: None,
         })
     }
 
@@ -112,7 +124,34 @@ impl Stream {
             raw: raw.cast(),
             device,
             owned: false,
+            _keep: None,
         }
+    }
+
+    /// The stream of a cudarc `CudaStream` (safe form of [`Stream::from_raw`]): the
+    /// returned value holds a reference to `stream`, so the stream stays live while it
+    /// or work enqueued through rankwire's stream-ordered calls needs it; the device is
+    /// the stream's context's ordinal.
+    ///
+    /// # Errors
+    /// [`GpuError::Unsupported`] ([`crate::Unsupported::NonPrimaryContext`]) when the
+    /// stream's context is not its device's primary context (rankwire's device work
+    /// runs in the primary context, as the CUDA runtime's and cudarc's
+    /// `CudaContext::new` do).
+    #[cfg(feature = "cuda")]
+    pub fn from_cudarc(
+        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    ) -> Result<Stream, GpuError> {
+        let ctx = stream.context();
+        if !ctx.is_primary() {
+            return Err(crate::Unsupported::NonPrimaryContext.into());
+        }
+        Ok(Stream {
+            raw: stream.cu_stream().cast(),
+            device: ctx.ordinal() as i32,
+            owned: false,
+            _keep: Some(KeepAlive(stream.clone())),
+        })
     }
 
     /// The raw `CUstream` handle.

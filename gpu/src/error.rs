@@ -139,6 +139,13 @@ pub enum Unsupported {
     /// (MPI 4.1 §6.9.2 defines them for integers only).
     #[error("bitwise reductions are defined for integer types only")]
     ReductionType,
+    /// A stream of a context other than its device's primary context (cudarc's
+    /// `CudaContext::new_non_primary`, CiG): rankwire's device work runs in the primary
+    /// context, so it cannot be ordered with such a stream.
+    #[error(
+        "the stream belongs to a non-primary CUDA context; make it with cudarc's CudaContext::new (the primary context)"
+    )]
+    NonPrimaryContext,
 }
 
 impl GpuError {

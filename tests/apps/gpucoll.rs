@@ -456,6 +456,12 @@ fn peer(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
         .filter(|&n| n <= max_count)
         .collect();
     let stream = Stream::new(0).unwrap_or_else(|e| fail(&format!("stream: {e}")));
+    // The broadcasts below run on a cudarc stream (Stream::from_cudarc), the other
+    // stream-ordered calls on a rankwire one.
+    let cu = rankwire::cudarc::driver::CudaContext::new(0)
+        .and_then(|ctx| ctx.new_stream())
+        .unwrap_or_else(|e| fail(&format!("cudarc stream: {e}")));
+    let cs = Stream::from_cudarc(&cu).unwrap_or_else(|e| fail(&format!("from_cudarc: {e}")));
     let t0 = std::time::Instant::now();
     for &n in &counts {
         for (dt, op) in [
@@ -597,11 +603,11 @@ fn peer(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
             poisoned(bytes)
         };
         // SAFETY: live buffer until the synchronize.
-        let r = unsafe { w.bcast_device_on_stream(buf.ptr(), bytes, root, &stream) };
+        let r = unsafe { w.bcast_device_on_stream(buf.ptr(), bytes, root, &cs) };
         let err = r
             .err()
             .map(|e| e.to_string())
-            .or_else(|| stream.synchronize().err().map(|e| e.to_string()))
+            .or_else(|| cs.synchronize().err().map(|e| e.to_string()))
             .or_else(|| (download(&buf) != all[root]).then(|| "bcast_on_stream differs".into()));
         c.record(
             &format!("bcast_on_stream {bytes} bytes root={root}"),
