@@ -481,15 +481,6 @@ mod tests {
         let rank = Error::Usage("rank 7 is not in a communicator of 2".into()).to_string();
         assert!(rank.contains("fix: pass a rank in 0..size"), "{rank}");
         assert!(!rank.contains("tag_ub"), "{rank}");
-        // A message about blocks per rank carries its own fix (not the rank fix).
-        let blocks = crate::coll::args::multiple("allgather_in_place", "the buffer", 10, 3)
-            .expect("10 is no multiple of 3")
-            .to_string();
-        assert_eq!(blocks.matches("fix:").count(), 1, "{blocks}");
-        assert!(
-            blocks.contains("fix: pass a buffer of size × block"),
-            "{blocks}"
-        );
         let gpu = Error::Gpu("no GPU; fix: run on one".into()).to_string();
         assert_eq!(gpu, "gpu: no GPU; fix: run on one");
         let fin = Error::Usage("the universe was finalized".into()).to_string();

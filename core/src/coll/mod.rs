@@ -382,6 +382,20 @@ pub(crate) mod args {
     pub(crate) fn first(errs: impl IntoIterator<Item = Option<Error>>) -> Option<Error> {
         errs.into_iter().flatten().next()
     }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn a_block_length_error_carries_its_own_fix() {
+            // "per rank" in the message must not draw the fix about ranks.
+            let e = super::multiple("allgather_in_place", "the buffer", 10, 3)
+                .expect("10 is no multiple of 3")
+                .to_string();
+            assert_eq!(e.matches("fix:").count(), 1, "{e}");
+            assert!(e.contains("fix: pass a buffer of size × block"), "{e}");
+            assert!(super::multiple("x", "b", 9, 3).is_none());
+        }
+    }
 }
 
 /// In-memory runs of whole algorithms for the unit tests.
