@@ -180,7 +180,7 @@ pub fn bytes_of(n: usize, size: usize) -> Option<usize> {
 }
 
 /// The error text of a count whose bytes exceed [`bytes_of`]'s limit.
-const COUNT_OVERFLOW: &str = "count × type size exceeds the largest buffer (2^63 - 1 bytes); fix: pass the element count of the buffer, not a byte count of another type";
+pub const COUNT_OVERFLOW: &str = "count × type size exceeds the largest buffer (2^63 - 1 bytes); fix: pass the element count of the buffer, not a byte count of another type";
 
 /// A receive buffer as contiguous bytes.
 pub struct RecvBuf {

@@ -261,7 +261,7 @@ pub(crate) unsafe fn bcast<C: Num>(
         && !crate::memkind::agreement_needed()
         && let Some(size) = crate::datatype::contiguous_predefined(dt)
         && let Ok(n) = cnt(n)
-        && let Some(len) = n.checked_mul(size).filter(|&l| l > 0)
+        && let Some(len) = crate::buf::bytes_of(n, size).filter(|&l| l > 0)
         && !buf.is_null()
         && buf as usize != MPI_IN_PLACE
         && !crate::buf::is_device(buf as *const u8, len)
@@ -296,7 +296,7 @@ pub(crate) unsafe fn bcast<C: Num>(
     }
     // The common blocking case without a Dst: the caller's contiguous host bytes.
     if mode == Mode::Block
-        && n.checked_mul(t.size.max(t.extent.unsigned_abs())).is_some()
+        && crate::buf::bytes_of(n, t.size.max(t.extent.unsigned_abs())).is_some()
         && let Some((off, len)) = t.contiguous_span(n)
         && len > 0
     {
@@ -692,16 +692,15 @@ pub(crate) unsafe fn alltoall<C: Num>(
             crate::datatype::contiguous_predefined(rt),
         )
         && let (Ok(sn), Ok(rn)) = (cnt(sn), cnt(rn))
-        && let Some(block) = sn
-            .checked_mul(ss)
-            .filter(|&b| b > 0 && Some(b) == rn.checked_mul(rs))
+        && let Some(block) = crate::buf::bytes_of(sn, ss)
+            .filter(|&b| b > 0 && Some(b) == crate::buf::bytes_of(rn, rs))
         && !sbuf.is_null()
         && !rbuf.is_null()
     {
         let c = lookup(comm)?;
         let ends_before =
             |a: usize, b: usize, len: usize| a.checked_add(len).is_some_and(|e| e <= b);
-        if let Some(len) = block.checked_mul(c.size())
+        if let Some(len) = crate::buf::bytes_of(block, c.size())
             && (ends_before(sbuf as usize, rbuf as usize, len)
                 || ends_before(rbuf as usize, sbuf as usize, len))
             && !crate::buf::is_device(sbuf as *const u8, len)

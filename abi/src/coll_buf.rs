@@ -489,9 +489,8 @@ fn packed_layout(blocks: &[Block]) -> R<(Vec<usize>, Vec<usize>, usize)> {
     let mut at = 0usize;
     for &(_, n, dt) in blocks {
         let t = crate::datatype::for_comm(dt)?;
-        let b = n
-            .checked_mul(t.size)
-            .ok_or_else(|| err(MPI_ERR_COUNT, "count × type size overflows"))?;
+        let b = crate::buf::bytes_of(n, t.size)
+            .ok_or_else(|| err(MPI_ERR_COUNT, crate::buf::COUNT_OVERFLOW))?;
         counts.push(b);
         displs.push(at);
         at += b;

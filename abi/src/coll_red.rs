@@ -278,7 +278,7 @@ unsafe fn allreduce_fast(
         return None;
     }
     let n = usize::try_from(count).ok().filter(|&n| n > 0)?;
-    let bytes = n.checked_mul(size)?;
+    let bytes = crate::buf::bytes_of(n, size)?;
     let inplace = is_in_place(send) || std::ptr::eq(send, recv);
     let aligned = |p: usize| p != 0 && p != MPI_IN_PLACE && p.is_multiple_of(size);
     if !aligned(recv as usize)
@@ -372,7 +372,7 @@ pub unsafe fn allreduce(
         && rs == Span::Host
         && ss == Span::Host
         && let Some(size) = crate::datatype::contiguous_predefined(dt)
-        && let Some(bytes) = n.checked_mul(size)
+        && let Some(bytes) = crate::buf::bytes_of(n, size)
         && !recv.is_null()
         && recv as usize != MPI_IN_PLACE
         && (recv as usize).is_multiple_of(size)

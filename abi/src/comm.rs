@@ -759,9 +759,10 @@ pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_in
     })
 }
 
-/// `MPI_Error_string`: the class name and, when this process raised an error of that
-/// class, rankwire's message (layer, numbers, fix); for a value that is no error code
-/// (outside 0..=`MPI_LASTUSEDCODE`), a string saying so.
+/// `MPI_Error_string`: the class name and, when the calling thread raised an error of
+/// that class, the message of the last such error (layer, numbers, fix), labelled as
+/// such (a returned code is its class, so it cannot name one error); for a value that is
+/// no error code (outside 0..=`MPI_LASTUSEDCODE`), a string saying so.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Error_string(
     errorcode: c_int,

@@ -88,6 +88,14 @@ int main(int argc, char **argv) {
   MPI_Error_class(rc, &cls);
   CHECK(cls == MPI_ERR_COUNT, "2^63-byte send class %d", cls);
   MPI_Type_free(&huge);
+  /* The same limit in collectives (both ranks fail locally, before any message). */
+  rc = MPI_Bcast_c(&v, (MPI_Count)1 << 60, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Error_class(rc, &cls);
+  CHECK(cls == MPI_ERR_COUNT, "2^63-byte bcast class %d", cls);
+  double dv = 1;
+  rc = MPI_Allreduce_c(MPI_IN_PLACE, &dv, (MPI_Count)1 << 60, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Error_class(rc, &cls);
+  CHECK(cls == MPI_ERR_COUNT, "2^63-byte allreduce class %d", cls);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("edge_cases: ok, %d checks\n", checks);
