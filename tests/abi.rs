@@ -185,6 +185,34 @@ fn collectives_with_the_memory_kind_agreement_forced_on() {
 
 /// Every C program in abi/tests/c has a test above.
 #[test]
+fn install_takes_a_relative_prefix_from_the_callers_directory() {
+    // The library is built by `prefix()`; `--no-build` then only copies it.
+    let _ = prefix();
+    let dir = out_dir("relative-prefix");
+    let _ = std::fs::remove_dir_all(dir.join("rel"));
+    // Under the lock `prefix()` takes, so that no build replaces the library meanwhile.
+    let lock = bin_dir().parent().unwrap().join("abi-prefix.lock");
+    let st = Command::new("flock")
+        .arg(&lock)
+        .arg(repo().join("scripts/install.sh"))
+        .args(["--debug", "--no-build", "--prefix", "rel"])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run flock + scripts/install.sh");
+    assert!(st.success(), "scripts/install.sh --prefix rel failed");
+    assert!(
+        dir.join("rel/lib/libmpi_abi.so.1").is_file() && dir.join("rel/bin/mpicc").is_file(),
+        "a relative --prefix must install under the caller's directory {}",
+        dir.display()
+    );
+    assert!(
+        !repo().join("rel").exists(),
+        "a relative --prefix must not install under the repository"
+    );
+}
+
+#[test]
 fn every_c_program_is_listed() {
     let me = std::fs::read_to_string(repo().join("tests/abi.rs")).unwrap();
     let list = me
