@@ -209,6 +209,22 @@ unsafe fn types(p: *const MPI_Datatype, n: usize, what: &str) -> R<Vec<MPI_Datat
     Ok(unsafe { std::slice::from_raw_parts(p, n) }.to_vec())
 }
 
+/// `n` elements per rank for `p` ranks (the count of a root's or an allgather's whole
+/// buffer).
+///
+/// # Errors
+/// `MPI_ERR_COUNT` when the product overflows.
+fn times_p(n: usize, p: usize) -> R<usize> {
+    n.checked_mul(p).ok_or_else(|| {
+        err(
+            MPI_ERR_COUNT,
+            format!(
+                "count {n} per rank × {p} ranks overflows; fix: pass the count of one rank's block"
+            ),
+        )
+    })
+}
+
 fn cnt<C: Num>(c: C) -> R<usize> {
     count(c.i64())
 }
@@ -345,7 +361,7 @@ pub(crate) unsafe fn gather<C: Num>(
         let t = for_comm(rt)?;
         // SAFETY: the caller's buffers.
         unsafe {
-            let d = dst(rbuf as *mut u8, rn * p, rt, false)?;
+            let d = dst(rbuf as *mut u8, times_p(rn, p)?, rt, false)?;
             let s = if in_place(sbuf) {
                 src(
                     off(rbuf, root as isize * rn as isize * t.extent),
@@ -456,7 +472,7 @@ pub(crate) unsafe fn scatter<C: Num>(
     let (s, d) = unsafe {
         if c.rank() == root {
             let sn = cnt(sn)?;
-            let s = src(sbuf as *const u8, sn * p, st, false)?;
+            let s = src(sbuf as *const u8, times_p(sn, p)?, st, false)?;
             let d = if in_place(rbuf) {
                 scratch_dst(s.len / p.max(1))
             } else {
@@ -555,7 +571,9 @@ pub(crate) unsafe fn allgather<C: Num>(
     let rn = cnt(rn)?;
     let t = for_comm(rt)?;
     let inplace = in_place(sbuf);
-    let r = device_span(rbuf as *const u8, rn * p, &t);
+    let r = times_p(rn, p)
+        .ok()
+        .and_then(|all| device_span(rbuf as *const u8, all, &t));
     // Errors of the send arguments are reported by the general path, after the
     // agreement (here they only make the device path unavailable).
     let s = match (r, inplace) {
@@ -598,7 +616,7 @@ pub(crate) unsafe fn allgather<C: Num>(
         }
     }
     // SAFETY: the caller's buffers.
-    let d = unsafe { dst(rbuf as *mut u8, rn * p, rt, inplace)? };
+    let d = unsafe { dst(rbuf as *mut u8, times_p(rn, p)?, rt, inplace)? };
     let dr = d.raw();
     let c2 = c.clone();
     if inplace {
@@ -724,11 +742,11 @@ pub(crate) unsafe fn alltoall<C: Num>(
     // SAFETY: the caller's buffers (an in-place input is copied: it is the output).
     let (s, d) = unsafe {
         let s = if in_place(sbuf) {
-            src(rbuf as *const u8, rn * p, rt, true)?
+            src(rbuf as *const u8, times_p(rn, p)?, rt, true)?
         } else {
-            src(sbuf as *const u8, cnt(sn)? * p, st, false)?
+            src(sbuf as *const u8, times_p(cnt(sn)?, p)?, st, false)?
         };
-        (s, dst(rbuf as *mut u8, rn * p, rt, false)?)
+        (s, dst(rbuf as *mut u8, times_p(rn, p)?, rt, false)?)
     };
     let (sr, dr, c2) = (s.raw(), d.raw(), c.clone());
     // SAFETY (both closures): s and d live in the request until completion.

@@ -105,10 +105,7 @@ pub fn is_live() -> bool {
 /// Ends the job: every rank exits with `code` (through rwrun when initialized),
 /// printing `message` first.
 pub fn abort_job(code: c_int, message: &str) -> ! {
-    // The C program's buffered output first (what it printed before the error): rwrun
-    // ends every rank as soon as it hears of the abort, before `exit` would flush stdio.
-    // SAFETY: fflush(NULL) flushes every open output stream; no pointer is kept.
-    unsafe { libc::fflush(std::ptr::null_mut()) };
+    flush_stdio();
     let g = ENV.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(Env {
         universe: Some(u), ..
@@ -118,6 +115,31 @@ pub fn abort_job(code: c_int, message: &str) -> ! {
     }
     eprintln!("{message}");
     std::process::exit(if code == 0 { 1 } else { code })
+}
+
+/// Flushes the C program's `stdout` and `stderr` (what it printed before an abort): rwrun
+/// ends every rank as soon as it hears of the abort, before `exit` would flush stdio.
+/// A stream another thread holds locked (a thread blocked in a read or write on it) is
+/// skipped rather than waited for, so an abort never hangs here; `fflush(NULL)` would
+/// lock every open stream, input streams included.
+fn flush_stdio() {
+    unsafe extern "C" {
+        static mut stdout: *mut libc::FILE;
+        static mut stderr: *mut libc::FILE;
+        fn ftrylockfile(f: *mut libc::FILE) -> c_int;
+        fn funlockfile(f: *mut libc::FILE);
+        fn fflush_unlocked(f: *mut libc::FILE) -> c_int;
+    }
+    // SAFETY: glibc's `stdout`/`stderr` are the C library's own streams, valid for the
+    // life of the process; each is flushed only while this thread holds its lock.
+    unsafe {
+        for f in [stdout, stderr] {
+            if !f.is_null() && ftrylockfile(f) == 0 {
+                fflush_unlocked(f);
+                funlockfile(f);
+            }
+        }
+    }
 }
 
 fn do_init(required: c_int) -> R<c_int> {

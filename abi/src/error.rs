@@ -158,7 +158,12 @@ pub fn free_user(h: MPI_Errhandler) -> R {
 
 /// Message of the last error of class `class` raised on the calling thread.
 pub fn last_message(class: c_int) -> Option<String> {
-    LAST_MSG.with(|m| m.borrow().get(&class).cloned())
+    // During thread exit (an `atexit` handler, a thread-local destructor) the table
+    // may be gone: no message then.
+    LAST_MSG
+        .try_with(|m| m.borrow().get(&class).cloned())
+        .ok()
+        .flatten()
 }
 
 /// Invokes `comm`'s error handler for `e` and returns the code to give the caller.
@@ -186,7 +191,8 @@ fn raise_on(comm: MPI_Comm, e: MpiErr, of_request: bool) -> c_int {
         MPI_COMM_SELF
     };
     let h = handler_of(comm);
-    LAST_MSG.with(|m| m.borrow_mut().insert(e.class, e.msg.clone()));
+    // Not recorded during thread exit (the table may be destroyed already).
+    let _ = LAST_MSG.try_with(|m| m.borrow_mut().insert(e.class, e.msg.clone()));
     match h {
         MPI_ERRORS_RETURN => e.class,
         MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => fatal(comm, h, &e),

@@ -129,9 +129,10 @@ impl Stream {
     }
 
     /// The stream of a cudarc `CudaStream` (safe form of [`Stream::from_raw`]): the
-    /// returned value holds a reference to `stream`, so the stream stays live while it
-    /// or work enqueued through rankwire's stream-ordered calls needs it; the device is
-    /// the stream's context's ordinal.
+    /// returned value holds a reference to `stream`, so the stream lives at least as long
+    /// as the returned `Stream` (keep that, or the `CudaStream`, until the work enqueued
+    /// on it has completed: rankwire's stream-ordered calls keep only the raw handle);
+    /// the device is the stream's context's ordinal.
     ///
     /// # Errors
     /// [`GpuError::Unsupported`] ([`crate::Unsupported::NonPrimaryContext`]) when the

@@ -143,7 +143,7 @@ pub enum Unsupported {
     /// `CudaContext::new_non_primary`, CiG): rankwire's device work runs in the primary
     /// context, so it cannot be ordered with such a stream.
     #[error(
-        "the stream belongs to a non-primary CUDA context; make it with cudarc's CudaContext::new (the primary context)"
+        "the stream belongs to a non-primary CUDA context; fix: make it from cudarc's CudaContext::new (the device's primary context)"
     )]
     NonPrimaryContext,
 }

@@ -456,12 +456,17 @@ fn peer(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
         .filter(|&n| n <= max_count)
         .collect();
     let stream = Stream::new(0).unwrap_or_else(|e| fail(&format!("stream: {e}")));
-    // The broadcasts below run on a cudarc stream (Stream::from_cudarc), the other
-    // stream-ordered calls on a rankwire one.
-    let cu = rankwire::cudarc::driver::CudaContext::new(0)
-        .and_then(|ctx| ctx.new_stream())
-        .unwrap_or_else(|e| fail(&format!("cudarc stream: {e}")));
-    let cs = Stream::from_cudarc(&cu).unwrap_or_else(|e| fail(&format!("from_cudarc: {e}")));
+    // The broadcasts below run on a cudarc stream (Stream::from_cudarc) where the build
+    // has cudarc, the other stream-ordered calls on a rankwire one.
+    #[cfg(feature = "cuda")]
+    let cs = {
+        let cu = rankwire::cudarc::driver::CudaContext::new(0)
+            .and_then(|ctx| ctx.new_stream())
+            .unwrap_or_else(|e| fail(&format!("cudarc stream: {e}")));
+        Stream::from_cudarc(&cu).unwrap_or_else(|e| fail(&format!("from_cudarc: {e}")))
+    };
+    #[cfg(not(feature = "cuda"))]
+    let cs = Stream::new(0).unwrap_or_else(|e| fail(&format!("stream: {e}")));
     let t0 = std::time::Instant::now();
     for &n in &counts {
         for (dt, op) in [

@@ -692,15 +692,8 @@ impl Communicator {
             if let Some((g, t)) = peer {
                 let c = PeerColl::Reduce { n, es, root };
                 device_peer::build(b, W, g, c, Some((dt, rop)), sp, rp, stream, t)
-            } else if n > 0 {
-                let all = n * es;
-                reduce::binomial(
-                    b,
-                    Slice::new(Buf::Send, 0, all),
-                    Slice::new(Buf::Recv, 0, all),
-                    root,
-                    true,
-                );
+            } else {
+                reduce_schedule(b, n * es, root);
             }
         })
     }
@@ -1556,6 +1549,21 @@ unsafe impl DeviceMemoryMut for DevRaw {
     }
 }
 
+/// The device reduce's host schedule (no peer memory): a binomial tree of `bytes` from
+/// the send buffer into the root's receive buffer (nothing for 0 bytes). Device
+/// reductions are commutative.
+fn reduce_schedule(b: &mut Builder, bytes: usize, root: usize) {
+    if bytes > 0 {
+        reduce::binomial(
+            b,
+            Slice::new(Buf::Send, 0, bytes),
+            Slice::new(Buf::Recv, 0, bytes),
+            root,
+            true,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -1801,15 +1809,7 @@ mod tests {
                 for root in [0, p - 1, p / 2] {
                     let mut recvs = vec![vec![-1i64; n]; p];
                     waited += run_late(&sends, &mut recvs, true, |b| {
-                        if n > 0 {
-                            reduce::binomial(
-                                b,
-                                Slice::new(Buf::Send, 0, n * 8),
-                                Slice::new(Buf::Recv, 0, n * 8),
-                                root,
-                                true,
-                            )
-                        }
+                        reduce_schedule(b, n * 8, root)
                     });
                     for (r, v) in recvs.iter().enumerate() {
                         if r == root {
