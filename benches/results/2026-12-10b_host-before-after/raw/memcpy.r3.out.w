@@ -1,4 +1,4 @@
 # memcpybench: single thread, 7 trials of ~0.3 s
 # Size          Best (GB/s)     Median (GB/s)
-1048576x64      20.76           19.82
-4194304x64      17.21           16.46
+1048576x64      13.87           13.19
+4194304x64      13.88           13.61
