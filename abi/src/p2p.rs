@@ -1123,36 +1123,57 @@ pub unsafe extern "C" fn MPI_Sendrecv_c(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
-    guard(comm, || {
-        // SAFETY: C caller's buffers, valid for the call.
-        let r = unsafe { post_recv(recvbuf, recvcount, recvtype, source, recvtag, comm)? };
-        // SAFETY: as above.
-        let s = unsafe {
-            post_send(
-                sendbuf,
-                sendcount,
-                sendtype,
-                dest,
-                sendtag,
-                comm,
-                Mode::Standard,
-            )?
-        };
-        let h = insert(comm, r);
-        let mut hs = insert(comm, s);
-        let mut hr = h;
-        // SAFETY: local handles; status is the caller's pointer.
-        let rc = unsafe { crate::request::MPI_Wait(&mut hr, status) };
-        // SAFETY: local handle.
-        let rs = unsafe { crate::request::MPI_Wait(&mut hs, std::ptr::null_mut()) };
-        if rc != MPI_SUCCESS {
-            return Err(err(rc, "the receive of MPI_Sendrecv failed"));
-        }
-        if rs != MPI_SUCCESS {
-            return Err(err(rs, "the send of MPI_Sendrecv failed"));
-        }
-        Ok(())
+    // SAFETY: forwarded C arguments.
+    guard(comm, || unsafe {
+        sendrecv(
+            sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+            recvtag, comm, status,
+        )
     })
+}
+
+/// [`MPI_Sendrecv_c`]'s work, its error returned (not raised) for the exported caller.
+///
+/// # Safety
+/// The C caller's buffers, valid for the call; `status` null or writable.
+#[allow(clippy::too_many_arguments)]
+unsafe fn sendrecv(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> R {
+    // SAFETY: C caller's buffers, valid for the call.
+    let r = unsafe { post_recv(recvbuf, recvcount, recvtype, source, recvtag, comm)? };
+    // SAFETY: as above.
+    let s = unsafe {
+        post_send(
+            sendbuf,
+            sendcount,
+            sendtype,
+            dest,
+            sendtag,
+            comm,
+            Mode::Standard,
+        )?
+    };
+    let mut hr = insert(comm, r);
+    let mut hs = insert(comm, s);
+    // Both waits run; their errors are raised once, by this call (the receive's
+    // first), with their own messages.
+    // SAFETY: local handles; status is the caller's pointer.
+    let rr = unsafe { crate::request::wait_quiet(&mut hr, status) };
+    // SAFETY: local handle.
+    let rs = unsafe { crate::request::wait_quiet(&mut hs, std::ptr::null_mut()) };
+    rr.and(rs)
 }
 
 /// `MPI_Sendrecv_replace`: the data is sent from a copy, then received into `buf`.
@@ -1205,8 +1226,9 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace_c(
         drop(b);
         let n = copy.len();
         // SAFETY: the copy is contiguous bytes.
-        let rc = unsafe {
-            MPI_Sendrecv_c(
+        // (Its error is this call's, raised once by its guard.)
+        unsafe {
+            sendrecv(
                 c_addr(&copy),
                 n as MPI_Count,
                 MPI_BYTE,
@@ -1220,11 +1242,7 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace_c(
                 comm,
                 status,
             )
-        };
-        if rc != MPI_SUCCESS {
-            return Err(err(rc, "MPI_Sendrecv_replace failed"));
         }
-        Ok(())
     })
 }
 

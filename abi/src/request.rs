@@ -1033,18 +1033,37 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_St
         if request.is_null() {
             return Err(err(MPI_ERR_REQUEST, "request is a null pointer"));
         }
-        // SAFETY: non-null C pointer.
-        let h = unsafe { &mut *request };
-        let o = match take_op(*h)? {
-            Taken::Inactive => Outcome::Inactive,
-            Taken::Op(comm, op) => {
-                *ec = comm;
-                finish_taken(h, op, true)
-            }
-        };
-        // SAFETY: caller's pointer.
-        unsafe { report(&o, status, false) }
+        // SAFETY: non-null C pointer; the caller's status pointer.
+        unsafe { wait_on(&mut *request, status, ec) }
     })
+}
+
+/// [`MPI_Wait`]'s work: completes `*h` and writes `status`; `ec` becomes the request's
+/// communicator (whose error handler applies).
+///
+/// # Safety
+/// `status` null or writable.
+unsafe fn wait_on(h: &mut MPI_Request, status: *mut MPI_Status, ec: &mut MPI_Comm) -> R {
+    let o = match take_op(*h)? {
+        Taken::Inactive => Outcome::Inactive,
+        Taken::Op(comm, op) => {
+            *ec = comm;
+            finish_taken(h, op, true)
+        }
+    };
+    // SAFETY: caller's pointer.
+    unsafe { report(&o, status, false) }
+}
+
+/// [`MPI_Wait`] inside another exported call (`MPI_Sendrecv`'s two waits): the error is
+/// returned, not raised, so that the calling function raises it once, with its message.
+///
+/// # Safety
+/// `status` null or writable.
+pub unsafe fn wait_quiet(h: &mut MPI_Request, status: *mut MPI_Status) -> R {
+    let mut ec = MPI_COMM_WORLD;
+    // SAFETY: the caller's contract.
+    unsafe { wait_on(h, status, &mut ec) }
 }
 
 /// `MPI_Test`.

@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static int checks = 0, rank;
+static int checks = 0, rank, handler_calls = 0;
+static void count_errors(MPI_Comm *c, int *code, ...) { (void)c; (void)code; handler_calls++; }
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "rank %d: check failed at line %d: ", rank, __LINE__); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); MPI_Abort(MPI_COMM_WORLD, 1); } checks++; } while (0)
 
 int main(int argc, char **argv) {
@@ -96,6 +97,33 @@ int main(int argc, char **argv) {
   rc = MPI_Allreduce_c(MPI_IN_PLACE, &dv, (MPI_Count)1 << 60, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   MPI_Error_class(rc, &cls);
   CHECK(cls == MPI_ERR_COUNT, "2^63-byte allreduce class %d", cls);
+  /* A truncated MPI_Sendrecv / MPI_Sendrecv_replace calls the user's handler once, with
+   * the receive's class (its wait's error is not raised a second time). */
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  MPI_Errhandler eh;
+  MPI_Comm_create_errhandler(count_errors, &eh);
+  MPI_Comm_set_errhandler(dup, eh);
+  int two[2] = {1, 2}, one = 0;
+  rc = MPI_Sendrecv(two, 2, MPI_INT, peer, 7, &one, 1, MPI_INT, peer, 7, dup, MPI_STATUS_IGNORE);
+  MPI_Error_class(rc, &cls);
+  CHECK(cls == MPI_ERR_TRUNCATE && handler_calls == 1, "sendrecv truncation: class %d, handler called %d times", cls, handler_calls);
+  int three[3] = {1, 2, 3};
+  handler_calls = 0;
+  if (rank == 0) {
+    MPI_Send(three, 3, MPI_INT, peer, 8, dup);
+    rc = MPI_Sendrecv_replace(three, 2, MPI_INT, peer, 9, peer, 9, dup, MPI_STATUS_IGNORE);
+  } else {
+    rc = MPI_Sendrecv_replace(three, 2, MPI_INT, peer, 9, peer, 8, dup, MPI_STATUS_IGNORE);
+    MPI_Recv(three, 3, MPI_INT, peer, 9, dup, MPI_STATUS_IGNORE);
+  }
+  MPI_Error_class(rc, &cls);
+  if (rank == 1)
+    CHECK(cls == MPI_ERR_TRUNCATE && handler_calls == 1, "sendrecv_replace truncation: class %d, handler called %d times", cls, handler_calls);
+  else
+    CHECK(rc == MPI_SUCCESS && handler_calls == 0, "sendrecv_replace: rc %d, handler called %d times", rc, handler_calls);
+  MPI_Errhandler_free(&eh);
+  MPI_Comm_free(&dup);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("edge_cases: ok, %d checks\n", checks);
