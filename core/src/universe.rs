@@ -995,20 +995,25 @@ fn candidates(
 /// than CPUs: which collectives then take the linear algorithms
 /// (`coll/select.rs`, `CollConfig::barrier`).
 fn oversubscribed_note(ranks_per_cpu: f64) -> String {
-    let allreduce = if ranks_per_cpu >= crate::coll::select::LINEAR_ALLREDUCE_RANKS_PER_CPU {
-        ", and allreduce up to 8 KiB"
+    use crate::coll::select::{
+        LINEAR_ALLREDUCE_RANKS_PER_CPU, LINEAR_MAX_BYTES, LINEAR_MAX_RANKS,
+        LINEAR_MAX_RANKS_CROWDED,
+    };
+    let kib = LINEAR_MAX_BYTES >> 10;
+    let allreduce = if ranks_per_cpu >= LINEAR_ALLREDUCE_RANKS_PER_CPU {
+        format!(", and allreduce up to {kib} KiB")
     } else {
-        ""
+        String::new()
     };
     let most = if ranks_per_cpu >= 2.0 {
-        crate::coll::select::LINEAR_MAX_RANKS_CROWDED
+        LINEAR_MAX_RANKS_CROWDED
     } else {
-        crate::coll::select::LINEAR_MAX_RANKS
+        LINEAR_MAX_RANKS
     };
     format!(
         "up to {ranks_per_cpu:.1} ranks per CPU on a node: barrier, bcast and alltoall up to \
-         8 KiB per message{allreduce} take linear algorithms on communicators of 3 to {most} \
-         ranks (every rank waits once); RANKWIRE_BARRIER_ALGO, RANKWIRE_BCAST_ALGO, \
+         {kib} KiB per message{allreduce} take linear algorithms on communicators of 3 to \
+         {most} ranks (every rank waits once); RANKWIRE_BARRIER_ALGO, RANKWIRE_BCAST_ALGO, \
          RANKWIRE_ALLTOALL_ALGO and RANKWIRE_ALLREDUCE_ALGO choose others"
     )
 }

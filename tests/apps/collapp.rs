@@ -287,35 +287,37 @@ fn all(w: &Communicator, count: usize) -> Result<()> {
         .flat_map(|src| (0..count).map(move |t| val(src, 1000 + me * count + t)))
         .collect();
     expect(&c("alltoall"), &a2r, &a2w)?;
+    // alltoallv with send counts `sc` and receive counts `rc`; element t of the block
+    // for rank j carries val(me, j * stride + t).
+    let alltoallv_with = |sc: Vec<usize>, rc: Vec<usize>, stride: usize, what: &str| {
+        let (sd, rd) = (displs(&sc), displs(&rc));
+        let sbuf: Vec<i64> = (0..p)
+            .flat_map(|j| (0..sc[j]).map(move |t| val(me, j * stride + t)))
+            .collect();
+        let mut rbuf = vec![0i64; rc.iter().sum()];
+        w.alltoallv(&sbuf, &sc, &sd, &mut rbuf, &rc, &rd)?;
+        let rw: Vec<i64> = (0..p)
+            .flat_map(|i| (0..rc[i]).map(move |t| val(i, me * stride + t)))
+            .collect();
+        expect(&c(what), &rbuf, &rw)
+    };
     let f = |i: usize, j: usize| (i + 2 * j + count) % 4 + count / 4;
-    let sc: Vec<usize> = (0..p).map(|j| f(me, j)).collect();
-    let rc: Vec<usize> = (0..p).map(|i| f(i, me)).collect();
-    let (sd, rd) = (displs(&sc), displs(&rc));
-    let sbuf: Vec<i64> = (0..p)
-        .flat_map(|j| (0..sc[j]).map(move |t| val(me, j * 1000 + t)))
-        .collect();
-    let mut rbuf = vec![0i64; rc.iter().sum()];
-    w.alltoallv(&sbuf, &sc, &sd, &mut rbuf, &rc, &rd)?;
-    let rw: Vec<i64> = (0..p)
-        .flat_map(|i| (0..rc[i]).map(move |t| val(i, me * 1000 + t)))
-        .collect();
-    expect(&c("alltoallv"), &rbuf, &rw)?;
+    alltoallv_with(
+        (0..p).map(|j| f(me, j)).collect(),
+        (0..p).map(|i| f(i, me)).collect(),
+        1000,
+        "alltoallv",
+    )?;
     // Skewed: rank 0 sends 1100 elements (8800 bytes) to every rank, the others 1, so
     // the ranks' average blocks lie on either side of the 8 KiB where the algorithm
     // choice of oversubscribed jobs changes (each rank picks by its own).
     let sk = |i: usize| if i == 0 { 1100 } else { 1 };
-    let sc: Vec<usize> = (0..p).map(|_| sk(me)).collect();
-    let rc: Vec<usize> = (0..p).map(sk).collect();
-    let (sd, rd) = (displs(&sc), displs(&rc));
-    let sbuf: Vec<i64> = (0..p)
-        .flat_map(|j| (0..sc[j]).map(move |t| val(me, j * 2000 + t)))
-        .collect();
-    let mut rbuf = vec![0i64; rc.iter().sum()];
-    w.alltoallv(&sbuf, &sc, &sd, &mut rbuf, &rc, &rd)?;
-    let rw: Vec<i64> = (0..p)
-        .flat_map(|i| (0..rc[i]).map(move |t| val(i, me * 2000 + t)))
-        .collect();
-    expect(&c("alltoallv (skewed)"), &rbuf, &rw)?;
+    alltoallv_with(
+        (0..p).map(|_| sk(me)).collect(),
+        (0..p).map(sk).collect(),
+        2000,
+        "alltoallv (skewed)",
+    )?;
 
     let rsin: Vec<i64> = (0..p * count).map(|i| val(me, i)).collect();
     let mut rsb = vec![0i64; count];
