@@ -761,8 +761,10 @@ pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_in
 
 /// `MPI_Error_string`: the class name and, when the calling thread raised an error of
 /// that class, the message of the last such error (layer, numbers, fix), labelled as
-/// such (a returned code is its class, so it cannot name one error); for a value that is
-/// no error code (outside 0..=`MPI_LASTUSEDCODE`), a string saying so.
+/// such (a returned code is its class, so it cannot name one error). A value that is no
+/// error code (outside 0..=`MPI_LASTUSEDCODE`) is an `MPI_ERR_ARG` error, as in
+/// [`MPI_Error_class`], raised on `MPI_COMM_SELF` after `string` is filled with a text
+/// saying so (so a caller with `MPI_ERRORS_RETURN` still gets it).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Error_string(
     errorcode: c_int,
@@ -772,6 +774,12 @@ pub unsafe extern "C" fn MPI_Error_string(
     guard(MPI_COMM_SELF, || {
         let s = crate::error::describe(errorcode);
         // SAFETY: C caller's buffer of MPI_MAX_ERROR_STRING bytes.
-        unsafe { crate::env::put_str(string, MPI_MAX_ERROR_STRING as usize, resultlen, &s) }
+        unsafe { crate::env::put_str(string, MPI_MAX_ERROR_STRING as usize, resultlen, &s)? };
+        let last = crate::error::LASTUSED.load(std::sync::atomic::Ordering::Relaxed);
+        if (0..=last).contains(&errorcode) {
+            Ok(())
+        } else {
+            Err(err(MPI_ERR_ARG, s))
+        }
     })
 }

@@ -216,12 +216,19 @@ int main(int argc, char **argv) {
         int c2 = -1;
         OK(MPI_Error_class(code, &c2));
         CHECK(c2 == cls, "class of the new code");
-        /* A value that is no error code gets a string that says so. */
-        OK(MPI_Error_string(code + 1000, s, &len));
+        /* A value that is no error code is MPI_ERR_ARG (as MPI_Error_class says), with a
+         * string that says so. */
+        OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
+        int rc = MPI_Error_string(code + 1000, s, &len);
+        CHECK(rc == MPI_ERR_ARG, "MPI_Error_string of an unknown code returned %d", rc);
         CHECK(len > 0 && strstr(s, "is not an MPI error code") != NULL,
               "string of an unknown code: '%s'", s);
-        OK(MPI_Error_string(-5, s, &len));
+        rc = MPI_Error_string(-5, s, &len);
+        CHECK(rc == MPI_ERR_ARG, "MPI_Error_string(-5) returned %d", rc);
         CHECK(strstr(s, "is not an MPI error code") != NULL, "string of -5: '%s'", s);
+        rc = MPI_Error_class(-5, &c2);
+        CHECK(rc == MPI_ERR_ARG, "MPI_Error_class(-5) returned %d", rc);
+        OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL));
     }
 
     /* Info_create_env; null handle names; Pcontrol. */
