@@ -911,6 +911,29 @@ pub unsafe fn scan(
     let n = crate::datatype::count(count)?;
     let (p, me) = (c.size(), c.rank());
     let inplace = is_in_place(send);
+    // Device buffers: the device scan (kernels combine, no host staging), where the
+    // type and op allow it and the ranks agree (memkind.rs), in every mode.
+    let rs = span(recv, n, &red.ty);
+    let ss = if inplace { rs } else { span(send, n, &red.ty) };
+    let local = match (device_plan(&red), rs, ss) {
+        (Some(p), Span::Device(r0, r1), Span::Device(s0, s1)) => Some((p, (r0, r1), (s0, s1))),
+        _ => None,
+    };
+    if crate::memkind::device_path(&c, comm, mode, local.is_some())?
+        && let Some(((d, o), r, s)) = local
+    {
+        let s = (!inplace).then_some(s);
+        // SAFETY: MPI keeps both device ranges live and untouched until completion (the
+        // blocking form waits here).
+        let q = unsafe { c.iscan_device_raw(s, r, d, o, exclusive)? };
+        if matches!(mode, Mode::Block) {
+            q.wait()?;
+            return Ok(None);
+        }
+        return Ok(Some(crate::request::Started::plain(
+            crate::request::Active::Coll(q),
+        )));
+    }
     let s = if inplace {
         None
     } else {

@@ -160,7 +160,8 @@ pub fn agreement_needed() -> bool {
     AGREE.load(Ordering::Relaxed)
 }
 
-/// Whether this call of one of the five collectives takes the device path, given
+/// Whether this call of one of the collectives with a device form (allreduce, reduce,
+/// reduce_scatter_block, allgather, bcast, scan, exscan) takes the device path, given
 /// that this rank's buffers allow it (`mine`). Every rank of `comm` must call it, with
 /// whatever buffers it has, before either path sends anything.
 ///

@@ -368,6 +368,56 @@ fn check(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
             }
         }
     }
+    // Scan and exscan, out of place and in place: every type, sum, max and bxor.
+    // Rank i's result is the reduction of ranks 0..=i (0..i for exscan); rank 0's
+    // exscan output is left as it was (the poison, or its input in place).
+    for &n in &counts {
+        for dt in DType::ALL {
+            let ops = [RedOp::Sum, RedOp::Max, RedOp::Bxor];
+            for op in ops.into_iter().filter(|o| o.valid_for(dt)) {
+                for exclusive in [false, true] {
+                    for in_place in [false, true] {
+                        let input = make_input(&mut rng, dt, op, n);
+                        let all = c.all(&input);
+                        let (d, o) = (datatype(dt), mpi_op(op));
+                        let got = if in_place {
+                            let mut buf = upload(&input);
+                            match exclusive {
+                                false => w.scan_device_in_place(&mut buf, d, o)?,
+                                true => w.exscan_device_in_place(&mut buf, d, o)?,
+                            }
+                            download(&buf)
+                        } else {
+                            let send = upload(&input);
+                            let mut recv = poisoned(n * dt.size());
+                            match exclusive {
+                                false => w.scan_device(&send, &mut recv, d, o)?,
+                                true => w.exscan_device(&send, &mut recv, d, o)?,
+                            }
+                            download(&recv)
+                        };
+                        let upto = if exclusive { me } else { me + 1 };
+                        let err = if upto == 0 {
+                            let kept = if in_place {
+                                input.clone()
+                            } else {
+                                vec![0xA5; input.len()]
+                            };
+                            (got != kept).then(|| "rank 0's exscan output was written".to_string())
+                        } else {
+                            check_reduction(dt, op, &all[..upto], 0, &got)
+                        };
+                        let name = if exclusive { "exscan" } else { "scan" };
+                        c.record(
+                            &format!("{name} {dt} {op} n={n} in_place={in_place}"),
+                            err,
+                            None,
+                        );
+                    }
+                }
+            }
+        }
+    }
     // Allgather and bcast (bytes).
     for &n in &counts {
         let bytes = n * 4 + n % 3;
@@ -403,10 +453,27 @@ fn check(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
         let (mut ra, mut rg) = (poisoned(a.len()), poisoned(g.len() * p));
         let r1 = w.iallreduce_device(&sa, &mut ra, Datatype::F64, Op::Sum)?;
         let r2 = w.iallgather_device(&sg, &mut rg)?;
-        rankwire::wait_all_coll(vec![r2, r1])?;
+        // A nonblocking in-place scan and an exscan in flight with them.
+        let x = make_input(&mut rng, DType::I64, RedOp::Sum, 4099);
+        let all_x = c.all(&x);
+        let mut bx = upload(&x);
+        let mut ex = poisoned(x.len());
+        let sx = upload(&x);
+        let r3 = w.iscan_device_in_place(&mut bx, Datatype::I64, Op::Sum)?;
+        let r4 = w.iexscan_device(&sx, &mut ex, Datatype::I64, Op::Sum)?;
+        rankwire::wait_all_coll(vec![r2, r4, r1, r3])?;
         let err = check_reduction(DType::F64, RedOp::Sum, &all_a, 0, &download(&ra))
-            .or_else(|| (download(&rg) != all_g.concat()).then(|| "iallgather differs".into()));
-        c.record("iallreduce + iallgather in flight together", err, None);
+            .or_else(|| (download(&rg) != all_g.concat()).then(|| "iallgather differs".into()))
+            .or_else(|| check_reduction(DType::I64, RedOp::Sum, &all_x[..=me], 0, &download(&bx)))
+            .or_else(|| match me {
+                0 => (download(&ex) != vec![0xA5; x.len()]).then(|| "iexscan wrote rank 0".into()),
+                _ => check_reduction(DType::I64, RedOp::Sum, &all_x[..me], 0, &download(&ex)),
+            });
+        c.record(
+            "iallreduce + iallgather + iscan in place + iexscan in flight together",
+            err,
+            None,
+        );
     }
     // Argument errors are reported, not run.
     {

@@ -86,6 +86,46 @@ int main(int argc, char **argv) {
     cudaFree(d_s); cudaFree(d_r); free(h);
   }
 
+  /* Scan and exscan on device buffers: blocking, in place, nonblocking. Rank r holds
+   * (r + 1) * 1000 + i; the inclusive sum at rank r is (r+1)(r+2)/2 * 1000 + (r+1) i. */
+  {
+    int n = 100003;
+    long long *h = malloc(n * sizeof(long long)), *d_s, *d_r, *d_x;
+    CU(cudaMalloc((void **)&d_s, n * sizeof(long long)));
+    CU(cudaMalloc((void **)&d_r, n * sizeof(long long)));
+    CU(cudaMalloc((void **)&d_x, n * sizeof(long long)));
+    for (int i = 0; i < n; i++) h[i] = (long long)(rank + 1) * 1000 + i;
+    CU(cudaMemcpy(d_s, h, n * sizeof(long long), cudaMemcpyHostToDevice));
+    long long inc = (long long)(rank + 1) * (rank + 2) / 2 * 1000, exc = (long long)rank * (rank + 1) / 2 * 1000;
+    MPI_Scan(d_s, d_r, n, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    CU(cudaMemcpy(h, d_r, n * sizeof(long long), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++) if (h[i] != inc + (long long)(rank + 1) * i) CHECK(0, "scan at %d: %lld", i, h[i]);
+    checks++;
+    CU(cudaMemset(d_r, 0x5a, n * sizeof(long long)));
+    MPI_Exscan(d_s, d_r, n, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    CU(cudaMemcpy(h, d_r, n * sizeof(long long), cudaMemcpyDeviceToHost));
+    if (rank == 0) CHECK(h[n - 1] == 0x5a5a5a5a5a5a5a5aLL, "exscan wrote rank 0: %lld", h[n - 1]);
+    else for (int i = 0; i < n; i++) if (h[i] != exc + (long long)rank * i) CHECK(0, "exscan at %d: %lld", i, h[i]);
+    checks++;
+    /* in place, blocking and nonblocking (two in flight) */
+    CU(cudaMemcpy(d_r, d_s, n * sizeof(long long), cudaMemcpyDeviceToDevice));
+    CU(cudaMemcpy(d_x, d_s, n * sizeof(long long), cudaMemcpyDeviceToDevice));
+    MPI_Scan(MPI_IN_PLACE, d_r, n, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    CU(cudaMemcpy(h, d_r, n * sizeof(long long), cudaMemcpyDeviceToHost));
+    CHECK(h[n - 1] == inc + (long long)(rank + 1) * (n - 1), "scan in place %lld", h[n - 1]);
+    CU(cudaMemcpy(d_r, d_s, n * sizeof(long long), cudaMemcpyDeviceToDevice));
+    MPI_Request q[2];
+    MPI_Iexscan(MPI_IN_PLACE, d_r, n, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD, &q[0]);
+    MPI_Iscan(MPI_IN_PLACE, d_x, n, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &q[1]);
+    MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+    CU(cudaMemcpy(h, d_r, n * sizeof(long long), cudaMemcpyDeviceToHost));
+    if (rank == 0) CHECK(h[7] == 1000 + 7, "iexscan in place changed rank 0: %lld", h[7]);
+    else CHECK(h[7] == exc + (long long)rank * 7, "iexscan in place %lld", h[7]);
+    CU(cudaMemcpy(h, d_x, n * sizeof(long long), cudaMemcpyDeviceToHost));
+    CHECK(h[9] == (long long)(rank + 1) * 1000 + 9, "iscan max in place %lld", h[9]);
+    cudaFree(d_s); cudaFree(d_r); cudaFree(d_x); free(h);
+  }
+
   /* A strided datatype over device memory: every other int of 2000. */
   {
     MPI_Datatype vec;

@@ -51,7 +51,7 @@ use crate::coll::ops::{Datatype, Op};
 use crate::coll::sched::{Buf, Builder, CopyDir, DevOps, Slice, UserBufs};
 use crate::coll::select::Algo;
 use crate::coll::{
-    CollKind, CollRequest, allgather, allreduce, args, bcast, reduce, reduce_scatter,
+    CollKind, CollRequest, allgather, allreduce, args, bcast, reduce, reduce_scatter, scan,
 };
 use crate::comm::Communicator;
 use crate::device::{DeviceMemory, DeviceMemoryMut};
@@ -928,6 +928,207 @@ impl Communicator {
             } else {
                 reduce_scatter::build(b, algo, &counts, es)
             }
+        })
+    }
+}
+
+/// Scan and exscan on device buffers (MPI 4.1 §6.11), blocking and nonblocking, in
+/// place and not. They run the host scan's recursive-doubling schedule
+/// (`coll/scan.rs`, MPICH's `MPIR_Scan_intra_recursive_doubling`) with device
+/// buffers and temporaries: local copies and combines are kernels on the runtime
+/// stream, transfers go over the GPU point-to-point path; no peer-memory kernel. The
+/// in-place forms need no extra copy: the schedule reads its input once, before
+/// anything is written to the result.
+impl Communicator {
+    /// Inclusive prefix reduction on device buffers (MPI_Scan): rank `i`'s `recv`
+    /// gets `send_0 ∘ … ∘ send_i`, element-wise, combined in rank order.
+    ///
+    /// Shape: `send.len() == recv.len()` bytes, a multiple of the element size, equal
+    /// on every rank; both on one device.
+    ///
+    /// # Errors
+    /// As [`Communicator::allreduce_device`].
+    pub fn scan_device<S: DeviceMemory + ?Sized, R: DeviceMemoryMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<()> {
+        self.iscan_device(send, recv, dtype, op)?.wait()
+    }
+
+    /// Nonblocking [`Communicator::scan_device`] (MPI_Iscan).
+    ///
+    /// # Errors
+    /// As [`Communicator::scan_device`], for the arguments.
+    pub fn iscan_device<'a, S: DeviceMemory + ?Sized, R: DeviceMemoryMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
+        let (s, r) = (Region::of(send)?, Region::of_mut(recv)?);
+        self.start_scan_device(CollKind::Scan, Some(s), r, dtype, op)
+    }
+
+    /// Exclusive prefix reduction on device buffers (MPI_Exscan): rank `i > 0`'s
+    /// `recv` gets `send_0 ∘ … ∘ send_{i−1}`; rank 0's `recv` is not written.
+    ///
+    /// # Errors
+    /// As [`Communicator::scan_device`].
+    pub fn exscan_device<S: DeviceMemory + ?Sized, R: DeviceMemoryMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<()> {
+        self.iexscan_device(send, recv, dtype, op)?.wait()
+    }
+
+    /// Nonblocking [`Communicator::exscan_device`] (MPI_Iexscan).
+    ///
+    /// # Errors
+    /// As [`Communicator::scan_device`], for the arguments.
+    pub fn iexscan_device<'a, S: DeviceMemory + ?Sized, R: DeviceMemoryMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
+        let (s, r) = (Region::of(send)?, Region::of_mut(recv)?);
+        self.start_scan_device(CollKind::Exscan, Some(s), r, dtype, op)
+    }
+
+    /// [`Communicator::scan_device`] in place (MPI_Scan with MPI_IN_PLACE): `buf` is
+    /// the input and receives the result.
+    ///
+    /// # Errors
+    /// As [`Communicator::scan_device`].
+    pub fn scan_device_in_place<B: DeviceMemoryMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<()> {
+        self.iscan_device_in_place(buf, dtype, op)?.wait()
+    }
+
+    /// Nonblocking [`Communicator::scan_device_in_place`] (MPI_Iscan with
+    /// MPI_IN_PLACE).
+    ///
+    /// # Errors
+    /// As [`Communicator::scan_device`], for the arguments.
+    pub fn iscan_device_in_place<'a, B: DeviceMemoryMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
+        let r = Region::of_mut(buf)?;
+        self.start_scan_device(CollKind::Scan, None, r, dtype, op)
+    }
+
+    /// [`Communicator::exscan_device`] in place (MPI_Exscan with MPI_IN_PLACE): `buf`
+    /// is the input and, on ranks above 0, receives the result; rank 0's is left as it
+    /// is.
+    ///
+    /// # Errors
+    /// As [`Communicator::scan_device`].
+    pub fn exscan_device_in_place<B: DeviceMemoryMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<()> {
+        self.iexscan_device_in_place(buf, dtype, op)?.wait()
+    }
+
+    /// Nonblocking [`Communicator::exscan_device_in_place`] (MPI_Iexscan with
+    /// MPI_IN_PLACE).
+    ///
+    /// # Errors
+    /// As [`Communicator::scan_device`], for the arguments.
+    pub fn iexscan_device_in_place<'a, B: DeviceMemoryMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
+        let r = Region::of_mut(buf)?;
+        self.start_scan_device(CollKind::Exscan, None, r, dtype, op)
+    }
+
+    /// The device scans on raw device pointers (FFI): `send` (`(address, bytes)`) into
+    /// `recv`, or `recv` in place (`send` `None`); `exclusive`: exscan. Nonblocking.
+    ///
+    /// # Safety
+    /// Both ranges must be live device memory until the request completes; `recv` must
+    /// not be accessed meanwhile and must not overlap `send`.
+    ///
+    /// # Errors
+    /// As [`Communicator::scan_device`].
+    pub unsafe fn iscan_device_raw<'a>(
+        &self,
+        send: Option<(u64, usize)>,
+        recv: (u64, usize),
+        dtype: Datatype,
+        op: Op,
+        exclusive: bool,
+    ) -> Result<CollRequest<'a>> {
+        let region = |(addr, bytes)| Region { addr, bytes };
+        let kind = if exclusive {
+            CollKind::Exscan
+        } else {
+            CollKind::Scan
+        };
+        self.start_scan_device(kind, send.map(region), region(recv), dtype, op)
+    }
+
+    /// Starts a device scan (`kind`: `Scan` or `Exscan`) of `send` into `recv`, or of
+    /// `recv` in place (`send` `None`).
+    fn start_scan_device<'a>(
+        &self,
+        kind: CollKind,
+        send: Option<Region>,
+        recv: Region,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
+        let w = match kind {
+            CollKind::Exscan => "exscan_device",
+            _ => "scan_device",
+        };
+        let dt = dtype_of(dtype)?;
+        let rop = op_of(op, dt)?;
+        let input = send.unwrap_or(recv);
+        let n = elems(w, "the send buffer", input.len(), dt)?;
+        let es = dt.size();
+        let mut spec = Spec::uniform(kind, None, n, es);
+        (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
+        spec.invalid = (recv.len() != input.len()).then(|| {
+            Error::usage(format!(
+                "{w}: the receive buffer holds {} bytes but the send buffer {}; they must be \
+                 equal",
+                recv.len(),
+                input.len()
+            ))
+        });
+        let device = common_device(w, (input.ptr(), input.len()), (recv.ptr(), recv.len()))?;
+        let user = dev_bufs(
+            self.gpu_pool(),
+            (input.ptr(), if send.is_some() { input.len() } else { 0 }),
+            (recv.ptr(), recv.len()),
+            device,
+            Some((dt, rop)),
+            None,
+        )?;
+        let from = if send.is_some() { Buf::Send } else { Buf::Recv };
+        self.start_coll_device(spec, user, |b| {
+            scan::build_from(b, kind == CollKind::Exscan, n, es, from)
         })
     }
 }
@@ -1816,6 +2017,41 @@ mod tests {
                             assert_eq!(v, &sum, "reduce p={p} n={n} root {root}");
                         } else {
                             assert!(v.iter().all(|&x| x == -1), "reduce wrote rank {r}");
+                        }
+                    }
+                }
+                // The device scan's schedule (scan_device & co), out of place and in
+                // place (the input in the receive buffer, no send buffer).
+                for exclusive in [false, true] {
+                    for in_place in [false, true] {
+                        let mut recvs = if in_place {
+                            sends.clone()
+                        } else {
+                            vec![vec![-1i64; n]; p]
+                        };
+                        let no_send = vec![Vec::new(); p];
+                        let from = if in_place { Buf::Recv } else { Buf::Send };
+                        let s = if in_place { &no_send } else { &sends };
+                        waited += run_late(s, &mut recvs, true, |b| {
+                            scan::build_from(b, exclusive, n, 8, from)
+                        });
+                        for (r, v) in recvs.iter().enumerate() {
+                            let upto = if exclusive { r } else { r + 1 };
+                            let want: Vec<i64> = if exclusive && r == 0 {
+                                if in_place {
+                                    sends[0].clone()
+                                } else {
+                                    vec![-1; n]
+                                }
+                            } else {
+                                (0..n)
+                                    .map(|i| sends[..upto].iter().map(|s| s[i]).sum())
+                                    .collect()
+                            };
+                            assert_eq!(
+                                v, &want,
+                                "scan exclusive={exclusive} in_place={in_place} p={p} n={n} rank {r}"
+                            );
                         }
                     }
                 }
