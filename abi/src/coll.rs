@@ -583,21 +583,25 @@ pub(crate) unsafe fn allgather<C: Num>(
         },
         _ => None,
     };
-    // The device call this rank's buffers allow (in place: blocking only).
-    let local = r.filter(|_| {
-        if inplace {
-            mode == Mode::Block
-        } else {
-            s.is_some()
-        }
-    });
+    // The device call this rank's buffers allow.
+    let local = r.filter(|_| inplace || s.is_some());
     // Every rank, whatever its buffers: the ranks agree on the path (memkind.rs).
     if crate::memkind::device_path(&c, comm, mode, local.is_some())?
         && let Some(r) = local
     {
         if inplace {
-            c.allgather_device_in_place(&mut DevRaw(r.0, r.1))?;
-            return Ok(None);
+            if mode == Mode::Block {
+                c.allgather_device_in_place(&mut DevRaw(r.0, r.1))?;
+                return Ok(None);
+            }
+            let rb = Pinned::new(DevRaw(r.0, r.1));
+            // SAFETY: the box lives in the request's keep list until it completes.
+            let q = unsafe { c.iallgather_device_in_place(rb.get())? };
+            return Ok(Some(Started {
+                active: Active::Coll(q),
+                finish: None,
+                keep: vec![Box::new(rb)],
+            }));
         }
         if let Some(s) = s {
             if mode == Mode::Block {

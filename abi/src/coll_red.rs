@@ -333,10 +333,10 @@ pub unsafe fn allreduce(
     let inplace = is_in_place(send) || (n > 0 && std::ptr::eq(send, recv));
     let rs = span(recv, n, &red.ty);
     let ss = if inplace { rs } else { span(send, n, &red.ty) };
-    // The device call this rank's buffers allow (in place: blocking only).
+    // The device call this rank's buffers allow.
     let local = match (device_plan(&red), rs, ss) {
-        (Some(p), Span::Device(..), _) if inplace && matches!(mode, Mode::Block) => Some(p),
-        (Some(p), Span::Device(..), Span::Device(..)) if !inplace => Some(p),
+        (Some(p), Span::Device(..), _) if inplace => Some(p),
+        (Some(p), Span::Device(..), Span::Device(..)) => Some(p),
         _ => None,
     };
     // Every rank, whatever its buffers: the ranks agree on the path (memkind.rs).
@@ -346,9 +346,18 @@ pub unsafe fn allreduce(
     {
         let r = (r0, r1);
         if inplace {
-            let mut rb = DevRaw(r.0, r.1);
-            c.allreduce_device_in_place(&mut rb, d, o)?;
-            return Ok(None);
+            if matches!(mode, Mode::Block) {
+                c.allreduce_device_in_place(&mut DevRaw(r.0, r.1), d, o)?;
+                return Ok(None);
+            }
+            let rb = Pinned::new(DevRaw(r.0, r.1));
+            // SAFETY: the box lives in the request's keep list until it completes.
+            let q = unsafe { c.iallreduce_device_in_place(rb.get(), d, o)? };
+            return Ok(Some(crate::request::Started {
+                active: crate::request::Active::Coll(q),
+                finish: None,
+                keep: vec![Box::new(rb)],
+            }));
         }
         if let Span::Device(s0, s1) = ss {
             let s = (s0, s1);
@@ -509,9 +518,8 @@ pub unsafe fn reduce(
         Span::Device(a, l) => Some((a, l)),
         _ => None,
     };
-    // The device call this rank's buffers allow (in place: blocking only).
-    let local = device_plan(&red)
-        .filter(|_| r.is_some() && s.is_some() && (!inplace || matches!(mode, Mode::Block)));
+    // The device call this rank's buffers allow.
+    let local = device_plan(&red).filter(|_| r.is_some() && s.is_some());
     // Every rank, whatever its buffers: the ranks agree on the path (memkind.rs).
     if crate::memkind::device_path(&c, comm, mode, local.is_some())?
         && let Some((d, o)) = local
@@ -525,7 +533,16 @@ pub unsafe fn reduce(
             }
             return Ok(None);
         }
-        // Nonblocking, out of place (`local` excludes in place).
+        if inplace {
+            let rb = Pinned::new(DevRaw(r.0, r.1));
+            // SAFETY: the box lives in the request's keep list until it completes.
+            let q = unsafe { c.ireduce_device_in_place(rb.get(), d, o, root)? };
+            return Ok(Some(crate::request::Started {
+                active: crate::request::Active::Coll(q),
+                finish: None,
+                keep: vec![Box::new(rb)],
+            }));
+        }
         let sb = Pinned::new(DevRaw(s.0, s.1));
         let rb = Pinned::new(DevRaw(r.0, r.1));
         // SAFETY: the boxes live in the request's keep list until it completes.
@@ -664,23 +681,26 @@ pub unsafe fn reduce_scatter_block(
     } else {
         device_run(send, n * p, &red)
     };
-    // The device call this rank's buffers allow (in place: blocking only).
-    let local = plan_ok.filter(|_| {
-        r.is_some()
-            && if inplace {
-                matches!(mode, Mode::Block)
-            } else {
-                s.is_some()
-            }
-    });
+    // The device call this rank's buffers allow.
+    let local = plan_ok.filter(|_| r.is_some() && (inplace || s.is_some()));
     // Every rank, whatever its buffers: the ranks agree on the path (memkind.rs).
     if crate::memkind::device_path(&c, comm, mode, local.is_some())?
         && let Some((d, o)) = local
         && let Some(r) = r
     {
         if inplace {
-            c.reduce_scatter_block_device_in_place(&mut DevRaw(r.0, r.1), d, o)?;
-            return Ok(None);
+            if matches!(mode, Mode::Block) {
+                c.reduce_scatter_block_device_in_place(&mut DevRaw(r.0, r.1), d, o)?;
+                return Ok(None);
+            }
+            let rb = Pinned::new(DevRaw(r.0, r.1));
+            // SAFETY: the box lives in the request's keep list until it completes.
+            let q = unsafe { c.ireduce_scatter_block_device_in_place(rb.get(), d, o)? };
+            return Ok(Some(crate::request::Started {
+                active: crate::request::Active::Coll(q),
+                finish: None,
+                keep: vec![Box::new(rb)],
+            }));
         }
         if let Some(s) = s {
             if matches!(mode, Mode::Block) {

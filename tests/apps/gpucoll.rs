@@ -475,6 +475,56 @@ fn check(w: &Communicator, max_count: usize) -> rankwire::Result<()> {
             None,
         );
     }
+    // Nonblocking in-place forms, all four in flight together, at sizes on both sides
+    // of the peer-memory scratch slot; every rank's buffers are checked.
+    for n in [7usize, 4099, (1 << 20) + 5]
+        .into_iter()
+        .filter(|&n| n <= max_count.max(7))
+    {
+        let root = n % p;
+        let a = make_input(&mut rng, DType::F32, RedOp::Sum, n);
+        let all_a = c.all(&a);
+        let r = make_input(&mut rng, DType::I32, RedOp::Max, n);
+        let all_r = c.all(&r);
+        let g = make_input(&mut rng, DType::U32, RedOp::Band, n);
+        let all_g = c.all(&g);
+        let s = make_input(&mut rng, DType::I64, RedOp::Sum, n * p);
+        let all_s = c.all(&s);
+        let mut ba = upload(&a);
+        let mut br = upload(&r);
+        let mut bg = poisoned(g.len() * p);
+        bg.copy_from_host(me * g.len(), &g)
+            .unwrap_or_else(|e| fail(&format!("upload: {e}")));
+        let mut bs = upload(&s);
+        let q1 = w.iallreduce_device_in_place(&mut ba, Datatype::F32, Op::Sum)?;
+        let q2 = w.ireduce_device_in_place(&mut br, Datatype::I32, Op::Max, root)?;
+        let q3 = w.iallgather_device_in_place(&mut bg)?;
+        let q4 = w.ireduce_scatter_block_device_in_place(&mut bs, Datatype::I64, Op::Sum)?;
+        rankwire::wait_all_coll(vec![q3, q1, q4, q2])?;
+        let got_r = download(&br);
+        let err = check_reduction(DType::F32, RedOp::Sum, &all_a, 0, &download(&ba))
+            .or_else(|| match me == root {
+                true => check_reduction(DType::I32, RedOp::Max, &all_r, 0, &got_r),
+                false => (got_r != r).then(|| "ireduce in place changed a non-root".into()),
+            })
+            .or_else(|| {
+                (download(&bg) != all_g.concat()).then(|| "iallgather in place differs".into())
+            })
+            .or_else(|| {
+                check_reduction(
+                    DType::I64,
+                    RedOp::Sum,
+                    &all_s,
+                    me * n,
+                    &download(&bs)[..n * 8],
+                )
+            });
+        c.record(
+            &format!("nonblocking in-place forms in flight together n={n}"),
+            err,
+            None,
+        );
+    }
     // Argument errors are reported, not run.
     {
         let s = upload(&[0u8; 16]);

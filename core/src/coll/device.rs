@@ -184,20 +184,21 @@ fn staged_max(p: usize) -> usize {
 
 /// Small-message allreduce on device buffers, built for the fewest device operations
 /// (each costs a GPU context switch when ranks share a GPU): copy the `bytes` of input
-/// into a pinned host temporary (one device-to-host copy), exchange blocks with every
+/// (from `input`: the send buffer, or the receive buffer in place) into a pinned host
+/// temporary (one device-to-host copy), exchange blocks with every
 /// other rank in one round over the host path, then one kernel reads the `p` blocks
 /// straight from the pinned memory and reduces them in rank order on the device
 /// (`((b0 ∘ b1) ∘ b2) …`, accumulating `f16`/`bf16` in `f32` with one final rounding).
 /// Every rank evaluates the same expression on the same bits, so results are bitwise
 /// identical.
-fn staged_allreduce(b: &mut Builder, bytes: usize, _es: usize) {
+fn staged_allreduce(b: &mut Builder, bytes: usize, input: Buf) {
     let (me, p) = (b.rank, b.size);
     if bytes == 0 {
         return;
     }
     let h = b.pinned_tmp(p * bytes);
     let blk = |buf: Buf, i: usize| Slice::new(buf, i * bytes, bytes);
-    b.copy(Slice::new(Buf::Send, 0, bytes), blk(h, me));
+    b.copy(Slice::new(input, 0, bytes), blk(h, me));
     b.round();
     for j in (0..p).filter(|&j| j != me) {
         b.recv(j, blk(h, j));
@@ -553,7 +554,22 @@ impl Communicator {
         dtype: Datatype,
         op: Op,
     ) -> Result<CollRequest<'a>> {
+        self.start_allreduce_device(Some((send, send_bytes)), (recv, recv_bytes), dtype, op)
+    }
+
+    /// Starts a device allreduce of `send` (`(address, bytes)`) into `recv`, or of
+    /// `recv` in place (`send` `None`: the schedules read the input from the receive
+    /// buffer; the peer-memory kernels take the same address for both).
+    fn start_allreduce_device<'a>(
+        &self,
+        send: Option<(u64, usize)>,
+        (recv, recv_bytes): (u64, usize),
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
         const W: &str = "allreduce_device";
+        let input = if send.is_some() { Buf::Send } else { Buf::Recv };
+        let (send, send_bytes) = send.unwrap_or((recv, recv_bytes));
         let dt = dtype_of(dtype)?;
         let rop = op_of(op, dt)?;
         let n = elems(W, "the send buffer", send_bytes, dt)?;
@@ -590,9 +606,9 @@ impl Communicator {
                 let c = PeerColl::Allreduce { n, es };
                 device_peer::build(b, W, g, c, Some((dt, rop)), send, recv, stream, t)
             } else if staged {
-                staged_allreduce(b, n * es, es)
+                staged_allreduce(b, n * es, input)
             } else {
-                allreduce::build(b, algo, n, es)
+                allreduce::build_from(b, algo, n, es, input)
             }
         })
     }
@@ -658,9 +674,24 @@ impl Communicator {
         op: Op,
         root: usize,
     ) -> Result<CollRequest<'a>> {
+        let (s, r) = (Region::of(send)?, Region::of_mut(recv)?);
+        self.start_reduce_device(Some(s), r, dtype, op, root)
+    }
+
+    /// Starts a device reduce of `send` into `recv` (used on `root` only), or of `recv`
+    /// in place (`send` `None`: `recv` is the input on every rank and is written on
+    /// `root` only).
+    fn start_reduce_device<'a>(
+        &self,
+        send: Option<Region>,
+        recv: Region,
+        dtype: Datatype,
+        op: Op,
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
         const W: &str = "reduce_device";
-        let send = Region::of(send)?;
-        let recv = Region::of_mut(recv)?;
+        let input = if send.is_some() { Buf::Send } else { Buf::Recv };
+        let send = send.unwrap_or(recv);
         let dt = dtype_of(dtype)?;
         let rop = op_of(op, dt)?;
         let n = elems(W, "the send buffer", send.len(), dt)?;
@@ -693,7 +724,7 @@ impl Communicator {
                 let c = PeerColl::Reduce { n, es, root };
                 device_peer::build(b, W, g, c, Some((dt, rop)), sp, rp, stream, t)
             } else {
-                reduce_schedule(b, n * es, root);
+                reduce_schedule(b, n * es, root, input);
             }
         })
     }
@@ -806,14 +837,37 @@ impl Communicator {
         send: &'a S,
         recv: &'a mut R,
     ) -> Result<CollRequest<'a>> {
+        let (s, r) = (Region::of(send)?, Region::of_mut(recv)?);
+        self.start_allgather_device(Some(s), r)
+    }
+
+    /// Starts a device allgather of `send` into `recv`, or in place (`send` `None`:
+    /// this rank's block is already at its place in `recv`; the peer-memory kernels
+    /// read it there).
+    fn start_allgather_device<'a>(
+        &self,
+        send: Option<Region>,
+        recv: Region,
+    ) -> Result<CollRequest<'a>> {
         const W: &str = "allgather_device";
-        let send = Region::of(send)?;
-        let recv = Region::of_mut(recv)?;
-        let (p, k) = (self.size(), send.len());
+        let p = self.size();
+        let in_place = send.is_none();
+        let send = send.unwrap_or_else(|| {
+            let k = recv.len() / p;
+            Region {
+                addr: recv.ptr() + (self.rank() * k) as u64,
+                bytes: k,
+            }
+        });
+        let k = send.len();
         let algo = self.st.cfg.allgather(p, k)?;
         let mut spec = Spec::uniform(CollKind::Allgather, None, k, 1);
         spec.algo = algo.code();
-        spec.invalid = args::len(W, "the receive buffer (bytes)", recv.len(), p * k);
+        spec.invalid = if in_place {
+            args::multiple("allgather_device_in_place", "the buffer", recv.len(), p)
+        } else {
+            args::len(W, "the receive buffer (bytes)", recv.len(), p * k)
+        };
         let device = common_device(W, (send.ptr(), k), (recv.ptr(), recv.len()))?;
         let peer = self.peer_call(device, &mut spec, k > 0)?;
         let user = dev_bufs(
@@ -830,7 +884,7 @@ impl Communicator {
             if let Some((g, t)) = peer {
                 device_peer::build(b, W, g, PeerColl::Allgather { k }, None, sp, rp, stream, t)
             } else {
-                allgather::build(b, algo, k, 1)
+                allgather::build_from(b, algo, k, 1, in_place)
             }
         })
     }
@@ -895,21 +949,55 @@ impl Communicator {
         dtype: Datatype,
         op: Op,
     ) -> Result<CollRequest<'a>> {
+        let (s, r) = (Region::of(send)?, Region::of_mut(recv)?);
+        self.start_reduce_scatter_block_device(Some(s), r, dtype, op)
+    }
+
+    /// Starts a device reduce-scatter of `send` into `recv`, or in place (`send`
+    /// `None`: `recv` holds the `size()` input blocks, and block 0 gets the result). The
+    /// in-place form runs the host schedule (its input is read before its first block is
+    /// written), never the peer-memory kernels: peers read a rank's input while it
+    /// writes its result.
+    fn start_reduce_scatter_block_device<'a>(
+        &self,
+        send: Option<Region>,
+        recv: Region,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
         const W: &str = "reduce_scatter_block_device";
-        let send = Region::of(send)?;
-        let recv = Region::of_mut(recv)?;
         let dt = dtype_of(dtype)?;
         let rop = op_of(op, dt)?;
         let p = self.size();
-        let k = elems(W, "the receive buffer", recv.len(), dt)?;
         let es = dt.size();
-        let algo = self.st.cfg.reduce_scatter(p, send.len(), true)?;
+        let in_place = send.is_none();
+        // In place the input is the whole buffer and the result its first block.
+        let input = send.unwrap_or(recv);
+        let k = if in_place {
+            elems(W, "the buffer", recv.len(), dt)? / p
+        } else {
+            elems(W, "the receive buffer", recv.len(), dt)?
+        };
+        let algo = self.st.cfg.reduce_scatter(p, input.len(), true)?;
         let mut spec = Spec::uniform(CollKind::ReduceScatterBlock, None, k, es);
         spec.algo = algo.code();
         (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
-        spec.invalid = args::len(W, "the send buffer", send.len() / es, p * k);
-        let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), recv.len()))?;
-        let peer = self.peer_call(device, &mut spec, k > 0)?;
+        spec.invalid = if in_place {
+            let what = "reduce_scatter_block_device_in_place";
+            args::multiple(what, "the buffer", recv.len() / es, p)
+        } else {
+            args::len(W, "the send buffer", input.len() / es, p * k)
+        };
+        let device = common_device(W, (input.ptr(), input.len()), (recv.ptr(), recv.len()))?;
+        let peer = self.peer_call(device, &mut spec, k > 0 && !in_place)?;
+        let send = if in_place {
+            Region {
+                addr: recv.ptr(),
+                bytes: 0,
+            }
+        } else {
+            input
+        };
         let user = dev_bufs(
             self.gpu_pool(),
             (send.ptr(), send.len()),
@@ -926,7 +1014,7 @@ impl Communicator {
                 let c = PeerColl::ReduceScatterBlock { k, es };
                 device_peer::build(b, W, g, c, Some((dt, rop)), sp, rp, stream, t)
             } else {
-                reduce_scatter::build(b, algo, &counts, es)
+                reduce_scatter::build_from(b, algo, &counts, es, in_place)
             }
         })
     }
@@ -1267,8 +1355,10 @@ impl Communicator {
 
     /// Allreduce in place on a device buffer (MPI_Allreduce with MPI_IN_PLACE,
     /// MPI 4.1 §6.9.6): `buf` (elements of `dtype`, the same length on every rank) is
-    /// both input and result. On the peer-memory path no extra copy is made; on the
-    /// host schedules the input is first copied to a pooled device temporary.
+    /// both input and result. No extra copy is made: the peer-memory kernels take the
+    /// same address for input and output, and the host schedules read the input from
+    /// `buf` before they write the result there. Ranks on several nodes take the
+    /// node-aware form.
     ///
     /// # Errors
     /// As [`Communicator::allreduce_device`].
@@ -1313,15 +1403,27 @@ impl Communicator {
                         return Ok(());
                     }
                 }
-                return self
-                    .iallreduce_device_raw(r.ptr(), r.len(), r.ptr(), r.len(), dtype, op)?
-                    .wait();
             }
-            self.with_input_copy(device, r.ptr(), r.len(), |tmp| {
-                self.iallreduce_device_raw(tmp, r.len(), r.ptr(), r.len(), dtype, op)?
-                    .wait()
-            })
         }
+        self.start_allreduce_device(None, (r.ptr(), r.len()), dtype, op)?
+            .wait()
+    }
+
+    /// Nonblocking [`Communicator::allreduce_device_in_place`] (MPI_Iallreduce with
+    /// MPI_IN_PLACE): one communicator-wide allreduce over all ranks (no node-aware
+    /// form), on the peer-memory kernels or the host schedules, which read the input
+    /// from `buf` before writing the result there (no extra copy).
+    ///
+    /// # Errors
+    /// As [`Communicator::allreduce_device`], for the arguments.
+    pub fn iallreduce_device_in_place<'a, B: DeviceMemoryMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
+        let r = Region::of_mut(buf)?;
+        self.start_allreduce_device(None, (r.ptr(), r.len()), dtype, op)
     }
 
     /// Reduce in place (MPI_Reduce with MPI_IN_PLACE at the root, MPI 4.1 §6.9.1):
@@ -1338,32 +1440,23 @@ impl Communicator {
         root: usize,
     ) -> Result<()> {
         let r = Region::of_mut(buf)?;
-        let device =
-            device_of("reduce_device_in_place", "the buffer", r.ptr(), r.len())?.unwrap_or(0);
-        let at_root = self.rank() == root;
-        // SAFETY: `buf` is borrowed exclusively for the whole call.
-        unsafe {
-            if root < self.size() && self.peer_for(device, r.len(), false)?.is_some() {
-                let send = DevRaw(r.ptr(), r.len());
-                let mut recv = DevRaw(r.ptr(), if at_root { r.len() } else { 0 });
-                return self
-                    .ireduce_device(&send, &mut recv, dtype, op, root)?
-                    .wait();
-            }
-            if !at_root {
-                let send = DevRaw(r.ptr(), r.len());
-                let mut recv = DevRaw(0, 0);
-                return self
-                    .ireduce_device(&send, &mut recv, dtype, op, root)?
-                    .wait();
-            }
-            self.with_input_copy(device, r.ptr(), r.len(), |tmp| {
-                let send = DevRaw(tmp, r.len());
-                let mut recv = DevRaw(r.ptr(), r.len());
-                self.ireduce_device(&send, &mut recv, dtype, op, root)?
-                    .wait()
-            })
-        }
+        self.start_reduce_device(None, r, dtype, op, root)?.wait()
+    }
+
+    /// Nonblocking [`Communicator::reduce_device_in_place`] (MPI_Ireduce with
+    /// MPI_IN_PLACE at the root).
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_device`], for the arguments.
+    pub fn ireduce_device_in_place<'a, B: DeviceMemoryMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        dtype: Datatype,
+        op: Op,
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        let r = Region::of_mut(buf)?;
+        self.start_reduce_device(None, r, dtype, op, root)
     }
 
     /// Allgather in place (MPI_IN_PLACE, MPI 4.1 §6.7): `recv` holds `size()` blocks
@@ -1386,23 +1479,20 @@ impl Communicator {
                 r.len()
             )));
         }
-        let k = r.len() / p;
-        let own = r.ptr() + (self.rank() * k) as u64;
-        let device =
-            device_of("allgather_device_in_place", "the buffer", r.ptr(), r.len())?.unwrap_or(0);
-        // SAFETY: `recv` is borrowed exclusively for the whole call.
-        unsafe {
-            if self.peer_for(device, k, false)?.is_some() {
-                let send = DevRaw(own, k);
-                let mut out = DevRaw(r.ptr(), r.len());
-                return self.iallgather_device(&send, &mut out)?.wait();
-            }
-            self.with_input_copy(device, own, k, |tmp| {
-                let send = DevRaw(tmp, k);
-                let mut out = DevRaw(r.ptr(), r.len());
-                self.iallgather_device(&send, &mut out)?.wait()
-            })
-        }
+        self.start_allgather_device(None, r)?.wait()
+    }
+
+    /// Nonblocking [`Communicator::allgather_device_in_place`] (MPI_Iallgather with
+    /// MPI_IN_PLACE).
+    ///
+    /// # Errors
+    /// As [`Communicator::allgather_device_in_place`], for the arguments.
+    pub fn iallgather_device_in_place<'a, B: DeviceMemoryMut + ?Sized>(
+        &self,
+        recv: &'a mut B,
+    ) -> Result<CollRequest<'a>> {
+        let r = Region::of_mut(recv)?;
+        self.start_allgather_device(None, r)
     }
 
     /// Reduce-scatter with equal blocks in place (MPI_IN_PLACE, MPI 4.1 §6.10.1):
@@ -1447,6 +1537,23 @@ impl Communicator {
                     .wait()
             })
         }
+    }
+
+    /// Nonblocking [`Communicator::reduce_scatter_block_device_in_place`]
+    /// (MPI_Ireduce_scatter_block with MPI_IN_PLACE). Unlike the blocking form it makes
+    /// no copy of the input and never takes the peer-memory kernels: it runs the host
+    /// schedule, which reads the input before writing the result into the first block.
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_scatter_block_device_in_place`], for the arguments.
+    pub fn ireduce_scatter_block_device_in_place<'a, B: DeviceMemoryMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<CollRequest<'a>> {
+        let r = Region::of_mut(buf)?;
+        self.start_reduce_scatter_block_device(None, r, dtype, op)
     }
 
     /// Allreduce enqueued on `stream` (the stream-ordered form, like NCCL's
@@ -1751,13 +1858,13 @@ unsafe impl DeviceMemoryMut for DevRaw {
 }
 
 /// The device reduce's host schedule (no peer memory): a binomial tree of `bytes` from
-/// the send buffer into the root's receive buffer (nothing for 0 bytes). Device
-/// reductions are commutative.
-fn reduce_schedule(b: &mut Builder, bytes: usize, root: usize) {
+/// `input` (the send buffer, or the receive buffer in place) into the root's receive
+/// buffer (nothing for 0 bytes). Device reductions are commutative.
+fn reduce_schedule(b: &mut Builder, bytes: usize, root: usize, input: Buf) {
     if bytes > 0 {
         reduce::binomial(
             b,
-            Slice::new(Buf::Send, 0, bytes),
+            Slice::new(input, 0, bytes),
             Slice::new(Buf::Recv, 0, bytes),
             root,
             true,
@@ -1999,18 +2106,94 @@ mod tests {
                     if b.size == 1 {
                         allreduce::build(b, AllreduceAlgo::Ring, n, 8)
                     } else {
-                        staged_allreduce(b, n * 8, 8)
+                        staged_allreduce(b, n * 8, Buf::Send)
                     }
                 });
                 for (r, v) in recvs.iter().enumerate() {
                     assert_eq!(v, &sum, "staged allreduce p={p} n={n} rank {r}");
+                }
+                // The in-place forms (iallreduce_device_in_place & co without peer
+                // memory): the input in the receive buffer, no send buffer.
+                let no_send = vec![Vec::new(); p];
+                for algo in [
+                    AllreduceAlgo::RecursiveDoubling,
+                    AllreduceAlgo::Rabenseifner,
+                    AllreduceAlgo::Ring,
+                    AllreduceAlgo::ReduceBcast,
+                    AllreduceAlgo::Linear,
+                ] {
+                    let mut bufs = sends.clone();
+                    waited += run_late(&no_send, &mut bufs, true, |b| {
+                        allreduce::build_from(b, algo, n, 8, Buf::Recv)
+                    });
+                    for (r, v) in bufs.iter().enumerate() {
+                        assert_eq!(v, &sum, "allreduce in place {algo} p={p} n={n} rank {r}");
+                    }
+                }
+                if p > 1 {
+                    let mut bufs = sends.clone();
+                    waited += run_late(&no_send, &mut bufs, true, |b| {
+                        staged_allreduce(b, n * 8, Buf::Recv)
+                    });
+                    for (r, v) in bufs.iter().enumerate() {
+                        assert_eq!(v, &sum, "staged allreduce in place p={p} n={n} rank {r}");
+                    }
+                }
+                for root in [0, p - 1] {
+                    let mut bufs = sends.clone();
+                    waited += run_late(&no_send, &mut bufs, true, |b| {
+                        reduce_schedule(b, n * 8, root, Buf::Recv)
+                    });
+                    for (r, v) in bufs.iter().enumerate() {
+                        let want = if r == root { &sum } else { &sends[r] };
+                        assert_eq!(v, want, "reduce in place p={p} n={n} root {root} rank {r}");
+                    }
+                }
+                for algo in [AllgatherAlgo::Ring, AllgatherAlgo::Bruck] {
+                    // Rank r's block at its place, the rest poisoned.
+                    let mut bufs: Vec<Vec<i64>> = (0..p)
+                        .map(|r| {
+                            let mut v = vec![-1i64; n * p];
+                            v[r * n..(r + 1) * n].copy_from_slice(&sends[r]);
+                            v
+                        })
+                        .collect();
+                    waited += run_late(&no_send, &mut bufs, false, |b| {
+                        allgather::build_from(b, algo, n * 8, 1, true)
+                    });
+                    for (r, v) in bufs.iter().enumerate() {
+                        assert_eq!(
+                            v,
+                            &sends.concat(),
+                            "allgather in place {algo} p={p} n={n} rank {r}"
+                        );
+                    }
+                }
+                for algo in [ReduceScatterAlgo::Ring, ReduceScatterAlgo::ReduceScatterv] {
+                    let k = n / p.max(1);
+                    let ins = inputs(p, k * p);
+                    let mut bufs = ins.clone();
+                    let counts = vec![k; p];
+                    waited += run_late(&no_send, &mut bufs, true, |b| {
+                        reduce_scatter::build_from(b, algo, &counts, 8, true)
+                    });
+                    for (r, v) in bufs.iter().enumerate() {
+                        let want: Vec<i64> = (r * k..(r + 1) * k)
+                            .map(|i| ins.iter().map(|s| s[i]).sum())
+                            .collect();
+                        assert_eq!(
+                            &v[..k],
+                            &want[..],
+                            "reduce_scatter in place {algo} p={p} k={k} rank {r}"
+                        );
+                    }
                 }
                 // The device reduce's schedule (reduce_device / ireduce_device without
                 // peer memory): only the root's output is written.
                 for root in [0, p - 1, p / 2] {
                     let mut recvs = vec![vec![-1i64; n]; p];
                     waited += run_late(&sends, &mut recvs, true, |b| {
-                        reduce_schedule(b, n * 8, root)
+                        reduce_schedule(b, n * 8, root, Buf::Send)
                     });
                     for (r, v) in recvs.iter().enumerate() {
                         if r == root {
@@ -2029,7 +2212,6 @@ mod tests {
                         } else {
                             vec![vec![-1i64; n]; p]
                         };
-                        let no_send = vec![Vec::new(); p];
                         let from = if in_place { Buf::Recv } else { Buf::Send };
                         let s = if in_place { &no_send } else { &sends };
                         waited += run_late(s, &mut recvs, true, |b| {

@@ -196,6 +196,7 @@ impl Communicator {
 
 /// Reduce-scatter of the send buffer (the concatenation of blocks of `counts[i]`
 /// elements) into each rank's receive buffer.
+#[cfg(test)]
 pub(crate) fn build(b: &mut Builder, algo: ReduceScatterAlgo, counts: &[usize], es: usize) {
     build_from(b, algo, counts, es, false);
 }
