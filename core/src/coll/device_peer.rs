@@ -1155,6 +1155,10 @@ pub(crate) unsafe fn launch_on_stream(
 }
 
 #[cfg(test)]
+#[path = "device_peer_host_tests.rs"]
+mod host_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
