@@ -19,7 +19,6 @@ static PHASE: AtomicU8 = AtomicU8::new(0);
 
 struct Env {
     universe: Option<Universe>,
-    t0: Instant,
     thread_level: c_int,
     main_thread: std::thread::ThreadId,
 }
@@ -155,11 +154,11 @@ fn do_init(required: c_int) -> R<c_int> {
         .split(Some(world.rank() as u32), 0)?
         .expect("a rank with a color is in its split");
     let provided = required.clamp(MPI_THREAD_SINGLE, PROVIDED_MAX);
+    WTIME_T0.get_or_init(Instant::now);
     crate::memkind::at_init(&world)?;
     let _ = PREDEFINED_COMMS.set((world, selfc));
     *ENV.lock().unwrap_or_else(|e| e.into_inner()) = Some(Env {
         universe: Some(u),
-        t0: Instant::now(),
         thread_level: provided,
         main_thread: std::thread::current().id(),
     });
@@ -255,13 +254,16 @@ pub unsafe extern "C" fn MPI_Abort(_comm: MPI_Comm, errorcode: c_int) -> c_int {
     )
 }
 
-/// `MPI_Wtime`: seconds since `MPI_Init` (monotonic clock; not synchronized across
-/// ranks, so `MPI_WTIME_IS_GLOBAL` is false).
+/// The origin of [`MPI_Wtime`]: set by `MPI_Init`, or by an earlier `MPI_Wtime`.
+static WTIME_T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// `MPI_Wtime`: seconds since `MPI_Init` (or since the first call, when called before
+/// it; one origin for the whole process). The monotonic clock, read without a lock (OSU
+/// times each collective call between two of these); not synchronized across ranks, so
+/// `MPI_WTIME_IS_GLOBAL` is false.
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Wtime() -> f64 {
-    static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    let t0 = env(|e| e.t0).unwrap_or_else(|_| *T0.get_or_init(Instant::now));
-    t0.elapsed().as_secs_f64()
+    WTIME_T0.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
 
 /// `MPI_Wtick`: resolution of `MPI_Wtime` in seconds (the monotonic clock's, 1 ns).
