@@ -18,7 +18,8 @@
 #   mpich       OSU built with mpicc.mpich, mpirun.mpich (Debian's ch4:ucx)
 #   rw-bench    rankwire-bench (the native Rust benchmark), same modes and sizes; its
 #               collectives with --barrier-each, OSU's loop (each call timed alone, an
-#               untimed MPI_Barrier after it; before 2026-12-06 they ran back to back,
+#               untimed MPI_Barrier after it; barrier: each call timed alone; before
+#               2026-12-06, and for barrier before 2026-12-07, they ran back to back,
 #               which is not what OSU measures)
 #   rw-abi-base the rw-abi OSU binaries on the library and rwrun of another rankwire
 #               build: RW_ABI_BASE=DIR, a prefix made by `scripts/install.sh --prefix
@@ -173,7 +174,9 @@ cmds() {
     read -r i w <<<"$(iters "$c" "$b" "$np")"
     if [ "$c" = rw-bench ]; then
         if [ "$b" = barrier ]; then
-            echo "$(launcher "$c" "$np")$RW_BENCH barrier --iters $i --warmup $w"
+            # Each call timed alone (osu_barrier 7.2's loop: t_start, MPI_Barrier,
+            # t_stop; before 2026-12-07 rankwire-bench timed the loop as a whole).
+            echo "$(launcher "$c" "$np")$RW_BENCH barrier --iters $i --warmup $w --barrier-each"
         else
             # Collectives timed as OSU times them (each call alone, a barrier after
             # it: --barrier-each); bw/bibw with OSU's receive buffers (see the header).

@@ -230,6 +230,8 @@ def plot(out, vals, configs, cells, stat):
     for b, np, s in cells:
         if b != "barrier" and (b, np) not in panels:
             panels.append((b, np))
+    if not panels:
+        return "no plot.png: only osu_barrier ran (it has no sizes; see the tables)"
     ncol = 3
     nrow = (len(panels) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 3.6 * nrow), squeeze=False)

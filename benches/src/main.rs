@@ -29,7 +29,8 @@
 //! Collective modes (as `osu_allreduce`, `osu_bcast`, `osu_allgather`, `osu_alltoall`,
 //! `osu_barrier`): every rank times `iters` back-to-back calls after a barrier (with
 //! `--barrier-each`: each call timed alone with an untimed barrier after it, OSU's
-//! loop); the row gives the average over ranks of each rank's per-call time, and the
+//! loop; `barrier` itself is then timed call by call with nothing in between, as
+//! `osu_barrier` does); the row gives the average over ranks of each rank's per-call time, and the
 //! minimum and maximum over ranks, in microseconds.
 //! - `allreduce`: `Size` bytes of f32 summed (count = Size/4). Also `algbw` = Size /
 //!   time and `busbw` = algbw × 2(n−1)/n in GB/s (1e9 bytes), as in nccl-tests
@@ -140,7 +141,8 @@ struct Args {
     /// Collectives: a barrier after every call, and only the call timed (the loop of the
     /// OSU micro-benchmarks 7.2 `osu_allreduce`, `osu_bcast`, ...: `t_start`, the call,
     /// `t_stop`, `MPI_Barrier`). Default: calls back to back, one timer around the loop.
-    /// `barrier` itself is always timed back to back (as `osu_barrier` does).
+    /// `barrier` itself: each call timed alone, nothing in between (`osu_barrier` 7.2's
+    /// loop: `t_start`, `MPI_Barrier`, `t_stop`).
     #[arg(long)]
     barrier_each: bool,
 }
@@ -336,7 +338,11 @@ fn collectives(world: &rankwire::Communicator, args: &Args) -> Result<()> {
     }
     if args.mode == Mode::Barrier {
         let (iters, warmup) = coll_iters(args, 0);
-        let us = time_calls(world, iters, warmup, || world.barrier())?;
+        let us = if args.barrier_each {
+            time_each(world, iters, warmup, || world.barrier())?
+        } else {
+            time_calls(world, iters, warmup, || world.barrier())?
+        };
         let (avg, min, max) = over_ranks(world, us)?;
         if world.rank() == 0 {
             println!("{avg:>18.2}{min:>18.2}{max:>18.2}");
@@ -560,6 +566,28 @@ fn time_calls(
     let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
     world.barrier()?;
     Ok(us)
+}
+
+/// Microseconds per call of `f` on this rank, each of the `iters` calls timed alone
+/// and nothing between them (`osu_barrier`'s loop), after `warmup` untimed calls.
+fn time_each(
+    world: &rankwire::Communicator,
+    iters: usize,
+    warmup: usize,
+    mut f: impl FnMut() -> rankwire::Result<()>,
+) -> Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    world.barrier()?;
+    let mut total = std::time::Duration::ZERO;
+    for _ in 0..iters {
+        let t = Instant::now();
+        f()?;
+        total += t.elapsed();
+    }
+    world.barrier()?;
+    Ok(total.as_secs_f64() * 1e6 / iters as f64)
 }
 
 /// (average, minimum, maximum) of `us` over all ranks, valid on rank 0.
