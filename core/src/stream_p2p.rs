@@ -106,8 +106,9 @@ struct Job {
     len_bytes: usize,
     /// Recorded on the user's stream where the operation may start.
     start: Event,
-    /// That stream's handle, as an integer: its jobs start in order.
-    stream: usize,
+    /// That stream's identity ([`Stream::id`], which the driver does not reuse): its
+    /// jobs start in order.
+    stream: u64,
     /// The operation's index (flag word `index % SLOTS`, value `index / SLOTS + 1`).
     index: u64,
     /// Keeps device-wide releases back until the job is dropped, after its flag was
@@ -270,7 +271,7 @@ impl StreamProxy {
             ptr,
             len_bytes,
             start,
-            stream: stream.as_raw() as usize,
+            stream: stream.id(),
             index,
             _host_wait: host_wait,
         };
@@ -432,7 +433,7 @@ impl StreamProxy {
             // Start the jobs whose point on the stream was reached, in enqueue order;
             // behind a job not reached yet, its stream's later jobs are not either.
             let mut i = 0;
-            let mut blocked: Vec<usize> = Vec::new();
+            let mut blocked: Vec<u64> = Vec::new();
             while i < waiting.len() {
                 if blocked.contains(&waiting[i].stream) {
                     i += 1;

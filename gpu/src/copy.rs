@@ -32,6 +32,8 @@ pub struct Stream {
     owned: bool,
     /// What keeps a borrowed stream alive ([`Stream::from_cudarc`]'s `CudaStream`).
     _keep: Option<KeepAlive>,
+    /// The driver's unique id of the stream, read at first use ([`Stream::id`]).
+    id: std::sync::OnceLock<u64>,
 }
 
 /// An owner held only so that a borrowed stream outlives the [`Stream`] made from it.
@@ -91,6 +93,7 @@ impl Stream {
             device,
             owned: true,
             _keep: None,
+            id: std::sync::OnceLock::new(),
         })
     }
 
@@ -125,6 +128,7 @@ impl Stream {
             device,
             owned: false,
             _keep: None,
+            id: std::sync::OnceLock::new(),
         }
     }
 
@@ -152,6 +156,7 @@ impl Stream {
             device: ctx.ordinal() as i32,
             owned: false,
             _keep: Some(KeepAlive(stream.clone())),
+            id: std::sync::OnceLock::new(),
         })
     }
 
@@ -249,6 +254,17 @@ impl Stream {
 
     pub(crate) fn raw(&self) -> RawStream {
         self.raw
+    }
+
+    /// An identity of the stream that the driver never gives to another stream of the
+    /// context (`cuStreamGetId`, CUDA 12.0), unlike the handle ([`Stream::as_raw`]),
+    /// which a stream created after this one was destroyed may reuse. Read once, at the
+    /// first call. Where the driver cannot say, the handle's value.
+    pub fn id(&self) -> u64 {
+        *self.id.get_or_init(|| {
+            // SAFETY: self.raw is a live stream (or the NULL default stream).
+            unsafe { result::stream_id(self.raw) }.unwrap_or(self.raw as usize as u64)
+        })
     }
 
     // Bind the stream's device so calls that use the current context agree with it.

@@ -261,8 +261,9 @@ pub(crate) struct PeerGroup {
     cache: IpcCache,
     /// Mappings used by launches that may still run, released once the event fired.
     in_flight: VecDeque<(Event, Vec<IpcMapping>)>,
-    /// The stream of the last launch (an identity only, never used as a handle).
-    last_stream: Option<usize>,
+    /// The stream of the last launch ([`Stream::id`]: an identity the driver does not
+    /// reuse, never used as a handle).
+    last_stream: Option<u64>,
     /// Recorded after every launch.
     last_event: Event,
     /// Set once a kernel reported an error: the flags are out of step.
@@ -794,7 +795,7 @@ impl PeerGroup {
     /// Order `stream` after the last launch when it went to another stream (a wait on
     /// the event recorded after it: no stream handle is kept).
     fn order_on(&mut self, stream: &Stream) -> Result<()> {
-        let id = stream.as_raw() as usize;
+        let id = stream.id();
         if self.last_stream.is_some_and(|last| last != id) {
             stream
                 .wait_event(&self.last_event)

@@ -609,6 +609,19 @@ pub(crate) unsafe fn stream_query(s: RawStream) -> Result<bool, GpuError> {
     check("cuStreamQuery", r).map(|()| true)
 }
 
+/// `cuStreamGetId`: the stream's id, unique within its context for the process's
+/// lifetime.
+///
+/// # Safety
+/// `s` must be a live stream (or NULL, the default stream of the current context).
+pub(crate) unsafe fn stream_id(s: RawStream) -> Result<u64, GpuError> {
+    ensure_init()?;
+    let mut id: std::ffi::c_ulonglong = 0;
+    // SAFETY: guaranteed by the caller; `id` is a valid out-pointer.
+    check("cuStreamGetId", unsafe { sys::cuStreamGetId(s, &mut id) })?;
+    Ok(id)
+}
+
 /// `cuStreamWaitValue32(s, addr, value, CU_STREAM_WAIT_VALUE_GEQ)`: work enqueued on
 /// `s` later waits until the 32-bit word at `addr` is at least `value` (compared as
 /// `(int32)(*addr - value) >= 0`).

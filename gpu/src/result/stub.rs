@@ -202,6 +202,12 @@ pub(crate) unsafe fn stream_query(_s: RawStream) -> Result<bool, GpuError> {
 
 /// # Safety
 /// None needed in this build; kept `unsafe` to match the CUDA build.
+pub(crate) unsafe fn stream_id(_s: RawStream) -> Result<u64, GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
+/// # Safety
+/// None needed in this build; kept `unsafe` to match the CUDA build.
 pub(crate) unsafe fn stream_wait_value32_geq(
     _s: RawStream,
     _addr: u64,
