@@ -163,8 +163,9 @@ c_tests!(
 );
 
 /// The memory-kind agreement forced on (`RANKWIRE_ABI_MEMORY_AGREEMENT=on`, as on a
-/// job with a GPU driver): every blocking bcast, allgather, allreduce, reduce and
-/// reduce_scatter_block first runs the agreement's allreduce (abi/src/memkind.rs);
+/// job with a GPU driver): every blocking bcast, allgather, allreduce, reduce,
+/// reduce_scatter_block, scan and exscan first runs the agreement's allreduce
+/// (abi/src/memkind.rs);
 /// the collective programs still give their right results, at every rank count.
 /// (Mixed host and device buffers need a GPU: scripts/gpu-abi.sh, mixed_buffers.c.)
 #[test]

@@ -553,8 +553,8 @@ pub(crate) unsafe fn scatterv<C: Num, D: Num>(
     )
 }
 
-/// `MPI_Allgather` (MPI 4.1 §6.7). Contiguous device buffers (out of place, or in
-/// place blocking) run on rankwire's device allgather.
+/// `MPI_Allgather` (MPI 4.1 §6.7). Contiguous device buffers (in place or not,
+/// blocking or not) run on rankwire's device allgather.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn allgather<C: Num>(
     comm: MPI_Comm,

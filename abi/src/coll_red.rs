@@ -5,9 +5,9 @@
 //! - **Device**: a [`Plan::Core`] reduction of `float`, `double`, 32/64-bit integers
 //!   with `MPI_SUM`/`PROD`/`MIN`/`MAX` (bitwise ops on integers) whose buffers are
 //!   both contiguous device memory runs on rankwire's device collectives (GPU
-//!   kernels): blocking allreduce, reduce, reduce_scatter_block (also in place), and
-//!   nonblocking allreduce, reduce, reduce_scatter_block out of place. Every other
-//!   device case is staged through host memory. The device collectives exchange
+//!   kernels): allreduce, reduce, reduce_scatter_block, scan and exscan, blocking and
+//!   nonblocking, in place and not. Every other device case is staged through host
+//!   memory. The device collectives exchange
 //!   other messages than the host ones, so where a rank could pass device memory the
 //!   ranks first agree whether all of them take the device path (`memkind.rs`): a
 //!   collective with device buffers on some ranks and host buffers on others, legal
@@ -933,7 +933,14 @@ pub unsafe fn scan(
     let inplace = is_in_place(send);
     // Device buffers: the device scan (kernels combine, no host staging), where the
     // type and op allow it and the ranks agree (memkind.rs), in every mode.
-    let rs = span(recv, n, &red.ty);
+    // Rank 0's receive buffer of an exscan is not significant (MPI 4.1 §6.11.2): it may
+    // be NULL or host memory there, and it decides nothing.
+    let ignored = exclusive && me == 0 && !inplace;
+    let rs = if ignored {
+        Span::Device(0, 0)
+    } else {
+        span(recv, n, &red.ty)
+    };
     let ss = if inplace { rs } else { span(send, n, &red.ty) };
     let local = match (device_plan(&red), rs, ss) {
         (Some(p), Span::Device(r0, r1), Span::Device(s0, s1)) => Some((p, (r0, r1), (s0, s1))),

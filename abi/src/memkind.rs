@@ -2,10 +2,11 @@
 //! program from deadlocking.
 //!
 //! MPI lets every rank of a collective pass its own kind of memory: rank 0 a CUDA
-//! device buffer, rank 1 host memory. Five collectives of this library run on
+//! device buffer, rank 1 host memory. Seven collectives of this library run on
 //! rankwire's device collectives when their buffers are device memory (`MPI_Bcast`,
 //! `MPI_Allgather`, `MPI_Allreduce`, `MPI_Reduce`, `MPI_Reduce_scatter_block`:
-//! peer-memory kernels inside a node, device-side schedules elsewhere), and those
+//! peer-memory kernels inside a node, device-side schedules elsewhere; `MPI_Scan`,
+//! `MPI_Exscan`: device-side schedules), and those
 //! exchange other messages than the host collectives. Ranks that chose differently
 //! would wait for each other (UCC's maintainers name the same deadlock and the same
 //! cure, a small allreduce before the collective: openucx/ucc#1039).

@@ -274,6 +274,10 @@ impl Error {
             Error::Registration(_) => "raise the locked-memory limit (`ulimit -l unlimited`, \
                 or memlock in /etc/security/limits.conf) or register less memory at once"
                 .into(),
+            Error::Gpu(d) if d.contains("no CUDA driver") => "this process has no NVIDIA \
+                driver, so device buffers cannot be used here: pass host buffers, or run on a \
+                machine with a GPU and its driver (nvidia-smi lists them)"
+                .into(),
             Error::Gpu(_) => "device buffers need the `cuda` feature (on by default, off with \
                 --no-default-features) and a driver: check the \
                 driver and device named above (nvidia-smi); RANKWIRE_CUDA_IPC=0 stages device \
@@ -435,6 +439,19 @@ mod tests {
                 &["rank 5", "size 2"],
             ),
         ]
+    }
+
+    #[test]
+    fn no_driver_gets_a_fix_that_applies_without_a_driver() {
+        let e = Error::Gpu(format!(
+            "allreduce_device: cannot classify the buffer: {}",
+            rankwire_gpu::GpuError::NoDriver
+        ));
+        let t = e.to_string();
+        assert!(t.contains("pass host buffers"), "{t}");
+        assert!(!t.contains("RANKWIRE_CUDA_IPC"), "{t}");
+        let other = Error::Gpu("cuMemcpyDtoDAsync failed".into()).to_string();
+        assert!(other.contains("nvidia-smi"), "{other}");
     }
 
     #[test]

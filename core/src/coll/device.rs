@@ -1,5 +1,6 @@
 //! Collectives on device (GPU) buffers: allreduce, reduce, reduce_scatter_block,
-//! allgather, bcast, blocking and nonblocking, in place, and stream-ordered.
+//! allgather, bcast, scan, exscan, blocking and nonblocking, in place, and
+//! stream-ordered.
 //!
 //! Inside a node, where the ranks can map each other's memory and do not share a GPU
 //! without MPS, they run as peer-memory kernels (`coll/device_peer.rs`: one
@@ -136,6 +137,16 @@ fn common_device(what: &str, send: (u64, usize), recv: (u64, usize)) -> Result<i
         ))),
         (Some(x), _) | (_, Some(x)) => Ok(x),
         (None, None) => Ok(0),
+    }
+}
+
+/// The device of a call's buffers: [`common_device`] of both, or, for an in-place
+/// call, of its one buffer (named "the buffer" in errors).
+fn call_device(what: &str, in_place: bool, send: (u64, usize), recv: (u64, usize)) -> Result<i32> {
+    if in_place {
+        Ok(device_of(what, "the buffer", recv.0, recv.1)?.unwrap_or(0))
+    } else {
+        common_device(what, send, recv)
     }
 }
 
@@ -567,12 +578,16 @@ impl Communicator {
         dtype: Datatype,
         op: Op,
     ) -> Result<CollRequest<'a>> {
-        const W: &str = "allreduce_device";
-        let input = if send.is_some() { Buf::Send } else { Buf::Recv };
+        let in_place = send.is_none();
+        let (w, input_name) = match in_place {
+            false => ("allreduce_device", "the send buffer"),
+            true => ("allreduce_device_in_place", "the buffer"),
+        };
+        let input = if in_place { Buf::Recv } else { Buf::Send };
         let (send, send_bytes) = send.unwrap_or((recv, recv_bytes));
         let dt = dtype_of(dtype)?;
         let rop = op_of(op, dt)?;
-        let n = elems(W, "the send buffer", send_bytes, dt)?;
+        let n = elems(w, input_name, send_bytes, dt)?;
         let es = dt.size();
         let p = self.size();
         let algo = self.st.cfg.allreduce(p, send_bytes, true)?;
@@ -582,11 +597,11 @@ impl Communicator {
         (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
         spec.invalid = (recv_bytes != send_bytes).then(|| {
             Error::usage(format!(
-                "{W}: the receive buffer holds {recv_bytes} bytes but the send buffer \
+                "{w}: the receive buffer holds {recv_bytes} bytes but the send buffer \
                  {send_bytes}; they must be equal"
             ))
         });
-        let device = common_device(W, (send, send_bytes), (recv, recv_bytes))?;
+        let device = call_device(w, in_place, (send, send_bytes), (recv, recv_bytes))?;
         let peer = self.peer_call(
             device,
             &mut spec,
@@ -604,7 +619,7 @@ impl Communicator {
         self.start_coll_device(spec, user, |b| {
             if let Some((g, t)) = peer {
                 let c = PeerColl::Allreduce { n, es };
-                device_peer::build(b, W, g, c, Some((dt, rop)), send, recv, stream, t)
+                device_peer::build(b, w, g, c, Some((dt, rop)), send, recv, stream, t)
             } else if staged {
                 staged_allreduce(b, n * es, input)
             } else {
@@ -689,25 +704,29 @@ impl Communicator {
         op: Op,
         root: usize,
     ) -> Result<CollRequest<'a>> {
-        const W: &str = "reduce_device";
-        let input = if send.is_some() { Buf::Send } else { Buf::Recv };
+        let in_place = send.is_none();
+        let (w, input_name) = match in_place {
+            false => ("reduce_device", "the send buffer"),
+            true => ("reduce_device_in_place", "the buffer"),
+        };
+        let input = if in_place { Buf::Recv } else { Buf::Send };
         let send = send.unwrap_or(recv);
         let dt = dtype_of(dtype)?;
         let rop = op_of(op, dt)?;
-        let n = elems(W, "the send buffer", send.len(), dt)?;
+        let n = elems(w, input_name, send.len(), dt)?;
         let es = dt.size();
         let p = self.size();
         let mut spec = Spec::uniform(CollKind::Reduce, Some(root), n, es);
         (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
         let at_root = self.rank() == root;
         spec.invalid = args::first([
-            args::root(W, root, p),
-            at_root
-                .then(|| args::len(W, "the receive buffer", recv.len() / es, n))
+            args::root(w, root, p),
+            (at_root && !in_place)
+                .then(|| args::len(w, "the receive buffer", recv.len() / es, n))
                 .flatten(),
         ]);
         let rl = if at_root { recv.len() } else { 0 };
-        let device = common_device(W, (send.ptr(), send.len()), (recv.ptr(), rl))?;
+        let device = call_device(w, in_place, (send.ptr(), send.len()), (recv.ptr(), rl))?;
         let peer = self.peer_call(device, &mut spec, n > 0)?;
         let user = dev_bufs(
             self.gpu_pool(),
@@ -722,7 +741,7 @@ impl Communicator {
         self.start_coll_device(spec, user, |b| {
             if let Some((g, t)) = peer {
                 let c = PeerColl::Reduce { n, es, root };
-                device_peer::build(b, W, g, c, Some((dt, rop)), sp, rp, stream, t)
+                device_peer::build(b, w, g, c, Some((dt, rop)), sp, rp, stream, t)
             } else {
                 reduce_schedule(b, n * es, root, input);
             }
@@ -849,9 +868,12 @@ impl Communicator {
         send: Option<Region>,
         recv: Region,
     ) -> Result<CollRequest<'a>> {
-        const W: &str = "allgather_device";
         let p = self.size();
         let in_place = send.is_none();
+        let w = match in_place {
+            false => "allgather_device",
+            true => "allgather_device_in_place",
+        };
         let send = send.unwrap_or_else(|| {
             let k = recv.len() / p;
             Region {
@@ -864,11 +886,11 @@ impl Communicator {
         let mut spec = Spec::uniform(CollKind::Allgather, None, k, 1);
         spec.algo = algo.code();
         spec.invalid = if in_place {
-            args::multiple("allgather_device_in_place", "the buffer", recv.len(), p)
+            args::multiple(w, "the buffer", recv.len(), p)
         } else {
-            args::len(W, "the receive buffer (bytes)", recv.len(), p * k)
+            args::len(w, "the receive buffer (bytes)", recv.len(), p * k)
         };
-        let device = common_device(W, (send.ptr(), k), (recv.ptr(), recv.len()))?;
+        let device = call_device(w, in_place, (send.ptr(), k), (recv.ptr(), recv.len()))?;
         let peer = self.peer_call(device, &mut spec, k > 0)?;
         let user = dev_bufs(
             self.gpu_pool(),
@@ -882,7 +904,7 @@ impl Communicator {
         let (sp, rp) = (send.ptr(), recv.ptr());
         self.start_coll_device(spec, user, |b| {
             if let Some((g, t)) = peer {
-                device_peer::build(b, W, g, PeerColl::Allgather { k }, None, sp, rp, stream, t)
+                device_peer::build(b, w, g, PeerColl::Allgather { k }, None, sp, rp, stream, t)
             } else {
                 allgather::build_from(b, algo, k, 1, in_place)
             }
@@ -965,30 +987,37 @@ impl Communicator {
         dtype: Datatype,
         op: Op,
     ) -> Result<CollRequest<'a>> {
-        const W: &str = "reduce_scatter_block_device";
         let dt = dtype_of(dtype)?;
         let rop = op_of(op, dt)?;
         let p = self.size();
         let es = dt.size();
         let in_place = send.is_none();
+        let w = match in_place {
+            false => "reduce_scatter_block_device",
+            true => "reduce_scatter_block_device_in_place",
+        };
         // In place the input is the whole buffer and the result its first block.
         let input = send.unwrap_or(recv);
         let k = if in_place {
-            elems(W, "the buffer", recv.len(), dt)? / p
+            elems(w, "the buffer", recv.len(), dt)? / p
         } else {
-            elems(W, "the receive buffer", recv.len(), dt)?
+            elems(w, "the receive buffer", recv.len(), dt)?
         };
         let algo = self.st.cfg.reduce_scatter(p, input.len(), true)?;
         let mut spec = Spec::uniform(CollKind::ReduceScatterBlock, None, k, es);
         spec.algo = algo.code();
         (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
         spec.invalid = if in_place {
-            let what = "reduce_scatter_block_device_in_place";
-            args::multiple(what, "the buffer", recv.len() / es, p)
+            args::multiple(w, "the buffer", recv.len() / es, p)
         } else {
-            args::len(W, "the send buffer", input.len() / es, p * k)
+            args::len(w, "the send buffer", input.len() / es, p * k)
         };
-        let device = common_device(W, (input.ptr(), input.len()), (recv.ptr(), recv.len()))?;
+        let device = call_device(
+            w,
+            in_place,
+            (input.ptr(), input.len()),
+            (recv.ptr(), recv.len()),
+        )?;
         let peer = self.peer_call(device, &mut spec, k > 0 && !in_place)?;
         let send = if in_place {
             Region {
@@ -1012,7 +1041,7 @@ impl Communicator {
         self.start_coll_device(spec, user, |b| {
             if let Some((g, t)) = peer {
                 let c = PeerColl::ReduceScatterBlock { k, es };
-                device_peer::build(b, W, g, c, Some((dt, rop)), sp, rp, stream, t)
+                device_peer::build(b, w, g, c, Some((dt, rop)), sp, rp, stream, t)
             } else {
                 reduce_scatter::build_from(b, algo, &counts, es, in_place)
             }
@@ -1062,7 +1091,8 @@ impl Communicator {
     }
 
     /// Exclusive prefix reduction on device buffers (MPI_Exscan): rank `i > 0`'s
-    /// `recv` gets `send_0 ∘ … ∘ send_{i−1}`; rank 0's `recv` is not written.
+    /// `recv` gets `send_0 ∘ … ∘ send_{i−1}`; rank 0's `recv` is not written and may be
+    /// empty (not significant there, MPI 4.1 §6.11.2).
     ///
     /// # Errors
     /// As [`Communicator::scan_device`].
@@ -1186,26 +1216,43 @@ impl Communicator {
         dtype: Datatype,
         op: Op,
     ) -> Result<CollRequest<'a>> {
-        let w = match kind {
-            CollKind::Exscan => "exscan_device",
-            _ => "scan_device",
+        let in_place = send.is_none();
+        let w = match (kind, in_place) {
+            (CollKind::Exscan, false) => "exscan_device",
+            (CollKind::Exscan, true) => "exscan_device_in_place",
+            (_, false) => "scan_device",
+            (_, true) => "scan_device_in_place",
         };
         let dt = dtype_of(dtype)?;
         let rop = op_of(op, dt)?;
         let input = send.unwrap_or(recv);
-        let n = elems(w, "the send buffer", input.len(), dt)?;
+        let input_name = if in_place {
+            "the buffer"
+        } else {
+            "the send buffer"
+        };
+        let n = elems(w, input_name, input.len(), dt)?;
         let es = dt.size();
         let mut spec = Spec::uniform(kind, None, n, es);
         (spec.op_code, spec.dtype_code) = (op.code(), dtype.code());
-        spec.invalid = (recv.len() != input.len()).then(|| {
-            Error::usage(format!(
-                "{w}: the receive buffer holds {} bytes but the send buffer {}; they must be \
+        // Rank 0's receive buffer of an out-of-place exscan is never written and may be
+        // empty (MPI 4.1 §6.11.2: not significant there).
+        let recv_unused = kind == CollKind::Exscan && self.rank() == 0 && !in_place;
+        spec.invalid =
+            (recv.len() != input.len() && !(recv_unused && recv.len() == 0)).then(|| {
+                Error::usage(format!(
+                    "{w}: the receive buffer holds {} bytes but the send buffer {}; they must be \
                  equal",
-                recv.len(),
-                input.len()
-            ))
-        });
-        let device = common_device(w, (input.ptr(), input.len()), (recv.ptr(), recv.len()))?;
+                    recv.len(),
+                    input.len()
+                ))
+            });
+        let device = call_device(
+            w,
+            in_place,
+            (input.ptr(), input.len()),
+            (recv.ptr(), recv.len()),
+        )?;
         let user = dev_bufs(
             self.gpu_pool(),
             (input.ptr(), if send.is_some() { input.len() } else { 0 }),
@@ -1327,8 +1374,9 @@ impl Communicator {
     }
 
     /// Run `f` with a device copy of the `bytes` at `buf` (a pooled temporary, filled
-    /// and synchronized on the runtime stream first): the in-place forms on the host
-    /// schedules, which need a separate input.
+    /// and synchronized on the runtime stream first): for the blocking in-place
+    /// reduce-scatter (whose peer-memory kernels read every rank's input while the
+    /// result is written) and the stream-ordered forms' host fallback.
     unsafe fn with_input_copy(
         &self,
         device: i32,
@@ -1381,27 +1429,26 @@ impl Communicator {
         let forced = self.st.cfg.allreduce_forced();
         // SAFETY: `buf` is borrowed exclusively for the whole call.
         unsafe {
-            if self.peer_for(device, r.len(), forced)?.is_some() {
-                if let (Ok(dt), true) = (dtype_of(dtype), !self.st.cfg.check)
-                    && let Ok(rop) = op_of(op, dt)
-                    && r.len().is_multiple_of(dt.size())
-                {
-                    let c = PeerColl::Allreduce {
-                        n: r.len() / dt.size(),
-                        es: dt.size(),
-                    };
-                    if self.peer_direct(
-                        "allreduce_device_in_place",
-                        c,
-                        Some((dt, rop)),
-                        r.ptr(),
-                        r.ptr(),
-                        r.len(),
-                        forced,
-                        device,
-                    )? {
-                        return Ok(());
-                    }
+            if self.peer_for(device, r.len(), forced)?.is_some()
+                && let (Ok(dt), true) = (dtype_of(dtype), !self.st.cfg.check)
+                && let Ok(rop) = op_of(op, dt)
+                && r.len().is_multiple_of(dt.size())
+            {
+                let c = PeerColl::Allreduce {
+                    n: r.len() / dt.size(),
+                    es: dt.size(),
+                };
+                if self.peer_direct(
+                    "allreduce_device_in_place",
+                    c,
+                    Some((dt, rop)),
+                    r.ptr(),
+                    r.ptr(),
+                    r.len(),
+                    forced,
+                    device,
+                )? {
+                    return Ok(());
                 }
             }
         }
@@ -1543,6 +1590,9 @@ impl Communicator {
     /// (MPI_Ireduce_scatter_block with MPI_IN_PLACE). Unlike the blocking form it makes
     /// no copy of the input and never takes the peer-memory kernels: it runs the host
     /// schedule, which reads the input before writing the result into the first block.
+    /// Every rank must call this form (as MPI requires `MPI_IN_PLACE` on all ranks or
+    /// none): a rank in another form may take the peer-memory path and wait for this
+    /// one until the peer-memory timeout.
     ///
     /// # Errors
     /// As [`Communicator::reduce_scatter_block_device_in_place`], for the arguments.
@@ -2149,7 +2199,14 @@ mod tests {
                         assert_eq!(v, want, "reduce in place p={p} n={n} root {root} rank {r}");
                     }
                 }
-                for algo in [AllgatherAlgo::Ring, AllgatherAlgo::Bruck] {
+                for algo in [
+                    AllgatherAlgo::Ring,
+                    AllgatherAlgo::Bruck,
+                    AllgatherAlgo::RecursiveDoubling,
+                ] {
+                    if algo == AllgatherAlgo::RecursiveDoubling && !p.is_power_of_two() {
+                        continue;
+                    }
                     // Rank r's block at its place, the rest poisoned.
                     let mut bufs: Vec<Vec<i64>> = (0..p)
                         .map(|r| {
