@@ -4,7 +4,9 @@
 #   scripts/gpu-abi.sh OUTDIR
 # 1. abi/tests/gpu/gpu_buffers.c (device buffers through every kind of call) built with
 #    abi/bin/mpicc against .device-bin/lib/libmpi_abi.so.1 and libcudart, at 2 ranks
-#    without MPS, then at 2 and 4 ranks with MPS (scripts/mps.sh);
+#    without MPS, then at 2 and 4 ranks with MPS (scripts/mps.sh), and at 2 and 3 ranks
+#    with MPS and the memory-kind agreement off (so that the nonblocking calls take the
+#    device collectives too);
 # 2. the host-buffer C tests of abi/tests/c at 2 ranks (the same library on that machine);
 # 3. OSU 7.2 built with CUDA support (scripts/osu.sh --cuda; the tarball gpu-build.sh
 #    copied into .device-bin/) at 2 ranks with MPS: device-buffer latency, bandwidth and
@@ -55,6 +57,10 @@ if mps_start /tmp/mps-pipe /tmp/mps-log; then
   note "MPS started"
   run gpu_buffers_2_mps "$B/rwrun" -n 2 /tmp/gpu_buffers
   run gpu_buffers_4_mps "$B/rwrun" -n 4 /tmp/gpu_buffers
+  # Without the agreement every rank decides from its own buffers, and the nonblocking
+  # calls on device buffers take the device collectives (with it they are staged).
+  run gpu_buffers_2_mps_agree_off env RANKWIRE_ABI_MEMORY_AGREEMENT=off "$B/rwrun" -n 2 /tmp/gpu_buffers
+  run gpu_buffers_3_mps_agree_off env RANKWIRE_ABI_MEMORY_AGREEMENT=off "$B/rwrun" -n 3 /tmp/gpu_buffers
   for m in 1 3; do run "mixed_buffers_2_m${m}_mps" "$B/rwrun" -n 2 /tmp/mixed_buffers $m; done
   run mixed_buffers_2_m3_off_mps env RANKWIRE_ABI_MEMORY_AGREEMENT=off "$B/rwrun" -n 2 /tmp/mixed_buffers 3
   for m in 5 6 7; do run "mixed_buffers_3_m${m}_mps" "$B/rwrun" -n 3 /tmp/mixed_buffers $m; done

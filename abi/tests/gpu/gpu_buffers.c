@@ -123,7 +123,57 @@ int main(int argc, char **argv) {
     else CHECK(h[7] == exc + (long long)rank * 7, "iexscan in place %lld", h[7]);
     CU(cudaMemcpy(h, d_x, n * sizeof(long long), cudaMemcpyDeviceToHost));
     CHECK(h[9] == (long long)(rank + 1) * 1000 + 9, "iscan max in place %lld", h[9]);
+    /* MPI_Exscan with rank 0's receive buffer NULL (not significant there). */
+    CU(cudaMemset(d_r, 0, n * sizeof(long long)));
+    MPI_Exscan(d_s, rank == 0 ? NULL : d_r, n, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    CU(cudaMemcpy(h, d_r, n * sizeof(long long), cudaMemcpyDeviceToHost));
+    if (rank == 0) CHECK(h[3] == 0, "exscan with NULL at rank 0 wrote its buffer: %lld", h[3]);
+    else CHECK(h[3] == exc + (long long)rank * 3, "exscan (rank 0 NULL) %lld", h[3]);
     cudaFree(d_s); cudaFree(d_r); cudaFree(d_x); free(h);
+  }
+
+  /* Nonblocking MPI_IN_PLACE on device buffers, four in flight together: allreduce,
+   * reduce (in place at the root), allgather, reduce_scatter_block. */
+  {
+    int n = 4099;
+    size_t nb = (size_t)n * size;
+    float *h = malloc(nb * sizeof(float)), *d_a, *d_g;
+    int *hi = malloc(nb * sizeof(int)), *d_r, *d_s;
+    CU(cudaMalloc((void **)&d_a, n * sizeof(float)));
+    CU(cudaMalloc((void **)&d_g, nb * sizeof(float)));
+    CU(cudaMalloc((void **)&d_r, n * sizeof(int)));
+    CU(cudaMalloc((void **)&d_s, nb * sizeof(int)));
+    for (int i = 0; i < n; i++) h[i] = (float)(rank + 1) * (float)(i % 7);
+    CU(cudaMemcpy(d_a, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    for (size_t i = 0; i < nb; i++) h[i] = -1.0f;
+    for (int i = 0; i < n; i++) h[(size_t)rank * n + i] = (float)(rank * 100000 + i);
+    CU(cudaMemcpy(d_g, h, nb * sizeof(float), cudaMemcpyHostToDevice));
+    for (int i = 0; i < n; i++) hi[i] = rank * 1000 + i;
+    CU(cudaMemcpy(d_r, hi, n * sizeof(int), cudaMemcpyHostToDevice));
+    for (size_t i = 0; i < nb; i++) hi[i] = rank + (int)i;
+    CU(cudaMemcpy(d_s, hi, nb * sizeof(int), cudaMemcpyHostToDevice));
+    int root = size - 1;
+    MPI_Request q[4];
+    MPI_Iallreduce(MPI_IN_PLACE, d_a, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q[0]);
+    MPI_Ireduce(rank == root ? MPI_IN_PLACE : d_r, d_r, n, MPI_INT, MPI_MAX, root, MPI_COMM_WORLD, &q[1]);
+    MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, d_g, n, MPI_FLOAT, MPI_COMM_WORLD, &q[2]);
+    MPI_Ireduce_scatter_block(MPI_IN_PLACE, d_s, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q[3]);
+    MPI_Waitall(4, q, MPI_STATUSES_IGNORE);
+    float tri = (float)(size * (size + 1) / 2);
+    CU(cudaMemcpy(h, d_a, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++) if (h[i] != tri * (float)(i % 7)) CHECK(0, "iallreduce in place at %d: %f", i, h[i]);
+    checks++;
+    CU(cudaMemcpy(hi, d_r, n * sizeof(int), cudaMemcpyDeviceToHost));
+    if (rank == root) CHECK(hi[n - 1] == (size - 1) * 1000 + n - 1, "ireduce in place %d", hi[n - 1]);
+    else CHECK(hi[5] == rank * 1000 + 5, "ireduce changed a non-root: %d", hi[5]);
+    CU(cudaMemcpy(h, d_g, nb * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < nb; i++) if (h[i] != (float)((i / n) * 100000 + i % n)) CHECK(0, "iallgather in place at %zu: %f", i, h[i]);
+    checks++;
+    CU(cudaMemcpy(hi, d_s, n * sizeof(int), cudaMemcpyDeviceToHost));
+    /* sum over ranks r of (r + rank*n + i) */
+    for (int i = 0; i < n; i++) if (hi[i] != size * (size - 1) / 2 + size * (rank * n + i)) CHECK(0, "ireduce_scatter_block in place at %d: %d", i, hi[i]);
+    checks++;
+    cudaFree(d_a); cudaFree(d_g); cudaFree(d_r); cudaFree(d_s); free(h); free(hi);
   }
 
   /* A strided datatype over device memory: every other int of 2000. */
