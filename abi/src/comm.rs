@@ -747,12 +747,8 @@ pub unsafe extern "C" fn MPI_Comm_call_errhandler(comm: MPI_Comm, errorcode: c_i
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
     guard(MPI_COMM_SELF, || {
-        let last = crate::error::LASTUSED.load(std::sync::atomic::Ordering::Relaxed);
-        if !(0..=last).contains(&errorcode) {
-            return Err(err(
-                MPI_ERR_ARG,
-                format!("{errorcode} is not an error code (0..={last})"),
-            ));
+        if !crate::error::is_code(errorcode) {
+            return Err(err(MPI_ERR_ARG, crate::error::describe(errorcode)));
         }
         // SAFETY: C caller's pointer.
         unsafe { put(errorclass, crate::error::class_of(errorcode), "errorclass") }
@@ -762,7 +758,7 @@ pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_in
 /// `MPI_Error_string`: the class name and, when the calling thread raised an error of
 /// that class, the message of the last such error (layer, numbers, fix), labelled as
 /// such (a returned code is its class, so it cannot name one error). A value that is no
-/// error code (outside 0..=`MPI_LASTUSEDCODE`) is an `MPI_ERR_ARG` error, as in
+/// error code ([`crate::error::is_code`]) is an `MPI_ERR_ARG` error, as in
 /// [`MPI_Error_class`], raised on `MPI_COMM_SELF` after `string` is filled with a text
 /// saying so (so a caller with `MPI_ERRORS_RETURN` still gets it).
 #[unsafe(no_mangle)]
@@ -775,8 +771,7 @@ pub unsafe extern "C" fn MPI_Error_string(
         let s = crate::error::describe(errorcode);
         // SAFETY: C caller's buffer of MPI_MAX_ERROR_STRING bytes.
         unsafe { crate::env::put_str(string, MPI_MAX_ERROR_STRING as usize, resultlen, &s)? };
-        let last = crate::error::LASTUSED.load(std::sync::atomic::Ordering::Relaxed);
-        if (0..=last).contains(&errorcode) {
+        if crate::error::is_code(errorcode) {
             Ok(())
         } else {
             Err(err(MPI_ERR_ARG, s))

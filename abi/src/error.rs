@@ -415,6 +415,18 @@ pub fn class_of(code: c_int) -> c_int {
     with_codes(|u| u.class_of.get(&code).copied()).unwrap_or(code)
 }
 
+/// Whether `code` is an error code of this library: a predefined class (the header's
+/// `MPI_SUCCESS`, `MPI_ERR_*` up to `MPI_ERR_LASTCODE`, and the tools interface's
+/// `MPI_T_ERR_*`, 1001..=1018), or a class or code added by `MPI_Add_error_class` /
+/// `MPI_Add_error_code`. Other values (12345, −1) are not, even below
+/// `MPI_LASTUSEDCODE`.
+pub fn is_code(code: c_int) -> bool {
+    class_name(code) != "MPI error"
+        || code == MPI_ERR_LASTCODE
+        || (MPI_T_ERR_CANNOT_INIT..=MPI_T_ERR_PVAR_NO_ATOMIC).contains(&code)
+        || with_codes(|u| u.class_of.contains_key(&code))
+}
+
 /// Text of `MPI_Error_string` for `code`.
 pub fn describe(code: c_int) -> String {
     let (set, user) = with_codes(|u| {
@@ -431,11 +443,15 @@ pub fn describe(code: c_int) -> String {
     if user {
         return String::new();
     }
-    let last = LASTUSED.load(std::sync::atomic::Ordering::Relaxed);
-    if !(0..=last).contains(&code) {
+    if !is_code(code) {
         // Not a code this library hands out (a typo, an uninitialized variable, another
         // MPI's value): say so rather than name a class.
-        return format!("{code} is not an MPI error code (codes are 0..={last})");
+        let last = LASTUSED.load(std::sync::atomic::Ordering::Relaxed);
+        return format!(
+            "{code} is not an MPI error code (the predefined classes are MPI_SUCCESS, \
+             MPI_ERR_* and MPI_T_ERR_*; codes above {MPI_ERR_LASTCODE} up to {last} are \
+             those MPI_Add_error_class/MPI_Add_error_code returned)"
+        );
     }
     let class = class_of(code);
     match last_message(class) {

@@ -228,6 +228,17 @@ int main(int argc, char **argv) {
         CHECK(strstr(s, "is not an MPI error code") != NULL, "string of -5: '%s'", s);
         rc = MPI_Error_class(-5, &c2);
         CHECK(rc == MPI_ERR_ARG, "MPI_Error_class(-5) returned %d", rc);
+        /* Below MPI_LASTUSEDCODE but neither predefined nor added: no code either. */
+        rc = MPI_Error_string(12345, s, &len);
+        CHECK(rc == MPI_ERR_ARG && strstr(s, "is not an MPI error code") != NULL,
+              "MPI_Error_string(12345) returned %d: '%s'", rc, s);
+        rc = MPI_Error_class(12345, &c2);
+        CHECK(rc == MPI_ERR_ARG, "MPI_Error_class(12345) returned %d", rc);
+        /* Every predefined class, the tools interface's codes and LASTCODE are codes. */
+        OK(MPI_Error_class(MPI_ERR_ABI, &c2));
+        CHECK(c2 == MPI_ERR_ABI, "class of MPI_ERR_ABI: %d", c2);
+        OK(MPI_Error_class(MPI_T_ERR_INVALID, &c2));
+        OK(MPI_Error_string(MPI_ERR_LASTCODE, s, &len));
         OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL));
     }
 
