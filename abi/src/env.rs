@@ -150,12 +150,36 @@ fn do_init(required: c_int) -> R<c_int> {
     }
     let u = rankwire::init()?;
     let world = u.world();
-    let selfc = world
-        .split(Some(world.rank() as u32), 0)?
-        .expect("a rank with a color is in its split");
+    // The collective steps after the runtime started (MPI_COMM_SELF's split, the
+    // memory-kind setup). A failure there (a peer died, or faster ranks already revoked
+    // the world over an erroneous collective) ends the job with its own message: as an
+    // error returned from here, the runtime would be dropped unfinalized, and rwrun would
+    // report that instead of the cause.
+    let setup = || -> R<rankwire::Communicator> {
+        let selfc = world
+            .split(Some(world.rank() as u32), 0)?
+            .expect("a rank with a color is in its split");
+        crate::memkind::at_init(&world)?;
+        Ok(selfc)
+    };
+    let selfc = match setup() {
+        Ok(c) => c,
+        Err(e) => {
+            flush_stdio();
+            u.abort(
+                1,
+                &format!(
+                    "rankwire (MPI ABI): MPI_Init failed on rank {} after the runtime \
+                     started: {} ({})",
+                    world.rank(),
+                    e.msg,
+                    crate::error::class_name(e.class)
+                ),
+            )
+        }
+    };
     let provided = required.clamp(MPI_THREAD_SINGLE, PROVIDED_MAX);
     WTIME_T0.get_or_init(Instant::now);
-    crate::memkind::at_init(&world)?;
     let _ = PREDEFINED_COMMS.set((world, selfc));
     *ENV.lock().unwrap_or_else(|e| e.into_inner()) = Some(Env {
         universe: Some(u),
