@@ -77,6 +77,11 @@ ALLOWED_STATICS: dict[tuple[str, str], str] = {
     ("gdr_standin.rs", "ALLOCS"): "the test stand-in's table of live allocations: it "
     "stands in for the CUDA driver's process-wide allocation table, which pointer "
     "queries read without a runtime (buffers outlive and precede runtimes)",
+    ("coll/device_peer_host_tests.rs", "COPY"): "test only: the host build of the "
+    "peer-memory copy kernel, compiled with g++ once per test process (a loaded library "
+    "is process-wide, like the CUDA module it stands in for)",
+    ("coll/device_peer_host_tests.rs", "I64"): "test only: the host build of the i64 "
+    "reduction kernels, compiled once per test process, as COPY",
     ("gdr_standin.rs", "NEXT"): "the stand-in's buffer-id counter, process-wide like "
     "CUDA's CU_POINTER_ATTRIBUTE_BUFFER_ID",
 }
