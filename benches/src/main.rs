@@ -339,7 +339,7 @@ fn collectives(world: &rankwire::Communicator, args: &Args) -> Result<()> {
     if args.mode == Mode::Barrier {
         let (iters, warmup) = coll_iters(args, 0);
         let us = if args.barrier_each {
-            time_each(world, iters, warmup, || world.barrier())?
+            time_each(world, iters, warmup, || world.barrier(), false)?
         } else {
             time_calls(world, iters, warmup, || world.barrier())?
         };
@@ -541,24 +541,13 @@ fn time_calls(
     warmup: usize,
     mut f: impl FnMut() -> rankwire::Result<()>,
 ) -> Result<f64> {
-    let synced = BARRIER_EACH.load(std::sync::atomic::Ordering::Relaxed);
+    if BARRIER_EACH.load(std::sync::atomic::Ordering::Relaxed) {
+        return time_each(world, iters, warmup, f, true);
+    }
     for _ in 0..warmup {
         f()?;
-        if synced {
-            world.barrier()?;
-        }
     }
     world.barrier()?;
-    if synced {
-        let mut total = std::time::Duration::ZERO;
-        for _ in 0..iters {
-            let t = Instant::now();
-            f()?;
-            total += t.elapsed();
-            world.barrier()?;
-        }
-        return Ok(total.as_secs_f64() * 1e6 / iters as f64);
-    }
     let t = Instant::now();
     for _ in 0..iters {
         f()?;
@@ -568,16 +557,21 @@ fn time_calls(
     Ok(us)
 }
 
-/// Microseconds per call of `f` on this rank, each of the `iters` calls timed alone
-/// and nothing between them (`osu_barrier`'s loop), after `warmup` untimed calls.
+/// Microseconds per call of `f` on this rank, each of the `iters` calls timed alone,
+/// after `warmup` untimed calls. `barrier_after`: an untimed barrier after every call
+/// (OSU's collective loop); `false`: nothing between the calls (`osu_barrier`'s loop).
 fn time_each(
     world: &rankwire::Communicator,
     iters: usize,
     warmup: usize,
     mut f: impl FnMut() -> rankwire::Result<()>,
+    barrier_after: bool,
 ) -> Result<f64> {
     for _ in 0..warmup {
         f()?;
+        if barrier_after {
+            world.barrier()?;
+        }
     }
     world.barrier()?;
     let mut total = std::time::Duration::ZERO;
@@ -585,8 +579,13 @@ fn time_each(
         let t = Instant::now();
         f()?;
         total += t.elapsed();
+        if barrier_after {
+            world.barrier()?;
+        }
     }
-    world.barrier()?;
+    if !barrier_after {
+        world.barrier()?;
+    }
     Ok(total.as_secs_f64() * 1e6 / iters as f64)
 }
 
