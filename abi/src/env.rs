@@ -156,9 +156,12 @@ fn do_init(required: c_int) -> R<c_int> {
     // error returned from here, the runtime would be dropped unfinalized, and rwrun would
     // report that instead of the cause.
     let setup = || -> R<rankwire::Communicator> {
-        let selfc = world
-            .split(Some(world.rank() as u32), 0)?
-            .expect("a rank with a color is in its split");
+        let selfc = world.split(Some(world.rank() as u32), 0)?.ok_or_else(|| {
+            err(
+                MPI_ERR_INTERN,
+                "MPI_COMM_SELF's split gave this rank no communicator",
+            )
+        })?;
         crate::memkind::at_init(&world)?;
         Ok(selfc)
     };
@@ -169,9 +172,7 @@ fn do_init(required: c_int) -> R<c_int> {
             u.abort(
                 1,
                 &format!(
-                    "rankwire (MPI ABI): MPI_Init failed on rank {} after the runtime \
-                     started: {} ({})",
-                    world.rank(),
+                    "rankwire (MPI ABI): MPI_Init failed after the runtime started: {} ({})",
                     e.msg,
                     crate::error::class_name(e.class)
                 ),

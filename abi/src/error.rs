@@ -446,11 +446,10 @@ pub fn describe(code: c_int) -> String {
     if !is_code(code) {
         // Not a code this library hands out (a typo, an uninitialized variable, another
         // MPI's value): say so rather than name a class.
-        let last = LASTUSED.load(std::sync::atomic::Ordering::Relaxed);
         return format!(
             "{code} is not an MPI error code (the predefined classes are MPI_SUCCESS, \
-             MPI_ERR_* and MPI_T_ERR_*; codes above {MPI_ERR_LASTCODE} up to {last} are \
-             those MPI_Add_error_class/MPI_Add_error_code returned)"
+             MPI_ERR_* and MPI_T_ERR_*; above {MPI_ERR_LASTCODE}, only the values \
+             MPI_Add_error_class/MPI_Add_error_code returned)"
         );
     }
     let class = class_of(code);
@@ -483,6 +482,15 @@ pub unsafe extern "C" fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
     guard(MPI_COMM_SELF, || {
+        if !is_code(errorclass) || class_of(errorclass) != errorclass {
+            return Err(err(
+                MPI_ERR_ARG,
+                format!(
+                    "{errorclass} is not an error class (a predefined class, or one \
+                     MPI_Add_error_class returned)"
+                ),
+            ));
+        }
         let c = with_codes(|u| {
             let c = u.next;
             u.next += 1;
@@ -509,8 +517,21 @@ pub unsafe extern "C" fn MPI_Add_error_string(
         let s = unsafe { std::ffi::CStr::from_ptr(string) }
             .to_string_lossy()
             .into_owned();
-        with_codes(|u| u.strings.insert(errorcode, s));
-        Ok(())
+        // MPI 4.1 §9.5: only classes and codes above MPI_ERR_LASTCODE (the user's) get a
+        // string; the predefined ones keep theirs.
+        with_codes(|u| {
+            if !u.class_of.contains_key(&errorcode) {
+                return Err(err(
+                    MPI_ERR_ARG,
+                    format!(
+                        "{errorcode} is not a user error class or code (only those \
+                         MPI_Add_error_class/MPI_Add_error_code returned take a string)"
+                    ),
+                ));
+            }
+            u.strings.insert(errorcode, s);
+            Ok(())
+        })
     })
 }
 

@@ -275,8 +275,9 @@ impl Error {
                 or memlock in /etc/security/limits.conf) or register less memory at once"
                 .into(),
             Error::Gpu(d) if d.contains("no CUDA driver") => "this process has no NVIDIA \
-                driver, so device buffers cannot be used here: pass host buffers, or run on a \
-                machine with a GPU and its driver (nvidia-smi lists them)"
+                driver, so device buffers and streams cannot be used here: use host buffers \
+                and the host calls, or run on a machine with a GPU and its driver \
+                (nvidia-smi lists them)"
                 .into(),
             Error::Gpu(_) => "device buffers need the `cuda` feature (on by default, off with \
                 --no-default-features) and a driver: check the \
@@ -448,7 +449,7 @@ mod tests {
             rankwire_gpu::GpuError::NoDriver
         ));
         let t = e.to_string();
-        assert!(t.contains("pass host buffers"), "{t}");
+        assert!(t.contains("use host buffers"), "{t}");
         assert!(!t.contains("RANKWIRE_CUDA_IPC"), "{t}");
         let other = Error::Gpu("cuMemcpyDtoDAsync failed".into()).to_string();
         assert!(other.contains("nvidia-smi"), "{other}");

@@ -271,7 +271,9 @@ impl StreamProxy {
             ptr,
             len_bytes,
             start,
-            stream: stream.id(),
+            // Streams whose id the driver cannot give share one key: their jobs start
+            // in one order (more waiting, never a job started early).
+            stream: stream.id().unwrap_or(u64::MAX),
             index,
             _host_wait: host_wait,
         };

@@ -258,13 +258,18 @@ impl Stream {
 
     /// An identity of the stream that the driver never gives to another stream of the
     /// context (`cuStreamGetId`, CUDA 12.0), unlike the handle ([`Stream::as_raw`]),
-    /// which a stream created after this one was destroyed may reuse. Read once, at the
-    /// first call. Where the driver cannot say, the handle's value.
-    pub fn id(&self) -> u64 {
-        *self.id.get_or_init(|| {
-            // SAFETY: self.raw is a live stream (or the NULL default stream).
-            unsafe { result::stream_id(self.raw) }.unwrap_or(self.raw as usize as u64)
-        })
+    /// which a stream created after this one was destroyed may reuse. Asked with the
+    /// stream's device bound, and kept once known. `None` where the driver cannot say
+    /// (no driver, a driver before CUDA 12.0, or, per CCCL's documentation, a stream
+    /// being captured into a graph): callers then must not take two streams for one.
+    pub fn id(&self) -> Option<u64> {
+        if let Some(v) = self.id.get() {
+            return Some(*v);
+        }
+        self.bind().ok()?;
+        // SAFETY: self.raw is a live stream (or a default stream of the bound context).
+        let v = unsafe { result::stream_id(self.raw) }.ok()?;
+        Some(*self.id.get_or_init(|| v))
     }
 
     // Bind the stream's device so calls that use the current context agree with it.

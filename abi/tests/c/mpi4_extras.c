@@ -239,6 +239,18 @@ int main(int argc, char **argv) {
         CHECK(c2 == MPI_ERR_ABI, "class of MPI_ERR_ABI: %d", c2);
         OK(MPI_Error_class(MPI_T_ERR_INVALID, &c2));
         OK(MPI_Error_string(MPI_ERR_LASTCODE, s, &len));
+        /* Codes only for classes; strings only for the user's classes and codes. */
+        int bad = -1;
+        rc = MPI_Add_error_code(12345, &bad);
+        CHECK(rc == MPI_ERR_ARG, "MPI_Add_error_code(12345) returned %d", rc);
+        rc = MPI_Add_error_string(MPI_ERR_TRUNCATE, "mine");
+        CHECK(rc == MPI_ERR_ARG, "MPI_Add_error_string(MPI_ERR_TRUNCATE) returned %d", rc);
+        OK(MPI_Error_string(MPI_ERR_TRUNCATE, s, &len));
+        CHECK(strstr(s, "mine") == NULL, "the predefined string was replaced: '%s'", s);
+        OK(MPI_Add_error_string(code, "my code"));
+        OK(MPI_Error_string(code, s, &len));
+        CHECK(strcmp(s, "my code") == 0, "string of the user's code: '%s'", s);
+        OK(MPI_Remove_error_string(code));
         OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL));
     }
 

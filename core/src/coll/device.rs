@@ -725,7 +725,9 @@ impl Communicator {
                 .then(|| args::len(w, "the receive buffer", recv.len() / es, n))
                 .flatten(),
         ]);
-        let rl = if at_root { recv.len() } else { 0 };
+        // In place the buffer is every rank's input (its device counts on every rank);
+        // out of place the receive buffer matters at the root only.
+        let rl = if at_root || in_place { recv.len() } else { 0 };
         let device = call_device(w, in_place, (send.ptr(), send.len()), (recv.ptr(), rl))?;
         let peer = self.peer_call(device, &mut spec, n > 0)?;
         let user = dev_bufs(
@@ -1675,7 +1677,8 @@ impl Communicator {
     /// [`Communicator::allreduce_device_on_stream`].
     ///
     /// # Safety
-    /// As [`Communicator::allreduce_device_on_stream`].
+    /// As [`Communicator::allreduce_device_on_stream`], except that `send` and `recv`
+    /// must not overlap (there is no in-place form on a stream).
     ///
     /// # Errors
     /// As [`Communicator::allgather_device`].

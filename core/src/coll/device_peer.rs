@@ -792,16 +792,18 @@ impl PeerGroup {
         }
     }
 
-    /// Order `stream` after the last launch when it went to another stream (a wait on
-    /// the event recorded after it: no stream handle is kept).
+    /// Order `stream` after the last launch when it went to another stream, or may
+    /// have (a wait on the event recorded after it: no stream handle is kept).
     fn order_on(&mut self, stream: &Stream) -> Result<()> {
+        // Without an id the stream may be another one: wait (the wait is free when the
+        // event has fired, and only orders when it has not).
         let id = stream.id();
-        if self.last_stream.is_some_and(|last| last != id) {
+        if self.last_stream.is_some() && (id.is_none() || self.last_stream != id) {
             stream
                 .wait_event(&self.last_event)
                 .map_err(|e| gpu("stream wait", e))?;
         }
-        self.last_stream = Some(id);
+        self.last_stream = Some(id.unwrap_or(u64::MAX));
         Ok(())
     }
 
