@@ -490,15 +490,35 @@ impl Communicator {
         dtype: Datatype,
         op: Op,
     ) -> Result<()> {
-        let (sp, sl) = send.device_region()?;
-        let (rp, rl) = recv.device_region_mut()?;
+        let send = send.device_region()?;
+        let recv = recv.device_region_mut()?;
+        // SAFETY: both buffers are borrowed for the whole (blocking) call.
+        unsafe { self.allreduce_device_blocking(Some(send), recv, dtype, op) }
+    }
+
+    /// The blocking allreduce of `send` (`(address, bytes)`) into `recv`, or of `recv` in
+    /// place (`send` `None`): node-aware on several nodes, else the peer-memory kernel
+    /// waited for directly where it applies, else the nonblocking form's schedule.
+    ///
+    /// # Safety
+    /// Both ranges must be live device memory for the whole call.
+    unsafe fn allreduce_device_blocking(
+        &self,
+        send: Option<(u64, usize)>,
+        (rp, rl): (u64, usize),
+        dtype: Datatype,
+        op: Op,
+    ) -> Result<()> {
+        let what = match send {
+            Some(_) => "allreduce_device",
+            None => "allreduce_device_in_place",
+        };
+        let (sp, sl) = send.unwrap_or((rp, rl));
         // Ranks on several nodes: node-aware (coll/device_hier.rs), decided from the
         // communicator and the settings only, alike on every rank.
         if let Some(h) = self.node_aware()? {
-            // SAFETY: both buffers are borrowed for the whole (blocking) call.
-            return unsafe {
-                self.node_aware_allreduce(&h, "allreduce_device", (sp, sl), (rp, rl), dtype, op)
-            };
+            // SAFETY: the caller's ranges (equal ones: in place).
+            return unsafe { self.node_aware_allreduce(&h, what, (sp, sl), (rp, rl), dtype, op) };
         }
         if sl == rl
             && let (Ok(dt), Ok(device)) = (dtype_of(dtype), common_device("", (sp, sl), (rp, rl)))
@@ -510,23 +530,13 @@ impl Communicator {
                 es: dt.size(),
             };
             let forced = self.st.cfg.allreduce_forced();
-            // SAFETY: both buffers are borrowed for the whole (blocking) call.
-            if unsafe {
-                self.peer_direct(
-                    "allreduce_device",
-                    c,
-                    Some((dt, rop)),
-                    sp,
-                    rp,
-                    sl,
-                    forced,
-                    device,
-                )?
-            } {
+            // SAFETY: the caller's ranges; the peer kernels take equal ones in place.
+            if unsafe { self.peer_direct(what, c, Some((dt, rop)), sp, rp, sl, forced, device)? } {
                 return Ok(());
             }
         }
-        self.iallreduce_device(send, recv, dtype, op)?.wait()
+        self.start_allreduce_device(send, (rp, rl), dtype, op)?
+            .wait()
     }
 
     /// Nonblocking [`Communicator::allreduce_device`] (MPI_Iallreduce). The buffers stay
@@ -1419,43 +1429,8 @@ impl Communicator {
         op: Op,
     ) -> Result<()> {
         let r = Region::of_mut(buf)?;
-        if let Some(h) = self.node_aware()? {
-            let b = (r.ptr(), r.len());
-            // SAFETY: `buf` is borrowed exclusively for the whole call.
-            return unsafe {
-                self.node_aware_allreduce(&h, "allreduce_device_in_place", b, b, dtype, op)
-            };
-        }
-        let device =
-            device_of("allreduce_device_in_place", "the buffer", r.ptr(), r.len())?.unwrap_or(0);
-        let forced = self.st.cfg.allreduce_forced();
         // SAFETY: `buf` is borrowed exclusively for the whole call.
-        unsafe {
-            if self.peer_for(device, r.len(), forced)?.is_some()
-                && let (Ok(dt), true) = (dtype_of(dtype), !self.st.cfg.check)
-                && let Ok(rop) = op_of(op, dt)
-                && r.len().is_multiple_of(dt.size())
-            {
-                let c = PeerColl::Allreduce {
-                    n: r.len() / dt.size(),
-                    es: dt.size(),
-                };
-                if self.peer_direct(
-                    "allreduce_device_in_place",
-                    c,
-                    Some((dt, rop)),
-                    r.ptr(),
-                    r.ptr(),
-                    r.len(),
-                    forced,
-                    device,
-                )? {
-                    return Ok(());
-                }
-            }
-        }
-        self.start_allreduce_device(None, (r.ptr(), r.len()), dtype, op)?
-            .wait()
+        unsafe { self.allreduce_device_blocking(None, (r.ptr(), r.len()), dtype, op) }
     }
 
     /// Nonblocking [`Communicator::allreduce_device_in_place`] (MPI_Iallreduce with
