@@ -397,7 +397,7 @@ impl Engine {
             && buf.len() <= lim
             && self.backlog.get(dst as usize).is_some_and(|q| q.is_empty())
             && !self.proto.has_frames_for(dst)
-            && let Some(header) = self.proto.eager_header(dst, ctx, tag, buf.len())
+            && let Some(header) = self.proto.eager_header(dst, ctx, tag)
         {
             // SAFETY: the caller keeps `buf` borrowed until the send completes, which
             // for a frame the transport takes is right here.

@@ -173,6 +173,13 @@ impl<R: PartialEq + Copy, M> Matcher<R, M> {
         None
     }
 
+    /// The sequence number the next message from `src` on `ctx` must carry to be in
+    /// order (0 before the first).
+    #[inline]
+    pub fn next_seq(&mut self, src: u32, ctx: u32) -> u64 {
+        *self.expected.entry((src, ctx))
+    }
+
     /// A message arrived. Appends to `out` every receive that now matches (more than one
     /// when this arrival releases messages that came early).
     pub fn arrive(&mut self, env: Envelope, msg: M, out: &mut Vec<Matched<R, M>>) {

@@ -1,6 +1,7 @@
-//! Wire format of protocol frames (sans-IO: bytes in, bytes out), version 4.
+//! Wire format of protocol frames (sans-IO: bytes in, bytes out), version 5.
 //!
-//! Every frame header starts with a 16-byte common prefix, little-endian:
+//! Every frame header but the short eager one (below) starts with a 16-byte common
+//! prefix, little-endian:
 //!
 //! | bytes | field |
 //! |---|---|
@@ -29,19 +30,30 @@
 //! receives posted on its collective context fail instead of waiting for messages that
 //! will never come, and so do their later operations there (see `protocol/revoke.rs`).
 //!
+//! Eager messages travel with a 16-byte short header instead
+//! ([`Frame::short_eager_header`]: "Re", version, context id, tag, sequence number
+//! modulo 2^32), which leaves the source rank and the payload length to the transport,
+//! as Open MPI's ob1 match header leaves them to its BTL. The receiver restores the
+//! same [`Envelope`] as a full [`Frame::Eager`] carries (which it still accepts).
+//!
 //! Version 2 added `Help`, `Push` and `Pushed`, version 3 `Cancel` and `Cancelled`,
-//! version 4 `Revoke`; a
-//! build speaking an older version refuses the frames as an unsupported version
-//! instead of misreading them.
+//! version 4 `Revoke`, version 5 the short eager header; a
+//! build speaking an older version refuses the frames as an unsupported version (or,
+//! for the short eager header, a bad magic number) instead of misreading them.
 
 use std::fmt;
 
 /// Magic number opening every frame header ("RW").
 pub const MAGIC: u16 = 0x5752;
 /// Wire protocol version.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Size of the common header prefix in bytes.
 pub const PREFIX_BYTES: usize = 16;
+/// Size of a short eager header in bytes ([`Frame::short_eager_header`]).
+pub const SHORT_EAGER_BYTES: usize = 16;
+/// First two bytes of a short eager header ("Re"; full headers start with [`MAGIC`],
+/// "RW").
+const SHORT_MAGIC: [u8; 2] = [0x52, 0x65];
 /// Capacity of a [`HeaderBuf`]: at least the largest header this version encodes (an
 /// `Rts` with a CUDA IPC descriptor, 157 bytes), in bytes.
 pub const MAX_FRAME_HEADER_BYTES: usize = 192;
@@ -403,6 +415,49 @@ impl Frame {
     #[inline]
     pub fn is_data(buf: &[u8]) -> bool {
         buf.get(3) == Some(&(FrameKind::Data as u8))
+    }
+
+    /// The short eager header of `env` (version 5, [`SHORT_EAGER_BYTES`] bytes): what a
+    /// sender puts in front of every eager message. Compared with a full `Eager` header
+    /// (40 bytes) it leaves out what the transport knows already: the source rank (the
+    /// peer the frame came from) and the payload length (the transport's framing), and it
+    /// carries the sequence number modulo 2^32 ([`Frame::short_eager_seq`] restores
+    /// it). 16 bytes instead of 40 let a payload of up to 32 bytes share one 64-byte
+    /// shared-memory ring record with its header (the latency of 16-32 B messages).
+    ///
+    /// Layout, little-endian: `[0..2] 'R' 'e'`, `[2] version`, `[3] 0` (flags),
+    /// `[4..8] ctx: u32`, `[8..12] tag: i32`, `[12..16] seq mod 2^32: u32`.
+    #[inline]
+    pub fn short_eager_header(env: &Envelope) -> HeaderBuf {
+        let mut b = [0u8; SHORT_EAGER_BYTES];
+        b[0..4].copy_from_slice(&[SHORT_MAGIC[0], SHORT_MAGIC[1], VERSION, 0]);
+        b[4..8].copy_from_slice(&env.ctx.to_le_bytes());
+        b[8..12].copy_from_slice(&env.tag.to_le_bytes());
+        b[12..16].copy_from_slice(&(env.seq as u32).to_le_bytes());
+        let mut h = HeaderBuf::new();
+        h.put(&b);
+        h
+    }
+
+    /// If `buf` is exactly one short eager header ([`Frame::short_eager_header`]): its
+    /// context id, tag and sequence number modulo 2^32. `None` for anything else.
+    #[inline]
+    pub fn decode_short_eager(buf: &[u8]) -> Option<(u32, i32, u32)> {
+        let b: &[u8; SHORT_EAGER_BYTES] = buf.try_into().ok()?;
+        if b[0..4] != [SHORT_MAGIC[0], SHORT_MAGIC[1], VERSION, 0] {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        Some((u32_at(4), u32_at(8) as i32, u32_at(12)))
+    }
+
+    /// The sequence number whose low 32 bits are `seq_lo` nearest to `next`, the one
+    /// the receiver expects next from that source on that communicator: messages arrive
+    /// at most 2^31 numbers ahead of their turn (a pair's frames in flight are bounded
+    /// by the transports' buffers, far below that) and never behind it.
+    #[inline]
+    pub fn short_eager_seq(seq_lo: u32, next: u64) -> u64 {
+        next.wrapping_add(i64::from(seq_lo.wrapping_sub(next as u32) as i32) as u64)
     }
 
     /// Fast path of [`Frame::decode`] for the most common frame: if `buf` is exactly one
@@ -799,12 +854,61 @@ pub(crate) mod tests {
             );
             assert_eq!(f.header(9).as_slice(), &v[..], "{f:?}");
         }
-        let eager = Frame::Eager { env: env() }.header(8);
+        assert_eq!(Frame::Eager { env: env() }.header(8).len(), 40);
         assert_eq!(
-            eager.len(),
-            40,
-            "an 8-byte eager frame is one 64-byte ring record"
+            Frame::short_eager_header(&env()).len(),
+            SHORT_EAGER_BYTES,
+            "a 32-byte eager message and its header are one 64-byte ring record"
         );
+    }
+
+    #[test]
+    fn short_eager_round_trips_and_restores_the_sequence_number() {
+        let h = Frame::short_eager_header(&env());
+        let (ctx, tag, lo) = Frame::decode_short_eager(&h).unwrap();
+        assert_eq!((ctx, tag, lo), (3, -5, 0));
+        assert_eq!(Frame::short_eager_seq(lo, env().seq), env().seq);
+        // Near the next expected number, on both sides of a 2^32 boundary.
+        for next in [
+            0u64,
+            1,
+            5,
+            (1 << 32) - 2,
+            1 << 32,
+            (7 << 32) + 3,
+            u64::MAX - 9,
+        ] {
+            for ahead in [0u64, 1, 2, 1000, (1 << 31) - 1] {
+                let seq = next.wrapping_add(ahead);
+                assert_eq!(
+                    Frame::short_eager_seq(seq as u32, next),
+                    seq,
+                    "next {next} ahead {ahead}"
+                );
+            }
+        }
+        // Not a full header, and no full header is a short one.
+        assert!(matches!(Frame::decode(&h), Err(WireError::BadMagic(_))));
+        for f in all_frames() {
+            let mut v = Vec::new();
+            f.encode(0, &mut v);
+            assert_eq!(Frame::decode_short_eager(&v), None, "{f:?}");
+            assert_eq!(
+                Frame::decode_short_eager(&v[..SHORT_EAGER_BYTES]),
+                None,
+                "{f:?}"
+            );
+        }
+        // A changed marker, version or flags byte, or a length other than 16: refused.
+        for i in 0..4 {
+            let mut m = h.as_slice().to_vec();
+            m[i] ^= 0x41;
+            assert_eq!(Frame::decode_short_eager(&m), None, "byte {i}");
+        }
+        assert_eq!(Frame::decode_short_eager(&h[..15]), None);
+        let mut long = h.as_slice().to_vec();
+        long.push(0);
+        assert_eq!(Frame::decode_short_eager(&long), None);
     }
 
     #[test]

@@ -122,7 +122,7 @@ impl Protocol {
         let depth = self.stage_depth;
         match &mut s.state {
             SendState::Staging { env } if offset == 0 && n == s.buf.len() => {
-                let header = Frame::Eager { env: *env }.header(n as u64);
+                let header = Frame::short_eager_header(env);
                 s.state = SendState::Eager;
                 self.out.push_back(OutFrame {
                     peer,

@@ -40,7 +40,10 @@ impl Protocol {
         pat: &Pattern,
         buf: RawBuf,
     ) -> Option<Result<Status, Error>> {
-        let (env, plen) = Frame::decode_eager(header)?;
+        let (env, plen) = match self.short_eager_env(peer, header) {
+            Some(env) => (env, payload.len() as u64),
+            None => Frame::decode_eager(header)?,
+        };
         if plen != payload.len() as u64
             || env.src != peer
             || !buf.is_host()
@@ -399,6 +402,21 @@ impl Protocol {
         self.reqs.complete(recv, res);
     }
 
+    /// The envelope of a short eager header ([`Frame::short_eager_header`]) from
+    /// `peer`: the source is `peer`, the sequence number the one nearest the next
+    /// expected ([`Frame::short_eager_seq`]). `None` for any other header.
+    #[inline]
+    fn short_eager_env(&mut self, peer: u32, header: &[u8]) -> Option<Envelope> {
+        let (ctx, tag, seq_lo) = Frame::decode_short_eager(header)?;
+        let next = self.matcher.next_seq(peer, ctx);
+        Some(Envelope {
+            ctx,
+            src: peer,
+            tag,
+            seq: Frame::short_eager_seq(seq_lo, next),
+        })
+    }
+
     pub(super) fn on_frame_inner(
         &mut self,
         peer: u32,
@@ -406,6 +424,10 @@ impl Protocol {
         payload: InPayload<'_>,
     ) -> Result<(), Error> {
         // The common frame first, without building a `Frame`.
+        if let Some(env) = self.short_eager_env(peer, header) {
+            self.arrive_eager(env, payload);
+            return Ok(());
+        }
         if let Some((env, plen)) = Frame::decode_eager(header)
             && plen == payload.len() as u64
             && env.src == peer

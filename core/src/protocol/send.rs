@@ -54,7 +54,7 @@ impl Protocol {
             };
             self.out.push_back(OutFrame {
                 peer: dst,
-                header: Frame::Eager { env }.header(buf.len() as u64),
+                header: Frame::short_eager_header(&env),
                 payload,
                 on_sent: OnSent::CompleteSend(id),
             });
@@ -115,8 +115,9 @@ impl Protocol {
         id
     }
 
-    /// Fast path of an eager send of host memory, for the engine: the header of an
-    /// `Eager` frame of `len_bytes` to `dst` on context `ctx` with `tag`, taking the
+    /// Fast path of an eager send of host memory, for the engine: the short eager
+    /// header ([`Frame::short_eager_header`]) of a message to `dst` on context `ctx`
+    /// with `tag` (any payload length), taking the
     /// message's sequence number; `None` when `dst` has failed or `ctx` is revoked
     /// (use [`Protocol::isend`], which reports that). The caller hands the frame to a
     /// transport at once; if the transport does not take it, it queues the frame with
@@ -124,18 +125,12 @@ impl Protocol {
     /// queued for `dst` earlier must have gone out first ([`Protocol::has_frames_for`]),
     /// so that messages keep their order.
     #[inline]
-    pub fn eager_header(
-        &mut self,
-        dst: u32,
-        ctx: u32,
-        tag: i32,
-        len_bytes: usize,
-    ) -> Option<HeaderBuf> {
+    pub fn eager_header(&mut self, dst: u32, ctx: u32, tag: i32) -> Option<HeaderBuf> {
         if (!self.dead.is_empty() && self.dead.contains_key(&dst)) || self.is_revoked(ctx) {
             return None;
         }
         let env = self.next_env(dst, ctx, tag);
-        Some(Frame::Eager { env }.header(len_bytes as u64))
+        Some(Frame::short_eager_header(&env))
     }
 
     /// Queue the eager frame `header` (from [`Protocol::eager_header`]) carrying the

@@ -29,8 +29,9 @@
 //! There is no producer index in shared memory. The consumer polls the first word of
 //! the record at its own `head`: the record is published once that word holds the
 //! stamp of its position, `(index / 64) as u32 | 0x8000_0000` (never 0, and different
-//! from the stamp of the same slot one lap earlier). A small frame (envelope, a
-//! 36-byte eager header and up to 12 payload bytes) is one cache line, so a message
+//! from the stamp of the same slot one lap earlier). A small frame (envelope, the
+//! protocol's 16-byte short eager header and up to 32 payload bytes) is one cache line,
+//! so a message
 //! costs the consumer one cache-line transfer, not two (index, then data). Open MPI's
 //! shared-memory "fast boxes" publish small messages the same way, with a sequence
 //! number in the header (`opal/mca/btl/vader/btl_vader_fbox.h`).
@@ -560,9 +561,9 @@ mod tests {
         assert_eq!(record_bytes(48, 0, 0), 64);
         assert_eq!(record_bytes(48, 0, 1), 128);
         assert_eq!(
-            record_bytes(40, 0, 8),
+            record_bytes(16, 0, 32),
             64,
-            "an 8-byte eager message is one line"
+            "a 32-byte eager message with its short header is one line"
         );
         assert_eq!(
             record_bytes(MAX_HEADER_BYTES, 0, max_payload(16 << 10)),
