@@ -273,19 +273,34 @@ fn leftovers(job: &str) -> Vec<String> {
 /// Bytes a frame occupies in a ring, by the documented record format (ring.rs), for a
 /// payload below 4 KiB (never padded).
 fn record_bytes(h: usize, p: usize) -> usize {
-    (16 + h + p).next_multiple_of(64)
+    (envelope_bytes(p) + h + p).next_multiple_of(32)
 }
+
+/// Bytes of a record's envelope (ring.rs, "Records"): 8 below 4 KiB of payload, else 16.
+fn envelope_bytes(p: usize) -> usize {
+    if p < 4096 { 8 } else { 16 }
+}
+
+/// Free bytes a producer keeps beyond its last record (ring.rs: the next slot's stamp).
+const RING_RESERVE: usize = 32;
 
 /// Bytes a frame with a payload at `src` of `p` bytes occupies when its record starts at
 /// ring index `pos`: payloads of 4 KiB or more are padded to `src`'s offset within a
-/// 64-byte line (ring.rs, "Records"; the data area is line-aligned).
+/// 64-byte line (ring.rs, "Records"; the data area is line-aligned), and a record of two
+/// 32-byte slots is preceded by a skip slot where it would straddle two lines.
 fn record_bytes_at(pos: usize, h: usize, src: *const u8, p: usize) -> usize {
     let pad = if p >= 4096 {
         (src as usize % 64 + 64 - (pos + 16 + h) % 64) % 64
     } else {
         0
     };
-    (16 + h + pad + p).next_multiple_of(64)
+    let rec = (envelope_bytes(p) + h + pad + p).next_multiple_of(32);
+    // A two-slot record starts on a line: a skip slot first where needed.
+    if rec == 64 && pos % 64 == 32 {
+        rec + 32
+    } else {
+        rec
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -579,7 +594,7 @@ fn shm_busy_when_the_receiver_does_not_poll_then_everything_arrives() {
                 for _ in 0..10 {
                     assert_eq!(t.send(1, b"x", &payload).unwrap(), SendOutcome::Busy);
                 }
-                assert_eq!(n, (64 << 10) / record_bytes(12, 1000));
+                assert_eq!(n, ((64 << 10) - RING_RESERVE) / record_bytes(12, 1000));
                 sent.store(n, Ordering::SeqCst);
                 gate.wait();
                 // After the receiver drained, there is room again.
@@ -632,7 +647,9 @@ fn shm_b005_sweep_around_every_threshold_never_hangs() {
                 let max = max_payload(&t);
                 assert_eq!(max, ring / 4);
                 let eager = t.caps().host.unwrap().eager_limit_bytes;
-                let mut sizes: Vec<usize> = vec![0, 1, 7, 8, 15, 16, 17, 47, 48, 49, 63, 64, 65];
+                let mut sizes: Vec<usize> = vec![
+                    0, 1, 7, 8, 12, 13, 15, 16, 17, 24, 25, 44, 45, 47, 48, 49, 56, 57, 63, 64, 65,
+                ];
                 for s in [4096, eager, max, ring / 8, 6007, 65_521, 131_071] {
                     sizes.extend([s.saturating_sub(1), s, s + 1]);
                 }
@@ -643,7 +660,13 @@ fn shm_b005_sweep_around_every_threshold_never_hangs() {
                 for &s in &sizes {
                     for hl in [0, 12] {
                         let rec = record_bytes(hl, s);
-                        for off in [0, ring - 64, ring - 128, ring.saturating_sub(rec)] {
+                        for off in [
+                            0,
+                            ring - 32,
+                            ring - 64,
+                            ring - 128,
+                            ring.saturating_sub(rec),
+                        ] {
                             frames.push((s, hl, off % ring));
                         }
                     }
@@ -872,12 +895,13 @@ fn shm_a_peer_process_that_exits_is_lost_once_unless_quiesced() {
 /// Malformed once, after the valid frame before it, and does not panic.
 #[test]
 fn shm_a_garbled_length_in_the_ring_is_malformed_not_a_panic() {
-    // The second record starts at ring index 64, whose stamp is 1 | 0x8000_0000.
-    let cases: [(&str, [u8; 16]); 4] = [
-        ("payload", envelope(STAMP_64, 0, 0, u64::MAX)),
-        ("header", envelope(STAMP_64, u16::MAX, 0, 0)),
-        ("padding", envelope(STAMP_64, 0, 64, 0)),
-        ("stamp", envelope(0x1234_5678, 0, 0, 0)),
+    // The second record starts at ring index 32, whose stamp is 1 | 0x8000_0000.
+    let cases: [(&str, [u8; 16]); 5] = [
+        ("payload", long_envelope(STAMP_32, 0, 0, u32::MAX)),
+        ("payload", short_envelope(STAMP_32, 0, 0xfffd)),
+        ("header", short_envelope(STAMP_32, u16::MAX, 0)),
+        ("padding", long_envelope(STAMP_32, 0, 64, 4096)),
+        ("stamp", short_envelope(0x1234_5678, 0, 0)),
     ];
     for (want, bad) in cases {
         let job = job("garble");
@@ -933,18 +957,29 @@ fn shm_a_garbled_length_in_the_ring_is_malformed_not_a_panic() {
     }
 }
 
-/// Stamp of the record at ring index 0 and 64 (ring.rs: `(index / 64) | 0x8000_0000`).
+/// Stamp of the record at ring index 0 and 32 (ring.rs: `(index / 32) | 0x8000_0000`).
 const STAMP_0: u32 = 0x8000_0000;
-const STAMP_64: u32 = 0x8000_0001;
+const STAMP_32: u32 = 0x8000_0001;
 
-/// A record envelope by the documented format (ring.rs): stamp, header length, payload
-/// padding, payload length.
-fn envelope(stamp: u32, header_len: u16, pad: u16, payload_len: u64) -> [u8; 16] {
+/// A short record envelope by the documented format (ring.rs): stamp, header length,
+/// payload length (8 bytes, then zeros).
+fn short_envelope(stamp: u32, header_len: u16, payload_len: u16) -> [u8; 16] {
     let mut e = [0u8; 16];
     e[0..4].copy_from_slice(&stamp.to_le_bytes());
     e[4..6].copy_from_slice(&header_len.to_le_bytes());
-    e[6..8].copy_from_slice(&pad.to_le_bytes());
-    e[8..16].copy_from_slice(&payload_len.to_le_bytes());
+    e[6..8].copy_from_slice(&payload_len.to_le_bytes());
+    e
+}
+
+/// A long record envelope by the documented format (ring.rs): stamp, header length,
+/// the long mark, payload padding, 0, payload length.
+fn long_envelope(stamp: u32, header_len: u16, pad: u16, payload_len: u32) -> [u8; 16] {
+    let mut e = [0u8; 16];
+    e[0..4].copy_from_slice(&stamp.to_le_bytes());
+    e[4..6].copy_from_slice(&header_len.to_le_bytes());
+    e[6..8].copy_from_slice(&0xffffu16.to_le_bytes());
+    e[8..10].copy_from_slice(&pad.to_le_bytes());
+    e[12..16].copy_from_slice(&payload_len.to_le_bytes());
     e
 }
 
@@ -983,7 +1018,7 @@ fn raw_rank1(ex: &mut Ex, job: &str, garbage: &[u8; 16]) {
         // SAFETY (test): aligned offsets inside a live mapping.
         unsafe { AtomicU64::from_ptr(base.add(off).cast()) }
     };
-    u32_at(mine, 8).store(2, Ordering::Relaxed); // version
+    u32_at(mine, 8).store(3, Ordering::Relaxed); // version
     u32_at(mine, 12).store(1, Ordering::Relaxed); // owner rank
     u32_at(mine, 16).store(std::process::id(), Ordering::Relaxed);
     u32_at(mine, 20).store(1, Ordering::Relaxed); // one slot
@@ -1030,21 +1065,21 @@ fn raw_rank1(ex: &mut Ex, job: &str, garbage: &[u8; 16]) {
     );
     let ring = u64_at(theirs, 32).load(Ordering::Relaxed) as usize;
     let data = ring + 256;
-    // A good record at index 0, then the garbled one at 64: bodies first, stamps last
+    // A good record at index 0, then the garbled one at 32: bodies first, stamps last
     // (the second one first, so that rank 0 sees the first record whole before it).
     let mut rec = Vec::new();
-    rec.extend_from_slice(&envelope(0, 4, 0, 4));
+    rec.extend_from_slice(&short_envelope(0, 4, 4)[..8]);
     rec.extend_from_slice(b"handmade");
-    rec.resize(64, 0);
+    rec.resize(32, 0);
     rec.extend_from_slice(garbage);
-    rec.resize(128, 0);
+    rec.resize(64, 0);
     // SAFETY (test): the ring's data area is inside the mapping; rank 0 reads a record
     // only once its stamp word is set.
     unsafe {
-        std::ptr::copy_nonoverlapping(rec.as_ptr().add(4), theirs.add(data + 4), 60);
-        std::ptr::copy_nonoverlapping(rec.as_ptr().add(68), theirs.add(data + 68), 60);
+        std::ptr::copy_nonoverlapping(rec.as_ptr().add(4), theirs.add(data + 4), 28);
+        std::ptr::copy_nonoverlapping(rec.as_ptr().add(36), theirs.add(data + 36), 28);
     }
-    u32_at(theirs, data + 64).store(
+    u32_at(theirs, data + 32).store(
         u32::from_le_bytes(garbage[0..4].try_into().unwrap()),
         Ordering::Release,
     );

@@ -409,7 +409,7 @@ impl ShmTransport {
     /// `next_frame` returns it first.
     #[inline]
     pub fn frame_from(&mut self, idx: usize) -> Option<InFrame<'_>> {
-        let p = self.peers.get(idx)?;
+        let p = self.peers.get_mut(idx)?;
         if self.lent.is_some() || !matches!(p.state, PeerState::Open) || !p.rx.has_data() {
             return None;
         }

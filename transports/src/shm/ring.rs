@@ -11,28 +11,34 @@
 //! byte counters; a byte at index `i` lives at `data[i & (size - 1)]`.
 //!
 //! # Records
-//! A frame is one record: a 16-byte envelope `[u32 stamp][u16 header_len][u16 pad]
-//! [u64 payload_len]` (little-endian), the header, `pad` bytes (0 to 63), the payload,
-//! then zero to 63 bytes so that every record starts on a 64-byte boundary. The
+//! A frame is one record: an envelope, the header, `pad` bytes (0 to 63), the payload,
+//! then zero to 31 bytes so that every record starts on a 32-byte boundary. The
+//! envelope (little-endian) is short, 8 bytes `[u32 stamp][u16 header_len]
+//! [u16 payload_len]`, for payloads below [`ALIGN_PAYLOAD_MIN`] bytes (never padded),
+//! and long, 16 bytes `[u32 stamp][u16 header_len][u16 0xffff][u16 pad][u16 0]
+//! [u32 payload_len]`, for the others. So a small message (the short envelope, the
+//! protocol's 16-byte short eager header and up to 8 payload bytes) takes half a cache
+//! line, as in Open MPI's fast boxes (32-byte slots): when the producer runs ahead, one
+//! cache-line transfer brings the consumer two messages. The
 //! producer pads payloads of at least [`ALIGN_PAYLOAD_MIN`] bytes so that they sit at
 //! the same offset within a cache line as in the sender's buffer: large copies between
 //! buffers at different offsets are several times slower on some CPUs (`rep movsb` on
 //! AMD Zen 3, as glibc and the kernel use from 4 KiB on: 1.5 against 7 GB/s measured
 //! here), and user buffers are usually line- or page-aligned. Records wrap around
 //! the end of the data area by being copied in two pieces; because `size` is a multiple
-//! of 64 and records start 64-byte aligned, the envelope itself never wraps. A record is
-//! at most `16 + MAX_HEADER_BYTES + 63 + size / 4 + 63` bytes, and the producer always keeps
-//! 64 bytes free (below), which together stay below `size` for every ring of at least
+//! of 64 and records start 32-byte aligned, the envelope itself never wraps. A record is
+//! at most `16 + MAX_HEADER_BYTES + 63 + size / 4 + 31` bytes, and the producer always keeps
+//! 32 bytes free (below), which together stay below `size` for every ring of at least
 //! 16 KiB, so every valid frame fits in an empty ring.
 //!
 //! # Publishing: the stamp
 //! There is no producer index in shared memory. The consumer polls the first word of
 //! the record at its own `head`: the record is published once that word holds the
-//! stamp of its position, `(index / 64) as u32 | 0x8000_0000` (never 0, and different
-//! from the stamp of the same slot one lap earlier). A small frame (envelope, the
-//! protocol's 16-byte short eager header and up to 32 payload bytes) is one cache line,
-//! so a message
-//! costs the consumer one cache-line transfer, not two (index, then data). Open MPI's
+//! stamp of its position, `(index / 32) as u32 | 0x8000_0000` (never 0, and different
+//! from the stamp of the same slot one lap earlier for rings below 64 GiB). A frame of
+//! up to 64 bytes (with the protocol's short eager header: up to 40 payload bytes) lies
+//! in at most one cache line, so a message
+//! costs the consumer at most one cache-line transfer, not two (index, then data). Open MPI's
 //! shared-memory "fast boxes" publish small messages the same way, with a sequence
 //! number in the header (`opal/mca/btl/vader/btl_vader_fbox.h`).
 //!
@@ -71,16 +77,30 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::MAX_HEADER_BYTES;
 
-/// Bytes of the envelope that starts every record.
-pub(super) const ENVELOPE_BYTES: usize = 16;
+/// Bytes of the short envelope (payloads below [`ALIGN_PAYLOAD_MIN`] bytes).
+const SHORT_ENVELOPE_BYTES: usize = 8;
+/// Bytes of the long envelope (the other payloads).
+const LONG_ENVELOPE_BYTES: usize = 16;
+/// The `payload_len` field of a short envelope that marks a long one.
+const LONG_MARK: u16 = 0xffff;
+/// The `payload_len` field of a short envelope that marks a skip: a 32-byte record with
+/// no frame, written before a record of 33 to 64 bytes that would otherwise start in
+/// the middle of a cache line and straddle two.
+const SKIP_MARK: u16 = 0xfffe;
 /// Records start on multiples of this many bytes.
-pub(super) const RECORD_ALIGN: usize = 64;
+pub(super) const RECORD_ALIGN: usize = 32;
+/// Bytes of a cache line: large payloads are aligned within one, and a record of at
+/// most this many bytes is written through one local copy.
+const LINE: usize = 64;
 /// Bytes of the control block (head and waiting lines) before the data area.
 pub(super) const CTRL_BYTES: usize = 256;
 const HEAD_OFFSET: usize = 0;
 const WAITING_OFFSET: usize = 128;
 /// Free bytes the producer keeps beyond a record (the next slot's stamp word).
 const RESERVE_BYTES: u64 = RECORD_ALIGN as u64;
+
+/// Header bytes [`Consumer::peek`] copies with one fixed-size copy.
+const SHORT_HEADER_COPY: usize = 16;
 
 /// Lines after a record's first that [`Consumer::peek`] prefetches (a record of up to
 /// 1 KiB; longer copies are streamed by the hardware prefetcher).
@@ -90,10 +110,19 @@ const PREFETCH_LINES: u64 = 15;
 /// cache line (module doc, "Records").
 pub(super) const ALIGN_PAYLOAD_MIN: usize = 4096;
 
-/// Bytes a frame of `header_len` + `pad` + `payload_len` occupies in a ring (envelope
-/// and trailing padding included).
-pub(super) fn record_bytes(header_len: usize, pad: usize, payload_len: usize) -> u64 {
-    let raw = (ENVELOPE_BYTES as u64)
+/// Bytes of the envelope the producer writes for a payload of `payload_len` bytes.
+fn envelope_bytes(payload_len: usize) -> usize {
+    if payload_len < ALIGN_PAYLOAD_MIN {
+        SHORT_ENVELOPE_BYTES
+    } else {
+        LONG_ENVELOPE_BYTES
+    }
+}
+
+/// Bytes a frame with an envelope of `env` bytes and `header_len` + `pad` +
+/// `payload_len` occupies in a ring (trailing padding included).
+pub(super) fn record_bytes(env: usize, header_len: usize, pad: usize, payload_len: usize) -> u64 {
+    let raw = (env as u64)
         .saturating_add(header_len as u64)
         .saturating_add(pad as u64)
         .saturating_add(payload_len as u64);
@@ -107,8 +136,8 @@ fn payload_pad(pos: u64, header_len: usize, src: *const u8, len: usize) -> usize
     if len < ALIGN_PAYLOAD_MIN {
         return 0;
     }
-    let at = (pos as usize + ENVELOPE_BYTES + header_len) % RECORD_ALIGN;
-    (src as usize % RECORD_ALIGN + RECORD_ALIGN - at) % RECORD_ALIGN
+    let at = (pos as usize + LONG_ENVELOPE_BYTES + header_len) % LINE;
+    (src as usize % LINE + LINE - at) % LINE
 }
 
 /// Largest payload of one frame in a ring of `size` bytes.
@@ -144,7 +173,7 @@ impl RingPtr {
     /// touch memory outside the ring).
     pub(super) unsafe fn new(base: *mut u8, size: usize) -> RingPtr {
         debug_assert!(size.is_power_of_two() && size >= 16 << 10);
-        debug_assert_eq!(base as usize % RECORD_ALIGN, 0);
+        debug_assert_eq!(base as usize % LINE, 0);
         RingPtr {
             base,
             size: size as u64,
@@ -246,7 +275,8 @@ impl Producer {
     #[inline]
     pub(super) fn try_write(&mut self, header: &[u8], payload: &[u8]) -> Result<bool, String> {
         let pad = payload_pad(self.tail, header.len(), payload.as_ptr(), payload.len());
-        let rec = record_bytes(header.len(), pad, payload.len());
+        let env_bytes = envelope_bytes(payload.len());
+        let rec = record_bytes(env_bytes, header.len(), pad, payload.len());
         if header.len() > MAX_HEADER_BYTES || payload.len() > max_payload(self.ring.size as usize) {
             return Err(format!(
                 "a frame with a header of {} and a payload of {} bytes is over the limits of a ring of {} bytes",
@@ -255,33 +285,45 @@ impl Producer {
                 self.ring.size
             ));
         }
-        if self.free() < rec + RESERVE_BYTES && !self.make_room(rec + RESERVE_BYTES)? {
+        // A record of two slots starts on a line (a skip slot first where needed), so
+        // that the consumer reads it with one cache-line transfer, not two.
+        let skip = rec == LINE as u64 && !self.tail.is_multiple_of(LINE as u64);
+        let need = rec + RESERVE_BYTES + if skip { RECORD_ALIGN as u64 } else { 0 };
+        if self.free() < need && !self.make_room(need)? {
             return Ok(false);
         }
+        if skip {
+            self.write_skip();
+        }
         let pos = self.tail;
-        let (env, _) = self.ring.at(pos);
-        if rec == RECORD_ALIGN as u64 {
-            // One cache line (the common small message): build it here, store it with a
-            // few wide moves, stamp last.
-            let mut line = [0u8; RECORD_ALIGN];
+        let (env, room) = self.ring.at(pos);
+        if rec <= LINE as u64 && rec as usize <= room {
+            // One or two slots that do not wrap (the common small message, a short
+            // envelope): build them here, store them with a few wide moves, stamp last.
+            let mut line = [0u8; LINE];
             line[4..6].copy_from_slice(&(header.len() as u16).to_le_bytes());
-            line[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-            let h = ENVELOPE_BYTES + header.len();
-            // SAFETY: the record is one line, so `h + payload.len() <= 64`: both copies
-            // stay inside `line`, from the caller's distinct buffers. Then
-            // `[pos, pos + 64)` is one 64-aligned line of unpublished space owned by
-            // the producer (it never wraps); the stamp word (bytes 0..4) is left alone.
+            line[6..8].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+            let h = SHORT_ENVELOPE_BYTES + header.len();
+            // SAFETY: `rec <= 64` with a short envelope (a payload below 4096 bytes is
+            // never padded), so `h + payload.len() <= rec <= 64`: both copies stay inside
+            // `line`, from the caller's distinct buffers. Then `[pos, pos + rec)` is
+            // unpublished space owned by the producer that does not wrap (`rec <= room`);
+            // the stamp word (bytes 0..4) is left alone.
             unsafe {
                 crate::copy_bytes(
                     header.as_ptr(),
-                    line.as_mut_ptr().add(ENVELOPE_BYTES),
+                    line.as_mut_ptr().add(SHORT_ENVELOPE_BYTES),
                     header.len(),
                 );
                 crate::copy_bytes(payload.as_ptr(), line.as_mut_ptr().add(h), payload.len());
-                ptr::copy_nonoverlapping(line.as_ptr().add(4), env.add(4), RECORD_ALIGN - 4)
+                if rec == RECORD_ALIGN as u64 {
+                    ptr::copy_nonoverlapping(line.as_ptr().add(4), env.add(4), RECORD_ALIGN - 4)
+                } else {
+                    ptr::copy_nonoverlapping(line.as_ptr().add(4), env.add(4), LINE - 4)
+                }
             };
         } else {
-            self.write_record(pos, env, header, pad, payload);
+            self.write_record(pos, env, env_bytes, header, pad, payload);
         }
         // Clear the next slot's stamp, then publish this record (module doc).
         self.ring.stamp_at(pos + rec).store(0, Ordering::Relaxed);
@@ -294,20 +336,52 @@ impl Producer {
         Ok(true)
     }
 
-    /// Write the envelope (all but the stamp), header and payload of a record of more
-    /// than one line at `pos` (`env` points there).
-    fn write_record(&mut self, pos: u64, env: *mut u8, header: &[u8], pad: usize, payload: &[u8]) {
-        // SAFETY: the caller checked that `[tail, tail + rec + 64)` is unpublished space
-        // owned by the producer. The envelope never wraps (64-aligned record start,
-        // 16 bytes); header and payload are copied in at most two pieces each, shorter
-        // than `size`.
+    /// Publish a skip slot at the tail (room checked by the caller): the consumer steps
+    /// over it.
+    fn write_skip(&mut self) {
+        let pos = self.tail;
+        let (env, _) = self.ring.at(pos);
+        let mut e = [0u8; SHORT_ENVELOPE_BYTES];
+        e[6..8].copy_from_slice(&SKIP_MARK.to_le_bytes());
+        // SAFETY: `[pos, pos + 32)` is unpublished space owned by the producer (the
+        // caller checked the room), 32-aligned, so it does not wrap; the stamp word is
+        // left alone.
+        unsafe { ptr::copy_nonoverlapping(e.as_ptr().add(4), env.add(4), 4) };
+        let rec = RECORD_ALIGN as u64;
+        self.ring.stamp_at(pos + rec).store(0, Ordering::Relaxed);
+        self.ring.stamp_at(pos).store(stamp(pos), Ordering::Release);
+        self.tail = pos + rec;
+    }
+
+    /// Write the envelope of `env_bytes` (all but the stamp), header and payload of a
+    /// record of more than one line, or one that wraps, at `pos` (`env` points there).
+    fn write_record(
+        &mut self,
+        pos: u64,
+        env: *mut u8,
+        env_bytes: usize,
+        header: &[u8],
+        pad: usize,
+        payload: &[u8],
+    ) {
+        let mut e = [0u8; LONG_ENVELOPE_BYTES];
+        e[4..6].copy_from_slice(&(header.len() as u16).to_le_bytes());
+        if env_bytes == SHORT_ENVELOPE_BYTES {
+            e[6..8].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+        } else {
+            e[6..8].copy_from_slice(&LONG_MARK.to_le_bytes());
+            e[8..10].copy_from_slice(&(pad as u16).to_le_bytes());
+            e[12..16].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        }
+        // SAFETY: the caller checked that `[tail, tail + rec + 32)` is unpublished space
+        // owned by the producer. The envelope never wraps (32-aligned record start, at
+        // most 16 bytes); header and payload are copied in at most two pieces each,
+        // shorter than `size`. The stamp word (bytes 0..4) is left alone.
         unsafe {
-            ptr::copy_nonoverlapping((header.len() as u16).to_le_bytes().as_ptr(), env.add(4), 2);
-            ptr::copy_nonoverlapping((pad as u16).to_le_bytes().as_ptr(), env.add(6), 2);
-            ptr::copy_nonoverlapping((payload.len() as u64).to_le_bytes().as_ptr(), env.add(8), 8);
-            self.ring.copy_in(pos + ENVELOPE_BYTES as u64, header);
+            ptr::copy_nonoverlapping(e.as_ptr().add(4), env.add(4), env_bytes - 4);
+            self.ring.copy_in(pos + env_bytes as u64, header);
             self.ring
-                .copy_in(pos + (ENVELOPE_BYTES + header.len() + pad) as u64, payload);
+                .copy_in(pos + (env_bytes + header.len() + pad) as u64, payload);
         }
     }
 
@@ -433,11 +507,21 @@ impl Consumer {
     /// An invalid stamp or envelope (module doc, "Untrusted input"): the reason, naming
     /// the numbers. The ring must not be read again.
     #[inline]
-    pub(super) fn peek(&self, header: &mut HeaderCopy) -> Result<Option<Record>, String> {
-        let pos = self.head;
-        let s = self.ring.stamp_at(pos).load(Ordering::Acquire);
+    pub(super) fn peek(&mut self, header: &mut HeaderCopy) -> Result<Option<Record>, String> {
+        let mut pos = self.head;
+        let mut s = self.ring.stamp_at(pos).load(Ordering::Acquire);
         if s == 0 {
             return Ok(None);
+        }
+        if s == stamp(pos) && self.is_skip(pos) {
+            // Step over a skip slot (freed at once, as `consume` frees a record).
+            pos += RECORD_ALIGN as u64;
+            self.head = pos;
+            self.ring.head().store(pos, Ordering::Release);
+            s = self.ring.stamp_at(pos).load(Ordering::Acquire);
+            if s == 0 {
+                return Ok(None);
+            }
         }
         if s != stamp(pos) {
             return Err(format!(
@@ -446,16 +530,36 @@ impl Consumer {
             ));
         }
         let size = self.ring.size;
-        let (env, _) = self.ring.at(pos);
-        let mut e = [0u8; ENVELOPE_BYTES];
-        // SAFETY: the stamp (Acquire) published the record at `pos`; its 16-byte
-        // envelope never wraps; `e` is a local buffer. Read once, then checked.
-        unsafe { ptr::copy_nonoverlapping(env, e.as_mut_ptr(), ENVELOPE_BYTES) };
+        let (env, room) = self.ring.at(pos);
+        let mut e = [0u8; LONG_ENVELOPE_BYTES];
+        // SAFETY: the stamp (Acquire) published the record at `pos`; its envelope (8
+        // bytes, or 16 when marked long) never wraps; `e` is a local buffer. Read once,
+        // then checked.
+        unsafe { ptr::copy_nonoverlapping(env, e.as_mut_ptr(), SHORT_ENVELOPE_BYTES) };
         let header_len = u16::from_le_bytes([e[4], e[5]]) as usize;
-        let pad = u16::from_le_bytes([e[6], e[7]]) as usize;
-        let payload_len =
-            u64::from_le_bytes([e[8], e[9], e[10], e[11], e[12], e[13], e[14], e[15]]);
-        if pad >= RECORD_ALIGN {
+        let short_len = u16::from_le_bytes([e[6], e[7]]);
+        let (env_bytes, pad, payload_len) = if short_len != LONG_MARK {
+            (SHORT_ENVELOPE_BYTES, 0, u64::from(short_len))
+        } else {
+            // SAFETY: as above, the second half of a long envelope.
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    env.add(SHORT_ENVELOPE_BYTES),
+                    e.as_mut_ptr().add(SHORT_ENVELOPE_BYTES),
+                    LONG_ENVELOPE_BYTES - SHORT_ENVELOPE_BYTES,
+                )
+            };
+            let pad = u16::from_le_bytes([e[8], e[9]]) as usize;
+            let zero = u16::from_le_bytes([e[10], e[11]]);
+            if zero != 0 {
+                return Err(format!(
+                    "long envelope with {zero:#x} in its reserved field at ring index {pos}"
+                ));
+            }
+            let len = u32::from_le_bytes([e[12], e[13], e[14], e[15]]);
+            (LONG_ENVELOPE_BYTES, pad, u64::from(len))
+        };
+        if pad >= LINE {
             return Err(format!(
                 "payload padding of {pad} bytes (at most 63) at ring index {pos}"
             ));
@@ -473,21 +577,22 @@ impl Consumer {
         }
         // Both lengths are bounded now, so this cannot overflow, and the record is
         // shorter than the ring.
-        let rec_bytes = record_bytes(header_len, pad, payload_len as usize);
+        let rec_bytes = record_bytes(env_bytes, header_len, pad, payload_len as usize);
         header.len = header_len;
-        if header_len <= RECORD_ALIGN - ENVELOPE_BYTES {
-            // Within the first line, which lies wholly in the ring: copy the rest of the
-            // line at once (a fixed-size copy is a few moves).
-            // SAFETY: `env` is a published, 64-aligned line of the data area.
+        if header_len <= SHORT_HEADER_COPY && room >= env_bytes + SHORT_HEADER_COPY {
+            // A short header (the protocol's short eager one): copy 16 bytes after the
+            // envelope at once (a fixed-size copy is two moves). They lie in this record,
+            // which has at least 32 bytes, and in the ring (`room`).
+            // SAFETY: `[pos, pos + 32)` is published, and `env_bytes + 16 <= 32`.
             unsafe {
                 ptr::copy_nonoverlapping(
-                    env.add(ENVELOPE_BYTES),
+                    env.add(env_bytes),
                     header.bytes.as_mut_ptr(),
-                    RECORD_ALIGN - ENVELOPE_BYTES,
+                    SHORT_HEADER_COPY,
                 )
             };
         } else {
-            let [(a, al), (b, bl)] = self.ring.pieces(pos + ENVELOPE_BYTES as u64, header_len);
+            let [(a, al), (b, bl)] = self.ring.pieces(pos + env_bytes as u64, header_len);
             // SAFETY: the pieces lie in the data area and are published; `header` is ours
             // and holds MAX_HEADER_BYTES >= al + bl bytes.
             unsafe {
@@ -495,11 +600,11 @@ impl Consumer {
                 ptr::copy_nonoverlapping(b, header.bytes.as_mut_ptr().add(al), bl);
             }
         }
-        if rec_bytes > RECORD_ALIGN as u64 {
+        if rec_bytes > LINE as u64 {
             self.prefetch_rest(pos, rec_bytes);
         }
         Ok(Some(Record {
-            payload_pos: pos + (ENVELOPE_BYTES + header_len + pad) as u64,
+            payload_pos: pos + (env_bytes + header_len + pad) as u64,
             payload_len: payload_len as usize,
             rec_bytes,
         }))
@@ -513,9 +618,11 @@ impl Consumer {
     fn prefetch_rest(&self, pos: u64, rec_bytes: u64) {
         #[cfg(target_arch = "x86_64")]
         {
-            let lines = (rec_bytes / RECORD_ALIGN as u64).min(PREFETCH_LINES + 1);
-            for k in 1..lines {
-                let (p, _) = self.ring.at(pos + k * RECORD_ALIGN as u64);
+            // The lines after the one holding `pos` that the record reaches.
+            let first = pos & !(LINE as u64 - 1);
+            let lines = (pos + rec_bytes - first).div_ceil(LINE as u64);
+            for k in 1..lines.min(PREFETCH_LINES + 1) {
+                let (p, _) = self.ring.at(first + k * LINE as u64);
                 // SAFETY: a prefetch is a hint that never faults; `p` lies in the data
                 // area anyway.
                 unsafe {
@@ -527,6 +634,18 @@ impl Consumer {
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (pos, rec_bytes);
+    }
+
+    /// Whether the published slot at `pos` is a skip (its envelope: header length 0 and
+    /// [`SKIP_MARK`]).
+    #[inline]
+    fn is_skip(&self, pos: u64) -> bool {
+        let (env, _) = self.ring.at(pos);
+        let mut e = [0u8; 4];
+        // SAFETY: the slot at `pos` is published (its stamp was read with Acquire) and
+        // its envelope does not wrap.
+        unsafe { ptr::copy_nonoverlapping(env.add(4), e.as_mut_ptr(), 4) };
+        e == [0, 0, SKIP_MARK as u8, (SKIP_MARK >> 8) as u8]
     }
 
     /// Where the payload of `rec` (from [`Consumer::peek`], not consumed yet) lies: at
@@ -588,32 +707,38 @@ mod tests {
 
     #[test]
     fn record_sizes() {
-        assert_eq!(record_bytes(0, 0, 0), 64);
-        assert_eq!(record_bytes(48, 0, 0), 64);
-        assert_eq!(record_bytes(48, 0, 1), 128);
+        let rec = |h: usize, pad: usize, p: usize| record_bytes(envelope_bytes(p), h, pad, p);
+        assert_eq!(rec(0, 0, 0), 32);
+        assert_eq!(rec(24, 0, 0), 32);
+        assert_eq!(rec(24, 0, 1), 64);
         assert_eq!(
-            record_bytes(16, 0, 32),
+            rec(16, 0, 8),
+            32,
+            "an 8-byte eager message with its short header is half a line"
+        );
+        assert_eq!(
+            rec(16, 0, 40),
             64,
-            "a 32-byte eager message with its short header is one line"
+            "a 40-byte eager message with its short header is one line"
         );
+        assert_eq!(rec(16, 0, 4095), 4128, "short envelope below 4096 bytes");
+        assert_eq!(rec(16, 0, 4096), 4128, "long envelope from 4096 bytes");
+        assert_eq!(rec(MAX_HEADER_BYTES, 0, max_payload(16 << 10)), 8224);
+        assert!(rec(MAX_HEADER_BYTES, 63, max_payload(16 << 10)) + RESERVE_BYTES < 16 << 10);
         assert_eq!(
-            record_bytes(MAX_HEADER_BYTES, 0, max_payload(16 << 10)),
-            8256
+            record_bytes(usize::MAX, usize::MAX, usize::MAX, usize::MAX) % 32,
+            0
         );
-        assert!(
-            record_bytes(MAX_HEADER_BYTES, 63, max_payload(16 << 10)) + RESERVE_BYTES < 16 << 10
-        );
-        assert_eq!(record_bytes(usize::MAX, usize::MAX, usize::MAX) % 64, 0);
         // Small payloads are never padded; large ones land at their source's offset.
         let buf = vec![0u8; 8192];
         assert_eq!(payload_pad(0, 40, buf.as_ptr(), 4095), 0);
-        for (pos, hl) in [(0u64, 0usize), (64, 40), (128, 12), (4096, 63)] {
+        for (pos, hl) in [(0u64, 0usize), (64, 40), (96, 12), (4096, 63), (32, 16)] {
             for off in [0usize, 1, 16, 63] {
                 let src = buf[off..].as_ptr();
                 let pad = payload_pad(pos, hl, src, 4096);
                 assert!(pad < 64);
                 assert_eq!(
-                    (pos as usize + ENVELOPE_BYTES + hl + pad) % 64,
+                    (pos as usize + LONG_ENVELOPE_BYTES + hl + pad) % 64,
                     src as usize % 64,
                     "pos {pos} header {hl} offset {off}"
                 );
@@ -677,12 +802,12 @@ mod tests {
         let (_mem, ring) = heap_ring(size);
         let mut p = Producer::new(ring);
         let mut c = Consumer::new(ring);
-        // Lap 1: one big frame whose payload holds, at every 64-byte slot, the stamp that
+        // Lap 1: one big frame whose payload holds, at every 32-byte slot, the stamp that
         // slot will have one lap later.
         let mut pl = vec![0u8; 4000];
-        for k in 0..pl.len() / 64 {
-            let pos = size as u64 + (k as u64 + 1) * 64;
-            let at = 64 * k + 48; // envelope 16 + header 0: payload starts at byte 16
+        for k in 1..pl.len() / 32 {
+            let pos = size as u64 + k as u64 * 32;
+            let at = 32 * k - 8; // short envelope 8 + header 0: payload starts at byte 8
             if at + 4 <= pl.len() {
                 pl[at..at + 4].copy_from_slice(&stamp(pos).to_le_bytes());
             }
@@ -702,17 +827,53 @@ mod tests {
         assert!(!c.has_data());
     }
 
+    /// A record of two slots never straddles two cache lines: where it would start in
+    /// the middle of one, a skip slot goes first, which the consumer steps over (also
+    /// when the record after it is not published yet).
+    #[test]
+    fn two_slot_records_start_on_a_line() {
+        let (_mem, ring) = heap_ring(16 << 10);
+        let mut p = Producer::new(ring);
+        let mut c = Consumer::new(ring);
+        assert!(p.try_write(b"h", b"one slot").unwrap());
+        assert_eq!(p.tail, 32);
+        assert!(p.try_write(&[7; 16], &[9; 40]).unwrap());
+        assert_eq!(p.tail, 128, "skip slot at 32, record at 64");
+        assert!(p.try_write(&[7; 16], &[8; 40]).unwrap());
+        assert_eq!(p.tail, 192, "on a line already: no skip");
+        let got = drain(&mut c).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (b"h".to_vec(), b"one slot".to_vec()),
+                (vec![7; 16], vec![9; 40]),
+                (vec![7; 16], vec![8; 40]),
+            ]
+        );
+        assert_eq!(c.head, 192);
+        // A skip published alone: stepped over, nothing returned, then the record.
+        assert!(p.try_write(b"", b"").unwrap());
+        p.write_skip();
+        let mut h = HeaderCopy::new();
+        let r = c.peek(&mut h).unwrap().unwrap();
+        c.consume(&r);
+        assert!(c.peek(&mut h).unwrap().is_none());
+        assert_eq!(c.head, 256, "the skip slot was freed");
+        assert!(p.try_write(b"x", b"y").unwrap());
+        assert_eq!(drain(&mut c).unwrap(), vec![(b"x".to_vec(), b"y".to_vec())]);
+    }
+
     #[test]
     fn full_ring_says_not_now_and_frees_on_read() {
         let (_mem, ring) = heap_ring(16 << 10);
         let mut p = Producer::new(ring);
         let mut c = Consumer::new(ring);
-        // Three 4 KiB records and one of 4 KiB - 64 leave exactly the reserve free.
-        let pl = vec![5u8; 4096 - 16];
+        // Three 4 KiB records and one of 4 KiB - 32 leave exactly the reserve free.
+        let pl = vec![5u8; 4096 - 8];
         for _ in 0..3 {
             assert!(p.try_write(&[], &pl).unwrap());
         }
-        assert!(p.try_write(&[], &pl[..4096 - 64 - 16]).unwrap());
+        assert!(p.try_write(&[], &pl[..4096 - 32 - 8]).unwrap());
         assert!(!p.try_write(&[], &[]).unwrap(), "full but for the reserve");
         assert!(c.producer_waiting() && !p.room_freed());
         assert_eq!(drain(&mut c).unwrap().len(), 4);
@@ -727,11 +888,23 @@ mod tests {
         unsafe { ring.copy_in(pos, bytes) };
     }
 
-    fn envelope(stamp: u32, h: u16, pad: u16, p: u64) -> Vec<u8> {
+    /// A long envelope (`pad`, `zero`: its reserved field, `p`: payload bytes).
+    fn long_envelope(stamp: u32, h: u16, pad: u16, zero: u16, p: u32) -> Vec<u8> {
         let mut v = Vec::new();
         v.extend_from_slice(&stamp.to_le_bytes());
         v.extend_from_slice(&h.to_le_bytes());
+        v.extend_from_slice(&LONG_MARK.to_le_bytes());
         v.extend_from_slice(&pad.to_le_bytes());
+        v.extend_from_slice(&zero.to_le_bytes());
+        v.extend_from_slice(&p.to_le_bytes());
+        v
+    }
+
+    /// A short envelope (`p`: payload bytes).
+    fn short_envelope(stamp: u32, h: u16, p: u16) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&stamp.to_le_bytes());
+        v.extend_from_slice(&h.to_le_bytes());
         v.extend_from_slice(&p.to_le_bytes());
         v
     }
@@ -739,18 +912,23 @@ mod tests {
     #[test]
     fn garbage_is_an_error_not_a_panic() {
         let cases: Vec<(Vec<u8>, &str)> = vec![
-            (envelope(stamp(64), 0, 0, u64::MAX), "payload"),
-            (envelope(stamp(64), u16::MAX, 0, 0), "header"),
-            (envelope(stamp(64), 0, 64, 0), "padding"),
-            (envelope(0x1234_5678, 0, 0, 0), "stamp"),
-            (envelope(stamp(64 + (16 << 10)), 0, 0, 0), "stamp"),
+            (long_envelope(stamp(32), 0, 0, 0, u32::MAX), "payload"),
+            (short_envelope(stamp(32), 0, 0xfffd), "payload"),
+            (long_envelope(stamp(32), u16::MAX, 0, 0, 0), "header"),
+            (short_envelope(stamp(32), 4097, 0), "header"),
+            (long_envelope(stamp(32), 0, 64, 0, 4096), "padding"),
+            (long_envelope(stamp(32), 0, 0, 1, 4096), "reserved"),
+            (short_envelope(0x1234_5678, 0, 0), "stamp"),
+            // A skip mark with a header is no skip: a frame too long for the ring.
+            (short_envelope(stamp(32), 1, SKIP_MARK), "payload"),
+            (short_envelope(stamp(32 + (16 << 10)), 0, 0), "stamp"),
         ];
         for (env, want) in cases {
             let (_mem, ring) = heap_ring(16 << 10);
             let mut p = Producer::new(ring);
             let mut c = Consumer::new(ring);
             assert!(p.try_write(b"ok", b"first").unwrap());
-            write_raw(&ring, 64, &env);
+            write_raw(&ring, 32, &env);
             let mut h = HeaderCopy::new();
             let first = c.peek(&mut h).unwrap().unwrap();
             assert_eq!(h.as_slice(), b"ok");

@@ -4,7 +4,8 @@
 //! ```text
 //! Header (first `rings_offset` bytes, a multiple of 4096):
 //!     0  magic        u64  b"RWSHMv02", stored last (Release) once the header is complete
-//!     8  version      u32  2 (ring records with stamps, ring.rs)
+//!     8  version      u32  3 (ring records in 32-byte slots, short and long envelopes,
+//!                            ring.rs; 2: 64-byte slots, one envelope)
 //!    12  owner_rank   u32  world rank of the receiver that owns the segment
 //!    16  owner_pid    u32  its process id (informational; liveness uses `shm-pid-<rank>`)
 //!    20  slot_count   u32  number of inbound rings = number of the owner's local peers
@@ -31,7 +32,7 @@ use super::sys;
 
 /// `b"RWSHMv02"` as a little-endian u64.
 const MAGIC: u64 = u64::from_le_bytes(*b"RWSHMv02");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const PAGE: usize = 4096;
 /// Rings start on multiples of this many bytes (two cache lines: a ring's control block
 /// never shares a line pair with the previous ring's data).
