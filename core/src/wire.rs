@@ -422,8 +422,9 @@ impl Frame {
     /// (40 bytes) it leaves out what the transport knows already: the source rank (the
     /// peer the frame came from) and the payload length (the transport's framing), and it
     /// carries the sequence number modulo 2^32 ([`Frame::short_eager_seq`] restores
-    /// it). 16 bytes instead of 40 let a payload of up to 32 bytes share one 64-byte
-    /// shared-memory ring record with its header (the latency of 16-32 B messages).
+    /// it). 16 bytes instead of 40 let a payload of up to 40 bytes share one 64-byte
+    /// cache line with its header and the shared-memory ring's 8-byte envelope, and one
+    /// of up to 8 bytes half a line.
     ///
     /// Layout, little-endian: `[0..2] 'R' 'e'`, `[2] version`, `[3] 0` (flags),
     /// `[4..8] ctx: u32`, `[8..12] tag: i32`, `[12..16] seq mod 2^32: u32`.
@@ -858,7 +859,7 @@ pub(crate) mod tests {
         assert_eq!(
             Frame::short_eager_header(&env()).len(),
             SHORT_EAGER_BYTES,
-            "a 32-byte eager message and its header are one 64-byte ring record"
+            "with the ring's 8-byte envelope, a 40-byte eager message is one cache line"
         );
     }
 

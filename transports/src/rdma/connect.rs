@@ -199,7 +199,8 @@ pub(crate) fn connect_qp(
 }
 
 /// First two bytes of every `Wireup` message. The core's frames begin with its magic
-/// `0x5752` (`b"RW"` in memory), so the two cannot be confused.
+/// `0x5752` (`b"RW"` in memory), or `b"Re"` for its short eager header, so the two cannot
+/// be confused.
 pub const WIREUP_MAGIC: [u8; 2] = *b"RQ";
 
 /// Whether a frame header is an RDMA wireup message ([`WIREUP_MAGIC`]).
@@ -326,6 +327,7 @@ mod tests {
         assert_eq!(Wireup::decode(&over), None);
         // A core frame header (magic 0x5752 little-endian) is not one.
         assert!(!is_wireup(&[0x52, 0x57, 2, 0]));
+        assert!(!is_wireup(b"Re\x05\0ctx_tag_seq_"), "a short eager header");
         assert_eq!(Wireup::decode(b"RQ\x09"), None);
         let mut ack = Wireup::Ack.encode();
         ack.push(0);

@@ -49,7 +49,17 @@
 //! next was zeroed before the record that precedes it was published, so it holds either
 //! 0 or the stamp of a new record, never leftover payload bytes of an earlier lap that
 //! could happen to look like a stamp. That word lies in free space, which is why the
-//! producer needs `record + 64` free bytes; a fresh ring is all zeros.
+//! producer needs `record + 32` free bytes (32 more before a skip slot, below); a fresh
+//! ring is all zeros.
+//!
+//! # Skip slots
+//! A record of two slots (33 to 64 bytes) that would start in the middle of a cache line
+//! is preceded by a skip slot, so that it lies in one line: a short envelope with header
+//! length 0 and payload length `0xfffe`, published like a record (next stamp cleared
+//! first). The consumer steps over it and frees it at once. `payload_len` values of
+//! 4096 and more in a short envelope are reserved (`0xffff` marks a long envelope,
+//! `0xfffe` a skip); a skip at the start of a line, or right after another skip, is
+//! garbage.
 //!
 //! # Freeing space
 //! The consumer frees a record by a `Release` store of `head`, which the producer
@@ -196,11 +206,11 @@ impl RingPtr {
         unsafe { self.base.add(CTRL_BYTES) }
     }
 
-    /// The stamp word of the record slot at logical index `pos` (64-aligned).
+    /// The stamp word of the record slot at logical index `pos` (32-aligned).
     fn stamp_at(&self, pos: u64) -> &AtomicU32 {
         debug_assert!(pos.is_multiple_of(RECORD_ALIGN as u64));
         let off = (pos & (self.size - 1)) as usize;
-        // SAFETY: `off` is a multiple of 64 below `size`, so the word lies in the data
+        // SAFETY: `off` is a multiple of 32 below `size`, so the word lies in the data
         // area and is 4-aligned; the stamp word is only accessed atomically.
         unsafe { AtomicU32::from_ptr(self.data().add(off).cast()) }
     }
@@ -514,6 +524,11 @@ impl Consumer {
             return Ok(None);
         }
         if s == stamp(pos) && self.is_skip(pos) {
+            if pos.is_multiple_of(LINE as u64) {
+                return Err(format!(
+                    "skip slot at the start of a cache line (ring index {pos})"
+                ));
+            }
             // Step over a skip slot (freed at once, as `consume` frees a record).
             pos += RECORD_ALIGN as u64;
             self.head = pos;
@@ -521,6 +536,9 @@ impl Consumer {
             s = self.ring.stamp_at(pos).load(Ordering::Acquire);
             if s == 0 {
                 return Ok(None);
+            }
+            if s == stamp(pos) && self.is_skip(pos) {
+                return Err(format!("two skip slots in a row (ring index {pos})"));
             }
         }
         if s != stamp(pos) {
@@ -539,6 +557,12 @@ impl Consumer {
         let header_len = u16::from_le_bytes([e[4], e[5]]) as usize;
         let short_len = u16::from_le_bytes([e[6], e[7]]);
         let (env_bytes, pad, payload_len) = if short_len != LONG_MARK {
+            if usize::from(short_len) >= ALIGN_PAYLOAD_MIN {
+                return Err(format!(
+                    "short envelope with a payload of {short_len} bytes (short ones carry \
+                     less than {ALIGN_PAYLOAD_MIN}) at ring index {pos}"
+                ));
+            }
             (SHORT_ENVELOPE_BYTES, 0, u64::from(short_len))
         } else {
             // SAFETY: as above, the second half of a long envelope.
@@ -618,9 +642,11 @@ impl Consumer {
     fn prefetch_rest(&self, pos: u64, rec_bytes: u64) {
         #[cfg(target_arch = "x86_64")]
         {
-            // The lines after the one holding `pos` that the record reaches.
+            // The lines after the one holding `pos` that lie wholly in the record (a last
+            // line shared with the next record may still be written by the producer:
+            // fetching it early would only move it twice).
             let first = pos & !(LINE as u64 - 1);
-            let lines = (pos + rec_bytes - first).div_ceil(LINE as u64);
+            let lines = (pos + rec_bytes - first) / LINE as u64;
             for k in 1..lines.min(PREFETCH_LINES + 1) {
                 let (p, _) = self.ring.at(first + k * LINE as u64);
                 // SAFETY: a prefetch is a hint that never faults; `p` lies in the data
@@ -919,8 +945,19 @@ mod tests {
             (long_envelope(stamp(32), 0, 64, 0, 4096), "padding"),
             (long_envelope(stamp(32), 0, 0, 1, 4096), "reserved"),
             (short_envelope(0x1234_5678, 0, 0), "stamp"),
-            // A skip mark with a header is no skip: a frame too long for the ring.
+            // A skip mark with a header is no skip, and a reserved length.
             (short_envelope(stamp(32), 1, SKIP_MARK), "payload"),
+            (short_envelope(stamp(32), 0, 4096), "payload"),
+            // A skip right after a skip.
+            (
+                [
+                    short_envelope(stamp(32), 0, SKIP_MARK),
+                    vec![0; 24],
+                    short_envelope(stamp(64), 0, SKIP_MARK),
+                ]
+                .concat(),
+                "two skip",
+            ),
             (short_envelope(stamp(32 + (16 << 10)), 0, 0), "stamp"),
         ];
         for (env, want) in cases {
