@@ -3,7 +3,7 @@
 # and the shm ring's 32-byte slots (layout version 3) on the device paths. Checks: rw-gpucoll
 # check at 2 ranks without MPS and at 2 and 4 ranks under MPS, peer under MPS, channels,
 # stream p2p, gpu_buffers.c through the ABI (agreement on and off). Then before/after in
-# one run: .device-bin = this build, .device-bin/base = 1c04e54 (the session's parent code),
+# one run: .device-bin = this build, .device-bin/base = 95b5353 (the session's parent),
 # launches alternated new, base, twice, allreduce -d cuda and latency -d cuda, no MPS and MPS.
 set -u
 B=$PWD/.device-bin; BB=$B/base; O=${OUT:-/tmp/out}; mkdir -p $O/logs; S=$O/summary.txt
