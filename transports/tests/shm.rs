@@ -920,33 +920,40 @@ fn shm_a_garbled_length_in_the_ring_is_malformed_not_a_panic() {
                 };
                 let mut t = ShmTransport::new(0, job, ring_cfg(16 << 10), &mut ex, &[1]).unwrap();
                 let mut sink = Vec::new();
-                pump_until(
-                    &mut t,
-                    &mut sink,
-                    Duration::from_secs(10),
-                    "Malformed",
-                    |s| s.iter().any(|e| matches!(e, Event::PeerFailed { .. })),
-                );
-                assert_eq!(
-                    sink.len(),
-                    2,
-                    "{:?}",
-                    sink.iter().map(short).collect::<Vec<_>>()
-                );
-                assert!(matches!(&sink[0], Event::Recv { peer: 1, header, payload }
+                // A failed check here must not leave the other thread at the barrier
+                // (the test would hang until the harness's timeout instead of failing).
+                let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    pump_until(
+                        &mut t,
+                        &mut sink,
+                        Duration::from_secs(10),
+                        "Malformed",
+                        |s| s.iter().any(|e| matches!(e, Event::PeerFailed { .. })),
+                    );
+                    assert_eq!(
+                        sink.len(),
+                        2,
+                        "{:?}",
+                        sink.iter().map(short).collect::<Vec<_>>()
+                    );
+                    assert!(matches!(&sink[0], Event::Recv { peer: 1, header, payload }
                     if header == b"hand" && payload == b"made"));
-                match &sink[1] {
-                    Event::PeerFailed {
-                        peer: 1,
-                        error: TransportError::Malformed { reason, .. },
-                    } => assert!(reason.contains(want), "{reason}"),
-                    e => panic!("{}", short(e)),
-                }
-                for _ in 0..100 {
-                    assert!(!t.poll(&mut sink));
-                }
-                assert!(t.send(1, b"h", b"").is_err());
+                    match &sink[1] {
+                        Event::PeerFailed {
+                            peer: 1,
+                            error: TransportError::Malformed { reason, .. },
+                        } => assert!(reason.contains(want), "{reason}"),
+                        e => panic!("{}", short(e)),
+                    }
+                    for _ in 0..100 {
+                        assert!(!t.poll(&mut sink));
+                    }
+                    assert!(t.send(1, b"h", b"").is_err());
+                }));
                 done.wait();
+                if let Err(p) = checked {
+                    std::panic::resume_unwind(p);
+                }
             });
             s.spawn(move || {
                 let mut ex = Ex {
