@@ -160,6 +160,7 @@ c_tests!(
     comm_free_pending,
     comm_threads,
     request_errors,
+    shm_stress,
 );
 
 /// The memory-kind agreement forced on (`RANKWIRE_ABI_MEMORY_AGREEMENT=on`, as on a
