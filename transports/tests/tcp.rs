@@ -266,11 +266,11 @@ fn fnv1a(s: &str) -> u64 {
     h
 }
 
-/// A hello of protocol version 2 (48 bytes; the connector's nonce is 0x11 bytes).
+/// A hello of protocol version 3 (48 bytes; the connector's nonce is 0x11 bytes).
 fn hello(connector: u32, acceptor: u32, size: u32, job: &str) -> [u8; 48] {
     let mut b = [0x11u8; 48];
     b[0..8].copy_from_slice(b"RWTCPHI\0");
-    b[8..12].copy_from_slice(&2u32.to_le_bytes());
+    b[8..12].copy_from_slice(&3u32.to_le_bytes());
     b[12..16].copy_from_slice(&connector.to_le_bytes());
     b[16..20].copy_from_slice(&acceptor.to_le_bytes());
     b[20..24].copy_from_slice(&size.to_le_bytes());

@@ -5,7 +5,7 @@
 //! ```text
 //! hello (connector → acceptor, 48 bytes)       ack (acceptor → connector, 80 bytes)
 //!  0  magic     b"RWTCPHI\0"                     0  magic     b"RWTCPACK"
-//!  8  u32 protocol version (2)                   8  u32 protocol version
+//!  8  u32 protocol version (3)                   8  u32 protocol version
 //! 12  u32 connector rank                        12  u32 status (0 = accepted, 7 = yield, see AckStatus)
 //! 16  u32 expected acceptor rank                16  u32 acceptor rank
 //! 20  u32 world size                            20  u32 world size
@@ -43,8 +43,10 @@ use sha2::Sha256;
 
 const HELLO_MAGIC: [u8; 8] = *b"RWTCPHI\0";
 const ACK_MAGIC: [u8; 8] = *b"RWTCPACK";
-/// Version of the handshake and framing; bump on any incompatible change.
-pub(crate) const PROTOCOL_VERSION: u32 = 2;
+/// Version of the handshake and framing, and of what the frames carry; bump on any
+/// incompatible change (3: the core's wire version 5, whose short eager header an older
+/// build would take for garbage, so builds that differ are refused at connection).
+pub(crate) const PROTOCOL_VERSION: u32 = 3;
 /// Size of the fields a hello and an ack share (magic to job hash), in bytes.
 const BASE_LEN: usize = 32;
 /// Size of a nonce, in bytes.
