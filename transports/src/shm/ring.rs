@@ -120,6 +120,12 @@ const PREFETCH_LINES: u64 = 15;
 /// cache line (module doc, "Records").
 pub(super) const ALIGN_PAYLOAD_MIN: usize = 4096;
 
+/// Whether a short envelope (its first 8 bytes in `e`) marks a skip slot: header length
+/// 0 and [`SKIP_MARK`].
+fn is_skip(e: &[u8; LONG_ENVELOPE_BYTES]) -> bool {
+    e[4..8] == [0, 0, SKIP_MARK as u8, (SKIP_MARK >> 8) as u8]
+}
+
 /// Bytes of the envelope the producer writes for a payload of `payload_len` bytes.
 fn envelope_bytes(payload_len: usize) -> usize {
     if payload_len < ALIGN_PAYLOAD_MIN {
@@ -307,9 +313,11 @@ impl Producer {
         }
         let pos = self.tail;
         let (env, room) = self.ring.at(pos);
-        if rec <= LINE as u64 && rec as usize <= room {
-            // One or two slots that do not wrap (the common small message, a short
-            // envelope): build them here, store them with a few wide moves, stamp last.
+        if rec <= LINE as u64 {
+            // One or two slots (the common small message, a short envelope), which do not
+            // wrap: a 32-aligned slot never does, and two slots start on a line (above).
+            // Build them here, store them with a few wide moves, stamp last.
+            debug_assert!(rec as usize <= room);
             let mut line = [0u8; LINE];
             line[4..6].copy_from_slice(&(header.len() as u16).to_le_bytes());
             line[6..8].copy_from_slice(&(payload.len() as u16).to_le_bytes());
@@ -335,10 +343,7 @@ impl Producer {
         } else {
             self.write_record(pos, env, env_bytes, header, pad, payload);
         }
-        // Clear the next slot's stamp, then publish this record (module doc).
-        self.ring.stamp_at(pos + rec).store(0, Ordering::Relaxed);
-        self.ring.stamp_at(pos).store(stamp(pos), Ordering::Release);
-        self.tail = pos + rec;
+        self.publish(pos, rec);
         if self.blocked {
             self.blocked = false;
             self.ring.waiting().store(0, Ordering::Relaxed);
@@ -357,7 +362,13 @@ impl Producer {
         // caller checked the room), 32-aligned, so it does not wrap; the stamp word is
         // left alone.
         unsafe { ptr::copy_nonoverlapping(e.as_ptr().add(4), env.add(4), 4) };
-        let rec = RECORD_ALIGN as u64;
+        self.publish(pos, RECORD_ALIGN as u64);
+    }
+
+    /// Clear the stamp of the slot after the `rec` bytes written at `pos`, then publish
+    /// them (module doc), and move the tail past them.
+    #[inline]
+    fn publish(&mut self, pos: u64, rec: u64) {
         self.ring.stamp_at(pos + rec).store(0, Ordering::Relaxed);
         self.ring.stamp_at(pos).store(stamp(pos), Ordering::Release);
         self.tail = pos + rec;
@@ -519,11 +530,10 @@ impl Consumer {
     #[inline]
     pub(super) fn peek(&mut self, header: &mut HeaderCopy) -> Result<Option<Record>, String> {
         let mut pos = self.head;
-        let mut s = self.ring.stamp_at(pos).load(Ordering::Acquire);
-        if s == 0 {
+        let Some(mut e) = self.published(pos)? else {
             return Ok(None);
-        }
-        if s == stamp(pos) && self.is_skip(pos) {
+        };
+        if is_skip(&e) {
             if pos.is_multiple_of(LINE as u64) {
                 return Err(format!(
                     "skip slot at the start of a cache line (ring index {pos})"
@@ -533,27 +543,16 @@ impl Consumer {
             pos += RECORD_ALIGN as u64;
             self.head = pos;
             self.ring.head().store(pos, Ordering::Release);
-            s = self.ring.stamp_at(pos).load(Ordering::Acquire);
-            if s == 0 {
+            let Some(next) = self.published(pos)? else {
                 return Ok(None);
-            }
-            if s == stamp(pos) && self.is_skip(pos) {
+            };
+            if is_skip(&next) {
                 return Err(format!("two skip slots in a row (ring index {pos})"));
             }
-        }
-        if s != stamp(pos) {
-            return Err(format!(
-                "bad stamp {s:#010x} at ring index {pos} (expected {:#010x})",
-                stamp(pos)
-            ));
+            e = next;
         }
         let size = self.ring.size;
         let (env, room) = self.ring.at(pos);
-        let mut e = [0u8; LONG_ENVELOPE_BYTES];
-        // SAFETY: the stamp (Acquire) published the record at `pos`; its envelope (8
-        // bytes, or 16 when marked long) never wraps; `e` is a local buffer. Read once,
-        // then checked.
-        unsafe { ptr::copy_nonoverlapping(env, e.as_mut_ptr(), SHORT_ENVELOPE_BYTES) };
         let header_len = u16::from_le_bytes([e[4], e[5]]) as usize;
         let short_len = u16::from_le_bytes([e[6], e[7]]);
         let (env_bytes, pad, payload_len) = if short_len != LONG_MARK {
@@ -603,10 +602,12 @@ impl Consumer {
         // shorter than the ring.
         let rec_bytes = record_bytes(env_bytes, header_len, pad, payload_len as usize);
         header.len = header_len;
-        if header_len <= SHORT_HEADER_COPY && room >= env_bytes + SHORT_HEADER_COPY {
+        if header_len <= SHORT_HEADER_COPY {
             // A short header (the protocol's short eager one): copy 16 bytes after the
             // envelope at once (a fixed-size copy is two moves). They lie in this record,
-            // which has at least 32 bytes, and in the ring (`room`).
+            // which has at least 32 bytes, and in the ring (a 32-aligned slot never
+            // wraps).
+            debug_assert!(room >= RECORD_ALIGN);
             // SAFETY: `[pos, pos + 32)` is published, and `env_bytes + 16 <= 32`.
             unsafe {
                 ptr::copy_nonoverlapping(
@@ -662,16 +663,30 @@ impl Consumer {
         let _ = (pos, rec_bytes);
     }
 
-    /// Whether the published slot at `pos` is a skip (its envelope: header length 0 and
-    /// [`SKIP_MARK`]).
+    /// The slot at `pos` if published: its short envelope (the first 8 bytes of the
+    /// returned buffer, read once; a long envelope's second half is for the caller to
+    /// read). `None` while unpublished.
+    ///
+    /// # Errors
+    /// A stamp that is neither 0 nor the one of `pos` (module doc, "Untrusted input").
     #[inline]
-    fn is_skip(&self, pos: u64) -> bool {
+    fn published(&self, pos: u64) -> Result<Option<[u8; LONG_ENVELOPE_BYTES]>, String> {
+        let s = self.ring.stamp_at(pos).load(Ordering::Acquire);
+        if s == 0 {
+            return Ok(None);
+        }
+        if s != stamp(pos) {
+            return Err(format!(
+                "bad stamp {s:#010x} at ring index {pos} (expected {:#010x})",
+                stamp(pos)
+            ));
+        }
         let (env, _) = self.ring.at(pos);
-        let mut e = [0u8; 4];
-        // SAFETY: the slot at `pos` is published (its stamp was read with Acquire) and
-        // its envelope does not wrap.
-        unsafe { ptr::copy_nonoverlapping(env.add(4), e.as_mut_ptr(), 4) };
-        e == [0, 0, SKIP_MARK as u8, (SKIP_MARK >> 8) as u8]
+        let mut e = [0u8; LONG_ENVELOPE_BYTES];
+        // SAFETY: the stamp (Acquire) published the slot at `pos`; its first 8 bytes
+        // never wrap (32-aligned slot); `e` is a local buffer.
+        unsafe { ptr::copy_nonoverlapping(env, e.as_mut_ptr(), SHORT_ENVELOPE_BYTES) };
+        Ok(Some(e))
     }
 
     /// Where the payload of `rec` (from [`Consumer::peek`], not consumed yet) lies: at
