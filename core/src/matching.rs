@@ -81,6 +81,9 @@ pub struct SeqMap {
     hot: [Option<((u32, u32), u64)>; SEQ_HOT],
     /// The slot the next miss evicts (round robin).
     victim: usize,
+    /// The slot of the key looked up last (a short eager arrival looks its key up to
+    /// restore the sequence number and again to match: the second is one compare).
+    last: usize,
     map: HashMap<(u32, u32), u64>,
 }
 
@@ -91,13 +94,19 @@ impl SeqMap {
     /// The number for `key` (0 if never set), to read or change.
     #[inline]
     pub fn entry(&mut self, key: (u32, u32)) -> &mut u64 {
-        let i = match self
-            .hot
-            .iter()
-            .position(|s| matches!(s, Some((k, _)) if *k == key))
-        {
-            Some(i) => i,
-            None => self.fault_in(key),
+        let i = if matches!(self.hot[self.last], Some((k, _)) if k == key) {
+            self.last
+        } else {
+            let i = match self
+                .hot
+                .iter()
+                .position(|s| matches!(s, Some((k, _)) if *k == key))
+            {
+                Some(i) => i,
+                None => self.fault_in(key),
+            };
+            self.last = i;
+            i
         };
         &mut self.hot[i].get_or_insert((key, 0)).1
     }

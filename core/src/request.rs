@@ -324,7 +324,78 @@ pub fn wait_all(mut reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
         }
         return Ok(out);
     }
-    wait_all_results(reqs).into_iter().collect()
+    let Some(inner) = one_runtime(&reqs) else {
+        return wait_all_results(reqs).into_iter().collect();
+    };
+    // One runtime (every request made by this crate's API): wait under one lock and
+    // take each outcome as soon as it and those before it are settled, straight into
+    // the result (one look at each request's slot; no vector of outcomes, no copies of
+    // the ids). A pending send is first offered help (a share of a large copy); the
+    // first one still pending is offered it again each round, as a wait for it alone
+    // does.
+    let n = reqs.len();
+    let mut out = Vec::with_capacity(n);
+    let mut first_err = None;
+    let mut e = inner.lock();
+    for r in reqs.iter().filter(|r| !r.is_recv) {
+        if let Some(id) = r.pending_id() {
+            e.proto.help(id);
+        }
+    }
+    let mut next = 0;
+    inner.wait_with(e, |e| {
+        while let Some(r) = reqs.get(next) {
+            let outcome = match r.pending_id() {
+                // An id the runtime does not hold (a rebuilt raw request completed
+                // elsewhere) is settled too, with an error.
+                Some(id) => match e.proto.take_settled(id) {
+                    Some(o) => r.localize(o),
+                    None => {
+                        if !r.is_recv {
+                            e.proto.help(id);
+                        }
+                        e.want_completions(n - next);
+                        return None;
+                    }
+                },
+                None => match r.ready {
+                    Some(st) => r.localize(Ok(st)),
+                    None => Err(finished_request()),
+                },
+            };
+            match outcome {
+                Ok(st) => out.push(st),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+            next += 1;
+        }
+        e.want_completions(1);
+        Some(())
+    });
+    for r in reqs.iter_mut() {
+        r.ready = None;
+        r.done = true;
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// The runtime of every pending request of `reqs` when they share one (`None` when
+/// none is pending or they belong to several runtimes).
+fn one_runtime<'r>(reqs: &'r [Request<'_>]) -> Option<&'r Arc<Inner>> {
+    let mut inner: Option<&Arc<Inner>> = None;
+    for r in reqs.iter().filter(|r| r.pending_id().is_some()) {
+        match (inner, r.inner.as_ref()) {
+            (None, Some(i)) => inner = Some(i),
+            (Some(first), Some(i)) if Arc::ptr_eq(first, i) => {}
+            _ => return None,
+        }
+    }
+    inner
 }
 
 /// Wait for every request and return each one's result, in order (MPI_Waitall with

@@ -828,6 +828,24 @@ fn cancelled_wait(w: &Communicator) -> Result<()> {
     )?;
     check(b2 == [5u8; 4], || format!("the other receive got {b2:?}"))?;
 
+    // wait_all: the first failure, returned after every request has completed (the
+    // other receive got its message, which was sent after the cancelled one's post).
+    let (mut b1, mut b2, mut b3) = ([0u8; 4], [0u8; 4], [0u8; 2]);
+    let ok = w.irecv(&mut b2, me, 8)?;
+    let mut c = w.irecv(&mut b1, me, 99)?;
+    c.cancel();
+    let short = w.irecv(&mut b3, me, 9)?;
+    let s = w.isend(&[6u8; 4], me, 8)?;
+    let t = w.isend(&[7u8; 4], me, 9)?;
+    let res = rankwire::wait_all(vec![ok, c, short, s, t]);
+    check(
+        matches!(&res, Err(Error::Usage(m)) if m.contains("finished already")),
+        || format!("wait_all with a cancelled receive: {res:?}"),
+    )?;
+    check(b2 == [6u8; 4] && b3 == [7u8; 2], || {
+        format!("the other receives got {b2:?} {b3:?}")
+    })?;
+
     let mut b = [0u8; 4];
     let mut c = w.irecv(&mut b, me, 99)?;
     c.cancel();

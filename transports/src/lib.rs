@@ -326,6 +326,11 @@ impl<'a> InPayload<'a> {
         );
         match &self.repr {
             PayloadRepr::Owned(v) => dst.copy_from_slice(&v[..dst.len()]),
+            // One piece (a record that does not wrap round the ring): one copy.
+            PayloadRepr::Shared { pieces, .. } if pieces[1].1 == 0 => {
+                // SAFETY: as below; `dst.len() <= self.len() == pieces[0].1`.
+                unsafe { copy_bytes(pieces[0].0, dst.as_mut_ptr(), dst.len()) };
+            }
             PayloadRepr::Shared { pieces, .. } => {
                 let mut done = 0;
                 for &(p, n) in pieces {

@@ -59,7 +59,8 @@ impl Protocol {
 
     /// Post a receive into `buf` for messages accepted by `pat`.
     pub fn irecv(&mut self, pat: Pattern, buf: RawBuf) -> ReqId {
-        if let Some(src) = pat.src
+        if !self.dead.is_empty()
+            && let Some(src) = pat.src
             && let Some(e) = self.dead.get(&src).cloned()
         {
             let id = self.alloc_id();
@@ -385,6 +386,21 @@ impl Protocol {
     /// just now (matched at once, never queued).
     #[inline]
     pub(super) fn deliver_eager(&mut self, recv: ReqId, env: Envelope, payload: &InPayload<'_>) {
+        // A host receive (the common case): copy and complete in one look at its slot.
+        let done = self.reqs.complete_host_recv(recv, |buf| {
+            let cap = buf.len();
+            let n = payload.len().min(cap);
+            if n > 0 {
+                // SAFETY: `n <= buf.len()` and the buffer is host memory, borrowed
+                // exclusively by this pending receive.
+                let dst = unsafe { std::slice::from_raw_parts_mut(buf.ptr, n) };
+                payload.copy_to(dst);
+            }
+            recv_result(env.src, env.tag, payload.len() as u64, cap)
+        });
+        if done.is_some() {
+            return;
+        }
         let Some(r) = self.reqs.recv_mut(recv) else {
             return;
         };

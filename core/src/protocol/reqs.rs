@@ -15,7 +15,7 @@
 
 use slab::Slab;
 
-use super::{RecvReq, ReqId, SendReq, Status};
+use super::{RawBuf, RecvReq, ReqId, SendReq, Status};
 use crate::error::Error;
 
 pub(super) enum Slot {
@@ -183,6 +183,27 @@ impl Reqs {
             self.live -= 1;
         }
         self.completions += 1;
+    }
+
+    /// For a receive `id` whose buffer is host memory: call `fill(buf)` (which writes
+    /// the message into it and returns the outcome) and store that outcome, in one
+    /// lookup of the slot. `None`, and nothing called, when `id` is not a receive or
+    /// its buffer is device memory.
+    #[inline]
+    pub(super) fn complete_host_recv(
+        &mut self,
+        id: ReqId,
+        fill: impl FnOnce(RawBuf) -> Result<Status, Error>,
+    ) -> Option<()> {
+        let slot = self.slot_mut(id)?;
+        let buf = match slot {
+            Slot::Recv(r) if r.buf.is_host() => r.buf,
+            _ => return None,
+        };
+        *slot = Slot::Done(fill(buf));
+        self.live -= 1;
+        self.completions += 1;
+        Some(())
     }
 
     /// The outcome of request `id` if it has one, the slot freed, in one lookup; else
