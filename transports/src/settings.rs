@@ -365,6 +365,14 @@ pub static SETTINGS: &[Setting] = &[
         "bound on setting up the TCP connections",
     ),
     rank(
+        "RANKWIRE_TCP_CONGESTION",
+        "auto",
+        "auto, system, or a congestion control this kernel has (e.g. cubic, reno)",
+        Check::Any,
+        "TCP congestion control of the connections; auto: cubic (or reno) where the \
+         kernel's default is BBR, whose window caps a large message's bytes in flight",
+    ),
+    rank(
         "RANKWIRE_TCP_ADDR_TIMEOUT",
         "5s",
         "a positive number of seconds, e.g. 60, 2.5, 60s or 500ms",

@@ -24,6 +24,9 @@ pub const ENV_CONNECT_TIMEOUT: &str = "RANKWIRE_CONNECT_TIMEOUT";
 pub const ENV_CONNECT: &str = "RANKWIRE_TCP_CONNECT";
 /// Environment variable: limit for one candidate address (TCP connect plus handshake).
 pub const ENV_ADDR_TIMEOUT: &str = "RANKWIRE_TCP_ADDR_TIMEOUT";
+/// Environment variable: TCP congestion control of rankwire's connections: `auto`
+/// (default), `system`, or an algorithm's name ([`Congestion`]).
+pub const ENV_CONGESTION: &str = "RANKWIRE_TCP_CONGESTION";
 
 /// Interfaces left out by default because every node may carry the same address on
 /// them (container, VM and overlay bridges). A trailing `*` matches any suffix.
@@ -66,6 +69,40 @@ impl fmt::Display for ConnectMode {
     }
 }
 
+/// The TCP congestion control algorithm of rankwire's connections (`TCP_CONGESTION`,
+/// tcp(7)), set on each socket before it connects or listens (accepted sockets inherit
+/// the listener's).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Congestion {
+    /// Where the kernel's default is BBR (`bbr*`), `cubic` (or `reno`, which every
+    /// process may set, where `cubic` is refused); otherwise the kernel's default.
+    /// Why: BBR sizes its congestion window from the round-trip time it measured, a few
+    /// microseconds on one host or a cluster's network, to about a megabyte in flight
+    /// here (16 segments of 64 KiB on loopback); a larger message then waits for
+    /// acknowledgements. Measured on loopback (2 ranks, ping-pong, 3000 iterations):
+    /// 1 MiB 179 µs with BBR, 108–122 µs with cubic or reno; 4 MiB 757–797 against
+    /// 481–590 µs (`benches/results/2026-12-07s54_tcp-congestion/`).
+    #[default]
+    Auto,
+    /// The kernel's default (`net.ipv4.tcp_congestion_control`), untouched.
+    System,
+    /// This algorithm (one of `net.ipv4.tcp_available_congestion_control`; a process
+    /// without `CAP_NET_ADMIN` may set only those in
+    /// `net.ipv4.tcp_allowed_congestion_control`: where the kernel refuses, the
+    /// connection keeps the default and a warning says so).
+    Named(String),
+}
+
+impl fmt::Display for Congestion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Congestion::Auto => f.write_str("auto"),
+            Congestion::System => f.write_str("system"),
+            Congestion::Named(n) => f.write_str(n),
+        }
+    }
+}
+
 /// Configuration of the TCP transport. [`TcpConfig::default`] is the documented default;
 /// [`TcpConfig::from_env`] applies the `RANKWIRE_*` environment variables on top.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +131,9 @@ pub struct TcpConfig {
     /// off Linux's autotuning and be slower). `None`: leave the kernel defaults.
     /// Default 4 MiB.
     pub socket_buffer_bytes: Option<usize>,
+    /// Congestion control of the connections. Env: `RANKWIRE_TCP_CONGESTION`. Default
+    /// [`Congestion::Auto`].
+    pub congestion: Congestion,
     /// [`crate::Transport::send`] answers `Busy` once a peer's out-queue holds at least
     /// this many bytes. Default 8 MiB.
     pub send_queue_high_water_bytes: usize,
@@ -109,6 +149,7 @@ impl Default for TcpConfig {
             addr_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(60),
             socket_buffer_bytes: Some(4 << 20),
+            congestion: Congestion::Auto,
             send_queue_high_water_bytes: 8 << 20,
         }
     }
@@ -131,6 +172,7 @@ impl TcpConfig {
             ENV_CONNECT,
             ENV_CONNECT_TIMEOUT,
             ENV_ADDR_TIMEOUT,
+            ENV_CONGESTION,
         ])?;
         Self::from_lookup(crate::settings::raw)
     }
@@ -174,6 +216,9 @@ impl TcpConfig {
                 }
             };
         }
+        if let Some(v) = get(ENV_CONGESTION) {
+            cfg.congestion = parse_congestion(&v, available_congestion().as_deref())?;
+        }
         for (var, slot) in [
             (ENV_CONNECT_TIMEOUT, &mut cfg.connect_timeout),
             (ENV_ADDR_TIMEOUT, &mut cfg.addr_timeout),
@@ -204,6 +249,36 @@ impl TcpConfig {
             self.family
         )
     }
+}
+
+/// `net.ipv4.tcp_available_congestion_control` (the algorithms this kernel has), `None`
+/// where unreadable.
+fn available_congestion() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").ok()
+}
+
+/// A `RANKWIRE_TCP_CONGESTION` value: `auto`, `system`, or a name, which must be one of
+/// `available` (a space-separated list) where that is known.
+fn parse_congestion(v: &str, available: Option<&str>) -> Result<Congestion, ConfigError> {
+    let name = v.trim().to_ascii_lowercase();
+    match name.as_str() {
+        "auto" => return Ok(Congestion::Auto),
+        "system" => return Ok(Congestion::System),
+        _ => {}
+    }
+    let valid = !name.is_empty()
+        && name.len() < 16
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    let known = available.is_none_or(|a| a.split_whitespace().any(|x| x == name));
+    if !valid || !known {
+        return Err(ConfigError {
+            var: ENV_CONGESTION,
+            value: v.to_string(),
+            expected: "auto, system, or a congestion control this kernel has \
+                       (net.ipv4.tcp_available_congestion_control, e.g. cubic or reno)",
+        });
+    }
+    Ok(Congestion::Named(name))
 }
 
 impl fmt::Display for Family {
@@ -342,6 +417,35 @@ pub(crate) fn parse_timeout(var: &'static str, v: String) -> Result<Duration, Co
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn congestion_values_are_parsed_and_unknown_names_refused() {
+        let have = Some("reno bbr cubic");
+        assert_eq!(parse_congestion(" Auto ", have), Ok(Congestion::Auto));
+        assert_eq!(parse_congestion("system", have), Ok(Congestion::System));
+        assert_eq!(
+            parse_congestion("RENO", have),
+            Ok(Congestion::Named("reno".into()))
+        );
+        for bad in ["vegas", "", "cu bic", "cubic;reno", "a_name_far_too_long"] {
+            let e = parse_congestion(bad, have).unwrap_err();
+            assert_eq!(e.var, ENV_CONGESTION, "{bad:?}");
+            assert!(e.expected.contains("tcp_available_congestion_control"));
+        }
+        // Where the kernel's list cannot be read, a well-formed name is taken (the
+        // kernel refuses it later, with a warning).
+        assert_eq!(
+            parse_congestion("vegas", None),
+            Ok(Congestion::Named("vegas".into()))
+        );
+        assert!(parse_congestion("cu bic", None).is_err());
+        let lookup = |k: &str| (k == ENV_CONGESTION).then(|| "system".to_string());
+        assert_eq!(
+            TcpConfig::from_lookup(lookup).unwrap().congestion,
+            Congestion::System
+        );
+        assert_eq!(TcpConfig::default().congestion, Congestion::Auto);
+    }
 
     fn ifa(name: &str, ip: &str, loopback: bool) -> IfAddr {
         IfAddr {

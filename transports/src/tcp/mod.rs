@@ -104,8 +104,9 @@ use std::time::Duration;
 use tracing::debug;
 
 pub use config::{
-    ConfigError, ConnectMode, DEFAULT_EXCLUDED_INTERFACES, ENV_ADDR_TIMEOUT, ENV_CONNECT,
-    ENV_CONNECT_TIMEOUT, ENV_FAMILY, ENV_IF, ENV_IF_EXCLUDE, Family, TcpConfig,
+    ConfigError, Congestion, ConnectMode, DEFAULT_EXCLUDED_INTERFACES, ENV_ADDR_TIMEOUT,
+    ENV_CONGESTION, ENV_CONNECT, ENV_CONNECT_TIMEOUT, ENV_FAMILY, ENV_IF, ENV_IF_EXCLUDE, Family,
+    TcpConfig,
 };
 pub use ondemand::MAX_PENDING_ACCEPTS;
 

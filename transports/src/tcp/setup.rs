@@ -48,8 +48,10 @@ pub(crate) fn bind_listener(cfg: &TcpConfig, backlog: i32) -> io::Result<(Socket
             (s, false)
         }
     };
-    // Accepted sockets inherit the buffer sizes (and with them the window scale).
+    // Accepted sockets inherit the buffer sizes (and with them the window scale) and
+    // the congestion control.
     set_buffers(&sock, cfg);
+    set_congestion(&sock, cfg);
     sock.set_nonblocking(true)?;
     sock.listen(backlog)?;
     Ok((sock, is_v6))
@@ -71,6 +73,36 @@ pub(crate) fn set_buffers(sock: &Socket, cfg: &TcpConfig) {
         && let Err(e) = sock.set_recv_buffer_size(want)
     {
         debug!("tcp: SO_RCVBUF {want}: {e}");
+    }
+}
+
+/// Apply `cfg.congestion` ([`super::config::Congestion`]) to `sock`, before it connects
+/// or listens. Best effort: a refusal is logged once per process (the connection keeps
+/// the kernel's default, which works, only slower for large messages under BBR).
+pub(crate) fn set_congestion(sock: &Socket, cfg: &TcpConfig) {
+    use super::config::Congestion;
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let r = match &cfg.congestion {
+        Congestion::System => return,
+        Congestion::Named(name) => sock
+            .set_tcp_congestion(name.as_bytes())
+            .map_err(|e| (name.as_str(), e)),
+        Congestion::Auto => match sock.tcp_congestion() {
+            Ok(cur) if cur.starts_with(b"bbr") => sock
+                .set_tcp_congestion(b"cubic")
+                .or_else(|_| sock.set_tcp_congestion(b"reno"))
+                .map_err(|e| ("cubic or reno", e)),
+            _ => return,
+        },
+    };
+    if let Err((name, e)) = r {
+        WARNED.call_once(|| {
+            tracing::warn!(
+                "tcp: congestion control {name} refused ({e}); the connections keep the \
+                 kernel's default. Fix: set RANKWIRE_TCP_CONGESTION to one listed in \
+                 net.ipv4.tcp_allowed_congestion_control, or to system"
+            )
+        });
     }
 }
 
@@ -626,6 +658,7 @@ pub(crate) fn start_connect(addr: SocketAddr, cfg: &TcpConfig) -> io::Result<Soc
     sock.set_nonblocking(true)?;
     sock.set_tcp_nodelay(true)?;
     set_buffers(&sock, cfg);
+    set_congestion(&sock, cfg);
     match sock.connect(&SockAddr::from(addr)) {
         Ok(()) => Ok(sock),
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) || would_block(&e) => Ok(sock),
@@ -1004,6 +1037,67 @@ mod tests {
         let (b, _) = l.accept().unwrap();
         b.set_nonblocking(true).unwrap();
         (Socket::from(a), Socket::from(b))
+    }
+
+    /// A connected pair made as the transport makes them (listener and connector
+    /// configured by `cfg`): (connector, accepted).
+    fn configured_pair(cfg: &TcpConfig) -> (Socket, Socket) {
+        let (l, v6) = bind_listener(cfg, 4).unwrap();
+        let port = l.local_addr().unwrap().as_socket().unwrap().port();
+        let ip: IpAddr = if v6 {
+            Ipv6Addr::LOCALHOST.into()
+        } else {
+            [127, 0, 0, 1].into()
+        };
+        let c = start_connect(SocketAddr::new(ip, port), cfg).unwrap();
+        let t0 = std::time::Instant::now();
+        loop {
+            match l.accept() {
+                Ok((a, _)) => return (c, a),
+                Err(e) if would_block(&e) && t0.elapsed().as_secs() < 10 => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn connections_get_the_configured_congestion_control() {
+        use crate::tcp::Congestion;
+        // The name as the kernel returns it, without the NUL padding of its buffer.
+        let name = |s: &Socket| {
+            let mut v = s.tcp_congestion().unwrap();
+            v.retain(|&b| b != 0);
+            String::from_utf8(v).unwrap()
+        };
+        let fresh = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        let system = name(&fresh);
+        // Named: reno, which every process may set (tcp(7)).
+        let cfg = TcpConfig {
+            congestion: Congestion::Named("reno".into()),
+            ..TcpConfig::default()
+        };
+        let (c, a) = configured_pair(&cfg);
+        assert_eq!((name(&c).as_str(), name(&a).as_str()), ("reno", "reno"));
+        // System: untouched.
+        let cfg = TcpConfig {
+            congestion: Congestion::System,
+            ..TcpConfig::default()
+        };
+        let (c, a) = configured_pair(&cfg);
+        assert_eq!((name(&c), name(&a)), (system.clone(), system.clone()));
+        // Auto: never BBR; the kernel's default where that is not BBR.
+        let (c, a) = configured_pair(&TcpConfig::default());
+        for s in [&c, &a] {
+            let got = name(s);
+            if system.starts_with("bbr") {
+                assert!(got == "cubic" || got == "reno", "auto under BBR gave {got}");
+            } else {
+                assert_eq!(got, system);
+            }
+        }
+        eprintln!("kernel default {system}; auto gave {}", name(&c));
     }
 
     #[test]
