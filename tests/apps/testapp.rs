@@ -846,6 +846,45 @@ fn cancelled_wait(w: &Communicator) -> Result<()> {
         format!("the other receives got {b2:?} {b3:?}")
     })?;
 
+    // The other way round: the truncation first in request order, though the
+    // cancellation is known at once; and a receive from the other rank, whose message
+    // rank 0 sends 200 ms late: rank 1's wait_all returns the truncation only once that
+    // message is in its buffer.
+    if w.size() == 2 {
+        let peer = 1 - me;
+        let (mut b1, mut b3, mut b4) = ([0u8; 4], [0u8; 2], [0u8; 4]);
+        let short = w.irecv(&mut b3, me, 10)?;
+        let mut c = w.irecv(&mut b1, me, 99)?;
+        c.cancel();
+        let late = w.irecv(&mut b4, peer, 11)?;
+        let t = w.isend(&[8u8; 4], me, 10)?;
+        if me == 0 {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let s = w.isend(&[9u8; 4], peer, 11)?;
+        let t0 = std::time::Instant::now();
+        let res = rankwire::wait_all(vec![short, c, late, t, s]);
+        check(
+            matches!(
+                &res,
+                Err(Error::Matching(MatchError::Truncated {
+                    message_bytes: 4,
+                    buffer_bytes: 2,
+                    ..
+                }))
+            ),
+            || format!("wait_all with a truncation before a cancellation: {res:?}"),
+        )?;
+        check(b3 == [8u8; 2] && b4 == [9u8; 4], || {
+            format!("the receives got {b3:?} {b4:?}")
+        })?;
+        if me == 1 {
+            check(t0.elapsed() >= Duration::from_millis(100), || {
+                format!("rank 1's wait_all returned after {:?}", t0.elapsed())
+            })?;
+        }
+    }
+
     let mut b = [0u8; 4];
     let mut c = w.irecv(&mut b, me, 99)?;
     c.cancel();

@@ -74,6 +74,10 @@ pub enum Check {
     },
     /// `name` or `name:port` with a port from 1.
     DevicePort,
+    /// A kernel algorithm's name (tcp(7) `TCP_CONGESTION`): 1 to 15 ASCII letters,
+    /// digits or `_` (the kernel's limit is 15 plus a NUL); whether this kernel has it
+    /// is checked where it is used.
+    AlgorithmName,
 }
 
 /// One setting.
@@ -368,7 +372,7 @@ pub static SETTINGS: &[Setting] = &[
         "RANKWIRE_TCP_CONGESTION",
         "auto",
         "auto, system, or a congestion control this kernel has (e.g. cubic, reno)",
-        Check::Any,
+        Check::AlgorithmName,
         "TCP congestion control of the connections; auto: cubic (or reno) where the \
          kernel's default is BBR, whose window caps a large message's bytes in flight",
     ),
@@ -769,6 +773,9 @@ fn check_value(check: Check, value: &str) -> bool {
             None => !v.is_empty(),
             Some((dev, port)) => !dev.is_empty() && port.trim().parse::<u8>().is_ok_and(|p| p >= 1),
         },
+        Check::AlgorithmName => {
+            (1..16).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        }
     }
 }
 
@@ -978,6 +985,7 @@ mod tests {
             Check::Uint { .. } => ("16", Some("1")),
             Check::Bytes { .. } => ("64K", Some("1.5M")),
             Check::DevicePort => ("mlx5_0:1", Some("mlx5_0:x")),
+            Check::AlgorithmName => ("cubic", Some("cubic,reno")),
         }
     }
 

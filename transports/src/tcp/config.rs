@@ -79,7 +79,7 @@ pub enum Congestion {
     /// Why: BBR sizes its congestion window from the round-trip time it measured, a few
     /// microseconds on one host or a cluster's network, to about a megabyte in flight
     /// here (16 segments of 64 KiB on loopback); a larger message then waits for
-    /// acknowledgements. Measured on loopback (2 ranks, ping-pong, 3000 iterations):
+    /// acknowledgements. Measured on loopback (2 ranks, ping-pong, 300 iterations per size):
     /// 1 MiB 179 µs with BBR, 108–122 µs with cubic or reno; 4 MiB 757–797 against
     /// 481–590 µs (`benches/results/2026-12-07s54_tcp-congestion/`).
     #[default]
@@ -159,11 +159,13 @@ pub use crate::ConfigError;
 
 impl TcpConfig {
     /// The default configuration with the `RANKWIRE_TCP_IF`, `RANKWIRE_TCP_IF_EXCLUDE`,
-    /// `RANKWIRE_TCP_FAMILY`, `RANKWIRE_CONNECT_TIMEOUT` and `RANKWIRE_TCP_ADDR_TIMEOUT`
-    /// environment variables applied. Unset or empty variables keep the default.
+    /// `RANKWIRE_TCP_FAMILY`, `RANKWIRE_TCP_CONNECT`, `RANKWIRE_CONNECT_TIMEOUT`,
+    /// `RANKWIRE_TCP_ADDR_TIMEOUT` and `RANKWIRE_TCP_CONGESTION` environment variables
+    /// applied. Unset or empty variables keep the default.
     ///
     /// # Errors
-    /// [`ConfigError`] naming the variable whose value cannot be parsed.
+    /// [`ConfigError`] naming the variable whose value cannot be parsed, among them a
+    /// congestion control that is not in `net.ipv4.tcp_available_congestion_control`.
     pub fn from_env() -> Result<Self, ConfigError> {
         crate::settings::check_names(&[
             ENV_IF,
