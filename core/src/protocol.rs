@@ -845,6 +845,7 @@ fn no_gpu(kind: MemoryKind) -> Error {
     ))
 }
 
+#[inline]
 fn recv_result(src: u32, tag: i32, msg_len: u64, cap: usize) -> Result<Status, Error> {
     if msg_len > cap as u64 {
         Err(MatchError::Truncated {

@@ -318,7 +318,7 @@ impl<'a> InPayload<'a> {
     /// # Panics
     /// If `dst` is longer than the payload (a caller bug: callers size `dst` from
     /// [`InPayload::len`]).
-    #[inline]
+    #[inline(always)]
     pub fn copy_to(&self, dst: &mut [u8]) {
         assert!(
             dst.len() <= self.len(),

@@ -154,7 +154,14 @@ impl Protocol {
         header: &[u8],
         payload: impl Into<InPayload<'a>>,
     ) -> Result<(), Error> {
-        let r = self.on_frame_inner(peer, header, payload.into());
+        let payload = payload.into();
+        // The common frame, a short eager message, inline in the caller's loop; every
+        // other frame (a full `Eager` header too) in `on_frame_inner`.
+        if let Some(env) = self.short_eager_env(peer, header) {
+            self.arrive_eager(env, payload);
+            return Ok(());
+        }
+        let r = self.on_frame_inner(peer, header, payload);
         if let Err(e) = &r {
             self.fail_peer(peer, e.clone());
         }
@@ -439,11 +446,8 @@ impl Protocol {
         header: &[u8],
         payload: InPayload<'_>,
     ) -> Result<(), Error> {
-        // The common frame first, without building a `Frame`.
-        if let Some(env) = self.short_eager_env(peer, header) {
-            self.arrive_eager(env, payload);
-            return Ok(());
-        }
+        // A short eager frame was taken by `on_frame` before this. A full `Eager`
+        // header, without building a `Frame`.
         if let Some((env, plen)) = Frame::decode_eager(header)
             && plen == payload.len() as u64
             && env.src == peer

@@ -250,6 +250,7 @@ impl RingPtr {
 
     /// The published bytes `[pos, pos + len)` as at most two pieces (the second one
     /// empty unless they wrap).
+    #[inline]
     fn pieces(&self, pos: u64, len: usize) -> [(*const u8, usize); 2] {
         let (p, room) = self.at(pos);
         let first = len.min(room);
