@@ -386,9 +386,11 @@ pub fn wait_all(mut reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
 
 /// The runtime of every pending request of `reqs` when they share one (`None` when
 /// none is pending or they belong to several runtimes).
-fn one_runtime<'r>(reqs: &'r [Request<'_>]) -> Option<&'r Arc<Inner>> {
+fn one_runtime<'r, 'a: 'r>(
+    reqs: impl IntoIterator<Item = &'r Request<'a>>,
+) -> Option<&'r Arc<Inner>> {
     let mut inner: Option<&Arc<Inner>> = None;
-    for r in reqs.iter().filter(|r| r.pending_id().is_some()) {
+    for r in reqs.into_iter().filter(|r| r.pending_id().is_some()) {
         match (inner, r.inner.as_ref()) {
             (None, Some(i)) => inner = Some(i),
             (Some(first), Some(i)) if Arc::ptr_eq(first, i) => {}
@@ -461,19 +463,8 @@ pub fn wait_all_in_place<'r, 'a: 'r>(
 ) {
     out.clear();
     let mut reqs: smallvec::SmallVec<[&'r mut Request<'a>; 64]> = reqs.into_iter().collect();
-    let mut inner: Option<Arc<Inner>> = None;
-    for r in reqs.iter().filter(|r| r.pending_id().is_some()) {
-        match (&inner, r.inner.as_ref()) {
-            (None, Some(i)) => inner = Some(i.clone()),
-            (Some(first), Some(i)) if Arc::ptr_eq(first, i) => {}
-            // Several runtimes (not made by this crate's API): one by one.
-            _ => {
-                inner = None;
-                break;
-            }
-        }
-    }
-    let Some(inner) = inner else {
+    // Several runtimes (not made by this crate's API), or none pending: one by one.
+    let Some(inner) = one_runtime(reqs.iter().map(|r| &**r)).cloned() else {
         out.extend(reqs.iter_mut().map(|r| r.wait_in_place()));
         return;
     };

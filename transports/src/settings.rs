@@ -773,10 +773,14 @@ fn check_value(check: Check, value: &str) -> bool {
             None => !v.is_empty(),
             Some((dev, port)) => !dev.is_empty() && port.trim().parse::<u8>().is_ok_and(|p| p >= 1),
         },
-        Check::AlgorithmName => {
-            (1..16).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        }
+        Check::AlgorithmName => is_algorithm_name(v),
     }
+}
+
+/// Whether `v` has the form of a kernel algorithm's name ([`Check::AlgorithmName`]):
+/// 1 to 15 ASCII letters, digits or `_`.
+pub(crate) fn is_algorithm_name(v: &str) -> bool {
+    (1..16).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// `1/on/true/yes` → `true`, `0/off/false/no` → `false` (case-insensitive).

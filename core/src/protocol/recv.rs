@@ -53,7 +53,7 @@ impl Protocol {
             return None;
         }
         let cap = buf.len();
-        self.write_payload(buf, 0, payload, payload.len().min(cap));
+        Self::write_payload(buf, 0, payload, payload.len().min(cap));
         Some(recv_result(env.src, env.tag, plen, cap))
     }
 
@@ -349,13 +349,7 @@ impl Protocol {
     /// buffer. Callers check `offset + n <= buf.len()`, `n <= payload.len()` and that
     /// `buf` is host memory (device buffers go through [`Protocol::stage_in`]).
     #[inline]
-    pub(super) fn write_payload(
-        &mut self,
-        buf: RawBuf,
-        offset: usize,
-        payload: &InPayload<'_>,
-        n: usize,
-    ) {
+    pub(super) fn write_payload(buf: RawBuf, offset: usize, payload: &InPayload<'_>, n: usize) {
         if n == 0 {
             return;
         }
@@ -396,18 +390,13 @@ impl Protocol {
         // A host receive (the common case): copy and complete in one look at its slot.
         let done = self.reqs.complete_host_recv(recv, |buf| {
             let cap = buf.len();
-            let n = payload.len().min(cap);
-            if n > 0 {
-                // SAFETY: `n <= buf.len()` and the buffer is host memory, borrowed
-                // exclusively by this pending receive.
-                let dst = unsafe { std::slice::from_raw_parts_mut(buf.ptr, n) };
-                payload.copy_to(dst);
-            }
+            Self::write_payload(buf, 0, payload, payload.len().min(cap));
             recv_result(env.src, env.tag, payload.len() as u64, cap)
         });
         if done.is_some() {
             return;
         }
+        // Not a host receive: a device one (staged in), or no receive at all.
         let Some(r) = self.reqs.recv_mut(recv) else {
             return;
         };
@@ -415,14 +404,9 @@ impl Protocol {
         let cap = buf.len();
         let n = payload.len().min(cap);
         let res = recv_result(env.src, env.tag, payload.len() as u64, cap);
-        if !buf.is_host() {
-            let mut data = vec![0u8; n];
-            payload.copy_to(&mut data);
-            self.stage_in_eager(recv, buf, data, res);
-            return;
-        }
-        self.write_payload(buf, 0, payload, n);
-        self.reqs.complete(recv, res);
+        let mut data = vec![0u8; n];
+        payload.copy_to(&mut data);
+        self.stage_in_eager(recv, buf, data, res);
     }
 
     /// The envelope of a short eager header ([`Frame::short_eager_header`]) from
@@ -567,7 +551,7 @@ impl Protocol {
                 // offset + len <= accept <= buf.len(), checked above; the receive is
                 // pending so its buffer is still borrowed.
                 if buf.is_host() {
-                    self.write_payload(buf, offset as usize, &payload, payload.len());
+                    Self::write_payload(buf, offset as usize, &payload, payload.len());
                 } else if failed.is_none() && !payload.is_empty() {
                     let dst = RawBuf {
                         ptr: buf.ptr.wrapping_add(offset as usize),

@@ -268,9 +268,7 @@ fn parse_congestion(v: &str, available: Option<&str>) -> Result<Congestion, Conf
         "system" => return Ok(Congestion::System),
         _ => {}
     }
-    let valid = !name.is_empty()
-        && name.len() < 16
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    let valid = crate::settings::is_algorithm_name(&name);
     let known = available.is_none_or(|a| a.split_whitespace().any(|x| x == name));
     if !valid || !known {
         return Err(ConfigError {
