@@ -1,0 +1,15 @@
+#!/bin/bash
+# Direct alternation of the 4-rank allreduce on 2 cores (unbound, as run.sh runs it),
+# 256 KiB - 2 MiB: per round Open MPI, then new and base in an order that alternates
+# (base first in odd rounds). Usage: alt-ar4.sh ROUNDS
+cd "$(dirname "$0")/../../../.." || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+RB=benches/peers/build/rankwire-base; N=target/release
+row() { awk '!/^#/ && NF>=2 {printf "%s:%s ", $1, $2} END {print ""}'; }
+for r in $(seq 1 "${1:-4}"); do
+  echo -n "$r ompi "; mpirun.openmpi --oversubscribe --mca oob_tcp_if_include lo -n 4 --bind-to none --mca pml ob1 --mca btl self,vader benches/peers/build/peerbench.openmpi allreduce -m 262144:2097152 -i 2000 -S 2>&1 | row
+  order="new base"; [ $((r % 2)) = 1 ] && order="base new"
+  for v in $order; do d=$N; [ $v = base ] && d=$RB
+    echo -n "$r $v "; $d/rwrun -n 4 $d/rankwire-bench allreduce --min-size 262144 --max-size 2097152 -i 2000 2>&1 | row
+  done
+done
