@@ -388,11 +388,12 @@ impl Protocol {
     #[inline]
     pub(super) fn deliver_eager(&mut self, recv: ReqId, env: Envelope, payload: &InPayload<'_>) {
         // A host receive (the common case): copy and complete in one look at its slot.
-        let done = self.reqs.complete_host_recv(recv, |buf| {
-            let cap = buf.len();
-            Self::write_payload(buf, 0, payload, payload.len().min(cap));
-            recv_result(env.src, env.tag, payload.len() as u64, cap)
-        });
+        let len = payload.len();
+        let done = self
+            .reqs
+            .complete_host_recv(recv, env.src, env.tag, len as u64, |buf| {
+                Self::write_payload(buf, 0, payload, len.min(buf.len()));
+            });
         if done.is_some() {
             return;
         }

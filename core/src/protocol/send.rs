@@ -115,8 +115,8 @@ impl Protocol {
         id
     }
 
-    /// Fast path of an eager send of host memory, for the engine: the short eager
-    /// header ([`Frame::short_eager_header`]) of a message to `dst` on context `ctx`
+    /// Fast path of an eager send of host memory, for the engine: the bytes of the
+    /// short eager header ([`Frame::short_eager_bytes`]) of a message to `dst` on context `ctx`
     /// with `tag` (any payload length), taking the
     /// message's sequence number; `None` when `dst` has failed or `ctx` is revoked
     /// (use [`Protocol::isend`], which reports that). The caller hands the frame to a
@@ -125,12 +125,17 @@ impl Protocol {
     /// queued for `dst` earlier must have gone out first ([`Protocol::has_frames_for`]),
     /// so that messages keep their order.
     #[inline]
-    pub fn eager_header(&mut self, dst: u32, ctx: u32, tag: i32) -> Option<HeaderBuf> {
+    pub fn eager_header(
+        &mut self,
+        dst: u32,
+        ctx: u32,
+        tag: i32,
+    ) -> Option<[u8; crate::wire::SHORT_EAGER_BYTES]> {
         if (!self.dead.is_empty() && self.dead.contains_key(&dst)) || self.is_revoked(ctx) {
             return None;
         }
         let env = self.next_env(dst, ctx, tag);
-        Some(Frame::short_eager_header(&env))
+        Some(Frame::short_eager_bytes(&env))
     }
 
     /// Queue the eager frame `header` (from [`Protocol::eager_header`]) carrying the
@@ -142,12 +147,12 @@ impl Protocol {
         ctx: u32,
         tag: i32,
         buf: RawBuf,
-        header: HeaderBuf,
+        header: [u8; crate::wire::SHORT_EAGER_BYTES],
     ) -> ReqId {
         let id = self.alloc_id();
         self.out.push_back(OutFrame {
             peer: dst,
-            header,
+            header: HeaderBuf::from_short(header),
             payload: if buf.is_empty() {
                 Payload::Empty
             } else {
