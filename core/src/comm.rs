@@ -426,6 +426,7 @@ impl Communicator {
 
     /// Post a receive into `raw` (host or device memory); the caller keeps it valid
     /// until the receive completes.
+    #[inline]
     pub(crate) fn post_recv_raw(&self, raw: RawBuf, source: Source, tag: Tag) -> Result<ReqId> {
         self.inner.check_live()?;
         let pat = self.pattern(source, tag)?;

@@ -58,9 +58,22 @@ impl Protocol {
     }
 
     /// Post a receive into `buf` for messages accepted by `pat`.
+    #[inline(always)]
     pub fn irecv(&mut self, pat: Pattern, buf: RawBuf) -> ReqId {
-        if !self.dead.is_empty()
-            && let Some(src) = pat.src
+        if !self.dead.is_empty() || !self.revoked.is_empty() {
+            return self.irecv_after_failure(pat, buf);
+        }
+        let id = self.reqs.insert_recv(pat, buf);
+        if let Some(m) = self.matcher.post(pat, id) {
+            self.deliver(m);
+        }
+        id
+    }
+
+    /// [`Protocol::irecv`] once a peer died or a context was revoked.
+    #[inline(never)]
+    fn irecv_after_failure(&mut self, pat: Pattern, buf: RawBuf) -> ReqId {
+        if let Some(src) = pat.src
             && let Some(e) = self.dead.get(&src).cloned()
         {
             let id = self.alloc_id();
@@ -72,11 +85,7 @@ impl Protocol {
             self.reqs.complete(id, Err(e));
             return id;
         }
-        let id = self.reqs.insert_recv(RecvReq {
-            pat,
-            buf,
-            state: RecvState::Posted,
-        });
+        let id = self.reqs.insert_recv(pat, buf);
         if let Some(m) = self.matcher.post(pat, id) {
             self.deliver(m);
         } else if pat.src.is_none()

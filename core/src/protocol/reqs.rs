@@ -22,6 +22,7 @@
 
 use super::{RawBuf, RecvReq, RecvState, ReqId, SendReq, Status};
 use crate::error::Error;
+use crate::matching::Pattern;
 
 pub(super) enum Slot {
     /// No request: on the free list.
@@ -83,7 +84,10 @@ impl Reqs {
             Some(k) => k as usize,
             None => self.grow(),
         };
-        self.entries[k].generation = g;
+        debug_assert!(k < self.entries.len());
+        // SAFETY: free indices and `grow`'s are below `entries.len()` (entries are
+        // never removed).
+        unsafe { self.entries.get_unchecked_mut(k) }.generation = g;
         (k, (u64::from(g) << 32) | k as u64)
     }
 
@@ -102,11 +106,25 @@ impl Reqs {
         k
     }
 
+    /// Store `slot` in the entry `k` that [`Reqs::alloc`] just handed out.
+    #[inline(always)]
+    fn fill(&mut self, k: usize, slot: Slot) {
+        debug_assert!(k < self.entries.len());
+        // SAFETY: `k` came from `alloc`, so it is below `entries.len()`.
+        let e = unsafe { self.entries.get_unchecked_mut(k) };
+        debug_assert!(matches!(e.slot, Slot::Free));
+        // SAFETY: the entry is free, and `Slot::Free` owns nothing: overwriting it
+        // without running drop glue leaks nothing. (An assignment would call the drop
+        // glue first, and the compiler then builds the new slot on the stack and
+        // copies it over, 120 bytes, instead of writing its fields in place.)
+        unsafe { std::ptr::write(&mut e.slot, slot) };
+    }
+
     /// A fresh id whose slot holds nothing yet.
     #[inline]
     pub(super) fn reserve(&mut self) -> ReqId {
         let (k, id) = self.alloc();
-        self.entries[k].slot = Slot::Reserved;
+        self.fill(k, Slot::Reserved);
         id
     }
 
@@ -150,12 +168,21 @@ impl Reqs {
         }
     }
 
-    /// A fresh id holding receive `r` (a [`Reqs::reserve`] and [`Reqs::set_recv`] in one
-    /// write of the slot: the posting path of every receive).
+    /// A fresh id holding a posted receive of `pat` into `buf` (a [`Reqs::reserve`] and
+    /// [`Reqs::set_recv`] in one write of the slot: the posting path of every receive).
     #[inline]
-    pub(super) fn insert_recv(&mut self, r: RecvReq) -> ReqId {
+    pub(super) fn insert_recv(&mut self, pat: Pattern, buf: RawBuf) -> ReqId {
         let (k, id) = self.alloc();
-        self.entries[k].slot = Slot::Recv(r);
+        // Built in the call, after the entry is known: the compiler writes the fields
+        // straight into it (a request built first goes through a temporary).
+        self.fill(
+            k,
+            Slot::Recv(RecvReq {
+                pat,
+                buf,
+                state: RecvState::Posted,
+            }),
+        );
         self.live += 1;
         id
     }
@@ -508,11 +535,8 @@ mod tests {
         assert!(t.recv_mut(b).is_none());
     }
 
-    fn host_recv(buf: &mut [u8]) -> RecvReq {
-        RecvReq {
-            buf: RawBuf::new(buf.as_mut_ptr(), buf.len()),
-            ..recv()
-        }
+    fn host_buf(buf: &mut [u8]) -> RawBuf {
+        RawBuf::new(buf.as_mut_ptr(), buf.len())
     }
 
     #[test]
@@ -545,7 +569,7 @@ mod tests {
     fn host_receive_completes_in_place_with_success_or_truncation() {
         let mut t = Reqs::default();
         let mut buf = [0u8; 4];
-        let a = t.insert_recv(host_recv(&mut buf));
+        let a = t.insert_recv(recv().pat, host_buf(&mut buf));
         assert_eq!(t.live(), 1);
         let done = t.complete_host_recv(a, 7, 9, 3, |b| {
             // SAFETY: `b` is `buf`, live and 4 bytes long.
@@ -557,7 +581,7 @@ mod tests {
         let st = t.take_done(a).unwrap().unwrap();
         assert_eq!((st.source, st.tag, st.len_bytes), (7, 9, 3));
         let mut small = [0u8; 2];
-        let b = t.insert_recv(host_recv(&mut small));
+        let b = t.insert_recv(recv().pat, host_buf(&mut small));
         let mut wrote = 0;
         t.complete_host_recv(b, 1, 2, 5, |b| wrote = b.len())
             .unwrap();

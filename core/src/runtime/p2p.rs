@@ -18,6 +18,7 @@ use super::Inner;
 impl Inner {
     /// Post a receive of `pat` into `raw`; the caller keeps `raw` valid until the
     /// request completes.
+    #[inline]
     pub(crate) fn irecv(&self, pat: Pattern, raw: RawBuf) -> ReqId {
         self.lock().proto.irecv(pat, raw)
     }
