@@ -343,6 +343,7 @@ impl Communicator {
         }))
     }
 
+    #[inline]
     fn start_send<'a>(
         &self,
         bytes: &'a [u8],
@@ -355,6 +356,7 @@ impl Communicator {
     }
 
     /// The request of a send that started as `start`.
+    #[inline]
     fn send_request<'a>(&self, start: SendStart) -> Request<'a> {
         match start {
             SendStart::Done(st) => Request::completed(st, PhantomData),
@@ -364,6 +366,7 @@ impl Communicator {
     }
 
     /// Start a send of `bytes`; the caller keeps them borrowed until it completes.
+    #[inline]
     fn post_send(&self, bytes: &[u8], dest: usize, tag: i32, sync: bool) -> Result<SendStart> {
         self.post_send_raw(RawBuf::from_slice(bytes), dest, tag, sync)
     }
@@ -406,6 +409,7 @@ impl Communicator {
 
     /// Start a send of `raw` (host or device memory); the caller keeps it valid until
     /// the send completes.
+    #[inline]
     pub(crate) fn post_send_raw(
         &self,
         raw: RawBuf,

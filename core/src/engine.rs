@@ -382,7 +382,7 @@ impl Engine {
     /// limit, with nothing queued for `dst` before it, is handed to the transport at
     /// once and, if taken, is complete on return ([`SendStart::Done`]) without a request
     /// in the protocol's tables. Everything else is queued and driven by `progress`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn isend(
         &mut self,
         dst: u32,
@@ -402,15 +402,12 @@ impl Engine {
             // SAFETY: the caller keeps `buf` borrowed until the send completes, which
             // for a frame the transport takes is right here.
             let payload = unsafe { buf.as_slice() };
-            let res = match (self.routes[dst as usize], self.tp.shm_mut()) {
-                // Shared memory called directly (inlined), the others through the enum.
-                (Route::Shm, Some(t)) => t.send(dst, &header, payload),
-                _ => match self.transport(dst) {
-                    Some(t) => t.send(dst, &header, payload),
-                    None => Ok(SendOutcome::Busy),
-                },
+            // Shared memory called directly (inlined), the others through the enum.
+            let sent = match (self.routes[dst as usize], self.tp.shm_mut()) {
+                (Route::Shm, Some(t)) => t.send_now(dst, &header, payload),
+                _ => self.send_now_other(dst, &header, payload),
             };
-            if let Ok(SendOutcome::Sent) = res {
+            if sent {
                 return SendStart::Done(crate::protocol::Status {
                     source: dst as usize,
                     tag,
@@ -418,10 +415,48 @@ impl Engine {
                 });
             }
             // Busy, or an error that flush_backlog reports the usual way.
-            let id = self.proto.queue_eager(dst, ctx, tag, buf, header);
-            self.progress();
-            return SendStart::Queued(id);
+            return self.queue_eager(dst, ctx, tag, buf, header);
         }
+        self.isend_queued(dst, ctx, tag, buf, sync, lim)
+    }
+
+    /// [`Engine::isend`]'s eager frame to a peer reached by a transport other than
+    /// shared memory: whether the transport took it at once.
+    #[inline(never)]
+    fn send_now_other(&mut self, dst: u32, header: &[u8], payload: &[u8]) -> bool {
+        match self.transport(dst) {
+            Some(t) => matches!(t.send(dst, header, payload), Ok(SendOutcome::Sent)),
+            None => false,
+        }
+    }
+
+    /// [`Engine::isend`]'s eager frame that no transport took at once: queued as a
+    /// request.
+    #[inline(never)]
+    fn queue_eager(
+        &mut self,
+        dst: u32,
+        ctx: u32,
+        tag: i32,
+        buf: RawBuf,
+        header: [u8; crate::wire::SHORT_EAGER_BYTES],
+    ) -> SendStart {
+        let id = self.proto.queue_eager(dst, ctx, tag, buf, header);
+        self.progress();
+        SendStart::Queued(id)
+    }
+
+    /// [`Engine::isend`] for everything but its fast path: the protocol queues it.
+    #[inline(never)]
+    fn isend_queued(
+        &mut self,
+        dst: u32,
+        ctx: u32,
+        tag: i32,
+        buf: RawBuf,
+        sync: bool,
+        lim: usize,
+    ) -> SendStart {
         let lim = if buf.is_host() {
             lim
         } else {

@@ -124,7 +124,7 @@ impl Protocol {
     /// [`Protocol::queue_eager`] (the sequence number is spent either way). Frames
     /// queued for `dst` earlier must have gone out first ([`Protocol::has_frames_for`]),
     /// so that messages keep their order.
-    #[inline]
+    #[inline(always)]
     pub fn eager_header(
         &mut self,
         dst: u32,

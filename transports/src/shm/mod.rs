@@ -463,6 +463,35 @@ impl ShmTransport {
         self.quiesced = true;
     }
 
+    /// The fast path of [`Transport::send`] for the engine's eager sends: write the
+    /// frame into `peer`'s ring and return `true` when that can be done now (the peer
+    /// is open, the ring has room, the frame is within the limits). Otherwise nothing
+    /// is written and the answer is `false`; the caller queues the frame, and
+    /// [`Transport::send`] later reports why it could not go (busy, or the error).
+    /// Nothing is returned through memory: the general path's `Result`, with an error
+    /// in it, is large.
+    #[inline(always)]
+    pub fn send_now(&mut self, peer: u32, header: &[u8], payload: &[u8]) -> bool {
+        if header.len() > MAX_HEADER_BYTES || payload.len() > self.max_payload {
+            return false;
+        }
+        let Some(idx) = self.find(peer) else {
+            return false;
+        };
+        let p = &mut self.peers[idx];
+        if !matches!(p.state, PeerState::Open) {
+            return false;
+        }
+        // A corrupted ring (`Err`) is reported, and the peer failed, by the `send` of
+        // the queued frame: `try_write` finds the same fault again.
+        if let Ok(true) = p.tx.try_write(header, payload) {
+            p.map.doorbell().ring();
+            true
+        } else {
+            false
+        }
+    }
+
     fn find(&self, rank: u32) -> Option<usize> {
         self.peers.binary_search_by_key(&rank, |p| p.rank).ok()
     }
