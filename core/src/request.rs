@@ -290,10 +290,19 @@ impl<'a> Request<'a> {
 }
 
 impl Drop for Request<'_> {
+    #[inline]
     fn drop(&mut self) {
-        if self.done || self.ready.is_some() {
-            return;
+        // Inline, the common finished request costs a test; the rest out of line.
+        if !self.done && self.ready.is_none() {
+            self.drop_pending();
         }
+    }
+}
+
+impl Request<'_> {
+    /// [`Drop`] of a request the runtime may still complete.
+    #[inline(never)]
+    fn drop_pending(&mut self) {
         let Some(inner) = self.inner.as_ref() else {
             return;
         };
