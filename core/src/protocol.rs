@@ -404,7 +404,7 @@ enum RecvState {
         sreq: u64,
         accept: usize,
         /// Boxed: the remote memory descriptor is large, and every request slot is as
-        /// large as its largest state (the small-message path moves slots).
+        /// large as its largest state.
         copy: Box<share::PullCopy>,
     },
     /// Matched an Rts and sent Cts; `got` of `accept` bytes arrived.

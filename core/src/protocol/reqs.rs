@@ -11,7 +11,9 @@
 //! A slot is `Reserved` from [`Reqs::reserve`] until it holds a send, a receive or an
 //! outcome; taking a send or receive out ([`Reqs::take_send`], [`Reqs::take_recv`])
 //! leaves it `Reserved` until [`Reqs::complete`] stores the outcome, which
-//! [`Reqs::take_done`] hands out and frees.
+//! [`Reqs::take_done`] hands out and frees. A freed slot is `Free` and its index goes on
+//! the free list, whose last entry the next request takes; entries are never removed,
+//! so every index on the list is in range, and an id finds nothing in a `Free` slot.
 //!
 //! The table is written in place, not through a general slab: a request is built
 //! straight into its slot and an outcome read straight out of it. A slab's `insert`
@@ -23,6 +25,14 @@
 use super::{RawBuf, RecvReq, RecvState, ReqId, SendReq, Status};
 use crate::error::Error;
 use crate::matching::Pattern;
+
+// The in-place writes below (`ptr::write` over a free slot, a posted receive or a
+// success) skip drop glue on the grounds that these own nothing: keep it so.
+const _: () = assert!(
+    !std::mem::needs_drop::<Status>()
+        && !std::mem::needs_drop::<Pattern>()
+        && !std::mem::needs_drop::<RawBuf>()
+);
 
 pub(super) enum Slot {
     /// No request: on the free list.
@@ -601,68 +611,154 @@ mod tests {
     }
 
     /// Random operations against a model: every id finds its own request or nothing,
-    /// and freed entries are reused.
+    /// the counts and the free list stay consistent, and freed entries are reused.
     #[test]
     fn random_operations_match_a_model() {
+        use crate::protocol::Taken;
         use rand::{Rng, SeedableRng};
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        enum M {
+            Reserved,
+            Recv,
+            Ok(usize),
+            Failed,
+        }
         let mut rng = rand::rngs::StdRng::seed_from_u64(22);
         let mut t = Reqs::default();
-        // id -> Some(len) when done with Ok(len), None while reserved
-        let mut model: std::collections::HashMap<ReqId, Option<usize>> = Default::default();
+        let mut model: std::collections::HashMap<ReqId, M> = Default::default();
         let mut gone: Vec<ReqId> = Vec::new();
         let mut out = Vec::new();
+        let mut buf = [0u8; 8];
         let mut max_slots = 0;
-        for step in 0..20_000 {
+        for step in 0..50_000usize {
             let ids: Vec<ReqId> = model.keys().copied().collect();
-            match rng.random_range(0..5) {
-                0 | 1 if model.len() < 40 => {
+            let pick = |rng: &mut rand::rngs::StdRng| ids[rng.random_range(0..ids.len())];
+            match rng.random_range(0..9) {
+                0 if model.len() < 40 => {
                     let id = t.reserve();
                     assert!(!model.contains_key(&id) && !gone.contains(&id));
-                    model.insert(id, None);
+                    model.insert(id, M::Reserved);
+                }
+                1 if model.len() < 40 => {
+                    let id = t.insert_recv(recv().pat, host_buf(&mut buf));
+                    assert!(!model.contains_key(&id) && !gone.contains(&id));
+                    model.insert(id, M::Recv);
                 }
                 2 if !ids.is_empty() => {
-                    let id = ids[rng.random_range(0..ids.len())];
-                    if model[&id].is_none() {
-                        t.complete(
-                            id,
-                            Ok(Status {
-                                source: 0,
-                                tag: 0,
-                                len_bytes: step,
-                            }),
-                        );
-                        model.insert(id, Some(step));
+                    // Complete a reserved request, or a receive taken out first.
+                    let id = pick(&mut rng);
+                    if model[&id] == M::Recv {
+                        assert!(t.take_recv(id).is_some());
+                    }
+                    if matches!(model[&id], M::Reserved | M::Recv) {
+                        if rng.random_bool(0.8) {
+                            t.complete(
+                                id,
+                                Ok(Status {
+                                    source: 0,
+                                    tag: 0,
+                                    len_bytes: step,
+                                }),
+                            );
+                            model.insert(id, M::Ok(step));
+                        } else {
+                            t.complete(id, Err(Error::usage("failed")));
+                            model.insert(id, M::Failed);
+                        }
                     }
                 }
                 3 if !ids.is_empty() => {
-                    let id = ids[rng.random_range(0..ids.len())];
+                    // An eager message into a receive: fits, or is truncated.
+                    let id = pick(&mut rng);
+                    let len = rng.random_range(0..12u64);
+                    let done = t.complete_host_recv(id, 1, 2, len, |_| {});
+                    assert_eq!(done.is_some(), model[&id] == M::Recv, "step {step}");
+                    if done.is_some() {
+                        let m = if len <= 8 {
+                            M::Ok(len as usize)
+                        } else {
+                            M::Failed
+                        };
+                        model.insert(id, m);
+                    }
+                }
+                4 if !ids.is_empty() => {
+                    let id = pick(&mut rng);
                     let before = out.len();
                     match (t.take_ok_into(id, &mut out), model[&id]) {
-                        (crate::protocol::Taken::Pushed, Some(len)) => {
+                        (Taken::Pushed, M::Ok(len)) => {
                             assert_eq!(out[before].len_bytes, len);
                             model.remove(&id);
                             gone.push(id);
                         }
-                        (crate::protocol::Taken::Pending, None) => {}
+                        (Taken::Pending, M::Reserved | M::Recv) | (Taken::Other, M::Failed) => {}
                         (got, want) => panic!("step {step}: {got:?} for {want:?}"),
+                    }
+                }
+                5 if !ids.is_empty() => {
+                    let id = pick(&mut rng);
+                    match (t.take_settled(id), model[&id]) {
+                        (None, M::Reserved | M::Recv) => {}
+                        (Some(Ok(st)), M::Ok(len)) => {
+                            assert_eq!(st.len_bytes, len);
+                            model.remove(&id);
+                            gone.push(id);
+                        }
+                        (Some(Err(_)), M::Failed) => {
+                            model.remove(&id);
+                            gone.push(id);
+                        }
+                        (got, want) => panic!("step {step}: {got:?} for {want:?}"),
+                    }
+                }
+                6 if !ids.is_empty() => {
+                    // Withdraw a receive.
+                    let id = pick(&mut rng);
+                    if model[&id] == M::Recv {
+                        t.free(id);
+                        model.remove(&id);
+                        gone.push(id);
                     }
                 }
                 _ if !gone.is_empty() => {
                     let id = gone[rng.random_range(0..gone.len())];
                     assert!(!t.is_known(id), "step {step}: a taken id is found");
-                    assert!(t.take_done(id).is_none());
-                    assert_eq!(t.take_ok_into(id, &mut out), crate::protocol::Taken::Other);
+                    assert!(t.take_done(id).is_none() && t.recv_mut(id).is_none());
+                    assert_eq!(t.take_ok_into(id, &mut out), Taken::Other);
+                    assert!(matches!(t.take_settled(id), Some(Err(_))), "unknown");
                 }
                 _ => {}
             }
-            max_slots = max_slots.max(t.entries.len());
-            for (&id, &want) in &model {
-                assert_eq!(t.is_done(id), want.is_some(), "step {step}");
+            // Invariants: counts, the free list, every held id.
+            let live = model.values().filter(|m| matches!(m, M::Recv)).count();
+            assert_eq!(t.live(), live, "step {step}");
+            assert_eq!(t.entries.len() - t.free.len(), model.len(), "step {step}");
+            let mut free = t.free.clone();
+            free.sort_unstable();
+            free.dedup();
+            assert_eq!(
+                free.len(),
+                t.free.len(),
+                "step {step}: an index freed twice"
+            );
+            assert!(
+                free.iter()
+                    .all(|&k| matches!(t.entries[k as usize].slot, Slot::Free))
+            );
+            for (&id, &m) in &model {
+                assert_eq!(
+                    t.is_done(id),
+                    matches!(m, M::Ok(_) | M::Failed),
+                    "step {step}"
+                );
+                assert_eq!(t.recv_mut(id).is_some(), m == M::Recv, "step {step}");
             }
+            max_slots = max_slots.max(t.entries.len());
         }
         assert!(
             max_slots <= 40,
             "free entries are reused: {max_slots} slots"
         );
+        assert_eq!(t.recvs().count(), t.live());
     }
 }

@@ -464,12 +464,14 @@ impl ShmTransport {
     }
 
     /// The fast path of [`Transport::send`] for the engine's eager sends: write the
-    /// frame into `peer`'s ring and return `true` when that can be done now (the peer
-    /// is open, the ring has room, the frame is within the limits). Otherwise nothing
-    /// is written and the answer is `false`; the caller queues the frame, and
-    /// [`Transport::send`] later reports why it could not go (busy, or the error).
-    /// Nothing is returned through memory: the general path's `Result`, with an error
-    /// in it, is large.
+    /// frame (`header`, at most [`MAX_HEADER_BYTES`] bytes, and `payload`, at most
+    /// `max_frame_payload_bytes` bytes) into the ring to world rank `peer` and return
+    /// `true` when that can be done now (the peer is open and its ring has room).
+    /// Otherwise nothing is written and the answer is `false`; the caller queues the
+    /// frame, and [`Transport::send`] later reports why it could not go (busy, or the
+    /// error). A ring found corrupted fails the peer at once, as `send` does. Nothing
+    /// is returned through memory: the general path's `Result`, with an error in it,
+    /// is large.
     #[inline(always)]
     pub fn send_now(&mut self, peer: u32, header: &[u8], payload: &[u8]) -> bool {
         if header.len() > MAX_HEADER_BYTES || payload.len() > self.max_payload {
@@ -482,14 +484,38 @@ impl ShmTransport {
         if !matches!(p.state, PeerState::Open) {
             return false;
         }
-        // A corrupted ring (`Err`) is reported, and the peer failed, by the `send` of
-        // the queued frame: `try_write` finds the same fault again.
-        if let Ok(true) = p.tx.try_write(header, payload) {
-            p.map.doorbell().ring();
-            true
-        } else {
-            false
+        match p.tx.try_write(header, payload) {
+            Ok(true) => {
+                p.map.doorbell().ring();
+                true
+            }
+            Ok(false) => false,
+            Err(reason) => {
+                self.ring_corrupted(idx, reason);
+                false
+            }
         }
+    }
+
+    /// The ring to the peer at `idx` is corrupted (`reason`, from the ring's checks):
+    /// fail that peer ([`Event::PeerFailed`] with [`TransportError::Malformed`]) and
+    /// return the error for the frame that found it.
+    #[cold]
+    fn ring_corrupted(&mut self, idx: usize, reason: String) -> TransportError {
+        let quiesced = self.quiesced;
+        let p = &mut self.peers[idx];
+        let peer = p.rank;
+        let err = lost(peer, format!("ring corrupted: {reason}"));
+        p.fail(
+            TransportError::Malformed {
+                transport: NAME,
+                peer,
+                reason,
+            },
+            quiesced,
+            &mut self.pending,
+        );
+        err
     }
 
     fn find(&self, rank: u32) -> Option<usize> {
@@ -646,7 +672,6 @@ impl Transport for ShmTransport {
                 what: "a frame payload longer than max_frame_payload_bytes (ring_bytes / 4)",
             });
         }
-        let quiesced = self.quiesced;
         let Some(idx) = self.find(peer) else {
             return Err(TransportError::NoSuchPeer {
                 transport: NAME,
@@ -672,19 +697,7 @@ impl Transport for ShmTransport {
                 Ok(SendOutcome::Sent)
             }
             Ok(false) => Ok(SendOutcome::Busy),
-            Err(reason) => {
-                let err = lost(peer, format!("ring corrupted: {reason}"));
-                p.fail(
-                    TransportError::Malformed {
-                        transport: NAME,
-                        peer,
-                        reason,
-                    },
-                    quiesced,
-                    &mut self.pending,
-                );
-                Err(err)
-            }
+            Err(reason) => Err(self.ring_corrupted(idx, reason)),
         }
     }
 

@@ -29,7 +29,9 @@
 //! of 64 and records start 32-byte aligned, the envelope itself never wraps. A record is
 //! at most `16 + MAX_HEADER_BYTES + 63 + size / 4 + 31` bytes, and the producer always keeps
 //! 32 bytes free (below), which together stay below `size` for every ring of at least
-//! 16 KiB, so every valid frame fits in an empty ring.
+//! 16 KiB, so every valid frame fits in an empty ring. The bytes between a record's
+//! payload and the next 32-byte boundary are not written: they hold whatever an earlier
+//! lap left there, and nothing reads them.
 //!
 //! # Publishing: the stamp
 //! There is no producer index in shared memory. The consumer polls the first word of
@@ -100,7 +102,7 @@ const SKIP_MARK: u16 = 0xfffe;
 /// Records start on multiples of this many bytes.
 pub(super) const RECORD_ALIGN: usize = 32;
 /// Bytes of a cache line: large payloads are aligned within one, and a record of at
-/// most this many bytes is written through one local copy.
+/// most this many bytes is written in place without wrapping.
 const LINE: usize = 64;
 /// Bytes of the control block (head and waiting lines) before the data area.
 pub(super) const CTRL_BYTES: usize = 256;
@@ -378,21 +380,31 @@ impl Producer {
         pad: usize,
         payload: &[u8],
     ) {
-        let mut e = [0u8; LONG_ENVELOPE_BYTES];
-        e[4..6].copy_from_slice(&(header.len() as u16).to_le_bytes());
-        if env_bytes == SHORT_ENVELOPE_BYTES {
-            e[6..8].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+        // The envelope's fields are stored as whole words in place (built in a local
+        // array and copied, they cost a store-forwarding stall).
+        let word = |lo: u16, hi: u16| (u32::from(lo) | u32::from(hi) << 16).to_le();
+        let short = env_bytes == SHORT_ENVELOPE_BYTES;
+        let plen16 = if short {
+            payload.len() as u16
         } else {
-            e[6..8].copy_from_slice(&LONG_MARK.to_le_bytes());
-            e[8..10].copy_from_slice(&(pad as u16).to_le_bytes());
-            e[12..16].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        }
+            LONG_MARK
+        };
         // SAFETY: the caller checked that `[tail, tail + rec + 32)` is unpublished space
         // owned by the producer. The envelope never wraps (32-aligned record start, at
         // most 16 bytes); header and payload are copied in at most two pieces each,
         // shorter than `size`. The stamp word (bytes 0..4) is left alone.
         unsafe {
-            ptr::copy_nonoverlapping(e.as_ptr().add(4), env.add(4), env_bytes - 4);
+            env.add(4)
+                .cast::<u32>()
+                .write_unaligned(word(header.len() as u16, plen16));
+            if !short {
+                env.add(8)
+                    .cast::<u32>()
+                    .write_unaligned(word(pad as u16, 0));
+                env.add(12)
+                    .cast::<u32>()
+                    .write_unaligned((payload.len() as u32).to_le());
+            }
             self.ring.copy_in(pos + env_bytes as u64, header);
             self.ring
                 .copy_in(pos + (env_bytes + header.len() + pad) as u64, payload);
