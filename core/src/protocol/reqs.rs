@@ -337,25 +337,35 @@ impl Reqs {
         if e.generation != g {
             return Err(false);
         }
-        let out = match &e.slot {
+        match &e.slot {
             // The common outcome read where it lies (24 bytes), not moved out with the
             // slot.
             Slot::Done(Ok(st)) => {
                 let st = *st;
-                // SAFETY: the slot holds `Done(Ok(_))`, which owns nothing: overwriting
-                // it without running drop glue leaks nothing.
-                unsafe { std::ptr::write(&mut e.slot, Slot::Free) };
-                Ok(st)
+                self.free_ok(k);
+                Ok(Ok(st))
             }
-            Slot::Done(Err(_)) => match std::mem::replace(&mut e.slot, Slot::Free) {
-                Slot::Done(r) => r,
-                _ => unreachable!("matched Done above"),
-            },
-            Slot::Free => return Err(false),
-            _ => return Err(true),
-        };
+            Slot::Done(Err(_)) => {
+                let Slot::Done(r) = std::mem::replace(&mut e.slot, Slot::Free) else {
+                    unreachable!("matched Done above")
+                };
+                self.release(k);
+                Ok(r)
+            }
+            Slot::Free => Err(false),
+            _ => Err(true),
+        }
+    }
+
+    /// Free entry `k`, whose slot holds a success (`Done(Ok(_))`) the caller has read.
+    #[inline(always)]
+    fn free_ok(&mut self, k: usize) {
+        let e = &mut self.entries[k];
+        debug_assert!(matches!(e.slot, Slot::Done(Ok(_))));
+        // SAFETY: `Done(Ok(_))` owns nothing (a `Status`: the check at the top of this
+        // file): overwriting it without running drop glue leaks nothing.
+        unsafe { std::ptr::write(&mut e.slot, Slot::Free) };
         self.release(k);
-        Ok(out)
     }
 
     /// [`super::Protocol::take_ok_into`].
@@ -371,10 +381,7 @@ impl Reqs {
         match &e.slot {
             Slot::Done(Ok(st)) => {
                 out.push(*st);
-                // SAFETY: the slot holds `Done(Ok(_))`, which owns nothing: overwriting
-                // it without running drop glue leaks nothing.
-                unsafe { std::ptr::write(&mut e.slot, Slot::Free) };
-                self.release(k);
+                self.free_ok(k);
                 super::Taken::Pushed
             }
             Slot::Reserved | Slot::Send(_) | Slot::Recv(_) => super::Taken::Pending,
