@@ -643,7 +643,7 @@ fn two_vm_rwrun_job_over_ssh() {
 }
 
 /// A rank waiting for an RDMA peer sleeps on the completion channel instead of
-/// spinning: rank 0 waits 1.5 s in a blocking receive from rank 1 (which sleeps first)
+/// spinning: rank 0 waits 3 × 0.6 s in blocking receives from rank 1 (which sleeps first)
 /// with `RANKWIRE_PROGRESS=block`; its CPU time over that wait stays under 30 % of the
 /// wall time, and at least one wait ended by a completion event. Queue pairs at init
 /// (RDMA alone) and on demand (set-up over TCP, so the wait polls both fds).
