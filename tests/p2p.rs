@@ -48,6 +48,11 @@ fn wait_all_over_a_window_completing_out_of_order_with_a_truncation() {
 }
 
 #[test]
+fn request_sets_complete_windows_on_two_communicators_with_truncation_and_drop() {
+    run_ok(2, &["request_set", "12"]);
+}
+
+#[test]
 fn detached_windows_raw_on_world_requests_on_a_reversed_communicator() {
     run_ok(2, &["detached_window", "20"]);
 }

@@ -33,7 +33,9 @@
 #   barrier: -m is not passed on (peerbench ignores it too).
 #
 # Environment: RANKWIRE_BENCH: the rankwire-bench binary (default: the
-# workspace's target/release/rankwire-bench).
+# workspace's target/release/rankwire-bench). RW_PEERBENCH_EXTRA:
+# more rankwire-bench options (words) for the bw, bibw and drain modes
+# (run.sh's rankwire-set: --requests=set).
 # Exit status: rankwire-bench's; 3 if it has no such mode; 2 on bad usage.
 set -u
 
@@ -144,4 +146,8 @@ if [ "$CHECK" = 1 ]; then
     if has_opt --check; then set -- "$@" --check; else note "-c ignored: rankwire-bench has no --check"; fi
 fi
 
+case $MODE in bw | bibw | drain)
+    # shellcheck disable=SC2086 # words on purpose
+    [ -n "${RW_PEERBENCH_EXTRA:-}" ] && set -- "$@" $RW_PEERBENCH_EXTRA ;;
+esac
 exec "$BENCH" "$@"

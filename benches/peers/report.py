@@ -150,7 +150,7 @@ def main():
     w("4 ranks: the same with `-n 4` and `--bind-to none` / `-bind-to none` / no bind wrapper.")
     w("")
 
-    rw = [c for c in ("rankwire", "rankwire-tcp") if c in configs]
+    rw = [c for c in ("rankwire", "rankwire-tcp", "rankwire-set") if c in configs]
     peers = [c for c in PEERS if c in configs]
     tcp_peers = [c for c in TCP_PEERS if c in configs]
 
@@ -183,6 +183,8 @@ def main():
                     head.append("rankwire ÷ best peer")
                 if "rankwire-tcp" in rw and tcp_peers:
                     head.append("rankwire-tcp ÷ best TCP peer")
+                if "rankwire-set" in rw and peers and mode == "bw":
+                    head.append("rankwire-set ÷ best peer")
                 for ours, base in BASE_PAIRS:
                     if ours in configs and base in configs:
                         head.append(f"{ours} ÷ {base}")
@@ -194,6 +196,8 @@ def main():
                         row.append(ratio(mode, np, s, which, "rankwire", peers))
                     if "rankwire-tcp" in rw and tcp_peers:
                         row.append(ratio(mode, np, s, which, "rankwire-tcp", tcp_peers))
+                    if "rankwire-set" in rw and peers and mode == "bw":
+                        row.append(ratio(mode, np, s, which, "rankwire-set", peers))
                     for ours, base in BASE_PAIRS:
                         if ours in configs and base in configs:
                             row.append(ratio(mode, np, s, which, ours, [base]).split(" (")[0])
@@ -327,6 +331,7 @@ def plot(out, stats, configs, modes):
         "mpich-netmod": ("tab:green", "--"),
         "rankwire": ("tab:red", "-"),
         "rankwire-tcp": ("tab:red", "--"),
+        "rankwire-set": ("tab:purple", "-"),
         "rankwire-base": ("tab:orange", "-"),
         "rankwire-base-tcp": ("tab:orange", "--"),
     }

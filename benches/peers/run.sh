@@ -32,7 +32,9 @@
 #   -c LIST   configurations (default: all, see -l; rankwire-base and
 #             rankwire-base-tcp run only when named here: a second rankwire
 #             build, rwrun + rankwire-bench in $RW_BASE_DIR, default
-#             benches/peers/build/rankwire-base/, for before/after ratios)
+#             benches/peers/build/rankwire-base/, for before/after ratios;
+#             rankwire-set too: this build's bw with `--requests set`, the
+#             window in one rankwire::Requests set; bw only)
 #   -N LIST   ranks for allreduce and barrier (default 2,4)
 #   -m A:B    message sizes in bytes, powers of two (default 0:4194304)
 #   -a ARGS   bw iterations (default "-i 1000 -w 100 -I 100 -W 10")
@@ -53,7 +55,7 @@ cd "$ROOT" || exit 1
 P=benches/peers                   # paths below are relative to the repo root
 BUILD=$P/build
 
-ALL_CONFIGS="ompi-shm,ompi-tcp,mpich-default,mpich-netmod,rankwire,rankwire-tcp,rankwire-base,rankwire-base-tcp"
+ALL_CONFIGS="ompi-shm,ompi-tcp,mpich-default,mpich-netmod,rankwire,rankwire-tcp,rankwire-set,rankwire-base,rankwire-base-tcp"
 CONFIGS="ompi-shm,ompi-tcp,mpich-default,mpich-netmod,rankwire,rankwire-tcp"
 MODES="latency,bw,allreduce,barrier,startup"
 REPEATS=""
@@ -163,6 +165,7 @@ launcher() {
     mpich-netmod) echo "env MPIR_CVAR_NOLOCAL=1 UCX_TLS=self,tcp UCX_NET_DEVICES=lo $MPICH_RUN -n $np $mb" ;;
     rankwire) echo "env RANKWIRE_BENCH=$RW_BENCH $RW_RUN -n $np" ;;
     rankwire-tcp) echo "env RANKWIRE_TRANSPORTS=tcp RANKWIRE_CMA=0 RANKWIRE_BENCH=$RW_BENCH $RW_RUN -n $np" ;;
+    rankwire-set) echo "env RW_PEERBENCH_EXTRA=--requests=set RANKWIRE_BENCH=$RW_BENCH $RW_RUN -n $np" ;;
     rankwire-base) echo "env RANKWIRE_BENCH=$RW_BASE_DIR/rankwire-bench $RW_BASE_DIR/rwrun -n $np" ;;
     rankwire-base-tcp) echo "env RANKWIRE_TRANSPORTS=tcp RANKWIRE_CMA=0 RANKWIRE_BENCH=$RW_BASE_DIR/rankwire-bench $RW_BASE_DIR/rwrun -n $np" ;;
     esac
@@ -184,6 +187,7 @@ describe() {
     mpich-netmod) echo "MPICH forced through its network module: UCX self,tcp on lo" ;;
     rankwire) echo "rankwire, default transport selection (shm on one node where built in, else tcp; CMA single copy for large messages); the transport it got is under Notes" ;;
     rankwire-tcp) echo "rankwire forced to TCP: RANKWIRE_TRANSPORTS=tcp RANKWIRE_CMA=0" ;;
+    rankwire-set) echo "rankwire (this build), bw with --requests set: each window's sends or receives in one rankwire::Requests set instead of a Vec<Request> (bw only)" ;;
     rankwire-base) echo "the baseline rankwire build in $RW_BASE_DIR ($(cat "$RW_BASE_DIR/REV" 2>/dev/null || echo 'no REV file')), default selection" ;;
     rankwire-base-tcp) echo "the baseline rankwire build in $RW_BASE_DIR, forced to TCP" ;;
     esac
@@ -342,7 +346,7 @@ if [ $NEED_RW = 1 ]; then
             touch -r target/release/rankwire-bench $BUILD/rankwire/rankwire-bench
         RW_MODES=" $("$RW_BENCH" --help 2>/dev/null | sed -n 's/.*possible values: \([^]]*\)].*/\1/p' | head -n 1 | tr -d ',') "
     else
-        BROKEN[rankwire]="no rankwire binaries" BROKEN[rankwire-tcp]="no rankwire binaries"
+        BROKEN[rankwire]="no rankwire binaries" BROKEN[rankwire-tcp]="no rankwire binaries" BROKEN[rankwire-set]="no rankwire binaries"
         note "rankwire binaries missing: rankwire configurations skipped"
     fi
 fi
@@ -451,6 +455,10 @@ run_one() {
     l1=$(load1)
     if [ -n "${BROKEN[$c]:-}" ]; then
         printf '%s\t%s\t%s\t%s\tskip\t0\t%s\t0\t%s\t%s\n' "$rep" "$c" "$mode" "$np" "$l1" "${BROKEN[$c]}" "$cmd" >>"$RUNS"
+        return
+    fi
+    if [[ $c == rankwire-set && $mode != bw ]]; then
+        printf '%s\t%s\t%s\t%s\tskip\t0\t%s\t0\t%s\t%s\n' "$rep" "$c" "$mode" "$np" "$l1" "rankwire-set differs from rankwire in bw only" "$cmd" >>"$RUNS"
         return
     fi
     if [[ $c == rankwire* && $mode != startup && $RW_MODES != *" $mode "* ]]; then

@@ -121,6 +121,11 @@ struct Args {
     /// form).
     #[arg(long, value_enum, default_value_t = RecvBuffers::Window)]
     recv_buffers: RecvBuffers,
+    /// bw/bibw/drain requests: `vec` = one `Request` per operation, completed by
+    /// `rankwire::wait_all` (default), `set` = the window's operations in one
+    /// `rankwire::Requests` set (its `isend`/`irecv`/`wait_all`).
+    #[arg(long, value_enum, default_value_t = ReqForm::Vec)]
+    requests: ReqForm,
     /// drain: microseconds rank 1 sleeps before posting its window (long enough for
     /// every message to be there).
     #[arg(long, default_value_t = 100)]
@@ -232,6 +237,7 @@ fn run(universe: &rankwire::Universe, args: &Args) -> Result<()> {
             let w = Window {
                 len: window,
                 recv: args.recv_buffers,
+                set: args.requests == ReqForm::Set,
             };
             let c = drain(
                 &world,
@@ -265,6 +271,7 @@ fn run(universe: &rankwire::Universe, args: &Args) -> Result<()> {
                 Window {
                     len: window,
                     recv: args.recv_buffers,
+                    set: args.requests == ReqForm::Set,
                 },
                 false,
                 args.device,
@@ -277,6 +284,7 @@ fn run(universe: &rankwire::Universe, args: &Args) -> Result<()> {
                 Window {
                     len: window,
                     recv: args.recv_buffers,
+                    set: args.requests == ReqForm::Set,
                 },
                 true,
                 args.device,
@@ -650,6 +658,15 @@ static OFFSET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::
 /// `--barrier-each` (set once in `main`).
 static BARRIER_EACH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// How a bw/bibw/drain window keeps its requests (`--requests`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ReqForm {
+    /// A `Vec<Request>` and `rankwire::wait_all`.
+    Vec,
+    /// A `rankwire::Requests` set.
+    Set,
+}
+
 /// Receive buffers of a bw/bibw window (`--recv-buffers`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum RecvBuffers {
@@ -702,6 +719,32 @@ impl Buf {
         match self {
             Buf::Host(h) => w.irecv(h.as_mut_slice(), src, tag),
             Buf::Dev(d) => w.irecv_device(d, src, tag),
+        }
+    }
+    /// [`Buf::isend`] added to the request set `set`.
+    fn isend_in<'a>(
+        &'a self,
+        set: &mut rankwire::Requests<'a>,
+        w: &rankwire::Communicator,
+        dest: usize,
+        tag: i32,
+    ) -> rankwire::Result<()> {
+        match self {
+            Buf::Host(h) => set.isend(w, h.as_slice(), dest, tag),
+            Buf::Dev(d) => set.push(w.isend_device(d, dest, tag)?),
+        }
+    }
+    /// [`Buf::irecv`] added to the request set `set`.
+    fn irecv_in<'a>(
+        &'a mut self,
+        set: &mut rankwire::Requests<'a>,
+        w: &rankwire::Communicator,
+        src: usize,
+        tag: i32,
+    ) -> rankwire::Result<()> {
+        match self {
+            Buf::Host(h) => set.irecv(w, h.as_mut_slice(), src, tag),
+            Buf::Dev(d) => set.push(w.irecv_device(d, src, tag)?),
         }
     }
     /// Nonblocking receive into this buffer while other receives into it may be
@@ -777,6 +820,7 @@ fn latency(
 struct Window {
     len: usize,
     recv: RecvBuffers,
+    set: bool,
 }
 
 fn bandwidth(
@@ -808,6 +852,36 @@ fn bandwidth(
             let peer = 1 - rank;
             let sending = rank == 0 || bidirectional;
             let receiving = rank == 1 || bidirectional;
+            if window.set {
+                let mut set = rankwire::Requests::with_capacity(2 * window.len);
+                if receiving {
+                    match window.recv {
+                        RecvBuffers::Window => {
+                            for s in slots.iter_mut() {
+                                s.irecv_in(&mut set, world, peer, 2)?;
+                            }
+                        }
+                        RecvBuffers::Single => {
+                            for _ in 0..window.len {
+                                // SAFETY: `slots` outlives `set` (waited for below).
+                                set.push(unsafe { slots[0].irecv_shared(world, peer, 2)? })?;
+                            }
+                        }
+                    }
+                }
+                if sending {
+                    for _ in 0..window.len {
+                        sbuf.isend_in(&mut set, world, peer, 2)?;
+                    }
+                }
+                set.wait_all()?;
+                if rank == 0 {
+                    world.recv(&mut ack, 1, 3)?;
+                } else {
+                    world.send(&ack, 0, 3)?;
+                }
+                continue;
+            }
             let mut reqs = Vec::with_capacity(2 * window.len);
             if receiving {
                 match window.recv {
@@ -871,23 +945,41 @@ fn drain(
         if rank == 0 {
             world.recv(&mut tok, 1, 3)?;
             t0 = Instant::now();
-            let mut reqs = Vec::with_capacity(window.len);
-            for _ in 0..window.len {
-                reqs.push(world.isend(sbuf.as_slice(), 1, 2)?);
+            if window.set {
+                let mut set = rankwire::Requests::with_capacity(window.len);
+                for _ in 0..window.len {
+                    set.isend(world, sbuf.as_slice(), 1, 2)?;
+                }
+                t1 = Instant::now();
+                set.wait_all()?;
+            } else {
+                let mut reqs = Vec::with_capacity(window.len);
+                for _ in 0..window.len {
+                    reqs.push(world.isend(sbuf.as_slice(), 1, 2)?);
+                }
+                t1 = Instant::now();
+                rankwire::wait_all(reqs)?;
             }
-            t1 = Instant::now();
-            rankwire::wait_all(reqs)?;
             t2 = Instant::now();
         } else {
             world.send(&tok, 0, 3)?;
             std::thread::sleep(std::time::Duration::from_micros(sleep_us));
             t0 = Instant::now();
-            let mut reqs = Vec::with_capacity(window.len);
-            for s in slots.iter_mut() {
-                reqs.push(world.irecv(s.as_mut_slice(), 0, 2)?);
+            if window.set {
+                let mut set = rankwire::Requests::with_capacity(window.len);
+                for s in slots.iter_mut() {
+                    set.irecv(world, s.as_mut_slice(), 0, 2)?;
+                }
+                t1 = Instant::now();
+                set.wait_all()?;
+            } else {
+                let mut reqs = Vec::with_capacity(window.len);
+                for s in slots.iter_mut() {
+                    reqs.push(world.irecv(s.as_mut_slice(), 0, 2)?);
+                }
+                t1 = Instant::now();
+                rankwire::wait_all(reqs)?;
             }
-            t1 = Instant::now();
-            rankwire::wait_all(reqs)?;
             t2 = Instant::now();
         }
         if i >= warmup {

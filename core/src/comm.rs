@@ -367,7 +367,13 @@ impl Communicator {
 
     /// Start a send of `bytes`; the caller keeps them borrowed until it completes.
     #[inline]
-    fn post_send(&self, bytes: &[u8], dest: usize, tag: i32, sync: bool) -> Result<SendStart> {
+    pub(crate) fn post_send(
+        &self,
+        bytes: &[u8],
+        dest: usize,
+        tag: i32,
+        sync: bool,
+    ) -> Result<SendStart> {
         self.post_send_raw(RawBuf::from_slice(bytes), dest, tag, sync)
     }
 
@@ -424,7 +430,7 @@ impl Communicator {
     }
 
     /// Post a receive into `bytes`; the caller keeps them borrowed until it completes.
-    fn post_recv(&self, bytes: &mut [u8], source: Source, tag: Tag) -> Result<ReqId> {
+    pub(crate) fn post_recv(&self, bytes: &mut [u8], source: Source, tag: Tag) -> Result<ReqId> {
         self.post_recv_raw(RawBuf::new(bytes.as_mut_ptr(), bytes.len()), source, tag)
     }
 

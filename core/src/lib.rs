@@ -72,6 +72,7 @@ pub mod group;
 pub mod matching;
 pub mod protocol;
 mod request;
+mod requests;
 mod runtime;
 mod select;
 mod settings_check;
@@ -103,4 +104,5 @@ pub use request::{
     CancelId, Detached, RawRequest, Request, test_all, wait_all, wait_all_in_place,
     wait_all_results, wait_any, wait_complete,
 };
+pub use requests::Requests;
 pub use universe::{Universe, init};

@@ -62,6 +62,14 @@ impl RawRequest {
     }
 }
 
+/// A pending request's parts, taken out of it ([`Request::take_pending`]).
+pub(crate) struct Pending {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) id: ReqId,
+    pub(crate) is_recv: bool,
+    pub(crate) comm: Option<Arc<crate::comm_state::CommState>>,
+}
+
 /// A pending nonblocking operation. Borrows its buffer for `'a`, so the buffer can be
 /// neither read (receive) nor written (send) until the request completes.
 ///
@@ -146,6 +154,36 @@ impl<'a> Request<'a> {
         self.inner
             .as_ref()
             .expect("a pending request always has its runtime")
+    }
+
+    /// Mark a request that completed at post as consumed (its drop does nothing).
+    pub(crate) fn mark_settled(&mut self) {
+        self.ready = None;
+        self.done = true;
+    }
+
+    /// Take the runtime, id, kind and communicator of a pending request, which is then
+    /// finished as far as its drop is concerned (the caller owns the operation's
+    /// completion); `None` when it is not pending.
+    pub(crate) fn take_pending(&mut self) -> Option<Pending> {
+        let id = self.pending_id()?;
+        let inner = self.inner.take()?;
+        self.done = true;
+        Some(Pending {
+            inner,
+            id,
+            is_recv: self.is_recv,
+            comm: self.comm.take(),
+        })
+    }
+
+    /// Undo [`Request::take_pending`].
+    pub(crate) fn restore_pending(&mut self, p: Pending) {
+        self.inner = Some(p.inner);
+        self.id = p.id;
+        self.is_recv = p.is_recv;
+        self.comm = p.comm;
+        self.done = false;
     }
 
     fn localize(&self, r: Result<Status>) -> Result<Status> {
@@ -446,7 +484,7 @@ pub fn wait_all_results(mut reqs: Vec<Request<'_>>) -> Vec<Result<Status>> {
 /// The outcome of waiting for or testing a request that is finished already: a
 /// receive withdrawn by [`Request::cancel`] (whose request must then be dropped).
 #[cold]
-fn finished_request() -> crate::Error {
+pub(crate) fn finished_request() -> crate::Error {
     crate::Error::usage(
         "this request is finished already (a receive withdrawn by Request::cancel): nothing \
          was received into its buffer; fix: drop a cancelled request instead of waiting for it",

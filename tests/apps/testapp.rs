@@ -33,6 +33,7 @@ fn main() {
         "usage" => usage(world),
         "split_status" => split_status(world),
         "waitall_window" => waitall_window(world, arg(args, 2, 20)),
+        "request_set" => request_set(world, arg(args, 2, 12)),
         "detached_window" => detached_window(world, arg(args, 2, 20)),
         "cancelled_wait" => cancelled_wait(world),
         "cancel_pending" => cancel_pending(world),
@@ -734,6 +735,168 @@ fn waitall_window(w: &Communicator, rounds: usize) -> Result<()> {
             format!("after wait_complete: receive {t} got {b:?}")
         })?;
     }
+    Ok(())
+}
+
+/// `rankwire::Requests` (a request set): `rounds` windows between ranks 0 and 1, on the
+/// world and on a communicator that numbers them the other way round, alternating. Per
+/// window one set holds the receives of 48 tags (posted in tag order; every eighth
+/// message 100 KiB, above the eager limit, so rendezvous receives and pending sends
+/// are in the set too) and this rank's sends in the reverse order, plus a synchronous
+/// send (with its receive) and a world receive added with `push` (two communicators
+/// in one set). Even
+/// windows: every status (sender or destination in the window's communicator's ranks,
+/// tag, bytes) and every buffer is checked, in the order added. Odd windows: receive 17
+/// is too small, and `wait_all` returns that truncation (in communicator ranks) after
+/// completing the rest, whose buffers are checked. Then: an empty set; a set holding a
+/// receive withdrawn by `Request::cancel` (its wait is an error); a set dropped with a
+/// receive no message matched (withdrawn: the message sent later goes to a new
+/// receive).
+fn request_set(w: &Communicator, rounds: usize) -> Result<()> {
+    const WINDOW: usize = 48;
+    const SHORT: usize = 17;
+    const BIG: usize = 100 << 10;
+    if w.size() < 2 {
+        fail("request_set needs 2 ranks");
+    }
+    let key = (w.size() - w.rank()) as i32;
+    let color = (w.rank() < 2).then_some(0);
+    let Some(rev) = w.split(color, key)? else {
+        return Ok(());
+    };
+    let len_of = |t: usize| if t % 8 == 5 { BIG } else { 16 + t };
+    let fill = |from: usize, round: usize, t: usize| -> Vec<u8> {
+        (0..len_of(t))
+            .map(|i| (from * 31 + round * 7 + t * 3 + i) as u8)
+            .collect()
+    };
+    for round in 0..rounds {
+        let c = if round % 4 < 2 { w } else { &rev };
+        let (me, peer) = (c.rank(), 1 - c.rank());
+        let truncate = round % 2 == 1;
+        let out: Vec<Vec<u8>> = (0..WINDOW).map(|t| fill(me, round, t)).collect();
+        let mut bufs: Vec<Vec<u8>> = (0..WINDOW)
+            .map(|t| vec![0u8; if truncate && t == SHORT { 8 } else { len_of(t) }])
+            .collect();
+        let sync_out = fill(me, round, 1000);
+        let mut sync_in = vec![0u8; len_of(1000)];
+        let mut world_in = vec![0u8; 32];
+        let world_out = vec![(round + w.rank()) as u8; 32];
+        let mut set = rankwire::Requests::with_capacity(2 * WINDOW + 2);
+        for (t, b) in bufs.iter_mut().enumerate() {
+            set.irecv(c, b, peer, t as i32)?;
+        }
+        for t in (0..WINDOW).rev() {
+            set.isend(c, &out[t], peer, t as i32)?;
+        }
+        set.push(c.issend(&sync_out, peer, 1000)?)?;
+        set.irecv(c, &mut sync_in, peer, 1000)?;
+        set.push(w.irecv(&mut world_in, 1 - w.rank(), 2000)?)?;
+        check(set.len() == 2 * WINDOW + 3, || {
+            format!("set of {}", set.len())
+        })?;
+        w.send(&world_out, 1 - w.rank(), 2000)?;
+        let res = set.wait_all();
+        match (&res, truncate) {
+            (Ok(st), false) => {
+                check(st.len() == 2 * WINDOW + 3, || {
+                    format!("{} statuses", st.len())
+                })?;
+                for (t, s) in st.iter().enumerate().take(WINDOW) {
+                    check(
+                        s.source == peer && s.tag == t as i32 && s.len_bytes == len_of(t),
+                        || format!("round {round}: receive {t} status {s:?}"),
+                    )?;
+                }
+                for (k, s) in st.iter().enumerate().skip(WINDOW).take(WINDOW) {
+                    let t = 2 * WINDOW - 1 - k;
+                    check(
+                        s.source == peer && s.tag == t as i32 && s.len_bytes == len_of(t),
+                        || format!("round {round}: send {t} status {s:?}"),
+                    )?;
+                }
+                let (ss, sr, ws) = (st[2 * WINDOW], st[2 * WINDOW + 1], st[2 * WINDOW + 2]);
+                check(
+                    ss.source == peer && ss.tag == 1000 && ss.len_bytes == len_of(1000),
+                    || format!("round {round}: pushed ssend status {ss:?}"),
+                )?;
+                check(
+                    sr.source == peer && sr.tag == 1000 && sr.len_bytes == len_of(1000),
+                    || format!("round {round}: synchronous message's receive status {sr:?}"),
+                )?;
+                check(
+                    ws.source == 1 - w.rank() && ws.tag == 2000 && ws.len_bytes == 32,
+                    || format!("round {round}: pushed world receive status {ws:?}"),
+                )?;
+            }
+            (
+                Err(Error::Matching(MatchError::Truncated {
+                    source_rank,
+                    tag,
+                    message_bytes,
+                    buffer_bytes,
+                })),
+                true,
+            ) => check(
+                *source_rank as usize == peer
+                    && *tag == SHORT as i32
+                    && *message_bytes == len_of(SHORT) as u64
+                    && *buffer_bytes == 8,
+                || format!("round {round}: truncation reported as {res:?}"),
+            )?,
+            _ => fail(&format!("round {round} (truncate {truncate}): {res:?}")),
+        }
+        for (t, b) in bufs.iter().enumerate() {
+            if truncate && t == SHORT {
+                continue;
+            }
+            check(*b == fill(peer, round, t), || {
+                format!("round {round}: receive {t} has the wrong bytes")
+            })?;
+        }
+        check(sync_in == fill(peer, round, 1000), || {
+            format!("round {round}: the synchronous message has the wrong bytes")
+        })?;
+        check(world_in == vec![(round + 1 - w.rank()) as u8; 32], || {
+            format!("round {round}: pushed world receive has the wrong bytes")
+        })?;
+    }
+    // An empty set.
+    check(rankwire::Requests::new().wait_all()?.is_empty(), || {
+        "an empty set has statuses".into()
+    })?;
+    // A withdrawn receive in a set: its wait is an error, the other operation's done.
+    let mut a = [0u8; 4];
+    let mut b = [0u8; 4];
+    let mut withdrawn = w.irecv(&mut a, 1 - w.rank(), 3000)?;
+    check(withdrawn.cancel(), || {
+        "cancel of an unmatched receive".into()
+    })?;
+    let mut set = rankwire::Requests::new();
+    set.push(withdrawn)?;
+    set.irecv(w, &mut b, 1 - w.rank(), 3001)?;
+    w.send(&[9u8; 4], 1 - w.rank(), 3001)?;
+    let res = set.wait_all();
+    check(matches!(res, Err(Error::Usage(_))), || {
+        format!("wait of a set with a withdrawn receive: {res:?}")
+    })?;
+    check(b == [9u8; 4], || format!("the other receive got {b:?}"))?;
+    // A set dropped with a receive nothing matched: withdrawn, so the message sent
+    // after the barrier goes to the receive posted after it.
+    let mut early = [0u8; 4];
+    {
+        let mut set = rankwire::Requests::new();
+        set.irecv(w, &mut early, 1 - w.rank(), 4000)?;
+    }
+    w.barrier()?;
+    let mut late = [0u8; 4];
+    let r = w.irecv(&mut late, 1 - w.rank(), 4000)?;
+    w.send(&[w.rank() as u8 + 1; 4], 1 - w.rank(), 4000)?;
+    r.wait()?;
+    check(
+        late == [(1 - w.rank()) as u8 + 1; 4] && early == [0u8; 4],
+        || format!("after a dropped set: late {late:?}, early {early:?}"),
+    )?;
     Ok(())
 }
 
