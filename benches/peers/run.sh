@@ -187,7 +187,7 @@ describe() {
     mpich-netmod) echo "MPICH forced through its network module: UCX self,tcp on lo" ;;
     rankwire) echo "rankwire, default transport selection (shm on one node where built in, else tcp; CMA single copy for large messages); the transport it got is under Notes" ;;
     rankwire-tcp) echo "rankwire forced to TCP: RANKWIRE_TRANSPORTS=tcp RANKWIRE_CMA=0" ;;
-    rankwire-set) echo "rankwire (this build), bw with --requests set: each window's sends or receives in one rankwire::Requests set instead of a Vec<Request> (bw only)" ;;
+    rankwire-set) echo "rankwire (this build), bw with --requests set: each window's sends or receives in one rankwire::RequestSet instead of a Vec<Request> (bw only)" ;;
     rankwire-base) echo "the baseline rankwire build in $RW_BASE_DIR ($(cat "$RW_BASE_DIR/REV" 2>/dev/null || echo 'no REV file')), default selection" ;;
     rankwire-base-tcp) echo "the baseline rankwire build in $RW_BASE_DIR, forced to TCP" ;;
     esac

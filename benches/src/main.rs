@@ -123,7 +123,7 @@ struct Args {
     recv_buffers: RecvBuffers,
     /// bw/bibw/drain requests: `vec` = one `Request` per operation, completed by
     /// `rankwire::wait_all` (default), `set` = the window's operations in one
-    /// `rankwire::Requests` set (its `isend`/`irecv`/`wait_all`).
+    /// `rankwire::RequestSet` set (its `isend`/`irecv`/`wait_all`).
     #[arg(long, value_enum, default_value_t = ReqForm::Vec)]
     requests: ReqForm,
     /// drain: microseconds rank 1 sleeps before posting its window (long enough for
@@ -663,7 +663,7 @@ static BARRIER_EACH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 enum ReqForm {
     /// A `Vec<Request>` and `rankwire::wait_all`.
     Vec,
-    /// A `rankwire::Requests` set.
+    /// A `rankwire::RequestSet` set.
     Set,
 }
 
@@ -724,7 +724,7 @@ impl Buf {
     /// [`Buf::isend`] added to the request set `set`.
     fn isend_in<'a>(
         &'a self,
-        set: &mut rankwire::Requests<'a>,
+        set: &mut rankwire::RequestSet<'a>,
         w: &rankwire::Communicator,
         dest: usize,
         tag: i32,
@@ -737,7 +737,7 @@ impl Buf {
     /// [`Buf::irecv`] added to the request set `set`.
     fn irecv_in<'a>(
         &'a mut self,
-        set: &mut rankwire::Requests<'a>,
+        set: &mut rankwire::RequestSet<'a>,
         w: &rankwire::Communicator,
         src: usize,
         tag: i32,
@@ -853,7 +853,7 @@ fn bandwidth(
             let sending = rank == 0 || bidirectional;
             let receiving = rank == 1 || bidirectional;
             if window.set {
-                let mut set = rankwire::Requests::with_capacity(2 * window.len);
+                let mut set = rankwire::RequestSet::with_capacity(2 * window.len);
                 if receiving {
                     match window.recv {
                         RecvBuffers::Window => {
@@ -946,7 +946,7 @@ fn drain(
             world.recv(&mut tok, 1, 3)?;
             t0 = Instant::now();
             if window.set {
-                let mut set = rankwire::Requests::with_capacity(window.len);
+                let mut set = rankwire::RequestSet::with_capacity(window.len);
                 for _ in 0..window.len {
                     set.isend(world, sbuf.as_slice(), 1, 2)?;
                 }
@@ -966,7 +966,7 @@ fn drain(
             std::thread::sleep(std::time::Duration::from_micros(sleep_us));
             t0 = Instant::now();
             if window.set {
-                let mut set = rankwire::Requests::with_capacity(window.len);
+                let mut set = rankwire::RequestSet::with_capacity(window.len);
                 for s in slots.iter_mut() {
                     set.irecv(world, s.as_mut_slice(), 0, 2)?;
                 }

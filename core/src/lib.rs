@@ -104,5 +104,5 @@ pub use request::{
     CancelId, Detached, RawRequest, Request, test_all, wait_all, wait_all_in_place,
     wait_all_results, wait_any, wait_complete,
 };
-pub use requests::Requests;
+pub use requests::RequestSet;
 pub use universe::{Universe, init};

@@ -157,7 +157,7 @@ impl<'a> Request<'a> {
     }
 
     /// Mark a request that completed at post as consumed (its drop does nothing).
-    pub(crate) fn mark_settled(&mut self) {
+    pub(crate) fn mark_consumed(&mut self) {
         self.ready = None;
         self.done = true;
     }

@@ -1,16 +1,5 @@
-//! A set of nonblocking operations completed together: the array of requests of a C
-//! program's `MPI_Isend`/`MPI_Irecv` loop and its `MPI_Waitall` (MPI 4.1 §3.7.5), kept
-//! as the runtime's ids instead of one [`Request`] per operation.
-//!
-//! Why a set: a [`Request`] is a 64-byte value with a reference-counted handle to its
-//! runtime. Posting a window of small messages through `reqs.push(comm.irecv(..)?)`
-//! costs, per operation, an atomic increment and later decrement of that count and two
-//! copies of the `Result<Request>` through the caller's stack, whose wide loads of
-//! just-written narrow stores stall store-to-load forwarding (session 55's perf
-//! profiles of the windowed bandwidth test: about a third of the benchmark loop's own
-//! time). A set holds one handle to the runtime for all its operations and appends
-//! one 16-byte entry per operation in place; its [`Requests::wait_all`] takes each
-//! success from the runtime's request slot straight into the status vector.
+//! [`RequestSet`]: a set of nonblocking operations completed together, kept as the
+//! runtime's ids instead of one [`Request`] per operation (see the type's doc).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -25,7 +14,7 @@ use crate::protocol::{ReqId, Status, Taken};
 use crate::request::Request;
 use crate::runtime::Inner;
 
-/// What an entry of a [`Requests`] set is.
+/// What an entry of a [`RequestSet`] is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     /// A pending receive: `id` is the runtime's request id.
@@ -33,37 +22,49 @@ enum Kind {
     /// A pending send: `id` is the runtime's request id.
     Send,
     /// Completed as it started (an eager send a transport took at once): `id` is the
-    /// index of its status in `Requests::ready`.
+    /// index of its status in `RequestSet::ready`.
     Ready,
-    /// Completed before it joined the set ([`Requests::push`] of a finished request):
+    /// Completed before it joined the set ([`RequestSet::push`] of a finished request):
     /// its wait fails as a finished [`Request`]'s does.
     Finished,
 }
 
-/// One operation of a [`Requests`] set: 16 bytes.
+/// One operation of a [`RequestSet`]: 16 bytes.
 #[derive(Clone, Copy)]
 struct Entry {
     id: u64,
     /// 0: statuses in world ranks (the communicator's ranks are the world's); k > 0:
-    /// translated to the ranks of `Requests::comms[k - 1]`.
+    /// translated to the ranks of `RequestSet::comms[k - 1]`.
     comm: u32,
     kind: Kind,
 }
 
+const _: () = assert!(std::mem::size_of::<Entry>() == 16);
+
 /// A set of nonblocking point-to-point operations of one runtime, completed together
-/// by [`Requests::wait_all`] (MPI_Waitall over an array of requests). Borrows every
+/// by [`RequestSet::wait_all`]: the array of requests of a C program's
+/// `MPI_Isend`/`MPI_Irecv` loop and its `MPI_Waitall` (MPI 4.1 §3.7.5). Borrows every
 /// buffer it was given for `'a`, as a [`Request`] does.
 ///
 /// The set is meant for windows of many small operations (a halo exchange's faces,
-/// `osu_mbw_mr`): it costs less per operation than a `Vec<Request>` with
-/// [`crate::wait_all`] (see the module doc).
+/// `osu_mbw_mr`). It costs less per operation than a `Vec<Request>` with
+/// [`crate::wait_all`]: a [`Request`] is a 64-byte value holding a reference-counted
+/// handle to its runtime, so `reqs.push(comm.irecv(..)?)` costs an atomic increment
+/// and a later decrement of that count and two copies of the `Result<Request>` through
+/// the caller's stack, whose wide loads of just-written narrow stores stall
+/// store-to-load forwarding (perf on the windowed bandwidth test: about a third of the
+/// benchmark loop's own time). A set holds one handle for all its operations and
+/// appends a 16-byte entry per operation in place; [`RequestSet::wait_all`] takes each
+/// success from the runtime's request slot straight into the status vector. Measured
+/// on a 2-core VM, 1–64 B windows of 64: 1.19–1.25× the messages per second of the same
+/// loop with `Vec<Request>` (benches/results/2026-12-07s56_host).
 ///
 /// ```no_run
 /// # fn main() -> rankwire::Result<()> {
 /// let universe = rankwire::init()?;
 /// let world = universe.world();
 /// let mut bufs = vec![[0u8; 8]; 64];
-/// let mut reqs = rankwire::Requests::with_capacity(64);
+/// let mut reqs = rankwire::RequestSet::with_capacity(64);
 /// for b in bufs.iter_mut() {
 ///     reqs.irecv(&world, b, 0, 2)?;
 /// }
@@ -77,8 +78,8 @@ struct Entry {
 /// matched and waits for the rest, as dropping their [`Request`]s would. Do not
 /// `mem::forget` a set with pending operations (the runtime would keep using the
 /// buffers after the borrow ends).
-#[must_use = "the operations of a request set must be waited for (Requests::wait_all)"]
-pub struct Requests<'a> {
+#[must_use = "the operations of a request set must be waited for (RequestSet::wait_all)"]
+pub struct RequestSet<'a> {
     /// The runtime of every pending operation (set by the first one).
     inner: Option<Arc<Inner>>,
     entries: Vec<Entry>,
@@ -89,21 +90,21 @@ pub struct Requests<'a> {
     _buf: PhantomData<&'a mut [u8]>,
 }
 
-impl Default for Requests<'_> {
+impl Default for RequestSet<'_> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl std::fmt::Debug for Requests<'_> {
+impl std::fmt::Debug for RequestSet<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Requests")
+        f.debug_struct("RequestSet")
             .field("operations", &self.entries.len())
             .finish_non_exhaustive()
     }
 }
 
-impl<'a> Requests<'a> {
+impl<'a> RequestSet<'a> {
     /// An empty set.
     pub fn new() -> Self {
         Self::with_capacity(0)
@@ -111,7 +112,7 @@ impl<'a> Requests<'a> {
 
     /// An empty set with room for `n` operations before it allocates.
     pub fn with_capacity(n: usize) -> Self {
-        Requests {
+        RequestSet {
             inner: None,
             entries: Vec::with_capacity(n),
             ready: Vec::new(),
@@ -190,14 +191,19 @@ impl<'a> Requests<'a> {
     }
 
     /// Add `req` (any point-to-point request: host or device memory, synchronous,
-    /// matched) to the set; it is completed with the others.
+    /// matched) to the set; it is completed with the others, its status or error in the
+    /// ranks of its communicator. A receive withdrawn by [`Request::cancel`] is
+    /// accepted and makes [`RequestSet::wait_all`] fail with [`Error::Usage`], as
+    /// waiting for it alone would.
     ///
     /// # Errors
     /// [`Error::Usage`] when `req` is pending in another runtime than the set's other
-    /// operations (`req` is then waited for, as its drop would).
+    /// operations (only possible where one process runs two runtimes, which
+    /// [`crate::init`] does not allow). `req` is then dropped: a receive that has not
+    /// matched is withdrawn, anything else waited for (which blocks until it completes).
     pub fn push(&mut self, mut req: Request<'a>) -> Result<()> {
         if let Some(st) = req.completed_at_post() {
-            req.mark_settled();
+            req.mark_consumed();
             let id = self.ready.len() as u64;
             self.ready.push(st);
             self.entries.push(Entry {
@@ -247,7 +253,13 @@ impl<'a> Requests<'a> {
     ///
     /// # Errors
     /// The first failure in the order the operations were added, after all of them
-    /// have completed (the others' results are dropped), as [`crate::wait_all`].
+    /// have completed (the others' results are dropped), as [`crate::wait_all`]; ranks
+    /// in it are the operation's communicator's. Among them: [`Error::Matching`] with
+    /// [`crate::MatchError::Truncated`] (a receive buffer shorter than its message) or
+    /// [`crate::MatchError::Cancelled`] (an operation withdrawn by
+    /// [`Communicator::cancel_pending`]), [`Error::Connection`] (the peer failed), and
+    /// [`Error::Usage`] for a receive withdrawn by [`Request::cancel`] before it was
+    /// pushed.
     pub fn wait_all(mut self) -> Result<Vec<Status>> {
         let n = self.entries.len();
         let mut out = Vec::with_capacity(n);
@@ -375,7 +387,7 @@ impl<'a> Requests<'a> {
     }
 }
 
-impl Drop for Requests<'_> {
+impl Drop for RequestSet<'_> {
     fn drop(&mut self) {
         let Some(inner) = self.inner.as_ref() else {
             return;

@@ -77,13 +77,13 @@ for e in $exes; do
     echo "ci-softroce: $n passed in the guest"
   else
     echo "ci-softroce: $n FAILED or did not finish in the guest" >&2; fail=1
-    # The failing tests' own output (libtest's "---- NAME stdout ----" sections), which
-    # the console's tail above may have cut off: at most 150 lines of it.
-    echo "---- $n: failures"
-    awk -v s="=== $n" 'index($0, s) == 1 {on = 1; next}
-      on && /^=== / {exit}
-      on && /^---- .* stdout ----/ {show = 1}
-      on && show {print}' "$LOG" | head -n 150 || true
+    # The suite's own output, which the console's tail above may have cut off (the
+    # guest runs it with --nocapture, so a failing test's output is inline): its last
+    # 150 lines.
+    echo "---- $n: the suite's output (last 150 lines)"
+    awk -v s="=== $n" -v e="RDMA-SUITE $n " 'index($0, s) == 1 {on = 1; next}
+      on && (index($0, e) == 1 || /^=== /) {exit}
+      on {print}' "$LOG" | tail -n 150 || true
   fi
 done
 grep -E "^test result|RDMA-SUITE" "$LOG" || true

@@ -738,23 +738,27 @@ fn waitall_window(w: &Communicator, rounds: usize) -> Result<()> {
     Ok(())
 }
 
-/// `rankwire::Requests` (a request set): `rounds` windows between ranks 0 and 1, on the
+/// `rankwire::RequestSet` (a request set): `rounds` windows between ranks 0 and 1, on the
 /// world and on a communicator that numbers them the other way round, alternating. Per
 /// window one set holds the receives of 48 tags (posted in tag order; every eighth
 /// message 100 KiB, above the eager limit, so rendezvous receives and pending sends
 /// are in the set too) and this rank's sends in the reverse order, plus a synchronous
-/// send (with its receive) and a world receive added with `push` (two communicators
-/// in one set). Even
-/// windows: every status (sender or destination in the window's communicator's ranks,
-/// tag, bytes) and every buffer is checked, in the order added. Odd windows: receive 17
-/// is too small, and `wait_all` returns that truncation (in communicator ranks) after
-/// completing the rest, whose buffers are checked. Then: an empty set; a set holding a
-/// receive withdrawn by `Request::cancel` (its wait is an error); a set dropped with a
-/// receive no message matched (withdrawn: the message sent later goes to a new
-/// receive).
+/// send (with its receive), an eager send that completed at post (with its receive)
+/// and a world receive added with `push` (two communicators in one set). Even windows:
+/// every status (sender or destination in the window's communicator's ranks, tag,
+/// bytes) and every buffer is checked, in the order added. Odd windows: receives 3 and
+/// 40 are too small (40's message arrives first: the sends go in reverse order), and
+/// `wait_all` returns the truncation of 3, the first added (in communicator ranks),
+/// after completing the rest, whose buffers are checked. Then: an empty set; a set
+/// holding a receive withdrawn by `Request::cancel` (its wait is an error); a set
+/// dropped with a receive no message matched (withdrawn: the message sent later goes to
+/// a new receive); a set dropped with a rendezvous receive that matched and a
+/// rendezvous send (the drop waits for both: the bytes arrived).
 fn request_set(w: &Communicator, rounds: usize) -> Result<()> {
     const WINDOW: usize = 48;
-    const SHORT: usize = 17;
+    // Too small in odd windows; LATE is added later but its message arrives first.
+    const SHORT: usize = 3;
+    const LATE: usize = 40;
     const BIG: usize = 100 << 10;
     if w.size() < 2 {
         fail("request_set needs 2 ranks");
@@ -776,13 +780,22 @@ fn request_set(w: &Communicator, rounds: usize) -> Result<()> {
         let truncate = round % 2 == 1;
         let out: Vec<Vec<u8>> = (0..WINDOW).map(|t| fill(me, round, t)).collect();
         let mut bufs: Vec<Vec<u8>> = (0..WINDOW)
-            .map(|t| vec![0u8; if truncate && t == SHORT { 8 } else { len_of(t) }])
+            .map(|t| {
+                let short = truncate && (t == SHORT || t == LATE);
+                vec![0u8; if short { 8 } else { len_of(t) }]
+            })
             .collect();
         let sync_out = fill(me, round, 1000);
         let mut sync_in = vec![0u8; len_of(1000)];
+        let eager_out = fill(me, round, 1001);
+        let mut eager_in = vec![0u8; len_of(1001)];
         let mut world_in = vec![0u8; 32];
         let world_out = vec![(round + w.rank()) as u8; 32];
-        let mut set = rankwire::Requests::with_capacity(2 * WINDOW + 2);
+        let mut set = rankwire::RequestSet::with_capacity(2 * WINDOW + 5);
+        // Sent first, into empty rings and sockets: it completes at post (pushed later,
+        // it takes the set's path for a finished send; if a transport did not take it
+        // at once, the pending one, also checked).
+        let eager = c.isend(&eager_out, peer, 1001)?;
         for (t, b) in bufs.iter_mut().enumerate() {
             set.irecv(c, b, peer, t as i32)?;
         }
@@ -791,15 +804,17 @@ fn request_set(w: &Communicator, rounds: usize) -> Result<()> {
         }
         set.push(c.issend(&sync_out, peer, 1000)?)?;
         set.irecv(c, &mut sync_in, peer, 1000)?;
+        set.irecv(c, &mut eager_in, peer, 1001)?;
+        set.push(eager)?;
         set.push(w.irecv(&mut world_in, 1 - w.rank(), 2000)?)?;
-        check(set.len() == 2 * WINDOW + 3, || {
+        check(set.len() == 2 * WINDOW + 5, || {
             format!("set of {}", set.len())
         })?;
         w.send(&world_out, 1 - w.rank(), 2000)?;
         let res = set.wait_all();
         match (&res, truncate) {
             (Ok(st), false) => {
-                check(st.len() == 2 * WINDOW + 3, || {
+                check(st.len() == 2 * WINDOW + 5, || {
                     format!("{} statuses", st.len())
                 })?;
                 for (t, s) in st.iter().enumerate().take(WINDOW) {
@@ -815,7 +830,14 @@ fn request_set(w: &Communicator, rounds: usize) -> Result<()> {
                         || format!("round {round}: send {t} status {s:?}"),
                     )?;
                 }
-                let (ss, sr, ws) = (st[2 * WINDOW], st[2 * WINDOW + 1], st[2 * WINDOW + 2]);
+                let (ss, sr) = (st[2 * WINDOW], st[2 * WINDOW + 1]);
+                let (er, es, ws) = (st[2 * WINDOW + 2], st[2 * WINDOW + 3], st[2 * WINDOW + 4]);
+                for (what, x) in [("receive", er), ("pushed send completed at post", es)] {
+                    check(
+                        x.source == peer && x.tag == 1001 && x.len_bytes == len_of(1001),
+                        || format!("round {round}: eager {what} status {x:?}"),
+                    )?;
+                }
                 check(
                     ss.source == peer && ss.tag == 1000 && ss.len_bytes == len_of(1000),
                     || format!("round {round}: pushed ssend status {ss:?}"),
@@ -847,13 +869,16 @@ fn request_set(w: &Communicator, rounds: usize) -> Result<()> {
             _ => fail(&format!("round {round} (truncate {truncate}): {res:?}")),
         }
         for (t, b) in bufs.iter().enumerate() {
-            if truncate && t == SHORT {
+            if truncate && (t == SHORT || t == LATE) {
                 continue;
             }
             check(*b == fill(peer, round, t), || {
                 format!("round {round}: receive {t} has the wrong bytes")
             })?;
         }
+        check(eager_in == fill(peer, round, 1001), || {
+            format!("round {round}: the eager message has the wrong bytes")
+        })?;
         check(sync_in == fill(peer, round, 1000), || {
             format!("round {round}: the synchronous message has the wrong bytes")
         })?;
@@ -862,7 +887,7 @@ fn request_set(w: &Communicator, rounds: usize) -> Result<()> {
         })?;
     }
     // An empty set.
-    check(rankwire::Requests::new().wait_all()?.is_empty(), || {
+    check(rankwire::RequestSet::new().wait_all()?.is_empty(), || {
         "an empty set has statuses".into()
     })?;
     // A withdrawn receive in a set: its wait is an error, the other operation's done.
@@ -872,7 +897,7 @@ fn request_set(w: &Communicator, rounds: usize) -> Result<()> {
     check(withdrawn.cancel(), || {
         "cancel of an unmatched receive".into()
     })?;
-    let mut set = rankwire::Requests::new();
+    let mut set = rankwire::RequestSet::new();
     set.push(withdrawn)?;
     set.irecv(w, &mut b, 1 - w.rank(), 3001)?;
     w.send(&[9u8; 4], 1 - w.rank(), 3001)?;
@@ -885,7 +910,7 @@ fn request_set(w: &Communicator, rounds: usize) -> Result<()> {
     // after the barrier goes to the receive posted after it.
     let mut early = [0u8; 4];
     {
-        let mut set = rankwire::Requests::new();
+        let mut set = rankwire::RequestSet::new();
         set.irecv(w, &mut early, 1 - w.rank(), 4000)?;
     }
     w.barrier()?;
@@ -897,6 +922,21 @@ fn request_set(w: &Communicator, rounds: usize) -> Result<()> {
         late == [(1 - w.rank()) as u8 + 1; 4] && early == [0u8; 4],
         || format!("after a dropped set: late {late:?}, early {early:?}"),
     )?;
+    // A set dropped with a rendezvous receive that matched (the barrier's progress took
+    // the peer's request to send, which came first) and a rendezvous send: the drop
+    // waits for both.
+    let other = 1 - w.rank();
+    let mut big_in = vec![0u8; BIG];
+    {
+        let big_out = vec![w.rank() as u8 + 5; BIG];
+        let mut set = rankwire::RequestSet::new();
+        set.irecv(w, &mut big_in, other, 5000)?;
+        set.isend(w, &big_out, other, 5000)?;
+        w.barrier()?;
+    }
+    check(big_in.iter().all(|&b| b == other as u8 + 5), || {
+        "a matched receive of a dropped set did not get its bytes".into()
+    })?;
     Ok(())
 }
 
