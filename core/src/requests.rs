@@ -74,8 +74,15 @@ const _: () = assert!(std::mem::size_of::<Entry>() == 16);
 /// # }
 /// ```
 ///
+/// [`RequestSet::wait_all`] returns the statuses or the first error;
+/// [`RequestSet::wait_all_results`] each operation's result. To test for completion
+/// while computing, or to wait for any one operation, use [`Request`]s
+/// ([`crate::test_all`], [`crate::wait_any`]).
+///
 /// Dropping a set with operations not waited for withdraws each receive that has not
-/// matched and waits for the rest, as dropping their [`Request`]s would. Do not
+/// matched and waits for the rest, as dropping their [`Request`]s would: a send whose
+/// receiver withdrew (dropped) its receive then waits until the receiver posts another
+/// (`RANKWIRE_WATCHDOG` ends such a wait with the pending requests named). Do not
 /// `mem::forget` a set with pending operations (the runtime would keep using the
 /// buffers after the borrow ends).
 #[must_use = "the operations of a request set must be waited for (RequestSet::wait_all)"]
@@ -346,6 +353,60 @@ impl<'a> RequestSet<'a> {
             Some(err) => Err(err),
             None => Ok(out),
         }
+    }
+
+    /// Wait for every operation of the set and return each one's result, in the order
+    /// they were added (MPI_Waitall with MPI_ERR_IN_STATUS; as
+    /// [`crate::wait_all_results`]): a truncated receive's error does not hide the other
+    /// operations' statuses. Statuses and errors in the ranks of each operation's
+    /// communicator; `len_bytes` in bytes. The runtime is locked once for the wait.
+    pub fn wait_all_results(mut self) -> Vec<Result<Status>> {
+        let mut out = Vec::with_capacity(self.entries.len());
+        let Some(inner) = self.inner.clone() else {
+            for x in &self.entries {
+                out.push(match x.kind {
+                    Kind::Ready => Ok(self.ready[x.id as usize]),
+                    _ => Err(crate::request::finished_request()),
+                });
+            }
+            self.entries.clear();
+            return out;
+        };
+        let n = self.entries.len();
+        let (entries, ready, comms) = (&self.entries, &self.ready, &self.comms);
+        let mut e = inner.lock();
+        for x in entries.iter().filter(|x| x.kind == Kind::Send) {
+            e.proto.help(x.id);
+        }
+        let mut next = 0;
+        inner.wait_with(e, |e| {
+            while let Some(x) = entries.get(next) {
+                let outcome = match x.kind {
+                    Kind::Recv | Kind::Send => match e.proto.take_settled(x.id) {
+                        Some(o) => match x.comm {
+                            0 => o,
+                            k => crate::comm_state::localize(&comms[k as usize - 1], o),
+                        },
+                        None => {
+                            if x.kind == Kind::Send {
+                                e.proto.help(x.id);
+                            }
+                            e.want_completions(n - next);
+                            return None;
+                        }
+                    },
+                    Kind::Ready => Ok(ready[x.id as usize]),
+                    Kind::Finished => Err(crate::request::finished_request()),
+                };
+                out.push(outcome);
+                next += 1;
+            }
+            e.want_completions(1);
+            Some(())
+        });
+        // Every operation completed: nothing left for the drop.
+        self.entries.clear();
+        out
     }
 
     /// [`Error::Usage`] unless `comm` belongs to the set's runtime (or the set has none

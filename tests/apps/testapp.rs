@@ -749,7 +749,8 @@ fn waitall_window(w: &Communicator, rounds: usize) -> Result<()> {
 /// bytes) and every buffer is checked, in the order added. Odd windows: receives 3 and
 /// 40 are too small (40's message arrives first: the sends go in reverse order), and
 /// `wait_all` returns the truncation of 3, the first added (in communicator ranks),
-/// after completing the rest, whose buffers are checked. Then: an empty set; a set
+/// after completing the rest, whose buffers are checked (every fourth window
+/// `wait_all_results`: both truncations at their places, every other status). Then: an empty set; a set
 /// holding a receive withdrawn by `Request::cancel` (its wait is an error); a set
 /// dropped with a receive no message matched (withdrawn: the message sent later goes to
 /// a new receive); a set dropped with a rendezvous receive that matched and a
@@ -811,62 +812,100 @@ fn request_set(w: &Communicator, rounds: usize) -> Result<()> {
             format!("set of {}", set.len())
         })?;
         w.send(&world_out, 1 - w.rank(), 2000)?;
-        let res = set.wait_all();
-        match (&res, truncate) {
-            (Ok(st), false) => {
-                check(st.len() == 2 * WINDOW + 5, || {
-                    format!("{} statuses", st.len())
-                })?;
-                for (t, s) in st.iter().enumerate().take(WINDOW) {
-                    check(
-                        s.source == peer && s.tag == t as i32 && s.len_bytes == len_of(t),
-                        || format!("round {round}: receive {t} status {s:?}"),
-                    )?;
+        if round % 4 == 3 {
+            // Each operation's result: the two truncations at their places (communicator
+            // ranks), every other operation's status.
+            let rs = set.wait_all_results();
+            check(rs.len() == 2 * WINDOW + 5, || {
+                format!("{} results", rs.len())
+            })?;
+            let want = |i: usize| -> (usize, i32) {
+                match i {
+                    i if i < WINDOW => (peer, i as i32),
+                    i if i < 2 * WINDOW => (peer, (2 * WINDOW - 1 - i) as i32),
+                    i if i < 2 * WINDOW + 2 => (peer, 1000),
+                    i if i < 2 * WINDOW + 4 => (peer, 1001),
+                    _ => (1 - w.rank(), 2000),
                 }
-                for (k, s) in st.iter().enumerate().skip(WINDOW).take(WINDOW) {
-                    let t = 2 * WINDOW - 1 - k;
-                    check(
-                        s.source == peer && s.tag == t as i32 && s.len_bytes == len_of(t),
-                        || format!("round {round}: send {t} status {s:?}"),
-                    )?;
+            };
+            for (i, r) in rs.iter().enumerate() {
+                let (src, tag) = want(i);
+                match r {
+                    Err(Error::Matching(MatchError::Truncated {
+                        source_rank,
+                        tag: t,
+                        ..
+                    })) if i == SHORT || i == LATE => {
+                        check(*source_rank as usize == src && *t == tag, || {
+                            format!("round {round}: result {i}: {r:?}")
+                        })?
+                    }
+                    Ok(st) if i != SHORT && i != LATE => {
+                        check(st.source == src && st.tag == tag, || {
+                            format!("round {round}: result {i}: {st:?}")
+                        })?
+                    }
+                    other => fail(&format!("round {round}: result {i}: {other:?}")),
                 }
-                let (ss, sr) = (st[2 * WINDOW], st[2 * WINDOW + 1]);
-                let (er, es, ws) = (st[2 * WINDOW + 2], st[2 * WINDOW + 3], st[2 * WINDOW + 4]);
-                for (what, x) in [("receive", er), ("pushed send completed at post", es)] {
-                    check(
-                        x.source == peer && x.tag == 1001 && x.len_bytes == len_of(1001),
-                        || format!("round {round}: eager {what} status {x:?}"),
-                    )?;
-                }
-                check(
-                    ss.source == peer && ss.tag == 1000 && ss.len_bytes == len_of(1000),
-                    || format!("round {round}: pushed ssend status {ss:?}"),
-                )?;
-                check(
-                    sr.source == peer && sr.tag == 1000 && sr.len_bytes == len_of(1000),
-                    || format!("round {round}: synchronous message's receive status {sr:?}"),
-                )?;
-                check(
-                    ws.source == 1 - w.rank() && ws.tag == 2000 && ws.len_bytes == 32,
-                    || format!("round {round}: pushed world receive status {ws:?}"),
-                )?;
             }
-            (
-                Err(Error::Matching(MatchError::Truncated {
-                    source_rank,
-                    tag,
-                    message_bytes,
-                    buffer_bytes,
-                })),
-                true,
-            ) => check(
-                *source_rank as usize == peer
-                    && *tag == SHORT as i32
-                    && *message_bytes == len_of(SHORT) as u64
-                    && *buffer_bytes == 8,
-                || format!("round {round}: truncation reported as {res:?}"),
-            )?,
-            _ => fail(&format!("round {round} (truncate {truncate}): {res:?}")),
+        } else {
+            let res = set.wait_all();
+            match (&res, truncate) {
+                (Ok(st), false) => {
+                    check(st.len() == 2 * WINDOW + 5, || {
+                        format!("{} statuses", st.len())
+                    })?;
+                    for (t, s) in st.iter().enumerate().take(WINDOW) {
+                        check(
+                            s.source == peer && s.tag == t as i32 && s.len_bytes == len_of(t),
+                            || format!("round {round}: receive {t} status {s:?}"),
+                        )?;
+                    }
+                    for (k, s) in st.iter().enumerate().skip(WINDOW).take(WINDOW) {
+                        let t = 2 * WINDOW - 1 - k;
+                        check(
+                            s.source == peer && s.tag == t as i32 && s.len_bytes == len_of(t),
+                            || format!("round {round}: send {t} status {s:?}"),
+                        )?;
+                    }
+                    let (ss, sr) = (st[2 * WINDOW], st[2 * WINDOW + 1]);
+                    let (er, es, ws) = (st[2 * WINDOW + 2], st[2 * WINDOW + 3], st[2 * WINDOW + 4]);
+                    for (what, x) in [("receive", er), ("pushed send completed at post", es)] {
+                        check(
+                            x.source == peer && x.tag == 1001 && x.len_bytes == len_of(1001),
+                            || format!("round {round}: eager {what} status {x:?}"),
+                        )?;
+                    }
+                    check(
+                        ss.source == peer && ss.tag == 1000 && ss.len_bytes == len_of(1000),
+                        || format!("round {round}: pushed ssend status {ss:?}"),
+                    )?;
+                    check(
+                        sr.source == peer && sr.tag == 1000 && sr.len_bytes == len_of(1000),
+                        || format!("round {round}: synchronous message's receive status {sr:?}"),
+                    )?;
+                    check(
+                        ws.source == 1 - w.rank() && ws.tag == 2000 && ws.len_bytes == 32,
+                        || format!("round {round}: pushed world receive status {ws:?}"),
+                    )?;
+                }
+                (
+                    Err(Error::Matching(MatchError::Truncated {
+                        source_rank,
+                        tag,
+                        message_bytes,
+                        buffer_bytes,
+                    })),
+                    true,
+                ) => check(
+                    *source_rank as usize == peer
+                        && *tag == SHORT as i32
+                        && *message_bytes == len_of(SHORT) as u64
+                        && *buffer_bytes == 8,
+                    || format!("round {round}: truncation reported as {res:?}"),
+                )?,
+                _ => fail(&format!("round {round} (truncate {truncate}): {res:?}")),
+            }
         }
         for (t, b) in bufs.iter().enumerate() {
             if truncate && (t == SHORT || t == LATE) {
