@@ -286,42 +286,27 @@ impl<'a> RequestSet<'a> {
                 let mut next = 0;
                 inner.wait_with(e, |e| {
                     while let Some(x) = entries.get(next) {
-                        let outcome = match x.kind {
-                            Kind::Recv | Kind::Send => {
-                                // The common case first: a success in world ranks, its
-                                // status copied straight from the request's slot.
-                                if x.comm == 0 {
-                                    match e.proto.take_ok_into(x.id, out) {
-                                        Taken::Pushed => {
-                                            next += 1;
-                                            continue;
-                                        }
-                                        Taken::Pending => {
-                                            if x.kind == Kind::Send {
-                                                e.proto.help(x.id);
-                                            }
-                                            e.want_completions(n - next);
-                                            return None;
-                                        }
-                                        Taken::Other => {}
-                                    }
+                        // The common case first: a success in world ranks, its status
+                        // copied straight from the request's slot.
+                        if x.comm == 0 && matches!(x.kind, Kind::Recv | Kind::Send) {
+                            match e.proto.take_ok_into(x.id, out) {
+                                Taken::Pushed => {
+                                    next += 1;
+                                    continue;
                                 }
-                                match e.proto.take_settled(x.id) {
-                                    Some(o) => match x.comm {
-                                        0 => o,
-                                        k => crate::comm_state::localize(&comms[k as usize - 1], o),
-                                    },
-                                    None => {
-                                        if x.kind == Kind::Send {
-                                            e.proto.help(x.id);
-                                        }
-                                        e.want_completions(n - next);
-                                        return None;
+                                Taken::Pending => {
+                                    if x.kind == Kind::Send {
+                                        e.proto.help(x.id);
                                     }
+                                    e.want_completions(n - next);
+                                    return None;
                                 }
+                                Taken::Other => {}
                             }
-                            Kind::Ready => Ok(ready[x.id as usize]),
-                            Kind::Finished => Err(crate::request::finished_request()),
+                        }
+                        let Some(outcome) = take_outcome(e, x, ready, comms) else {
+                            e.want_completions(n - next);
+                            return None;
                         };
                         match outcome {
                             Ok(st) => out.push(st),
@@ -381,22 +366,9 @@ impl<'a> RequestSet<'a> {
         let mut next = 0;
         inner.wait_with(e, |e| {
             while let Some(x) = entries.get(next) {
-                let outcome = match x.kind {
-                    Kind::Recv | Kind::Send => match e.proto.take_settled(x.id) {
-                        Some(o) => match x.comm {
-                            0 => o,
-                            k => crate::comm_state::localize(&comms[k as usize - 1], o),
-                        },
-                        None => {
-                            if x.kind == Kind::Send {
-                                e.proto.help(x.id);
-                            }
-                            e.want_completions(n - next);
-                            return None;
-                        }
-                    },
-                    Kind::Ready => Ok(ready[x.id as usize]),
-                    Kind::Finished => Err(crate::request::finished_request()),
+                let Some(outcome) = take_outcome(e, x, ready, comms) else {
+                    e.want_completions(n - next);
+                    return None;
                 };
                 out.push(outcome);
                 next += 1;
@@ -468,6 +440,33 @@ impl Drop for RequestSet<'_> {
                 Kind::Ready | Kind::Finished => {}
             }
         }
+    }
+}
+
+/// The outcome of operation `x` of a set (its statuses of sends completed at post in
+/// `ready`, its communicators in `comms`) once settled, in its communicator's ranks;
+/// `None` while it is pending (a pending send is offered help with its copy first).
+fn take_outcome(
+    e: &mut crate::engine::Engine,
+    x: &Entry,
+    ready: &[Status],
+    comms: &[Arc<CommState>],
+) -> Option<Result<Status>> {
+    match x.kind {
+        Kind::Recv | Kind::Send => match e.proto.take_settled(x.id) {
+            Some(o) => Some(match x.comm {
+                0 => o,
+                k => crate::comm_state::localize(&comms[k as usize - 1], o),
+            }),
+            None => {
+                if x.kind == Kind::Send {
+                    e.proto.help(x.id);
+                }
+                None
+            }
+        },
+        Kind::Ready => Some(Ok(ready[x.id as usize])),
+        Kind::Finished => Some(Err(crate::request::finished_request())),
     }
 }
 

@@ -3,7 +3,7 @@
 # this build (target/release, "new") and BASEDIR (default /tmp/rw-head, "base": copy
 # the parent's rwrun and rankwire-bench there), order alternating by round. Used for
 # the two dropped experiments (64-byte records, the biased engine lock).
-# Usage: alt-set-ab.sh ROUNDS; MIN/MAX, ITERS, REQ as above. Ratios: ratios.py LOG.
+# Usage: alt-set-ab.sh ROUNDS; MIN/MAX, ITERS, REQ as above. Ratios: benches/results/2026-12-07s54_tcp-congestion/src/ratios.py LOG.
 cd "$(dirname "$0")/../../../.." || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 N=target/release; B=${BASEDIR:-/tmp/rw-head}; M=${MIN:-1}; X=${MAX:-64}; I=${ITERS:-20000}

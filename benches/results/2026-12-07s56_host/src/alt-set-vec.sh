@@ -3,7 +3,7 @@
 # request forms: per round one launch each of Open MPI (ob1 + vader), rankwire-bench
 # --requests set ("new") and --requests vec ("base"), the order of the last two
 # alternating by round. Usage: alt-set-vec.sh ROUNDS; MIN/MAX sizes (1..64), ITERS (20000).
-# Ratios: python3 ratios.py LOG.
+# Ratios: python3 benches/results/2026-12-07s54_tcp-congestion/src/ratios.py LOG.
 cd "$(dirname "$0")/../../../.." || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 N=target/release; M=${MIN:-1}; X=${MAX:-64}; I=${ITERS:-20000}
