@@ -116,16 +116,17 @@ fn exchange_halos(
     let (ours, bottom_halo) = rest.split_at_mut(rows * nx);
     let first_row = &ours[..nx];
     let last_row = &ours[(rows - 1) * nx..];
-    let mut reqs = Vec::with_capacity(4);
+    // The four operations of the exchange in one request set, completed together.
+    let mut reqs = rankwire::RequestSet::with_capacity(4);
     if let Some(p) = up {
-        reqs.push(world.irecv(top_halo, p, TAG_DOWN)?);
-        reqs.push(world.isend(first_row, p, TAG_UP)?);
+        reqs.irecv(world, top_halo, p, TAG_DOWN)?;
+        reqs.isend(world, first_row, p, TAG_UP)?;
     }
     if let Some(n) = down {
-        reqs.push(world.irecv(bottom_halo, n, TAG_UP)?);
-        reqs.push(world.isend(last_row, n, TAG_DOWN)?);
+        reqs.irecv(world, bottom_halo, n, TAG_UP)?;
+        reqs.isend(world, last_row, n, TAG_DOWN)?;
     }
-    rankwire::wait_all(reqs)?;
+    reqs.wait_all()?;
     Ok(())
 }
 
