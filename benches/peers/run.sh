@@ -34,7 +34,7 @@
 #             build, rwrun + rankwire-bench in $RW_BASE_DIR, default
 #             benches/peers/build/rankwire-base/, for before/after ratios;
 #             rankwire-set too: this build's bw with `--requests set`, the
-#             window in one rankwire::Requests set; bw only)
+#             window in one rankwire::RequestSet; bw only)
 #   -N LIST   ranks for allreduce and barrier (default 2,4)
 #   -m A:B    message sizes in bytes, powers of two (default 0:4194304)
 #   -a ARGS   bw iterations (default "-i 1000 -w 100 -I 100 -W 10")

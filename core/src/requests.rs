@@ -56,8 +56,9 @@ const _: () = assert!(std::mem::size_of::<Entry>() == 16);
 /// benchmark loop's own time). A set holds one handle for all its operations and
 /// appends a 16-byte entry per operation in place; [`RequestSet::wait_all`] takes each
 /// success from the runtime's request slot straight into the status vector. Measured
-/// on a 2-core VM, 1–64 B windows of 64: 1.19–1.25× the messages per second of the same
-/// loop with `Vec<Request>` (benches/results/2026-12-07s56_host).
+/// on a 2-core VM, 1–64 B windows of 64: 1.12–1.40× the messages per second of the same
+/// loop with `Vec<Request>` (medians of 6-, 8- and 12-round alternations,
+/// benches/results/2026-12-07s56_host).
 ///
 /// ```no_run
 /// # fn main() -> rankwire::Result<()> {
