@@ -177,13 +177,9 @@ impl<'a> Request<'a> {
         })
     }
 
-    /// Undo [`Request::take_pending`].
-    pub(crate) fn restore_pending(&mut self, p: Pending) {
-        self.inner = Some(p.inner);
-        self.id = p.id;
-        self.is_recv = p.is_recv;
-        self.comm = p.comm;
-        self.done = false;
+    /// The runtime of a pending request (`None` when it is not pending).
+    pub(crate) fn pending_runtime(&self) -> Option<&Arc<Inner>> {
+        self.pending_id().and(self.inner.as_ref())
     }
 
     fn localize(&self, r: Result<Status>) -> Result<Status> {

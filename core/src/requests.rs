@@ -41,6 +41,25 @@ struct Entry {
 
 const _: () = assert!(std::mem::size_of::<Entry>() == 16);
 
+impl Kind {
+    /// Whether the runtime still holds the operation (a receive or a send).
+    #[inline]
+    fn is_pending(self) -> bool {
+        matches!(self, Kind::Recv | Kind::Send)
+    }
+}
+
+impl Entry {
+    /// The outcome of an operation that completed before the wait (`Ready`, its status
+    /// in `ready`, or `Finished`); not for pending ones.
+    fn settled_outcome(&self, ready: &[Status]) -> Result<Status> {
+        match self.kind {
+            Kind::Ready => Ok(ready[self.id as usize]),
+            _ => Err(crate::request::finished_request()),
+        }
+    }
+}
+
 /// A set of nonblocking point-to-point operations of one runtime, completed together
 /// by [`RequestSet::wait_all`]: the array of requests of a C program's
 /// `MPI_Isend`/`MPI_Irecv` loop and its `MPI_Waitall` (MPI 4.1 §3.7.5). Borrows every
@@ -157,20 +176,8 @@ impl<'a> RequestSet<'a> {
         self.check_runtime(comm)?;
         let start = comm.post_send(bytemuck::cast_slice(buf), dest, tag, false)?;
         match start {
-            SendStart::Done(st) => {
-                if self.ready.len() == self.ready.capacity() {
-                    // Room for a window of sends at once (none before the first).
-                    self.ready.reserve(self.entries.capacity().max(8));
-                }
-                let id = self.ready.len() as u64;
-                // A send's status names its destination, in `comm`'s ranks.
-                self.ready.push(Status { source: dest, ..st });
-                self.entries.push(Entry {
-                    id,
-                    comm: 0,
-                    kind: Kind::Ready,
-                });
-            }
+            // A send's status names its destination, in `comm`'s ranks.
+            SendStart::Done(st) => self.add_ready(Status { source: dest, ..st }),
             SendStart::Queued(id) => self.add_pending(comm, id, Kind::Send),
         }
         Ok(())
@@ -212,14 +219,14 @@ impl<'a> RequestSet<'a> {
     pub fn push(&mut self, mut req: Request<'a>) -> Result<()> {
         if let Some(st) = req.completed_at_post() {
             req.mark_consumed();
-            let id = self.ready.len() as u64;
-            self.ready.push(st);
-            self.entries.push(Entry {
-                id,
-                comm: 0,
-                kind: Kind::Ready,
-            });
+            self.add_ready(st);
             return Ok(());
+        }
+        if let (Some(mine), Some(its)) = (&self.inner, req.pending_runtime())
+            && !Arc::ptr_eq(mine, its)
+        {
+            // `req` is dropped here: its drop withdraws or waits for it.
+            return Err(other_runtime());
         }
         let Some(p) = req.take_pending() else {
             // Finished already (a withdrawn receive): fails its wait, as it would alone.
@@ -230,15 +237,7 @@ impl<'a> RequestSet<'a> {
             });
             return Ok(());
         };
-        match &self.inner {
-            Some(i) if !Arc::ptr_eq(i, &p.inner) => {
-                // Give the request back its runtime: its drop waits for it.
-                req.restore_pending(p);
-                return Err(other_runtime());
-            }
-            Some(_) => {}
-            None => self.inner = Some(p.inner.clone()),
-        }
+        self.inner.get_or_insert(p.inner);
         let comm = match &p.comm {
             Some(c) => self.comm_index(c),
             None => 0,
@@ -269,17 +268,45 @@ impl<'a> RequestSet<'a> {
     /// [`Error::Usage`] for a receive withdrawn by [`Request::cancel`] before it was
     /// pushed.
     pub fn wait_all(mut self) -> Result<Vec<Status>> {
-        let n = self.entries.len();
-        let mut out = Vec::with_capacity(n);
+        let mut out = Vec::with_capacity(self.entries.len());
         let mut first_err = None;
-        let pending = self
-            .entries
-            .iter()
-            .any(|x| matches!(x.kind, Kind::Recv | Kind::Send));
-        match (&self.inner, pending) {
-            (Some(inner), true) => {
-                let (entries, ready, comms, out) =
-                    (&self.entries, &self.ready, &self.comms, &mut out);
+        self.wait_each(&mut out, true, |out, o| match o {
+            Ok(st) => out.push(st),
+            Err(err) => {
+                first_err.get_or_insert(err);
+            }
+        });
+        match first_err {
+            Some(err) => Err(err),
+            None => Ok(out),
+        }
+    }
+
+    /// Wait for every operation of the set and return each one's result, in the order
+    /// they were added (MPI_Waitall with MPI_ERR_IN_STATUS; as
+    /// [`crate::wait_all_results`]): a truncated receive's error does not hide the other
+    /// operations' statuses. Statuses and errors in the ranks of each operation's
+    /// communicator; `len_bytes` in bytes. The runtime is locked once for the wait.
+    pub fn wait_all_results(mut self) -> Vec<Result<Status>> {
+        let mut out = Vec::with_capacity(self.entries.len());
+        self.wait_each(&mut Vec::new(), false, |_, o| out.push(o));
+        out
+    }
+
+    /// Wait for every operation and hand each outcome, in the order added, to `sink`
+    /// with `statuses`; with `fast`, a success in world ranks is instead pushed onto
+    /// `statuses` by the runtime straight from its request slot. Empties the set.
+    #[inline]
+    fn wait_each(
+        &mut self,
+        statuses: &mut Vec<Status>,
+        fast: bool,
+        mut sink: impl FnMut(&mut Vec<Status>, Result<Status>),
+    ) {
+        let (entries, ready, comms) = (&self.entries, &self.ready, &self.comms);
+        let n = entries.len();
+        match &self.inner {
+            Some(inner) if entries.iter().any(|x| x.kind.is_pending()) => {
                 let mut e = inner.lock();
                 for x in entries.iter().filter(|x| x.kind == Kind::Send) {
                     e.proto.help(x.id);
@@ -289,8 +316,8 @@ impl<'a> RequestSet<'a> {
                     while let Some(x) = entries.get(next) {
                         // The common case first: a success in world ranks, its status
                         // copied straight from the request's slot.
-                        if x.comm == 0 && matches!(x.kind, Kind::Recv | Kind::Send) {
-                            match e.proto.take_ok_into(x.id, out) {
+                        if fast && x.comm == 0 && x.kind.is_pending() {
+                            match e.proto.take_ok_into(x.id, statuses) {
                                 Taken::Pushed => {
                                     next += 1;
                                     continue;
@@ -309,77 +336,37 @@ impl<'a> RequestSet<'a> {
                             e.want_completions(n - next);
                             return None;
                         };
-                        match outcome {
-                            Ok(st) => out.push(st),
-                            Err(err) => {
-                                first_err.get_or_insert(err);
-                            }
-                        }
+                        sink(statuses, outcome);
                         next += 1;
                     }
                     e.want_completions(1);
                     Some(())
                 });
             }
+            // Nothing pending in a runtime: one pass, no runtime call.
             _ => {
-                // Nothing pending in a runtime: one pass, no runtime call.
-                for x in &self.entries {
-                    match x.kind {
-                        Kind::Ready => out.push(self.ready[x.id as usize]),
-                        _ => {
-                            first_err.get_or_insert(crate::request::finished_request());
-                        }
-                    }
+                for x in entries {
+                    sink(statuses, x.settled_outcome(ready));
                 }
             }
         }
         // Every operation completed: nothing left for the drop.
         self.entries.clear();
-        match first_err {
-            Some(err) => Err(err),
-            None => Ok(out),
-        }
     }
 
-    /// Wait for every operation of the set and return each one's result, in the order
-    /// they were added (MPI_Waitall with MPI_ERR_IN_STATUS; as
-    /// [`crate::wait_all_results`]): a truncated receive's error does not hide the other
-    /// operations' statuses. Statuses and errors in the ranks of each operation's
-    /// communicator; `len_bytes` in bytes. The runtime is locked once for the wait.
-    pub fn wait_all_results(mut self) -> Vec<Result<Status>> {
-        let mut out = Vec::with_capacity(self.entries.len());
-        let Some(inner) = self.inner.clone() else {
-            for x in &self.entries {
-                out.push(match x.kind {
-                    Kind::Ready => Ok(self.ready[x.id as usize]),
-                    _ => Err(crate::request::finished_request()),
-                });
-            }
-            self.entries.clear();
-            return out;
-        };
-        let n = self.entries.len();
-        let (entries, ready, comms) = (&self.entries, &self.ready, &self.comms);
-        let mut e = inner.lock();
-        for x in entries.iter().filter(|x| x.kind == Kind::Send) {
-            e.proto.help(x.id);
+    /// Add an operation that completed with `st` (in its communicator's ranks).
+    #[inline]
+    fn add_ready(&mut self, st: Status) {
+        if self.ready.len() == self.ready.capacity() {
+            // Room for a window of sends at once (none before the first).
+            self.ready.reserve(self.entries.capacity().max(8));
         }
-        let mut next = 0;
-        inner.wait_with(e, |e| {
-            while let Some(x) = entries.get(next) {
-                let Some(outcome) = take_outcome(e, x, ready, comms) else {
-                    e.want_completions(n - next);
-                    return None;
-                };
-                out.push(outcome);
-                next += 1;
-            }
-            e.want_completions(1);
-            Some(())
+        self.entries.push(Entry {
+            id: self.ready.len() as u64,
+            comm: 0,
+            kind: Kind::Ready,
         });
-        // Every operation completed: nothing left for the drop.
-        self.entries.clear();
-        out
+        self.ready.push(st);
     }
 
     /// [`Error::Usage`] unless `comm` belongs to the set's runtime (or the set has none
@@ -466,8 +453,7 @@ fn take_outcome(
                 None
             }
         },
-        Kind::Ready => Some(Ok(ready[x.id as usize])),
-        Kind::Finished => Some(Err(crate::request::finished_request())),
+        Kind::Ready | Kind::Finished => Some(x.settled_outcome(ready)),
     }
 }
 
