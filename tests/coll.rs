@@ -59,7 +59,7 @@ fn every_collective_matches_the_reference_at_sizes_1_to_8() {
 /// fourth binomial.)
 #[test]
 fn every_algorithm_forced_by_environment() {
-    let profiles: [&[(&str, &str)]; 5] = [
+    let profiles: [&[(&str, &str)]; 6] = [
         &[
             ("RANKWIRE_BARRIER_ALGO", "dissemination"),
             ("RANKWIRE_ALLREDUCE_ALGO", "ring"),
@@ -102,6 +102,7 @@ fn every_algorithm_forced_by_environment() {
             ("RANKWIRE_ALLTOALL_ALGO", "linear"),
             ("RANKWIRE_ALLREDUCE_ALGO", "linear"),
         ],
+        &[("RANKWIRE_ALLREDUCE_ALGO", "exchange")],
     ];
     for env in profiles {
         for n in [3, 4, 6] {
@@ -118,6 +119,7 @@ fn allreduce_floats_are_bitwise_identical_on_every_rank() {
         "rabenseifner",
         "reduce_bcast",
         "linear",
+        "exchange",
     ] {
         run_ok(5, &[("RANKWIRE_ALLREDUCE_ALGO", algo)], &["bits"]);
     }
@@ -171,7 +173,7 @@ fn in_place_forms_match_the_out_of_place_bits_at_1_to_4_ranks() {
 /// Every allreduce, allgather and reduce-scatter algorithm forced, in place.
 #[test]
 fn in_place_forms_with_every_algorithm_forced() {
-    let profiles: [&[(&str, &str)]; 5] = [
+    let profiles: [&[(&str, &str)]; 6] = [
         &[
             ("RANKWIRE_ALLREDUCE_ALGO", "ring"),
             ("RANKWIRE_ALLGATHER_ALGO", "ring"),
@@ -193,6 +195,7 @@ fn in_place_forms_with_every_algorithm_forced() {
             ("RANKWIRE_REDUCE_SCATTER_ALGO", "reduce_scatterv"),
         ],
         &[("RANKWIRE_ALLREDUCE_ALGO", "linear")],
+        &[("RANKWIRE_ALLREDUCE_ALGO", "exchange")],
     ];
     for env in profiles {
         for n in [2, 3, 4] {
@@ -288,6 +291,26 @@ fn length_mismatch_without_check_is_an_error_not_a_hang() {
         "{}",
         out.stdout
     );
+    // The exchange allreduce: every rank takes rank 1's longer vector, or (rank 1) the
+    // others' shorter ones, and fails with the mismatch; none is left waiting.
+    for n in [3, 4] {
+        let out = run_ok(n, &[("RANKWIRE_ALLREDUCE_ALGO", "exchange")], &["nocheck"]);
+        for r in 0..n {
+            assert!(
+                out.stdout
+                    .contains(&format!("rank {r}: nocheck: allreduce: rank ")),
+                "rank {r} at n={n}: {}",
+                out.stdout
+            );
+        }
+        assert!(
+            out.stdout
+                .contains("rank 1 sent 40 bytes where 32 were expected")
+                && out.stdout.contains("sent 32 bytes where 40 were expected"),
+            "{}",
+            out.stdout
+        );
+    }
 }
 
 #[test]
@@ -299,7 +322,7 @@ fn bad_algorithm_name_is_a_usage_error() {
     assert_eq!(out.code(), 2, "{}", out.stderr);
     assert!(
         out.stderr.contains(
-            "RANKWIRE_ALLREDUCE_ALGO=\"fastest\" is not valid: expected auto, recursive_doubling, rabenseifner, ring, reduce_bcast or linear"
+            "RANKWIRE_ALLREDUCE_ALGO=\"fastest\" is not valid: expected auto, recursive_doubling, rabenseifner, ring, reduce_bcast, linear or exchange"
         ),
         "{}",
         out.stderr

@@ -110,6 +110,7 @@ pub mod algos {
         "ring",
         "reduce_bcast",
         "linear",
+        "exchange",
     ];
     /// `RANKWIRE_BCAST_ALGO`.
     pub const BCAST: &[&str] = &["auto", "binomial", "scatter_allgather", "linear"];
@@ -601,7 +602,7 @@ pub static SETTINGS: &[Setting] = &[
     algo!(
         "RANKWIRE_ALLREDUCE_ALGO",
         algos::ALLREDUCE,
-        "auto, recursive_doubling, rabenseifner, ring, reduce_bcast or linear",
+        "auto, recursive_doubling, rabenseifner, ring, reduce_bcast, linear or exchange",
         "force the allreduce algorithm"
     ),
     algo!(

@@ -1,5 +1,6 @@
-//! Allreduce (MPI 4.1 §6.9.6): recursive doubling, Rabenseifner, ring, reduce + bcast
-//! (schedules); the blocking form also takes `direct.rs` and `single_copy.rs`.
+//! Allreduce (MPI 4.1 §6.9.6): recursive doubling, Rabenseifner, ring, reduce + bcast,
+//! linear, exchange (schedules); the blocking form also takes `direct.rs` and
+//! `single_copy.rs`.
 
 use bytemuck::Pod;
 
@@ -46,7 +47,9 @@ impl Communicator {
     /// doubling for small vectors, Rabenseifner or ring for large ones, chosen by the
     /// cost model; non-commutative operations never use the ring. Vectors up to 8 KiB
     /// take the linear algorithm instead where some node of the job runs at least 4
-    /// ranks per CPU (docs/design.md, "Communicators and collectives"). Vectors above 64 KiB
+    /// ranks per CPU, and vectors up to 1 KiB on 3 to 6 ranks the exchange algorithm
+    /// where it runs more ranks than CPUs but fewer than 4 per CPU (docs/design.md,
+    /// "Communicators and collectives"). Vectors above 64 KiB
     /// on a communicator whose ranks all read each other by cross-memory attach (one
     /// node) take the single-copy allreduce instead, unless an algorithm is forced
     /// (`RANKWIRE_ALLREDUCE_SINGLE_COPY`; module doc of `coll/single_copy.rs`). This
@@ -200,6 +203,7 @@ pub(crate) fn build_from(
             recursive_doubling(b, count, es);
         }
         AllreduceAlgo::Linear => linear(b, send, all),
+        AllreduceAlgo::Exchange => exchange(b, send, all),
         AllreduceAlgo::Rabenseifner => {
             b.copy(send, all);
             rabenseifner(b, count, es);
@@ -393,18 +397,44 @@ fn linear(b: &mut Builder, send: Slice, all: Slice) {
     bcast::linear(b, all, 0);
 }
 
+/// Exchange allreduce of `send` into `all` ([`AllreduceAlgo::Exchange`]): in one round
+/// every rank receives every other rank's vector into its slot `r` of a temporary of p
+/// vectors and sends its own (from slot `me`, where it was copied first: in place,
+/// `all` is overwritten afterwards) to every other rank in rank order; then every rank
+/// combines the slots in rank order, `((a_0 ∘ a_1) ∘ a_2) ∘ …`, so the bits are the
+/// same everywhere and non-commutative operations keep rank order.
+fn exchange(b: &mut Builder, send: Slice, all: Slice) {
+    let (me, p) = (b.rank, b.size);
+    let n = all.len;
+    let t = b.tmp(p * n);
+    let slot = |r: usize| Slice::new(t, r * n, n);
+    b.copy(send, slot(me));
+    b.round();
+    for r in (0..p).filter(|&r| r != me) {
+        b.recv(r, slot(r));
+    }
+    for r in (0..p).filter(|&r| r != me) {
+        b.send(r, slot(me));
+    }
+    b.copy(slot(0), all);
+    for r in 1..p {
+        b.reduce(slot(r), all, false);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::coll::ops::{Op, ReduceOp};
     use crate::coll::testing::{self, concat};
 
-    const ALGOS: [AllreduceAlgo; 5] = [
+    const ALGOS: [AllreduceAlgo; 6] = [
         AllreduceAlgo::RecursiveDoubling,
         AllreduceAlgo::Rabenseifner,
         AllreduceAlgo::Ring,
         AllreduceAlgo::ReduceBcast,
         AllreduceAlgo::Linear,
+        AllreduceAlgo::Exchange,
     ];
 
     #[test]
@@ -434,6 +464,7 @@ mod tests {
             AllreduceAlgo::Rabenseifner,
             AllreduceAlgo::ReduceBcast,
             AllreduceAlgo::Linear,
+            AllreduceAlgo::Exchange,
         ] {
             for p in 1..=9 {
                 for count in [1usize, 3, 16] {
@@ -502,6 +533,13 @@ mod tests {
             build(b, AllreduceAlgo::Linear, count, 8)
         });
         assert_eq!(m, 2 * (p - 1), "linear");
+        // Exchange: every rank sends its vector to each other rank.
+        let mut recvs = vec![vec![0i64; count]; p];
+        let red = ReduceOp::<i64>::from(Op::Sum).reducer().unwrap();
+        let m = testing::run(&sends, &mut recvs, Some(red), |b| {
+            build(b, AllreduceAlgo::Exchange, count, 8)
+        });
+        assert_eq!(m, p * (p - 1), "exchange");
     }
 
     #[test]
@@ -540,6 +578,7 @@ mod tests {
             AllreduceAlgo::Rabenseifner,
             AllreduceAlgo::ReduceBcast,
             AllreduceAlgo::Linear,
+            AllreduceAlgo::Exchange,
         ] {
             for p in 1..=9 {
                 for count in [1usize, 3, 16] {

@@ -2120,6 +2120,7 @@ mod tests {
                     AllreduceAlgo::Ring,
                     AllreduceAlgo::ReduceBcast,
                     AllreduceAlgo::Linear,
+                    AllreduceAlgo::Exchange,
                 ] {
                     let mut recvs = vec![vec![-1i64; n]; p];
                     waited += run_late(&sends, &mut recvs, true, |b| {
@@ -2149,6 +2150,7 @@ mod tests {
                     AllreduceAlgo::Ring,
                     AllreduceAlgo::ReduceBcast,
                     AllreduceAlgo::Linear,
+                    AllreduceAlgo::Exchange,
                 ] {
                     let mut bufs = sends.clone();
                     waited += run_late(&no_send, &mut bufs, true, |b| {

@@ -5,7 +5,8 @@
 //! the time of an 8-byte allreduce, broadcast, all-to-all or barrier. The blocking
 //! forms of those four take this path instead when it applies (host buffers,
 //! `RANKWIRE_COLL_CHECK` off, for allreduce the recursive-doubling algorithm the cost
-//! model picks for small vectors, or the linear one of oversubscribed jobs, for
+//! model picks for small vectors, or the linear or exchange one of oversubscribed jobs
+//! (exchange up to [`MAX_DIRECT_EXCHANGE_RANKS`] ranks), for
 //! broadcast the binomial tree it picks for small messages, or the linear one, for
 //! all-to-all 2 ranks and blocks up to [`MAX_DIRECT_ALLTOALL_BLOCK_BYTES`]; the barrier
 //! either way).
@@ -45,22 +46,37 @@ pub(crate) const MAX_DIRECT_BCAST_BYTES: usize = 8 << 10;
 /// Largest all-to-all block (bytes per pair) this path takes, on 2 ranks (one
 /// exchange).
 pub(crate) const MAX_DIRECT_ALLTOALL_BLOCK_BYTES: usize = 8 << 10;
+/// Largest communicator an exchange allreduce takes this path on (the schedule
+/// beyond: this path keeps one request per rank on the stack).
+pub(crate) const MAX_DIRECT_EXCHANGE_RANKS: usize = 16;
 /// Vectors up to this many bytes use a temporary on the stack.
 const STACK_TMP_BYTES: usize = 4096;
 
-/// A temporary of `n` bytes: in `stack` (filled here) up to [`STACK_TMP_BYTES`], else
-/// in `heap` (grown here).
-fn scratch<'a>(
-    n: usize,
-    stack: &'a mut Option<[u64; STACK_TMP_BYTES / 8]>,
-    heap: &'a mut Vec<u64>,
-) -> &'a mut [u8] {
-    if n <= STACK_TMP_BYTES {
-        let s = stack.insert([0; STACK_TMP_BYTES / 8]);
-        &mut bytemuck::cast_slice_mut::<u64, u8>(s)[..n]
-    } else {
-        heap.resize(n.div_ceil(8), 0);
-        &mut bytemuck::cast_slice_mut::<u64, u8>(heap)[..n]
+/// Vectors up to this many bytes use the small temporary on the stack (zeroing the
+/// large one cost about 1 % of a 4-rank 8-byte allreduce's time on 2 cores).
+const SMALL_TMP_BYTES: usize = 256;
+
+/// Room for one temporary: on the stack up to [`STACK_TMP_BYTES`], else on the heap.
+/// Only the part a call asks for is zeroed ([`Scratch::get`]).
+#[derive(Default)]
+struct Scratch {
+    small: Option<[u64; SMALL_TMP_BYTES / 8]>,
+    large: Option<[u64; STACK_TMP_BYTES / 8]>,
+    heap: Vec<u64>,
+}
+
+impl Scratch {
+    /// A zeroed temporary of `n` bytes, 8-byte aligned.
+    fn get(&mut self, n: usize) -> &mut [u8] {
+        let words: &mut [u64] = if n <= SMALL_TMP_BYTES {
+            self.small.insert([0; SMALL_TMP_BYTES / 8])
+        } else if n <= STACK_TMP_BYTES {
+            self.large.insert([0; STACK_TMP_BYTES / 8])
+        } else {
+            self.heap.resize(n.div_ceil(8), 0);
+            &mut self.heap
+        };
+        &mut bytemuck::cast_slice_mut::<u64, u8>(words)[..n]
     }
 }
 
@@ -221,9 +237,10 @@ impl Communicator {
         ))
     }
 
-    /// Recursive doubling or the linear algorithm (`allreduce.rs`), run directly on
-    /// `send` → `recv` (bytes, equal lengths, `es`-byte elements); `send == None` is
-    /// the in-place form (the input is `recv`). `None`: not applicable, use the schedule.
+    /// Recursive doubling, the linear or the exchange algorithm (`allreduce.rs`), run
+    /// directly on `send` → `recv` (bytes, equal lengths, `es`-byte elements);
+    /// `send == None` is the in-place form (the input is `recv`). `None`: not
+    /// applicable, use the schedule.
     pub(crate) fn allreduce_direct(
         &self,
         algo: AllreduceAlgo,
@@ -236,8 +253,9 @@ impl Communicator {
         if self.st.cfg.check
             || !matches!(
                 algo,
-                AllreduceAlgo::RecursiveDoubling | AllreduceAlgo::Linear
+                AllreduceAlgo::RecursiveDoubling | AllreduceAlgo::Linear | AllreduceAlgo::Exchange
             )
+            || (algo == AllreduceAlgo::Exchange && self.size() > MAX_DIRECT_EXCHANGE_RANKS)
             || send.is_some_and(|s| s.len() != bytes)
             || bytes > MAX_DIRECT_ALLREDUCE_BYTES
             || elem_bytes == 0
@@ -254,8 +272,12 @@ impl Communicator {
             }
             return Some(Ok(()));
         }
-        if algo == AllreduceAlgo::Linear {
-            return Some(self.linear_allreduce(tag, send, recv, red));
+        match algo {
+            AllreduceAlgo::Linear => return Some(self.linear_allreduce(tag, send, recv, red)),
+            AllreduceAlgo::Exchange => {
+                return Some(self.exchange_allreduce(tag, send, recv, red));
+            }
+            _ => {}
         }
         Some(self.recursive_doubling(tag, send, recv, red))
     }
@@ -274,8 +296,8 @@ impl Communicator {
     ) -> Result<()> {
         const WHAT: &str = "allreduce";
         let (me, p) = (self.rank(), self.size());
-        let (mut stack, mut heap) = (None, Vec::new());
-        let tmp = scratch(all.len(), &mut stack, &mut heap);
+        let mut scratch = Scratch::default();
+        let tmp = scratch.get(all.len());
         if me != 0 {
             // In place, the vector leaves from a copy: the result lands in `all`.
             let out: &[u8] = match send {
@@ -296,6 +318,112 @@ impl Communicator {
             red(tmp, all, false);
         }
         (1..p).try_for_each(|r| self.exchange(WHAT, tag, r, all, usize::MAX, &mut []))
+    }
+
+    /// The exchange allreduce (`allreduce.rs`, `exchange`) of `send` (`None`: in place,
+    /// the input is `all`) into `all`: this rank's vector goes to every other rank and
+    /// theirs land in slots of one temporary, all in flight at once; then the p vectors
+    /// are combined in rank order into `all`, as the schedule does.
+    fn exchange_allreduce(
+        &self,
+        tag: i32,
+        send: Option<&[u8]>,
+        all: &mut [u8],
+        red: Combine<'_>,
+    ) -> Result<()> {
+        let (me, n) = (self.rank(), all.len());
+        let mut scratch = Scratch::default();
+        let slots = scratch.get(self.size() * n);
+        slots[me * n..(me + 1) * n].copy_from_slice(send.unwrap_or(all));
+        self.exchange_with_all("allreduce", tag, slots, n)?;
+        let (first, rest) = slots.split_at(n);
+        all.copy_from_slice(first);
+        for row in rest.chunks_exact(n) {
+            // all = all ∘ a_r: rank order.
+            red(row, all, false);
+        }
+        Ok(())
+    }
+
+    /// Send row `rank` of `rows` (p rows of `n` bytes) to every other rank and receive
+    /// row `r` from each rank `r`, all posted before any is waited for (receives first,
+    /// then the sends in rank order, as the schedule of `allreduce.rs`'s `exchange`
+    /// posts them), on the collective context with `tag`. At most
+    /// [`MAX_DIRECT_EXCHANGE_RANKS`] ranks.
+    ///
+    /// # Errors
+    /// The first failed operation's error in rank order (receives before sends), after
+    /// every operation has completed; [`Error::Collective`] for a row of the wrong
+    /// length (the context is revoked, as [`Communicator::exchange`] does).
+    fn exchange_with_all(
+        &self,
+        what: &'static str,
+        tag: i32,
+        rows: &mut [u8],
+        n: usize,
+    ) -> Result<()> {
+        let (me, p) = (self.rank(), self.size());
+        debug_assert!(p <= MAX_DIRECT_EXCHANGE_RANKS && rows.len() == p * n);
+        let ctx = self.st.ctx | COLL_CTX_BIT;
+        let group = &self.st.group;
+        let inner = &self.inner;
+        let base = rows.as_mut_ptr();
+        let out = RawBuf::from_slice(&rows[me * n..(me + 1) * n]);
+        let mut recvs = [None; MAX_DIRECT_EXCHANGE_RANKS];
+        let mut sends = [None; MAX_DIRECT_EXCHANGE_RANKS];
+        let mut e = inner.lock();
+        for r in (0..p).filter(|&r| r != me) {
+            let pat = Pattern {
+                ctx,
+                src: Some(group[r]),
+                tag: Some(tag),
+            };
+            // Row r only: rows of other ranks are not touched while it is posted.
+            let raw = RawBuf::new(base.wrapping_add(r * n), n);
+            recvs[r] = Some(e.proto.irecv(pat, raw));
+        }
+        for r in (0..p).filter(|&r| r != me) {
+            if let SendStart::Queued(id) = e.isend(group[r], ctx, tag, out, false) {
+                sends[r] = Some(id);
+            }
+        }
+        let mut outcomes: [Option<Result<Status>>; MAX_DIRECT_EXCHANGE_RANKS] =
+            std::array::from_fn(|_| None);
+        let mut send_err: Option<Error> = None;
+        inner.wait_with(e, |e| {
+            let mut left = false;
+            for r in 0..p {
+                if let Some(id) = recvs[r] {
+                    match e.proto.take_done(id) {
+                        Some(o) => {
+                            outcomes[r] = Some(o);
+                            recvs[r] = None;
+                        }
+                        None => left = true,
+                    }
+                }
+                if let Some(id) = sends[r] {
+                    match e.proto.take_done(id) {
+                        Some(o) => {
+                            if let Err(err) = o
+                                && send_err.is_none()
+                            {
+                                send_err = Some(err);
+                            }
+                            sends[r] = None;
+                        }
+                        None => left = true,
+                    }
+                }
+            }
+            (!left).then_some(())
+        });
+        for (r, o) in outcomes.iter_mut().enumerate().take(p) {
+            if let Some(o) = o.take() {
+                self.received(what, ctx, r, n, o)?;
+            }
+        }
+        send_err.map_or(Ok(()), Err)
     }
 
     /// Recursive doubling of `send` into `all`, as `allreduce.rs` schedules it (the
@@ -321,11 +449,11 @@ impl Communicator {
         let mut in_all = send.is_none();
         // A temporary is needed from the second exchange on (more than 2 ranks), or
         // from the first in place.
-        let (mut stack, mut heap) = (None, Vec::new());
+        let mut scratch = Scratch::default();
         let tmp: &mut [u8] = if p <= 2 && !in_all {
             &mut []
         } else {
-            scratch(n, &mut stack, &mut heap)
+            scratch.get(n)
         };
         // Fold the first 2·rem ranks in pairs (allreduce.rs, `fold_in`).
         let nr = if me < 2 * rem {
@@ -446,27 +574,36 @@ impl Communicator {
             drop(e);
         }
         if let Some(r) = got {
-            let mismatch = |got: u64| {
-                Error::Collective(format!(
-                    "{what}: rank {from} sent {got} bytes where {want} were expected; the \
-                     ranks disagree on counts, roots or datatypes (set RANKWIRE_COLL_CHECK=1 \
-                     to name the difference)"
-                ))
-            };
-            let got = match r {
-                Ok(st) if st.len_bytes != want => st.len_bytes as u64,
-                Err(Error::Matching(MatchError::Truncated { message_bytes, .. })) => message_bytes,
-                Err(e) => return Err(e),
-                Ok(_) => return send_res,
-            };
-            // The ranks disagree: revoke the collective context so that the ranks
-            // waiting for this one's part fail instead of waiting forever
-            // (protocol/revoke.rs).
-            let mut e = inner.lock();
-            e.proto.revoke(ctx, &self.st.group);
-            inner.progress(&mut e);
-            return Err(mismatch(got));
+            self.received(what, ctx, from, want, r)?;
         }
         send_res
+    }
+
+    /// Check the outcome `r` of a receive of exactly `want` bytes from rank `from` on
+    /// collective context `ctx`: its error, or, for a message of another length,
+    /// [`Error::Collective`] after revoking the context, so that the ranks waiting for
+    /// this one's part fail instead of waiting forever (protocol/revoke.rs).
+    fn received(
+        &self,
+        what: &'static str,
+        ctx: u32,
+        from: usize,
+        want: usize,
+        r: Result<Status>,
+    ) -> Result<()> {
+        let got = match r {
+            Ok(st) if st.len_bytes != want => st.len_bytes as u64,
+            Err(Error::Matching(MatchError::Truncated { message_bytes, .. })) => message_bytes,
+            Err(e) => return Err(e),
+            Ok(_) => return Ok(()),
+        };
+        let mut e = self.inner.lock();
+        e.proto.revoke(ctx, &self.st.group);
+        self.inner.progress(&mut e);
+        Err(Error::Collective(format!(
+            "{what}: rank {from} sent {got} bytes where {want} were expected; the ranks \
+             disagree on counts, roots or datatypes (set RANKWIRE_COLL_CHECK=1 to name the \
+             difference)"
+        )))
     }
 }

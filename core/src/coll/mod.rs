@@ -62,7 +62,7 @@
 //! affinities may round differently; a forced `RANKWIRE_ALLREDUCE_ALGO` fixes the
 //! bracketing everywhere. Operand order is kept (`a_i` left of `a_j` for `i < j`) by
 //! recursive doubling, Rabenseifner, single copy, binomial reduce, `reduce_bcast`,
-//! linear, `reduce_scatterv` and scan; ring algorithms combine block `b` starting at rank `b`
+//! linear, exchange, `reduce_scatterv` and scan; ring algorithms combine block `b` starting at rank `b`
 //! (allreduce) or `b + 1` (reduce-scatter) and go round the ring, so they serve only
 //! commutative operations (every built-in one; a [`UserOp`] declared
 //! non-commutative gets an order-keeping algorithm instead).
@@ -71,7 +71,8 @@
 //! single copy each block is reduced by exactly one rank and copied to the others; in recursive
 //! doubling both partners of an exchange evaluate the same expression (lower ranks'
 //! partial result on the left) on the same bits; `reduce_bcast` and linear broadcast
-//! rank 0's result. Different algorithms may round differently from each other.
+//! rank 0's result; in exchange every rank evaluates `((a_0 ∘ a_1) ∘ a_2) ∘ …` on the
+//! same p vectors. Different algorithms may round differently from each other.
 //!
 //! # Mismatch detection
 //! With `RANKWIRE_COLL_CHECK=1` (read at communicator creation) every collective first

@@ -9,7 +9,8 @@
 //! Collective Communication Operations in MPICH", IJHPCA 19(1), 2005, §3–4. For each
 //! call the applicable algorithm of least predicted time wins, except where some node
 //! of the job runs more ranks than CPUs: small barriers, broadcasts, all-to-alls and
-//! (from 4 ranks per CPU) allreduces then take the linear algorithms
+//! (from 4 ranks per CPU) allreduces then take the linear algorithms, and small
+//! allreduces on 3 to 6 ranks below 4 ranks per CPU the exchange algorithm
 //! (`CollConfig::barrier`, "Oversubscribed"). [`CostModel::DEFAULT`] holds the
 //! constants, measured on the CI machine (see its doc).
 //!
@@ -153,6 +154,14 @@ algo_enum!(
         /// received vectors at once in the nonblocking form: forced on large vectors it
         /// costs (p − 1) × the vector in memory there.
         Linear = "linear",
+        /// `exchange`: every rank sends its vector to every other rank in one round and
+        /// combines all p in rank order (`((a_0 ∘ a_1) ∘ a_2) ∘ …`, the same bits on
+        /// every rank). Order-preserving. No rank waits for a combined result, so a rank
+        /// whose core-mate has not run yet can finish this call and start its next one;
+        /// the default for small vectors on 3 to [`EXCHANGE_MAX_RANKS`] ranks where
+        /// ranks share cores (docs/design.md, "Communicators and collectives"). Each rank
+        /// sends and receives p − 1 vectors and holds p of them.
+        Exchange = "exchange",
     }
 );
 
@@ -353,6 +362,19 @@ pub(crate) const LINEAR_MAX_RANKS_CROWDED: usize = 64;
 /// doubling at 8 to 64 ranks, level at 5 and 6, slower at 3, mixed at 4).
 pub(crate) const LINEAR_ALLREDUCE_RANKS_PER_CPU: f64 = 4.0;
 
+/// Largest communicator whose small allreduces take [`AllreduceAlgo::Exchange`] where
+/// ranks share cores (fewer than [`LINEAR_ALLREDUCE_RANKS_PER_CPU`] per CPU). Measured
+/// on 2 cores against recursive doubling, 4 B – 1 KiB, medians of 3–4 alternated
+/// launches (`benches/results/2026-12-07s57_oversub-exchange/`): 0.55–0.72 of its time
+/// at 3 ranks, 0.65–0.93 at 4, 0.69–0.91 at 5, 0.71–0.94 at 6; at 7 ranks 0.77–0.98
+/// up to 256 B but 1.10–1.23 above; at 8 ranks (4 per CPU) 1.2–2.0 of the linear
+/// algorithm's.
+pub(crate) const EXCHANGE_MAX_RANKS: usize = 6;
+
+/// Largest allreduce vector (bytes) that takes [`AllreduceAlgo::Exchange`] there: at 2
+/// and 4 KiB it was level with recursive doubling or slower from 4 ranks (same runs).
+pub(crate) const EXCHANGE_MAX_BYTES: usize = 1024;
+
 /// Largest message (bytes: a broadcast, an all-to-all block) that takes the linear
 /// algorithm in an oversubscribed job: the root sends the whole message p − 1 times,
 /// or every rank has p − 1 messages in flight at once, which costs little only while
@@ -406,6 +428,11 @@ impl CollConfig {
         self.overrides.allreduce.pick(ok, || {
             if self.small_linear(p, bytes) && self.ranks_per_cpu >= LINEAR_ALLREDUCE_RANKS_PER_CPU {
                 AllreduceAlgo::Linear
+            } else if self.ranks_per_cpu > 1.0
+                && (3..=EXCHANGE_MAX_RANKS).contains(&p)
+                && bytes <= EXCHANGE_MAX_BYTES
+            {
+                AllreduceAlgo::Exchange
             } else {
                 self.model.best_allreduce(p, bytes, commutative)
             }
@@ -452,7 +479,14 @@ impl CollConfig {
     /// [`LINEAR_MAX_RANKS`] ranks, or up to [`LINEAR_MAX_RANKS_CROWDED`] with at least
     /// 2 ranks per CPU, take [`BarrierAlgo::Linear`], small broadcasts and all-to-alls
     /// theirs too, and small allreduces from [`LINEAR_ALLREDUCE_RANKS_PER_CPU`] ranks
-    /// per CPU. Otherwise, and on 2 ranks (one exchange either way), dissemination.
+    /// per CPU. Below that, allreduces up to [`EXCHANGE_MAX_BYTES`] on 3 to
+    /// [`EXCHANGE_MAX_RANKS`] ranks take [`AllreduceAlgo::Exchange`]: one round in which
+    /// no rank waits for a combined result, so the two ranks sharing a core each finish
+    /// a call and post the next one's vector in one turn on the core instead of
+    /// trading it back and forth between the rounds of recursive doubling (4 ranks on 2
+    /// cores, 8 B: about 3 context switches per call instead of 4.5; 0.77 of recursive
+    /// doubling's time, 0.95 of Open MPI's). Otherwise, and on 2 ranks (one exchange
+    /// either way), dissemination.
     /// Only measured on 2 cores; mildly oversubscribed large nodes may do better with
     /// the logarithmic algorithms (`RANKWIRE_BARRIER_ALGO=dissemination` & co).
     pub(crate) fn barrier(&self, p: usize) -> Result<BarrierAlgo> {
@@ -574,6 +608,14 @@ impl CostModel {
                     + 2.0 * (k - 1.0).max(0.0) * (self.overhead_us + n * self.beta_us_per_byte)
                     + k * n * g
             }
+            // Every rank sends p − 1 vectors and takes p − 1 in one round, then
+            // combines them.
+            AllreduceAlgo::Exchange => {
+                let k = (p as f64 - 1.0).max(0.0);
+                self.msg(n)
+                    + 2.0 * (k - 1.0).max(0.0) * (self.overhead_us + n * self.beta_us_per_byte)
+                    + k * n * g
+            }
         }
     }
 
@@ -583,8 +625,9 @@ impl CostModel {
                 .iter()
                 .map(|(_, a)| *a)
                 .filter(|a| commutative || *a != AllreduceAlgo::Ring)
-                // Linear only where ranks share cores (CollConfig::allreduce) or forced.
-                .filter(|a| *a != AllreduceAlgo::Linear),
+                // Linear and exchange only where ranks share cores
+                // (CollConfig::allreduce) or forced.
+                .filter(|a| !matches!(a, AllreduceAlgo::Linear | AllreduceAlgo::Exchange)),
             |a| self.allreduce_us(a, p, bytes),
         )
     }
@@ -750,24 +793,29 @@ mod tests {
     }
 
     #[test]
-    fn oversubscribed_jobs_take_linear_barrier_and_small_bcast_from_3_ranks() {
+    fn oversubscribed_jobs_take_linear_barrier_small_bcast_and_exchange_allreduce_from_3_ranks() {
         let at = |ranks_per_cpu: f64| CollConfig {
             ranks_per_cpu,
             ..cfg(&[])
         };
-        // (ranks per CPU, p, linear barrier/bcast/alltoall, linear allreduce)
-        for (r, p, linear, linear_ar) in [
-            (0.0, 4, false, false),
-            (1.0, 4, false, false),
-            (1.5, 2, false, false),
-            (1.5, 3, true, false),
-            (1.5, 16, true, false),
-            (1.5, 17, false, false),
-            (2.0, 4, true, false),
-            (2.0, 64, true, false),
-            (4.0, 8, true, true),
-            (32.0, 64, true, true),
-            (32.0, 65, false, false),
+        // (ranks per CPU, p, linear barrier/bcast/alltoall, linear allreduce, exchange
+        // allreduce)
+        for (r, p, linear, linear_ar, exchange_ar) in [
+            (0.0, 4, false, false, false),
+            (1.0, 4, false, false, false),
+            (1.5, 2, false, false, false),
+            (1.5, 3, true, false, true),
+            (1.5, 6, true, false, true),
+            (1.5, 7, true, false, false),
+            (1.5, 16, true, false, false),
+            (1.5, 17, false, false, false),
+            (2.0, 4, true, false, true),
+            (2.0, 64, true, false, false),
+            (3.0, 6, true, false, true),
+            (4.0, 4, true, true, false),
+            (4.0, 8, true, true, false),
+            (32.0, 64, true, true, false),
+            (32.0, 65, false, false, false),
         ] {
             let c = at(r);
             let why = format!("ranks per CPU {r}, p={p}");
@@ -799,6 +847,18 @@ mod tests {
             assert_ne!(
                 c.allreduce(p, 64 << 10, true).unwrap(),
                 AllreduceAlgo::Linear
+            );
+            for bytes in [8, EXCHANGE_MAX_BYTES] {
+                assert_eq!(
+                    c.allreduce(p, bytes, false).unwrap() == AllreduceAlgo::Exchange,
+                    exchange_ar,
+                    "{why}, {bytes} bytes"
+                );
+            }
+            assert_ne!(
+                c.allreduce(p, EXCHANGE_MAX_BYTES + 1, true).unwrap(),
+                AllreduceAlgo::Exchange,
+                "{why}"
             );
         }
         // A forced algorithm wins either way.
