@@ -354,7 +354,7 @@ impl Communicator {
     /// # Errors
     /// The first failed operation's error in rank order (receives before sends), after
     /// every operation has completed; [`Error::Collective`] for a row of the wrong
-    /// length (the context is revoked, as [`Communicator::exchange`] does).
+    /// length (the context is revoked: [`Communicator::recv_failure`]).
     fn exchange_with_all(
         &self,
         what: &'static str,
@@ -419,8 +419,10 @@ impl Communicator {
             (!left).then_some(())
         });
         for (r, o) in outcomes.iter_mut().enumerate().take(p) {
-            if let Some(o) = o.take() {
-                self.received(what, ctx, r, n, o)?;
+            if let Some(o) = o.take()
+                && !matches!(&o, Ok(st) if st.len_bytes == n)
+            {
+                return Err(self.recv_failure(what, ctx, r, n, o));
             }
         }
         send_err.map_or(Ok(()), Err)
@@ -573,37 +575,42 @@ impl Communicator {
         } else {
             drop(e);
         }
-        if let Some(r) = got {
-            self.received(what, ctx, from, want, r)?;
+        if let Some(r) = got
+            && !matches!(&r, Ok(st) if st.len_bytes == want)
+        {
+            return Err(self.recv_failure(what, ctx, from, want, r));
         }
         send_res
     }
 
-    /// Check the outcome `r` of a receive of exactly `want` bytes from rank `from` on
-    /// collective context `ctx`: its error, or, for a message of another length,
+    /// The error of a receive of exactly `want` bytes from rank `from` on collective
+    /// context `ctx` that did not get them (`r`: its outcome, not `Ok` with `want`
+    /// bytes): its own error, or, for a message of another length,
     /// [`Error::Collective`] after revoking the context, so that the ranks waiting for
-    /// this one's part fail instead of waiting forever (protocol/revoke.rs).
-    fn received(
+    /// this one's part fail instead of waiting forever (protocol/revoke.rs). Out of
+    /// line: the callers test for success inline.
+    #[cold]
+    #[inline(never)]
+    fn recv_failure(
         &self,
         what: &'static str,
         ctx: u32,
         from: usize,
         want: usize,
         r: Result<Status>,
-    ) -> Result<()> {
+    ) -> Error {
         let got = match r {
-            Ok(st) if st.len_bytes != want => st.len_bytes as u64,
+            Ok(st) => st.len_bytes as u64,
             Err(Error::Matching(MatchError::Truncated { message_bytes, .. })) => message_bytes,
-            Err(e) => return Err(e),
-            Ok(_) => return Ok(()),
+            Err(e) => return e,
         };
         let mut e = self.inner.lock();
         e.proto.revoke(ctx, &self.st.group);
         self.inner.progress(&mut e);
-        Err(Error::Collective(format!(
+        Error::Collective(format!(
             "{what}: rank {from} sent {got} bytes where {want} were expected; the ranks \
              disagree on counts, roots or datatypes (set RANKWIRE_COLL_CHECK=1 to name the \
              difference)"
-        )))
+        ))
     }
 }
