@@ -5,7 +5,8 @@
 # LD_LIBRARY_PATH: the OSU binaries have a RUNPATH) and Open MPI 4.1 (vader), on the OSU
 # 7.2 binaries of benches/peers/osu-abi.sh (its build folder), ranks unbound on the 2
 # cores, alternated launch by launch.
-# Usage: BASE=DIR NPS="3 4 8" ab.sh REPEATS > raw.txt
+# Usage: BASE=DIR NPS="3 4 8" ab.sh REPEATS > raw.txt (BENCHES="allreduce" & co: some of
+# the four only; used so in ../../2026-12-07s57_oversub-exchange/)
 cd "$(dirname "$0")/../../../.."
 B=benches/peers/build/osu-abi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -15,7 +16,7 @@ row() { grep -E '^[0-9]' | awk '{printf "%s:%s ",$1,$2}'; }
 echo "# $(date -u +%FT%TZ) new: library $(git rev-parse --short HEAD) ($B/prefix/lib); old: $BASE ($(cat $BASE/REV 2>/dev/null)); load $(cut -d' ' -f1 /proc/loadavg)"
 for k in $(seq ${1:-3}); do
   for np in ${NPS:-3 4 8}; do
-    for b in barrier bcast allreduce alltoall; do
+    for b in ${BENCHES:-barrier bcast allreduce alltoall}; do
       [ $np -gt 4 ] && [ $b = alltoall ] && continue
       args="-i 2000 -x 200"; [ $b != barrier ] && args="$args -m 1:4096"
       [ $np -gt 4 ] && args="-i 500 -x 50 $( [ $b != barrier ] && echo -m 1:4096)"
