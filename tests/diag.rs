@@ -88,6 +88,13 @@ fn explain_notes_linear_collectives_when_ranks_outnumber_cpus() {
         "{}",
         notes[0]
     );
+    // Below 4 ranks per CPU small allreduces take exchange, and the note says so.
+    assert_eq!(
+        notes[0].contains("takes the exchange algorithm"),
+        (cpus + 1).max(3) < 4 * cpus,
+        "{}",
+        notes[0]
+    );
     if cpus >= 2 {
         let out = rwrun(["--explain", "-n", "2", &app(), "explain"])
             .timeout(Duration::from_secs(60))

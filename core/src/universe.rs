@@ -996,12 +996,21 @@ fn candidates(
 /// (`coll/select.rs`, `CollConfig::barrier`).
 fn oversubscribed_note(ranks_per_cpu: f64) -> String {
     use crate::coll::select::{
-        LINEAR_ALLREDUCE_RANKS_PER_CPU, LINEAR_MAX_BYTES, LINEAR_MAX_RANKS,
-        LINEAR_MAX_RANKS_CROWDED,
+        EXCHANGE_MAX_BYTES, EXCHANGE_MAX_RANKS, LINEAR_ALLREDUCE_RANKS_PER_CPU, LINEAR_MAX_BYTES,
+        LINEAR_MAX_RANKS, LINEAR_MAX_RANKS_CROWDED,
     };
     let kib = LINEAR_MAX_BYTES >> 10;
     let allreduce = if ranks_per_cpu >= LINEAR_ALLREDUCE_RANKS_PER_CPU {
         format!(", and allreduce up to {kib} KiB")
+    } else {
+        String::new()
+    };
+    let exchange = if ranks_per_cpu < LINEAR_ALLREDUCE_RANKS_PER_CPU {
+        format!(
+            "; allreduce up to {} KiB on 3 to {EXCHANGE_MAX_RANKS} ranks takes the exchange \
+             algorithm (one round, every rank to every rank)",
+            EXCHANGE_MAX_BYTES >> 10
+        )
     } else {
         String::new()
     };
@@ -1013,8 +1022,8 @@ fn oversubscribed_note(ranks_per_cpu: f64) -> String {
     format!(
         "up to {ranks_per_cpu:.1} ranks per CPU on a node: barrier, bcast and alltoall up to \
          {kib} KiB per message{allreduce} take linear algorithms on communicators of 3 to \
-         {most} ranks (every rank waits once); RANKWIRE_BARRIER_ALGO, RANKWIRE_BCAST_ALGO, \
-         RANKWIRE_ALLTOALL_ALGO and RANKWIRE_ALLREDUCE_ALGO choose others"
+         {most} ranks (every rank waits once){exchange}; RANKWIRE_BARRIER_ALGO, \
+         RANKWIRE_BCAST_ALGO, RANKWIRE_ALLTOALL_ALGO and RANKWIRE_ALLREDUCE_ALGO choose others"
     )
 }
 

@@ -807,6 +807,13 @@ fn nocheck(w: &Communicator) -> Result<()> {
             println!("rank {me}: nocheck: {m}");
             Ok(())
         }
+        // From 3 ranks a rank may still have a receive posted when another rank that
+        // saw the mismatch revokes the context (protocol/revoke.rs): that receive fails
+        // with the revocation, which names the rank that saw it.
+        Err(Error::Collective(m)) if w.size() > 2 && m.contains("collectives are revoked") => {
+            println!("rank {me}: nocheck: {m}");
+            Ok(())
+        }
         other => fail(&format!("expected a collective error, got {other:?}")),
     }
 }

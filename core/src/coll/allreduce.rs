@@ -15,8 +15,8 @@ use crate::error::Result;
 impl Communicator {
     /// The blocking forms' paths without a schedule, on `send` (`None`: in place) →
     /// `recv` as bytes: the single-copy allreduce (`single_copy.rs`), else recursive
-    /// doubling or the linear algorithm run directly (`direct.rs`). `None`: neither
-    /// applies, run the schedule.
+    /// doubling, the linear or the exchange algorithm run directly (`direct.rs`).
+    /// `None`: neither applies, run the schedule.
     fn allreduce_without_schedule<T: Pod>(
         &self,
         send: Option<&[u8]>,

@@ -158,9 +158,11 @@ algo_enum!(
         /// combines all p in rank order (`((a_0 ∘ a_1) ∘ a_2) ∘ …`, the same bits on
         /// every rank). Order-preserving. No rank waits for a combined result, so a rank
         /// whose core-mate has not run yet can finish this call and start its next one;
-        /// the default for small vectors on 3 to [`EXCHANGE_MAX_RANKS`] ranks where
-        /// ranks share cores (docs/design.md, "Communicators and collectives"). Each rank
-        /// sends and receives p − 1 vectors and holds p of them.
+        /// the default for vectors up to [`EXCHANGE_MAX_BYTES`] on 3 to
+        /// [`EXCHANGE_MAX_RANKS`] ranks where some node runs more ranks than CPUs but
+        /// fewer than [`LINEAR_ALLREDUCE_RANKS_PER_CPU`] per CPU (docs/design.md,
+        /// "Communicators and collectives"). Each rank sends and receives p − 1 vectors
+        /// and holds p of them.
         Exchange = "exchange",
     }
 );
@@ -369,8 +371,9 @@ pub(crate) const LINEAR_ALLREDUCE_RANKS_PER_CPU: f64 = 4.0;
 /// at 3 ranks, 0.65–0.93 at 4, 0.69–0.91 at 5, 0.71–0.94 at 6; at 7 ranks 0.77–0.98
 /// up to 256 B but 1.10–1.23 above; at 8 ranks (4 per CPU) 1.2–2.0 of the linear
 /// algorithm's. Where a barrier separates the calls (OSU's loop) ranks cannot run ahead,
-/// and at 3 ranks exchange took 1.12–1.28 × recursive doubling's time up to 512 B (same
-/// folder); with local work between the calls it was level (0.92–1.00).
+/// and at 3 ranks exchange took 1.12–1.57 × recursive doubling's time up to 512 B,
+/// depending on which went first in each round (same folder); with local work between
+/// the calls it was level (0.92–1.00).
 pub(crate) const EXCHANGE_MAX_RANKS: usize = 6;
 
 /// Largest allreduce vector (bytes) that takes [`AllreduceAlgo::Exchange`] there: at 2
@@ -486,9 +489,9 @@ impl CollConfig {
     /// no rank waits for a combined result, so the two ranks sharing a core each finish
     /// a call and post the next one's vector in one turn on the core instead of
     /// trading it back and forth between the rounds of recursive doubling (4 ranks on 2
-    /// cores, 8 B: about 3 context switches per call instead of 4.5; 0.77 of recursive
-    /// doubling's time, 0.95 of Open MPI's). Otherwise, and on 2 ranks (one exchange
-    /// either way), dissemination.
+    /// cores, 8 B: about 3 context switches per call instead of 4.5; 0.77–0.83 of
+    /// recursive doubling's time, 0.95 of Open MPI's). Otherwise, and on 2 ranks (one
+    /// exchange either way), dissemination.
     /// Only measured on 2 cores; mildly oversubscribed large nodes may do better with
     /// the logarithmic algorithms (`RANKWIRE_BARRIER_ALGO=dissemination` & co).
     pub(crate) fn barrier(&self, p: usize) -> Result<BarrierAlgo> {
