@@ -26,11 +26,16 @@ const TRANSPORTS: &[(&str, &[(&str, &str)])] = &[
 /// 137 within 10 s, rwrun must name the rank and the signal, and any survivor that
 /// reported an error before rwrun stopped it must blame the dead rank's connection.
 fn killed_rank(mode: &str) {
+    killed_rank_with(mode, &[]);
+}
+
+/// [`killed_rank`] with `extra` set in the ranks' environment.
+fn killed_rank_with(mode: &str, extra: &[(&str, &str)]) {
     let victim = 1;
     for (name, envs) in TRANSPORTS {
         let mut run = rwrun(["-n", "3", &app(), "kill", mode, &victim.to_string(), "20"])
             .timeout(Duration::from_secs(60));
-        for (k, v) in *envs {
+        for (k, v) in envs.iter().chain(extra) {
             run = run.env(k, v);
         }
         let out = run.run();
@@ -92,6 +97,14 @@ fn rank_sigkilled_during_rendezvous() {
 #[test]
 fn rank_sigkilled_inside_a_collective() {
     killed_rank("coll");
+}
+
+/// The same inside a blocking 8-byte allreduce by the exchange algorithm
+/// (coll/direct.rs, `exchange_with_all`: every survivor has a receive from the victim
+/// posted).
+#[test]
+fn rank_sigkilled_inside_an_exchange_allreduce() {
+    killed_rank_with("coll-small", &[("RANKWIRE_ALLREDUCE_ALGO", "exchange")]);
 }
 
 /// The same inside a blocking 4 MiB allreduce, which reads and writes the other ranks'

@@ -70,6 +70,7 @@ fn kill(w: &Communicator, mode: &str, victim: usize, iterations: usize) -> Resul
         "rndv" => 1 << 20,
         "coll" => 256 * 1024,
         "coll-single-copy" => 4 << 20,
+        "coll-small" => 8,
         other => fail(&format!("unknown kill mode {other:?}")),
     };
     let out = vec![me as u8; len];
@@ -92,6 +93,20 @@ fn kill(w: &Communicator, mode: &str, victim: usize, iterations: usize) -> Resul
                     "allreduce gave {} instead of {n}",
                     dst[len / 8 - 1]
                 ));
+            }
+            continue;
+        }
+        if mode == "coll-small" {
+            // Blocking, 8 B: the direct path (coll/direct.rs; the exchange allreduce
+            // where the test forces it); the victim dies between two calls, so the
+            // others wait for its vector.
+            let mut dst = [0.0f64];
+            if me == victim && i == iterations {
+                sigkill_self();
+            }
+            w.allreduce(&[1.0f64], &mut dst, Op::Sum)?;
+            if dst[0] != n as f64 {
+                fail(&format!("allreduce gave {} instead of {n}", dst[0]));
             }
             continue;
         }
