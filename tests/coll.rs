@@ -321,6 +321,53 @@ fn length_mismatch_without_check_is_an_error_not_a_hang() {
     }
 }
 
+/// Ranks given different collective algorithms (here one rank's wrapper sets its own)
+/// would run different message patterns of the same lengths: wrong sums without an
+/// error, then a hang. Init refuses the job instead, naming the setting, the ranks and
+/// both values; two spellings of one choice are the same choice.
+#[test]
+fn ranks_with_different_collective_settings_fail_at_init() {
+    let one_rank = |var: &str, value: &str| {
+        let script = format!(
+            "if [ \"$RANKWIRE_RANK\" = 2 ]; then export {var}={value}; fi; exec \"$0\" \"$@\""
+        );
+        rwrun(["-n", "3", "sh", "-c", &script, &app(), "all", "4"])
+            .timeout(Duration::from_secs(60))
+            .run()
+    };
+    let out = one_rank("RANKWIRE_ALLREDUCE_ALGO", "recursive_doubling");
+    assert_ne!(out.code(), 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "ranks differ in RANKWIRE_ALLREDUCE_ALGO: rank 0 has auto, rank 2 has recursive_doubling"
+        ),
+        "{}",
+        out.stderr
+    );
+    let out = one_rank("RANKWIRE_COLL_CHECK", "1");
+    assert!(
+        out.stderr
+            .contains("ranks differ in RANKWIRE_COLL_CHECK: rank 0 has 0, rank 2 has 1"),
+        "{}",
+        out.stderr
+    );
+    // The same choice spelled differently on one rank is no difference.
+    let out = rwrun([
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        "if [ \"$RANKWIRE_RANK\" = 2 ]; then export RANKWIRE_BARRIER_ALGO=' Linear'; fi; exec \"$0\" \"$@\"",
+        &app(),
+        "all",
+        "4",
+    ])
+    .env("RANKWIRE_BARRIER_ALGO", "linear")
+    .timeout(Duration::from_secs(60))
+    .run();
+    out.assert_ok();
+}
+
 #[test]
 fn bad_algorithm_name_is_a_usage_error() {
     let out = rwrun(["-n", "2", &app(), "all", "4"])

@@ -108,6 +108,25 @@ fn watchdog_job_names_the_rank_that_left_and_its_error() {
 }
 
 #[test]
+fn a_collective_error_out_of_main_is_the_jobs_reason() {
+    // Both ranks return the allreduce's length mismatch with `?`: rwrun's line names
+    // that error (recorded as the rank's last one), not an internal one or none.
+    let out = run("allreduce_mismatch", &[]);
+    let all = format!("--- stdout\n{}\n--- stderr\n{}", out.stdout, out.stderr);
+    assert_ne!(out.code(), 0, "{all}");
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("aborted the job"))
+        .unwrap_or_else(|| panic!("no abort line: {all}"));
+    assert!(
+        line.contains("its last rankwire error: collective: allreduce: rank ")
+            && line.contains(" bytes where "),
+        "{all}"
+    );
+}
+
+#[test]
 fn watchdog_in_a_dropped_isend_prints_the_ranks_own_error() {
     // A large isend dropped by `?` waits in its drop; the watchdog ends the job and its
     // output must carry rank 0's own error (the root cause), not only blame a peer.

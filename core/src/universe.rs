@@ -512,7 +512,8 @@ fn build(joined: Joined) -> Result<Universe> {
     // (select/sharing.rs). A host-only job without --explain reads no GPU attribute. A
     // fifth: whether it has an RDMA device and makes queue pairs on demand or at init (1d, 1i,
     // 0d, 0i, or - where RDMA is not considered); a sixth: the settings every rank must
-    // share (select::shared_settings_field: the allow list, TCP's connect mode).
+    // share (select::shared_settings_field: the allow list, TCP's connect mode;
+    // coll::select::shared_settings_field: the collective algorithms and checks).
     let explain = env_switch(select::EXPLAIN_ENV) == Some(true);
     let gpu_field = if explain {
         select::sharing::local_field(crate::settings::raw("RANKWIRE_GPU_DEVICE").as_deref())
@@ -535,7 +536,8 @@ fn build(joined: Joined) -> Result<Universe> {
                 select::shared_settings_field(
                     &allowed,
                     crate::settings::raw("RANKWIRE_TCP_CONNECT").as_deref()
-                )
+                ) + " "
+                    + &crate::coll::select::shared_settings_field()
             )
             .as_bytes(),
         )

@@ -38,6 +38,13 @@ fn main() -> rankwire::Result<()> {
                 world.send(&[1u8], 2, 0)?;
             }
         }
+        // The ranks pass different counts to an allreduce and return its collective
+        // error with `?` (each rank sees the other's vector of the wrong length).
+        "allreduce_mismatch" => {
+            let n = 4 + me;
+            let mut out = vec![0i64; n];
+            world.allreduce(&vec![1i64; n], &mut out, rankwire::Op::Sum)?;
+        }
         // Rank 1 panics while rank 0 waits in a receive from it.
         "panic" => {
             if me == 1 {

@@ -615,5 +615,6 @@ impl Communicator {
              disagree on counts, roots or datatypes (set RANKWIRE_COLL_CHECK=1 to name the \
              difference)"
         ))
+        .noted()
     }
 }

@@ -17,10 +17,11 @@
 //! # Overrides
 //! `RANKWIRE_<COLLECTIVE>_ALGO=<name>` forces an algorithm (names in each enum's
 //! doc). The variables are read when a communicator is created (for the world
-//! communicator: at its first use) and must be equal on every rank. A forced algorithm
-//! that cannot run a call (ring allreduce with a non-commutative operation, recursive
-//! doubling allgather on a non-power-of-two communicator) falls back to the model's
-//! choice for that call, logged at `debug`. An unknown name makes every collective of
+//! communicator: at its first use) and must be equal on every rank (init compares
+//! them: [`shared_settings_field`]). A forced algorithm that cannot run a call (ring
+//! allreduce with a non-commutative operation, recursive doubling allgather on a
+//! non-power-of-two communicator) falls back to the model's choice for that call,
+//! logged at `debug`. An unknown name makes every collective of
 //! that kind fail with [`Error::Usage`] naming the valid ones.
 
 use std::fmt;
@@ -385,6 +386,45 @@ pub(crate) const EXCHANGE_MAX_BYTES: usize = 1024;
 /// or every rank has p − 1 messages in flight at once, which costs little only while
 /// they are eager (the direct broadcast's limit, `direct.rs`).
 pub(crate) const LINEAR_MAX_BYTES: usize = 8 << 10;
+
+/// The collective settings every rank must share, as it publishes them in its node
+/// record (`crate::select::shared_settings_field`'s field, checked at init by
+/// `crate::select::check_shared_settings`): `NAME=value` for every
+/// `RANKWIRE_<COLLECTIVE>_ALGO` (`auto` when unset), `RANKWIRE_ALLREDUCE_SINGLE_COPY`
+/// (bytes, or `default`) and `RANKWIRE_COLL_CHECK` (`1` or `0`), separated by spaces,
+/// each value in one form so that two spellings of one choice compare equal. Ranks that
+/// chose different algorithms would exchange messages of the same lengths in other
+/// patterns and get wrong results without any error (then hang), so init refuses them.
+pub(crate) fn shared_settings_field() -> String {
+    const ALGOS: [&str; 9] = [
+        AllreduceAlgo::VAR,
+        BcastAlgo::VAR,
+        BarrierAlgo::VAR,
+        ReduceAlgo::VAR,
+        AllgatherAlgo::VAR,
+        AlltoallAlgo::VAR,
+        GatherAlgo::VAR,
+        "RANKWIRE_SCATTER_ALGO",
+        ReduceScatterAlgo::VAR,
+    ];
+    let mut f: Vec<String> = ALGOS
+        .iter()
+        .map(|var| {
+            let v = crate::settings::raw(var)
+                .map(|v| v.trim().to_ascii_lowercase())
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| "auto".into());
+            format!("{var}={v}")
+        })
+        .collect();
+    let single_copy = crate::settings::raw("RANKWIRE_ALLREDUCE_SINGLE_COPY")
+        .and_then(|v| crate::settings::parse_bytes(&v))
+        .map_or_else(|| "default".to_string(), |n| n.to_string());
+    f.push(format!("RANKWIRE_ALLREDUCE_SINGLE_COPY={single_copy}"));
+    let check = crate::settings::switch_or_unset("RANKWIRE_COLL_CHECK") == Some(true);
+    f.push(format!("RANKWIRE_COLL_CHECK={}", u8::from(check)));
+    f.join(" ")
+}
 
 /// Collective configuration of one communicator.
 #[derive(Debug, Clone)]

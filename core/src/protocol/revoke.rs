@@ -177,4 +177,5 @@ fn revoked(by: u32) -> Error {
          wrong length in a collective (its own error names it); they fail from now on, \
          point-to-point still works"
     ))
+    .noted()
 }

@@ -72,6 +72,8 @@ pub(crate) fn shared_settings_field(allowed: &[&str], tcp_connect: Option<&str>)
 /// each transport's set-up has job-wide steps (fences) that a rank leaving it out would
 /// skip, and a rank connecting at init dials peers that connect on demand only when
 /// they send, so the others would wait for a timeout and fail with a misleading error.
+/// The collective settings published with them
+/// (`crate::coll::select::shared_settings_field`) are compared the same way.
 /// `fields[r]` is what rank `r` published ([`shared_settings_field`]; `None`: nothing,
 /// taken as a mismatch too). Compared with rank 0's, so every rank names the same pair.
 ///
@@ -113,8 +115,8 @@ pub(crate) fn check_shared_settings(fields: &[Option<&str>]) -> Result<()> {
         return Err(Error::usage(format!(
             "ranks differ in {key}: rank 0 has {a}, rank {r} has {b}; fix: give every rank \
              the same {key} (unset means the default: shm,rdma,tcp for {TRANSPORTS_ENV}, \
-             on-demand for RANKWIRE_TCP_CONNECT); rwrun passes its environment to every \
-             rank, under srun export it before the step"
+             on-demand for RANKWIRE_TCP_CONNECT, auto for RANKWIRE_<COLLECTIVE>_ALGO); rwrun \
+             passes its environment to every rank, under srun export it before the step"
         )));
     }
     Ok(())
@@ -315,6 +317,18 @@ mod rdma_probe_tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("rank 1 has nothing published"), "{e}");
+        // The collective settings ride in the same field (universe.rs appends them).
+        let x = format!("{a} RANKWIRE_ALLREDUCE_ALGO=auto RANKWIRE_COLL_CHECK=0");
+        let y = format!("{a} RANKWIRE_ALLREDUCE_ALGO=exchange RANKWIRE_COLL_CHECK=0");
+        let e = check_shared_settings(&[Some(&x), Some(&x), Some(&y)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "ranks differ in RANKWIRE_ALLREDUCE_ALGO: rank 0 has auto, rank 2 has exchange"
+            ),
+            "{e}"
+        );
     }
 
     fn probe(n: usize, on_demand: bool) -> RdmaProbe {
