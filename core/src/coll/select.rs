@@ -372,7 +372,7 @@ pub(crate) const LINEAR_ALLREDUCE_RANKS_PER_CPU: f64 = 4.0;
 /// at 3 ranks, 0.65–0.93 at 4, 0.69–0.91 at 5, 0.71–0.94 at 6; at 7 ranks 0.77–0.98
 /// up to 256 B but 1.10–1.23 above; at 8 ranks (4 per CPU) 1.2–2.0 of the linear
 /// algorithm's. Where a barrier separates the calls (OSU's loop) ranks cannot run ahead,
-/// and at 3 ranks exchange took 1.12–1.57 × recursive doubling's time up to 512 B,
+/// and at 3 ranks exchange took 1.13–1.57 × recursive doubling's time up to 512 B,
 /// depending on which went first in each round (same folder); with local work between
 /// the calls it was level (0.92–1.00).
 pub(crate) const EXCHANGE_MAX_RANKS: usize = 6;
