@@ -18,7 +18,7 @@
 //! `RANKWIRE_<COLLECTIVE>_ALGO=<name>` forces an algorithm (names in each enum's
 //! doc). The variables are read when a communicator is created (for the world
 //! communicator: at its first use) and must be equal on every rank (init compares
-//! them: [`shared_settings_field`]). A forced algorithm that cannot run a call (ring
+//! them: `shared_settings_field`). A forced algorithm that cannot run a call (ring
 //! allreduce with a non-commutative operation, recursive doubling allgather on a
 //! non-power-of-two communicator) falls back to the model's choice for that call,
 //! logged at `debug`. An unknown name makes every collective of
@@ -159,9 +159,8 @@ algo_enum!(
         /// combines all p in rank order (`((a_0 ∘ a_1) ∘ a_2) ∘ …`, the same bits on
         /// every rank). Order-preserving. No rank waits for a combined result, so a rank
         /// whose core-mate has not run yet can finish this call and start its next one;
-        /// the default for vectors up to [`EXCHANGE_MAX_BYTES`] on 3 to
-        /// [`EXCHANGE_MAX_RANKS`] ranks where some node runs more ranks than CPUs but
-        /// fewer than [`LINEAR_ALLREDUCE_RANKS_PER_CPU`] per CPU (docs/design.md,
+        /// the default for vectors up to 1 KiB on 3 to 6 ranks where some node runs
+        /// more ranks than CPUs but fewer than 4 per CPU (docs/design.md,
         /// "Communicators and collectives"). Each rank sends and receives p − 1 vectors
         /// and holds p of them.
         Exchange = "exchange",
