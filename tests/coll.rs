@@ -102,11 +102,32 @@ fn every_algorithm_forced_by_environment() {
             ("RANKWIRE_ALLTOALL_ALGO", "linear"),
             ("RANKWIRE_ALLREDUCE_ALGO", "linear"),
         ],
-        &[("RANKWIRE_ALLREDUCE_ALGO", "exchange")],
+        &[
+            ("RANKWIRE_ALLREDUCE_ALGO", "exchange"),
+            ("RANKWIRE_BARRIER_ALGO", "exchange"),
+        ],
     ];
     for env in profiles {
         for n in [3, 4, 6] {
             run_ok(n, env, &counts(n));
+        }
+    }
+}
+
+/// No rank leaves a barrier before the last one entered, with every barrier algorithm
+/// (the default too), blocking and nonblocking, on both sides of the exchange
+/// barrier's rank limit.
+#[test]
+fn no_rank_leaves_a_barrier_before_the_last_enters() {
+    for algo in ["auto", "dissemination", "linear", "exchange"] {
+        for n in [2, 3, 5, 6] {
+            let out = run_ok(n, &[("RANKWIRE_BARRIER_ALGO", algo)], &["barrier_order"]);
+            assert_eq!(
+                out.stdout.matches("barrier_order OK").count(),
+                n,
+                "{algo} n={n}: {}",
+                out.stdout
+            );
         }
     }
 }
@@ -126,7 +147,14 @@ fn allreduce_floats_are_bitwise_identical_on_every_rank() {
     run_ok(8, &[], &["bits"]);
     // Forced beyond the 16 ranks the blocking path keeps requests for on its stack
     // (coll/direct.rs, MAX_DIRECT_EXCHANGE_RANKS): the blocking call runs the schedule.
-    run_ok(17, &[("RANKWIRE_ALLREDUCE_ALGO", "exchange")], &["bits"]);
+    run_ok(
+        17,
+        &[
+            ("RANKWIRE_ALLREDUCE_ALGO", "exchange"),
+            ("RANKWIRE_BARRIER_ALGO", "exchange"),
+        ],
+        &["bits"],
+    );
 }
 
 /// The single-copy allreduce (core/src/coll/single_copy.rs) turned on from the first

@@ -90,7 +90,7 @@ fn explain_notes_linear_collectives_when_ranks_outnumber_cpus() {
     );
     // Below 4 ranks per CPU small allreduces take exchange, and the note says so.
     assert_eq!(
-        notes[0].contains("takes the exchange algorithm"),
+        notes[0].contains("take the exchange algorithms"),
         (cpus + 1).max(3) < 4 * cpus,
         "{}",
         notes[0]

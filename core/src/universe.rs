@@ -998,8 +998,9 @@ fn candidates(
 /// (`coll/select.rs`, `CollConfig::barrier`).
 fn oversubscribed_note(ranks_per_cpu: f64) -> String {
     use crate::coll::select::{
-        EXCHANGE_MAX_BYTES, EXCHANGE_MAX_RANKS, LINEAR_ALLREDUCE_RANKS_PER_CPU, LINEAR_MAX_BYTES,
-        LINEAR_MAX_RANKS, LINEAR_MAX_RANKS_CROWDED,
+        EXCHANGE_BARRIER_MAX_RANKS, EXCHANGE_MAX_BYTES, EXCHANGE_MAX_RANKS,
+        LINEAR_ALLREDUCE_RANKS_PER_CPU, LINEAR_MAX_BYTES, LINEAR_MAX_RANKS,
+        LINEAR_MAX_RANKS_CROWDED,
     };
     let kib = LINEAR_MAX_BYTES >> 10;
     let allreduce = if ranks_per_cpu >= LINEAR_ALLREDUCE_RANKS_PER_CPU {
@@ -1009,8 +1010,9 @@ fn oversubscribed_note(ranks_per_cpu: f64) -> String {
     };
     let exchange = if ranks_per_cpu < LINEAR_ALLREDUCE_RANKS_PER_CPU {
         format!(
-            "; allreduce up to {} KiB on 3 to {EXCHANGE_MAX_RANKS} ranks takes the exchange \
-             algorithm (one round, every rank to every rank)",
+            "; allreduce up to {} KiB on 3 to {EXCHANGE_MAX_RANKS} ranks and the barrier on 3 \
+             to {EXCHANGE_BARRIER_MAX_RANKS} take the exchange algorithms (one round, every \
+             rank to every rank)",
             EXCHANGE_MAX_BYTES >> 10
         )
     } else {

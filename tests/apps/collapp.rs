@@ -46,6 +46,7 @@ fn main() {
         // set low): a bracketing of its own, so only ranks are compared with each other.
         "bits-single-copy" => bits(world, 20_011, false),
         "comms" => comms(world),
+        "barrier_order" => barrier_order(world),
         "overlap" => overlap(world),
         "check" => check_mode(world),
         "nocheck" => nocheck(world),
@@ -832,6 +833,40 @@ fn nocheck_single_copy(w: &Communicator) -> Result<()> {
         }
         other => fail(&format!("expected a collective error, got {other:?}")),
     }
+}
+
+/// Barrier semantics: in each round one rank (round-robin) enters 30 ms late; no rank
+/// may leave before that rank entered (its entry time, broadcast afterwards, is at or
+/// before every rank's exit time; same machine, one clock). Blocking and nonblocking.
+fn barrier_order(w: &Communicator) -> Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    };
+    for round in 0..2 * p {
+        let late = round % p;
+        let mut entered = [0u64];
+        if me == late {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            entered[0] = now();
+        }
+        if round < p {
+            w.barrier()?;
+        } else {
+            w.ibarrier()?.wait()?;
+        }
+        let left = now();
+        w.bcast(&mut entered, late)?;
+        if left < entered[0] {
+            fail(&format!(
+                "barrier round {round}: rank {me} left {} µs before rank {late} entered",
+                (entered[0] - left) / 1000
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `cycles` rounds of split + allreduce + dup + barrier + drop (issue 17 case 4), with

@@ -115,7 +115,7 @@ pub mod algos {
     /// `RANKWIRE_BCAST_ALGO`.
     pub const BCAST: &[&str] = &["auto", "binomial", "scatter_allgather", "linear"];
     /// `RANKWIRE_BARRIER_ALGO`.
-    pub const BARRIER: &[&str] = &["auto", "dissemination", "linear"];
+    pub const BARRIER: &[&str] = &["auto", "dissemination", "linear", "exchange"];
     /// `RANKWIRE_REDUCE_ALGO`.
     pub const REDUCE: &[&str] = &["auto", "binomial"];
     /// `RANKWIRE_ALLGATHER_ALGO`.
@@ -614,7 +614,7 @@ pub static SETTINGS: &[Setting] = &[
     algo!(
         "RANKWIRE_BARRIER_ALGO",
         algos::BARRIER,
-        "auto, dissemination or linear",
+        "auto, dissemination, linear or exchange",
         "force the barrier algorithm"
     ),
     algo!(

@@ -1,5 +1,6 @@
 //! Barrier (MPI 4.1 §6.3): pairwise exchange for power-of-two sizes, dissemination
-//! otherwise; linear (fan-in to rank 0, fan-out) where ranks share cores.
+//! otherwise; linear (fan-in to rank 0, fan-out) or exchange (every rank to every rank)
+//! where ranks share cores.
 
 use crate::coll::check::Spec;
 use crate::coll::sched::{Buf, Builder, Slice, UserBufs};
@@ -22,7 +23,9 @@ impl Communicator {
     /// Where some node of the job runs more ranks than it has CPUs, 3 ranks or more (up to
     /// a limit, docs/design.md, "Communicators and collectives") use the linear barrier
     /// instead: every rank sends to rank 0 and waits for its answer,
-    /// so each waits once (see [`BarrierAlgo`]). `RANKWIRE_BARRIER_ALGO` overrides.
+    /// so each waits once (see [`BarrierAlgo`]); 3 to 5 ranks below 4 per CPU use the
+    /// exchange barrier, one round of zero-byte messages between every pair.
+    /// `RANKWIRE_BARRIER_ALGO` overrides.
     ///
     /// # Errors
     /// [`crate::Error::Connection`] if a peer died; [`crate::Error::Collective`] on a
@@ -62,7 +65,8 @@ pub(crate) fn round_peers(me: usize, n: usize, dist: usize) -> (usize, usize) {
 
 /// The barrier's schedule: for [`BarrierAlgo::Dissemination`] one round per power of
 /// two below `n`; for [`BarrierAlgo::Linear`] a fan-in to rank 0, then (a later round
-/// of rank 0, after it heard from every rank) a fan-out from it.
+/// of rank 0, after it heard from every rank) a fan-out from it; for
+/// [`BarrierAlgo::Exchange`] one round of zero-byte messages between every pair.
 pub(crate) fn build(b: &mut Builder, algo: BarrierAlgo) {
     let (me, n) = (b.rank, b.size);
     let empty_in = Slice::new(Buf::Recv, 0, 0);
@@ -84,6 +88,17 @@ pub(crate) fn build(b: &mut Builder, algo: BarrierAlgo) {
             b.round();
             b.send(0, empty_out);
             b.recv(0, empty_in);
+        }
+        return;
+    }
+    if algo == BarrierAlgo::Exchange {
+        // One round: a zero-byte message from every other rank, one to each.
+        b.round();
+        for r in (0..n).filter(|&r| r != me) {
+            b.recv(r, empty_in);
+        }
+        for r in (0..n).filter(|&r| r != me) {
+            b.send(r, empty_out);
         }
         return;
     }
@@ -124,6 +139,20 @@ mod tests {
             let mut recvs = vec![Vec::<u8>::new(); p];
             let msgs = testing::run(&sends, &mut recvs, None, |b| build(b, BarrierAlgo::Linear));
             assert_eq!(msgs, 2 * p.saturating_sub(1), "p={p}");
+        }
+    }
+
+    /// The exchange barrier: p − 1 messages from every rank, one round, and the
+    /// schedules of all ranks complete together.
+    #[test]
+    fn exchange_barrier_sends_p_times_p_minus_1_messages() {
+        for p in 1..=9usize {
+            let sends = vec![Vec::<u8>::new(); p];
+            let mut recvs = vec![Vec::<u8>::new(); p];
+            let msgs = testing::run(&sends, &mut recvs, None, |b| {
+                build(b, BarrierAlgo::Exchange)
+            });
+            assert_eq!(msgs, p * p.saturating_sub(1), "p={p}");
         }
     }
 

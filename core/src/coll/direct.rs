@@ -88,7 +88,9 @@ impl Communicator {
     /// linear fan-in and fan-out of [`BarrierAlgo::Linear`]), run directly. `None`: not
     /// applicable, use the schedule.
     pub(crate) fn barrier_direct(&self, algo: BarrierAlgo) -> Option<Result<()>> {
-        if self.st.cfg.check {
+        if self.st.cfg.check
+            || (algo == BarrierAlgo::Exchange && self.size() > MAX_DIRECT_EXCHANGE_RANKS)
+        {
             return None;
         }
         if let Err(e) = self.inner.check_live() {
@@ -113,6 +115,13 @@ impl Communicator {
                 self.exchange(WHAT, tag, 0, &[], 0, &mut [])
             };
             return Some(r);
+        }
+        if algo == BarrierAlgo::Exchange {
+            if n == 1 {
+                return Some(Ok(()));
+            }
+            // The schedule's one round: zero-byte rows.
+            return Some(self.exchange_with_all("barrier", tag, &mut [], 0));
         }
         let mut dist = 1;
         while dist < n {

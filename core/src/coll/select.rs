@@ -195,6 +195,11 @@ algo_enum!(
         /// but 0 waits once; the default where ranks share cores
         /// (docs/design.md, "Communicators and collectives").
         Linear = "linear",
+        /// `exchange`: every rank sends a zero-byte message to every other rank and
+        /// waits for all of theirs, in one round (the barrier of the exchange
+        /// allreduce). No rank waits for an answer from a rank that has to hear from
+        /// everyone first.
+        Exchange = "exchange",
     }
 );
 
@@ -376,6 +381,15 @@ pub(crate) const LINEAR_ALLREDUCE_RANKS_PER_CPU: f64 = 4.0;
 /// the calls it was level (0.92–1.00).
 pub(crate) const EXCHANGE_MAX_RANKS: usize = 6;
 
+/// Largest communicator whose barriers take [`BarrierAlgo::Exchange`] where ranks share
+/// cores (fewer than [`LINEAR_ALLREDUCE_RANKS_PER_CPU`] per CPU; the linear barrier
+/// otherwise). Measured on 2 cores, unbound, against Open MPI's barrier, medians of
+/// 6–10 alternated rounds (`benches/results/2026-12-07s57_oversub-exchange/`, "The same
+/// pattern for the barrier"): exchange
+/// 0.65, 0.89, 1.04 of Open MPI's time at 3, 4, 5 ranks (linear 1.06, 1.07, 1.27); at
+/// 6 ranks 1.43 (linear 1.10), at 8 1.33 (linear 0.91).
+pub(crate) const EXCHANGE_BARRIER_MAX_RANKS: usize = 5;
+
 /// Largest allreduce vector (bytes) that takes [`AllreduceAlgo::Exchange`] there: at 2
 /// and 4 KiB it was level with recursive doubling or slower from 4 ranks (same runs).
 pub(crate) const EXCHANGE_MAX_BYTES: usize = 1024;
@@ -521,8 +535,10 @@ impl CollConfig {
     /// So where some node runs more ranks than CPUs ([`CollConfig::ranks_per_cpu`]
     /// above 1), communicators of 3 to
     /// [`LINEAR_MAX_RANKS`] ranks, or up to [`LINEAR_MAX_RANKS_CROWDED`] with at least
-    /// 2 ranks per CPU, take [`BarrierAlgo::Linear`], small broadcasts and all-to-alls
-    /// theirs too, and small allreduces from [`LINEAR_ALLREDUCE_RANKS_PER_CPU`] ranks
+    /// 2 ranks per CPU, take [`BarrierAlgo::Linear`] (up to
+    /// [`EXCHANGE_BARRIER_MAX_RANKS`] ranks below [`LINEAR_ALLREDUCE_RANKS_PER_CPU`] per
+    /// CPU [`BarrierAlgo::Exchange`], the same pattern as the exchange allreduce's
+    /// below), small broadcasts and all-to-alls theirs too, and small allreduces from [`LINEAR_ALLREDUCE_RANKS_PER_CPU`] ranks
     /// per CPU. Below that, allreduces up to [`EXCHANGE_MAX_BYTES`] on 3 to
     /// [`EXCHANGE_MAX_RANKS`] ranks take [`AllreduceAlgo::Exchange`]: one round in which
     /// no rank waits for a combined result, so the two ranks sharing a core each finish
@@ -538,7 +554,13 @@ impl CollConfig {
             |_| true,
             || {
                 if self.linear_when_oversubscribed(p) {
-                    BarrierAlgo::Linear
+                    if p <= EXCHANGE_BARRIER_MAX_RANKS
+                        && self.ranks_per_cpu < LINEAR_ALLREDUCE_RANKS_PER_CPU
+                    {
+                        BarrierAlgo::Exchange
+                    } else {
+                        BarrierAlgo::Linear
+                    }
                 } else {
                     BarrierAlgo::Dissemination
                 }
@@ -849,6 +871,7 @@ mod tests {
             (1.0, 4, false, false, false),
             (1.5, 2, false, false, false),
             (1.5, 3, true, false, true),
+            (2.5, 5, true, false, true),
             (1.5, 6, true, false, true),
             (1.5, 7, true, false, false),
             (1.5, 16, true, false, false),
@@ -863,9 +886,16 @@ mod tests {
         ] {
             let c = at(r);
             let why = format!("ranks per CPU {r}, p={p}");
+            // Up to 5 ranks below 4 per CPU the barrier takes exchange instead.
+            let exchange_barrier = linear && p <= EXCHANGE_BARRIER_MAX_RANKS && r < 4.0;
             assert_eq!(
                 c.barrier(p).unwrap() == BarrierAlgo::Linear,
-                linear,
+                linear && !exchange_barrier,
+                "{why}"
+            );
+            assert_eq!(
+                c.barrier(p).unwrap() == BarrierAlgo::Exchange,
+                exchange_barrier,
                 "{why}"
             );
             assert_eq!(c.bcast(p, 8).unwrap() == BcastAlgo::Linear, linear, "{why}");
