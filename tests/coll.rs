@@ -54,9 +54,9 @@ fn every_collective_matches_the_reference_at_sizes_1_to_8() {
 }
 
 /// Forcing every algorithm of every collective, at a power-of-two size and two others.
-/// (On a machine with fewer cores than ranks the defaults are the linear barrier and
-/// broadcast: the first profile keeps dissemination covered there, the second and
-/// fourth binomial.)
+/// (On a machine with fewer cores than ranks the defaults are the linear or exchange
+/// barrier and the linear broadcast: the first profile keeps dissemination covered
+/// there, the second and fourth binomial.)
 #[test]
 fn every_algorithm_forced_by_environment() {
     let profiles: [&[(&str, &str)]; 6] = [
@@ -119,16 +119,20 @@ fn every_algorithm_forced_by_environment() {
 /// barrier's rank limit.
 #[test]
 fn no_rank_leaves_a_barrier_before_the_last_enters() {
-    for algo in ["auto", "dissemination", "linear", "exchange"] {
-        for n in [2, 3, 5, 6] {
-            let out = run_ok(n, &[("RANKWIRE_BARRIER_ALGO", algo)], &["barrier_order"]);
-            assert_eq!(
-                out.stdout.matches("barrier_order OK").count(),
-                n,
-                "{algo} n={n}: {}",
-                out.stdout
-            );
-        }
+    let runs = ["auto", "dissemination", "linear", "exchange"]
+        .into_iter()
+        .flat_map(|a| [2, 3, 5, 6].map(|n| (a, n)))
+        // Exchange forced beyond the 16 ranks of the blocking path (coll/direct.rs,
+        // MAX_DIRECT_EXCHANGE_RANKS): the blocking barrier runs the schedule.
+        .chain([("exchange", 17)]);
+    for (algo, n) in runs {
+        let out = run_ok(n, &[("RANKWIRE_BARRIER_ALGO", algo)], &["barrier_order"]);
+        assert_eq!(
+            out.stdout.matches("barrier_order OK").count(),
+            n,
+            "{algo} n={n}: {}",
+            out.stdout
+        );
     }
 }
 
@@ -147,14 +151,7 @@ fn allreduce_floats_are_bitwise_identical_on_every_rank() {
     run_ok(8, &[], &["bits"]);
     // Forced beyond the 16 ranks the blocking path keeps requests for on its stack
     // (coll/direct.rs, MAX_DIRECT_EXCHANGE_RANKS): the blocking call runs the schedule.
-    run_ok(
-        17,
-        &[
-            ("RANKWIRE_ALLREDUCE_ALGO", "exchange"),
-            ("RANKWIRE_BARRIER_ALGO", "exchange"),
-        ],
-        &["bits"],
-    );
+    run_ok(17, &[("RANKWIRE_ALLREDUCE_ALGO", "exchange")], &["bits"]);
 }
 
 /// The single-copy allreduce (core/src/coll/single_copy.rs) turned on from the first

@@ -1011,8 +1011,8 @@ fn oversubscribed_note(ranks_per_cpu: f64) -> String {
     let exchange = if ranks_per_cpu < LINEAR_ALLREDUCE_RANKS_PER_CPU {
         format!(
             "; allreduce up to {} KiB on 3 to {EXCHANGE_MAX_RANKS} ranks and the barrier on 3 \
-             to {EXCHANGE_BARRIER_MAX_RANKS} take the exchange algorithms (one round, every \
-             rank to every rank)",
+             to {EXCHANGE_BARRIER_MAX_RANKS} take the exchange algorithms instead (one round, \
+             every rank to every rank)",
             EXCHANGE_MAX_BYTES >> 10
         )
     } else {

@@ -837,13 +837,19 @@ fn nocheck_single_copy(w: &Communicator) -> Result<()> {
 
 /// Barrier semantics: in each round one rank (round-robin) enters 30 ms late; no rank
 /// may leave before that rank entered (its entry time, broadcast afterwards, is at or
-/// before every rank's exit time; same machine, one clock). Blocking and nonblocking.
+/// before every rank's exit time; same machine, CLOCK_MONOTONIC). Blocking and
+/// nonblocking.
 fn barrier_order(w: &Communicator) -> Result<()> {
     let (me, p) = (w.rank(), w.size());
+    // CLOCK_MONOTONIC: one clock for every process of the machine, never stepped.
     let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec, which `ts` is.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     };
     for round in 0..2 * p {
         let late = round % p;

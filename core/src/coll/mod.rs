@@ -32,15 +32,15 @@
 //! - **Selection.** Each call picks an algorithm from an α–β–γ cost model, unless
 //!   `RANKWIRE_<COLLECTIVE>_ALGO` forces one, or some node of the job runs more ranks
 //!   than CPUs: small barriers, broadcasts, all-to-alls and allreduces then take the
-//!   linear algorithms ([`select`]).
+//!   linear or (barrier, allreduce, on few ranks) the exchange algorithms ([`select`]).
 //!
 //! # Algorithms
 //! | collective | algorithms (`RANKWIRE_*_ALGO` name) | source |
 //! |---|---|---|
-//! | barrier | `dissemination`: butterfly (power-of-two sizes), dissemination (others); `linear` (fan-in, fan-out through rank 0) | Brooks 1986; Hensgen, Finkel, Manber 1988; Open MPI `basic_linear` |
+//! | barrier | `dissemination`: butterfly (power-of-two sizes), dissemination (others); `linear` (fan-in, fan-out through rank 0); `exchange` (zero-byte messages between every pair, one round) | Brooks 1986; Hensgen, Finkel, Manber 1988; Open MPI `basic_linear` |
 //! | bcast | `binomial`, `scatter_allgather`, `linear` | MPICH; Barnett et al. 1994 / van de Geijn |
 //! | reduce | `binomial` | MPICH |
-//! | allreduce | `recursive_doubling`, `rabenseifner`, `ring`, `reduce_bcast`, `linear`; blocking, above 64 KiB, one node: single copy (`single_copy.rs`) | Thakur et al. 2005; Rabenseifner 2004; Patarasuk & Yuan 2009; Jain et al. 2018 |
+//! | allreduce | `recursive_doubling`, `rabenseifner`, `ring`, `reduce_bcast`, `linear`, `exchange` (every rank's vector to every rank, one round); blocking, above 64 KiB, one node: single copy (`single_copy.rs`) | Thakur et al. 2005; Rabenseifner 2004; Patarasuk & Yuan 2009; Jain et al. 2018 |
 //! | gather, scatter | `linear`, `binomial` | MPICH |
 //! | gatherv, scatterv | linear | MPICH |
 //! | allgather | `ring`, `bruck`, `recursive_doubling` (2^k ranks) | Bruck et al. 1997; Thakur et al. 2005 |

@@ -9,9 +9,9 @@
 //! Collective Communication Operations in MPICH", IJHPCA 19(1), 2005, §3–4. For each
 //! call the applicable algorithm of least predicted time wins, except where some node
 //! of the job runs more ranks than CPUs: small barriers, broadcasts, all-to-alls and
-//! (from 4 ranks per CPU) allreduces then take the linear algorithms, and small
-//! allreduces on 3 to 6 ranks below 4 ranks per CPU the exchange algorithm
-//! (`CollConfig::barrier`, "Oversubscribed"). [`CostModel::DEFAULT`] holds the
+//! (from 4 ranks per CPU) allreduces then take the linear algorithms; below 4 ranks per
+//! CPU barriers on 3 to 5 ranks and small allreduces on 3 to 6 take the exchange
+//! algorithms instead (`CollConfig::barrier`, "Oversubscribed"). [`CostModel::DEFAULT`] holds the
 //! constants, measured on the CI machine (see its doc).
 //!
 //! # Overrides
@@ -192,7 +192,8 @@ algo_enum!(
         Dissemination = "dissemination",
         /// `linear`: every rank sends to rank 0, which answers each once it has heard
         /// from all (a fan-in/fan-out barrier; Open MPI's `basic_linear`). Every rank
-        /// but 0 waits once; the default where ranks share cores
+        /// but 0 waits once; the default where ranks share cores (except where
+        /// `exchange` is)
         /// (docs/design.md, "Communicators and collectives").
         Linear = "linear",
         /// `exchange`: every rank sends a zero-byte message to every other rank and
