@@ -78,17 +78,7 @@ mod tests {
         assert_eq!(algos::ALLTOALL, names::<AlltoallAlgo>());
         assert_eq!(algos::GATHER, names::<GatherAlgo>());
         assert_eq!(algos::REDUCE_SCATTER, names::<ReduceScatterAlgo>());
-        for var in [
-            AllreduceAlgo::VAR,
-            BcastAlgo::VAR,
-            BarrierAlgo::VAR,
-            ReduceAlgo::VAR,
-            AllgatherAlgo::VAR,
-            AlltoallAlgo::VAR,
-            GatherAlgo::VAR,
-            ReduceScatterAlgo::VAR,
-            "RANKWIRE_SCATTER_ALGO",
-        ] {
+        for var in crate::coll::select::ALGO_VARS {
             assert!(settings::find(var).is_some(), "{var}");
         }
     }

@@ -401,6 +401,19 @@ pub(crate) const EXCHANGE_MAX_BYTES: usize = 1024;
 /// they are eager (the direct broadcast's limit, `direct.rs`).
 pub(crate) const LINEAR_MAX_BYTES: usize = 8 << 10;
 
+/// Every `RANKWIRE_<COLLECTIVE>_ALGO` variable (scatter shares gather's names).
+pub(crate) const ALGO_VARS: [&str; 9] = [
+    AllreduceAlgo::VAR,
+    BcastAlgo::VAR,
+    BarrierAlgo::VAR,
+    ReduceAlgo::VAR,
+    AllgatherAlgo::VAR,
+    AlltoallAlgo::VAR,
+    GatherAlgo::VAR,
+    "RANKWIRE_SCATTER_ALGO",
+    ReduceScatterAlgo::VAR,
+];
+
 /// The collective settings every rank must share, as it publishes them in its node
 /// record (`crate::select::shared_settings_field`'s field, checked at init by
 /// `crate::select::check_shared_settings`): `NAME=value` for every
@@ -410,18 +423,7 @@ pub(crate) const LINEAR_MAX_BYTES: usize = 8 << 10;
 /// chose different algorithms would exchange messages of the same lengths in other
 /// patterns and get wrong results without any error (then hang), so init refuses them.
 pub(crate) fn shared_settings_field() -> String {
-    const ALGOS: [&str; 9] = [
-        AllreduceAlgo::VAR,
-        BcastAlgo::VAR,
-        BarrierAlgo::VAR,
-        ReduceAlgo::VAR,
-        AllgatherAlgo::VAR,
-        AlltoallAlgo::VAR,
-        GatherAlgo::VAR,
-        "RANKWIRE_SCATTER_ALGO",
-        ReduceScatterAlgo::VAR,
-    ];
-    let mut f: Vec<String> = ALGOS
+    let mut f: Vec<String> = ALGO_VARS
         .iter()
         .map(|var| {
             let v = crate::settings::raw(var)
