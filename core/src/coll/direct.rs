@@ -399,8 +399,8 @@ impl Communicator {
                 sends[r] = Some(id);
             }
         }
-        let mut outcomes: [Option<Result<Status>>; MAX_DIRECT_EXCHANGE_RANKS] =
-            std::array::from_fn(|_| None);
+        // The failed receive of the lowest rank (its outcome), and the first send error.
+        let mut bad_recv: Option<(usize, Result<Status>)> = None;
         let mut send_err: Option<Error> = None;
         inner.wait_with(e, |e| {
             let mut left = false;
@@ -408,7 +408,11 @@ impl Communicator {
                 if let Some(id) = recvs[r] {
                     match e.proto.take_done(id) {
                         Some(o) => {
-                            outcomes[r] = Some(o);
+                            if !matches!(&o, Ok(st) if st.len_bytes == n)
+                                && bad_recv.as_ref().is_none_or(|(b, _)| r < *b)
+                            {
+                                bad_recv = Some((r, o));
+                            }
                             recvs[r] = None;
                         }
                         None => left = true,
@@ -430,12 +434,8 @@ impl Communicator {
             }
             (!left).then_some(())
         });
-        for (r, o) in outcomes.iter_mut().enumerate().take(p) {
-            if let Some(o) = o.take()
-                && !matches!(&o, Ok(st) if st.len_bytes == n)
-            {
-                return Err(self.recv_failure(what, ctx, r, n, o));
-            }
+        if let Some((r, o)) = bad_recv {
+            return Err(self.recv_failure(what, ctx, r, n, o));
         }
         send_err.map_or(Ok(()), Err)
     }
